@@ -1,0 +1,1 @@
+"""Everything that reads checkpoints: benchmarks, scoring, per-pair store, curves."""

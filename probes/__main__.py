@@ -1,0 +1,172 @@
+"""``python -m probes {score,curves,benchmarks} ...``: one entry point for everything that reads models.
+
+``score`` lives here; ``curves`` and ``benchmarks`` are imported only when called, so scoring does
+not pay for plotting imports and vice versa.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+USAGE = """usage: python -m probes {score,curves,benchmarks} [-h] ...
+
+  score       score one HF causal LM directory on one benchmark, write per-pair parquet
+  curves      learning curves and U-shapes from the eval files of run directories
+  benchmarks  list / inspect / check benchmarks
+
+run `python -m probes COMMAND -h` for a command's options"""
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+# transformers 5 builds an EMPTY tokenizer from config.json alone (2 tokens, every text -> no ids)
+# rather than failing, so the files are checked before loading
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "vocab.txt")
+
+
+class CliError(Exception):
+    """A user error: printed as one line, exit status 2."""
+
+
+def build_score_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m probes score",
+        description="Score a causal LM on a minimal-pair benchmark (convention bos_all_tokens_v1: "
+                    "BOS + all sentence tokens; MLP and sum-LP accuracy, ties wrong).")
+    p.add_argument("--model", required=True, type=Path, metavar="DIR",
+                   help="HF model directory (config.json + weights + tokenizer files)")
+    p.add_argument("--benchmark", required=True, metavar="NAME_OR_PATH",
+                   help="a benchmark name known to probes.benchmarks, or a benchmark file/folder")
+    p.add_argument("--format", default="auto",
+                   help="benchmark reader for a path (default: sniffed per file)")
+    p.add_argument("--out", required=True, type=Path, metavar="FILE.parquet")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--max-pairs-per-paradigm", type=int, default=None, metavar="N",
+                   help="score a fixed-seed sample of N pairs per paradigm (quick looks)")
+    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="allow the model directory's own Python code (off by default)")
+    return p
+
+
+def _check_model_dir(d: Path) -> None:
+    if not d.is_dir():
+        raise CliError(f"--model {d}: not a directory")
+    if not (d / "config.json").is_file():
+        raise CliError(f"--model {d}: no config.json; not a Hugging Face model directory")
+    if not any((d / f).is_file() for f in WEIGHT_FILES) and not any(d.glob("model-*.safetensors")):
+        raise CliError(f"--model {d}: no model weights (expected one of {', '.join(WEIGHT_FILES)})")
+    if not any((d / f).is_file() for f in TOKENIZER_FILES):
+        raise CliError(f"--model {d}: no tokenizer files (expected one of {', '.join(TOKENIZER_FILES)}); "
+                       f"scores need the tokenizer the model was trained with")
+
+
+def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int]) -> tuple[str, list]:
+    """(name, pairs) of the benchmark a user named: a registry name, or a file or folder."""
+    from probes.benchmarks import FORMATS, REGISTRY, BenchmarkConfig, load_benchmark
+
+    if fmt not in FORMATS:
+        raise CliError(f"--format {fmt}: unknown; known: {', '.join(FORMATS)}")
+    if spec in REGISTRY:
+        cfg = BenchmarkConfig(name=spec, format=fmt)
+    elif Path(spec).exists():
+        cfg = BenchmarkConfig(name=Path(spec).stem, path=spec, format=fmt)
+    else:
+        raise CliError(f"--benchmark {spec}: unknown benchmark, and no such file or folder; "
+                       f"known names: {', '.join(sorted(REGISTRY))}")
+    cfg.max_pairs_per_paradigm = max_per_paradigm
+    try:
+        return cfg.name, load_benchmark(cfg)
+    except (ValueError, FileNotFoundError) as e:  # loader messages name the file and line
+        raise CliError(f"--benchmark {spec}: {e}") from None
+
+
+def _trainer_state(d: Path) -> dict:
+    f = d / "trainer_state.json"
+    if not f.is_file():
+        return {}
+    try:
+        return json.loads(f.read_text())
+    except json.JSONDecodeError as e:
+        raise CliError(f"{f}: invalid JSON at line {e.lineno}: {e.msg}") from None
+
+
+def score_main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_score_parser().parse_args(argv)
+    try:
+        return _score(args)
+    except CliError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _score(args) -> int:
+    if args.batch_size < 1:
+        raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.max_pairs_per_paradigm is not None and args.max_pairs_per_paradigm < 1:
+        raise CliError(f"--max-pairs-per-paradigm must be >= 1, got {args.max_pairs_per_paradigm}")
+    _check_model_dir(args.model)
+    name, pairs = _load_pairs(args.benchmark, args.format, args.max_pairs_per_paradigm)
+    state = _trainer_state(args.model)
+    if not pairs:
+        raise CliError(f"--benchmark {args.benchmark}: no pairs")
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from probes.scoring import CONVENTION, accuracy, score_pairs, tokenizer_fingerprint
+    from probes.store import write_pairs
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(args.model,
+                                                  trust_remote_code=args.trust_remote_code)
+    except (OSError, ValueError) as e:
+        # the ids scored must come from the tokenizer saved with the model, never a substitute
+        raise CliError(f"--model {args.model}: cannot load the tokenizer: {e}") from None
+    model = AutoModelForCausalLM.from_pretrained(args.model,
+                                                 trust_remote_code=args.trust_remote_code)
+    model.to(device)
+    df = score_pairs(model, tokenizer, pairs, batch_size=args.batch_size, device=device,
+                     progress=True)
+    meta = {
+        # -1: a model directory that is not one of our checkpoints does not know its step/tokens
+        "step": int(state.get("step", -1)), "tokens": int(state.get("tokens", -1)),
+        "benchmark": name, "convention": CONVENTION, "model_dir": str(args.model.resolve()),
+        "tokenizer": tokenizer_fingerprint(tokenizer), "n_pairs": len(df),
+        "max_pairs_per_paradigm": args.max_pairs_per_paradigm,
+    }
+    report = getattr(pairs, "report", None)
+    if report is not None:
+        meta["source"] = report.source
+    write_pairs(df, args.out, meta)
+    print(f"{name}: {len(df)} pairs, {df['paradigm'].nunique()} paradigms  "
+          f"acc_mlp={accuracy(df, 'mlp'):.4f}  acc_sum={accuracy(df, 'sum'):.4f}  -> {args.out}")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "score":
+        return score_main(rest)
+    if command == "curves":
+        from probes.curves import main as curves_main
+
+        return curves_main(rest)
+    if command == "benchmarks":
+        from probes.benchmarks import main as benchmarks_main
+
+        return benchmarks_main(rest)
+    print(f"error: unknown command {command!r}\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,110 @@
+"""Aggregation: mean and 95 % interval over seeds; bootstrap intervals over pairs.
+
+Bootstrap over pairs without resampling loops: resampling the n pairs of one paradigm with
+replacement gives a count of correct pairs distributed exactly Binomial(n, k/n), where k pairs were
+right. The percentile interval of that bootstrap is therefore a pair of binomial quantiles that
+depend only on (k, n) and are computed exactly once per distinct n. A phenomenon's accuracy is the
+mean of its paradigms' accuracies (each paradigm resampled within itself, i.e. a stratified
+bootstrap); its bootstrap variance is exactly sum_j p_j(1-p_j)/n_j / K^2, and we report the
+normal interval with that variance (exact percentiles of a sum of binomials would need a
+convolution per row and change the interval by far less than its width at n >= 100 pairs).
+The paired bootstrap of a U's drop, where pair identities matter, is in probes.ushape_stats.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+# Two-sided 95 % Student-t quantiles by degrees of freedom (scipy is not a dependency).
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+         9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120,
+         17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000,
+         120: 1.980}
+Z975 = 1.959964
+
+
+def t975(df: int) -> float:
+    """Two-sided 95 % t quantile; between tabulated values the next smaller df (conservative)."""
+    if df < 1:
+        return float("nan")
+    keys = [k for k in _T975 if k <= df]
+    return _T975[max(keys)] if df <= 120 else Z975
+
+
+def seed_summary(table: pd.DataFrame, keys: Sequence[str], values: Sequence[str] = ("acc_mlp", "acc_sum"),
+                 ) -> pd.DataFrame:
+    """Mean over seeds (runs) per `keys` (which must include "step"), with a 95 % t-interval.
+
+    One row per group; columns n_seeds, tokens (mean over seeds: runs of one model x budget share
+    the schedule), and for each value: <v>_mean, <v>_sd, <v>_lo, <v>_hi (NaN with a single seed).
+    """
+    g = table.groupby(list(keys), dropna=False, sort=True)
+    out = g.agg(n_seeds=("run", "nunique"), tokens=("tokens", "mean"))
+    for v in values:
+        m, sd = g[v].mean(), g[v].std(ddof=1)
+        half = sd / np.sqrt(out["n_seeds"]) * out["n_seeds"].map(lambda n: t975(n - 1))
+        out[f"{v}_mean"], out[f"{v}_sd"] = m, sd
+        out[f"{v}_lo"], out[f"{v}_hi"] = m - half, m + half
+    return out.reset_index()
+
+
+@lru_cache(maxsize=64)
+def _binomial_quantile_table(n: int, lo_q: float, hi_q: float) -> tuple[np.ndarray, np.ndarray]:
+    """For k = 0..n: the lo_q / hi_q quantiles of Binomial(n, k/n) / n (percentile bootstrap)."""
+    j = np.arange(n + 1)
+    log_choose = np.array([math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in j])
+    p = j / n
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lp, lq = np.log(p)[:, None], np.log1p(-p)[:, None]
+        # 0 * log(0) is 0 here (k = 0 or k = n rows are point masses)
+        terms = np.where(j == 0, 0.0, j * lp) + np.where(j == n, 0.0, (n - j) * lq)
+    pmf = np.exp(log_choose[None, :] + terms)  # row k: pmf of Binomial(n, k/n)
+    cdf = np.cumsum(pmf, axis=1)
+    lo = np.argmax(cdf >= lo_q - 1e-12, axis=1) / n
+    hi = np.argmax(cdf >= hi_q - 1e-12, axis=1) / n
+    return lo, hi
+
+
+def bootstrap_paradigm_intervals(table: pd.DataFrame, values: Sequence[str] = ("acc_mlp", "acc_sum"),
+                                 level: float = 0.95) -> pd.DataFrame:
+    """Adds <v>_boot_lo / <v>_boot_hi: exact percentile bootstrap over pairs for each paradigm row."""
+    out = table.copy()
+    a = (1 - level) / 2
+    for v in values:
+        lo = np.full(len(out), np.nan)
+        hi = np.full(len(out), np.nan)
+        n_all = out["n_pairs"].to_numpy()
+        for n in np.unique(n_all[n_all > 0]):
+            rows = np.flatnonzero(n_all == n)
+            k = np.rint(out[v].to_numpy()[rows] * n).astype(int)
+            qlo, qhi = _binomial_quantile_table(int(n), a, 1 - a)
+            lo[rows], hi[rows] = qlo[k], qhi[k]
+        out[f"{v}_boot_lo"], out[f"{v}_boot_hi"] = lo, hi
+    return out
+
+
+def bootstrap_phenomenon_intervals(table: pd.DataFrame, keys: Sequence[str],
+                                   values: Sequence[str] = ("acc_mlp", "acc_sum")) -> pd.DataFrame:
+    """Phenomenon rows (mean of paradigm accuracies per `keys`) with a stratified-bootstrap interval."""
+    t = table.copy()
+    for v in values:
+        t[f"_{v}_var"] = t[v] * (1 - t[v]) / t["n_pairs"]
+    g = t.groupby(list(keys), dropna=False, sort=True)
+    out = g[list(values)].mean()
+    out["n_pairs"] = g["n_pairs"].sum()
+    out["n_paradigms"] = g["paradigm"].nunique()
+    for v in values:
+        se = np.sqrt(g[f"_{v}_var"].sum()) / out["n_paradigms"]
+        out[f"{v}_boot_lo"] = (out[v] - Z975 * se).clip(0, 1)
+        out[f"{v}_boot_hi"] = (out[v] + Z975 * se).clip(0, 1)
+    return out.reset_index()
+
+
+def resample_accuracy(correct: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Plain resampling bootstrap of a 0/1 vector's mean (reference for the exact shortcut above)."""
+    idx = rng.integers(0, len(correct), size=(n_boot, len(correct)))
+    return correct[idx].mean(axis=1)

@@ -1,0 +1,161 @@
+"""Age of acquisition and forgettability (after Chang, Tu & Bergen 2023).
+
+A four-parameter sigmoid  y = lo + (hi - lo) / (1 + exp(-slope * (x - mid)))  is fitted to each
+accuracy curve on x = log10 tokens seen. The age of acquisition (AoA) is where the fitted curve
+crosses halfway between chance and the best accuracy, the best accuracy being the maximum of the
+fitted curve over the checkpoints observed. Forgettability is the sum of all drops of the smoothed
+accuracy curve (the same local-linear smoother as the U-shape detector): 0 for a curve that never
+goes down.
+
+Only trained checkpoints (tokens > 0) enter: the initialisation has no place on a log axis.
+scipy is not a dependency, so the fit is our own: a grid over (mid, slope) where (lo, hi) are
+solved in closed form (they enter linearly), then batched Levenberg-Marquardt from the best grid
+point. Curves of one run share their x, so all of them are fitted at once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from probes.evalset import log_tokens
+from probes.ushape import smoothing_matrix
+
+
+@dataclass
+class AoAConfig:
+    chance: float = 0.5
+    min_points: int = 5  # trained checkpoints needed to fit four parameters with a little to spare
+    min_gain: float = 0.05  # the best fitted accuracy must exceed chance by this to count as acquired
+    bandwidth: float = 0.15  # smoothing for forgettability, decades of tokens (as UShapeConfig)
+    min_neighbours: int = 2
+    metric: str = "mlp"  # mlp | sum
+
+    def __post_init__(self) -> None:
+        if self.min_points < 4:
+            raise ValueError(f"AoAConfig.min_points must be >= 4 (four parameters), got {self.min_points}")
+        if self.metric not in ("mlp", "sum"):
+            raise ValueError(f"AoAConfig.metric must be 'mlp' or 'sum', got {self.metric!r}")
+
+
+def sigmoid(x, lo, hi, mid, slope):
+    z = np.clip(np.asarray(slope)[..., None] * (np.asarray(x) - np.asarray(mid)[..., None]), -60, 60)
+    return np.asarray(lo)[..., None] + (np.asarray(hi) - np.asarray(lo))[..., None] / (1 + np.exp(-z))
+
+
+def fit_sigmoids(x: np.ndarray, Y: np.ndarray, iters: int = 30) -> dict[str, np.ndarray]:
+    """Least-squares sigmoid fits of every row of Y (m, n) on the shared x (n,). slope > 0 always:
+    a falling curve comes out as hi < lo. Returns arrays lo, hi, mid, slope, rmse of length m."""
+    x = np.asarray(x, dtype=float)
+    Y = np.atleast_2d(np.asarray(Y, dtype=float))
+    span = max(x.max() - x.min(), 1e-6)
+    mids = np.linspace(x.min() - 0.25 * span, x.max() + 0.25 * span, 32)
+    slopes = np.geomspace(0.3 / span, 60.0 / span, 18)
+    gm, gk = (a.ravel() for a in np.meshgrid(mids, slopes, indexing="ij"))
+    S = 1 / (1 + np.exp(-np.clip(gk[:, None] * (x[None, :] - gm[:, None]), -60, 60)))  # (G, n)
+    a11, a12, a22 = ((1 - S) ** 2).sum(1), (S * (1 - S)).sum(1), (S ** 2).sum(1)
+    det = a11 * a22 - a12 ** 2
+    r1, r2 = (1 - S) @ Y.T, S @ Y.T  # (G, m)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lo = (a22[:, None] * r1 - a12[:, None] * r2) / det[:, None]
+        hi = (a11[:, None] * r2 - a12[:, None] * r1) / det[:, None]
+        sse = (Y ** 2).sum(1)[None, :] - (lo * r1 + hi * r2)
+    sse[~np.isfinite(sse) | (det[:, None] < 1e-9)] = np.inf
+    best = np.argmin(sse, axis=0)
+    cols = np.arange(Y.shape[0])
+    th = np.stack([lo[best, cols], hi[best, cols], gm[best], gk[best]], axis=1)  # (m, 4)
+
+    def resid(t):
+        return Y - sigmoid(x, t[:, 0], t[:, 1], t[:, 2], t[:, 3])
+
+    r = resid(th)
+    cur = (r ** 2).sum(1)
+    lam = np.full(len(th), 1e-2)
+    for _ in range(iters):
+        s = sigmoid(x, np.zeros(len(th)), np.ones(len(th)), th[:, 2], th[:, 3])
+        amp = (th[:, 1] - th[:, 0])[:, None]
+        ds = s * (1 - s)
+        J = np.stack([1 - s, s, -amp * ds * th[:, 3:4], amp * ds * (x[None, :] - th[:, 2:3])], axis=2)
+        JtJ = np.einsum("mni,mnj->mij", J, J)
+        g = np.einsum("mni,mn->mi", J, r)
+        A = JtJ + lam[:, None, None] * (np.eye(4) * np.diagonal(JtJ, axis1=1, axis2=2)[:, None, :] + 1e-9 * np.eye(4))
+        step = np.linalg.solve(A, g[..., None])[..., 0]
+        cand = th + step
+        cand[:, 3] = np.clip(cand[:, 3], 1e-3 / span, 200.0 / span)
+        cand[:, 2] = np.clip(cand[:, 2], x.min() - span, x.max() + span)
+        rc = resid(cand)
+        new = (rc ** 2).sum(1)
+        better = new < cur
+        th[better], r[better], cur[better] = cand[better], rc[better], new[better]
+        lam = np.where(better, lam / 3, lam * 4)
+    return {"lo": th[:, 0], "hi": th[:, 1], "mid": th[:, 2], "slope": th[:, 3],
+            "rmse": np.sqrt(cur / Y.shape[1])}
+
+
+def aoa_from_fit(x: np.ndarray, fit: dict[str, np.ndarray], chance: float, min_gain: float):
+    """(aoa log10 tokens, best fitted accuracy, status) per fitted curve."""
+    lo, hi, mid, k = fit["lo"], fit["hi"], fit["mid"], fit["slope"]
+    ends = sigmoid(np.array([x.min(), x.max()]), lo, hi, mid, k)
+    best = ends.max(axis=1)
+    target = chance + (best - chance) / 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = (target - lo) / (hi - lo)
+        aoa = mid + np.log(s / (1 - s)) / k
+    status = np.full(len(lo), "ok", dtype=object)
+    status[best - chance < min_gain] = "not_acquired"
+    status[(status == "ok") & (hi <= lo)] = "decreasing"
+    status[(status == "ok") & ((s <= 0) | (aoa < x.min()))] = "above_halfway_at_first_checkpoint"
+    aoa = np.where(status == "ok", aoa, np.nan)
+    return aoa, best, status
+
+
+def forgettability(x: np.ndarray, Y: np.ndarray, bandwidth: float, min_neighbours: int) -> np.ndarray:
+    """Sum of the drops between consecutive checkpoints of each smoothed curve (rows of Y)."""
+    sm = np.atleast_2d(Y) @ smoothing_matrix(x, bandwidth, min_neighbours).T
+    return np.clip(-np.diff(sm, axis=1), 0, None).sum(axis=1)
+
+
+def aoa_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig | None = None) -> pd.DataFrame:
+    """AoA, fit and forgettability per run x benchmark x paradigm (table) and phenomenon (phen_table)."""
+    cfg = cfg or AoAConfig()
+    metric = f"acc_{cfg.metric}"
+    rows = []
+    for level, t in (("phenomenon", phen_table), ("paradigm", table)):
+        unit = "paradigm" if level == "paradigm" else "phenomenon"
+        for (run, bench), g in t.groupby(["run", "benchmark"], sort=True):
+            wide = g.pivot_table(index=unit, columns="step", values=metric, aggfunc="first")
+            tok = g.groupby("step")["tokens"].first().reindex(wide.columns).to_numpy()
+            keep = tok > 0
+            Y, x = wide.to_numpy()[:, keep], log_tokens(tok[keep])
+            meta_cols = ["model", "budget", "seed"] + (["phenomenon"] if level == "paradigm" else [])
+            meta = g.groupby(unit)[meta_cols].first().reindex(wide.index)
+            masks = ~np.isnan(Y)
+            out = {k: np.full(len(Y), np.nan) for k in ("lo", "hi", "mid", "slope", "rmse", "aoa", "best", "forget")}
+            status = np.full(len(Y), "too_few_checkpoints", dtype=object)
+            for mask in {tuple(m) for m in masks}:
+                m = np.array(mask, dtype=bool)
+                sel = np.flatnonzero((masks == m).all(axis=1))
+                if m.sum() < cfg.min_points:
+                    continue
+                fit = fit_sigmoids(x[m], Y[np.ix_(sel, m)])
+                aoa, best, st = aoa_from_fit(x[m], fit, cfg.chance, cfg.min_gain)
+                for k in ("lo", "hi", "mid", "slope", "rmse"):
+                    out[k][sel] = fit[k]
+                out["aoa"][sel], out["best"][sel], status[sel] = aoa, best, st
+                out["forget"][sel] = forgettability(x[m], Y[np.ix_(sel, m)], cfg.bandwidth, cfg.min_neighbours)
+            n_points = masks.sum(axis=1)
+            last = np.array([r[np.isfinite(r)][-1] if np.isfinite(r).any() else np.nan for r in Y])
+            for i, name in enumerate(wide.index):
+                rows.append({
+                    "run": run, "model": meta["model"].iloc[i], "budget": meta["budget"].iloc[i],
+                    "seed": meta["seed"].iloc[i], "benchmark": bench, "level": level,
+                    "phenomenon": meta["phenomenon"].iloc[i] if level == "paradigm" else name,
+                    "paradigm": name if level == "paradigm" else "", "metric": metric,
+                    "n_points": int(n_points[i]), "fit_lo": out["lo"][i], "fit_hi": out["hi"][i],
+                    "fit_mid": out["mid"][i], "fit_slope": out["slope"][i], "fit_rmse": out["rmse"][i],
+                    "best_fitted_acc": out["best"][i], "aoa_log10_tokens": out["aoa"][i],
+                    "aoa_tokens": 10 ** out["aoa"][i], "status": status[i],
+                    "forgettability": out["forget"][i], "final_acc": last[i],
+                })
+    return pd.DataFrame(rows)

@@ -1,0 +1,403 @@
+"""Benchmark registry and loading: any minimal-pair source -> one list of `Pair`s.
+
+    pairs = load_benchmark(BenchmarkConfig(name="blimp"))
+    print(describe(pairs))
+    python -m probes benchmarks blimp            # or a path; --format F to force a reader
+
+Where the real benchmarks live: `<repo>/../shared/benchmarks/<relpath>` (REGISTRY below), or under
+$SYNTAX_DYNAMICS_BENCHMARKS (a directory laid out like shared/benchmarks), or `BenchmarkConfig.path`.
+The per-format readers are in `probes.formats`.
+
+ONE rule for identical and duplicate pairs, applied to every source (real files, generic files,
+the built-in grammar), after reading and before subsampling:
+  * a pair whose good and bad sentences are the same string is DROPPED: it cannot discriminate,
+    and under the strict comparison (a tie is wrong) it would be scored as an error of the model;
+  * among pairs with the same (paradigm, good, bad) only the FIRST in file order is KEPT: a repeated
+    item would otherwise weigh twice in the paradigm's accuracy.
+Pair ids stay the source's, so every kept pair can be traced back. The drops are counted per
+paradigm, logged as a warning, and shown by `describe` and `python -m probes benchmarks`.
+
+Counts on the real files (as published -> kept under the rule):
+  zhoblimp      35,400 -> 35,400   118 paradigms, 15 phenomena
+  blimp         67,000 -> 66,993   67 paradigms, 13 linguistics_term groups (7 identical)
+  climp         16,000 -> 15,984   16 paradigms, 9 phenomena (16 duplicates)
+  sling         40,560 -> 40,528   54 files (40 x 1000 + 14 x 40), 8 phenomena (24 identical, 8 duplicates)
+  babylm_blimp  59,875 -> 59,868   67 paradigms (7 identical)
+  babylm_supplement 5,218 -> 5,206 5 files (12 duplicates)
+The issue's reference figures (35,400 / 67 x 1000 / 16,000 / 40,560 / 59,875) are the as-published
+counts, i.e. before the rule.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import random
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional
+
+import pandas as pd
+
+from probes import grammar
+from probes.formats import READERS, BenchmarkFormatError, FieldMap, data_files, sniff_format
+from probes.grammar import GrammarConfig
+from probes.pairs import Pair
+
+log = logging.getLogger(__name__)
+
+ENV_VAR = "SYNTAX_DYNAMICS_BENCHMARKS"
+FORMATS = ("auto", *READERS, "grammar")
+DEDUP_RULE = (
+    "pairs with good == bad are dropped; of pairs with the same (paradigm, good, bad) the first is kept"
+)
+
+
+@dataclass(frozen=True)
+class RegistryEntry:
+    format: str
+    relpath: Optional[str]  # below the benchmarks root; None for the built-in grammar
+    about: str
+
+
+REGISTRY: dict[str, RegistryEntry] = {
+    "zhoblimp": RegistryEntry("zhoblimp", "zhoblimp/data/ZhoBLiMP", "ZhoBLiMP, 118 paradigms x 300 (zh)"),
+    "blimp": RegistryEntry("blimp", "blimp/data", "BLiMP, 67 paradigms x 1000 (en)"),
+    "climp": RegistryEntry("climp", "climp/CLiMP_corpus", "CLiMP, 16 paradigms x 1000 (zh)"),
+    "sling": RegistryEntry("sling", "sling/SLING_Data", "SLING, 40 x 1000 + 14 x 40 (zh)"),
+    "babylm_blimp": RegistryEntry(
+        "babylm", "babylm_2025_full_eval/evaluation_data/full_eval/blimp_filtered", "BabyLM 2025 filtered BLiMP (en)"
+    ),
+    "babylm_supplement": RegistryEntry(
+        "babylm", "babylm_2025_full_eval/evaluation_data/full_eval/supplement_filtered", "BabyLM 2025 BLiMP supplement (en)"
+    ),
+    "grammar": RegistryEntry("grammar", None, "built-in grammar, English (probes.grammar)"),
+    "grammar_zh": RegistryEntry("grammar", None, "built-in grammar, Chinese (probes.grammar)"),
+}
+
+
+@dataclass
+class BenchmarkConfig:
+    name: str = "grammar"  # a registry name, or any label when path is given
+    path: Optional[str] = None  # file or directory; None = the registry's default location
+    format: str = "auto"  # auto | blimp | zhoblimp | climp | sling | babylm | jsonl | csv | grammar
+    max_pairs_per_paradigm: Optional[int] = None  # subsample per paradigm, fixed seed (cheap in-loop probing)
+    subsample_seed: int = 0
+    good_field: Optional[str] = None  # generic jsonl/csv loader column mapping
+    bad_field: Optional[str] = None
+    paradigm_field: Optional[str] = None
+    phenomenon_field: Optional[str] = None
+    id_field: Optional[str] = None
+    grammar: GrammarConfig = field(default_factory=GrammarConfig)  # for name=grammar / grammar_zh
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What loading did: where from, how many read, what the dedup rule dropped (per paradigm)."""
+
+    benchmark: str
+    source: str
+    formats: dict[str, int]  # format -> number of files read with it
+    n_read: int
+    identical: dict[tuple[str, str], int]  # (phenomenon, paradigm) -> pairs dropped, good == bad
+    duplicates: dict[tuple[str, str], int]  # (phenomenon, paradigm) -> repeated pairs dropped
+
+    @property
+    def n_identical(self) -> int:
+        return sum(self.identical.values())
+
+    @property
+    def n_duplicates(self) -> int:
+        return sum(self.duplicates.values())
+
+
+class BenchmarkPairs(list):
+    """A plain `list[Pair]` that also carries its `LoadReport` (so `describe` can show the drops)."""
+
+    def __init__(self, pairs: Iterable[Pair] = (), report: Optional[LoadReport] = None):
+        super().__init__(pairs)
+        self.report = report
+
+
+# ---------------------------------------------------------------- locations
+
+
+def benchmarks_root() -> Path:
+    """$SYNTAX_DYNAMICS_BENCHMARKS, else <repo>/../shared/benchmarks (resolved from this file)."""
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env).expanduser()
+    return Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
+
+
+def default_path(name: str) -> Path:
+    entry = _entry(name)
+    if entry.relpath is None:
+        raise ValueError(f"benchmark {name!r} is built in (probes.grammar); it has no files")
+    return benchmarks_root() / entry.relpath
+
+
+def _entry(name: str) -> RegistryEntry:
+    if name not in REGISTRY:
+        raise ValueError(
+            f"unknown benchmark name {name!r} (BenchmarkConfig.name); known: {sorted(REGISTRY)}; "
+            "or give BenchmarkConfig.path to load any file or directory under that label"
+        )
+    return REGISTRY[name]
+
+
+def benchmark_configs(
+    names: list[str],
+    max_pairs_per_paradigm: Optional[int] = None,
+    subsample_seed: int = 0,
+    paths: Optional[dict[str, str]] = None,
+) -> list[BenchmarkConfig]:
+    """One BenchmarkConfig per name, for a config that lists names (`probes.benchmarks=[zhoblimp,blimp]`):
+    registry names use their default location unless `paths` names another; any other name needs a path."""
+    paths = dict(paths or {})
+    unknown = [n for n in names if n not in REGISTRY and n not in paths]
+    if unknown:
+        raise ValueError(
+            f"unknown benchmark name(s) {unknown} in the benchmark list; known: {sorted(REGISTRY)}; "
+            "a benchmark of your own needs a path under its name"
+        )
+    stray = sorted(set(paths) - set(names))
+    if stray:
+        raise ValueError(f"benchmark path(s) given for {stray}, which are not in the benchmark list {names}")
+    return [
+        BenchmarkConfig(name=n, path=paths.get(n), max_pairs_per_paradigm=max_pairs_per_paradigm,
+                        subsample_seed=subsample_seed)
+        for n in names
+    ]
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_benchmark(cfg: BenchmarkConfig) -> BenchmarkPairs:
+    """All pairs of one benchmark, the dedup rule applied, subsampled if asked; stable order."""
+    if cfg.format not in FORMATS:
+        raise ValueError(f"unknown benchmark format {cfg.format!r} (BenchmarkConfig.format); known: {list(FORMATS)}")
+    if cfg.max_pairs_per_paradigm is not None and cfg.max_pairs_per_paradigm < 1:
+        raise ValueError(f"max_pairs_per_paradigm must be >= 1 or None, got {cfg.max_pairs_per_paradigm}")
+    fmt = cfg.format
+    if fmt == "auto" and cfg.name in REGISTRY:
+        fmt = REGISTRY[cfg.name].format
+
+    if fmt == "grammar":
+        raw, source, formats = _load_grammar(cfg), f"probes.grammar({_grammar_cfg(cfg)})", {"grammar": 1}
+    else:
+        raw, source, formats = _load_files(cfg, fmt)
+
+    if not raw:
+        raise ValueError(f"benchmark {cfg.name!r}: no pairs in {source}")
+    pairs, report = _apply_rule(raw, cfg.name, source, formats)
+    if report.n_identical or report.n_duplicates:
+        log.warning(
+            "%s: dropped %d identical (good == bad) and %d duplicate pairs of %d read (%s)",
+            cfg.name, report.n_identical, report.n_duplicates, report.n_read, DEDUP_RULE,
+        )
+    if cfg.max_pairs_per_paradigm is not None:
+        pairs = subsample(pairs, cfg.max_pairs_per_paradigm, cfg.subsample_seed)
+    return BenchmarkPairs(pairs, report)
+
+
+def _grammar_cfg(cfg: BenchmarkConfig) -> GrammarConfig:
+    if cfg.name == "grammar_zh":
+        return dataclasses.replace(cfg.grammar, variant="zh")
+    return cfg.grammar
+
+
+def _load_grammar(cfg: BenchmarkConfig) -> list[Pair]:
+    # one label per BenchmarkConfig, whatever the generator calls itself (grammar vs grammar_zh)
+    return [dataclasses.replace(p, benchmark=cfg.name) for p in grammar.benchmark_pairs(_grammar_cfg(cfg))]
+
+
+def _load_files(cfg: BenchmarkConfig, fmt: str) -> tuple[list[Pair], str, dict[str, int]]:
+    if cfg.path is not None:
+        root = Path(cfg.path).expanduser()
+        if not root.exists():
+            raise FileNotFoundError(f"benchmark {cfg.name!r}: path {root} (BenchmarkConfig.path) does not exist")
+    else:
+        root = default_path(cfg.name)
+        if not root.exists():
+            raise FileNotFoundError(
+                f"benchmark {cfg.name!r}: default location {root} does not exist. Set {ENV_VAR} to a directory "
+                f"laid out like shared/benchmarks (containing {REGISTRY[cfg.name].relpath}), "
+                f"or give the path (BenchmarkConfig.path / probes.benchmarks.<i>.path)"
+            )
+    files = data_files(root)
+    if not files:
+        raise FileNotFoundError(f"benchmark {cfg.name!r}: no .jsonl/.csv/.txt data files under {root}")
+    fields = FieldMap(cfg.good_field, cfg.bad_field, cfg.paradigm_field, cfg.phenomenon_field, cfg.id_field)
+    pairs: list[Pair] = []
+    formats: Counter[str] = Counter()
+    origin: dict[str, set[Path]] = defaultdict(set)  # paradigm -> files it came from
+    per_file: list[tuple[Path, list[Pair]]] = []
+    for file in files:
+        f = sniff_format(file) if fmt == "auto" else fmt
+        got = READERS[f](file, root, cfg.name, fields)
+        formats[f] += 1
+        for p in got:
+            origin[p.paradigm].add(file)
+        per_file.append((file, got))
+    for file, got in per_file:
+        pairs.extend(_key_by_path(got, file, root, origin))
+    return pairs, str(root), dict(formats)
+
+
+def _key_by_path(pairs: list[Pair], file: Path, root: Path, origin: dict[str, set[Path]]) -> list[Pair]:
+    """Paradigm names must be unique within a benchmark: a name that several files use gets the
+    file's path below the root (the SLING reader does this always; here it catches any other case)."""
+    out = []
+    for p in pairs:
+        if len(origin[p.paradigm]) > 1:
+            rel = (file.relative_to(root) if root.is_dir() else Path(file.name)).with_suffix("").as_posix()
+            name = rel if rel.rsplit("/", 1)[-1] == p.paradigm else f"{rel}/{p.paradigm}"
+            p = dataclasses.replace(p, paradigm=name)
+        out.append(p)
+    return out
+
+
+def _apply_rule(raw: list[Pair], label: str, source: str, formats: dict[str, int]) -> tuple[list[Pair], LoadReport]:
+    identical: Counter[tuple[str, str]] = Counter()
+    duplicates: Counter[tuple[str, str]] = Counter()
+    seen: set[tuple[str, str, str]] = set()
+    ids: dict[tuple[str, str], tuple[str, str]] = {}
+    kept = []
+    for p in raw:
+        key = (p.phenomenon, p.paradigm)
+        if p.good == p.bad:
+            identical[key] += 1
+            continue
+        if (p.paradigm, p.good, p.bad) in seen:
+            duplicates[key] += 1
+            continue
+        seen.add((p.paradigm, p.good, p.bad))
+        # the per-pair store keys rows by (paradigm, pair_id): two different pairs under one id
+        # would overwrite each other's scores
+        other = ids.setdefault((p.paradigm, p.pair_id), (p.good, p.bad))
+        if other != (p.good, p.bad):
+            raise BenchmarkFormatError(
+                f"{source}: pair id {p.pair_id!r} names two different pairs in paradigm {p.paradigm!r} "
+                f"({other[0]!r} and {p.good!r}); map id_field to a unique column, or leave it unset to number records"
+            )
+        kept.append(p)
+    report = LoadReport(label, source, formats, len(raw), dict(identical), dict(duplicates))
+    return kept, report
+
+
+def subsample(pairs: list[Pair], max_per_paradigm: int, seed: int = 0) -> list[Pair]:
+    """At most `max_per_paradigm` pairs of each paradigm, in their original order.
+
+    Deterministic: each paradigm draws from its own generator seeded by (seed, paradigm name), so a
+    paradigm's sample does not depend on which other paradigms are loaded, and the k-sample is a
+    prefix of one fixed permutation, so a smaller sample is contained in a larger one.
+    """
+    by_paradigm: dict[str, list[int]] = defaultdict(list)
+    for i, p in enumerate(pairs):
+        by_paradigm[p.paradigm].append(i)
+    keep: set[int] = set()
+    for paradigm, idx in by_paradigm.items():
+        if len(idx) <= max_per_paradigm:
+            keep.update(idx)
+            continue
+        order = list(range(len(idx)))
+        random.Random(f"{seed}/{paradigm}").shuffle(order)  # str seeds hash with SHA-512: stable across runs
+        keep.update(idx[j] for j in order[:max_per_paradigm])
+    out = [p for i, p in enumerate(pairs) if i in keep]
+    return BenchmarkPairs(out, getattr(pairs, "report", None))
+
+
+# ---------------------------------------------------------------- describing
+
+
+def describe(pairs: list[Pair]) -> pd.DataFrame:
+    """One row per (phenomenon, paradigm): n_pairs kept, and the pairs the dedup rule dropped
+    (known when `pairs` came from `load_benchmark`); a last row, phenomenon "TOTAL", sums them."""
+    n: Counter[tuple[str, str]] = Counter((p.phenomenon, p.paradigm) for p in pairs)
+    report = getattr(pairs, "report", None)
+    identical = report.identical if report else {}
+    duplicates = report.duplicates if report else {}
+    keys = sorted(set(n) | set(identical) | set(duplicates))
+    df = pd.DataFrame(
+        {
+            "phenomenon": [k[0] for k in keys],
+            "paradigm": [k[1] for k in keys],
+            "n_pairs": [n.get(k, 0) for k in keys],
+            "n_identical_dropped": [identical.get(k, 0) for k in keys],
+            "n_duplicates_dropped": [duplicates.get(k, 0) for k in keys],
+        }
+    )
+    n_phen = len({k[0] for k in keys})
+    total = {
+        "phenomenon": "TOTAL",
+        "paradigm": f"{len(keys)} paradigms in {n_phen} phenomena",
+        "n_pairs": int(df["n_pairs"].sum()),
+        "n_identical_dropped": int(df["n_identical_dropped"].sum()),
+        "n_duplicates_dropped": int(df["n_duplicates_dropped"].sum()),
+    }
+    return pd.concat([df, pd.DataFrame([total])], ignore_index=True)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m probes benchmarks PATH_OR_NAME [--format F]` (argv: the words after `benchmarks`)."""
+    ap = argparse.ArgumentParser(
+        prog="python -m probes benchmarks",
+        description="List a benchmark's phenomena, paradigms and pair counts (and what the dedup rule dropped).",
+    )
+    ap.add_argument("target", metavar="PATH_OR_NAME", help=f"a registry name {sorted(REGISTRY)} or a file/directory")
+    ap.add_argument("--format", default="auto", choices=FORMATS)
+    ap.add_argument("--name", help="label for a path (default: the file's stem or the directory's name)")
+    ap.add_argument("--max-pairs-per-paradigm", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0, help="subsample seed")
+    for f in ("good", "bad", "paradigm", "phenomenon", "id"):
+        ap.add_argument(f"--{f}-field", help=f"generic jsonl/csv: the column holding the {f}")
+    args = ap.parse_args(argv)
+
+    if args.target in REGISTRY and not Path(args.target).exists():
+        name, path = args.target, None
+    elif not Path(args.target).exists():
+        print(f"error: {args.target!r} is neither a benchmark name {sorted(REGISTRY)} nor a file or directory",
+              file=sys.stderr)
+        return 2
+    else:
+        target = Path(args.target).resolve()
+        name, path = args.name or (target.stem if target.is_file() else target.name), args.target
+    cfg = BenchmarkConfig(
+        name=name, path=path, format=args.format, max_pairs_per_paradigm=args.max_pairs_per_paradigm,
+        subsample_seed=args.seed, good_field=args.good_field, bad_field=args.bad_field,
+        paradigm_field=args.paradigm_field, phenomenon_field=args.phenomenon_field, id_field=args.id_field,
+    )
+    try:
+        pairs = load_benchmark(cfg)
+    except (OSError, ValueError, NotImplementedError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    table = describe(pairs)
+    body = table.iloc[:-1]
+    by_phen = (
+        body.groupby("phenomenon", sort=True)
+        .agg(n_paradigms=("paradigm", "size"), n_pairs=("n_pairs", "sum"))
+        .reset_index()
+    )
+    rep = pairs.report
+    formats = ", ".join(f"{k} x{v}" for k, v in rep.formats.items())
+    print(f"benchmark {name}: {rep.source} (format: {formats})\n")
+    with pd.option_context("display.max_rows", None, "display.max_colwidth", 80, "display.width", 200):
+        print(table.to_string(index=False))
+        print()
+        print(by_phen.to_string(index=False))
+    print(
+        f"\ntotal: {len(pairs):,} pairs in {len(body)} paradigms and {len(by_phen)} phenomena"
+        f"{' (subsampled)' if cfg.max_pairs_per_paradigm else ''}; read {rep.n_read:,}, "
+        f"dropped {rep.n_identical} identical and {rep.n_duplicates} duplicate pairs ({DEDUP_RULE})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,247 @@
+"""`python -m probes curves RUN_DIR... --out DIR`: tidy accuracy table, learning-curve PNGs, U list.
+
+Outputs under DIR:
+    curves.csv / curves.parquet      one row per run x step x benchmark x paradigm (acc_mlp, acc_sum)
+    phenomena.csv / .parquet         the same per phenomenon (mean over its paradigms)
+    ushapes.csv                      geometric U's (DESIGN.md) on the raw curves, see probes.ushape
+    problems.txt                     missing checkpoints / benchmarks (only when there are any)
+    plots/<benchmark>/<phenomenon>.png   x = tokens seen (log); lines per paradigm (one run) or per run
+    plots/<benchmark>/overview.png       one line per phenomenon; one panel per model x budget
+Step 0 (no tokens seen) is drawn one decade left of the first trained checkpoint, as a hollow
+marker, and the x label says so.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from probes.evalset import EvalInputError, EvalSet, load_runs, log_tokens
+from probes.outputs import save_figure, write_csv, write_table, write_text
+from probes.ushape import above_chance, find_u_shapes
+
+CHANCE = 0.5
+TIDY_COLUMNS = ["run", "model", "budget", "seed", "step", "tokens", "benchmark", "phenomenon",
+                "paradigm", "n_pairs", "acc_mlp", "acc_sum"]
+GROUP_RUN = ["run", "model", "budget", "seed"]
+
+
+def phenomenon_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Per phenomenon: the mean of its paradigms' accuracies (each paradigm weighs the same, as in
+    BLiMP/ZhoBLiMP reporting), n_pairs summed, n_paradigms counted."""
+    keys = [*GROUP_RUN, "step", "tokens", "benchmark", "phenomenon"]
+    cols = [c for c in table.columns if c.startswith(("acc_", "delta_"))]
+    g = table.groupby(keys, dropna=False, sort=True)
+    out = g[cols].mean()
+    out["n_pairs"] = g["n_pairs"].sum()
+    out["n_paradigms"] = g["paradigm"].nunique()
+    return out.reset_index()
+
+
+def u_shape_list(table: pd.DataFrame, delta: float, metric: str = "acc_mlp") -> pd.DataFrame:
+    """Geometric U's on each raw curve of `table` (paradigm rows and/or phenomenon rows)."""
+    level = "paradigm" if "paradigm" in table.columns else "phenomenon"
+    keys = [*GROUP_RUN, "benchmark", "phenomenon"] + (["paradigm"] if level == "paradigm" else [])
+    rows = []
+    for key, cur in table.groupby(keys, dropna=False, sort=True):
+        cur = cur.sort_values("step")
+        y = cur[metric].to_numpy(dtype=float)
+        for u in find_u_shapes(y, delta):
+            r = dict(zip(keys, key))
+            r.setdefault("paradigm", "")
+            r["level"] = level
+            r["metric"] = metric
+            for name, i, acc in (("peak", u.peak, u.peak_y), ("trough", u.trough, u.trough_y),
+                                 ("recovery", u.recovery, u.recovery_y)):
+                r[f"{name}_step"] = int(cur["step"].iloc[i])
+                r[f"{name}_tokens"] = int(cur["tokens"].iloc[i])
+                r[f"{name}_acc"] = acc
+            r["recovered_to"] = u.recovered_to
+            r["depth"] = u.depth
+            r["peak_above_chance"] = above_chance(u.peak_y, float(cur["n_pairs"].iloc[u.peak]), CHANCE)
+            rows.append(r)
+    cols = [*GROUP_RUN, "benchmark", "level", "phenomenon", "paradigm", "metric",
+            "peak_step", "peak_tokens", "peak_acc", "trough_step", "trough_tokens", "trough_acc",
+            "recovery_step", "recovery_tokens", "recovery_acc", "recovered_to", "depth",
+            "peak_above_chance"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+# ---------------------------------------------------------------------------------------- plots
+
+def safe_name(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.\-]+", "_", str(s)).strip("_") or "unnamed"
+
+
+def new_figure(width: float = 7.5, height: float = 4.5, nrows: int = 1, ncols: int = 1, **kw):
+    """A Figure with an Agg canvas, without pyplot's global state (safe in threads and tests)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
+    return fig, axes
+
+
+def token_axis(ax, all_tokens: np.ndarray, ylabel: str = "accuracy (MLP)", chance: bool = True) -> None:
+    """Log-token x axis with the step-0 position explained, chance line, labels."""
+    ax.set_xscale("log")
+    pos = np.asarray(all_tokens)[np.asarray(all_tokens) > 0]
+    label = "tokens seen (log scale)"
+    if len(pos) < len(all_tokens):
+        label += "; hollow marker = step 0, drawn 1 decade left"
+    ax.set_xlabel(label)
+    ax.set_ylabel(ylabel)
+    if chance:
+        ax.axhline(CHANCE, color="0.4", lw=1, ls="--", zorder=0)
+        ax.text(0.995, CHANCE, "chance ", transform=ax.get_yaxis_transform(), va="bottom",
+                ha="right", fontsize=8, color="0.35")
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def plot_line(ax, tokens: np.ndarray, y: np.ndarray, ref_tokens: np.ndarray, label: str, color,
+              band: Optional[tuple[np.ndarray, np.ndarray]] = None, lw: float = 1.6) -> None:
+    x = 10 ** log_tokens(tokens, ref_tokens)
+    order = np.argsort(x, kind="stable")
+    x, y = x[order], np.asarray(y, dtype=float)[order]
+    ax.plot(x, y, color=color, lw=lw, marker="o", ms=3, label=label)
+    init = np.asarray(tokens)[order] == 0
+    if init.any():
+        ax.plot(x[init], y[init], ls="none", marker="o", ms=7, mfc="white", mec=color, mew=1.5)
+    if band is not None:
+        lo, hi = (np.asarray(b, dtype=float)[order] for b in band)
+        ax.fill_between(x, lo, hi, color=color, alpha=0.18, lw=0)
+
+
+def colors(n: int):
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def finish_legend(ax, n: int, title: Optional[str] = None) -> None:
+    if n == 0:
+        return
+    if n <= 6:
+        ax.legend(fontsize=8, loc="best", title=title, title_fontsize=8)
+    else:  # many lines: outside on the right so the curves stay visible
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title=title,
+                  title_fontsize=8, ncol=1 if n <= 24 else 2, frameon=False)
+
+
+def _short(label: str, limit: int = 40) -> str:
+    return label if len(label) <= limit else label[: limit - 1] + "…"
+
+
+def plot_phenomenon(table: pd.DataFrame, phen_table: pd.DataFrame, benchmark: str, phenomenon: str,
+                    path: Path, metric: str = "acc_mlp") -> Path:
+    sub = table[(table.benchmark == benchmark) & (table.phenomenon == phenomenon)]
+    ref = table.loc[table.benchmark == benchmark, "tokens"].to_numpy()
+    fig, axes = new_figure()
+    ax = axes[0, 0]
+    runs = sub["run"].unique()
+    if len(runs) == 1:  # one run: every paradigm of the phenomenon
+        groups = list(sub.groupby("paradigm", sort=True))
+        legend_title = "paradigm"
+    else:  # many runs: the phenomenon mean of each run
+        ph = phen_table[(phen_table.benchmark == benchmark) & (phen_table.phenomenon == phenomenon)]
+        groups = list(ph.groupby("run", sort=True))
+        legend_title = "run"
+    for (name, cur), c in zip(groups, colors(len(groups))):
+        plot_line(ax, cur["tokens"].to_numpy(), cur[metric].to_numpy(), ref, _short(str(name)), c)
+    token_axis(ax, ref, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})")
+    ax.set_ylim(-0.02, 1.02)
+    who = f"run {runs[0]}" if len(runs) == 1 else f"{len(runs)} runs"
+    ax.set_title(f"{benchmark} · {phenomenon} ({who})", fontsize=10)
+    finish_legend(ax, len(groups), legend_title)
+    return save_figure(fig, path)
+
+
+def plot_overview(phen_table: pd.DataFrame, benchmark: str, path: Path, metric: str = "acc_mlp") -> Path:
+    """One panel per model x budget (seeds averaged), one line per phenomenon."""
+    sub = phen_table[phen_table.benchmark == benchmark].copy()
+    sub["budget_s"] = sub["budget"].astype("string").fillna("full")
+    panels = list(sub.groupby(["model", "budget_s"], sort=True))
+    ncols = min(3, len(panels))
+    nrows = int(np.ceil(len(panels) / ncols))
+    fig, axes = new_figure(5.2 * ncols + 2.0, 3.6 * nrows, nrows, ncols, sharey=True)
+    ref = sub["tokens"].to_numpy()
+    phens = sorted(sub["phenomenon"].unique())
+    cmap = dict(zip(phens, colors(len(phens))))
+    for ax, ((model, budget), cur) in zip(axes.flat, panels):
+        for ph in phens:
+            c = cur[cur.phenomenon == ph].groupby("step").agg(tokens=("tokens", "mean"), y=(metric, "mean"))
+            if len(c):
+                plot_line(ax, c["tokens"].to_numpy(), c["y"].to_numpy(), ref, _short(ph, 28), cmap[ph], lw=1.3)
+        token_axis(ax, ref, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})")
+        n_seeds = cur["run"].nunique()
+        ax.set_title(f"{model}, budget {budget} ({n_seeds} run{'s' if n_seeds > 1 else ''})", fontsize=9)
+        ax.set_ylim(-0.02, 1.02)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", fontsize=7, title="phenomenon",
+               title_fontsize=8, frameon=False, ncol=1 if len(phens) <= 24 else 2)
+    fig.suptitle(f"{benchmark}: all phenomena", fontsize=11)
+    return save_figure(fig, path)
+
+
+# ---------------------------------------------------------------------------------------- CLI
+
+def write_curves(ev: EvalSet, out: Path, delta: float = 0.1, metric: str = "acc_mlp") -> dict[str, list[Path]]:
+    out.mkdir(parents=True, exist_ok=True)
+    table = ev.table
+    phen = phenomenon_table(table)
+    written: dict[str, list[Path]] = {"tables": [], "plots": []}
+    written["tables"] += write_table(out / "curves", table[TIDY_COLUMNS])
+    written["tables"] += write_table(out / "phenomena", phen)
+    us = pd.concat([u_shape_list(phen, delta, metric), u_shape_list(table, delta, metric)], ignore_index=True)
+    written["tables"].append(write_csv(out / "ushapes.csv", us))
+    if ev.problems:
+        written["tables"].append(write_text(out / "problems.txt", "\n".join(ev.problems) + "\n"))
+    for bench in sorted(table.benchmark.unique()):
+        bdir = out / "plots" / safe_name(bench)
+        for ph in sorted(table.loc[table.benchmark == bench, "phenomenon"].unique()):
+            written["plots"].append(plot_phenomenon(table, phen, bench, ph, bdir / f"{safe_name(ph)}.png", metric))
+        written["plots"].append(plot_overview(phen, bench, bdir / "overview.png", metric))
+    return written
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m probes curves",
+                                description="Learning curves from the per-pair evals of run directories.")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--out", required=True, type=Path, help="output directory")
+    p.add_argument("--delta", type=float, default=0.1,
+                   help="U-shape threshold: minimum drop and recovery in accuracy (default 0.1)")
+    p.add_argument("--metric", choices=["mlp", "sum"], default="mlp",
+                   help="accuracy used for plots and U's: mean log-prob per token (mlp) or sum-LP")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        ev = load_runs(args.run_dirs)
+    except EvalInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for msg in ev.problems:
+        print(f"warning: {msg}", file=sys.stderr)
+    written = write_curves(ev, args.out, args.delta, f"acc_{args.metric}")
+    n_u = len(pd.read_csv(args.out / "ushapes.csv"))
+    print(f"{len(ev.runs)} run(s), {len(ev.table)} paradigm x checkpoint rows, convention {ev.convention}")
+    print(f"tables: {args.out}/curves.csv, phenomena.csv, ushapes.csv ({n_u} U-shape(s) at delta={args.delta})")
+    print(f"plots:  {args.out / 'plots'} ({len(written['plots'])} PNG files)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,380 @@
+"""Read the per-pair eval files of one or many run directories into one analysable object.
+
+Layout read (DESIGN.md, checkpoints.md):
+    <run>/config.yaml                               experiment, seed, model.name, data.budget_tokens
+    <run>/checkpoints/step<N>/trainer_state.json    {"step": N, "tokens": T, ...}
+    <run>/evals/step<N>/<benchmark>.parquet         one row per minimal pair
+Temporary names (starting with "." or containing ".tmp") are ignored: they are files being written.
+
+Per-pair rows are reduced at read time to one byte per pair and checkpoint (MLP and sum-LP
+correctness) plus per-paradigm accuracies and mean region deltas, so a whole scaling grid
+(60 runs x 47 checkpoints x 35k pairs) stays in a few hundred MB and bootstrap intervals can still be
+drawn from the pairs later without rerunning a model.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+META_KEY = b"syntax_dynamics"
+REGIONS = ("prefix", "critical", "suffix")
+# Bits of PairOutcomes.correct; MISSING marks a pair absent at one checkpoint.
+MLP, SUM, MISSING = 1, 2, 4
+_STEP_RE = re.compile(r"^step(\d+)$")
+_REQUIRED = ("paradigm", "phenomenon", "pair_id", "lp_good", "lp_bad", "ntok_good", "ntok_bad")
+
+
+class EvalInputError(ValueError):
+    """Bad analysis input; the message names the run directory or file at fault."""
+
+
+@dataclass
+class RunInfo:
+    name: str  # unique label used in every table
+    path: str
+    model: str = "?"
+    budget: Optional[int] = None  # tokens of the corpus budget; None = whole corpus
+    seed: Optional[int] = None
+    experiment: str = ""
+    model_params: Optional[float] = None  # parsed from the model name ("pythia-160m" -> 1.6e8)
+
+
+@dataclass
+class PairOutcomes:
+    """Per-pair correctness of one run on one benchmark, aligned across checkpoints."""
+
+    run: str
+    benchmark: str
+    steps: np.ndarray  # (n_steps,) int64, ascending
+    tokens: np.ndarray  # (n_steps,) int64
+    paradigms: list[str]  # paradigm names; row_paradigm indexes this list
+    row_paradigm: np.ndarray  # (n_rows,) int32
+    pair_ids: np.ndarray  # (n_rows,) object
+    correct: np.ndarray  # (n_steps, n_rows) uint8, bits MLP | SUM | MISSING
+
+    def matrix(self, paradigm: str | Sequence[str], metric: str = "mlp") -> np.ndarray:
+        """(n_steps, n_pairs) float array: 1 correct, 0 wrong, NaN where the pair is missing."""
+        names = [paradigm] if isinstance(paradigm, str) else list(paradigm)
+        codes = [self.paradigms.index(p) for p in names if p in self.paradigms]
+        cols = np.flatnonzero(np.isin(self.row_paradigm, codes))
+        block = self.correct[:, cols]
+        bit = MLP if metric == "mlp" else SUM
+        out = ((block & bit) > 0).astype(np.float64)
+        out[(block & MISSING) > 0] = np.nan
+        return out
+
+
+@dataclass
+class EvalSet:
+    runs: list[RunInfo]
+    table: pd.DataFrame  # one row per run x step x benchmark x paradigm (see TABLE_COLUMNS)
+    outcomes: dict[tuple[str, str], PairOutcomes]  # (run, benchmark) -> per-pair correctness
+    convention: str
+    problems: list[str] = field(default_factory=list)  # what was missing; the data that is there is used
+
+
+TABLE_COLUMNS = [
+    "run", "model", "budget", "seed", "step", "tokens", "benchmark", "phenomenon", "paradigm",
+    "n_pairs", "acc_mlp", "acc_sum", "delta_total",
+    *[f"delta_{r}" for r in REGIONS],
+]
+
+
+def _visible(p: Path) -> bool:
+    return not p.name.startswith(".") and ".tmp" not in p.name
+
+
+def parse_model_params(name: str) -> Optional[float]:
+    """'pythia-160m' -> 1.6e8, 'pythia-1.4b' -> 1.4e9; None when the name carries no size."""
+    m = re.search(r"(\d+(?:\.\d+)?)\s*([kmb])(?![a-z])", name.lower())
+    if not m:
+        return None
+    return float(m.group(1)) * {"k": 1e3, "m": 1e6, "b": 1e9}[m.group(2)]
+
+
+def _read_run_info(run_dir: Path) -> RunInfo:
+    info = RunInfo(name=run_dir.name, path=str(run_dir))
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.is_file():
+        return info
+    from omegaconf import OmegaConf  # local: only needed here, keeps import light
+
+    try:
+        cfg = OmegaConf.to_container(OmegaConf.load(cfg_path), resolve=False)
+    except Exception as exc:  # yaml errors carry the line; keep them
+        raise EvalInputError(f"{cfg_path}: cannot parse config: {exc}") from exc
+    cfg = cfg if isinstance(cfg, dict) else {}
+    model = cfg.get("model") or {}
+    data = cfg.get("data") or {}
+    info.model = str(model.get("name", "?")) if isinstance(model, dict) else str(model)
+    budget = data.get("budget_tokens") if isinstance(data, dict) else None
+    info.budget = int(budget) if isinstance(budget, (int, float)) else None
+    seed = cfg.get("seed")
+    info.seed = int(seed) if isinstance(seed, int) else None
+    info.experiment = str(cfg.get("experiment", "") or "")
+    info.model_params = parse_model_params(info.model)
+    return info
+
+
+def _step_dirs(parent: Path) -> dict[int, Path]:
+    out = {}
+    if parent.is_dir():
+        for d in parent.iterdir():
+            m = _STEP_RE.match(d.name)
+            if m and d.is_dir() and _visible(d):
+                out[int(m.group(1))] = d
+    return out
+
+
+def _trainer_tokens(run_dir: Path, step: int) -> Optional[int]:
+    p = run_dir / "checkpoints" / f"step{step}" / "trainer_state.json"
+    if not p.is_file():
+        return None
+    try:
+        return int(json.loads(p.read_text())["tokens"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EvalInputError(f"{p}: no integer 'tokens' ({exc})") from exc
+
+
+@dataclass
+class _FileResult:
+    step: int
+    tokens: int
+    convention: str
+    paradigm: np.ndarray  # object array per row
+    phenomenon: np.ndarray
+    pair_id: np.ndarray
+    bits: np.ndarray  # uint8 per row
+    deltas: dict[str, np.ndarray]  # "total" and each region, float per row (NaN where absent)
+
+
+def _read_eval_file(path: Path, step: int, run_dir: Path) -> _FileResult:
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as exc:
+        raise EvalInputError(f"{path}: not a readable parquet file ({exc})") from exc
+    schema = pf.schema_arrow
+    missing = [c for c in _REQUIRED if c not in schema.names]
+    if missing:
+        raise EvalInputError(f"{path}: missing column(s) {missing}")
+    meta: dict = {}
+    if schema.metadata and META_KEY in schema.metadata:
+        try:
+            meta = json.loads(schema.metadata[META_KEY])
+        except ValueError as exc:
+            raise EvalInputError(f"{path}: schema metadata '{META_KEY.decode()}' is not JSON") from exc
+    tokens = meta.get("tokens")
+    if tokens is None:
+        tokens = _trainer_tokens(run_dir, step)
+    if tokens is None:
+        raise EvalInputError(
+            f"{path}: no 'tokens' in the parquet metadata and no checkpoints/step{step}/trainer_state.json"
+        )
+    if "step" in meta and int(meta["step"]) != step:
+        raise EvalInputError(f"{path}: metadata step {meta['step']} != directory step{step}")
+    region_cols = [f"{k}_{s}_{r}" for r in REGIONS for k in ("lp",) for s in ("good", "bad")]
+    cols = list(_REQUIRED) + [c for c in region_cols if c in schema.names]
+    t = pf.read(columns=cols)
+    lpg = t["lp_good"].to_numpy(zero_copy_only=False).astype(np.float64)
+    lpb = t["lp_bad"].to_numpy(zero_copy_only=False).astype(np.float64)
+    ng = t["ntok_good"].to_numpy(zero_copy_only=False).astype(np.float64)
+    nb = t["ntok_bad"].to_numpy(zero_copy_only=False).astype(np.float64)
+    if len(lpg) and (np.nanmin(ng) <= 0 or np.nanmin(nb) <= 0):
+        bad_row = int(np.flatnonzero((ng <= 0) | (nb <= 0))[0])
+        raise EvalInputError(f"{path}: row {bad_row}: ntok must be positive")
+    # Strict comparisons: a tie counts as wrong (ZhoBLiMP convention, DESIGN.md).
+    bits = ((lpg / ng > lpb / nb) * MLP + (lpg > lpb) * SUM).astype(np.uint8)
+    deltas = {"total": lpg - lpb}
+    for r in REGIONS:
+        g, b = f"lp_good_{r}", f"lp_bad_{r}"
+        if g in t.column_names and b in t.column_names:
+            deltas[r] = (t[g].to_numpy(zero_copy_only=False).astype(np.float64)
+                         - t[b].to_numpy(zero_copy_only=False).astype(np.float64))
+    pair_id = t["pair_id"]
+    if not pa.types.is_string(pair_id.type) and not pa.types.is_large_string(pair_id.type):
+        pair_id = pc.cast(pair_id, pa.string())
+    return _FileResult(
+        step=step,
+        tokens=int(tokens),
+        convention=str(meta.get("convention", "unknown")),
+        paradigm=t["paradigm"].to_numpy(zero_copy_only=False),
+        phenomenon=t["phenomenon"].to_numpy(zero_copy_only=False),
+        pair_id=pair_id.to_numpy(zero_copy_only=False),
+        bits=bits,
+        deltas=deltas,
+    )
+
+
+def _assemble(run: RunInfo, benchmark: str, files: list[_FileResult], problems: list[str]):
+    """Align pairs across checkpoints; return PairOutcomes and the per-paradigm table rows."""
+    files = sorted(files, key=lambda f: f.step)
+    first = files[0]
+    codes, paradigms = pd.factorize(first.paradigm, sort=True)
+    paradigms = [str(p) for p in paradigms]
+    key0 = pd.MultiIndex.from_arrays([first.paradigm, first.pair_id])
+    n_rows = len(first.bits)
+    correct = np.full((len(files), n_rows), MISSING, dtype=np.uint8)
+    phen = {}
+    for p, ph in zip(first.paradigm, first.phenomenon):
+        phen.setdefault(p, ph)
+    frames = []
+    for i, f in enumerate(files):
+        same = len(f.bits) == n_rows and np.array_equal(f.pair_id, first.pair_id) and np.array_equal(
+            f.paradigm, first.paradigm)
+        if same:
+            idx = np.arange(n_rows)
+            correct[i] = f.bits
+            fcodes = codes
+        else:
+            idx = key0.get_indexer(pd.MultiIndex.from_arrays([f.paradigm, f.pair_id]))
+            if (idx < 0).any() or len(np.unique(idx)) != len(idx) or len(idx) != n_rows:
+                problems.append(
+                    f"{run.path}: evals/step{f.step}/{benchmark}.parquet has a different pair set than "
+                    f"step{first.step} ({int((idx < 0).sum())} new, {n_rows - len(set(idx[idx >= 0]))} "
+                    "absent); only pairs present at the first checkpoint are analysed"
+                )
+            ok = idx >= 0
+            correct[i, idx[ok]] = f.bits[ok]
+            fcodes = np.full(len(f.bits), -1)
+            fcodes[ok] = codes[idx[ok]]
+        valid = fcodes >= 0
+        k = len(paradigms)
+        n = np.bincount(fcodes[valid], minlength=k).astype(np.int64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            row = {
+                "step": f.step,
+                "tokens": f.tokens,
+                "paradigm": paradigms,
+                "n_pairs": n,
+                "acc_mlp": np.bincount(fcodes[valid], weights=(f.bits[valid] & MLP) > 0, minlength=k) / n,
+                "acc_sum": np.bincount(fcodes[valid], weights=(f.bits[valid] & SUM) > 0, minlength=k) / n,
+            }
+            for name in ("total", *REGIONS):
+                d = f.deltas.get(name)
+                if d is None:
+                    row[f"delta_{name}"] = np.full(k, np.nan)
+                    continue
+                dv = d[valid]
+                finite = np.isfinite(dv)
+                cnt = np.bincount(fcodes[valid][finite], minlength=k)
+                tot = np.bincount(fcodes[valid][finite], weights=dv[finite], minlength=k)
+                row[f"delta_{name}"] = np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan)
+        frames.append(pd.DataFrame(row))
+    df = pd.concat(frames, ignore_index=True)
+    df["phenomenon"] = df["paradigm"].map(phen).astype(str)
+    df["benchmark"] = benchmark
+    outcomes = PairOutcomes(
+        run=run.name,
+        benchmark=benchmark,
+        steps=np.array([f.step for f in files], dtype=np.int64),
+        tokens=np.array([f.tokens for f in files], dtype=np.int64),
+        paradigms=paradigms,
+        row_paradigm=codes.astype(np.int32),
+        pair_ids=first.pair_id,
+        correct=correct,
+    )
+    return outcomes, df
+
+
+def _unique_names(dirs: list[Path]) -> list[str]:
+    names = [d.name for d in dirs]
+    if len(set(names)) == len(names):
+        return names
+    # Same leaf name in several places (e.g. sweep/0/seed1, sweep/1/seed1): add parents until unique.
+    depth = 2
+    while depth < 10:
+        names = ["/".join(d.parts[-depth:]) for d in dirs]
+        if len(set(names)) == len(names):
+            return names
+        depth += 1
+    return [str(d) for d in dirs]
+
+
+def load_runs(run_dirs: Sequence[str | Path]) -> EvalSet:
+    """Read every eval file of every run directory. Raises EvalInputError naming what is wrong."""
+    if not run_dirs:
+        raise EvalInputError("no run directory given")
+    dirs = [Path(d) for d in run_dirs]
+    for d in dirs:
+        if not d.is_dir():
+            raise EvalInputError(f"run directory {d} does not exist")
+    if len({d.resolve() for d in dirs}) != len(dirs):
+        raise EvalInputError("the same run directory is given twice")
+    problems: list[str] = []
+    runs: list[RunInfo] = []
+    all_outcomes: dict[tuple[str, str], PairOutcomes] = {}
+    frames = []
+    conventions: dict[str, str] = {}  # convention -> first file that uses it
+    bench_by_run: dict[str, set[str]] = {}
+    for d, name in zip(dirs, _unique_names(dirs)):
+        info = _read_run_info(d)
+        info.name = name
+        runs.append(info)
+        evals = _step_dirs(d / "evals")
+        files_by_bench: dict[str, list[_FileResult]] = {}
+        for step, sd in sorted(evals.items()):
+            for f in sorted(sd.iterdir()):
+                if f.suffix != ".parquet" or not _visible(f) or not f.is_file():
+                    continue
+                res = _read_eval_file(f, step, d)
+                conventions.setdefault(res.convention, str(f))
+                files_by_bench.setdefault(f.stem, []).append(res)
+        if not files_by_bench:
+            raise EvalInputError(
+                f"run directory {d} has no eval files (expected evals/step<N>/<benchmark>.parquet)"
+            )
+        bench_by_run[name] = set(files_by_bench)
+        ckpts = set(_step_dirs(d / "checkpoints"))
+        for bench, files in sorted(files_by_bench.items()):
+            have = {f.step for f in files}
+            lacking = sorted((ckpts | set(evals)) - have)
+            if lacking:
+                problems.append(f"{d}: benchmark {bench} has no evals for step(s) {_compact(lacking)}")
+            out, df = _assemble(info, bench, files, problems)
+            all_outcomes[(name, bench)] = out
+            df["run"], df["model"], df["budget"], df["seed"] = name, info.model, info.budget, info.seed
+            frames.append(df)
+    if len(conventions) > 1:
+        listed = "; ".join(f"{c!r} (e.g. {p})" for c, p in sorted(conventions.items()))
+        raise EvalInputError(f"refusing to mix scoring conventions across evals: {listed}")
+    every = set().union(*bench_by_run.values())
+    for name, have in bench_by_run.items():
+        if have != every:
+            problems.append(f"run {name} lacks benchmark(s) {sorted(every - have)}; analysed where present")
+    table = pd.concat(frames, ignore_index=True)
+    table["budget"] = table["budget"].astype("Int64")
+    table["seed"] = table["seed"].astype("Int64")
+    table = table[TABLE_COLUMNS].sort_values(["run", "benchmark", "paradigm", "step"], ignore_index=True)
+    return EvalSet(runs=runs, table=table, outcomes=all_outcomes, convention=next(iter(conventions)),
+                   problems=problems)
+
+
+def _compact(steps: list[int], limit: int = 12) -> str:
+    s = ", ".join(map(str, steps[:limit]))
+    return s + (f", … ({len(steps)} in all)" if len(steps) > limit else "")
+
+
+def log_tokens(tokens: np.ndarray, reference: Optional[np.ndarray] = None) -> np.ndarray:
+    """log10 tokens, with step 0 (0 tokens) placed one decade before the first trained checkpoint.
+
+    The initialisation has no position on a log axis; putting it a fixed decade to the left keeps
+    it visible and ordered in plots and smoothing without pretending it saw data. Pass the tokens
+    of all curves drawn together as `reference` so they share that position.
+    """
+    t = np.asarray(tokens, dtype=np.float64)
+    ref = t if reference is None else np.asarray(reference, dtype=np.float64)
+    pos = ref[ref > 0]
+    floor = math.log10(pos.min()) - 1.0 if len(pos) else 0.0
+    out = np.full(t.shape, floor)
+    out[t > 0] = np.log10(t[t > 0])
+    return out

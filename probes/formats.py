@@ -1,0 +1,335 @@
+"""Per-format readers: one benchmark data file in, `Pair`s out.
+
+Every reader takes one file and the root the user pointed at (paradigms that repeat across folders
+are keyed by their path below that root) and returns the file's pairs in file order, *before* the
+identical/duplicate rule (that rule lives in `probes.benchmarks`, applied once for every format).
+
+Formats (what each author published; see each folder's SOURCE.txt/README in ../shared/benchmarks):
+  blimp     jsonl; `sentence_good`/`sentence_bad`, paradigm = `UID`, phenomenon = `linguistics_term`
+            (13 groups), id = `pairID` (string in BLiMP) or `pair_id` (int in BabyLM blimp_filtered).
+            The optional prefix-method / `crucial_item` fields are ignored.
+  zhoblimp  jsonl; paradigm = `UID`, phenomenon = the record's `phenomenon` (authoritative: the
+            templates and the human-validation CSV use older names), id = int `pairID`.
+  sling     jsonl (or the `good@@@bad` .txt copy); paradigm = the file's path below the root without
+            suffix (the `paradigm`/`Paradigm` fields repeat across folders: "Plural" names 12 files),
+            phenomenon = the top folder below the root (the fields disagree within one file:
+            animacy_baseline has both `phenomenon` and `Phenomenon`); id = `pair_ID` (int or str).
+  climp     csv with header `,0,1,2,3` (index, phenomenon, paradigm, sentence, label) whose rows
+            alternate good (label 1) / bad (label 0); or headerless, one sentence a line, CRLF,
+            alternating good/bad (`ba_construction_1000.csv`). id = the pair's ordinal in the file.
+  babylm    jsonl; BLiMP-schema records as `blimp`, and the five supplement schemas
+            (hypernym, qa_congruence_easy/tricky, subject_aux_inversion, turn_taking): paradigm =
+            phenomenon = file stem, id = the record's ordinal in the file (their `row`/`pair_ID`
+            fields are not unique). Sentences keep their embedded newlines (dialogue turns).
+  jsonl/csv generic, with a column mapping (`FieldMap`).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+from probes.pairs import Pair
+
+DATA_SUFFIXES = (".jsonl", ".csv", ".txt")
+SUPPLEMENT_FIELDS = ("contrast", "template", "quad", "fragment", "row")
+
+
+class BenchmarkFormatError(ValueError):
+    """Bad benchmark input; the message names the file and line (and the field where one is missing)."""
+
+
+@dataclass(frozen=True)
+class FieldMap:
+    """Column mapping for the generic jsonl/csv reader (None = the default below)."""
+
+    good: Optional[str] = None  # default "sentence_good"
+    bad: Optional[str] = None  # default "sentence_bad"
+    paradigm: Optional[str] = None  # default: the file's path below the root, without suffix
+    phenomenon: Optional[str] = None  # default: the paradigm
+    pair_id: Optional[str] = None  # default: the record's ordinal in its file (0, 1, ...)
+
+
+# ---------------------------------------------------------------- low-level record readers
+
+
+def _decode(path: Path) -> str:
+    try:
+        # utf-8-sig: a BOM written by a spreadsheet would otherwise end up in the first field name
+        return path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise BenchmarkFormatError(f"{path}: not UTF-8 text ({e})") from None
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(1-based line number, record) for each non-blank line; CRLF tolerated."""
+    # split on "\n" only: str.splitlines would also split on U+2028 etc., which JSON allows raw
+    # inside strings, and would shift every later line number
+    for lineno, line in enumerate(_decode(path).split("\n"), start=1):
+        line = line.rstrip("\r")
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise BenchmarkFormatError(f"{path}:{lineno}: malformed JSON line ({e.msg} at column {e.colno})") from None
+        if not isinstance(rec, dict):
+            raise BenchmarkFormatError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+        yield lineno, rec
+
+
+def iter_csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(1-based line where the row starts, cells) for each non-blank row, header included."""
+    # newline="" semantics via StringIO: the csv module then handles CRLF and quoted embedded newlines
+    reader = csv.reader(io.StringIO(_decode(path), newline=""))
+    start = 1
+    for row in reader:
+        if any(cell.strip() for cell in row):
+            yield start, row
+        start = reader.line_num + 1
+
+
+def iter_csv(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
+    """(1-based line where the record starts, row as a dict keyed by the header row)."""
+    rows = iter_csv_rows(path)
+    header: Optional[list[str]] = None
+    for lineno, row in rows:
+        if header is None:
+            header = row
+            dupes = sorted({h for h in header if header.count(h) > 1})
+            if dupes:
+                raise BenchmarkFormatError(f"{path}:{lineno}: repeated column names in the header row: {dupes}")
+            continue
+        if len(row) != len(header):
+            raise BenchmarkFormatError(f"{path}:{lineno}: {len(row)} columns, the header row has {len(header)}")
+        yield lineno, dict(zip(header, row))
+
+
+def _get(rec: dict, keys: tuple[str, ...], path: Path, lineno: int, what: str) -> Any:
+    """The first of `keys` present in `rec`; a clear error naming file, line and field otherwise."""
+    for k in keys:
+        if k in rec and rec[k] is not None:
+            return rec[k]
+    names = " or ".join(repr(k) for k in keys)
+    raise BenchmarkFormatError(
+        f"{path}:{lineno}: missing required field {names} ({what}); fields present: {sorted(rec)}"
+    )
+
+
+def _sentence(rec: dict, key: str, path: Path, lineno: int) -> str:
+    value = _get(rec, (key,), path, lineno, "sentence")
+    if not isinstance(value, str) or not value.strip():
+        raise BenchmarkFormatError(f"{path}:{lineno}: field {key!r} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _paradigm_by_path(file: Path, root: Path) -> str:
+    rel = file.relative_to(root) if root.is_dir() else Path(file.name)
+    return rel.with_suffix("").as_posix()
+
+
+# ---------------------------------------------------------------- format readers
+
+
+def read_blimp(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:
+    return [_blimp_record(rec, file, lineno, label) for lineno, rec in iter_jsonl(file)]
+
+
+def _blimp_record(rec: dict, file: Path, lineno: int, label: str) -> Pair:
+    return Pair(
+        benchmark=label,
+        paradigm=str(rec.get("UID") or file.stem),
+        phenomenon=str(_get(rec, ("linguistics_term",), file, lineno, "phenomenon")),
+        pair_id=str(_get(rec, ("pairID", "pair_id"), file, lineno, "pair id")),
+        good=_sentence(rec, "sentence_good", file, lineno),
+        bad=_sentence(rec, "sentence_bad", file, lineno),
+    )
+
+
+def read_zhoblimp(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:
+    out = []
+    for lineno, rec in iter_jsonl(file):
+        out.append(
+            Pair(
+                benchmark=label,
+                paradigm=str(rec.get("UID") or file.stem),
+                # the data file's own label; the file-name prefix (BA_, ...) is not the phenomenon
+                phenomenon=str(_get(rec, ("phenomenon",), file, lineno, "phenomenon")),
+                pair_id=str(_get(rec, ("pairID",), file, lineno, "pair id")),
+                good=_sentence(rec, "sentence_good", file, lineno),
+                bad=_sentence(rec, "sentence_bad", file, lineno),
+            )
+        )
+    return out
+
+
+def read_sling(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:
+    paradigm = _paradigm_by_path(file, root)
+    parts = paradigm.split("/")
+    folder_phenomenon = parts[0] if len(parts) > 1 else None
+    out = []
+    if file.suffix == ".txt":
+        for i, (lineno, good, bad) in enumerate(_iter_sling_txt(file)):
+            phen = folder_phenomenon or file.parent.name
+            out.append(Pair(label, paradigm, phen, str(i), good, bad))
+        return out
+    for lineno, rec in iter_jsonl(file):
+        phen = folder_phenomenon or str(_get(rec, ("Phenomenon", "phenomenon"), file, lineno, "phenomenon"))
+        out.append(
+            Pair(
+                benchmark=label,
+                paradigm=paradigm,
+                phenomenon=phen,
+                pair_id=str(_get(rec, ("pair_ID", "pairID", "pair_id"), file, lineno, "pair id")),
+                good=_sentence(rec, "sentence_good", file, lineno),
+                bad=_sentence(rec, "sentence_bad", file, lineno),
+            )
+        )
+    return out
+
+
+def _iter_sling_txt(file: Path) -> Iterator[tuple[int, str, str]]:
+    for lineno, line in enumerate(_decode(file).split("\n"), start=1):
+        line = line.rstrip("\r")
+        if not line.strip():
+            continue
+        parts = line.split("@@@")
+        if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
+            raise BenchmarkFormatError(f"{file}:{lineno}: expected 'good@@@bad', got {line!r}")
+        yield lineno, parts[0], parts[1]
+
+
+def read_climp(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:
+    text = _decode(file)
+    first = text.split("\n", 1)[0].rstrip("\r")
+    if "," not in first:
+        return _climp_headerless(file, text, label)
+    rows = list(iter_csv_rows(file))[1:]  # header ",0,1,2,3" carries no names
+    if len(rows) % 2:
+        raise BenchmarkFormatError(f"{file}:{rows[-1][0]}: odd number of rows; CLiMP rows come in good/bad pairs")
+    out = []
+    for k in range(0, len(rows), 2):
+        (ln_good, g), (ln_bad, b) = rows[k], rows[k + 1]
+        for ln, row, want in ((ln_good, g, "1"), (ln_bad, b, "0")):
+            if len(row) != 5:
+                raise BenchmarkFormatError(
+                    f"{file}:{ln}: {len(row)} columns, expected 5 (index, phenomenon, paradigm, sentence, label)"
+                )
+            if row[4].strip() != want:
+                raise BenchmarkFormatError(
+                    f"{file}:{ln}: label {row[4]!r}, expected {want!r}: CLiMP rows alternate good (1) / bad (0)"
+                )
+            if not row[3].strip():
+                raise BenchmarkFormatError(f"{file}:{ln}: empty sentence")
+        if (g[1], g[2]) != (b[1], b[2]):
+            raise BenchmarkFormatError(f"{file}:{ln_bad}: the bad row names another paradigm than the good row (line {ln_good})")
+        out.append(Pair(label, g[2], g[1], str(k // 2), g[3], b[3]))
+    return out
+
+
+def _climp_headerless(file: Path, text: str, label: str) -> list[Pair]:
+    # ba_construction_1000.csv: one sentence a line, CRLF, no header, no final newline
+    lines = [(n, s.rstrip("\r")) for n, s in enumerate(text.split("\n"), start=1)]
+    lines = [(n, s) for n, s in lines if s.strip()]
+    if len(lines) % 2:
+        raise BenchmarkFormatError(f"{file}:{lines[-1][0]}: odd number of sentences; lines alternate good/bad")
+    name = file.stem
+    # "ba_construction_1000" -> "ba_construction": the other CLiMP files name it so in their columns
+    if name.rsplit("_", 1)[-1].isdigit():
+        name = name.rsplit("_", 1)[0]
+    return [Pair(label, name, name, str(k // 2), lines[k][1], lines[k + 1][1]) for k in range(0, len(lines), 2)]
+
+
+def read_babylm(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:
+    out = []
+    for i, (lineno, rec) in enumerate(iter_jsonl(file)):
+        if "linguistics_term" in rec:
+            out.append(_blimp_record(rec, file, lineno, label))
+        else:
+            out.append(
+                Pair(label, file.stem, file.stem, str(i),
+                     _sentence(rec, "sentence_good", file, lineno), _sentence(rec, "sentence_bad", file, lineno))
+            )
+    return out
+
+
+def _generic(records: Iterator[tuple[int, dict]], file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:
+    good_key, bad_key = fields.good or "sentence_good", fields.bad or "sentence_bad"
+    default_paradigm = _paradigm_by_path(file, root)
+    out = []
+    for i, (lineno, rec) in enumerate(records):
+        paradigm = str(_get(rec, (fields.paradigm,), file, lineno, "paradigm_field")) if fields.paradigm else default_paradigm
+        phenomenon = str(_get(rec, (fields.phenomenon,), file, lineno, "phenomenon_field")) if fields.phenomenon else paradigm
+        pair_id = str(_get(rec, (fields.pair_id,), file, lineno, "id_field")) if fields.pair_id else str(i)
+        out.append(Pair(label, paradigm, phenomenon, pair_id,
+                        _sentence(rec, good_key, file, lineno), _sentence(rec, bad_key, file, lineno)))
+    return out
+
+
+def read_jsonl(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:
+    return _generic(iter_jsonl(file), file, root, label, fields)
+
+
+def read_csv(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:
+    return _generic(iter_csv(file), file, root, label, fields)
+
+
+Reader = Callable[[Path, Path, str, FieldMap], list[Pair]]
+READERS: dict[str, Reader] = {
+    "blimp": read_blimp,
+    "zhoblimp": read_zhoblimp,
+    "climp": read_climp,
+    "sling": read_sling,
+    "babylm": read_babylm,
+    "jsonl": read_jsonl,
+    "csv": read_csv,
+}
+
+
+# ---------------------------------------------------------------- discovery and sniffing
+
+
+def data_files(path: Path) -> list[Path]:
+    """The data files under `path` (itself if a file), sorted; hidden and temporary names skipped."""
+    if path.is_file():
+        return [path]
+    files = [
+        p for p in path.rglob("*")
+        if p.is_file() and p.suffix in DATA_SUFFIXES
+        and not any(part.startswith((".", "~", "__")) for part in p.relative_to(path).parts)
+        and ".tmp" not in p.name
+        and not p.name.lower().startswith("readme")
+    ]
+    return sorted(files, key=lambda p: p.relative_to(path).as_posix())
+
+
+def sniff_format(file: Path) -> str:
+    """Guess one file's format from its first record (format=auto)."""
+    if file.suffix == ".csv":
+        first = _decode(file).split("\n", 1)[0].rstrip("\r")
+        if first.replace(" ", "") == ",0,1,2,3" or "," not in first:
+            return "climp"
+        return "csv"
+    if file.suffix == ".txt":
+        first = _decode(file).split("\n", 1)[0]
+        if "@@@" in first:
+            return "sling"
+        raise BenchmarkFormatError(f"{file}: unknown .txt format (only SLING's 'good@@@bad' lines are read)")
+    if file.suffix != ".jsonl":
+        raise BenchmarkFormatError(f"{file}: unknown file type {file.suffix!r}; expected one of {DATA_SUFFIXES}")
+    keys: set[str] = set()
+    for _, rec in iter_jsonl(file):
+        keys = set(rec)
+        break
+    if "linguistics_term" in keys:
+        return "blimp"
+    if {"UID", "phenomenon"} <= keys:
+        return "zhoblimp"
+    if "pair_ID" in keys and ({"paradigm", "Paradigm"} & keys):
+        return "sling"
+    if {"sentence_good", "sentence_bad"} <= keys and (set(SUPPLEMENT_FIELDS) & keys):
+        return "babylm"
+    return "jsonl"

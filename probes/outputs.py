@@ -1,0 +1,73 @@
+"""Atomic writers for analysis outputs (tables, figures, text).
+
+Every output is written to a temporary name in its final directory, flushed and fsynced, then
+renamed over the final name: a crash or a full disk leaves either the old file or no file, never a
+half-written one that a later reader would trust. Temporary names start with "." and contain
+".tmp", which readers of run directories ignore.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Iterator
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "wb") -> Iterator[IO]:
+    """Open a temporary sibling of `path` for writing; rename it to `path` only on success."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        encoding = None if "b" in mode else "utf-8"
+        with os.fdopen(fd, mode, encoding=encoding) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    with atomic_open(path, "w") as fh:
+        fh.write(text)
+    return Path(path)
+
+
+def write_csv(path: str | Path, df: pd.DataFrame) -> Path:
+    with atomic_open(path, "w") as fh:
+        df.to_csv(fh, index=False)
+    return Path(path)
+
+
+def write_parquet(path: str | Path, df: pd.DataFrame, metadata: dict[str, str] | None = None) -> Path:
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    if metadata:
+        merged = dict(table.schema.metadata or {})
+        merged.update({k.encode(): v.encode() for k, v in metadata.items()})
+        table = table.replace_schema_metadata(merged)
+    with atomic_open(path, "wb") as fh:
+        pq.write_table(table, fh)
+    return Path(path)
+
+
+def write_table(stem: str | Path, df: pd.DataFrame) -> list[Path]:
+    """The same table as `<stem>.csv` (for eyes and spreadsheets) and `<stem>.parquet` (typed)."""
+    stem = Path(stem)
+    return [write_csv(stem.with_suffix(".csv"), df), write_parquet(stem.with_suffix(".parquet"), df)]
+
+
+def save_figure(fig, path: str | Path, dpi: int = 120) -> Path:
+    """Save a matplotlib Figure (built without pyplot) as PNG, atomically."""
+    with atomic_open(path, "wb") as fh:
+        fig.savefig(fh, format="png", dpi=dpi, bbox_inches="tight")
+    return Path(path)

@@ -1,0 +1,118 @@
+"""Regions over training: accuracy and mean per-region delta (lp good - lp bad) against tokens.
+
+The ZhoBLiMP case-study view: for a paradigm, the critical span (where good and bad differ) and the
+spillover suffix are followed checkpoint by checkpoint next to the accuracy, and for each detected
+U-shape we say which region's delta moves first. "Moves" is measured inside the U's window (peak
+to recovery): a region's onset is the first checkpoint at which its delta has changed by
+`move_fraction` of its largest change in the window, and a region whose largest change is below
+`min_move` nats does not move at all. The prefix is shared by good and bad sentences, so its delta
+is ~0 by construction unless a benchmark marks finer regions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from probes.evalset import REGIONS
+
+REGION_COLORS = {"prefix": "tab:gray", "critical": "tab:red", "suffix": "tab:blue", "total": "black"}
+
+
+@dataclass
+class RegionConfig:
+    move_fraction: float = 0.5  # share of a region's largest change in the U window that counts as "moved"
+    min_move: float = 0.1  # nats: a region changing less than this inside the window did not move
+    max_plots: int = 12  # region figures per report (paradigms with U's first)
+
+
+def group_region_curves(table: pd.DataFrame) -> pd.DataFrame:
+    """Seed means of accuracy and region deltas per model x budget x benchmark x unit x step.
+
+    `table` is a paradigm table (has 'paradigm') or a phenomenon table."""
+    unit = ["phenomenon", "paradigm"] if "paradigm" in table.columns else ["phenomenon"]
+    cols = ["acc_mlp", "acc_sum", "delta_total", *[f"delta_{r}" for r in REGIONS]]
+    g = table.groupby(["model", "budget", "benchmark", *unit, "step"], dropna=False, sort=True)
+    out = g[cols].mean()
+    out["tokens"] = g["tokens"].mean()
+    return out.reset_index()
+
+
+def first_mover(curve: pd.DataFrame, peak_step: int, end_step: int, cfg: RegionConfig) -> dict:
+    """Which region's delta moves first inside [peak_step, end_step] of one unit's curve."""
+    w = curve[(curve.step >= peak_step) & (curve.step <= end_step)].sort_values("step")
+    res: dict = {}
+    onsets = {}
+    for r in REGIONS:
+        d = w[f"delta_{r}"].to_numpy(dtype=float)
+        if len(d) < 2 or not np.isfinite(d).all():
+            res[f"{r}_onset_tokens"], res[f"{r}_max_change"] = np.nan, np.nan
+            continue
+        change = np.abs(d - d[0])
+        biggest = float(change.max())
+        res[f"{r}_max_change"] = biggest
+        if biggest < cfg.min_move:
+            res[f"{r}_onset_tokens"] = np.nan
+            continue
+        i = int(np.argmax(change >= cfg.move_fraction * biggest))
+        onsets[r] = float(w["tokens"].iloc[i])
+        res[f"{r}_onset_tokens"] = onsets[r]
+    if not onsets:
+        res["moves_first"] = "none (no region data)" if not any(
+            np.isfinite(res.get(f"{r}_max_change", np.nan)) for r in REGIONS) else "none (below min_move)"
+    else:
+        first = min(onsets.values())
+        res["moves_first"] = "+".join(r for r in REGIONS if onsets.get(r) == first)
+    return res
+
+
+def u_region_table(ushapes: pd.DataFrame, par_curves: pd.DataFrame, phen_curves: pd.DataFrame,
+                   cfg: RegionConfig | None = None) -> pd.DataFrame:
+    """For every accepted U: the region whose delta moves first, and each region's onset."""
+    cfg = cfg or RegionConfig()
+    rows = []
+    for _, u in ushapes[ushapes.accepted].iterrows():
+        curves = par_curves if u.level == "paradigm" else phen_curves
+        sel = (curves.model == u.model) & (curves.benchmark == u.benchmark) & (curves.phenomenon == u.phenomenon)
+        sel &= curves.budget.isna() if pd.isna(u.budget) else (curves.budget == u.budget)
+        if u.level == "paradigm":
+            sel &= curves.paradigm == u.paradigm
+        res = first_mover(curves[sel], int(u.peak_step), int(u.recovery_step), cfg)
+        rows.append({k: u[k] for k in ("model", "budget", "benchmark", "level", "phenomenon", "paradigm",
+                                       "kind", "peak_tokens", "trough_tokens", "recovery_tokens")} | res)
+    return pd.DataFrame(rows)
+
+
+def plot_regions(curve: pd.DataFrame, title: str, path, ushapes: pd.DataFrame | None = None,
+                 metric: str = "acc_mlp"):
+    """Accuracy (top) and mean region deltas (bottom) against tokens, U windows shaded."""
+    from probes.curves import new_figure, plot_line, token_axis
+    from probes.outputs import save_figure
+
+    c = curve.sort_values("step")
+    tok = c["tokens"].to_numpy()
+    fig, axes = new_figure(7.5, 6.0, 2, 1, sharex=True)
+    top, bottom = axes[0, 0], axes[1, 0]
+    plot_line(top, tok, c[metric].to_numpy(), tok, "accuracy", "tab:green")
+    token_axis(top, tok, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})")
+    top.set_ylim(-0.02, 1.02)
+    top.set_xlabel("")
+    for r in (*REGIONS, "total"):
+        y = c[f"delta_{r}"].to_numpy(dtype=float)
+        if np.isfinite(y).any():
+            plot_line(bottom, tok, y, tok, f"{r}" if r != "total" else "whole sentence", REGION_COLORS[r],
+                      lw=1.2 if r == "total" else 1.6)
+    token_axis(bottom, tok, ylabel="mean Δ log-prob (good − bad), nats", chance=False)
+    bottom.axhline(0, color="0.4", lw=1, ls="--", zorder=0)
+    bottom.legend(fontsize=8, loc="best", title="region", title_fontsize=8)
+    if ushapes is not None:
+        pos = tok[tok > 0]
+        floor = pos.min() / 10 if len(pos) else 1.0
+        for _, u in ushapes.iterrows():
+            lo, hi = max(u.peak_tokens, floor), max(u.recovery_tokens, floor)
+            for ax in (top, bottom):
+                ax.axvspan(lo, hi, color="orange", alpha=0.12, lw=0)
+                ax.axvline(max(u.trough_tokens, floor), color="orange", lw=1, ls=":")
+    top.set_title(title, fontsize=10)
+    return save_figure(fig, path)

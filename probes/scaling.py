@@ -1,0 +1,169 @@
+"""Scaling grid: final accuracy over model size x corpus size, and difficulty groups.
+
+Final accuracy = the accuracy at each run's last checkpoint, averaged over seeds (runs of one
+model x budget). Difficulty groups follow the ZhoBLiMP paper's four-way split of paradigms over
+model sizes (Easy, Medium, Difficult = near chance but improving with size, Other = near chance
+with no consistent improvement), decided from each paradigm's best accuracy over model sizes and
+the Pearson r between its accuracy and log10 model size, per corpus budget. The paper's exact
+thresholds are not at hand here; the defaults below are our own, chosen so that "Easy" means
+clearly learned (>= 85 %), "Medium" clearly above chance at 300 pairs (>= 65 %, > 5 standard
+errors), and "Difficult" a strong positive size trend (r >= 0.5). All are configurable.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from probes.evalset import RunInfo, parse_model_params
+
+GROUPS = ("Easy", "Medium", "Difficult", "Other")
+
+
+@dataclass
+class ScalingConfig:
+    easy_min_best: float = 0.85  # best accuracy over model sizes at or above this: Easy
+    medium_min_best: float = 0.65  # at or above this (and below easy): Medium; below: near chance
+    difficult_min_r: float = 0.5  # near chance and Pearson r(acc, log10 size) >= this: Difficult
+    min_sizes_for_r: int = 3  # fewer model sizes than this: r is not computed (group Other, said why)
+    metric: str = "mlp"  # mlp | sum
+
+    def __post_init__(self) -> None:
+        if not self.medium_min_best <= self.easy_min_best:
+            raise ValueError("ScalingConfig: medium_min_best must be <= easy_min_best")
+        if self.metric not in ("mlp", "sum"):
+            raise ValueError(f"ScalingConfig.metric must be 'mlp' or 'sum', got {self.metric!r}")
+
+
+def pearson_r(x: np.ndarray, y: np.ndarray) -> float:
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) < 2 or np.std(x) == 0 or np.std(y) == 0:
+        return float("nan")
+    xc, yc = x - x.mean(), y - y.mean()
+    return float((xc * yc).sum() / np.sqrt((xc ** 2).sum() * (yc ** 2).sum()))
+
+
+def budget_label(b) -> str:
+    if b is None or b is pd.NA or (isinstance(b, float) and np.isnan(b)):
+        return "full"
+    b = float(b)
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if b >= scale:
+            return f"{b / scale:g}{unit}"
+    return f"{b:g}"
+
+
+def final_accuracy(table: pd.DataFrame, runs: list[RunInfo]) -> pd.DataFrame:
+    """Per model x budget x benchmark x paradigm: accuracy at each run's last checkpoint, mean over seeds."""
+    last = table.groupby(["run", "benchmark"])["step"].transform("max")
+    fin = table[table.step == last]
+    params = {r.name: r.model_params for r in runs}
+    g = fin.groupby(["model", "budget", "benchmark", "phenomenon", "paradigm"], dropna=False, sort=True)
+    out = g.agg(acc_mlp=("acc_mlp", "mean"), acc_sum=("acc_sum", "mean"), n_seeds=("run", "nunique"),
+                final_tokens=("tokens", "mean")).reset_index()
+    by_model = {}
+    for r, p in params.items():
+        m = fin.loc[fin.run == r, "model"]
+        if len(m):
+            by_model[m.iloc[0]] = p
+    out["model_params"] = out["model"].map(lambda m: by_model.get(m) or parse_model_params(str(m)))
+    return out
+
+
+def grid_tables(final: pd.DataFrame, metric: str = "acc_mlp") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(overall, per_phenomenon): mean over paradigms (and phenomena) per model x budget x benchmark."""
+    keys = ["model", "model_params", "budget", "benchmark"]
+    ph = final.groupby([*keys, "phenomenon"], dropna=False, sort=True)[metric].mean().reset_index()
+    overall = final.groupby(keys, dropna=False, sort=True)[metric].mean().reset_index()
+    return overall, ph
+
+
+def difficulty_groups(final: pd.DataFrame, cfg: ScalingConfig | None = None) -> pd.DataFrame:
+    """One row per budget x benchmark x paradigm: best accuracy over sizes, r with log size, group."""
+    cfg = cfg or ScalingConfig()
+    metric = f"acc_{cfg.metric}"
+    rows = []
+    for (budget, bench, phen, par), g in final.groupby(["budget", "benchmark", "phenomenon", "paradigm"],
+                                                       dropna=False, sort=True):
+        sized = g[g.model_params.notna()]
+        best_i = g[metric].idxmax()
+        n_sizes = int(sized.model_params.nunique())
+        r = pearson_r(np.log10(sized.model_params.astype(float)), sized[metric]) \
+            if n_sizes >= cfg.min_sizes_for_r else float("nan")
+        best = float(g[metric].max())
+        if best >= cfg.easy_min_best:
+            group, why = "Easy", f"best {best:.2f} >= {cfg.easy_min_best}"
+        elif best >= cfg.medium_min_best:
+            group, why = "Medium", f"best {best:.2f} >= {cfg.medium_min_best}"
+        elif np.isfinite(r) and r >= cfg.difficult_min_r:
+            group, why = "Difficult", f"best {best:.2f} near chance, r {r:.2f} >= {cfg.difficult_min_r}"
+        else:
+            group = "Other"
+            why = (f"best {best:.2f} near chance, r {r:.2f} < {cfg.difficult_min_r}" if np.isfinite(r)
+                   else f"best {best:.2f} near chance; r needs >= {cfg.min_sizes_for_r} model sizes, have {n_sizes}")
+        rows.append({"budget": budget, "benchmark": bench, "phenomenon": phen, "paradigm": par,
+                     "best_acc": best, "best_model": g.loc[best_i, "model"], "n_model_sizes": n_sizes,
+                     "pearson_r_log_size": r, "group": group, "reason": why})
+    out = pd.DataFrame(rows)
+    if len(out):
+        out["budget"] = out["budget"].astype("Int64")
+    return out
+
+
+def _model_order(df: pd.DataFrame) -> list[str]:
+    m = df[["model", "model_params"]].drop_duplicates("model")
+    m = m.assign(_p=m.model_params.fillna(np.inf)).sort_values(["_p", "model"])
+    return list(m.model)
+
+
+def _budget_order(values) -> list:
+    vals = list(dict.fromkeys(values))
+    return sorted(vals, key=lambda b: (pd.isna(b), 0 if pd.isna(b) else float(b)))
+
+
+def heatmap(ax, data: np.ndarray, rows: list[str], cols: list[str], title: str, xlabel: str, ylabel: str):
+    im = ax.imshow(data, vmin=0.4, vmax=1.0, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(cols)), cols, rotation=30 if max(map(len, cols), default=0) > 6 else 0,
+                  ha="right" if max(map(len, cols), default=0) > 6 else "center", fontsize=8)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    if data.size <= 400:
+        for (i, j), v in np.ndenumerate(data):
+            if np.isfinite(v):
+                ax.text(j, i, f"{100 * v:.0f}", ha="center", va="center", fontsize=7,
+                        color="white" if v < 0.75 else "black")
+    return im
+
+
+def plot_grid(overall: pd.DataFrame, per_phen: pd.DataFrame, benchmark: str, metric: str, out_dir):
+    """Two PNGs: model x budget (overall), phenomenon x model (one column block per budget)."""
+    from probes.curves import new_figure
+    from probes.outputs import save_figure
+
+    paths = []
+    o = overall[overall.benchmark == benchmark]
+    models, budgets = _model_order(o), _budget_order(o.budget)
+    data = np.full((len(models), len(budgets)), np.nan)
+    for _, r in o.iterrows():
+        data[models.index(r.model), budgets.index(r.budget)] = r[metric]
+    fig, axes = new_figure(2.2 + 1.1 * len(budgets), 1.6 + 0.45 * len(models))
+    im = heatmap(axes[0, 0], data, models, [budget_label(b) for b in budgets],
+                 f"{benchmark}: final accuracy (%)", "corpus budget (tokens)", "model")
+    fig.colorbar(im, ax=axes[0, 0], label="accuracy")
+    paths.append(save_figure(fig, f"{out_dir}/scaling_{benchmark}_overall.png"))
+    p = per_phen[per_phen.benchmark == benchmark]
+    phens = sorted(p.phenomenon.unique())
+    cols = [(m, b) for b in budgets for m in models]
+    data = np.full((len(phens), len(cols)), np.nan)
+    for _, r in p.iterrows():
+        data[phens.index(r.phenomenon), cols.index((r.model, r.budget))] = r[metric]
+    labels = [f"{m}\n{budget_label(b)}" if len(budgets) > 1 else m for m, b in cols]
+    fig, axes = new_figure(2.5 + 0.75 * len(cols), 1.5 + 0.32 * len(phens))
+    im = heatmap(axes[0, 0], data, phens, labels, f"{benchmark}: final accuracy per phenomenon (%)",
+                 "model" + (" / budget" if len(budgets) > 1 else ""), "phenomenon")
+    fig.colorbar(im, ax=axes[0, 0], label="accuracy")
+    paths.append(save_figure(fig, f"{out_dir}/scaling_{benchmark}_phenomena.png"))
+    return paths

@@ -1,0 +1,287 @@
+"""The one scoring primitive (per-token log-probs) and the named reductions built on it.
+
+Convention ``bos_all_tokens_v1`` (DESIGN.md "Contracts"; pinned here, stored in every eval file):
+
+* A sentence is tokenized with ``tokenizer(text, add_special_tokens=False)`` and one BOS id is
+  prepended. When a tokenizer has no BOS token its EOS id is used instead (Pythia/GPT-NeoX
+  tokenizers separate documents with EOS, so EOS is the context a fresh document starts from); a
+  tokenizer with neither raises ``ValueError``.
+* ``lp`` of a sentence is the natural-log probability of ALL its tokens, each conditioned on the
+  BOS token and the tokens before it; ``ntok`` counts those tokens (the BOS itself is not scored).
+* MLP accuracy: ``lp_good / ntok_good > lp_bad / ntok_bad``; sum-LP accuracy: ``lp_good > lp_bad``.
+  Both are strict: a tie counts as wrong (as in the ZhoBLiMP code).
+
+How other tools differ (compare numbers only after aligning these):
+
+* minicons scores a sentence without a BOS and therefore drops its first token (that token has no
+  context) unless called with ``bos_token=True``; only then does it match ``lp`` here.
+* lm-eval-harness scores ``" " + sentence`` (a leading space, which changes the first token of
+  most BPE/sentencepiece vocabularies) as a continuation of the BOS/EOS token, and its BLiMP task
+  counts ties as correct.
+* ZhoBLiMP's own code prepends BOS and counts ties wrong: the same as here.
+
+Region sums (``score_pairs``) are diff-based: the good and bad token ids are aligned into a shared
+prefix, a shared suffix that does not overlap the prefix, and the critical span between them.
+Pairs that carry their own regions (``Pair.regions``, e.g. template slots of the generator) also get
+``lp_{good,bad}_slot_<name>`` / ``ntok_{good,bad}_slot_<name>``: a token belongs to the region
+holding its last character (so a leading space or ``▁`` does not pull a word into the previous
+slot); this needs a fast tokenizer (character offsets).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from probes.pairs import Pair
+
+log = logging.getLogger(__name__)
+
+CONVENTION = "bos_all_tokens_v1"
+REGION_NAMES = ("prefix", "critical", "suffix")
+
+# Named reductions over one sentence's per-token natural-log probabilities.
+REDUCTIONS: dict[str, Callable[[np.ndarray], float]] = {
+    "sum": lambda lp: float(np.sum(lp)),
+    "mean": lambda lp: float(np.mean(lp)) if len(lp) else float("nan"),
+    "surprisal": lambda lp: float(-np.sum(lp)),  # total surprisal in nats
+    "max_surprisal": lambda lp: float(-np.min(lp)) if len(lp) else float("nan"),
+}
+
+
+def bos_id(tokenizer) -> int:
+    """The id prepended to every sentence: BOS, else EOS (see module docstring), else an error."""
+    for attr in ("bos_token_id", "eos_token_id"):
+        tid = getattr(tokenizer, attr, None)
+        if tid is not None:
+            return int(tid)
+    raise ValueError(
+        f"tokenizer {type(tokenizer).__name__} has neither bos_token_id nor eos_token_id; "
+        f"convention {CONVENTION} conditions every sentence on one of them"
+    )
+
+
+def sentence_ids(tokenizer, texts: list[str]) -> list[list[int]]:
+    """BOS (or EOS) id followed by the ids of ``text`` without special tokens, for each text."""
+    start = bos_id(tokenizer)
+    if not texts:
+        return []
+    enc = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    return [[start, *map(int, ids)] for ids in enc]
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """Short hash of what decides the scored ids: vocabulary, BOS id and the ids of a probe text.
+
+    The probe text mixes scripts and full-width punctuation because normalisation (NFKC turning
+    ``？`` into ``?``) changes ids without changing the vocabulary.
+    """
+    probe = "The cat ran, didn't it? 那个人会做什么？ Ｆｕｌｌ　ｗｉｄｔｈ 123"
+    h = hashlib.sha256()
+    h.update(json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False).encode())
+    h.update(json.dumps(sentence_ids(tokenizer, [probe])).encode())
+    return h.hexdigest()[:16]
+
+
+def _model_device(model) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except StopIteration:
+        return torch.device("cpu")
+
+
+def token_logprobs(model, seqs: list[list[int]], *, batch_size: int = 64, device=None,
+                   progress: bool = False) -> list[np.ndarray]:
+    """out[i][j] = log p(seqs[i][j+1] | seqs[i][:j+1]) in float64 numpy, len(seqs[i])-1 values.
+
+    Sequences are sorted by length (longest first, so an out-of-memory shows up in the first
+    batch) and batched with right padding and an attention mask; right padding leaves the
+    positions of real tokens at 0..L-1, so padded and unpadded runs see the same inputs. Runs under
+    ``torch.inference_mode``; the model's train/eval mode is restored afterwards. Each target's
+    log-prob is its logit minus the logsumexp over the vocabulary, so no full log_softmax copy of
+    the logits is kept.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    device = torch.device(device) if device is not None else _model_device(model)
+    max_pos = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    for i, s in enumerate(seqs):
+        if len(s) == 0:
+            raise ValueError(f"sequence {i} is empty: it needs at least the BOS id")
+        if max_pos is not None and len(s) > max_pos:
+            raise ValueError(
+                f"sequence {i} has {len(s)} tokens, more than the model's "
+                f"max_position_embeddings={max_pos}"
+            )
+    out: list[Optional[np.ndarray]] = [None] * len(seqs)
+    for i, s in enumerate(seqs):
+        if len(s) == 1:  # only the BOS: nothing to predict
+            out[i] = np.zeros(0, dtype=np.float64)
+    order = sorted((i for i in range(len(seqs)) if out[i] is None), key=lambda i: -len(seqs[i]))
+    batches = [order[k:k + batch_size] for k in range(0, len(order), batch_size)]
+    if progress:
+        from tqdm.auto import tqdm
+
+        batches = tqdm(batches, desc="scoring", unit="batch")
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            for batch in batches:
+                width = len(seqs[batch[0]])
+                ids = torch.zeros((len(batch), width), dtype=torch.long)
+                mask = torch.zeros((len(batch), width), dtype=torch.long)
+                for row, i in enumerate(batch):
+                    ids[row, :len(seqs[i])] = torch.tensor(seqs[i], dtype=torch.long)
+                    mask[row, :len(seqs[i])] = 1
+                ids, mask = ids.to(device), mask.to(device)
+                logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+                # float32 at least: bf16 logsumexp loses ~2 digits on large vocabularies
+                logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+                target = ids[:, 1:].unsqueeze(-1)
+                lp = logits.gather(-1, target).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+                lp = lp.to("cpu", torch.float64).numpy()
+                for row, i in enumerate(batch):
+                    out[i] = lp[row, :len(seqs[i]) - 1].copy()
+    finally:
+        model.train(was_training)
+    return out  # type: ignore[return-value]
+
+
+def _align(good: Sequence[int], bad: Sequence[int]) -> tuple[int, int]:
+    """(shared prefix length, shared suffix length) of two token lists; the suffix never overlaps
+    the prefix, so identical lists are all prefix."""
+    n = min(len(good), len(bad))
+    p = 0
+    while p < n and good[p] == bad[p]:
+        p += 1
+    s = 0
+    while s < n - p and good[len(good) - 1 - s] == bad[len(bad) - 1 - s]:
+        s += 1
+    return p, s
+
+
+def score_pairs(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64, device=None,
+                progress: bool = False) -> pd.DataFrame:
+    """One row per pair with lp/ntok of good and bad and their prefix/critical/suffix region sums.
+
+    Each unique sentence is scored once (benchmarks repeat sentences across pairs).
+    """
+    texts = list(dict.fromkeys(t for p in pairs for t in (p.good, p.bad)))
+    for p in pairs:
+        for side in ("good", "bad"):
+            if not getattr(p, side).strip():
+                raise ValueError(
+                    f"benchmark {p.benchmark!r} paradigm {p.paradigm!r} pair {p.pair_id!r}: "
+                    f"empty {side} sentence"
+                )
+    ids = sentence_ids(tokenizer, texts)
+    index = {t: k for k, t in enumerate(texts)}
+    # checked before scoring: a bad tokenizer should not cost a whole benchmark's forward passes
+    max_pos = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    for p in pairs:
+        for side in ("good", "bad"):
+            n = len(ids[index[getattr(p, side)]])
+            where = f"benchmark {p.benchmark!r} paradigm {p.paradigm!r} pair {p.pair_id!r}"
+            if n == 1:
+                raise ValueError(
+                    f"{where}: the {side} sentence tokenizes to no tokens (tokenizer "
+                    f"{type(tokenizer).__name__} has {len(tokenizer)} tokens; an empty one comes "
+                    f"from loading a folder without tokenizer files)")
+            if max_pos is not None and n > max_pos:
+                raise ValueError(f"{where}: the {side} sentence has {n} tokens with BOS, more "
+                                 f"than the model's max_position_embeddings={max_pos}")
+    lps = token_logprobs(model, ids, batch_size=batch_size, device=device, progress=progress)
+
+    rows = []
+    for p in pairs:
+        g, b = index[p.good], index[p.bad]
+        # drop the BOS: lps[k][j] is the lp of ids[k][j + 1]
+        tg, tb = ids[g][1:], ids[b][1:]
+        lg, lb = lps[g], lps[b]
+        pre, suf = _align(tg, tb)
+        row = {
+            "benchmark": p.benchmark, "paradigm": p.paradigm, "phenomenon": p.phenomenon,
+            "pair_id": str(p.pair_id), "good": p.good, "bad": p.bad,
+            "lp_good": float(lg.sum()), "lp_bad": float(lb.sum()),
+            "ntok_good": len(tg), "ntok_bad": len(tb),
+        }
+        for side, lp in (("good", lg), ("bad", lb)):
+            cuts = {"prefix": (0, pre), "critical": (pre, len(lp) - suf),
+                    "suffix": (len(lp) - suf, len(lp))}
+            for name in REGION_NAMES:
+                a, z = cuts[name]
+                row[f"lp_{side}_{name}"] = float(lp[a:z].sum())
+                row[f"ntok_{side}_{name}"] = z - a
+        rows.append(row)
+    slot_columns = _add_slot_sums(tokenizer, pairs, rows, ids, lps, index)
+    columns = ["benchmark", "paradigm", "phenomenon", "pair_id", "good", "bad",
+               "lp_good", "lp_bad", "ntok_good", "ntok_bad"]
+    columns += [f"{k}_{side}_{name}" for k in ("lp", "ntok") for side in ("good", "bad")
+                for name in REGION_NAMES]
+    return pd.DataFrame(rows, columns=columns + slot_columns)
+
+
+def _add_slot_sums(tokenizer, pairs: list[Pair], rows: list[dict], ids: list[list[int]],
+                   lps: list[np.ndarray], index: dict[str, int]) -> list[str]:
+    """Add per-slot lp/ntok to ``rows`` of pairs with ``regions``; return the new column names."""
+    marked = [k for k, p in enumerate(pairs) if p.regions]
+    if not marked:
+        return []
+    if not getattr(tokenizer, "is_fast", False):
+        log.warning("%s is not a fast tokenizer (no character offsets): Pair.regions are not "
+                    "scored, only the diff-based prefix/critical/suffix", type(tokenizer).__name__)
+        return []
+    texts = list(dict.fromkeys(t for k in marked for t in (pairs[k].good, pairs[k].bad)))
+    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    offsets = {}
+    for t, tid, off in zip(texts, enc["input_ids"], enc["offset_mapping"]):
+        if list(tid) != ids[index[t]][1:]:  # same call options, so this is a tokenizer bug
+            raise RuntimeError(f"{type(tokenizer).__name__} gives different ids with offsets "
+                               f"for {t!r}")
+        offsets[t] = off
+    columns: dict[str, None] = {}
+    for k in marked:
+        p, row = pairs[k], rows[k]
+        for side in ("good", "bad"):
+            text = getattr(p, side)
+            lp = lps[index[text]]
+            names = [r.name for r in p.regions]
+            sums = dict.fromkeys(names, 0.0)
+            counts = dict.fromkeys(names, 0)
+            for j, (start, end) in enumerate(offsets[text]):
+                last = max(start, end - 1)
+                for r in p.regions:
+                    a, z = getattr(r, side)
+                    if a <= last < z:
+                        sums[r.name] += float(lp[j])
+                        counts[r.name] += 1
+                        break
+            for name in names:
+                row[f"lp_{side}_slot_{name}"] = sums[name]
+                row[f"ntok_{side}_slot_{name}"] = counts[name]
+                columns.update(dict.fromkeys([f"lp_{side}_slot_{name}", f"ntok_{side}_slot_{name}"]))
+    return list(columns)
+
+
+def correct(df: pd.DataFrame, reduction: str = "mlp") -> pd.Series:
+    """Per-pair correctness (bool), strict: a tie is wrong. ``reduction``: "mlp" | "sum"."""
+    if reduction == "mlp":
+        return (df["lp_good"] / df["ntok_good"]) > (df["lp_bad"] / df["ntok_bad"])
+    if reduction == "sum":
+        return df["lp_good"] > df["lp_bad"]
+    raise ValueError(f"unknown reduction {reduction!r}; expected 'mlp' or 'sum'")
+
+
+def accuracy(df: pd.DataFrame, reduction: str = "mlp") -> float:
+    """Fraction of pairs whose good sentence scores strictly higher (see ``correct``)."""
+    ok = correct(df, reduction)
+    if len(ok) == 0:
+        raise ValueError("accuracy of an empty set of pairs is undefined")
+    return float(ok.mean())

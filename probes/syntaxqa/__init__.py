@@ -1,0 +1,9 @@
+"""Syntax questions probe (issue 6): ask a causal LM about the syntax of treebank sentences.
+
+Modules: ``ptb`` (bracketed trees with function tags) and ``ud`` (.conllu) read sentences and extract
+facts for nine knowledge points (``records.KNOWLEDGE_POINTS``); ``items`` gathers them per source and
+reports empty knowledge points; ``questions`` renders true/false, multiple-choice and
+fill-in-the-blank items and samples them balanced; ``prompts`` formats zero-/few-shot prompts;
+``metrics`` holds exact match, strict F1 and OA; ``score`` is the entry point (config, build, score,
+summarise, CLI).
+"""

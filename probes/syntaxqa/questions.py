@@ -1,0 +1,185 @@
+"""Questions from facts: true/false, multiple choice and fill-in-the-blank; balanced down-sampling.
+
+Every fact can give six questions: four true/false variants (positive or negated statement × true or
+false; the false-positive and true-negated ones use a distractor), one multiple choice (the answer and
+three distractors in seeded random order) and one fill-in-the-blank. Distractors are other phrases of
+the *same* sentence that overlap neither a correct answer nor the anchor.
+
+Answer category (the third key of balanced down-sampling, with type and knowledge point):
+TF "pos-True" / "pos-False" / "neg-True" / "neg-False"; MC the correct letter; FITB the answer's
+category from the reader (PTB label, UD UPOS or relation; PPA "verb"/"noun"; MVP "single"/"multi").
+All randomness is seeded by (seed, item id), so an item does not change when other items come or go.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from probes.syntaxqa.metrics import exact_match, strict_f1
+from probes.syntaxqa.records import KNOWLEDGE_POINTS, Fact
+
+QUESTION_TYPES: tuple[str, ...] = ("TF", "MC", "FITB")
+LETTERS = ("A", "B", "C", "D")
+TF_VARIANTS = ("pos-True", "pos-False", "neg-True", "neg-False")
+
+# kp → (wh-question, positive statement, negated statement); {a} = anchor, {x} = candidate phrase
+TEMPLATES: dict[str, dict[str, tuple[str, str, str]]] = {
+    "en": {
+        "GS": ("What is the subject of the verb '{a}'?", "'{x}' is the subject of the verb '{a}'.", "'{x}' is not the subject of the verb '{a}'."),
+        "SC": ("What is the subject complement of the verb '{a}'?", "'{x}' is the subject complement of the verb '{a}'.", "'{x}' is not the subject complement of the verb '{a}'."),
+        "DO": ("What is the direct object of the verb '{a}'?", "'{x}' is the direct object of the verb '{a}'.", "'{x}' is not the direct object of the verb '{a}'."),
+        "IO": ("What is the indirect object of the verb '{a}'?", "'{x}' is the indirect object of the verb '{a}'.", "'{x}' is not the indirect object of the verb '{a}'."),
+        "MVP": ("What is the main verb phrase of the sentence?", "'{x}' is the main verb phrase of the sentence.", "'{x}' is not the main verb phrase of the sentence."),
+        "ADJ": ("Which clause modifies the noun phrase '{a}'?", "'{x}' is a clause modifying the noun phrase '{a}'.", "'{x}' is not a clause modifying the noun phrase '{a}'."),
+        "ADV": ("What is an adverbial modifier of the verb '{a}'?", "'{x}' is an adverbial modifier of the verb '{a}'.", "'{x}' is not an adverbial modifier of the verb '{a}'."),
+        "CO": ("What is coordinated with '{a}'?", "'{x}' is coordinated with '{a}'.", "'{x}' is not coordinated with '{a}'."),
+        "PPA": ("What does the prepositional phrase '{a}' modify?", "The prepositional phrase '{a}' modifies '{x}'.", "The prepositional phrase '{a}' does not modify '{x}'."),
+    },
+    "zh": {
+        "GS": ("动词“{a}”的主语是什么？", "“{x}”是动词“{a}”的主语。", "“{x}”不是动词“{a}”的主语。"),
+        "SC": ("动词“{a}”的表语是什么？", "“{x}”是动词“{a}”的表语。", "“{x}”不是动词“{a}”的表语。"),
+        "DO": ("动词“{a}”的直接宾语是什么？", "“{x}”是动词“{a}”的直接宾语。", "“{x}”不是动词“{a}”的直接宾语。"),
+        "IO": ("动词“{a}”的间接宾语是什么？", "“{x}”是动词“{a}”的间接宾语。", "“{x}”不是动词“{a}”的间接宾语。"),
+        "MVP": ("这个句子的主要谓语动词短语是什么？", "“{x}”是这个句子的主要谓语动词短语。", "“{x}”不是这个句子的主要谓语动词短语。"),
+        "ADJ": ("修饰名词短语“{a}”的定语从句是什么？", "“{x}”是修饰名词短语“{a}”的定语从句。", "“{x}”不是修饰名词短语“{a}”的定语从句。"),
+        "ADV": ("动词“{a}”的状语是什么？", "“{x}”是动词“{a}”的状语。", "“{x}”不是动词“{a}”的状语。"),
+        "CO": ("与“{a}”并列的成分是什么？", "“{x}”与“{a}”是并列成分。", "“{x}”与“{a}”不是并列成分。"),
+        "PPA": ("介词短语“{a}”修饰的是什么？", "介词短语“{a}”修饰“{x}”。", "介词短语“{a}”不修饰“{x}”。"),
+    },
+}
+
+
+@dataclass
+class Item:
+    """One question, self-contained (no tree objects), ready to prompt and score."""
+
+    item_id: str
+    source: str
+    sent_id: str
+    lang: str
+    kp: str
+    qtype: str  # TF | MC | FITB
+    category: str  # answer category (see module docstring)
+    sentence: str
+    question: str
+    answer: str  # "True"/"False", a letter A–D, or the gold phrase (FITB)
+    options: list[str] = field(default_factory=list)  # MC: the phrases behind A–D
+    golds: list[str] = field(default_factory=list)  # every correct phrase (FITB is scored against all)
+    rand_acc: float = 0.0  # expected accuracy of a random guess (TF 1/2, MC 1/4, FITB: a random phrase of the sentence)
+    rand_f1: float = float("nan")  # FITB only: expected strict F1 of a random option
+    prompts: list[str] = field(default_factory=list)  # one per few-shot seed (prompts.attach_prompts)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    fact: int  # index into the fact list
+    kp: str
+    qtype: str
+    variant: str  # TF variant, "" otherwise
+    category: str
+    key: str  # stable id
+
+
+def fact_key(f: Fact) -> str:
+    anchor = f"{f.anchor.start}-{f.anchor.end}" if f.anchor else "-"
+    return f"{f.sentence.sent_id}|{f.kp}|{anchor}|{f.answer.start}-{f.answer.end}"
+
+
+def distractors(f: Fact) -> list[str]:
+    """Phrases of the same sentence that are not (part of) a correct answer or of the anchor."""
+    s = f.sentence
+    banned = {s.phrase(g) for g in f.golds} | ({f.anchor_text} if f.anchor else set())
+    out: dict[str, None] = {}
+    for span in s.phrases:
+        if any(span.overlaps(g) for g in f.golds + f.avoid) or (f.anchor is not None and span.overlaps(f.anchor)):
+            continue
+        text = s.phrase(span)
+        if text not in banned:
+            out[text] = None
+    return list(out)
+
+
+def _rng(seed: int, *parts: str) -> random.Random:
+    return random.Random("|".join([str(seed), *parts]))  # str seeds hash with SHA-512: stable across runs
+
+
+def candidates(facts: list[Fact], seed: int, types: tuple[str, ...] = QUESTION_TYPES) -> list[Candidate]:
+    out: list[Candidate] = []
+    for i, f in enumerate(facts):
+        base = fact_key(f)
+        n_dis = len(distractors(f))
+        if "TF" in types:
+            for v in TF_VARIANTS:
+                if v in ("pos-True", "neg-False") or n_dis >= 1:
+                    out.append(Candidate(i, f.kp, "TF", v, v, f"{base}|TF|{v}"))
+        if "MC" in types and n_dis >= 3:
+            letter = LETTERS[_rng(seed, base, "MC").randrange(4)]
+            out.append(Candidate(i, f.kp, "MC", "", letter, f"{base}|MC"))
+        if "FITB" in types:
+            out.append(Candidate(i, f.kp, "FITB", "", f.category, f"{base}|FITB"))
+    return out
+
+
+def balanced_sample(cands: list[Candidate], k: int, seed: int, max_items: int | None = None) -> list[Candidate]:
+    """k per (type, knowledge point, answer category), seeded; ``max_items`` keeps the balance by taking
+    the groups round-robin."""
+    groups: dict[tuple[str, str, str], list[Candidate]] = {}
+    for c in cands:
+        groups.setdefault((c.qtype, c.kp, c.category), []).append(c)
+    picked: list[list[Candidate]] = []
+    for key in sorted(groups):
+        g = sorted(groups[key], key=lambda c: c.key)
+        _rng(seed, "sample", *key).shuffle(g)
+        picked.append(g[:k])
+    rows = [c for i in range(k) for g in picked if i < len(g) for c in [g[i]]]  # round-robin order
+    if max_items is not None:
+        rows = rows[:max_items]
+    return sorted(rows, key=lambda c: c.key)
+
+
+def render(c: Candidate, facts: list[Fact], seed: int) -> Item:
+    f = facts[c.fact]
+    s = f.sentence
+    q, pos, neg = TEMPLATES.get(s.lang, TEMPLATES["en"])[f.kp]
+    golds = [s.phrase(g) for g in f.golds]
+    dis = distractors(f)
+    rng = _rng(seed, fact_key(f), c.qtype, c.variant)
+    common = dict(item_id=c.key, source=s.source, sent_id=s.sent_id, lang=s.lang, kp=f.kp, qtype=c.qtype,
+                  category=c.category, sentence=s.text, golds=golds)
+    a = f.anchor_text
+    if c.qtype == "TF":
+        form, truth = c.variant.split("-")
+        uses_gold = (form == "pos") == (truth == "True")
+        x = f.answer_text if uses_gold else rng.choice(dis)
+        stmt = (pos if form == "pos" else neg).format(a=a, x=x)
+        return Item(question=stmt, answer=truth, rand_acc=0.5, **common)
+    if c.qtype == "MC":
+        options = _options(f, dis, seed)
+        return Item(question=q.format(a=a), answer=LETTERS[options.index(f.answer_text)], options=options,
+                    rand_acc=1 / len(options), **common)
+    # FITB's random guess: a uniformly chosen phrase of the sentence outside the anchor (an answer or a distractor)
+    guesses = list(dict.fromkeys(golds + dis))
+    return Item(question=q.format(a=a), answer=f.answer_text, rand_acc=sum(exact_match(o, golds) for o in guesses) / len(guesses),
+                rand_f1=sum(strict_f1(o, golds) for o in guesses) / len(guesses), **common)
+
+
+def _options(f: Fact, dis: list[str], seed: int) -> list[str]:
+    """The answer at its seeded letter among three seeded distractors."""
+    rng = _rng(seed, fact_key(f), "MC")
+    slot = rng.randrange(4)  # the same draw that fixed the candidate's category
+    chosen = rng.sample(dis, min(3, len(dis)))
+    chosen.insert(min(slot, len(chosen)), f.answer_text)
+    return chosen
+
+
+def statistics_table(items: list[Item]) -> pd.DataFrame:
+    """Items per knowledge point (rows, the nine in the paper's order, then a total) and type (columns)."""
+    df = pd.DataFrame([(it.kp, it.qtype) for it in items], columns=["kp", "qtype"])
+    table = pd.crosstab(df["kp"], df["qtype"]) if len(df) else pd.DataFrame()
+    table = table.reindex(index=list(KNOWLEDGE_POINTS), columns=list(QUESTION_TYPES), fill_value=0).fillna(0).astype(int)
+    table["total"] = table.sum(axis=1)
+    table.loc["total"] = table.sum(axis=0)
+    table.index.name = "kp"
+    return table

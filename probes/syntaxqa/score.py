@@ -1,0 +1,358 @@
+"""Build syntax-question items from treebanks, score any causal LM on them, summarise as OA.
+
+True/false and multiple choice are scored by likelihood, so base models of any size need no
+generation: each answer continuation ("True"/"False", "A"–"D") is scored after the prompt, which
+ends with the opening quote of ``The answer is "``. How continuations are tokenised
+(``continuation_ids``): the prefix and every prefix+continuation are tokenised as whole strings
+(never the continuation alone, whose tokens could differ from those it gets in context); the
+context is the longest token prefix shared by the prefix and *all* prefix+continuation strings,
+and each candidate is scored as the sum of the log-probs of its remaining tokens. A tokenizer
+that merges the quote with the answer (one token ``"True``) or splits ``True`` into ``T``+``rue``
+is handled the same way: the candidates are still compared on one identical context, as the
+probability of the rest of the string. The highest sum wins; a tie for the highest is wrong.
+
+Fill-in-the-blank is greedy generation (``model.generate``, no sampling) stopped at the closing
+quote, EOS or ``max_new_tokens``; the text before the closing quote is the answer, scored by exact
+match and the strict in-order F1 of ``metrics``. OA = (TF_acc + MC_acc + (FITB_acc + FITB_F1)/2)/3,
+and OA_random is the same formula over each item's expected random-guess scores.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from probes.syntaxqa import prompts as P
+from probes.syntaxqa.items import SourceReport, collect_facts
+from probes.syntaxqa.metrics import exact_match, overall_accuracy, strict_f1
+from probes.syntaxqa.questions import QUESTION_TYPES, Item, balanced_sample, candidates, render, statistics_table
+from probes.syntaxqa.records import KNOWLEDGE_POINTS
+
+BENCHMARK = "syntax_qa"
+
+
+@dataclass
+class SyntaxQAConfig:
+    sources: list[str] = field(default_factory=list)  # .mrg / .conllu files or directories of them
+    knowledge_points: list[str] = field(default_factory=lambda: list(KNOWLEDGE_POINTS))
+    question_types: list[str] = field(default_factory=lambda: list(QUESTION_TYPES))
+    k_per_tuple: int = 5  # items per (question type, knowledge point, answer category)
+    seed: int = 0  # sampling, distractors, option order, exemplars
+    shots: int = 0  # few-shot exemplars per prompt (same knowledge point and type)
+    shot_seeds: int = 3  # few-shot only: exemplar sets per item, scores averaged
+    max_items: Optional[int] = None  # cost cap after balanced sampling (keeps the balance)
+    max_sentences: Optional[int] = None  # read at most this many sentences per source
+    generate: bool = True  # False skips fill-in-the-blank generation (cheap in-loop runs; OA is then NaN)
+    max_new_tokens: int = 32
+    batch_size: int = 16
+
+    def __post_init__(self) -> None:
+        bad_kp = [k for k in self.knowledge_points if k not in KNOWLEDGE_POINTS]
+        if bad_kp:
+            raise ValueError(f"syntax_qa.knowledge_points: unknown {bad_kp}; choose from {list(KNOWLEDGE_POINTS)}")
+        bad_t = [t for t in self.question_types if t not in QUESTION_TYPES]
+        if bad_t:
+            raise ValueError(f"syntax_qa.question_types: unknown {bad_t}; choose from {list(QUESTION_TYPES)}")
+        for key in ("k_per_tuple", "batch_size", "max_new_tokens", "shot_seeds"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"syntax_qa.{key} must be >= 1, got {getattr(self, key)}")
+        if self.shots < 0:
+            raise ValueError(f"syntax_qa.shots must be >= 0, got {self.shots}")
+        if self.max_items is not None and self.max_items < 1:
+            raise ValueError(f"syntax_qa.max_items must be >= 1 or null, got {self.max_items}")
+
+
+# ---------------------------------------------------------------- items
+
+
+def build_items_and_reports(cfg: SyntaxQAConfig) -> tuple[list[Item], list[SourceReport]]:
+    facts, reports = collect_facts(cfg.sources, cfg.knowledge_points, cfg.max_sentences)
+    cands = candidates(facts, cfg.seed, tuple(cfg.question_types))
+    chosen = balanced_sample(cands, cfg.k_per_tuple, cfg.seed, cfg.max_items)
+    items = [render(c, facts, cfg.seed) for c in chosen]
+    pool: dict[tuple[str, str, str], list[Item]] = {}
+    if cfg.shots > 0:
+        taken = {c.key for c in chosen}
+        groups: dict[tuple[str, str, str], list] = {}
+        for c in cands:
+            if c.key not in taken:
+                groups.setdefault((facts[c.fact].sentence.lang, c.kp, c.qtype), []).append(c)
+        for key, group in groups.items():
+            rng = random.Random(f"{cfg.seed}|pool|{'|'.join(key)}")
+            # enough for every exemplar seed, with spare ones for items that share a sentence
+            picked = rng.sample(group, min(len(group), cfg.shots * cfg.shot_seeds + 8))
+            pool[key] = [render(c, facts, cfg.seed) for c in picked]
+    P.attach_prompts(items, pool, cfg.shots, cfg.shot_seeds, cfg.seed)
+    return items, reports
+
+
+def build_items(cfg: SyntaxQAConfig) -> list[Item]:
+    return build_items_and_reports(cfg)[0]
+
+
+# ---------------------------------------------------------------- scoring
+
+
+def _lcp(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < len(a) and n < len(b) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def continuation_ids(tokenizer, prefix: str, conts: list[str]) -> tuple[list[int], list[list[int]]]:
+    """(context ids, ids of each continuation) with context + ids_i == BOS + tokens(prefix + conts[i]).
+
+    See the module docstring: the context is the token prefix shared by the prefix and all the
+    prefix+continuation strings, so every candidate is scored on the same context.
+    """
+    from probes.scoring import bos_id
+
+    enc = tokenizer([prefix] + [prefix + c for c in conts], add_special_tokens=False)["input_ids"]
+    p_ids, fulls = list(enc[0]), [list(e) for e in enc[1:]]
+    n = min([len(p_ids)] + [_lcp(p_ids, f) for f in fulls])
+    tails = [f[n:] for f in fulls]
+    for c, t in zip(conts, tails):
+        if not t:
+            raise ValueError(f"continuation {c!r} adds no tokens after the prompt; the tokenizer cannot tell it apart")
+    return [bos_id(tokenizer)] + p_ids[:n], tails
+
+
+def _check_length(model, n: int, item: Item) -> None:
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if limit is not None and n > limit:
+        raise ValueError(f"syntax-qa item {item.item_id}: prompt of {n} tokens exceeds the model's "
+                         f"max_position_embeddings={limit}; lower syntax_qa.shots")
+
+
+def _likelihood_scores(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, device) -> dict[str, list]:
+    from probes.scoring import token_logprobs
+
+    seqs: list[list[int]] = []
+    where: list[tuple[int, int, int, int]] = []  # (item, prompt, option, context length)
+    for i, it in enumerate(items):
+        for j, prompt in enumerate(it.prompts):
+            ctx, tails = continuation_ids(tokenizer, prompt, P.continuations(it))
+            for o, t in enumerate(tails):
+                _check_length(model, len(ctx) + len(t), it)
+                seqs.append(ctx + t)
+                where.append((i, j, o, len(ctx)))
+    lps = token_logprobs(model, seqs, batch_size=cfg.batch_size, device=device)
+    sums: dict[tuple[int, int], list[float]] = {}
+    for (i, j, o, n), lp in zip(where, lps):
+        sums.setdefault((i, j), []).append(float(np.sum(lp[n - 1 :])))
+    out: dict[str, list] = {}
+    for i, it in enumerate(items):
+        # canonical labels ("True"/"False", letters) whatever words the prompt's language uses
+        labels = ["True", "False"] if it.qtype == "TF" else P.continuations(it)
+        gold = it.answer
+        hits, preds, first = [], [], []
+        for j in range(len(it.prompts)):
+            s = sums[(i, j)]
+            best = max(s)
+            winner = labels[s.index(best)] if s.count(best) == 1 else "<tie>"
+            hits.append(float(winner == gold))
+            preds.append(winner)
+            first = first or s
+        out[it.item_id] = [float(np.mean(hits)), preds[0], first]
+    return out
+
+
+class _StopAtQuote:
+    """Stops a row once its generated text contains the closing quote (per-row, for batched generation)."""
+
+    def __init__(self, tokenizer, start: int, quotes: tuple[str, ...]):
+        self.tokenizer, self.start, self.quotes = tokenizer, start, quotes
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        texts = self.tokenizer.batch_decode(input_ids[:, self.start :], skip_special_tokens=True)
+        return torch.tensor([any(q in t for q in self.quotes) for t in texts], device=input_ids.device)
+
+
+def generate_answers(model, tokenizer, prompts: list[str], closes: list[str], cfg: SyntaxQAConfig, device) -> list[str]:
+    """Greedy continuation of each prompt up to its closing quote (or EOS / max_new_tokens)."""
+    import torch
+    from transformers import StoppingCriteriaList
+
+    from probes.scoring import bos_id, sentence_ids
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else bos_id(tokenizer)
+    eos = tokenizer.eos_token_id
+    ids = sentence_ids(tokenizer, prompts)
+    answers = [""] * len(prompts)
+    order = sorted(range(len(prompts)), key=lambda i: -len(ids[i]))
+    was_training = model.training
+    model.eval()
+    try:
+        for b in range(0, len(order), cfg.batch_size):
+            batch = order[b : b + cfg.batch_size]
+            width = max(len(ids[i]) for i in batch)
+            # left padding: every row's last prompt token sits at the same position, where generation starts
+            x = torch.full((len(batch), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for r, i in enumerate(batch):
+                x[r, width - len(ids[i]) :] = torch.tensor(ids[i])
+                mask[r, width - len(ids[i]) :] = 1
+            quotes = tuple(sorted({closes[i] for i in batch} | {'"'}))
+            with torch.inference_mode():
+                out = model.generate(
+                    input_ids=x.to(device), attention_mask=mask.to(device), do_sample=False,
+                    max_new_tokens=cfg.max_new_tokens, pad_token_id=pad, eos_token_id=eos,
+                    stopping_criteria=StoppingCriteriaList([_StopAtQuote(tokenizer, width, quotes)]),
+                )
+            texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
+            for r, i in enumerate(batch):
+                t = texts[r]
+                for q in (closes[i], '"'):
+                    t = t.split(q, 1)[0]
+                answers[i] = t.strip()
+    finally:
+        model.train(was_training)
+    return answers
+
+
+def score_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, device=None) -> pd.DataFrame:
+    """One row per item: correct (mean over exemplar seeds), FITB f1, prediction, random baselines."""
+    for it in items:
+        if not it.prompts:
+            raise ValueError(f"syntax-qa item {it.item_id} has no prompt; build items with build_items(cfg)")
+    device = device if device is not None else next(model.parameters()).device
+    lik = _likelihood_scores(model, tokenizer, [it for it in items if it.qtype in ("TF", "MC")], cfg, device)
+    fitb = [it for it in items if it.qtype == "FITB"] if cfg.generate else []
+    flat = [(it, p) for it in fitb for p in it.prompts]
+    for it, p in flat:  # the prompt and the longest answer must fit the model's positions
+        _check_length(model, len(tokenizer(p, add_special_tokens=False)["input_ids"]) + 1 + cfg.max_new_tokens, it)
+    gens = generate_answers(model, tokenizer, [p for _, p in flat], [P.frame_for(it).close for it, _ in flat], cfg, device) if flat else []
+    by_item: dict[str, list[str]] = {}
+    for (it, _), g in zip(flat, gens):
+        by_item.setdefault(it.item_id, []).append(g)
+    rows = []
+    for it in items:
+        row = {
+            "item_id": it.item_id, "source": it.source, "sent_id": it.sent_id, "lang": it.lang, "kp": it.kp,
+            "qtype": it.qtype, "category": it.category, "sentence": it.sentence, "question": it.question,
+            "answer": it.answer, "options": list(it.options), "golds": list(it.golds), "n_prompts": len(it.prompts),
+            "pred": "", "correct": float("nan"), "f1": float("nan"), "lp_options": [],
+            "rand_acc": it.rand_acc, "rand_f1": it.rand_f1,
+        }
+        if it.item_id in lik:
+            row["correct"], row["pred"], row["lp_options"] = lik[it.item_id]
+        elif it.item_id in by_item:
+            preds = by_item[it.item_id]
+            row["pred"] = preds[0]
+            row["correct"] = float(np.mean([exact_match(p, it.golds) for p in preds]))
+            row["f1"] = float(np.mean([strict_f1(p, it.golds) for p in preds]))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- summary
+
+
+def _parts(df: pd.DataFrame, acc: str, f1: str) -> tuple[float, float, float, float]:
+    def mean(qtype: str, col: str) -> float:
+        v = df.loc[df["qtype"] == qtype, col].dropna()
+        return float(v.mean()) if len(v) else float("nan")
+
+    return mean("TF", acc), mean("MC", acc), mean("FITB", acc), mean("FITB", f1)
+
+
+def summarize(df: pd.DataFrame) -> dict[str, float]:
+    """OA and its parts overall and per knowledge point, plus the random baseline computed the same way.
+
+    Keys: OA, OA_random, OA_likelihood (mean of TF and MC, defined when generation was skipped),
+    TF_acc, MC_acc, FITB_acc, FITB_F1, n_items, and "<KP>/<key>" for each knowledge point present.
+    """
+    out: dict[str, float] = {}
+    groups = [("", df)] + [(f"{kp}/", df[df["kp"] == kp]) for kp in KNOWLEDGE_POINTS if (df["kp"] == kp).any()]
+    for prefix, d in groups:
+        tf, mc, fa, ff = _parts(d, "correct", "f1")
+        rtf, rmc, rfa, rff = _parts(d, "rand_acc", "rand_f1")
+        if not d.loc[d["qtype"] == "FITB", "correct"].notna().any():
+            rfa = rff = float("nan")  # FITB not scored: keep the baseline comparable to OA
+        out[prefix + "OA"] = overall_accuracy(tf, mc, fa, ff)
+        out[prefix + "OA_random"] = overall_accuracy(rtf, rmc, rfa, rff)
+        out[prefix + "OA_likelihood"] = (tf + mc) / 2 if not (math.isnan(tf) or math.isnan(mc)) else float("nan")
+        out[prefix + "TF_acc"], out[prefix + "MC_acc"], out[prefix + "FITB_acc"], out[prefix + "FITB_F1"] = tf, mc, fa, ff
+        out[prefix + "n_items"] = float(len(d))
+    return out
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m probes syntax-qa",
+                                description="Ask a causal LM questions about the syntax of treebank sentences.")
+    p.add_argument("--model", required=True, type=Path, metavar="DIR", help="HF model directory")
+    p.add_argument("--out", required=True, type=Path, metavar="FILE.parquet", help="per-item rows")
+    p.add_argument("--source", action="append", required=True, metavar="PATH",
+                   help=".mrg/.conllu file or directory; repeat for several")
+    p.add_argument("--kp", nargs="+", default=list(KNOWLEDGE_POINTS), help="knowledge points")
+    p.add_argument("--types", nargs="+", default=list(QUESTION_TYPES), help="question types")
+    p.add_argument("--k", type=int, default=5, help="items per (type, knowledge point, answer category)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shots", type=int, default=0)
+    p.add_argument("--shot-seeds", type=int, default=3)
+    p.add_argument("--max-items", type=int, default=None)
+    p.add_argument("--max-sentences", type=int, default=None)
+    p.add_argument("--no-generate", action="store_true", help="skip fill-in-the-blank generation")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--device", default=None)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        cfg = SyntaxQAConfig(
+            sources=[str(s) for s in args.source], knowledge_points=args.kp, question_types=args.types,
+            k_per_tuple=args.k, seed=args.seed, shots=args.shots, shot_seeds=args.shot_seeds,
+            max_items=args.max_items, max_sentences=args.max_sentences, generate=not args.no_generate,
+            max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+        if not (args.model / "config.json").is_file():
+            raise ValueError(f"--model {args.model}: no config.json; not a Hugging Face model directory")
+        items, reports = build_items_and_reports(cfg)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not items:
+        print("error: no syntax-qa items from the given sources", file=sys.stderr)
+        return 2
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from probes.scoring import CONVENTION, tokenizer_fingerprint
+    from probes.store import write_pairs
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model).to(device)
+    df = score_items(model, tokenizer, items, cfg, device=device)
+    summary = summarize(df)
+    state_file = args.model / "trainer_state.json"
+    state = json.loads(state_file.read_text()) if state_file.is_file() else {}
+    meta = {
+        "step": int(state.get("step", -1)), "tokens": int(state.get("tokens", -1)), "benchmark": BENCHMARK,
+        "convention": CONVENTION, "model_dir": str(args.model.resolve()), "tokenizer": tokenizer_fingerprint(tokenizer),
+        "config": asdict(cfg), "summary": {k: (None if math.isnan(v) else v) for k, v in summary.items()},
+        "sources": [{"source": r.source, "sentences": r.sentences, "facts": r.facts, "errors": r.errors[:20],
+                     "n_errors": len(r.errors), "empty": r.empty} for r in reports],
+    }
+    write_pairs(df, args.out, meta)
+    print(statistics_table(items).to_string())
+    print(json.dumps({k: round(v, 4) for k, v in summary.items() if "/" not in k}))
+    print(f"{BENCHMARK}: {len(df)} items -> {args.out}")
+    return 0

@@ -1,0 +1,117 @@
+"""Reader of the real ZhoBLiMP generation sources, run by our template engine (``probes.generator``).
+
+Sources (github.com/sjtu-compling/ZhoBLiMP, copied under ``../shared/benchmarks/zhoblimp``):
+``projects/ZhoBLiMP/*.json`` (one paradigm each: ``good_rule``/``bad_rule`` lists in the rule
+notation, ``sep``, ``strict_MP``, ``phenomenon``, ``uid``), ``assets/zh_phrase.json`` (named phrases:
+alternatives of ``{"type": Lexical|Direct|Matched|Phrase, "rule": ...}`` lists) and
+``assets/zh_vocab_saved.tsv`` (multi-values split on ``/``, blank rows, one row without expression).
+
+Generated pairs use benchmark ``"zhoblimp_generated"`` and the file stem as paradigm (three templates
+share the uid ``existential_there_subject_raising``).  Their phenomenon is the template's, an older
+name than the released data's; map it with the data files when comparing.
+"""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Union
+
+from probes.generator import Direct, Engine, GrammarError, Lexical, Matched, PhraseRef, Slot, Template, Vocabulary
+from probes.pairs import Pair
+
+BENCHMARK = "zhoblimp_generated"
+
+
+@dataclass
+class ZhoblimpTemplatesConfig:
+    root: str = "../shared/benchmarks/zhoblimp"  # holds projects/ZhoBLiMP, assets/
+    seed: int = 0
+    pairs_per_paradigm: int = 300
+
+
+def read_vocabulary(path: Union[str, Path]) -> Vocabulary:
+    # line 697 of the saved vocabulary has features but no expression; ZhoBLiMP's reader drops it, so do we
+    return Vocabulary.from_tsv(path, skip_nameless=True)
+
+
+def _values(v, where: str) -> frozenset[str]:
+    items = v if isinstance(v, list) else str(v).split("/")
+    out = frozenset(str(x).strip() for x in items if str(x).strip())
+    if not out:
+        raise GrammarError(f"{where}: empty value")
+    return out
+
+
+def _entry_rule(entry: dict, where: str) -> Union[Lexical, Direct, Matched, PhraseRef]:
+    if not isinstance(entry, dict) or "type" not in entry or "rule" not in entry:
+        raise GrammarError(f"{where}: expected {{'type': ..., 'rule': ...}}, got {entry!r}")
+    kind, rule = entry["type"], entry["rule"]
+    if kind == "Direct":
+        words = tuple(rule) if isinstance(rule, list) else (str(rule),)
+        return Direct(words or ("",))
+    if kind == "Phrase":
+        extra = tuple(
+            (int(i), tuple(sorted((k, _values(v, where)) for k, v in props.items())))
+            for i, props in rule.get("additional_properties", {}).items()
+        )
+        return PhraseRef(rule["name"], extra)
+    if kind not in ("Lexical", "Matched"):
+        raise GrammarError(f"{where}: unknown rule type '{kind}'")
+    rule = dict(rule)
+    pos = {k: rule.pop(k, None) for k in ("matchedPosition", "mismatchedPosition")}
+    props = {k: tuple(_values(rule.pop(k), where)) if k in rule else () for k in
+             ("matchedProperties", "mismatchedProperties")}
+    query = tuple(sorted((k, _values(v, where)) for k, v in rule.items()))
+    if pos["matchedPosition"] is None and pos["mismatchedPosition"] is None:
+        return Lexical(query)
+    mp, mmp = (None if p is None else int(p) for p in pos.values())
+    return Matched(query, mp, props["matchedProperties"], mmp, props["mismatchedProperties"])
+
+
+def read_phrases(path: Union[str, Path]) -> dict[str, list[list[Slot]]]:
+    raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    return {
+        name: [[(_entry_rule(e, f"{path}: phrase '{name}' alternative {a} position {j}"),) for j, e in enumerate(alt)]
+               for a, alt in enumerate(alts)]
+        for name, alts in raw.items()
+    }
+
+
+def read_template(path: Union[str, Path]) -> Template:
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        good, bad = [str(r) for r in raw["good_rule"]], [str(r) for r in raw["bad_rule"]]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise GrammarError(f"{path}: not a ZhoBLiMP template ({e})") from e
+    return Template(path.stem, good, bad, str(raw.get("phenomenon", "")), [], str(raw.get("sep", "")),
+                    bool(raw.get("strict_MP", False)), str(path))
+
+
+def load_engine(root: Union[str, Path]) -> Engine:
+    root = Path(root)
+    return Engine(read_vocabulary(root / "assets" / "zh_vocab_saved.tsv"), read_phrases(root / "assets" / "zh_phrase.json"))
+
+
+def template_paths(root: Union[str, Path]) -> list[Path]:
+    return sorted((Path(root) / "projects" / "ZhoBLiMP").glob("*.json"))
+
+
+def generate(engine: Engine, template: Template, n: int, seed: int, allow_fewer: bool = False) -> list[Pair]:
+    rng = random.Random(f"zhoblimp:{template.name}:{seed}")
+    return engine.pairs(template, n, rng, BENCHMARK, allow_fewer=allow_fewer)
+
+
+def generate_all(cfg: ZhoblimpTemplatesConfig) -> tuple[list[Pair], dict[str, str]]:
+    """Pairs for every template that works, and ``{template file: reason}`` for those that do not."""
+    engine = load_engine(cfg.root)
+    pairs: list[Pair] = []
+    failed: dict[str, str] = {}
+    for path in template_paths(cfg.root):
+        try:
+            pairs.extend(generate(engine, read_template(path), cfg.pairs_per_paradigm, cfg.seed))
+        except GrammarError as e:
+            failed[path.name] = str(e)
+    return pairs, failed

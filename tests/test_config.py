@@ -1,0 +1,37 @@
+"""The Hydra config tree against its typed schema."""
+import pytest
+from hydra.errors import ConfigCompositionException
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from trainutil import compose_cfg
+from train.config import to_typed
+
+
+def test_default_config_composes_to_typed_objects():
+    cfg = to_typed(compose_cfg([]))
+    assert cfg.model.name == "tiny" and cfg.engine.kind == "torch" and cfg.data.seed == cfg.seed
+    assert cfg.optim.lr == cfg.model.lr  # the pythia preset takes the per-size lr
+
+
+@pytest.mark.parametrize("size,lr", [("pythia-14m", 1e-3), ("pythia-160m", 6e-4), ("pythia-1.4b", 2e-4)])
+def test_pythia_preset_takes_the_lr_of_the_model(size, lr):
+    cfg = to_typed(compose_cfg([f"model={size}", "optim=pythia"]))
+    assert cfg.optim.lr == lr and cfg.optim.min_lr_ratio == 0.1 and cfg.optim.global_batch == 1024
+    assert cfg.optim.warmup_ratio == 0.01 and cfg.optim.betas == [0.9, 0.95]
+
+
+def test_unknown_key_names_the_key():
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_cfg(["model.hiden_size=3"])
+    assert "hiden_size" in str(err.value.__cause__ or err.value)
+
+
+def test_wrong_type_names_the_key():
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_cfg(["optim.global_batch=lots"])
+    assert "global_batch" in str(err.value.__cause__ or err.value)
+
+
+def test_bad_value_names_the_key():
+    with pytest.raises(ValueError, match="engine.kind='jax'"):
+        to_typed(compose_cfg(["engine.kind=jax"]))

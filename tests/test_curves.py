@@ -1,0 +1,195 @@
+"""`probes curves`: accuracies on a hand-made run directory, the U finder, PNGs, bad input."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from probes import curves
+from probes.evalset import EvalInputError, load_runs, log_tokens
+from probes.ushape import above_chance, find_u_shapes
+
+CONV = "bos_all_tokens_v1"
+
+
+def write_eval(run: Path, step: int, tokens: int, rows: list[dict], benchmark: str = "grammar",
+               convention: str = CONV, with_ckpt: bool = True) -> Path:
+    """One evals/step<N>/<benchmark>.parquet the way the probe hook writes it."""
+    df = pd.DataFrame(rows)
+    for col, default in (("benchmark", benchmark), ("good", "g"), ("bad", "b")):
+        if col not in df:
+            df[col] = default
+    for r in ("prefix", "critical", "suffix"):
+        for s in ("good", "bad"):
+            if f"lp_{s}_{r}" not in df:
+                df[f"lp_{s}_{r}"] = np.nan
+                df[f"ntok_{s}_{r}"] = 0
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    meta = {"step": step, "tokens": tokens, "benchmark": benchmark, "convention": convention}
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                           b"syntax_dynamics": json.dumps(meta).encode()})
+    path = run / "evals" / f"step{step}" / f"{benchmark}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    if with_ckpt:
+        ck = run / "checkpoints" / f"step{step}"
+        ck.mkdir(parents=True, exist_ok=True)
+        (ck / "trainer_state.json").write_text(json.dumps({"step": step, "tokens": tokens}))
+    return path
+
+
+def pair(paradigm, pid, lpg, ng, lpb, nb, phenomenon=None):
+    return {"paradigm": paradigm, "phenomenon": phenomenon or ("agreement" if paradigm.startswith("agr")
+                                                                 else "binding"),
+            "pair_id": str(pid), "lp_good": lpg, "ntok_good": ng, "lp_bad": lpb, "ntok_bad": nb}
+
+
+def config(run: Path, model="pythia-14m", seed=1, budget=1000):
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "config.yaml").write_text(
+        f"experiment: test\nseed: {seed}\nmodel:\n  name: {model}\ndata:\n  budget_tokens: {budget}\n  seed: 0\n")
+
+
+@pytest.fixture
+def run(tmp_path) -> Path:
+    r = tmp_path / "run_a"
+    config(r)
+    # step 0: agr_local 4 pairs -> MLP: p0 correct, p1 TIE (wrong), p2 correct (MLP only), p3 wrong.
+    write_eval(r, 0, 0, [
+        pair("agr_local", 0, -4.0, 2, -6.0, 2),    # -2 > -3: mlp ok, sum ok
+        pair("agr_local", 1, -6.0, 3, -4.0, 2),    # -2 == -2: tie -> wrong; sum -6 < -4 wrong
+        pair("agr_local", 2, -6.0, 2, -5.0, 1),    # -3 > -5: mlp ok; sum -6 < -5 wrong
+        pair("agr_local", 3, -9.0, 3, -3.0, 3),    # wrong both
+        pair("bind_refl", "a", -2.0, 1, -2.0, 1),  # exact tie: wrong both
+        pair("bind_refl", "b", -1.0, 1, -3.0, 1),  # ok both
+    ])
+    # step 1: everything correct except the agr tie stays a tie
+    write_eval(r, 1, 2048, [
+        pair("agr_local", 0, -1.0, 2, -6.0, 2), pair("agr_local", 1, -6.0, 3, -4.0, 2),
+        pair("agr_local", 2, -1.0, 2, -5.0, 1), pair("agr_local", 3, -1.0, 3, -3.0, 3),
+        pair("bind_refl", "a", -1.0, 1, -2.0, 1), pair("bind_refl", "b", -1.0, 1, -3.0, 1),
+    ])
+    # a half-written file and a temporary dir that readers must ignore
+    (r / "evals" / "step1" / ".grammar.parquet.tmp").write_bytes(b"garbage")
+    (r / "evals" / "step2.tmp").mkdir()
+    # checkpoint 2 exists but was never probed -> reported, not fatal
+    (r / "checkpoints" / "step2").mkdir(parents=True)
+    return r
+
+
+def test_accuracies_match_hand_computation(run):
+    ev = load_runs([run])
+    t = ev.table.set_index(["step", "paradigm"])
+    assert t.loc[(0, "agr_local"), "acc_mlp"] == pytest.approx(2 / 4)  # the tie counts wrong
+    assert t.loc[(0, "agr_local"), "acc_sum"] == pytest.approx(1 / 4)
+    assert t.loc[(0, "bind_refl"), "acc_mlp"] == pytest.approx(1 / 2)
+    assert t.loc[(0, "bind_refl"), "acc_sum"] == pytest.approx(1 / 2)
+    assert t.loc[(1, "agr_local"), "acc_mlp"] == pytest.approx(3 / 4)
+    assert t.loc[(1, "agr_local"), "acc_sum"] == pytest.approx(3 / 4)
+    assert t.loc[(1, "agr_local"), "n_pairs"] == 4
+    assert t.loc[(1, "agr_local"), "tokens"] == 2048
+    assert t.loc[(0, "agr_local"), "delta_total"] == pytest.approx(np.mean([2, -2, -1, -6]))
+    row = ev.table.iloc[0]
+    assert (row["model"], row["seed"], row["budget"], row["run"]) == ("pythia-14m", 1, 1000, "run_a")
+    assert ev.convention == CONV
+    assert any("step(s) 2" in p for p in ev.problems), ev.problems
+    # per-pair outcomes kept for bootstrap: the tie is 0 at both steps
+    m = ev.outcomes[("run_a", "grammar")].matrix("agr_local", "mlp")
+    assert m.tolist() == [[1, 0, 1, 0], [1, 0, 1, 1]]
+
+
+def test_cli_writes_tables_plots_and_u_list(run, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert curves.main([str(run), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert str(out / "plots") in printed
+    tidy = pd.read_parquet(out / "curves.parquet")
+    assert list(tidy.columns) == curves.TIDY_COLUMNS
+    assert len(pd.read_csv(out / "curves.csv")) == 4
+    ph = pd.read_csv(out / "phenomena.csv").set_index(["step", "phenomenon"])
+    assert ph.loc[(0, "agreement"), "acc_mlp"] == pytest.approx(0.5)
+    pngs = sorted((out / "plots" / "grammar").glob("*.png"))
+    assert {p.name for p in pngs} == {"agreement.png", "binding.png", "overview.png"}
+    from PIL import Image  # matplotlib depends on pillow
+
+    for p in pngs:
+        with Image.open(p) as im:
+            im.verify()
+            assert im.format == "PNG" and im.size[0] > 300
+    assert "step(s) 2" in (out / "problems.txt").read_text()
+
+
+def test_u_shape_in_run_dir_has_token_positions(tmp_path):
+    r = tmp_path / "u"
+    config(r)
+    accs = [0.5, 0.9, 0.9, 0.3, 0.2, 0.6, 1.0]  # 10 pairs each: peak step 2, trough step 4
+    steps = [0, 1, 2, 4, 8, 16, 32]
+    for s, a in zip(steps, accs):
+        k = int(round(a * 10))
+        rows = [pair("agr_attr", i, -1.0 if i < k else -5.0, 1, -3.0, 1) for i in range(10)]
+        write_eval(r, s, s * 100, rows)
+    out = tmp_path / "out"
+    assert curves.main([str(r), "--out", str(out), "--delta", "0.2"]) == 0
+    us = pd.read_csv(out / "ushapes.csv")
+    para = us[us.level == "paradigm"].iloc[0]
+    assert (para.peak_step, para.trough_step, para.recovery_step) == (1, 8, 16)
+    assert (para.peak_tokens, para.trough_tokens, para.recovery_tokens) == (100, 800, 1600)
+    assert para.depth == pytest.approx(0.7)
+    assert bool(para.peak_above_chance)  # 9/10 vs 0.5: z = 2.53
+    assert (us.level == "phenomenon").sum() == 1
+
+
+def test_find_u_shapes_known_u_and_monotone():
+    y = [0.5, 0.7, 0.8, 0.6, 0.55, 0.7, 0.9]
+    (u,) = find_u_shapes(y, 0.1)
+    assert (u.peak, u.trough, u.recovery) == (2, 4, 5)
+    assert u.depth == pytest.approx(0.25) and u.recovered_to == pytest.approx(0.9)
+    assert find_u_shapes(np.linspace(0.5, 0.95, 20), 0.05) == []
+    wiggle = 0.5 + np.linspace(0, 0.4, 20) + 0.04 * (-1) ** np.arange(20)  # wiggles of 0.08 < 0.1
+    assert find_u_shapes(wiggle, 0.1) == []
+    # a drop without recovery is not a U
+    assert find_u_shapes([0.5, 0.9, 0.6, 0.62], 0.1) == []
+    # two U's in one curve
+    assert len(find_u_shapes([0.6, 0.9, 0.6, 0.9, 0.6, 0.95], 0.2)) == 2
+
+
+def test_above_chance_uses_sampling_error():
+    assert not above_chance(0.56, 40)
+    assert above_chance(0.56, 3000)
+
+
+def test_step0_sits_one_decade_left():
+    x = log_tokens(np.array([0, 1000, 10000]))
+    assert x.tolist() == pytest.approx([2.0, 3.0, 4.0])
+
+
+def test_missing_and_empty_run_dirs_are_named(tmp_path, capsys):
+    missing = tmp_path / "nope"
+    with pytest.raises(EvalInputError, match=str(missing)):
+        load_runs([missing])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert curves.main([str(empty), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert str(empty) in err and "no eval files" in err
+
+
+def test_mixed_conventions_refused(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_eval(a, 0, 0, [pair("agr", 0, -1.0, 1, -2.0, 1)])
+    write_eval(b, 0, 0, [pair("agr", 0, -1.0, 1, -2.0, 1)], convention="lm_eval_space")
+    with pytest.raises(EvalInputError, match="bos_all_tokens_v1.*lm_eval_space|lm_eval_space.*bos_all"):
+        load_runs([a, b])
+
+
+def test_missing_column_names_file(tmp_path):
+    r = tmp_path / "r"
+    p = write_eval(r, 0, 0, [pair("agr", 0, -1.0, 1, -2.0, 1)])
+    pq.write_table(pq.read_table(p).drop(["lp_bad"]), p)
+    with pytest.raises(EvalInputError, match=r"grammar\.parquet.*lp_bad"):
+        load_runs([r])

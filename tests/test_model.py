@@ -1,0 +1,70 @@
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from train.model import ModelConfig, build_model, count_parameters, hf_config, pad_vocab
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "model"
+
+# Pythia's published totals with the 50304-row GPT-NeoX vocabulary.
+PYTHIA_PARAMS = {
+    "pythia-14m": 14_067_712,
+    "pythia-70m": 70_426_624,
+    "pythia-160m": 162_322_944,
+    "pythia-410m": 405_334_016,
+    "pythia-1.4b": 1_414_647_808,
+}
+
+
+def load(name: str) -> ModelConfig:
+    return ModelConfig(**yaml.safe_load((CONFIGS / f"{name}.yaml").read_text()))
+
+
+@pytest.mark.parametrize("name,expected", sorted(PYTHIA_PARAMS.items()))
+def test_pythia_parameter_counts_on_meta_device(name, expected):
+    cfg = load(name)
+    assert cfg.vocab_size == 50304
+    model = build_model(cfg, device="meta")
+    assert count_parameters(model) == expected
+
+
+def test_pythia_shared_architecture_choices():
+    for name in PYTHIA_PARAMS:
+        hf = hf_config(load(name))
+        assert hf.rope_parameters["partial_rotary_factor"] == 0.25 and hf.use_parallel_residual and not hf.tie_word_embeddings
+        assert hf.max_position_embeddings == 2048
+        assert hf.intermediate_size == 4 * hf.hidden_size
+
+
+def test_published_learning_rates():
+    lrs = {name: load(name).lr for name in PYTHIA_PARAMS}
+    assert lrs == {"pythia-14m": 1e-3, "pythia-70m": 1e-3, "pythia-160m": 6e-4,
+                   "pythia-410m": 3e-4, "pythia-1.4b": 2e-4}
+
+
+def test_vocab_is_padded_from_tokenizer_and_checked():
+    assert pad_vocab(50277) == 50304 and pad_vocab(128) == 128 and pad_vocab(129) == 256
+    assert hf_config(ModelConfig(vocab_size=None), tokenizer_vocab=300).vocab_size == 384
+    with pytest.raises(ValueError, match=r"model.vocab_size=256 is smaller than the tokenizer's vocabulary \(300"):
+        hf_config(ModelConfig(vocab_size=256), tokenizer_vocab=300)
+
+
+def test_pythia_initialisation_stds():
+    cfg = ModelConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
+                      vocab_size=4096)
+    model = build_model(cfg, seed=1)
+    small = math.sqrt(2 / (5 * 256))
+    wang = 2 / (4 * math.sqrt(256))
+    layer = model.gpt_neox.layers[0]
+    for weight, std in [(model.gpt_neox.embed_in.weight, small), (layer.attention.query_key_value.weight, small),
+                        (layer.mlp.dense_h_to_4h.weight, small), (model.lm_head.weight, small),
+                        (layer.attention.dense.weight, wang), (layer.mlp.dense_4h_to_h.weight, wang)]:
+        assert weight.std().item() == pytest.approx(std, rel=0.03)
+    assert torch.all(layer.attention.dense.bias == 0)
+    assert torch.all(layer.input_layernorm.weight == 1)
+    # Same seed, same weights (every rank builds its own copy).
+    again = build_model(cfg, seed=1)
+    assert torch.equal(again.lm_head.weight, model.lm_head.weight)

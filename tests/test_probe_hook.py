@@ -1,0 +1,131 @@
+"""The probe hook on a tiny real model: writes eval files, returns metrics, skips existing files."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import Whitespace
+from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
+
+from probes.benchmarks import BenchmarkConfig
+from probes.hook import ProbeHook, ProbesConfig
+from probes.pairs import Pair
+from probes.scoring import accuracy, correct, score_pairs
+from probes.store import eval_path, read_pairs
+
+WORDS = "the a cat cats dog dogs runs run sees see .".split()
+
+
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(["[UNK]", "<bos>", "<eos>"] + WORDS)},
+                              unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
+                                   unk_token="[UNK]")
+
+
+def tiny_model(vocab: int, seed: int) -> GPTNeoXForCausalLM:
+    torch.manual_seed(seed)
+    model = GPTNeoXForCausalLM(GPTNeoXConfig(
+        vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=32))
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(30.0)
+    return model
+
+
+PAIRS = {
+    "agr": [
+        Pair("agr", "sv", "agreement", str(i), f"the {n} {v} .", f"the {n} {w} .")
+        for i, (n, v, w) in enumerate([("cat", "runs", "run"), ("cats", "run", "runs"),
+                                       ("dog", "sees", "see"), ("dogs", "see", "sees")])
+    ] + [Pair("agr", "det", "determiner", "9", "a cat runs .", "a cats runs .")],
+    "tiny": [Pair("tiny", "p", "x", "0", "the dog", "a dog")],
+}
+
+
+def test_hook_writes_scores_and_skips_existing(tmp_path):
+    torch.set_num_threads(1)
+    tok = tiny_tokenizer()
+    run = tmp_path / "run"
+    hook = ProbeHook(ProbesConfig(batch_size=4), tok, run, pairs=PAIRS)
+    m0 = tiny_model(len(tok), seed=0)
+    m0.train()
+
+    metrics = hook.post_checkpoint_saved(run / "checkpoints" / "step0", 0, 0, m0)
+    assert m0.training  # scoring restored the trainer's mode
+    path = eval_path(run, 0, "agr")
+    df, meta = read_pairs(path)
+    assert (meta["step"], meta["tokens"], meta["benchmark"]) == (0, 0, "agr")
+    assert meta["convention"] == "bos_all_tokens_v1"
+    assert meta["model_dir"] == str(run / "checkpoints" / "step0") and meta["tokenizer"]
+    assert list(df["pair_id"]) == ["0", "1", "2", "3", "9"]
+    ref = score_pairs(m0, tok, PAIRS["agr"])
+    assert df["lp_good"].tolist() == pytest.approx(ref["lp_good"].tolist(), abs=1e-6)
+
+    ok = correct(ref, "mlp")
+    assert metrics["probe/agr/acc"] == pytest.approx(accuracy(ref, "mlp"))
+    assert metrics["probe/agr/agreement/acc"] == pytest.approx(ok.iloc[:4].mean())
+    assert metrics["probe/agr/determiner/acc"] == float(ok.iloc[4])
+    assert set(metrics) == {"probe/agr/acc", "probe/agr/agreement/acc",
+                            "probe/agr/determiner/acc", "probe/tiny/acc", "probe/tiny/x/acc"}
+    assert sorted(os.listdir(path.parent)) == ["agr.parquet", "tiny.parquet"]
+
+    # a resumed run reaches step 0 again with other weights: the existing file is kept
+    before = path.stat().st_mtime_ns
+    m1 = tiny_model(len(tok), seed=1)
+    again = hook.post_checkpoint_saved(run / "checkpoints" / "step0", 0, 0, m1)
+    assert path.stat().st_mtime_ns == before
+    assert again == metrics
+
+    # a new step is scored with the new weights
+    hook.post_checkpoint_saved(run / "checkpoints" / "step1", 1, 512, m1)
+    df1, meta1 = read_pairs(eval_path(run, 1, "agr"))
+    assert meta1["tokens"] == 512
+    ref1 = score_pairs(m1, tok, PAIRS["agr"])
+    assert df1["lp_bad"].tolist() == pytest.approx(ref1["lp_bad"].tolist(), abs=1e-6)
+    assert df1["lp_bad"].tolist() != pytest.approx(df["lp_bad"].tolist(), abs=1e-3)
+    hook.close()
+
+
+def test_hook_loads_configured_benchmarks_once(tmp_path):
+    torch.set_num_threads(1)
+    f = tmp_path / "mini.jsonl"
+    f.write_text("".join(json.dumps({  # BLiMP's published schema
+        "sentence_good": p.good, "sentence_bad": p.bad, "UID": p.paradigm,
+        "linguistics_term": p.phenomenon, "pairID": p.pair_id}) + "\n" for p in PAIRS["agr"]))
+    cfg = ProbesConfig(benchmarks=[BenchmarkConfig(name="mini", path=str(f))], batch_size=2)
+    tok = tiny_tokenizer()
+    hook = ProbeHook(cfg, tok, tmp_path / "run")
+    f.unlink()  # loaded at construction, never again
+    model = tiny_model(len(tok), seed=2)
+    metrics = hook.post_checkpoint_saved(tmp_path / "ck", 8, 4096, model)
+    df, meta = read_pairs(eval_path(tmp_path / "run", 8, "mini"))
+    assert meta["benchmark"] == "mini" and meta["source"] == str(f)
+    assert list(df["pair_id"]) == ["0", "1", "2", "3", "9"]
+    assert metrics["probe/mini/acc"] == pytest.approx(accuracy(score_pairs(model, tok, PAIRS["agr"])))
+
+    twice = ProbesConfig(benchmarks=[BenchmarkConfig(name="g", path=str(tmp_path)),
+                                     BenchmarkConfig(name="g", path=str(tmp_path))])
+    (tmp_path / "x.jsonl").write_text(f.name)  # never read: the name clash is found first
+    with pytest.raises(ValueError, match=r"probes.benchmarks\[1\].name: 'g' is configured twice"):
+        ProbeHook(twice, tok, tmp_path / "run")
+
+
+def test_disabled_hook_writes_nothing(tmp_path):
+    hook = ProbeHook(ProbesConfig(enabled=False), tiny_tokenizer(), tmp_path, pairs=PAIRS)
+    assert hook.post_checkpoint_saved(tmp_path / "ck", 0, 0, tiny_model(14, 0)) == {}
+    assert not (tmp_path / "evals").exists()
+
+
+def test_bad_config_is_reported_at_construction(tmp_path):
+    with pytest.raises(ValueError, match="probes.batch_size must be >= 1"):
+        ProbeHook(ProbesConfig(batch_size=0), tiny_tokenizer(), tmp_path, pairs=PAIRS)
+    with pytest.raises(ValueError, match="cannot be a file name"):
+        ProbeHook(ProbesConfig(), tiny_tokenizer(), tmp_path, pairs={"a/b": PAIRS["tiny"]})
+    with pytest.raises(ValueError, match="benchmark 'e' has no pairs"):
+        ProbeHook(ProbesConfig(), tiny_tokenizer(), tmp_path, pairs={"e": []})

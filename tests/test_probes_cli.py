@@ -1,0 +1,134 @@
+"""`python -m probes score` end to end on a saved tiny model directory, in a real subprocess."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import Whitespace
+from transformers import (AutoModelForCausalLM, AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM,
+                          PreTrainedTokenizerFast)
+
+from probes.__main__ import main
+from probes.benchmarks import BenchmarkConfig, load_benchmark
+from probes.scoring import score_pairs
+from probes.store import read_pairs
+
+ROOT = Path(__file__).resolve().parents[1]
+WORDS = "the a cat cats dog dogs runs run sees see .".split()
+RECORDS = [  # BLiMP's published schema
+    {"sentence_good": f"the {n} {v} .", "sentence_bad": f"the {n} {w} .", "UID": uid,
+     "linguistics_term": term, "pairID": str(i)}
+    for i, (n, v, w, uid, term) in enumerate([
+        ("cat", "runs", "run", "sv_agr", "agreement"), ("cats", "run", "runs", "sv_agr", "agreement"),
+        ("dog", "sees", "see", "sv_agr", "agreement"), ("dogs", "see", "sees", "sv_agr", "agreement"),
+        ("cat", "sees", "see", "sv_other", "other"),
+    ])
+]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("model")
+    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(["[UNK]", "<bos>", "<eos>"] + WORDS)},
+                              unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
+                            unk_token="[UNK]").save_pretrained(d)
+    torch.manual_seed(0)
+    model = GPTNeoXForCausalLM(GPTNeoXConfig(
+        vocab_size=len(WORDS) + 3, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=32))
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(30.0)
+    model.save_pretrained(d)
+    (d / "trainer_state.json").write_text(json.dumps({"step": 4, "tokens": 8192}))
+    return d
+
+
+@pytest.fixture(scope="module")
+def bench_file(tmp_path_factory) -> Path:
+    f = tmp_path_factory.mktemp("bench") / "mini.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    return f
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "probes", *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_score_end_to_end(model_dir, bench_file, tmp_path):
+    out = tmp_path / "o" / "mini.parquet"
+    r = run_cli("score", "--model", model_dir, "--benchmark", bench_file, "--out", out,
+                "--batch-size", "3", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    df = pd.read_parquet(out)
+    assert len(df) == 5 and list(df["pair_id"]) == ["0", "1", "2", "3", "4"]
+    _, meta = read_pairs(out)
+    assert (meta["step"], meta["tokens"], meta["benchmark"]) == (4, 8192, "mini")
+    assert meta["convention"] == "bos_all_tokens_v1"
+    # the same numbers as scoring in-process with the saved model and tokenizer
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    ref = score_pairs(model, tok, load_benchmark(BenchmarkConfig(name="mini", path=str(bench_file))))
+    assert df["lp_good"].tolist() == pytest.approx(ref["lp_good"].tolist(), abs=1e-5)
+    assert df["lp_bad"].tolist() == pytest.approx(ref["lp_bad"].tolist(), abs=1e-5)
+    acc = ((ref.lp_good / ref.ntok_good) > (ref.lp_bad / ref.ntok_bad)).mean()
+    assert f"acc_mlp={acc:.4f}" in r.stdout
+
+
+
+# The rest calls the same entry point in-process: a subprocess per case would spend its time
+# importing torch.
+
+
+def test_sample_per_paradigm(model_dir, bench_file, tmp_path, capsys):
+    out = tmp_path / "one.parquet"
+    code = main(["score", "--model", str(model_dir), "--benchmark", str(bench_file),
+                 "--out", str(out), "--max-pairs-per-paradigm", "1"])
+    assert code == 0
+    assert sorted(pd.read_parquet(out)["paradigm"]) == ["sv_agr", "sv_other"]
+    assert "mini: 2 pairs, 2 paradigms" in capsys.readouterr().out
+
+
+def test_score_errors_are_clear(model_dir, bench_file, tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.json").write_text((model_dir / "config.json").read_text())
+    out = str(tmp_path / "x.parquet")
+    assert main(["score", "--model", str(empty), "--benchmark", str(bench_file), "--out", out]) == 2
+    assert f"--model {empty}: no model weights" in capsys.readouterr().err
+    notok = tmp_path / "notok"
+    notok.mkdir()
+    for f in ("config.json", "model.safetensors"):
+        (notok / f).write_bytes((model_dir / f).read_bytes())
+    assert main(["score", "--model", str(notok), "--benchmark", str(bench_file), "--out", out]) == 2
+    assert f"--model {notok}: no tokenizer files" in capsys.readouterr().err
+    assert main(["score", "--model", str(model_dir), "--benchmark", "no_such_bench",
+                 "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert "--benchmark no_such_bench: unknown benchmark" in err and "zhoblimp" in err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(RECORDS[0]) + "\n{not json\n")
+    assert main(["score", "--model", str(model_dir), "--benchmark", str(bad), "--out", out]) == 2
+    assert "bad.jsonl" in capsys.readouterr().err
+    assert not Path(out).exists()
+    assert main(["frobnicate"]) == 2
+    assert "unknown command 'frobnicate'" in capsys.readouterr().err
+
+
+def test_dispatches_to_benchmarks_and_curves(capsys):
+    for command in ("curves", "benchmarks"):
+        with pytest.raises(SystemExit) as e:
+            main([command, "--help"])
+        assert e.value.code == 0
+        assert f"python -m probes {command}" in capsys.readouterr().out

@@ -1,0 +1,52 @@
+import pytest
+
+from train.schedule import ScheduleConfig, checkpoint_steps
+from train.optim import OptimConfig, accumulation_steps, lr_at
+
+
+def test_pythia_schedule_has_154_checkpoints_for_143k_steps():
+    steps = checkpoint_steps(ScheduleConfig(kind="pythia"), 143_000, 2_097_152)
+    assert len(steps) == 154
+    assert steps[:12] == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000]
+    assert steps[-2:] == [142_000, 143_000]
+
+
+def test_last_step_is_always_saved():
+    assert checkpoint_steps(ScheduleConfig(kind="pythia"), 1500, 1)[-3:] == [512, 1000, 1500]
+    assert checkpoint_steps(ScheduleConfig(kind="custom", points=[3]), 10, 1) == [0, 3, 10]
+
+
+def test_log_schedule_is_log_spaced_then_linear():
+    steps = checkpoint_steps(ScheduleConfig(kind="log", n_log=5, log_until=10_000, every=10_000), 30_000, 1)
+    # exp(log(10000) * i/4) for i = 0..4 -> 1, 10, 100, 1000, 10000; then every 10k steps.
+    assert steps == [0, 1, 10, 100, 1000, 10_000, 20_000, 30_000]
+
+
+def test_schedule_in_tokens_rounds_up_to_the_step_that_has_seen_them():
+    cfg = ScheduleConfig(kind="custom", unit="tokens", points=[1000, 4096, 4097])
+    assert checkpoint_steps(cfg, 10, 4096) == [0, 1, 2, 10]
+
+
+def test_bad_schedule_key_is_named():
+    with pytest.raises(ValueError, match="schedule.kind='weird'"):
+        ScheduleConfig(kind="weird")
+
+
+def test_warmup_then_cosine_to_min_lr():
+    cfg = OptimConfig(lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
+    assert lr_at(cfg, 0, 110) == pytest.approx(1e-4)  # (0 + 1) / 10 of the peak
+    assert lr_at(cfg, 9, 110) == pytest.approx(1e-3)
+    assert lr_at(cfg, 10, 110) == pytest.approx(1e-3)
+    assert lr_at(cfg, 60, 110) == pytest.approx(1e-4 + 0.5 * 9e-4)  # half way: cos(pi/2) = 0
+    assert lr_at(cfg, 110, 110) == pytest.approx(1e-4)
+
+
+def test_pythia_warmup_is_one_percent():
+    cfg = OptimConfig(lr=1e-3, warmup_ratio=0.01)
+    assert lr_at(cfg, 1428, 143_000) < 1e-3 and lr_at(cfg, 1429, 143_000) == pytest.approx(1e-3)
+
+
+def test_accumulation_steps_and_its_error():
+    assert accumulation_steps(OptimConfig(global_batch=1024, micro_batch=16), 8) == 8
+    with pytest.raises(ValueError, match="optim.global_batch=10 must be a multiple of optim.micro_batch=4"):
+        accumulation_steps(OptimConfig(global_batch=10, micro_batch=4), 1)

@@ -1,0 +1,102 @@
+"""The real training entry point on a tiny config: checkpoints, evals, resume, both engines."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+import torch
+from transformers import AutoTokenizer, GPTNeoXForCausalLM
+
+from trainutil import losses, tiny_cfg
+from train.checkpoint import list_checkpoints
+from train.loop import train
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+def run(cache, run_dir, *overrides):
+    cfg = tiny_cfg(cache, *overrides)
+    return train(cfg, run_dir)
+
+
+@pytest.fixture(scope="module")
+def torch_run(cache, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("torch_run")
+    run(cache, run_dir)
+    return run_dir
+
+
+def test_checkpoints_follow_the_schedule_and_load_with_from_pretrained(torch_run):
+    state_last = json.loads((list_checkpoints(torch_run)[-1][1] / "trainer_state.json").read_text())
+    total = state_last["total_steps"]
+    steps = [s for s, _ in list_checkpoints(torch_run)]
+    assert steps[0] == 0 and steps[-1] == total and len(steps) >= 4
+    assert state_last["tokens"] == total * 8 * 32 and state_last["tokens_per_step"] == 256
+    ckpt = list_checkpoints(torch_run)[-1][1]
+    model = GPTNeoXForCausalLM.from_pretrained(ckpt)
+    tokenizer = AutoTokenizer.from_pretrained(ckpt)
+    assert model.config.vocab_size >= len(tokenizer) and model.config.vocab_size % 128 == 0
+    # Only the newest keep_resume=2 checkpoints carry resume state.
+    with_resume = [s for s, p in list_checkpoints(torch_run) if (p / "resume").is_dir()]
+    assert with_resume == steps[-2:]
+    assert not [p for p in (torch_run / "checkpoints").iterdir() if p.name.startswith(".")]
+
+
+def test_every_checkpoint_is_probed_and_learning_happened(torch_run):
+    steps = [s for s, _ in list_checkpoints(torch_run)]
+    accs = {}
+    for step in steps:
+        df = pd.read_parquet(torch_run / "evals" / f"step{step}" / "grammar.parquet")
+        for col in ("pair_id", "paradigm", "phenomenon", "lp_good", "lp_bad", "ntok_good", "ntok_bad"):
+            assert col in df.columns
+        assert (df.lp_good < 0).all() and (df.ntok_good > 0).all()
+        accs[step] = (df.lp_good / df.ntok_good > df.lp_bad / df.ntok_bad).mean()
+    log = losses(torch_run)
+    first, last = log[min(log)], log[max(log)]
+    assert last < first - 0.5, f"loss did not fall: {first:.3f} -> {last:.3f}"
+
+
+def test_saved_weights_give_the_training_models_logits(cache, tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = tiny_cfg(cache, "schedule=custom", "schedule.points=[3]",
+                   "probes=none")
+    from train.model import build_model
+    from train.tokenizer import load_tokenizer
+
+    train(cfg, run_dir)
+    ckpt = run_dir / "checkpoints" / "step0"
+    tok = load_tokenizer(ckpt)
+    rebuilt = build_model(cfg.model, len(tok), seed=cfg.seed)  # step0 = the seeded initialisation
+    loaded = GPTNeoXForCausalLM.from_pretrained(ckpt)
+    ids = torch.tensor([tok("the dogs near the cat run .", add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        assert torch.allclose(rebuilt(ids).logits, loaded(ids).logits, atol=1e-6)
+
+
+@pytest.mark.parametrize("engine", ["torch", "deepspeed"])
+def test_resume_reproduces_the_uninterrupted_loss_trajectory(cache, tmp_path, engine):
+    overrides = [f"engine={engine}", "engine.zero_stage=0", "schedule=custom", "schedule.points=[20]",
+                 "probes=none"]
+    straight, broken = tmp_path / "straight", tmp_path / "broken"
+    run(cache, straight, *overrides)
+    run(cache, broken, *overrides)
+    # Lose everything after step 20, as a crash would, then rerun the same command.
+    last_step = max(s for s, _ in list_checkpoints(broken))
+    shutil.rmtree(broken / "checkpoints" / f"step{last_step}")
+    run(cache, broken, *overrides)
+    a, b = losses(straight), losses(broken)
+    assert sorted(a) == sorted(b) and max(a) > 21
+    for step in range(21, max(a) + 1):
+        assert b[step] == pytest.approx(a[step], abs=1e-6), step
+
+
+def test_resume_with_a_changed_model_config_is_refused(cache, tmp_path):
+    run(cache, tmp_path / "run", "schedule=custom", "schedule.points=[2]", "probes=none")
+    with pytest.raises(ValueError, match=r"model.hidden_size: 32 -> 64"):
+        run(cache, tmp_path / "run", "schedule=custom", "schedule.points=[2]", "probes=none",
+            "model.hidden_size=64")

@@ -1,0 +1,40 @@
+"""Builds the real run config from configs/ (Hydra compose) for tiny CPU runs."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+from train.config import TrainConfig, register, to_typed
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+# A 2-layer model on a small grammar corpus: about 60 optimizer steps of 8 x 32 tokens.
+TINY = [
+    "model=tiny", "model.hidden_size=32", "model.intermediate_size=128", "model.max_position_embeddings=64",
+    "data=grammar", "data.grammar.n_documents=80", "data.grammar.sentences_per_document=10",
+    "data.seq_len=32", "tokenizer.vocab_size=400", "tokenizer.hard_vocab_limit=false", "optim.global_batch=8", "optim.micro_batch=4",
+    "optim.lr=3e-3", "schedule=log", "schedule.n_log=4", "logger.log_every=1", "logger.wandb=false",
+    "probes.benchmarks=[{name: grammar, max_pairs_per_paradigm: 10}]", "curves_at_end=false",
+]
+
+
+def compose_cfg(overrides: list[str]):
+    register()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+def tiny_cfg(cache_dir: Path, *extra: str) -> TrainConfig:
+    return to_typed(compose_cfg(TINY + [f"data.cache_dir={cache_dir}", *extra]))
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    """Last logged train/loss per step (a resumed run appends to the same log)."""
+    out = {}
+    for line in (Path(run_dir) / "logs" / "train.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if "train/loss" in record:
+            out[record["step"]] = record["train/loss"]
+    return out

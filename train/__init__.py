@@ -1,0 +1,1 @@
+"""Everything that makes checkpoints: model, data, loop, engines, schedule, hook dispatch."""

@@ -1,0 +1,153 @@
+"""Training documents: local text/jsonl/parquet files or the built-in grammar corpus, as one Dataset.
+
+A document is the unit the token store indexes and the sequence stream orders. For text files it is a
+paragraph block: the shared corpora put one paragraph per line and a blank line between documents, which
+is exactly the `text` builder's sample_by="paragraph" (split on "\\n\\n").
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import datasets
+
+from probes.grammar import GrammarConfig
+
+_EXTENSIONS = {"text": (".txt", ".text"), "jsonl": (".jsonl", ".json"), "parquet": (".parquet",)}
+_BUILDER = {"text": "text", "jsonl": "json", "parquet": "parquet"}
+
+
+@dataclass
+class DataConfig:
+    source: str = "grammar"  # "grammar" (built-in generator) | "files"
+    paths: list[str] = field(default_factory=list)  # files or directories, for source=files
+    format: str = "auto"  # auto | text | jsonl | parquet  (auto: by file extension)
+    text_field: str = "text"  # column for jsonl/parquet
+    grammar: GrammarConfig = field(default_factory=GrammarConfig)
+    budget_tokens: Optional[int] = None  # tokens trained on; None = the whole corpus once
+    epochs: int = 1
+    order_seed: int = 1234  # the fixed document order shared by all budgets and seeds
+    seed: int = 0  # the run's data seed: order of sequences
+    seq_len: Optional[int] = None  # None: filled from model.max_position_embeddings
+    cache_dir: str = "~/.cache/syntax-dynamics"  # token stores and trained tokenizers live here
+    num_proc: int = 2
+
+
+def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
+    """Documents as a Dataset with one column "text", plus a corpus identity string for fingerprints.
+
+    The identity names the source, the resolved files with their sizes and mtimes (or the grammar
+    config), so an edited file or a different generator setting gives a new token store.
+    """
+    if cfg.source == "grammar":
+        from probes import grammar  # the generator's module, resolved at call time
+
+        docs = [d for d in grammar.corpus_documents(cfg.grammar) if d.strip()]
+        if not docs:
+            raise ValueError(f"data.grammar {asdict(cfg.grammar)} produced no documents")
+        ident = json.dumps({"source": "grammar", "grammar": asdict(cfg.grammar)}, sort_keys=True)
+        return datasets.Dataset.from_dict({"text": docs}), ident
+    if cfg.source != "files":
+        raise ValueError(f"data.source must be 'grammar' or 'files', got {cfg.source!r}")
+    if cfg.format not in ("auto", *_EXTENSIONS):
+        raise ValueError(f"data.format must be one of auto, text, jsonl, parquet; got {cfg.format!r}")
+    if not cfg.paths:
+        raise ValueError("data.paths is empty: name at least one file or directory when data.source=files")
+
+    groups = _collect_files(cfg)
+    parts = []
+    cache = str(Path(cfg.cache_dir).expanduser() / "datasets")
+    for fmt in sorted(groups):
+        files = groups[fmt]
+        if fmt == "jsonl":
+            for f in files:
+                _check_jsonl_field(f, cfg.text_field)
+        elif fmt == "parquet":
+            for f in files:
+                _check_parquet_field(f, cfg.text_field)
+        kwargs = {"sample_by": "paragraph"} if fmt == "text" else {}
+        ds = datasets.load_dataset(_BUILDER[fmt], data_files=[str(f) for f in files], split="train",
+                                   cache_dir=cache, num_proc=max(1, min(cfg.num_proc, len(files))), **kwargs)
+        col = "text" if fmt == "text" else cfg.text_field
+        ds = ds.select_columns([col])
+        if col != "text":
+            ds = ds.rename_column(col, "text")
+        parts.append(ds)
+    if len(parts) > 1:
+        # builders disagree on string vs large_string; one type lets the parts concatenate
+        parts = [p.cast(datasets.Features({"text": datasets.Value("large_string")})) for p in parts]
+    docs = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    # Blank documents add nothing but an EOS; null cells (parquet/jsonl) would break tokenisation.
+    docs = docs.filter(lambda b: [t is not None and t.strip() != "" for t in b["text"]], batched=True)
+    all_files = sorted(f for fs in groups.values() for f in fs)
+    if len(docs) == 0:
+        raise ValueError(f"data.paths: the corpus is empty (no non-blank documents in {[str(f) for f in all_files]})")
+    ident = json.dumps({
+        "source": "files", "format": cfg.format, "text_field": cfg.text_field,
+        "files": [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in all_files],
+    }, sort_keys=True)
+    return docs, ident
+
+
+def _format_of(path: Path, fmt: str) -> Optional[str]:
+    if fmt != "auto":
+        return fmt
+    for name, exts in _EXTENSIONS.items():
+        if path.name.lower().endswith(exts):
+            return name
+    return None
+
+
+def _collect_files(cfg: DataConfig) -> dict[str, list[Path]]:
+    """Files grouped by format; directories are walked (sorted, hidden files skipped)."""
+    groups: dict[str, list[Path]] = {}
+    for p in cfg.paths:
+        path = Path(p).expanduser().resolve()
+        if not path.exists():
+            raise FileNotFoundError(f"data.paths: no such file or directory: {path}")
+        if path.is_file():
+            fmt = _format_of(path, cfg.format)
+            if fmt is None:
+                raise ValueError(f"data.paths: cannot tell the format of {path} from its extension; "
+                                 f"set data.format to text, jsonl or parquet")
+            groups.setdefault(fmt, []).append(path)
+            continue
+        found = False
+        for f in sorted(path.rglob("*")):
+            if not f.is_file() or any(part.startswith(".") for part in f.relative_to(path).parts):
+                continue
+            fmt = _format_of(f, "auto")
+            if fmt is not None and (cfg.format == "auto" or fmt == cfg.format):
+                groups.setdefault(fmt, []).append(f)
+                found = True
+        if not found:
+            kind = "text, jsonl or parquet" if cfg.format == "auto" else cfg.format
+            raise ValueError(f"data.paths: the corpus is empty: no {kind} files under {path}")
+    return groups
+
+
+def _check_jsonl_field(path: Path, text_field: str) -> None:
+    """Fail early, naming file and line, rather than deep inside the json builder."""
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: invalid JSON ({e})") from None
+            if not isinstance(row, dict) or text_field not in row:
+                keys = sorted(row) if isinstance(row, dict) else type(row).__name__
+                raise ValueError(f"{path}:{lineno}: no field {text_field!r} (data.text_field); found {keys}")
+            if lineno >= 1000:  # a schema check, not a full validation pass over a large corpus
+                return
+
+
+def _check_parquet_field(path: Path, text_field: str) -> None:
+    import pyarrow.parquet as pq
+
+    names = pq.read_schema(path).names
+    if text_field not in names:
+        raise ValueError(f"{path}: no column {text_field!r} (data.text_field); found {names}")

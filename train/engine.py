@@ -1,0 +1,198 @@
+"""Engines step one model: plain torch (one process or DDP under torchrun) or DeepSpeed (ZeRO).
+
+Both expose the same five calls so the training loop does not know which one it drives:
+loss = engine.loss(batch); engine.backward(loss); engine.step(lr) -> grad norm;
+engine.save_resume(dir); engine.load_resume(dir).
+"""
+from __future__ import annotations
+
+import os
+import socket
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as torch_dist
+
+from train.optim import OptimConfig, accumulation_steps, build_optimizer, set_lr
+
+
+@dataclass
+class EngineConfig:
+    kind: str = "torch"  # torch | deepspeed
+    zero_stage: int = 0  # deepspeed only: 0, 1, 2 (3 shards the weights: not supported by our checkpoints)
+    precision: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | fp32 | bf16
+    device: str = "auto"  # auto | cpu | cuda
+    backend: str = "auto"  # auto (nccl on GPU, gloo on CPU) | nccl | gloo
+
+    def __post_init__(self):
+        if self.kind not in ("torch", "deepspeed"):
+            raise ValueError(f"engine.kind={self.kind!r}: expected torch or deepspeed")
+        if self.zero_stage not in (0, 1, 2):
+            raise ValueError(f"engine.zero_stage={self.zero_stage}: expected 0, 1 or 2")
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise ValueError(f"engine.precision={self.precision!r}: expected auto, fp32 or bf16")
+
+
+@dataclass
+class Dist:
+    rank: int
+    world: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            torch_dist.barrier()
+
+    def mean(self, value: float) -> float:
+        if self.world == 1:
+            return value
+        t = torch.tensor([value], dtype=torch.float64)
+        torch_dist.all_reduce(t)
+        return t.item() / self.world
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed(cfg: EngineConfig) -> Dist:
+    """Joins the process group that torchrun, the deepspeed launcher or SLURM (via submitit) set up
+    in the environment. A lone process gets a one-member group of its own when DeepSpeed needs one:
+    without MASTER_ADDR/RANK/... deepspeed falls into MPI discovery and fails on a missing mpi4py."""
+    want_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if want_cuda else torch.device("cpu")
+    if want_cuda:
+        torch.cuda.set_device(device)
+    if (world > 1 or cfg.kind == "deepspeed") and not torch_dist.is_initialized():
+        if world == 1:
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", str(_free_port()))
+            os.environ.setdefault("RANK", "0")
+            os.environ.setdefault("WORLD_SIZE", "1")
+            os.environ.setdefault("LOCAL_RANK", "0")
+        backend = cfg.backend if cfg.backend != "auto" else ("nccl" if want_cuda else "gloo")
+        torch_dist.init_process_group(backend=backend, rank=rank, world_size=world)
+    return Dist(rank=rank, world=world, local_rank=local_rank, device=device)
+
+
+def _use_bf16(cfg: EngineConfig, dist: Dist) -> bool:
+    if cfg.precision == "auto":
+        return dist.device.type == "cuda"
+    return cfg.precision == "bf16"
+
+
+def _lm_loss(model, batch: torch.Tensor) -> torch.Tensor:
+    # batch rows hold seq_len + 1 ids: inputs are [:-1], targets [1:] (one overlapping token).
+    logits = model(input_ids=batch[:, :-1]).logits
+    return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)),
+                                             batch[:, 1:].reshape(-1))
+
+
+class TorchEngine:
+    def __init__(self, cfg: EngineConfig, optim: OptimConfig, model: torch.nn.Module, dist: Dist):
+        self.dist, self.optim_cfg = dist, optim
+        self.module = model.to(dist.device)
+        self.accum = accumulation_steps(optim, dist.world)
+        self.bf16 = _use_bf16(cfg, dist)
+        self.model = (torch.nn.parallel.DistributedDataParallel(self.module) if dist.world > 1 else self.module)
+        self.optimizer = build_optimizer(optim, self.module)
+        self._micro = 0
+
+    def loss(self, batch: torch.Tensor) -> torch.Tensor:
+        last = self._micro == self.accum - 1
+        # DDP all-reduces on every backward; skip it until the last micro-batch of the step.
+        sync = nullcontext() if (last or self.dist.world == 1) else self.model.no_sync()
+        autocast = torch.autocast(self.dist.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
+        with sync, autocast:
+            return _lm_loss(self.model, batch.to(self.dist.device))
+
+    def backward(self, loss: torch.Tensor) -> None:
+        # The forward pass under no_sync already told DDP whether this backward all-reduces.
+        (loss / self.accum).backward()
+        self._micro += 1
+
+    def step(self, lr: float) -> float:
+        assert self._micro == self.accum, "step() before all micro-batches of the step were backpropagated"
+        self._micro = 0
+        norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.optim_cfg.grad_clip)
+        set_lr(self.optimizer, lr)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    def save_resume(self, path: Path) -> None:
+        # Every rank holds the same optimizer state under DDP; rank 0 writes it. Weights are resumed
+        # from the checkpoint's fp32 model.safetensors.
+        if self.dist.main:
+            path.mkdir(parents=True, exist_ok=True)
+            torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
+
+    def load_resume(self, ckpt_dir: Path) -> None:
+        # from_pretrained maps the on-disk names (transformers writes lm_head as embed_out) back to
+        # the module's, so the state dict loads strictly: a missing tensor is an error, not a reset.
+        saved = type(self.module).from_pretrained(ckpt_dir, dtype=torch.float32)
+        self.module.load_state_dict(saved.state_dict(), strict=True)
+        state = torch.load(ckpt_dir / "resume" / "optimizer.pt", map_location=self.dist.device,
+                           weights_only=True)
+        self.optimizer.load_state_dict(state)
+
+
+class DeepSpeedEngine:
+    def __init__(self, cfg: EngineConfig, optim: OptimConfig, model: torch.nn.Module, dist: Dist):
+        import deepspeed
+
+        self.dist, self.accum = dist, accumulation_steps(optim, dist.world)
+        bf16 = _use_bf16(cfg, dist)
+        ds_config = {
+            "train_micro_batch_size_per_gpu": optim.micro_batch,
+            "gradient_accumulation_steps": self.accum,
+            "train_batch_size": optim.global_batch,
+            "gradient_clipping": optim.grad_clip,
+            "zero_optimization": {"stage": cfg.zero_stage},
+            "bf16": {"enabled": bf16},
+            "steps_per_print": 10 ** 9,  # we log ourselves
+            "wall_clock_breakdown": False,
+        }
+        model = model.to(dist.device)
+        self.ds, self.optimizer, _, _ = deepspeed.initialize(
+            model=model, optimizer=build_optimizer(optim, model), config=ds_config)
+        self.module = self.ds.module
+        self._norm = 0.0
+
+    def loss(self, batch: torch.Tensor) -> torch.Tensor:
+        return _lm_loss(self.ds, batch.to(self.dist.device))
+
+    def backward(self, loss: torch.Tensor) -> None:
+        # DeepSpeed divides by the accumulation steps itself and steps only at the boundary.
+        self.ds.backward(loss)
+        if not self.ds.is_gradient_accumulation_boundary():
+            self.ds.step()  # counts the micro-step; the optimizer runs in step() at the boundary
+
+    def step(self, lr: float) -> float:
+        set_lr(self.optimizer, lr)
+        self.ds.step()
+        norm = self.ds.get_global_grad_norm()
+        return float(norm) if norm is not None else float("nan")
+
+    def save_resume(self, path: Path) -> None:
+        self.ds.save_checkpoint(str(path), tag="deepspeed", save_latest=False)
+
+    def load_resume(self, ckpt_dir: Path) -> None:
+        self.ds.load_checkpoint(str(ckpt_dir / "resume"), tag="deepspeed", load_optimizer_states=True,
+                                load_lr_scheduler_states=False)
+
+
+def build_engine(cfg: EngineConfig, optim: OptimConfig, model: torch.nn.Module, dist: Dist):
+    return (DeepSpeedEngine if cfg.kind == "deepspeed" else TorchEngine)(cfg, optim, model, dist)

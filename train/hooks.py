@@ -1,0 +1,25 @@
+"""Hooks are plain objects the loop calls after a checkpoint is whole (never on a partial one).
+
+A hook has `post_checkpoint_saved(ckpt_dir, step, tokens, model) -> dict` returning metrics to log
+(may be empty) and `close()`. The probe hook (probes.hook.ProbeHook) is the main one.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+
+class Hook(Protocol):
+    def post_checkpoint_saved(self, ckpt_dir: Path, step: int, tokens: int,
+                              model: torch.nn.Module) -> dict[str, float]: ...
+
+    def close(self) -> None: ...
+
+
+def run_hooks(hooks: list[Hook], ckpt_dir: Path, step: int, tokens: int, model: torch.nn.Module) -> dict:
+    metrics: dict[str, float] = {}
+    for hook in hooks:
+        metrics.update(hook.post_checkpoint_saved(ckpt_dir, step, tokens, model) or {})
+    return metrics

@@ -1,0 +1,96 @@
+"""Pythia-size GPT-NeoX models, built from configs whose field names are GPTNeoXConfig's."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import torch
+from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+# Fields of ModelConfig that are ours; everything else passes straight to GPTNeoXConfig.
+_OWN_FIELDS = ("name", "lr", "init_method")
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"
+    lr: Optional[float] = None  # the published peak lr for this size; optim presets read ${model.lr}
+    init_method: str = "pythia"  # pythia: small_init everywhere, wang_init on output projections | hf
+    hidden_size: int = 64
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    intermediate_size: int = 256
+    rotary_pct: float = 0.25
+    rotary_emb_base: int = 10000
+    use_parallel_residual: bool = True
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 2048
+    vocab_size: Optional[int] = None  # None: the tokenizer's vocabulary padded to a multiple of 128
+    layer_norm_eps: float = 1e-5
+    hidden_act: str = "gelu"
+
+
+def pad_vocab(n: int, multiple: int = 128) -> int:
+    """Pythia pads the embedding matrix to a multiple of 128 (50277 tokens -> 50304 rows)."""
+    return ((n + multiple - 1) // multiple) * multiple
+
+
+def hf_config(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None, *, bos_token_id=None,
+              eos_token_id=None) -> GPTNeoXConfig:
+    fields = {k: v for k, v in asdict(cfg).items() if k not in _OWN_FIELDS}
+    if fields["vocab_size"] is None:
+        if tokenizer_vocab is None:
+            raise ValueError("model.vocab_size is null and no tokenizer size was given to derive it from")
+        fields["vocab_size"] = pad_vocab(tokenizer_vocab)
+    elif tokenizer_vocab is not None and fields["vocab_size"] < tokenizer_vocab:
+        raise ValueError(
+            f"model.vocab_size={fields['vocab_size']} is smaller than the tokenizer's vocabulary "
+            f"({tokenizer_vocab} ids): set model.vocab_size>={tokenizer_vocab} or null to derive it")
+    if fields["hidden_size"] % fields["num_attention_heads"]:
+        raise ValueError(f"model.hidden_size={fields['hidden_size']} is not divisible by "
+                         f"model.num_attention_heads={fields['num_attention_heads']}")
+    # Pythia trains without dropout; bias terms and the rotary layout follow GPT-NeoX.
+    return GPTNeoXConfig(**fields, attention_dropout=0.0, hidden_dropout=0.0,
+                         bos_token_id=bos_token_id, eos_token_id=eos_token_id)
+
+
+@torch.no_grad()
+def init_pythia_(model: GPTNeoXForCausalLM) -> None:
+    """Pythia's initialisation: normal(0, sqrt(2/(5d))) ("small_init") for every weight matrix and
+    embedding, and normal(0, 2/(L*sqrt(d))) ("wang_init") for the two projections that write into the
+    residual stream (attention output, MLP output); biases zero, LayerNorms identity."""
+    d = model.config.hidden_size
+    n_layers = model.config.num_hidden_layers
+    small = math.sqrt(2.0 / (5.0 * d))
+    wang = 2.0 / (n_layers * math.sqrt(d))
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.LayerNorm):
+            module.weight.fill_(1.0)
+            module.bias.zero_()
+        elif isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+            std = wang if name.endswith(("attention.dense", "mlp.dense_4h_to_h")) else small
+            module.weight.normal_(0.0, std)
+            if getattr(module, "bias", None) is not None:
+                module.bias.zero_()
+
+
+def build_model(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None, *, seed: int = 0,
+                bos_token_id=None, eos_token_id=None, device: str | torch.device = "cpu") -> GPTNeoXForCausalLM:
+    """A freshly initialised model; the same seed gives the same weights on every rank."""
+    config = hf_config(cfg, tokenizer_vocab, bos_token_id=bos_token_id, eos_token_id=eos_token_id)
+    with torch.device(device):
+        model = GPTNeoXForCausalLM(config)
+    if str(device) != "meta":
+        if cfg.init_method == "pythia":
+            gen_state = torch.random.get_rng_state()
+            torch.manual_seed(seed)
+            init_pythia_(model)
+            torch.random.set_rng_state(gen_state)
+        elif cfg.init_method != "hf":
+            raise ValueError(f"model.init_method={cfg.init_method!r}: expected 'pythia' or 'hf'")
+    return model
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,80 @@
+"""AdamW with Pythia's hyperparameters and a warmup + cosine learning-rate schedule."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1.0e-3
+    min_lr_ratio: float = 0.1  # Pythia decays to 0.1 x lr
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    eps: float = 1.0e-8
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    warmup_ratio: float = 0.01  # Pythia: 1 % of the steps; ZhoBLiMP: 0.1
+    warmup_steps: Optional[int] = None  # overrides warmup_ratio when set
+    decay: str = "cosine"  # cosine | linear | constant
+    global_batch: int = 1024  # sequences per optimizer step, across all ranks
+    micro_batch: int = 8  # sequences per forward pass on one rank
+
+    def __post_init__(self):
+        if self.decay not in ("cosine", "linear", "constant"):
+            raise ValueError(f"optim.decay={self.decay!r}: expected cosine, linear or constant")
+        if len(self.betas) != 2:
+            raise ValueError(f"optim.betas={list(self.betas)}: expected two values")
+
+
+def accumulation_steps(cfg: OptimConfig, world_size: int) -> int:
+    """Micro-batches per rank per optimizer step, so that micro x accum x world = global batch."""
+    per_rank, rest = divmod(cfg.global_batch, world_size)
+    if rest or per_rank % cfg.micro_batch:
+        raise ValueError(
+            f"optim.global_batch={cfg.global_batch} must be a multiple of optim.micro_batch={cfg.micro_batch}"
+            f" x world size {world_size}")
+    return per_rank // cfg.micro_batch
+
+
+def warmup_steps(cfg: OptimConfig, total_steps: int) -> int:
+    if cfg.warmup_steps is not None:
+        return cfg.warmup_steps
+    return int(math.ceil(cfg.warmup_ratio * total_steps))
+
+
+def lr_at(cfg: OptimConfig, step: int, total_steps: int) -> float:
+    """Learning rate for the update that takes the model from `step` to `step + 1` (a pure function,
+    so resume needs no scheduler state): linear warmup from 0, then decay to min_lr_ratio x lr."""
+    warm = warmup_steps(cfg, total_steps)
+    if step < warm:
+        return cfg.lr * (step + 1) / warm
+    min_lr = cfg.lr * cfg.min_lr_ratio
+    if cfg.decay == "constant" or total_steps <= warm:
+        return cfg.lr
+    progress = min(1.0, (step - warm) / max(1, total_steps - warm))
+    if cfg.decay == "linear":
+        return cfg.lr - (cfg.lr - min_lr) * progress
+    return min_lr + 0.5 * (cfg.lr - min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Biases and LayerNorm weights are not decayed (as in GPT-NeoX)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def build_optimizer(cfg: OptimConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=tuple(cfg.betas),
+                             eps=cfg.eps)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr

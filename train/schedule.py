@@ -1,0 +1,49 @@
+"""Which optimizer steps get a checkpoint: Pythia's, log-spaced, or a custom list; in steps or tokens."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ScheduleConfig:
+    kind: str = "pythia"  # pythia | log | custom
+    unit: str = "steps"  # steps | tokens: how `every`, `points` and `log_until` are counted
+    every: int = 1000  # pythia: linear interval after the powers of two (steps or tokens)
+    n_log: int = 47  # log: this many log-spaced points between the first step and log_until
+    log_until: float = 1.0  # log: a fraction (<= 1) of the run, or an absolute position (> 1)
+    points: list[int] = field(default_factory=list)  # custom: positions (steps or tokens)
+    keep_resume: int = 2  # resume state (optimizer, RNG) is kept on the last K checkpoints only
+
+    def __post_init__(self):
+        if self.kind not in ("pythia", "log", "custom"):
+            raise ValueError(f"schedule.kind={self.kind!r}: expected pythia, log or custom")
+        if self.unit not in ("steps", "tokens"):
+            raise ValueError(f"schedule.unit={self.unit!r}: expected steps or tokens")
+        if self.keep_resume < 1:
+            raise ValueError(f"schedule.keep_resume={self.keep_resume}: keep at least one resume state")
+
+
+def checkpoint_steps(cfg: ScheduleConfig, total_steps: int, tokens_per_step: int) -> list[int]:
+    """Sorted optimizer steps (0 = initialisation) at which a checkpoint is written; the last step is
+    always included. Token positions are rounded up to the first step that has seen them."""
+    def to_step(x: float) -> int:
+        return int(math.ceil(x / tokens_per_step)) if cfg.unit == "tokens" else int(round(x))
+
+    steps = {0, total_steps}
+    if cfg.kind == "pythia":
+        # 0, 1, 2, 4 ... 512 then every 1000 steps: 154 checkpoints for Pythia's 143,000 steps.
+        steps.update(2 ** i for i in range(10))
+        interval = max(1, to_step(cfg.every))
+        steps.update(range(interval, total_steps + 1, interval))
+    elif cfg.kind == "log":
+        until = cfg.log_until * total_steps if cfg.log_until <= 1 else to_step(cfg.log_until)
+        until = max(1.0, min(float(total_steps), until))
+        if cfg.n_log > 1:
+            steps.update(int(round(math.exp(math.log(until) * i / (cfg.n_log - 1)))) for i in range(cfg.n_log))
+        if until < total_steps:
+            interval = max(1, to_step(cfg.every))
+            steps.update(range(int(until), total_steps + 1, interval))
+    else:
+        steps.update(to_step(p) for p in cfg.points)
+    return sorted(s for s in steps if 0 <= s <= total_steps)

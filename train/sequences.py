@@ -1,0 +1,118 @@
+"""Budget view and packed training sequences; the position in the stream is a pure function of the step.
+
+The stream is every document of the store in one fixed permutation drawn with `order_seed` (not the
+run's seed), each followed by EOS. A budget of B tokens over E epochs trains on the first ceil(B/E)
+tokens of that stream -- the *view* -- so the view of a 10M budget is a prefix of the 100M one and runs
+of different sizes see the same text first. The view is cut into sequences of seq_len+1 tokens that
+overlap by one token (inputs = s[:-1], labels = s[1:], so every view token but the first is predicted
+once per epoch; a tail shorter than a sequence is dropped). Epoch e visits the sequences in a
+permutation drawn from (seed, e). Nothing is materialised: a sequence is gathered from the memmap.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+import torch
+
+from train.token_store import TokenStore
+
+
+class SequenceStream:
+    def __init__(self, store: TokenStore, *, seq_len: int, budget_tokens: Optional[int], epochs: int,
+                 order_seed: int, seed: int, eos_id: int):
+        if seq_len < 1:
+            raise ValueError(f"data.seq_len must be >= 1, got {seq_len}")
+        if epochs < 1:
+            raise ValueError(f"data.epochs must be >= 1, got {epochs}")
+        if budget_tokens is not None and budget_tokens < 1:
+            raise ValueError(f"data.budget_tokens must be positive or null, got {budget_tokens}")
+        self.store = store
+        self.seq_len = seq_len
+        self.epochs = epochs
+        self.seed = seed
+        self.eos_id = eos_id
+        # The document order: fixed by order_seed alone, so every budget and every run seed shares it.
+        self._order = np.random.default_rng(order_seed).permutation(len(store))
+        lengths = np.diff(store.doc_offsets)[self._order] + 1  # +1: the EOS after each document
+        self._cum = np.zeros(len(lengths) + 1, dtype=np.int64)  # stream position where each doc starts
+        np.cumsum(lengths, out=self._cum[1:])
+        self.stream_tokens = int(self._cum[-1])
+
+        if budget_tokens is None:
+            self.view_tokens = self.stream_tokens
+        else:
+            self.view_tokens = math.ceil(budget_tokens / epochs)
+            if self.view_tokens > self.stream_tokens:
+                raise ValueError(
+                    f"data.budget_tokens={budget_tokens} over data.epochs={epochs} needs a view of "
+                    f"{self.view_tokens} tokens, but the corpus has only {self.stream_tokens} tokens "
+                    f"(EOS included); lower data.budget_tokens or raise data.epochs")
+        self.sequences_per_epoch = (self.view_tokens - 1) // seq_len
+        if self.sequences_per_epoch < 1:
+            raise ValueError(f"the view of {self.view_tokens} tokens is shorter than one sequence of "
+                             f"data.seq_len+1={seq_len + 1} tokens")
+        self.num_sequences = self.sequences_per_epoch * epochs
+        self._perm_epoch = -1
+        self._perm = np.empty(0, dtype=np.int64)
+
+    def steps(self, global_batch: int) -> int:
+        """Optimizer steps available; the last partial batch is dropped."""
+        if global_batch < 1:
+            raise ValueError(f"global batch must be >= 1, got {global_batch}")
+        return self.num_sequences // global_batch
+
+    def sequence(self, k: int) -> np.ndarray:
+        """The k-th sequence in training order: seq_len+1 ids (int64)."""
+        if not 0 <= k < self.num_sequences:
+            raise IndexError(f"sequence {k} out of range: the stream has {self.num_sequences} sequences "
+                             f"({self.sequences_per_epoch} per epoch x {self.epochs} epochs)")
+        epoch, i = divmod(k, self.sequences_per_epoch)
+        return self.window(int(self._epoch_perm(epoch)[i]))
+
+    def window(self, j: int) -> np.ndarray:
+        """The j-th sequence of the view in stream order (before shuffling): tokens [j*seq_len, j*seq_len+seq_len+1)."""
+        if not 0 <= j < self.sequences_per_epoch:
+            raise IndexError(f"window {j} out of range: the view holds {self.sequences_per_epoch} sequences")
+        return self._gather(j * self.seq_len)
+
+    def batch(self, step: int, global_batch: int, rank: int = 0, world: int = 1) -> torch.LongTensor:
+        """This rank's rows [rank::world] of the step's global batch; shape (global_batch//world, seq_len+1)."""
+        if world < 1 or not 0 <= rank < world:
+            raise ValueError(f"rank {rank} is not in a world of {world} processes")
+        if global_batch % world:
+            raise ValueError(f"global batch {global_batch} is not divisible by the world size {world}")
+        if not 0 <= step < self.steps(global_batch):
+            raise IndexError(f"step {step} out of range: {self.steps(global_batch)} steps of {global_batch} sequences")
+        first = step * global_batch
+        rows = [self.sequence(k) for k in range(first + rank, first + global_batch, world)]
+        return torch.from_numpy(np.stack(rows))
+
+    def _epoch_perm(self, epoch: int) -> np.ndarray:
+        # One epoch's permutation is cached: consecutive steps almost always stay in the same epoch.
+        if epoch != self._perm_epoch:
+            self._perm = np.random.default_rng([self.seed, epoch]).permutation(self.sequences_per_epoch)
+            self._perm_epoch = epoch
+        return self._perm
+
+    def _gather(self, start: int) -> np.ndarray:
+        """Stream tokens [start, start+seq_len+1): slices of the ordered documents, EOS after each."""
+        end = start + self.seq_len + 1
+        out = np.empty(self.seq_len + 1, dtype=np.int64)
+        d = int(np.searchsorted(self._cum, start, side="right")) - 1  # document holding `start`
+        pos = start
+        offsets, tokens = self.store.doc_offsets, self.store.tokens
+        while pos < end:
+            doc_start, doc_end = int(self._cum[d]), int(self._cum[d + 1])  # doc_end - 1 is its EOS
+            src = int(offsets[self._order[d]])
+            a = pos - doc_start  # offset inside this document
+            b = min(end, doc_end - 1) - doc_start  # stop before the EOS or at the sequence end
+            if b > a:
+                out[pos - start:pos - start + b - a] = tokens[src + a:src + b]
+                pos += b - a
+            if pos < end and pos == doc_end - 1:
+                out[pos - start] = self.eos_id
+                pos += 1
+            d += 1
+        return out

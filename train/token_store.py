@@ -1,0 +1,150 @@
+"""One memory-mapped token array + document index per (corpus, tokenizer), built once and reused by every run.
+
+Layout of cache_dir/stores/<fingerprint>/:
+    tokens.bin    all documents' ids concatenated (no EOS: the sequence stream adds it), uint16 or uint32
+    offsets.npy   int64 [n_docs + 1]; document i is tokens[offsets[i]:offsets[i+1]]
+    meta.json     fingerprint, n_tokens, n_docs, dtype, tokenizer fingerprint, corpus_id
+The directory is built under a temporary name and renamed into place when complete, so a crash leaves
+nothing under the final name and the next call simply rebuilds.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import datasets
+import numpy as np
+from tqdm.auto import tqdm
+
+from train.tokenizer import load_tokenizer, tokenizer_fingerprint
+
+_CHUNK_DOCS = 10_000  # documents per write: memory stays flat however large the corpus
+
+
+class TokenStore:
+    """Read-only view of a built store: `tokens` is a memmap, nothing is loaded eagerly."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.meta: dict = json.loads((self.path / "meta.json").read_text())
+        self.doc_offsets: np.ndarray = np.load(self.path / "offsets.npy")
+        self.tokens: np.ndarray = np.memmap(self.path / "tokens.bin", dtype=np.dtype(self.meta["dtype"]),
+                                            mode="r", shape=(self.meta["n_tokens"],))
+        if len(self.doc_offsets) != self.meta["n_docs"] + 1 or self.doc_offsets[-1] != self.meta["n_tokens"]:
+            raise ValueError(f"{self.path}: offsets.npy does not match meta.json (a corrupt store: delete it)")
+
+    def __len__(self) -> int:
+        return self.meta["n_docs"]
+
+    def doc(self, i: int) -> np.ndarray:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"document {i} out of range for a store of {len(self)} documents")
+        i %= len(self)
+        return self.tokens[self.doc_offsets[i]:self.doc_offsets[i + 1]]
+
+
+def store_fingerprint(corpus_id: str, tokenizer_dir: Path) -> str:
+    return hashlib.sha256(f"{corpus_id}\0{tokenizer_fingerprint(tokenizer_dir)}".encode()).hexdigest()[:16]
+
+
+def build_or_load(docs: datasets.Dataset, tokenizer_dir: Path, corpus_id: str, cache_dir: Path,
+                  num_proc: int = 2) -> TokenStore:
+    """The store for (corpus_id, tokenizer): loaded when cached, otherwise tokenised once and saved."""
+    fp = store_fingerprint(corpus_id, tokenizer_dir)
+    final = Path(cache_dir).expanduser() / "stores" / fp
+    if (final / "meta.json").is_file():
+        return TokenStore(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{fp}.tmp-", dir=final.parent))
+    try:
+        _build(docs, Path(tokenizer_dir), corpus_id, fp, tmp, num_proc)
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            if not (final / "meta.json").is_file():  # not a concurrent builder that finished first
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return TokenStore(final)
+
+
+def _build(docs: datasets.Dataset, tokenizer_dir: Path, corpus_id: str, fp: str, out: Path, num_proc: int) -> None:
+    if "text" not in docs.column_names:
+        raise ValueError(f"documents need a 'text' column; got {docs.column_names}")
+    if len(docs) == 0:
+        raise ValueError("cannot build a token store from an empty corpus")
+    tok = load_tokenizer(tokenizer_dir)
+    dtype = np.dtype(np.uint16 if len(tok) <= 65535 else np.uint32)
+
+    def encode(batch, idx):
+        for i, t in zip(idx, batch["text"]):
+            if not isinstance(t, str):
+                raise ValueError(f"document {i}: text is {type(t).__name__}, not str")
+        ids = tok(batch["text"], add_special_tokens=False, verbose=False)["input_ids"]
+        return {"ids": ids, "n": [len(x) for x in ids]}
+
+    mapped = docs.map(encode, batched=True, with_indices=True, batch_size=1000, remove_columns=docs.column_names,
+                      num_proc=max(1, min(num_proc, len(docs))) if num_proc > 1 else None,
+                      new_fingerprint=f"syntax-dynamics-tokens-{fp}", desc="tokenizing")
+    lengths = np.asarray(mapped.with_format("numpy")["n"], dtype=np.int64)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    n_tokens = int(offsets[-1])
+    if n_tokens == 0:
+        raise ValueError("cannot build a token store: the corpus tokenizes to zero tokens")
+
+    arr = np.memmap(out / "tokens.bin", dtype=dtype, mode="w+", shape=(n_tokens,))
+    pos = 0
+    with tqdm(total=n_tokens, unit="tok", desc="writing token store") as bar:
+        # Arrow batches flatten to one numpy array without a Python loop over tokens.
+        for batch in mapped.select_columns(["ids"]).with_format("arrow").iter(batch_size=_CHUNK_DOCS):
+            flat = batch["ids"].combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            if flat.size and flat.max() > np.iinfo(dtype).max:
+                raise ValueError(f"token id {int(flat.max())} does not fit {dtype} (tokenizer {tokenizer_dir})")
+            arr[pos:pos + flat.size] = flat
+            pos += flat.size
+            bar.update(flat.size)
+    assert pos == n_tokens, (pos, n_tokens)
+    arr.flush()
+    del arr
+    _finish(out, offsets, dtype, {"fingerprint": fp, "vocab_size": len(tok),
+                                  "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer_dir),
+                                  "tokenizer_dir": str(tokenizer_dir), "corpus_id": corpus_id})
+
+
+def write_token_store(path: Path, docs_ids: list[list[int]], dtype: str = "uint16", **meta) -> TokenStore:
+    """A store from ids already in hand (small corpora, tests); same files and atomic rename as a build."""
+    path = Path(path)
+    if path.exists():
+        raise FileExistsError(f"{path} already exists")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        offsets = np.zeros(len(docs_ids) + 1, dtype=np.int64)
+        np.cumsum([len(d) for d in docs_ids], out=offsets[1:])
+        flat = np.fromiter((t for d in docs_ids for t in d), dtype=np.int64, count=int(offsets[-1]))
+        if flat.size == 0:
+            raise ValueError("cannot write a token store with zero tokens")
+        np.asarray(flat, dtype=np.dtype(dtype)).tofile(tmp / "tokens.bin")
+        _finish(tmp, offsets, np.dtype(dtype), {"fingerprint": path.name, **meta})
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return TokenStore(path)
+
+
+def _finish(out: Path, offsets: np.ndarray, dtype: np.dtype, meta: dict) -> None:
+    """Write the index and meta next to tokens.bin and fsync all three before the directory is renamed."""
+    with open(out / "offsets.npy", "wb") as f:
+        np.save(f, offsets)
+    meta = {**meta, "n_tokens": int(offsets[-1]), "n_docs": len(offsets) - 1, "dtype": np.dtype(dtype).name}
+    (out / "meta.json").write_text(json.dumps(meta, indent=2))
+    for name in ("tokens.bin", "offsets.npy", "meta.json"):
+        with open(out / name, "rb+") as f:
+            os.fsync(f.fileno())

@@ -1,0 +1,243 @@
+"""The run's tokenizer: trained once per corpus (sentencepiece) or taken from an existing HF directory.
+
+Whatever the kind, the result is a directory of HF tokenizer files and `load_tokenizer(dir)` is the one
+way to load it: the token store, the probes and every checkpoint use that same object, so the ids the
+model was trained on are the ids the benchmarks are scored with.
+
+Why the conversion below is hand-written: with transformers 5.23, `LlamaTokenizer(vocab_file=...)` gives
+an empty vocabulary, `LlamaTokenizer.from_pretrained` skips sentencepiece's NFKC (`？` stays `？`) and
+AutoTokenizer on a bare tokenizer.model drops the leading `▁`. Building the `tokenizers` pipeline from
+the model proto itself -- sentencepiece's own precompiled normalisation map, its whitespace rules, its
+piece scores (unigram) or score-ranked merges (bpe) -- makes the fast tokenizer agree with `SentencePieceProcessor.encode` by construction
+(tests/test_tokenizer.py checks every ZhoBLiMP sentence and a large BLiMP sample).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+
+import datasets
+import transformers
+
+UNK, BOS, EOS, PAD = "<unk>", "<s>", "</s>", "<pad>"
+SPM_FILE = "tokenizer.model"
+# sentencepiece never produces control or byte pieces from text; the HF Unigram lattice has no piece
+# types, so those pieces get this score instead. Together with every printable ASCII character having
+# its own piece (_ASCII, required at training), a literal "<s>" or "<0x41>" is spelled with ordinary
+# pieces, exactly as sentencepiece does.
+_NEVER = -1e9
+_ASCII = "".join(chr(c) for c in range(0x21, 0x7F))
+
+
+@dataclass
+class TokenizerConfig:
+    kind: str = "sentencepiece"  # sentencepiece (trained on the corpus) | pretrained (existing HF dir)
+    path: Optional[str] = None  # kind=pretrained: a directory loadable by AutoTokenizer
+    vocab_size: int = 8000
+    model_type: str = "unigram"  # unigram | bpe
+    character_coverage: float = 0.9995
+    max_sentences: int = 1_000_000  # sentencepiece input_sentence_size (sampled)
+    byte_fallback: bool = True  # unseen characters become byte pieces instead of <unk>
+    num_threads: int = 2
+    # False lets a small corpus (the grammar demo) end with fewer pieces than vocab_size instead of
+    # failing; size the model's embedding from len(load_tokenizer(dir)), never from vocab_size.
+    hard_vocab_limit: bool = True
+
+
+def prepare_tokenizer(cfg: TokenizerConfig, docs: datasets.Dataset, corpus_id: str, cache_dir: Path) -> Path:
+    """A directory holding the run's tokenizer (HF files, plus tokenizer.model when trained here).
+
+    Trained once per (corpus_id, cfg) under cache_dir/tokenizers/<key>/ and reused afterwards.
+    """
+    if cfg.kind == "pretrained":
+        if not cfg.path:
+            raise ValueError("tokenizer.path must name an HF tokenizer directory when tokenizer.kind=pretrained")
+        path = Path(cfg.path).expanduser().resolve()
+        if not path.is_dir():
+            raise FileNotFoundError(f"tokenizer.path: no such directory {path}")
+        return path
+    if cfg.kind != "sentencepiece":
+        raise ValueError(f"tokenizer.kind must be 'sentencepiece' or 'pretrained', got {cfg.kind!r}")
+    if cfg.model_type not in ("unigram", "bpe"):
+        raise ValueError(f"tokenizer.model_type must be 'unigram' or 'bpe', got {cfg.model_type!r}")
+
+    spec = {k: v for k, v in asdict(cfg).items() if k not in ("num_threads", "path")}
+    key = _hash_text(json.dumps({"corpus": corpus_id, "cfg": spec}, sort_keys=True))[:16]
+    final = Path(cache_dir).expanduser() / "tokenizers" / key
+    if (final / "tokenizer.json").is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-", dir=final.parent))
+    try:
+        _train_sentencepiece(cfg, docs, tmp)
+        hf = _fast_from_spm(tmp / SPM_FILE)
+        hf.save_pretrained(str(tmp))
+        (tmp / "training_config.json").write_text(json.dumps({"corpus_id": corpus_id, **asdict(cfg)}, indent=2))
+        _fsync_dir_files(tmp)
+        try:
+            os.replace(tmp, final)  # a directory appears under its final name only when complete
+        except OSError:
+            if not (final / "tokenizer.json").is_file():  # not a concurrent winner: a real failure
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def load_tokenizer(path: Path) -> transformers.PreTrainedTokenizerBase:
+    """THE one way to load the run's tokenizer (from a prepared directory or a checkpoint)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"tokenizer directory not found: {path}")
+    return transformers.AutoTokenizer.from_pretrained(str(path))
+
+
+def tokenizer_fingerprint(path: Path) -> str:
+    """Hash of what decides the ids: the backend pipeline and the special tokens.
+
+    Computed from the loaded tokenizer rather than the files, so the directory and the copy that a
+    checkpoint writes with save_pretrained (which drops tokenizer.model and rewrites the config) agree.
+    """
+    tok = load_tokenizer(path)
+    backend = getattr(tok, "backend_tokenizer", None)
+    h = hashlib.sha256()
+    if backend is not None:
+        h.update(backend.to_str().encode())
+    else:  # a slow-only pretrained tokenizer: fall back to its files
+        for f in sorted(p for p in Path(path).iterdir() if p.is_file()):
+            h.update(f.name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+    specials = {"ids": [tok.unk_token_id, tok.bos_token_id, tok.eos_token_id, tok.pad_token_id],
+                "split_special_tokens": bool(getattr(tok, "split_special_tokens", False)), "len": len(tok)}
+    h.update(json.dumps(specials, sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def _train_sentencepiece(cfg: TokenizerConfig, docs: datasets.Dataset, out_dir: Path) -> None:
+    import sentencepiece as spm
+
+    # Sample whole documents in a fixed random order until max_sentences lines are collected, so the
+    # training file stays bounded however large the corpus is.
+    order = list(range(len(docs)))
+    random.Random(0).shuffle(order)
+    lines_file = out_dir / "sentences.txt"
+    n = 0
+    with open(lines_file, "w", encoding="utf-8") as f:
+        for i in order:
+            for line in docs[i]["text"].splitlines():
+                line = line.strip()
+                if line:
+                    f.write(line + "\n")
+                    n += 1
+            if n >= cfg.max_sentences:
+                break
+    if n == 0:
+        raise ValueError("cannot train a tokenizer: the corpus has no non-empty lines")
+    try:
+        _spm_train(spm, cfg, lines_file, out_dir)
+    except RuntimeError as e:
+        raise ValueError(f"sentencepiece training failed (check tokenizer.vocab_size={cfg.vocab_size} and "
+                         f"tokenizer.character_coverage={cfg.character_coverage}): {e}") from None
+    lines_file.unlink()
+    (out_dir / "tokenizer.vocab").unlink(missing_ok=True)
+
+
+def _spm_train(spm, cfg: TokenizerConfig, lines_file: Path, out_dir: Path) -> None:
+    spm.SentencePieceTrainer.train(
+        input=str(lines_file),
+        model_prefix=str(out_dir / "tokenizer"),
+        model_type=cfg.model_type,
+        vocab_size=cfg.vocab_size,
+        character_coverage=cfg.character_coverage,
+        input_sentence_size=cfg.max_sentences,
+        shuffle_input_sentence=True,
+        byte_fallback=cfg.byte_fallback,
+        unk_id=0, bos_id=1, eos_id=2, pad_id=3,
+        unk_piece=UNK, bos_piece=BOS, eos_piece=EOS, pad_piece=PAD,
+        # Every printable ASCII character gets a piece, so text spelling a control or byte piece
+        # ("<s>", "</s>", "<0x41>") always has a path of ordinary pieces. Without it, a corpus lacking
+        # "<" lets the HF lattice pick the "<s>" piece over its unknown-character path, while
+        # sentencepiece never emits control pieces from text.
+        required_chars=_ASCII,
+        hard_vocab_limit=cfg.hard_vocab_limit,
+        num_threads=cfg.num_threads,
+        minloglevel=2,
+    )
+
+
+def _fast_from_spm(model_file: Path) -> transformers.PreTrainedTokenizerFast:
+    """Convert a sentencepiece unigram model into an equivalent `tokenizers` pipeline."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    proto = pb.ModelProto()
+    proto.ParseFromString(model_file.read_bytes())
+    ns, ts = proto.normalizer_spec, proto.trainer_spec
+    normal = pb.ModelProto.SentencePiece.NORMAL
+    if ts.model_type == pb.TrainerSpec.UNIGRAM:
+        vocab = [(p.piece, p.score if p.type in (normal, pb.ModelProto.SentencePiece.USER_DEFINED) else _NEVER)
+                 for p in proto.pieces]
+        tok = Tokenizer(models.Unigram(vocab, ts.unk_id, ts.byte_fallback))
+    elif ts.model_type == pb.TrainerSpec.BPE:
+        tok = Tokenizer(_bpe_model(proto, normal, models))
+    else:
+        raise ValueError(f"{model_file}: only unigram and bpe sentencepiece models are converted")
+
+    steps = []
+    if ns.precompiled_charsmap:
+        steps.append(normalizers.Precompiled(ns.precompiled_charsmap))
+    if ns.remove_extra_whitespaces:
+        # sentencepiece drops leading/trailing spaces and collapses runs of spaces (after NFKC, which
+        # may itself produce spaces, e.g. from U+3000).
+        steps += [normalizers.Replace(Regex(" {2,}"), " "), normalizers.Strip(left=True, right=True)]
+    if steps:
+        tok.normalizer = normalizers.Sequence(steps)
+    scheme = "always" if ns.add_dummy_prefix else "never"
+    # split=True: sentencepiece's split_by_whitespace keeps pieces from crossing word boundaries.
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=scheme, split=True)
+    tok.decoder = decoders.Sequence([
+        decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+        decoders.Strip(content=" ", left=1 if ns.add_dummy_prefix else 0, right=0),
+    ])
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token=UNK, bos_token=BOS, eos_token=EOS, pad_token=PAD,
+        # Text is text: a literal "</s>" in a corpus or benchmark sentence is spelled out, as
+        # sentencepiece does, never turned into the control token.
+        split_special_tokens=True,
+    )
+
+
+def _bpe_model(proto, normal, models):
+    """sentencepiece BPE merges the adjacent pair whose joined piece scores highest; HF BPE applies the
+    lowest-ranked merge. Listing every split of every normal piece, ranked by that piece's score, makes
+    the two orders the same."""
+    ids = {p.piece: i for i, p in enumerate(proto.pieces)}
+    merges = []
+    for i, p in enumerate(proto.pieces):
+        if p.type != normal or len(p.piece) < 2:
+            continue
+        for k in range(1, len(p.piece)):
+            a, b = p.piece[:k], p.piece[k:]
+            if a in ids and b in ids and proto.pieces[ids[a]].type == normal and proto.pieces[ids[b]].type == normal:
+                merges.append((-p.score, i, ids[a], ids[b], a, b))
+    merges.sort()
+    return models.BPE(vocab=ids, merges=[(a, b) for *_, a, b in merges], unk_token=UNK,
+                      byte_fallback=proto.trainer_spec.byte_fallback, fuse_unk=True)
+
+
+def _hash_text(s: str) -> str:
+    return hashlib.sha256(s.encode()).hexdigest()
+
+
+def _fsync_dir_files(d: Path) -> None:
+    for f in d.iterdir():
+        if f.is_file():
+            with open(f, "rb+") as fh:
+                os.fsync(fh.fileno())
