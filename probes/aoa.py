@@ -28,6 +28,9 @@ class AoAConfig:
     chance: float = 0.5
     min_points: int = 5  # trained checkpoints needed to fit four parameters with a little to spare
     min_gain: float = 0.05  # the best fitted accuracy must exceed chance by this to count as acquired
+    min_rise_rmse: float = 3.0  # ... and the fitted rise over the checkpoints must exceed this many
+    #                            residual RMSEs: a sigmoid fitted to a flat noisy curve catches a
+    #                            chance bump at one end, which is no acquisition
     bandwidth: float = 0.15  # smoothing for forgettability, decades of tokens (as UShapeConfig)
     min_neighbours: int = 2
     metric: str = "mlp"  # mlp | sum
@@ -87,13 +90,17 @@ def fit_sigmoids(x: np.ndarray, Y: np.ndarray, iters: int = 30) -> dict[str, np.
         rc = resid(cand)
         new = (rc ** 2).sum(1)
         better = new < cur
+        gain = np.where(better, cur - new, 0.0)
         th[better], r[better], cur[better] = cand[better], rc[better], new[better]
         lam = np.where(better, lam / 3, lam * 4)
+        if np.all(gain <= 1e-12 * (1 + cur)) and np.all(lam > 1e3):  # every fit has converged
+            break
     return {"lo": th[:, 0], "hi": th[:, 1], "mid": th[:, 2], "slope": th[:, 3],
             "rmse": np.sqrt(cur / Y.shape[1])}
 
 
-def aoa_from_fit(x: np.ndarray, fit: dict[str, np.ndarray], chance: float, min_gain: float):
+def aoa_from_fit(x: np.ndarray, fit: dict[str, np.ndarray], chance: float, min_gain: float,
+                 min_rise_rmse: float = 0.0):
     """(aoa log10 tokens, best fitted accuracy, status) per fitted curve."""
     lo, hi, mid, k = fit["lo"], fit["hi"], fit["mid"], fit["slope"]
     ends = sigmoid(np.array([x.min(), x.max()]), lo, hi, mid, k)
@@ -104,6 +111,8 @@ def aoa_from_fit(x: np.ndarray, fit: dict[str, np.ndarray], chance: float, min_g
         aoa = mid + np.log(s / (1 - s)) / k
     status = np.full(len(lo), "ok", dtype=object)
     status[best - chance < min_gain] = "not_acquired"
+    rise = np.abs(ends[:, 1] - ends[:, 0])
+    status[(status == "ok") & (rise < min_rise_rmse * fit["rmse"])] = "no_rise_above_noise"
     status[(status == "ok") & (hi <= lo)] = "decreasing"
     status[(status == "ok") & ((s <= 0) | (aoa < x.min()))] = "above_halfway_at_first_checkpoint"
     aoa = np.where(status == "ok", aoa, np.nan)
@@ -124,12 +133,18 @@ def aoa_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig | No
     for level, t in (("phenomenon", phen_table), ("paradigm", table)):
         unit = "paradigm" if level == "paradigm" else "phenomenon"
         for (run, bench), g in t.groupby(["run", "benchmark"], sort=True):
-            wide = g.pivot_table(index=unit, columns="step", values=metric, aggfunc="first")
-            tok = g.groupby("step")["tokens"].first().reindex(wide.columns).to_numpy()
+            # units x steps matrix by factorised indices (pivot_table is slow on a whole grid)
+            ui, units = pd.factorize(g[unit], sort=True)
+            si, steps = pd.factorize(g["step"], sort=True)
+            wide = np.full((len(units), len(steps)), np.nan)
+            wide[ui, si] = g[metric].to_numpy(dtype=float)
+            tok = np.zeros(len(steps))
+            tok[si] = g["tokens"].to_numpy(dtype=float)
             keep = tok > 0
-            Y, x = wide.to_numpy()[:, keep], log_tokens(tok[keep])
-            meta_cols = ["model", "budget", "seed"] + (["phenomenon"] if level == "paradigm" else [])
-            meta = g.groupby(unit)[meta_cols].first().reindex(wide.index)
+            Y, x = wide[:, keep], log_tokens(tok[keep])
+            first_row = np.unique(ui, return_index=True)[1]
+            meta = g.iloc[first_row]
+            wide_index = list(units)
             masks = ~np.isnan(Y)
             out = {k: np.full(len(Y), np.nan) for k in ("lo", "hi", "mid", "slope", "rmse", "aoa", "best", "forget")}
             status = np.full(len(Y), "too_few_checkpoints", dtype=object)
@@ -139,23 +154,23 @@ def aoa_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig | No
                 if m.sum() < cfg.min_points:
                     continue
                 fit = fit_sigmoids(x[m], Y[np.ix_(sel, m)])
-                aoa, best, st = aoa_from_fit(x[m], fit, cfg.chance, cfg.min_gain)
+                aoa, best, st = aoa_from_fit(x[m], fit, cfg.chance, cfg.min_gain, cfg.min_rise_rmse)
                 for k in ("lo", "hi", "mid", "slope", "rmse"):
                     out[k][sel] = fit[k]
                 out["aoa"][sel], out["best"][sel], status[sel] = aoa, best, st
                 out["forget"][sel] = forgettability(x[m], Y[np.ix_(sel, m)], cfg.bandwidth, cfg.min_neighbours)
             n_points = masks.sum(axis=1)
             last = np.array([r[np.isfinite(r)][-1] if np.isfinite(r).any() else np.nan for r in Y])
-            for i, name in enumerate(wide.index):
-                rows.append({
-                    "run": run, "model": meta["model"].iloc[i], "budget": meta["budget"].iloc[i],
-                    "seed": meta["seed"].iloc[i], "benchmark": bench, "level": level,
-                    "phenomenon": meta["phenomenon"].iloc[i] if level == "paradigm" else name,
-                    "paradigm": name if level == "paradigm" else "", "metric": metric,
-                    "n_points": int(n_points[i]), "fit_lo": out["lo"][i], "fit_hi": out["hi"][i],
-                    "fit_mid": out["mid"][i], "fit_slope": out["slope"][i], "fit_rmse": out["rmse"][i],
-                    "best_fitted_acc": out["best"][i], "aoa_log10_tokens": out["aoa"][i],
-                    "aoa_tokens": 10 ** out["aoa"][i], "status": status[i],
-                    "forgettability": out["forget"][i], "final_acc": last[i],
-                })
-    return pd.DataFrame(rows)
+            names = np.asarray(wide_index, dtype=object)
+            rows.append(pd.DataFrame({
+                "run": run, "model": meta["model"].to_numpy(), "budget": meta["budget"].to_numpy(),
+                "seed": meta["seed"].to_numpy(), "benchmark": bench, "level": level,
+                "phenomenon": meta["phenomenon"].to_numpy() if level == "paradigm" else names,
+                "paradigm": names if level == "paradigm" else "", "metric": metric,
+                "n_points": n_points.astype(int), "fit_lo": out["lo"], "fit_hi": out["hi"],
+                "fit_mid": out["mid"], "fit_slope": out["slope"], "fit_rmse": out["rmse"],
+                "best_fitted_acc": out["best"], "aoa_log10_tokens": out["aoa"],
+                "aoa_tokens": 10 ** out["aoa"], "status": status,
+                "forgettability": out["forget"], "final_acc": last,
+            }))
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()

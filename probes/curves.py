@@ -89,9 +89,24 @@ def new_figure(width: float = 7.5, height: float = 4.5, nrows: int = 1, ncols: i
     return fig, axes
 
 
+def human_tokens(v: float) -> str:
+    """1e6 -> '1M', 3e9 -> '3B'; the token counts of the x axes."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if v >= scale:
+            return f"{v / scale:g}{unit}"
+    return f"{v:g}"
+
+
 def token_axis(ax, all_tokens: np.ndarray, ylabel: str = "accuracy (MLP)", chance: bool = True) -> None:
     """Log-token x axis with the step-0 position explained, chance line, labels."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+
     ax.set_xscale("log")
+    # Plain "10M"-style labels and no minor ticks: mathtext 10^x labels and hundreds of minor
+    # ticks made drawing a grid report's figures take minutes.
+    ax.xaxis.set_major_locator(LogLocator(base=10, numticks=12))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human_tokens(v)))
+    ax.xaxis.set_minor_locator(NullLocator())
     pos = np.asarray(all_tokens)[np.asarray(all_tokens) > 0]
     label = "tokens seen (log scale)"
     if len(pos) < len(all_tokens):

@@ -151,16 +151,20 @@ class _FileResult:
     step: int
     tokens: int
     convention: str
-    paradigm: np.ndarray  # object array per row
-    phenomenon: np.ndarray
-    pair_id: np.ndarray
+    # arrow columns: compared in C against the first checkpoint's, converted to Python only when
+    # they differ (converting 100M strings of a whole grid would dominate the read time)
+    paradigm: pa.ChunkedArray
+    phenomenon: pa.ChunkedArray
+    pair_id: pa.ChunkedArray
     bits: np.ndarray  # uint8 per row
     deltas: dict[str, np.ndarray]  # "total" and each region, float per row (NaN where absent)
 
 
 def _read_eval_file(path: Path, step: int, run_dir: Path) -> _FileResult:
     try:
-        pf = pq.ParquetFile(path)
+        # String columns decoded as dictionaries: a paradigm name repeats 300 times per file, and
+        # materialising every string would triple the read time of a whole grid.
+        pf = pq.ParquetFile(path, read_dictionary=["paradigm", "phenomenon", "pair_id"])
     except Exception as exc:
         raise EvalInputError(f"{path}: not a readable parquet file ({exc})") from exc
     schema = pf.schema_arrow
@@ -184,11 +188,8 @@ def _read_eval_file(path: Path, step: int, run_dir: Path) -> _FileResult:
         raise EvalInputError(f"{path}: metadata step {meta['step']} != directory step{step}")
     region_cols = [f"{k}_{s}_{r}" for r in REGIONS for k in ("lp",) for s in ("good", "bad")]
     cols = list(_REQUIRED) + [c for c in region_cols if c in schema.names]
-    t = pf.read(columns=cols)
-    lpg = t["lp_good"].to_numpy(zero_copy_only=False).astype(np.float64)
-    lpb = t["lp_bad"].to_numpy(zero_copy_only=False).astype(np.float64)
-    ng = t["ntok_good"].to_numpy(zero_copy_only=False).astype(np.float64)
-    nb = t["ntok_bad"].to_numpy(zero_copy_only=False).astype(np.float64)
+    t = pf.read(columns=cols, use_threads=False)  # parallel across runs instead
+    lpg, lpb, ng, nb = (_floats(t[c]) for c in ("lp_good", "lp_bad", "ntok_good", "ntok_bad"))
     if len(lpg) and (np.nanmin(ng) <= 0 or np.nanmin(nb) <= 0):
         bad_row = int(np.flatnonzero((ng <= 0) | (nb <= 0))[0])
         raise EvalInputError(f"{path}: row {bad_row}: ntok must be positive")
@@ -198,45 +199,64 @@ def _read_eval_file(path: Path, step: int, run_dir: Path) -> _FileResult:
     for r in REGIONS:
         g, b = f"lp_good_{r}", f"lp_bad_{r}"
         if g in t.column_names and b in t.column_names:
-            deltas[r] = (t[g].to_numpy(zero_copy_only=False).astype(np.float64)
-                         - t[b].to_numpy(zero_copy_only=False).astype(np.float64))
+            deltas[r] = _floats(t[g]) - _floats(t[b])
     pair_id = t["pair_id"]
-    if not pa.types.is_string(pair_id.type) and not pa.types.is_large_string(pair_id.type):
+    if not _is_text(pair_id.type):  # sources mix int and str ids; ours are always str
         pair_id = pc.cast(pair_id, pa.string())
     return _FileResult(
         step=step,
         tokens=int(tokens),
         convention=str(meta.get("convention", "unknown")),
-        paradigm=t["paradigm"].to_numpy(zero_copy_only=False),
-        phenomenon=t["phenomenon"].to_numpy(zero_copy_only=False),
-        pair_id=pair_id.to_numpy(zero_copy_only=False),
+        paradigm=t["paradigm"],
+        phenomenon=t["phenomenon"],
+        pair_id=pair_id,
         bits=bits,
         deltas=deltas,
     )
+
+
+def _floats(col: pa.ChunkedArray) -> np.ndarray:
+    return col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+
+
+def _is_text(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _strings(col: pa.ChunkedArray) -> np.ndarray:
+    """Object array of Python str from a (possibly dictionary-encoded) arrow column."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if pa.types.is_dictionary(arr.type):
+        values = np.asarray(arr.dictionary.to_pylist(), dtype=object)
+        return values[arr.indices.to_numpy(zero_copy_only=False)]
+    return arr.to_numpy(zero_copy_only=False)
 
 
 def _assemble(run: RunInfo, benchmark: str, files: list[_FileResult], problems: list[str]):
     """Align pairs across checkpoints; return PairOutcomes and the per-paradigm table rows."""
     files = sorted(files, key=lambda f: f.step)
     first = files[0]
-    codes, paradigms = pd.factorize(first.paradigm, sort=True)
+    first_par = _strings(first.paradigm)
+    first_ids = _strings(first.pair_id)
+    codes, paradigms = pd.factorize(first_par, sort=True)
     paradigms = [str(p) for p in paradigms]
-    key0 = pd.MultiIndex.from_arrays([first.paradigm, first.pair_id])
+    key0 = pd.MultiIndex.from_arrays([first_par, first_ids])
     n_rows = len(first.bits)
     correct = np.full((len(files), n_rows), MISSING, dtype=np.uint8)
-    phen = {}
-    for p, ph in zip(first.paradigm, first.phenomenon):
-        phen.setdefault(p, ph)
+    starts = np.unique(codes, return_index=True)[1]
+    phen = dict(zip(first_par[starts], _strings(first.phenomenon)[starts]))
     frames = []
     for i, f in enumerate(files):
-        same = len(f.bits) == n_rows and np.array_equal(f.pair_id, first.pair_id) and np.array_equal(
-            f.paradigm, first.paradigm)
+        same = f is first or (len(f.bits) == n_rows and f.pair_id.equals(first.pair_id)
+                              and f.paradigm.equals(first.paradigm))
         if same:
             idx = np.arange(n_rows)
             correct[i] = f.bits
             fcodes = codes
         else:
-            idx = key0.get_indexer(pd.MultiIndex.from_arrays([f.paradigm, f.pair_id]))
+            idx = key0.get_indexer(pd.MultiIndex.from_arrays([_strings(f.paradigm), _strings(f.pair_id)]))
             if (idx < 0).any() or len(np.unique(idx)) != len(idx) or len(idx) != n_rows:
                 problems.append(
                     f"{run.path}: evals/step{f.step}/{benchmark}.parquet has a different pair set than "
@@ -247,30 +267,39 @@ def _assemble(run: RunInfo, benchmark: str, files: list[_FileResult], problems: 
             correct[i, idx[ok]] = f.bits[ok]
             fcodes = np.full(len(f.bits), -1)
             fcodes[ok] = codes[idx[ok]]
-        valid = fcodes >= 0
         k = len(paradigms)
-        n = np.bincount(fcodes[valid], minlength=k).astype(np.int64)
+        if same:
+            fc, bits, sel = fcodes, f.bits, slice(None)
+        else:
+            sel = fcodes >= 0
+            fc, bits = fcodes[sel], f.bits[sel]
+        n = np.bincount(fc, minlength=k).astype(np.int64)
         with np.errstate(invalid="ignore", divide="ignore"):
             row = {
-                "step": f.step,
-                "tokens": f.tokens,
-                "paradigm": paradigms,
+                "step": np.full(k, f.step, dtype=np.int64),
+                "tokens": np.full(k, f.tokens, dtype=np.int64),
+                "paradigm": np.asarray(paradigms, dtype=object),
                 "n_pairs": n,
-                "acc_mlp": np.bincount(fcodes[valid], weights=(f.bits[valid] & MLP) > 0, minlength=k) / n,
-                "acc_sum": np.bincount(fcodes[valid], weights=(f.bits[valid] & SUM) > 0, minlength=k) / n,
+                "acc_mlp": np.bincount(fc, weights=bits & MLP, minlength=k) / MLP / n,
+                "acc_sum": np.bincount(fc, weights=bits & SUM, minlength=k) / SUM / n,
             }
             for name in ("total", *REGIONS):
                 d = f.deltas.get(name)
                 if d is None:
                     row[f"delta_{name}"] = np.full(k, np.nan)
                     continue
-                dv = d[valid]
+                dv = d[sel]
                 finite = np.isfinite(dv)
-                cnt = np.bincount(fcodes[valid][finite], minlength=k)
-                tot = np.bincount(fcodes[valid][finite], weights=dv[finite], minlength=k)
+                if finite.all():
+                    row[f"delta_{name}"] = np.bincount(fc, weights=dv, minlength=k) / n
+                    continue
+                cnt = np.bincount(fc[finite], minlength=k)
+                tot = np.bincount(fc[finite], weights=dv[finite], minlength=k)
                 row[f"delta_{name}"] = np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan)
-        frames.append(pd.DataFrame(row))
-    df = pd.concat(frames, ignore_index=True)
+        frames.append(row)
+    # one DataFrame per run and benchmark, not per file: constructing 2,820 small frames costs
+    # more than all the arithmetic above
+    df = pd.DataFrame({c: np.concatenate([r[c] for r in frames]) for c in frames[0]})
     df["phenomenon"] = df["paradigm"].map(phen).astype(str)
     df["benchmark"] = benchmark
     outcomes = PairOutcomes(
@@ -280,7 +309,7 @@ def _assemble(run: RunInfo, benchmark: str, files: list[_FileResult], problems: 
         tokens=np.array([f.tokens for f in files], dtype=np.int64),
         paradigms=paradigms,
         row_paradigm=codes.astype(np.int32),
-        pair_ids=first.pair_id,
+        pair_ids=first_ids,
         correct=correct,
     )
     return outcomes, df
@@ -300,8 +329,44 @@ def _unique_names(dirs: list[Path]) -> list[str]:
     return [str(d) for d in dirs]
 
 
-def load_runs(run_dirs: Sequence[str | Path]) -> EvalSet:
-    """Read every eval file of every run directory. Raises EvalInputError naming what is wrong."""
+def _load_run(d: Path, name: str):
+    info = _read_run_info(d)
+    info.name = name
+    problems: list[str] = []
+    conventions: dict[str, str] = {}
+    evals = _step_dirs(d / "evals")
+    files_by_bench: dict[str, list[_FileResult]] = {}
+    for step, sd in sorted(evals.items()):
+        for f in sorted(sd.iterdir()):
+            if f.suffix == ".parquet" and _visible(f) and f.is_file():
+                res = _read_eval_file(f, step, d)
+                conventions.setdefault(res.convention, str(f))
+                files_by_bench.setdefault(f.stem, []).append(res)
+    if not files_by_bench:
+        raise EvalInputError(f"run directory {d} has no eval files (expected evals/step<N>/<benchmark>.parquet)")
+    ckpts = set(_step_dirs(d / "checkpoints"))
+    outs, frames = {}, []
+    for bench, files in sorted(files_by_bench.items()):
+        have = {f.step for f in files}
+        lacking = sorted((ckpts | set(evals)) - have)
+        if lacking:
+            problems.append(f"{d}: benchmark {bench} has no evals for step(s) {_compact(lacking)}")
+        out, df = _assemble(info, bench, files, problems)
+        outs[bench] = out
+        df["run"], df["model"], df["budget"], df["seed"] = name, info.model, info.budget, info.seed
+        frames.append(df)
+    return info, outs, frames, conventions, problems
+
+
+def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None) -> EvalSet:
+    """Read every eval file of every run directory. Raises EvalInputError naming what is wrong.
+
+    workers: runs read at once by threads; default: the number of CPUs, at most 4.
+    """
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = workers or min(4, os.cpu_count() or 1)
     if not run_dirs:
         raise EvalInputError("no run directory given")
     dirs = [Path(d) for d in run_dirs]
@@ -310,40 +375,26 @@ def load_runs(run_dirs: Sequence[str | Path]) -> EvalSet:
             raise EvalInputError(f"run directory {d} does not exist")
     if len({d.resolve() for d in dirs}) != len(dirs):
         raise EvalInputError("the same run directory is given twice")
+    names = _unique_names(dirs)
+    # One run per task: each reads its files and reduces them to compact arrays (pyarrow and numpy
+    # release the GIL, so threads overlap), and only the reduced arrays are kept.
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        loaded = list(pool.map(_load_run, dirs, names))
     problems: list[str] = []
     runs: list[RunInfo] = []
     all_outcomes: dict[tuple[str, str], PairOutcomes] = {}
     frames = []
     conventions: dict[str, str] = {}  # convention -> first file that uses it
     bench_by_run: dict[str, set[str]] = {}
-    for d, name in zip(dirs, _unique_names(dirs)):
-        info = _read_run_info(d)
-        info.name = name
+    for info, outs, dfs, convs, probs in loaded:
         runs.append(info)
-        evals = _step_dirs(d / "evals")
-        files_by_bench: dict[str, list[_FileResult]] = {}
-        for step, sd in sorted(evals.items()):
-            for f in sorted(sd.iterdir()):
-                if f.suffix != ".parquet" or not _visible(f) or not f.is_file():
-                    continue
-                res = _read_eval_file(f, step, d)
-                conventions.setdefault(res.convention, str(f))
-                files_by_bench.setdefault(f.stem, []).append(res)
-        if not files_by_bench:
-            raise EvalInputError(
-                f"run directory {d} has no eval files (expected evals/step<N>/<benchmark>.parquet)"
-            )
-        bench_by_run[name] = set(files_by_bench)
-        ckpts = set(_step_dirs(d / "checkpoints"))
-        for bench, files in sorted(files_by_bench.items()):
-            have = {f.step for f in files}
-            lacking = sorted((ckpts | set(evals)) - have)
-            if lacking:
-                problems.append(f"{d}: benchmark {bench} has no evals for step(s) {_compact(lacking)}")
-            out, df = _assemble(info, bench, files, problems)
-            all_outcomes[(name, bench)] = out
-            df["run"], df["model"], df["budget"], df["seed"] = name, info.model, info.budget, info.seed
-            frames.append(df)
+        problems += probs
+        for c, f in convs.items():
+            conventions.setdefault(c, f)
+        bench_by_run[info.name] = set(outs)
+        for bench, out in outs.items():
+            all_outcomes[(info.name, bench)] = out
+        frames += dfs
     if len(conventions) > 1:
         listed = "; ".join(f"{c!r} (e.g. {p})" for c, p in sorted(conventions.items()))
         raise EvalInputError(f"refusing to mix scoring conventions across evals: {listed}")

@@ -1,26 +1,93 @@
 """The probe hook: after a checkpoint is whole, score every configured benchmark on it.
 
-A plain object the trainer calls (rank 0 only for now); it reads nothing from the trainer but the
-in-memory model, and writes ``<run>/evals/step<N>/<benchmark>.parquet`` through ``probes.store``.
+A plain object the trainer calls on EVERY rank; it reads nothing from the trainer but the
+in-memory model. In a multi-process run each rank scores a contiguous shard of the pairs, the
+rows are gathered on rank 0 (``torch.distributed.all_gather_object``), and rank 0 alone writes
+``<run>/evals/step<N>/<benchmark>.parquet`` through ``probes.store`` and returns the metrics;
+the other ranks return {}. The rows are those of one process, in the same order.
+
+Which benchmarks: ``probes.benchmarks`` lists bare registry names and/or mappings of
+``BenchmarkConfig`` fields, e.g.::
+
+    probes.benchmarks=[zhoblimp,blimp]
+    probes.benchmarks=[zhoblimp,{name: mine, path: /data/mine.jsonl, max_pairs_per_paradigm: null}]
+
+A bare name takes the top-level ``max_pairs_per_paradigm`` (in-loop probing scores a fixed-seed
+sample of each paradigm; null = every pair) and ``subsample_seed``, and reads the registry's
+location under ../shared/benchmarks or $SYNTAX_DYNAMICS_BENCHMARKS; a mapping takes the same
+defaults for the keys it does not set, so ``{name: blimp, path: /data/blimp}`` moves one. ``resolved_benchmarks()`` gives the
+list of ``BenchmarkConfig`` that is loaded; it is checked when the config is built.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
-from probes.benchmarks import BenchmarkConfig, load_benchmark
+import pandas as pd
+
+from probes.benchmarks import BenchmarkConfig, benchmark_configs, load_benchmark
 from probes.pairs import Pair
 from probes.scoring import CONVENTION, accuracy, correct, score_pairs, tokenizer_fingerprint
 from probes.store import eval_path, read_pairs, write_pairs
+
+_ENTRY_KEYS = {f.name for f in fields(BenchmarkConfig)}
 
 
 @dataclass
 class ProbesConfig:
     enabled: bool = True
-    benchmarks: list[BenchmarkConfig] = field(default_factory=list)
+    # each entry: a registry name (str) or a mapping of BenchmarkConfig fields (see module doc);
+    # Any because OmegaConf lists hold one element type and users type bare names
+    benchmarks: list[Any] = field(default_factory=list)
+    max_pairs_per_paradigm: Optional[int] = 50  # for entries that do not set it; null = all pairs
+    subsample_seed: int = 0
     batch_size: int = 64
+    bf16: bool = False  # bfloat16 autocast: faster on GPUs, lps move by ~1e-2 nats
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"probes.batch_size must be >= 1, got {self.batch_size}")
+        if self.max_pairs_per_paradigm is not None and self.max_pairs_per_paradigm < 1:
+            raise ValueError(f"probes.max_pairs_per_paradigm must be >= 1 or null, "
+                             f"got {self.max_pairs_per_paradigm}")
+        self.resolved_benchmarks()  # a bad entry fails when the config is built
+
+    def resolved_benchmarks(self) -> list[BenchmarkConfig]:
+        """One BenchmarkConfig per entry of ``benchmarks``, defaults filled in (module doc)."""
+        from omegaconf import OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
+
+        out = []
+        for i, entry in enumerate(self.benchmarks):
+            where = f"probes.benchmarks[{i}]"
+            if isinstance(entry, BenchmarkConfig):
+                out.append(entry)
+                continue
+            if isinstance(entry, str):
+                entry = {"name": entry}
+            if OmegaConf.is_config(entry):
+                entry = OmegaConf.to_container(entry)
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                raise ValueError(f"{where}: expected a benchmark name or a mapping with a 'name', "
+                                 f"got {entry!r}")
+            unknown = sorted(set(entry) - _ENTRY_KEYS)
+            if unknown:
+                raise ValueError(f"{where}: unknown key(s) {unknown}; known: {sorted(_ENTRY_KEYS)}")
+            name, path = entry["name"], entry.get("path")
+            try:
+                # the registry check: a name that is neither known nor given a path fails here
+                (base,) = benchmark_configs([name], self.max_pairs_per_paradigm, self.subsample_seed,
+                                            {name: path} if path is not None else None)
+                merged = OmegaConf.merge(OmegaConf.structured(base), entry)
+                out.append(OmegaConf.to_object(merged))
+            except OmegaConfBaseException as e:
+                raise ValueError(f"{where}.{getattr(e, 'full_key', '')}: "
+                                 f"{getattr(e, 'msg', str(e))}") from None
+            except ValueError as e:
+                raise ValueError(f"{where}: {e}") from None
+        return out
 
 
 def summary_metrics(df, benchmark: str) -> dict[str, float]:
@@ -33,7 +100,7 @@ def summary_metrics(df, benchmark: str) -> dict[str, float]:
 
 
 class ProbeHook:
-    """Plain object called by the trainer after a checkpoint is whole (rank 0 only for now).
+    """Plain object called by the trainer on every rank after a checkpoint is whole.
 
     ``pairs`` (benchmark name -> pairs) replaces loading ``cfg.benchmarks``; it serves callers that
     already hold pairs in memory (the built-in grammar, tests).
@@ -63,27 +130,35 @@ class ProbeHook:
                               model) -> dict[str, float]:
         """Score every benchmark with ``model`` (the weights of ``ckpt_dir``); write the eval files.
 
-        Files that already exist are kept as they are (a resumed run does not redo them); their
-        summaries are still returned so the logger sees every checkpoint.
+        Collective in a multi-process run: every rank must call it. Files that already exist are
+        kept as they are (a resumed run does not redo them); their summaries are still returned
+        so the logger sees every checkpoint.
         """
         metrics: dict[str, float] = {}
+        rank, world = _rank_world()
         for name, pairs in self.benchmarks.items():
             path = eval_path(self.run_dir, step, name)
-            if path.exists():
-                df, _ = read_pairs(path)
-            else:
-                t0 = time.perf_counter()
-                df = score_pairs(model, self.tokenizer, pairs, batch_size=self.cfg.batch_size)
-                meta = {
-                    "step": int(step), "tokens": int(tokens), "benchmark": name,
-                    "convention": CONVENTION, "model_dir": str(ckpt_dir),
-                    "tokenizer": self.fingerprint, "n_pairs": len(df),
-                    "seconds": round(time.perf_counter() - t0, 3),
-                }
-                report = getattr(pairs, "report", None)  # load_benchmark says where pairs came from
-                if report is not None:
-                    meta["source"] = report.source
-                write_pairs(df, path, meta)
+            # rank 0 decides, so every rank takes the same branch of the collective below
+            exists = _broadcast(path.exists(), world)
+            if exists:
+                if rank == 0:
+                    metrics.update(summary_metrics(read_pairs(path)[0], name))
+                continue
+            t0 = time.perf_counter()
+            df = score_sharded(model, self.tokenizer, pairs, batch_size=self.cfg.batch_size,
+                               bf16=self.cfg.bf16)
+            if rank != 0:
+                continue
+            meta = {
+                "step": int(step), "tokens": int(tokens), "benchmark": name,
+                "convention": CONVENTION, "model_dir": str(ckpt_dir),
+                "tokenizer": self.fingerprint, "n_pairs": len(df), "world_size": world,
+                "seconds": round(time.perf_counter() - t0, 3),
+            }
+            report = getattr(pairs, "report", None)  # load_benchmark says where pairs came from
+            if report is not None:
+                meta["source"] = report.source
+            write_pairs(df, path, meta)
             metrics.update(summary_metrics(df, name))
         return metrics
 
@@ -91,8 +166,40 @@ class ProbeHook:
         self.benchmarks = {}
 
 
+def score_sharded(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64,
+                  bf16: bool = False, device=None) -> Optional[pd.DataFrame]:
+    """``score_pairs`` over the ranks of the default process group: the whole frame on rank 0,
+    None on the others; without a process group (or with one rank), plain ``score_pairs``.
+
+    Shards are contiguous, so the pairs of a paradigm (which share prefixes and sentences) mostly
+    stay on one rank. Every rank scores its shard with its own copy of the model (DDP, ZeRO
+    stages 0-2). Under ZeRO-3 a forward pass gathers the partitioned parameters from every rank,
+    so every rank must run the same passes: there each rank scores all pairs, unsharded.
+    """
+    import torch.distributed as torch_dist
+
+    rank, world = _rank_world()
+    if world == 1 or any(hasattr(p, "ds_id") for p in model.parameters()):
+        df = score_pairs(model, tokenizer, pairs, batch_size=batch_size, bf16=bf16, device=device)
+        return df if rank == 0 else None
+    bounds = [len(pairs) * r // world for r in range(world + 1)]
+    shard = pairs[bounds[rank]:bounds[rank + 1]]
+    part = (score_pairs(model, tokenizer, shard, batch_size=batch_size, bf16=bf16, device=device)
+            if shard else None)
+    parts: list[Optional[pd.DataFrame]] = [None] * world
+    # all_gather rather than gather: gather_object is not supported by NCCL
+    torch_dist.all_gather_object(parts, part)
+    if rank != 0:
+        return None
+    frames = [p for p in parts if p is not None]
+    # slot columns appear only in shards with region-marked pairs: concat takes their union in
+    # first-seen order, NaN where a pair has no such slot, as one process does
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+
 def _load_benchmarks(cfg: ProbesConfig) -> dict[str, list[Pair]]:
-    names = [bc.name for bc in cfg.benchmarks]
+    configs = cfg.resolved_benchmarks()
+    names = [bc.name for bc in configs]
     # checked before loading anything (a real benchmark takes seconds): the name is the eval
     # file's name, so two configs with one name would overwrite each other's files
     for i, name in enumerate(names):
@@ -102,4 +209,23 @@ def _load_benchmarks(cfg: ProbesConfig) -> dict[str, list[Pair]]:
             eval_path(Path("."), 0, name)
         except ValueError as e:
             raise ValueError(f"probes.benchmarks[{i}].name: {e}") from None
-    return {bc.name: load_benchmark(bc) for bc in cfg.benchmarks}
+    return {bc.name: load_benchmark(bc) for bc in configs}
+
+
+def _rank_world() -> tuple[int, int]:
+    import torch.distributed as torch_dist
+
+    if torch_dist.is_available() and torch_dist.is_initialized():
+        return torch_dist.get_rank(), torch_dist.get_world_size()
+    return 0, 1
+
+
+def _broadcast(value, world: int):
+    """Rank 0's ``value`` on every rank."""
+    if world == 1:
+        return value
+    import torch.distributed as torch_dist
+
+    box = [value]
+    torch_dist.broadcast_object_list(box, src=0)
+    return box[0]

@@ -66,8 +66,11 @@ def write_table(stem: str | Path, df: pd.DataFrame) -> list[Path]:
     return [write_csv(stem.with_suffix(".csv"), df), write_parquet(stem.with_suffix(".parquet"), df)]
 
 
-def save_figure(fig, path: str | Path, dpi: int = 120) -> Path:
-    """Save a matplotlib Figure (built without pyplot) as PNG, atomically."""
+def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
+    """Save a matplotlib Figure (built without pyplot) as PNG, atomically.
+
+    Our figures use constrained layout, so no bbox_inches="tight" (it would draw everything twice).
+    """
     with atomic_open(path, "wb") as fh:
-        fig.savefig(fh, format="png", dpi=dpi, bbox_inches="tight")
+        fig.savefig(fh, format="png", dpi=dpi)
     return Path(path)

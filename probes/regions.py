@@ -24,7 +24,7 @@ REGION_COLORS = {"prefix": "tab:gray", "critical": "tab:red", "suffix": "tab:blu
 class RegionConfig:
     move_fraction: float = 0.5  # share of a region's largest change in the U window that counts as "moved"
     min_move: float = 0.1  # nats: a region changing less than this inside the window did not move
-    max_plots: int = 12  # region figures per report (paradigms with U's first)
+    max_plots: int = 8  # region figures per report (paradigms with U's first; ~1 s each to draw)
 
 
 def group_region_curves(table: pd.DataFrame) -> pd.DataFrame:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-import numpy as np
 import pandas as pd
 
 from probes.aggregate import bootstrap_paradigm_intervals, bootstrap_phenomenon_intervals, seed_summary
@@ -22,7 +21,7 @@ from probes.aoa import AoAConfig, aoa_table
 from probes.curves import (GROUP_RUN, colors, finish_legend, new_figure, phenomenon_table, plot_line,
                            safe_name, token_axis)
 from probes.evalset import EvalInputError, EvalSet, load_runs
-from probes.outputs import save_figure, write_csv, write_table, write_text
+from probes.outputs import save_figure, write_csv, write_parquet, write_table, write_text
 from probes.regions import RegionConfig, group_region_curves, plot_regions, u_region_table
 from probes.scaling import (ScalingConfig, budget_label, difficulty_groups, final_accuracy, grid_tables,
                             plot_grid)
@@ -38,6 +37,16 @@ class ReportConfig:
     regions: RegionConfig = field(default_factory=RegionConfig)
     wandb: bool = False  # also log figures and tables to W&B (offline unless WANDB_MODE says otherwise)
     wandb_project: str = "syntax-dynamics"
+
+
+BIG_ROWS = 50_000  # above this a table is written as parquet only: CSV of a whole grid takes minutes
+
+
+def big_table(stem: Path, df: pd.DataFrame) -> None:
+    if len(df) > BIG_ROWS:
+        write_parquet(stem.with_suffix(".parquet"), df)
+    else:
+        write_table(stem, df)
 
 
 def _group_label(model, budget) -> str:
@@ -103,12 +112,12 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig) -> dict:
     par = bootstrap_paradigm_intervals(ev.table)
     phen = phenomenon_table(ev.table)
     phen_boot = bootstrap_phenomenon_intervals(ev.table, [*GROUP_RUN, "step", "tokens", "benchmark", "phenomenon"])
-    write_table(tdir / "accuracy_paradigm", par)
-    write_table(tdir / "accuracy_phenomenon", phen_boot)
+    big_table(tdir / "accuracy_paradigm", par)
+    big_table(tdir / "accuracy_phenomenon", phen_boot)
     seeds_par = seed_summary(ev.table, ["model", "budget", "benchmark", "phenomenon", "paradigm", "step"])
     seeds_phen = seed_summary(phen, ["model", "budget", "benchmark", "phenomenon", "step"])
-    write_table(tdir / "seeds_paradigm", seeds_par)
-    write_table(tdir / "seeds_phenomenon", seeds_phen)
+    big_table(tdir / "seeds_paradigm", seeds_par)
+    big_table(tdir / "seeds_phenomenon", seeds_phen)
     for bench in sorted(phen.benchmark.unique()):
         for ph in sorted(phen.loc[phen.benchmark == bench, "phenomenon"].unique()):
             p = plot_phenomenon_bands(seeds_phen, phen_boot, bench, ph, metric,
@@ -147,7 +156,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig) -> dict:
 
     # 5. regions
     par_curves, phen_curves = group_region_curves(ev.table), group_region_curves(phen)
-    write_table(tdir / "region_curves_paradigm", par_curves)
+    big_table(tdir / "region_curves_paradigm", par_curves)
     regions_u = u_region_table(us, par_curves, phen_curves, cfg.regions) if len(us) else pd.DataFrame()
     write_csv(tdir / "ushape_regions.csv", regions_u)
     has_regions = par_curves[["delta_critical", "delta_suffix"]].notna().any(axis=1)
@@ -159,7 +168,8 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig) -> dict:
     for _, k in pick.iterrows():
         sel = ((par_curves.model == k.model) & (par_curves.benchmark == k.benchmark) & (par_curves.paradigm == k.paradigm)
                & (par_curves.budget.isna() if pd.isna(k.budget) else par_curves.budget == k.budget))
-        uu = acc_u[(acc_u.model == k.model) & (acc_u.benchmark == k.benchmark) & (acc_u.paradigm == k.paradigm)]
+        uu = acc_u[(acc_u.model == k.model) & (acc_u.benchmark == k.benchmark) & (acc_u.paradigm == k.paradigm)
+                   & (acc_u.budget.isna() if pd.isna(k.budget) else acc_u.budget == k.budget)]
         name = f"regions_{safe_name(k.benchmark)}_{safe_name(k.paradigm)}_{safe_name(k.model)}_{budget_label(k.budget)}.png"
         p = plot_regions(par_curves[sel], f"{k.benchmark} · {k.paradigm} ({_group_label(k.model, k.budget)}); "
                          "U windows shaded", fdir / name, uu, metric)
@@ -212,7 +222,7 @@ def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes
                                    "critical_onset_tokens", "suffix_onset_tokens"]]), ""]
     L += ["## Age of acquisition and forgettability (per phenomenon, mean over seeds)", "",
           f"Sigmoid on log10 tokens; AoA where it crosses halfway between chance and its best accuracy "
-          f"(empty: not acquired by {cfg.aoa.min_gain} over chance, decreasing, above halfway at the first "
+          f"(empty: not acquired by {cfg.aoa.min_gain} over chance, no rise above {cfg.aoa.min_rise_rmse}x the fit's RMSE, decreasing, above halfway at the first "
           "checkpoint, or too few checkpoints — per-curve status in tables/aoa.csv). Forgettability: sum of "
           "drops of the smoothed curve.", "",
           _md_table(aoa_ph.sort_values("aoa_log10_tokens")), ""]
@@ -230,7 +240,10 @@ def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes
           _md_table(counts.reset_index()) if len(counts) else "_(none)_", "",
           _md_table(groups.drop(columns=["reason"]), 40), ""]
     L += ["## Regions over training", ""] + [f"![{t}]({rel(p)})" for t, p in figs if t.startswith("Regions")] + [""]
-    L += ["## Tables", ""] + [f"- `{p.relative_to(out).as_posix()}`" for p in sorted((out / "tables").glob("*.csv"))]
+    tables = sorted({p.with_suffix("") for p in (out / "tables").iterdir() if p.suffix in (".csv", ".parquet")})
+    L += ["## Tables (every number above; .csv and/or .parquet)", ""]
+    L += [f"- `{p.relative_to(out).as_posix()}` ({', '.join(sorted(q.suffix for q in p.parent.glob(p.name + '.*')))})"
+          for p in tables]
     L += ["", "## Parameters", "", "```", repr(cfg), "```", ""]
     return "\n".join(L)
 

@@ -95,16 +95,64 @@ def _model_device(model) -> torch.device:
         return torch.device("cpu")
 
 
+# Architectures whose logits are exactly ``get_output_embeddings()(base_model(...)[0])``: for them
+# the head is applied only where it is needed (see ``token_logprobs``). Others (soft-capped or
+# scaled logits, extra projections) take the plain path through ``model(...).logits``.
+_PLAIN_HEAD_TYPES = ("gpt_neox", "gpt2", "llama")
+# rows of the output layer evaluated at once: on a CPU 128 x 50k float32 logits = 26 MB, so the
+# exp runs on a piece near cache size rather than on one tensor of every position (measured on
+# pythia-14m: 128 rows fastest, 64 and 256 10-40 % slower); on a GPU bigger pieces keep the
+# kernels busy (1024 x 50k x 4 B = 200 MB)
+_HEAD_CHUNK = {"cpu": 128}
+_HEAD_CHUNK_OTHER = 1024
+
+
+def _split_head(model):
+    """(body, head) when ``model``'s logits are head(body(...).last_hidden_state), else None."""
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) not in _PLAIN_HEAD_TYPES:
+        return None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    body = getattr(model, "base_model", None)
+    if not isinstance(head, torch.nn.Linear) or body is None or body is model:
+        return None
+    if hasattr(head.weight, "ds_id"):  # DeepSpeed ZeRO-3 holds the weight only inside forward()
+        return None
+    return body, head
+
+
+def _prefix_nodes(seqs: list[list[int]]) -> tuple[list[np.ndarray], int]:
+    """For each sequence, one node id per scored position j (0 .. len-2): the id of the prefix
+    ``seq[:j+1]``. Equal prefixes get equal ids (a trie), so a position's hidden state, and the
+    logsumexp over the vocabulary at it, is computed once for every sequence that shares it: the
+    BOS of every sentence, the words a pair shares before it differs, repeated sentences."""
+    child: dict[tuple[int, int], int] = {}
+    out = []
+    for s in seqs:
+        node, ids = -1, []
+        for tok in s[:-1]:
+            node = child.setdefault((node, tok), len(child))
+            ids.append(node)
+        out.append(np.asarray(ids, dtype=np.int64))
+    return out, len(child)
+
+
 def token_logprobs(model, seqs: list[list[int]], *, batch_size: int = 64, device=None,
-                   progress: bool = False) -> list[np.ndarray]:
+                   progress: bool = False, bf16: bool = False) -> list[np.ndarray]:
     """out[i][j] = log p(seqs[i][j+1] | seqs[i][:j+1]) in float64 numpy, len(seqs[i])-1 values.
 
     Sequences are sorted by length (longest first, so an out-of-memory shows up in the first
-    batch) and batched with right padding and an attention mask; right padding leaves the
-    positions of real tokens at 0..L-1, so padded and unpadded runs see the same inputs. Runs under
-    ``torch.inference_mode``; the model's train/eval mode is restored afterwards. Each target's
-    log-prob is its logit minus the logsumexp over the vocabulary, so no full log_softmax copy of
-    the logits is kept.
+    batch; little padding) and batched with right padding and an attention mask; right padding
+    leaves the positions of real tokens at 0..L-1, so padded and unpadded runs see the same inputs.
+    Runs under ``torch.inference_mode``; the model's train/eval mode is restored afterwards.
+
+    Why it is fast (bench/bench_scoring.py): for a small model the output layer (d x vocab) costs
+    more than the transformer body, so for the architectures in ``_PLAIN_HEAD_TYPES`` the body
+    runs on the batch and the head runs only where needed: a target's logit is one dot product
+    with its output-embedding row, and the logsumexp over the vocabulary is computed once per
+    distinct prefix (``_prefix_nodes``), in chunks, never as a full log_softmax copy.
+    ``bf16=True`` runs the model under bfloat16 autocast (fast on GPUs; the logsumexp stays fp32;
+    lps move by ~1e-2, see the bench) -- off by default so scores are fp32-exact.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -129,10 +177,14 @@ def token_logprobs(model, seqs: list[list[int]], *, batch_size: int = 64, device
 
         batches = tqdm(batches, desc="scoring", unit="batch")
 
+    split = _split_head(model)
+    nodes, n_nodes = _prefix_nodes(seqs) if split is not None else (None, 0)
+    lse = torch.empty(n_nodes, dtype=torch.float32, device=device)
+    have = torch.zeros(n_nodes, dtype=torch.bool, device=device)
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             for batch in batches:
                 width = len(seqs[batch[0]])
                 ids = torch.zeros((len(batch), width), dtype=torch.long)
@@ -141,17 +193,89 @@ def token_logprobs(model, seqs: list[list[int]], *, batch_size: int = 64, device
                     ids[row, :len(seqs[i])] = torch.tensor(seqs[i], dtype=torch.long)
                     mask[row, :len(seqs[i])] = 1
                 ids, mask = ids.to(device), mask.to(device)
-                logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
-                # float32 at least: bf16 logsumexp loses ~2 digits on large vocabularies
-                logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-                target = ids[:, 1:].unsqueeze(-1)
-                lp = logits.gather(-1, target).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+                # sorted by length, most batches have one length: no mask to build or apply
+                call_mask = None if bool(mask.all()) else mask
+                if split is None:
+                    lp = _batch_plain(model, ids, call_mask)
+                else:
+                    node = torch.from_numpy(np.concatenate([nodes[i] for i in batch])).to(device)
+                    lp = _batch_split(*split, ids, mask, call_mask, node, lse, have)
                 lp = lp.to("cpu", torch.float64).numpy()
+                at = 0
                 for row, i in enumerate(batch):
-                    out[i] = lp[row, :len(seqs[i]) - 1].copy()
+                    n = len(seqs[i]) - 1
+                    out[i] = lp[row, :n].copy() if lp.ndim == 2 else lp[at:at + n].copy()
+                    at += n
     finally:
         model.train(was_training)
     return out  # type: ignore[return-value]
+
+
+def _batch_plain(model, ids: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """[B, W-1] lps through the model's own logits (any causal LM)."""
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+    # float32 at least: bf16 logsumexp loses ~2 digits on large vocabularies
+    logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    target = ids[:, 1:].unsqueeze(-1)
+    return logits.gather(-1, target).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def _batch_split(body, head: torch.nn.Linear, ids: torch.Tensor, mask: torch.Tensor,
+                 call_mask: Optional[torch.Tensor], node: torch.Tensor, lse: torch.Tensor,
+                 have: torch.Tensor) -> torch.Tensor:
+    """Flat lps of the scored positions of a batch (row-major, each row's len-1 positions).
+
+    ``node`` holds the prefix id of each of those positions; ``lse``/``have`` cache the
+    logsumexp of every prefix already seen, in this batch or an earlier one.
+    """
+    hidden = body(input_ids=ids, attention_mask=call_mask)[0][:, :-1]
+    scored = mask[:, 1:].bool()  # position j is scored when token j+1 is real
+    h = hidden[scored]  # [N, d], row-major: the order of ``node``
+    target = ids[:, 1:][scored]
+    weight = head.weight
+    logit = (h.float() * weight[target].float()).sum(-1)
+    if head.bias is not None:
+        logit = logit + head.bias[target].float()
+    new = ~have[node]
+    if bool(new.any()):
+        # one row per distinct new prefix: the first position that has it
+        uniq, first = _first_index(node[new])
+        idx = new.nonzero().squeeze(-1)[first]
+        lse[uniq] = _logsumexp_head(head, h[idx], logit[idx])
+        have[uniq] = True
+    return logit - lse[node]
+
+
+def _logsumexp_head(head: torch.nn.Linear, h: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """logsumexp over the vocabulary of ``head(h)`` per row, fp32, a chunk of rows at a time.
+
+    ``shift`` is one logit of each row (its target's). exp(logits - shift) sums to at least 1 (the
+    shifted target is exp(0)), so it never underflows to log(0), and it overflows only when some
+    token is 80+ nats likelier than the target; then the chunk is redone with ``torch.logsumexp``.
+    This skips logsumexp's max pass and temporaries: the exp over the vocabulary is most of the
+    cost of scoring a small model on a CPU, and here it runs once, in place, on a chunk that stays
+    in cache.
+    """
+    out = torch.empty(len(h), dtype=torch.float32, device=h.device)
+    chunk = _HEAD_CHUNK.get(h.device.type, _HEAD_CHUNK_OTHER)
+    for a in range(0, len(h), chunk):
+        z = a + chunk
+        logits = head(h[a:z]).float()
+        s = shift[a:z].unsqueeze(-1)
+        part = logits.sub_(s).exp_().sum(-1).log_() + s.squeeze(-1)
+        if not bool(torch.isfinite(part).all()):
+            part = torch.logsumexp(head(h[a:z]).float(), dim=-1)
+        out[a:z] = part
+    return out
+
+
+def _first_index(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sorted unique values of ``x``, the index of each one's first occurrence in ``x``)."""
+    uniq, inverse = torch.unique(x, return_inverse=True)
+    pos = torch.arange(len(x), device=x.device)
+    first = torch.full((len(uniq),), len(x), dtype=torch.long, device=x.device)
+    first.scatter_reduce_(0, inverse, pos, reduce="amin")
+    return uniq, first
 
 
 def _align(good: Sequence[int], bad: Sequence[int]) -> tuple[int, int]:
@@ -168,7 +292,7 @@ def _align(good: Sequence[int], bad: Sequence[int]) -> tuple[int, int]:
 
 
 def score_pairs(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64, device=None,
-                progress: bool = False) -> pd.DataFrame:
+                progress: bool = False, bf16: bool = False) -> pd.DataFrame:
     """One row per pair with lp/ntok of good and bad and their prefix/critical/suffix region sums.
 
     Each unique sentence is scored once (benchmarks repeat sentences across pairs).
@@ -197,7 +321,8 @@ def score_pairs(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64, de
             if max_pos is not None and n > max_pos:
                 raise ValueError(f"{where}: the {side} sentence has {n} tokens with BOS, more "
                                  f"than the model's max_position_embeddings={max_pos}")
-    lps = token_logprobs(model, ids, batch_size=batch_size, device=device, progress=progress)
+    lps = token_logprobs(model, ids, batch_size=batch_size, device=device, progress=progress,
+                         bf16=bf16)
 
     rows = []
     for p in pairs:

@@ -145,6 +145,12 @@ def _impute(m: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(m), col, m)
 
 
+def _resample_counts(n: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_boot, n): how often each pair is drawn in each bootstrap resample of n pairs."""
+    idx = rng.integers(0, n, size=(n_boot, n)) + n * np.arange(n_boot)[:, None]
+    return np.bincount(idx.ravel(), minlength=n_boot * n).reshape(n_boot, n).astype(np.float64)
+
+
 def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig,
                   onset_index: int = 0, rng: np.random.Generator | None = None) -> list[dict]:
     """Statistical U's of one unit (a paradigm, or a phenomenon = several paradigms).
@@ -174,13 +180,16 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
         boot = np.zeros((3, cfg.n_boot))
         n_par = len(mats[0])
         for k in range(n_par):
-            n = mats[0][k].shape[1]
-            same = all(seed[k].shape[1] == n for seed in mats)
-            idx = rng.integers(0, n, size=(cfg.n_boot, n))
-            for s, seed in enumerate(mats):
-                v = C @ seed[k]  # (3, n): each pair's contribution to each contrast
-                ii = idx if same else rng.integers(0, v.shape[1], size=(cfg.n_boot, v.shape[1]))
-                boot += v[:, ii].mean(axis=2) / (len(mats) * n_par)
+            sizes = {seed[k].shape[1] for seed in mats}
+            # each pair's contribution to each contrast, per seed: (seeds, 3, n)
+            V = [C @ seed[k] for seed in mats]
+            if len(sizes) == 1:  # same pairs in every seed: one resample of pairs for all (paired)
+                counts = _resample_counts(sizes.pop(), cfg.n_boot, rng)
+                boot += np.einsum("skn,bn->kb", np.stack(V), counts) / (V[0].shape[1] * len(mats) * n_par)
+            else:
+                for v in V:
+                    counts = _resample_counts(v.shape[1], cfg.n_boot, rng)
+                    boot += (v @ counts.T) / (v.shape[1] * len(mats) * n_par)
         p_drop = (1 + np.sum(boot[0] <= 0)) / (cfg.n_boot + 1)
         p_rec = (1 + np.sum(boot[1] <= 0)) / (cfg.n_boot + 1)
         p_peak = (1 + np.sum(boot[2] <= cfg.chance)) / (cfg.n_boot + 1)
@@ -207,6 +216,18 @@ def _paradigm_columns(o) -> dict[str, np.ndarray]:
     order = np.lexsort((o.pair_ids.astype(str), o.row_paradigm))
     bounds = np.searchsorted(o.row_paradigm[order], np.arange(len(o.paradigms) + 1))
     return {p: order[bounds[i]:bounds[i + 1]] for i, p in enumerate(o.paradigms)}
+
+
+def _paradigm_means(block: np.ndarray, cols: dict[str, np.ndarray], names: list[str]) -> np.ndarray:
+    """(n_steps, len(names)) mean outcome per paradigm, NaN (missing pairs) ignored."""
+    order = np.concatenate([cols[p] for p in names])
+    bounds = np.cumsum([0] + [len(cols[p]) for p in names])[:-1]
+    sub = block[:, order]
+    present = ~np.isnan(sub)
+    sums = np.add.reduceat(np.where(present, sub, 0.0), bounds, axis=1)
+    counts = np.add.reduceat(present, bounds, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return sums / counts
 
 
 def onset_index(acc_by_step: np.ndarray, gain: float) -> int:
@@ -241,6 +262,10 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
     for (run, bench) in ev.outcomes:
         r = info[run]
         groups.setdefault((r.model, r.budget, bench), []).append(run)
+    pb = ev.table[["benchmark", "paradigm", "phenomenon"]].drop_duplicates(["benchmark", "paradigm"])
+    phen_by_bench: dict[str, dict[str, str]] = {}
+    for b, p, ph in zip(pb.benchmark.tolist(), pb.paradigm.tolist(), pb.phenomenon.tolist()):
+        phen_by_bench.setdefault(b, {})[p] = ph
     for (model, budget, bench), runs in sorted(groups.items(), key=lambda kv: str(kv[0])):
         outs = [ev.outcomes[(run, bench)] for run in sorted(runs)]
         steps = outs[0].steps
@@ -263,8 +288,7 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
             cols.append(_paradigm_columns(o))
         overall = np.mean([np.nanmean(b, axis=1) for b in blocks], axis=0)
         onset = onset_index(overall, cfg.onset_gain)
-        t = ev.table[(ev.table.benchmark == bench) & ev.table.run.isin(runs)]
-        phen_of = dict(zip(t.paradigm, t.phenomenon))
+        phen_of = phen_by_bench.get(bench, {})
         units: list[tuple[str, str, str, list[str]]] = []
         if "phenomenon" in levels:
             by_ph: dict[str, list[str]] = {}
@@ -273,9 +297,19 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
             units += [("phenomenon", ph, "", ps) for ph, ps in sorted(by_ph.items())]
         if "paradigm" in levels:
             units += [("paradigm", phen_of.get(p, "?"), p, [p]) for p in sorted(cols[0])]
+        # Screen every unit with one matrix product: the smoothed seed-mean curve of each paradigm
+        # (a phenomenon's is the mean of its paradigms'). Only units whose curve has a geometric U
+        # go on to the per-pair bootstrap, which is where the time goes.
+        W = smoothing_matrix(x, cfg.bandwidth, cfg.min_neighbours)
+        names = [p for p in sorted(cols[0]) if all(p in c for c in cols)]
+        par_curve = dict(zip(names, np.mean([_paradigm_means(b, c, names) for b, c in zip(blocks, cols)],
+                                            axis=0).T))
+        smoothed = dict(zip(names, (W @ np.array([par_curve[p] for p in names]).T).T)) if names else {}
         for level, ph, par, paradigms in units:
             if not all(p in c for c in cols for p in paradigms):
                 notes.append(f"{model}/{budget}/{bench}/{par or ph}: not in every seed; skipped")
+                continue
+            if not find_u_shapes(np.mean([smoothed[p] for p in paradigms], axis=0), cfg.delta):
                 continue
             mats = [[b[:, c[p]] for p in paradigms] for b, c in zip(blocks, cols)]
             for u in analyse_curve(x, mats, cfg, onset, rng):

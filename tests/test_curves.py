@@ -193,3 +193,29 @@ def test_missing_column_names_file(tmp_path):
     pq.write_table(pq.read_table(p).drop(["lp_bad"]), p)
     with pytest.raises(EvalInputError, match=r"grammar\.parquet.*lp_bad"):
         load_runs([r])
+
+
+def test_rows_in_another_order_are_aligned_by_pair_id(tmp_path):
+    r = tmp_path / "r"
+    rows0 = [pair("agr", i, -1.0 if i < 2 else -5.0, 1, -3.0, 1) for i in range(4)]  # pairs 0,1 right
+    rows1 = [pair("agr", i, -1.0 if i in (0, 3) else -5.0, 1, -3.0, 1) for i in (3, 2, 1, 0)]  # 0,3 right
+    write_eval(r, 0, 0, rows0)
+    write_eval(r, 1, 100, rows1)
+    ev = load_runs([r])
+    o = ev.outcomes[("r", "grammar")]
+    assert list(o.pair_ids) == ["0", "1", "2", "3"]
+    assert o.matrix("agr").tolist() == [[1, 1, 0, 0], [1, 0, 0, 1]]
+    assert ev.table.acc_mlp.tolist() == [0.5, 0.5]
+
+
+def test_int_pair_ids_and_tokens_from_trainer_state(tmp_path):
+    r = tmp_path / "r"
+    p = write_eval(r, 3, 999, [pair("agr", 0, -1.0, 1, -2.0, 1)])
+    t = pq.read_table(p)
+    t = t.set_column(t.schema.get_field_index("pair_id"), "pair_id", pa.array([7]))
+    meta = json.loads(t.schema.metadata[b"syntax_dynamics"])
+    del meta["tokens"]
+    pq.write_table(t.replace_schema_metadata({b"syntax_dynamics": json.dumps(meta).encode()}), p)
+    ev = load_runs([r])
+    assert ev.table.tokens.tolist() == [999]  # from checkpoints/step3/trainer_state.json
+    assert list(ev.outcomes[("r", "grammar")].pair_ids) == ["7"]

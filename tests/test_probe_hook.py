@@ -129,3 +129,49 @@ def test_bad_config_is_reported_at_construction(tmp_path):
         ProbeHook(ProbesConfig(), tiny_tokenizer(), tmp_path, pairs={"a/b": PAIRS["tiny"]})
     with pytest.raises(ValueError, match="benchmark 'e' has no pairs"):
         ProbeHook(ProbesConfig(), tiny_tokenizer(), tmp_path, pairs={"e": []})
+
+
+# ---------------------------------------------------------------- the benchmark list in configs
+
+
+def _probes(*overrides: str):
+    from trainutil import TINY, compose_cfg
+    from train.config import to_typed
+
+    base = [o for o in TINY if not o.startswith("probes.benchmarks")]
+    return to_typed(compose_cfg(base + list(overrides))).probes
+
+
+def test_config_takes_bare_names_and_mappings():
+    probes = _probes("probes=zhoblimp", "probes.benchmarks=[zhoblimp,{name: blimp, path: /data/blimp}]")
+    got = probes.resolved_benchmarks()
+    assert [(b.name, b.path, b.max_pairs_per_paradigm, b.subsample_seed) for b in got] == [
+        ("zhoblimp", None, 50, 0), ("blimp", "/data/blimp", 50, 0)]
+
+    probes = _probes("probes=en", "probes.max_pairs_per_paradigm=null", "probes.subsample_seed=3",
+                     "probes.benchmarks=[blimp,{name: mine, path: /x.jsonl, format: jsonl, "
+                     "good_field: g, bad_field: b, max_pairs_per_paradigm: 7}]")
+    blimp, mine = probes.resolved_benchmarks()
+    assert (blimp.name, blimp.max_pairs_per_paradigm, blimp.subsample_seed) == ("blimp", None, 3)
+    assert (mine.path, mine.format, mine.good_field, mine.max_pairs_per_paradigm,
+            mine.subsample_seed) == ("/x.jsonl", "jsonl", "g", 7, 3)
+    assert [b.name for b in _probes("probes=zh").resolved_benchmarks()] == ["zhoblimp", "climp", "sling"]
+
+
+def test_config_keeps_the_grammar_spellings():
+    # the demo's and tests/trainutil.py's overrides
+    demo = _probes("probes=grammar",
+                   "probes.benchmarks=[{name: grammar, grammar: {pairs_per_paradigm: 200}}]")
+    (g,) = demo.resolved_benchmarks()
+    assert (g.name, g.max_pairs_per_paradigm, g.grammar.pairs_per_paradigm) == ("grammar", None, 200)
+    (g,) = _probes("probes.benchmarks=[{name: grammar, max_pairs_per_paradigm: 10}]").resolved_benchmarks()
+    assert (g.name, g.max_pairs_per_paradigm) == ("grammar", 10)
+
+
+def test_config_errors_name_the_entry():
+    with pytest.raises(ValueError, match=r"probes.benchmarks\[1\]: unknown benchmark name"):
+        _probes("probes.benchmarks=[blimp,nosuch]")
+    with pytest.raises(ValueError, match=r"probes.benchmarks\[0\]: unknown key\(s\) \['pth'\]"):
+        _probes("probes.benchmarks=[{name: blimp, pth: /x}]")
+    with pytest.raises(ValueError, match=r"probes.benchmarks\[0\].max_pairs_per_paradigm: Value 'many'"):
+        _probes("probes.benchmarks=[{name: blimp, max_pairs_per_paradigm: many}]")

@@ -121,13 +121,18 @@ def test_score_errors_are_clear(model_dir, bench_file, tmp_path, capsys):
     bad.write_text(json.dumps(RECORDS[0]) + "\n{not json\n")
     assert main(["score", "--model", str(model_dir), "--benchmark", str(bad), "--out", out]) == 2
     assert "bad.jsonl" in capsys.readouterr().err
+    odd = tmp_path / "pairs.xml"  # a file of no known format
+    odd.write_text("<pairs><pair good='the cat runs .' bad='the cat run .'/></pairs>\n")
+    assert main(["score", "--model", str(model_dir), "--benchmark", str(odd), "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --benchmark {odd}:") and "pairs.xml" in err
     assert not Path(out).exists()
     assert main(["frobnicate"]) == 2
     assert "unknown command 'frobnicate'" in capsys.readouterr().err
 
 
 def test_dispatches_to_benchmarks_and_curves(capsys):
-    for command in ("curves", "benchmarks"):
+    for command in ("curves", "benchmarks", "score-run", "watch"):
         with pytest.raises(SystemExit) as e:
             main([command, "--help"])
         assert e.value.code == 0

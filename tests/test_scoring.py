@@ -181,3 +181,58 @@ def test_accuracy_is_strict():
 def test_fingerprint_tracks_vocabulary(tok):
     assert tokenizer_fingerprint(tok) == tokenizer_fingerprint(tiny_tokenizer())
     assert tokenizer_fingerprint(tok) != tokenizer_fingerprint(tiny_tokenizer(bos=False))
+
+
+def test_prefix_nodes_share_equal_prefixes():
+    from probes.scoring import _prefix_nodes
+
+    nodes, n = _prefix_nodes([[0, 5, 6, 7], [0, 5, 8], [0, 5, 6, 7], [0], [1, 5]])
+    assert [x.tolist() for x in nodes] == [[0, 1, 2], [0, 1], [0, 1, 2], [], [3]]
+    assert n == 4
+
+
+def _other_architectures(vocab: int):
+    from transformers import GPT2Config, GPT2LMHeadModel, OPTConfig, OPTForCausalLM
+
+    torch.manual_seed(1)
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=4,
+                                      n_positions=64))
+    opt = OPTForCausalLM(OPTConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2,
+                                   ffn_dim=64, num_attention_heads=4, max_position_embeddings=64,
+                                   word_embed_proj_dim=32))
+    return gpt2, opt
+
+
+def test_head_only_where_needed_and_plain_path_agree(tok, model):
+    from probes.scoring import _split_head
+
+    texts = ["the cat runs .", "the cat run .", "the cats run , and a dog sees the cat .", "cats"]
+    seqs = sentence_ids(tok, texts)
+    gpt2, opt = _other_architectures(len(tok))
+    assert _split_head(model) is not None and _split_head(gpt2) is not None
+    assert _split_head(opt) is None  # not known to be head(body(x)): its own logits are used
+    for m in (model, gpt2, opt):
+        for a, s in zip(token_logprobs(m, seqs, batch_size=3), seqs):
+            np.testing.assert_allclose(a, reference_lps(m, s), atol=1e-4)
+
+
+def test_logsumexp_overflow_falls_back_to_exact(tok):
+    # logits scaled so far apart that exp(logit - target logit) overflows float32
+    steep = tiny_model(len(tok), seed=3)
+    with torch.no_grad():
+        steep.get_output_embeddings().weight.mul_(200.0)
+    seqs = sentence_ids(tok, ["the cat runs .", "who sees the dog ?"])
+    got = token_logprobs(steep, seqs)
+    refs = [reference_lps(steep, s) for s in seqs]
+    assert min(r.min() for r in refs) < -100  # the fallback was needed
+    for a, ref in zip(got, refs):
+        np.testing.assert_allclose(a, ref, rtol=1e-5, atol=1e-3)
+
+
+def test_bf16_autocast_is_close(tok, model):
+    seqs = sentence_ids(tok, ["the cat runs .", "the dogs that the cat sees run ."])
+    fp32 = token_logprobs(model, seqs)
+    bf16 = token_logprobs(model, seqs, bf16=True)
+    for a, b in zip(fp32, bf16):
+        assert b.dtype == np.float64
+        np.testing.assert_allclose(b, a, atol=0.5, rtol=0.05)

@@ -120,9 +120,10 @@ def save_checkpoint(run_dir: Path, step: int, engine, tokenizer, state: dict, di
     return final
 
 
-def prune_resume_states(run_dir: Path, keep: int) -> None:
+def prune_resume_states(run_dir: Path, keep: int, weights_dtype: str = "fp32") -> None:
     """Drops resume/ from all but the newest `keep` checkpoints that have one. The directory is renamed
-    away first so a crash mid-delete never leaves a half resume state under the name resume/."""
+    away first so a crash mid-delete never leaves a half resume state under the name resume/.
+    weights_dtype="bf16" then halves the weights of every checkpoint left without resume state."""
     with_resume = [p for _s, p in list_checkpoints(run_dir) if (p / "resume").is_dir()]
     for path in with_resume[:-keep] if keep else with_resume:
         doomed = path / ".resume-deleting"
@@ -130,6 +131,35 @@ def prune_resume_states(run_dir: Path, keep: int) -> None:
             shutil.rmtree(doomed)
         os.replace(path / "resume", doomed)
         shutil.rmtree(doomed)
+    if weights_dtype == "bf16":
+        for _s, path in list_checkpoints(run_dir):
+            if not (path / "resume").is_dir():
+                weights_to_bf16(path)
+
+
+def weights_to_bf16(path: Path) -> None:
+    """Rewrites a probe-only checkpoint's model.safetensors in bf16, atomically. config.json's dtype is
+    updated last and marks the work done, so a crash in between is redone by the next call. Resume
+    checkpoints keep fp32 weights: the run continues from them exactly."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    config_path = Path(path) / "config.json"
+    config = json.loads(config_path.read_text())
+    if config.get("dtype") == "bfloat16":
+        return
+    weights = Path(path) / "model.safetensors"
+    with safe_open(weights, framework="pt") as f:
+        metadata = f.metadata()
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    tensors = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in tensors.items()}
+    tmp = weights.with_name(f".{weights.name}.tmp")
+    save_file(tensors, tmp, metadata=metadata)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, weights)
+    config["dtype"] = "bfloat16"
+    write_json_atomic(config_path, config)
 
 
 def load_rng(resume_dir: Path, rank: int) -> None:

@@ -35,11 +35,18 @@ class Logger:
         if cfg.wandb and cfg.mode != "disabled":
             import wandb
 
+            # The id outlives the process in <run>/wandb_run_id (and trainer_state.json), so a requeued
+            # job continues the same W&B run even when it was preempted before its first checkpoint.
+            id_file = run_dir / "wandb_run_id"
+            if run_id is None and id_file.is_file():
+                run_id = id_file.read_text().strip() or None
             self.wandb_run = wandb.init(
                 dir=str(run_dir), id=run_id, resume="allow", mode=cfg.mode, name=name, config=config,
                 project=cfg.project or os.environ.get("WANDB_PROJECT", "syntax-dynamics"),
                 entity=cfg.entity or os.environ.get("WANDB_ENTITY"),
-                group=cfg.group or config.get("experiment"), tags=list(cfg.tags))
+                group=cfg.group or config.get("experiment"), tags=run_tags(config, cfg.tags))
+            if not id_file.is_file():
+                _write_text_atomic(id_file, self.wandb_run.id + "\n")
             # Curves of different budgets and batch sizes share an x-axis only in tokens seen.
             self.wandb_run.define_metric("tokens")
             for prefix in ("train/*", "probe/*"):
@@ -60,6 +67,24 @@ class Logger:
         self._jsonl.close()
         if self.wandb_run is not None:
             self.wandb_run.finish()
+
+
+def run_tags(config: dict, extra: list[str]) -> list[str]:
+    """model=, budget=, seed= from the resolved config, then the configured tags (e.g. preset=...);
+    W&B filters a grid's runs by them."""
+    data = config.get("data") or {}
+    tags = [f"model={(config.get('model') or {}).get('name')}", f"budget={data.get('budget_tokens')}",
+            f"seed={config.get('seed')}"]
+    return tags + [t for t in extra if t not in tags]
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 class NullLogger:

@@ -1,5 +1,8 @@
 """The training loop: data, model and engine are set up, then steps run until the budget is spent,
-with a whole checkpoint (and the hooks) at every scheduled step. Read it top to bottom."""
+with a whole checkpoint (and the hooks) at every scheduled step. Read it top to bottom.
+
+A preemption signal (train/preempt.py) ends it early: after the current step a resume checkpoint is
+written and the process exits with a requeue status; the same command then resumes exactly."""
 from __future__ import annotations
 
 import os
@@ -17,18 +20,27 @@ from train.config import TrainConfig, trajectory_diff
 from train.corpus import load_documents
 from train.engine import build_engine, init_distributed
 from train.hooks import run_hooks
+from train.lock import RunLock
 from train.logger import Logger, NullLogger
 from train.model import build_model
 from train.optim import lr_at
+from train.preempt import Preemption, drop_unscheduled
 from train.schedule import checkpoint_steps
 from train.sequences import SequenceStream
+from train.slurm import export_distributed_env
 from train.token_store import build_or_load
 from train.tokenizer import load_tokenizer, prepare_tokenizer
 
 
 def train(cfg: TrainConfig, run_dir: Path) -> Path:
-    run_dir = Path(run_dir)
+    export_distributed_env()  # in a SLURM job step: RANK, WORLD_SIZE, ... from SLURM_* / submitit
     dist = init_distributed(cfg.engine)
+    # One job per run directory (rank 0 holds the lock); signals are recorded while training runs.
+    with RunLock(run_dir, enabled=dist.main), Preemption() as preempt:
+        return _train(cfg, Path(run_dir), dist, preempt)
+
+
+def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
     resolved = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
     resume_from = _check_run_dir(cfg, resolved, run_dir)
     dist.barrier()
@@ -70,28 +82,34 @@ def train(cfg: TrainConfig, run_dir: Path) -> Path:
     logger = (Logger(cfg.logger, run_dir, config=resolved, name=run_dir.name, run_id=wandb_id)
               if dist.main else NullLogger())
     hooks = []
-    if dist.main and cfg.probes.enabled:
+    if cfg.probes.enabled:  # on every rank: the probe hook shards the pairs and rank 0 writes
         from probes.hook import ProbeHook
 
         hooks.append(ProbeHook(cfg.probes, tokenizer, run_dir))
 
-    def checkpoint(step: int, loss: float | None, lr: float) -> None:
+    def checkpoint(step: int, loss: float | None, lr: float, *, scheduled: bool = True) -> None:
         state = {"step": step, "tokens": step * tokens_per_step, "total_steps": total_steps,
                  "tokens_per_step": tokens_per_step, "seq_len": seq_len, "seed": cfg.seed,
                  "data_seed": cfg.data.seed, "lr": lr, "loss": loss, "world_size": dist.world,
                  "engine": cfg.engine.kind, "wandb_run_id": logger.run_id, "time": time.time(),
-                 "versions": _versions()}
+                 "versions": _versions(), "preempted": not scheduled}
         path = save_checkpoint(run_dir, step, engine, tokenizer, state, dist, with_resume=True)
         if dist.main:
-            prune_resume_states(run_dir, cfg.schedule.keep_resume)
-            metrics = run_hooks(hooks, path, step, state["tokens"], engine.module)
-            logger.log({"tokens": state["tokens"], **metrics}, step)
-        dist.barrier()  # the other ranks wait for the probes before training on
+            prune_resume_states(run_dir, cfg.schedule.keep_resume, cfg.schedule.weights_dtype)
+            if scheduled:
+                drop_unscheduled(run_dir, save_steps, before=step)
+        if not scheduled:  # a preemption's resume-only checkpoint: not probed, not logged
+            dist.barrier()
+            return
+        metrics = run_hooks(hooks, path, step, state["tokens"], engine.module)
+        logger.log({"tokens": state["tokens"], **metrics}, step)
+        dist.barrier()
 
     if start_step == 0 and 0 in save_steps:
         checkpoint(0, None, 0.0)
     bar = tqdm(total=total_steps, initial=start_step, desc="train", unit="step", disable=not dist.main or os.environ.get("TQDM_DISABLE") == "1")
     window_start, window_tokens = time.perf_counter(), 0
+    done = start_step
     for step in range(start_step, total_steps):
         lr = lr_at(cfg.optim, step, total_steps)
         batch = stream.batch(step, cfg.optim.global_batch, dist.rank, dist.world)
@@ -112,18 +130,29 @@ def train(cfg: TrainConfig, run_dir: Path) -> Path:
             window_start, window_tokens = time.perf_counter(), 0
         if done in save_steps:
             checkpoint(done, loss, lr)
+        if done < total_steps and preempt.requested(dist):
+            if done not in save_steps:
+                checkpoint(done, loss, lr, scheduled=False)
+            break
     bar.close()
     for hook in hooks:
         hook.close()
     logger.close()
+    if preempt.signum is not None and done < total_steps:
+        _destroy_group(dist)
+        preempt.exit(done)  # raises: the process exits for requeue
     if dist.main and cfg.curves_at_end and cfg.probes.enabled:
         from probes.curves import main as curves_main
 
         curves_main([str(run_dir), "--out", str(run_dir / "curves")])
+    _destroy_group(dist)
+    return run_dir
+
+
+def _destroy_group(dist) -> None:
     if dist.world > 1:
         # A lone process keeps its one-member group: DeepSpeed caches it for the next run in-process.
         torch.distributed.destroy_process_group()
-    return run_dir
 
 
 def _check_run_dir(cfg: TrainConfig, resolved: dict, run_dir: Path) -> Path | None:

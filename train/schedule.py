@@ -14,12 +14,15 @@ class ScheduleConfig:
     log_until: float = 1.0  # log: a fraction (<= 1) of the run, or an absolute position (> 1)
     points: list[int] = field(default_factory=list)  # custom: positions (steps or tokens)
     keep_resume: int = 2  # resume state (optimizer, RNG) is kept on the last K checkpoints only
+    weights_dtype: str = "fp32"  # fp32 | bf16: weights of checkpoints whose resume state was pruned
 
     def __post_init__(self):
         if self.kind not in ("pythia", "log", "custom"):
             raise ValueError(f"schedule.kind={self.kind!r}: expected pythia, log or custom")
         if self.unit not in ("steps", "tokens"):
             raise ValueError(f"schedule.unit={self.unit!r}: expected steps or tokens")
+        if self.weights_dtype not in ("fp32", "bf16"):
+            raise ValueError(f"schedule.weights_dtype={self.weights_dtype!r}: expected fp32 or bf16")
         if self.keep_resume < 1:
             raise ValueError(f"schedule.keep_resume={self.keep_resume}: keep at least one resume state")
 

@@ -41,6 +41,7 @@ BENCHMARK = "syntax_qa"
 
 @dataclass
 class SyntaxQAConfig:
+    enabled: bool = False  # in-loop: probe every checkpoint (probes.syntax_qa.enabled=true)
     sources: list[str] = field(default_factory=list)  # .mrg / .conllu files or directories of them
     knowledge_points: list[str] = field(default_factory=lambda: list(KNOWLEDGE_POINTS))
     question_types: list[str] = field(default_factory=lambda: list(QUESTION_TYPES))
@@ -55,6 +56,8 @@ class SyntaxQAConfig:
     batch_size: int = 16
 
     def __post_init__(self) -> None:
+        if self.enabled and not self.sources:
+            raise ValueError("syntax_qa.sources is empty: name .mrg/.conllu files or directories to ask about")
         bad_kp = [k for k in self.knowledge_points if k not in KNOWLEDGE_POINTS]
         if bad_kp:
             raise ValueError(f"syntax_qa.knowledge_points: unknown {bad_kp}; choose from {list(KNOWLEDGE_POINTS)}")
@@ -288,6 +291,25 @@ def summarize(df: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def write_items(df: pd.DataFrame, path: Path, *, step: int, tokens: int, model_dir: Path, tokenizer,
+                cfg: SyntaxQAConfig, reports: list[SourceReport]) -> dict[str, float]:
+    """Per-item rows to ``path`` (atomic, self-describing like every eval file); returns the summary."""
+    from probes.scoring import CONVENTION, tokenizer_fingerprint
+    from probes.store import write_pairs
+
+    summary = summarize(df)
+    meta = {
+        "step": int(step), "tokens": int(tokens), "benchmark": BENCHMARK, "kind": "syntax_qa_items",
+        "convention": CONVENTION, "model_dir": str(Path(model_dir).resolve()),
+        "tokenizer": tokenizer_fingerprint(tokenizer), "config": asdict(cfg),
+        "summary": {k: (None if math.isnan(v) else v) for k, v in summary.items()},
+        "sources": [{"source": r.source, "sentences": r.sentences, "facts": r.facts, "errors": r.errors[:20],
+                     "n_errors": len(r.errors), "empty": r.empty} for r in reports],
+    }
+    write_pairs(df, path, meta)
+    return summary
+
+
 # ---------------------------------------------------------------- CLI
 
 
@@ -334,24 +356,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from probes.scoring import CONVENTION, tokenizer_fingerprint
-    from probes.store import write_pairs
-
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model).to(device)
     df = score_items(model, tokenizer, items, cfg, device=device)
-    summary = summarize(df)
     state_file = args.model / "trainer_state.json"
     state = json.loads(state_file.read_text()) if state_file.is_file() else {}
-    meta = {
-        "step": int(state.get("step", -1)), "tokens": int(state.get("tokens", -1)), "benchmark": BENCHMARK,
-        "convention": CONVENTION, "model_dir": str(args.model.resolve()), "tokenizer": tokenizer_fingerprint(tokenizer),
-        "config": asdict(cfg), "summary": {k: (None if math.isnan(v) else v) for k, v in summary.items()},
-        "sources": [{"source": r.source, "sentences": r.sentences, "facts": r.facts, "errors": r.errors[:20],
-                     "n_errors": len(r.errors), "empty": r.empty} for r in reports],
-    }
-    write_pairs(df, args.out, meta)
+    summary = write_items(df, args.out, step=int(state.get("step", -1)), tokens=int(state.get("tokens", -1)),
+                          model_dir=args.model, tokenizer=tokenizer, cfg=cfg, reports=reports)
     print(statistics_table(items).to_string())
     print(json.dumps({k: round(v, 4) for k, v in summary.items() if "/" not in k}))
     print(f"{BENCHMARK}: {len(df)} items -> {args.out}")

@@ -1,0 +1,39 @@
+"""The syntax-questions probe as a checkpoint hook: items are built once per run, scored at every
+checkpoint into ``<run>/evals/step<N>/syntax_qa.parquet``; summaries go to the logger."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from probes.store import eval_path
+from probes.syntaxqa.score import BENCHMARK, SyntaxQAConfig, build_items_and_reports, score_items, write_items
+
+
+class SyntaxQAHook:
+    def __init__(self, cfg: SyntaxQAConfig, tokenizer, run_dir: Path):
+        self.cfg, self.tokenizer, self.run_dir = cfg, tokenizer, Path(run_dir)
+        self.items, self.reports = build_items_and_reports(cfg)
+        if not self.items:
+            raise ValueError(f"probes.syntax_qa: no items from sources {cfg.sources}")
+
+    def post_checkpoint_saved(self, ckpt_dir: Path, step: int, tokens: int, model) -> dict[str, float]:
+        import torch.distributed as torch_dist
+
+        if torch_dist.is_available() and torch_dist.is_initialized() and torch_dist.get_rank() != 0:
+            return {}  # rank 0 asks the questions; the items are few next to minimal-pair benchmarks
+        path = eval_path(self.run_dir, step, BENCHMARK)
+        if path.exists():  # a resumed run does not redo a finished checkpoint
+            return {}
+        was_training = model.training
+        model.eval()
+        try:
+            df = score_items(model, self.tokenizer, self.items, self.cfg)
+        finally:
+            model.train(was_training)
+        summary = write_items(df, path, step=step, tokens=tokens, model_dir=ckpt_dir, tokenizer=self.tokenizer,
+                              cfg=self.cfg, reports=self.reports)
+        return {f"probe/{BENCHMARK}/{k}": v for k, v in summary.items()
+                if not math.isnan(v) and not k.endswith("n_items")}
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,182 @@
+"""Probing a run's checkpoints after the fact (``score-run``) or while it trains (``watch``).
+
+    python -m probes score-run RUN_DIR --benchmark blimp [--benchmark zhoblimp ...]
+    python -m probes watch RUN_DIR --benchmark blimp --poll 60 --timeout 86400
+
+Both write ``<run>/evals/step<N>/<benchmark>.parquet`` (``probes.store``) for every whole
+checkpoint, the same files the in-loop probe hook writes, and are idempotent:
+
+* only directories named ``checkpoints/step<N>`` are read (the trainer assembles a checkpoint
+  under ``.tmp-step<N>`` and renames it when whole), and only when ``verify_checkpoint`` finds
+  its files;
+* an eval file is done when it exists and holds as many pairs as the benchmark now has; anything
+  else is (re)scored and replaced atomically, so an in-loop file of a per-paradigm sample is
+  replaced by the full set, and a process killed at any point leaves only whole files (and
+  perhaps a hidden ``.<name>.*.tmp`` that every reader ignores) -- a restart continues.
+
+``watch`` polls until the run has finished -- a checkpoint whose ``trainer_state.json`` has
+``step == total_steps`` exists -- and scores that last checkpoint before it exits.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import pyarrow.parquet as pq
+
+from probes.pairs import Pair
+from probes.store import META_KEY, eval_path
+
+log = logging.getLogger(__name__)
+_STEP_DIR = re.compile(r"^step(\d+)$")
+
+
+@dataclass
+class ScoreOptions:
+    batch_size: int = 64
+    device: Optional[str] = None  # None: cuda if available, else cpu
+    bf16: bool = False
+    trust_remote_code: bool = False
+
+
+def whole_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """(step, dir) of every whole checkpoint of a run, by step; temporary and incomplete ones are
+    left out (an incomplete one under a final name is logged: the trainer never makes one)."""
+    from train.checkpoint import IncompleteCheckpointError, verify_checkpoint
+
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    out = []
+    for child in root.iterdir():
+        m = _STEP_DIR.match(child.name)
+        if not m or not child.is_dir():
+            continue
+        try:
+            verify_checkpoint(child)
+        except IncompleteCheckpointError as e:
+            log.warning("skipped: %s", e)
+            continue
+        out.append((int(m.group(1)), child))
+    return sorted(out)
+
+
+def read_trainer_state(ckpt_dir: Path) -> dict:
+    f = Path(ckpt_dir) / "trainer_state.json"
+    try:
+        return json.loads(f.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{f}: invalid JSON at line {e.lineno}: {e.msg}") from None
+
+
+def run_finished(run_dir: Path) -> bool:
+    """True when a whole checkpoint has ``step == total_steps`` in its trainer_state.json."""
+    for _step, ckpt in reversed(whole_checkpoints(run_dir)):
+        state = read_trainer_state(ckpt)
+        if "total_steps" in state and state.get("step") == state["total_steps"]:
+            return True
+    return False
+
+
+def eval_done(path: Path, n_pairs: int) -> bool:
+    """An eval file that exists, is readable and holds ``n_pairs`` pairs (module docstring)."""
+    if not path.is_file():
+        return False
+    try:
+        blob = (pq.read_schema(path).metadata or {}).get(META_KEY)
+        return blob is not None and json.loads(blob).get("n_pairs") == n_pairs
+    except Exception as e:  # a foreign or damaged file: rescoring replaces it
+        log.warning("%s: unreadable (%s); it will be scored again", path, e)
+        return False
+
+
+def pending(run_dir: Path, benchmarks: dict[str, list[Pair]]) -> list[tuple[int, Path, list[str]]]:
+    """(step, checkpoint, benchmark names still to score) for every whole checkpoint with work."""
+    out = []
+    for step, ckpt in whole_checkpoints(run_dir):
+        todo = [name for name, pairs in benchmarks.items()
+                if not eval_done(eval_path(run_dir, step, name), len(pairs))]
+        if todo:
+            out.append((step, ckpt, todo))
+    return out
+
+
+def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[str, list[Pair]],
+                     opts: ScoreOptions, say: Callable[[str], None] = print) -> list[Path]:
+    """Score ``benchmarks`` on one checkpoint with the model and tokenizer saved in it; write
+    one eval file per benchmark; return their paths."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from probes.hook import summary_metrics
+    from probes.scoring import CONVENTION, score_pairs, tokenizer_fingerprint
+    from probes.store import write_pairs
+
+    state = read_trainer_state(ckpt_dir)
+    device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    # the ids scored must be the ones the model was trained on: the checkpoint's own tokenizer
+    tokenizer = AutoTokenizer.from_pretrained(ckpt_dir, trust_remote_code=opts.trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(ckpt_dir, trust_remote_code=opts.trust_remote_code)
+    model.to(device)
+    fingerprint = tokenizer_fingerprint(tokenizer)
+    written = []
+    for name, pairs in benchmarks.items():
+        t0 = time.perf_counter()
+        df = score_pairs(model, tokenizer, pairs, batch_size=opts.batch_size, device=device,
+                         bf16=opts.bf16)
+        path = eval_path(run_dir, step, name)
+        meta = {
+            "step": int(step), "tokens": int(state.get("tokens", -1)), "benchmark": name,
+            "convention": CONVENTION, "model_dir": str(Path(ckpt_dir).resolve()),
+            "tokenizer": fingerprint, "n_pairs": len(df), "bf16": opts.bf16,
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
+        report = getattr(pairs, "report", None)
+        if report is not None:
+            meta["source"] = report.source
+        write_pairs(df, path, meta)
+        acc = summary_metrics(df, name)[f"probe/{name}/acc"]
+        say(f"step{step} {name}: {len(df)} pairs acc_mlp={acc:.4f} -> {path}")
+        written.append(path)
+    return written
+
+
+def score_run(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptions,
+              say: Callable[[str], None] = print) -> list[Path]:
+    """Score every whole checkpoint of a run on every benchmark not yet done; the files written."""
+    written = []
+    for step, ckpt, todo in pending(run_dir, benchmarks):
+        written += score_checkpoint(ckpt, run_dir, step, {n: benchmarks[n] for n in todo}, opts, say)
+    return written
+
+
+def watch(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptions, *,
+          poll_s: float = 60.0, timeout_s: Optional[float] = None,
+          say: Callable[[str], None] = print) -> bool:
+    """Follow a run: score checkpoints as they become whole until the run has finished (True) or
+    ``timeout_s`` has passed (False). The run directory need not exist yet."""
+    if poll_s <= 0:
+        raise ValueError(f"poll interval must be > 0 seconds, got {poll_s}")
+    start = time.monotonic()
+    while True:
+        # checked before scoring: a last checkpoint that appears during this pass is scored by
+        # the next pass before the loop ends
+        finished = run_finished(run_dir)
+        try:
+            score_run(run_dir, benchmarks, opts, say)
+        except OSError as e:  # e.g. a rerun replacing a checkpoint while it was read: try again
+            say(f"warning: {e}; trying again in {poll_s:g}s")
+            finished = False
+        if finished:
+            say(f"{run_dir}: run finished; every checkpoint is scored")
+            return True
+        left = None if timeout_s is None else timeout_s - (time.monotonic() - start)
+        if left is not None and left <= 0:
+            say(f"{run_dir}: timeout after {timeout_s:g}s; the run has not finished")
+            return False
+        time.sleep(poll_s if left is None else min(poll_s, left))

@@ -1,0 +1,71 @@
+"""Sigmoid fit, age of acquisition and forgettability on hand-computable curves."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from probes.aoa import AoAConfig, aoa_from_fit, aoa_table, fit_sigmoids, forgettability, sigmoid
+
+X = np.linspace(6.0, 11.0, 30)
+
+
+def test_known_sigmoid_recovered_and_aoa_by_hand():
+    y = 0.5 + 0.4 / (1 + np.exp(-2.0 * (X - 8.0)))
+    fit = fit_sigmoids(X, y[None, :])
+    assert fit["lo"][0] == pytest.approx(0.5, abs=1e-4)
+    assert fit["hi"][0] == pytest.approx(0.9, abs=1e-4)
+    assert fit["mid"][0] == pytest.approx(8.0, abs=1e-3)
+    assert fit["slope"][0] == pytest.approx(2.0, abs=1e-3)
+    aoa, best, status = aoa_from_fit(X, fit, 0.5, 0.05)
+    # best = f(11) = 0.5 + 0.4 s(6); halfway target 0.5 + 0.2 s(6) -> s = s(6)/2 of the amplitude
+    s6 = 1 / (1 + math.exp(-6.0))
+    q = s6 / 2
+    assert best[0] == pytest.approx(0.5 + 0.4 * s6, abs=1e-4)
+    assert aoa[0] == pytest.approx(8.0 + math.log(q / (1 - q)) / 2.0, abs=2e-3)
+    assert status[0] == "ok"
+
+
+def test_noisy_batch_fit_and_statuses():
+    rng = np.random.default_rng(0)
+    clean = sigmoid(X, np.r_[0.5, 0.52, 0.9, 0.8], np.r_[0.95, 0.52, 0.6, 0.95], np.r_[9.0, 8.0, 7.5, 4.0],
+                    np.r_[3.0, 1.0, 3.0, 2.0])
+    fit = fit_sigmoids(X, clean + rng.normal(0, 0.01, clean.shape))
+    aoa, best, status = aoa_from_fit(X, fit, 0.5, 0.05)
+    assert abs(fit["mid"][0] - 9.0) < 0.1 and status[0] == "ok"
+    assert list(status[1:]) == ["not_acquired", "decreasing", "above_halfway_at_first_checkpoint"]
+    assert np.isnan(aoa[1:]).all()
+
+
+def test_forgettability_sums_drops():
+    x = np.arange(5.0)
+    assert forgettability(x, np.array([[0.5, 0.7, 0.6, 0.8, 0.75]]), 0.0, 0)[0] == pytest.approx(0.15)
+    assert forgettability(x, np.array([[0.5, 0.6, 0.7, 0.8, 0.9]]), 0.0, 0)[0] == pytest.approx(0.0)
+
+
+def _table(steps, accs):
+    return pd.DataFrame({"run": "r", "model": "m", "budget": 10, "seed": 1, "benchmark": "b",
+                         "phenomenon": "ph", "paradigm": "p", "step": steps, "tokens": np.asarray(steps) * 1000,
+                         "n_pairs": 100, "acc_mlp": accs, "acc_sum": accs})
+
+
+def test_aoa_table_too_few_checkpoints_is_said_not_raised():
+    t = _table([0, 1, 2, 4], [0.5, 0.6, 0.7, 0.8])
+    ph = t.drop(columns="paradigm")
+    out = aoa_table(t, ph, AoAConfig())
+    assert set(out.status) == {"too_few_checkpoints"} and out.aoa_tokens.isna().all()
+    assert set(out.level) == {"paradigm", "phenomenon"}
+
+
+def test_aoa_table_on_a_curve():
+    steps = np.r_[0, np.unique(np.geomspace(1, 10**6, 25).astype(int))]
+    x = np.log10(steps[1:] * 1000)
+    acc = np.r_[0.5, 0.5 + 0.45 / (1 + np.exp(-3 * (x - 6.5)))]
+    t = _table(steps, acc)
+    out = aoa_table(t, t.drop(columns="paradigm"))
+    row = out[out.level == "paradigm"].iloc[0]
+    assert row.status == "ok" and row.fit_mid == pytest.approx(6.5, abs=0.01)
+    assert row.aoa_log10_tokens == pytest.approx(6.5, abs=0.05)
+    assert row.final_acc == pytest.approx(acc[-1]) and row.forgettability == pytest.approx(0, abs=1e-3)

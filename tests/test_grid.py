@@ -1,0 +1,51 @@
+"""experiment=zhoblimp_grid expands, through Hydra's own sweeper code, to the 60-run ZhoBLiMP design."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from train.grid import GridError, compose_run, expand
+
+MODELS = ["pythia-14m", "pythia-70m", "pythia-160m", "pythia-410m", "pythia-1.4b"]
+BUDGETS = {"10M": 10_000_000, "100M": 100_000_000, "1B": 1_000_000_000, "3B": 3_000_000_000}
+# Biderman et al. 2023, Table 1 (the pythia preset's per-size peak lr).
+PYTHIA_LR = {"pythia-14m": 1e-3, "pythia-70m": 1e-3, "pythia-160m": 6e-4, "pythia-410m": 3e-4,
+             "pythia-1.4b": 2e-4}
+
+
+def test_the_grid_is_five_sizes_by_four_budgets_by_three_seeds():
+    runs = expand(["experiment=zhoblimp_grid"])
+    assert len(runs) == 60
+    keys = {tuple(sorted(o for o in run if not o.startswith("experiment="))) for run in runs}
+    want = {tuple(sorted([f"model={m}", f"budget={b}", f"seed={s}"]))
+            for m, b, s in itertools.product(MODELS, BUDGETS, range(3))}
+    assert keys == want
+
+
+def test_each_size_gets_its_hyperparameters_and_budgets_count_tokens():
+    for model in MODELS:
+        cfg, choices = compose_run(["experiment=zhoblimp_grid", f"model={model}", "budget=1B", "seed=2"])
+        assert (cfg.model.name, cfg.data.budget_tokens, cfg.seed, cfg.data.seed) == (model, 10**9, 2, 2)
+        assert cfg.optim.lr == 6e-4 and cfg.optim.warmup_ratio == 0.1 and cfg.optim.decay == "cosine"
+        assert cfg.schedule.unit == "tokens" and cfg.data.epochs == 1 and cfg.data.seq_len == 2048
+        assert choices["optim"] == "zhoblimp" and "preset=zhoblimp" in cfg.logger.tags
+        pythia, _ = compose_run(["experiment=zhoblimp_grid", f"model={model}", "optim=pythia"])
+        assert pythia.optim.lr == PYTHIA_LR[model] and pythia.optim.min_lr_ratio == 0.1
+        assert pythia.optim.global_batch == 1024 and pythia.optim.warmup_ratio == 0.01
+        assert "preset=pythia" in pythia.logger.tags
+
+
+def test_a_command_line_value_replaces_a_sweep_axis():
+    runs = expand(["experiment=zhoblimp_grid", "model=pythia-70m", "seed=0,1"])
+    assert len(runs) == 8
+    assert {o for run in runs for o in run if o.startswith("model=")} == {"model=pythia-70m"}
+
+
+@pytest.mark.parametrize("override, message", [
+    ("budget=5M,10M", r"unknown budget '5M' in the grid: configs/budget/ has 100M, 10M, 1B, 3B"),
+    ("model=pythia-99m", r"unknown model 'pythia-99m'.*pythia-14m"),
+])
+def test_an_unknown_model_or_budget_is_refused_with_the_options(override, message):
+    with pytest.raises(GridError, match=message):
+        expand(["experiment=zhoblimp_grid", override])

@@ -1,0 +1,75 @@
+"""`python -m train.plan`: steps, tokens, checkpoints, GPU-hours and storage from the budget alone."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from train.plan import Hardware, main, plan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_slice_of_the_grid_is_planned_from_the_budget_without_the_corpus(monkeypatch):
+    monkeypatch.setenv("SYNTAX_DYNAMICS_CORPUS", "/nonexistent/corpus")  # never read
+    plans = plan(["experiment=zhoblimp_grid", "model=pythia-14m", "seed=0"], Hardware(mfu=0.5))
+    assert [p.name for p in plans] == [f"pythia-14m-b{b}-s0" for b in (10**7, 10**8, 10**9, 3 * 10**9)]
+    p = plans[0]
+    # 10M tokens, seq_len 2048 (+1 overlapping), batch 32: (10^7 - 1) // 2048 = 4882 sequences -> 152 steps
+    assert (p.steps, p.tokens) == (152, 152 * 32 * 2048) and p.tokens <= 10**7
+    assert p.params == 14_067_712  # Pythia-14m with the 50304-row embedding and untied head
+    assert p.gpu_hours == pytest.approx(6 * p.params * p.tokens / (312e12 * 0.5) / 3600)
+    # Token-positioned checkpoints: points 10^(k/10) rounded up to whole steps of 65536 tokens (early
+    # points share a step), those within the run, plus step 0 and the last step.
+    points = {math.ceil(round(10 ** (k / 10)) / 65536) for k in range(48, 96)}
+    assert p.checkpoints == len({s for s in points if s <= 152} | {0, 152}) == 21
+    # DeepSpeed: fp32 weights on every checkpoint, 14 B/param resume state on keep_resume=2 of them.
+    assert p.storage_bytes == p.checkpoints * 4 * p.params + 2 * 14 * p.params
+    assert [q.steps for q in plans] == sorted(q.steps for q in plans)
+
+
+def test_the_cli_prints_the_runs_totals_and_assumptions(capsys):
+    assert main(["experiment=zhoblimp_grid", "model=pythia-14m", "budget=10M", "--mfu", "0.4"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("pythia-14m-b10000000-s") == 3 and "total: 3 runs" in out
+    assert "6*N*D FLOPs at 40% MFU" in out and "312 TFLOP/s" in out
+
+
+def test_an_unknown_budget_is_a_clear_error_from_the_command_line():
+    proc = subprocess.run([sys.executable, "-m", "train.plan", "experiment=zhoblimp_grid", "budget=7M"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "unknown budget '7M'" in proc.stderr and "10M" in proc.stderr
+
+
+def test_bf16_probe_weights_halve_the_planned_storage_and_the_files_on_disk(tmp_path):
+    import torch
+    from safetensors import safe_open
+    from transformers import GPTNeoXForCausalLM
+
+    from trainutil import tiny_cfg
+    from train.checkpoint import list_checkpoints
+    from train.loop import train
+
+    args = ["experiment=zhoblimp_grid", "model=pythia-14m", "budget=10M", "seed=0"]
+    (fp32,) = plan(args)
+    (bf16,) = plan(args + ["schedule.weights_dtype=bf16"])
+    n, c = bf16.params, bf16.checkpoints
+    assert bf16.storage_bytes == (c - 2) * 2 * n + 2 * (4 + 14) * n
+    assert fp32.storage_bytes - bf16.storage_bytes == (c - 2) * 2 * n
+
+    run = tmp_path / "run"
+    train(tiny_cfg(tmp_path / "cache", "probes=none", "schedule.weights_dtype=bf16"), run)
+    ckpts = list_checkpoints(run)
+    assert len(ckpts) >= 4
+    for _step, path in ckpts:
+        with safe_open(path / "model.safetensors", framework="pt") as f:
+            dtype = f.get_tensor("gpt_neox.embed_in.weight").dtype
+        resumable = (path / "resume").is_dir()
+        assert dtype == (torch.float32 if resumable else torch.bfloat16), path
+        assert not [p.name for p in path.iterdir() if p.name.startswith(".")]
+    model = GPTNeoXForCausalLM.from_pretrained(ckpts[0][1])
+    assert model.config.dtype == torch.bfloat16 or str(model.config.dtype) == "bfloat16"

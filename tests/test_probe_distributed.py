@@ -1,0 +1,97 @@
+"""The probe hook in 2 gloo processes: pairs sharded, rows gathered, rank 0 writes what 1 process does."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import Whitespace
+from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
+
+from probes.hook import ProbeHook, ProbesConfig
+from probes.pairs import Pair, Region
+from probes.store import eval_path, read_pairs
+
+WORDS = "the a cat cats dog dogs runs run sees see .".split()
+SUBJECTS = [("cat", "runs", "run"), ("cats", "run", "runs"), ("dog", "sees", "see"),
+            ("dogs", "see", "sees"), ("cat", "sees", "see"), ("dogs", "run", "runs")]
+PAIRS = {
+    "agr": [Pair("agr", "sv" if i < 4 else "sv2", "agreement", str(i), f"the {n} {v} .",
+                 f"the {n} {w} .") for i, (n, v, w) in enumerate(SUBJECTS)]
+    # one pair with template slots, in the second half: its slot columns come from one shard only
+    + [Pair("agr", "det", "determiner", "9", "a cat runs .", "a cats runs .",
+            (Region("det", (0, 1), (0, 1)), Region("noun", (2, 5), (2, 6))))],
+    "one": [Pair("one", "p", "x", "0", "the dog", "a dog")],  # fewer pairs than ranks
+}
+
+
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(["[UNK]", "<bos>", "<eos>"] + WORDS)},
+                              unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
+                                   unk_token="[UNK]")
+
+
+def tiny_model() -> GPTNeoXForCausalLM:
+    torch.manual_seed(0)
+    model = GPTNeoXForCausalLM(GPTNeoXConfig(
+        vocab_size=len(WORDS) + 3, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=32))
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(30.0)
+    return model
+
+
+def probe(run_dir: Path) -> list[dict]:
+    """Two checkpoints' hook calls; the second reaches step 1 again (a resumed run)."""
+    hook = ProbeHook(ProbesConfig(batch_size=2), tiny_tokenizer(), run_dir, pairs=PAIRS)
+    model = tiny_model()
+    first = hook.post_checkpoint_saved(run_dir / "ck", 1, 100, model)
+    again = hook.post_checkpoint_saved(run_dir / "ck", 1, 100, model)
+    return [first, again]
+
+
+def worker(rank: int, world: int, init_file: str, run_dir: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        metrics = probe(Path(run_dir))
+        Path(run_dir, f"metrics_rank{rank}.json").write_text(json.dumps(metrics))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_write_what_one_does(tmp_path):
+    torch.set_num_threads(1)
+    one, two = tmp_path / "one", tmp_path / "two"
+    single = probe(one)
+    mp.spawn(worker, args=(2, str(tmp_path / "init"), str(two)), nprocs=2, join=True)
+
+    rank0 = json.loads((two / "metrics_rank0.json").read_text())
+    rank1 = json.loads((two / "metrics_rank1.json").read_text())
+    assert rank1 == [{}, {}]  # only rank 0 reports
+    assert rank0[0].keys() == single[0].keys() and rank0[1] == rank0[0]
+    for key, value in single[0].items():
+        assert rank0[0][key] == pytest.approx(value, abs=1e-12), key
+    assert sorted(os.listdir(two / "evals" / "step1")) == ["agr.parquet", "one.parquet"]
+    for name in PAIRS:
+        a, meta_a = read_pairs(eval_path(one, 1, name))
+        b, meta_b = read_pairs(eval_path(two, 1, name))
+        assert (meta_a["world_size"], meta_b["world_size"]) == (1, 2)
+        assert list(a.columns) == list(b.columns)
+        assert list(a.dtypes) == list(b.dtypes)
+        lp = [c for c in a.columns if c.startswith("lp_")]
+        # the same rows in the same order; lps up to float rounding of other batch shapes
+        pd.testing.assert_frame_equal(a.drop(columns=lp), b.drop(columns=lp))
+        pd.testing.assert_frame_equal(a[lp], b[lp], check_exact=False, atol=1e-6, rtol=0)
+    a = read_pairs(eval_path(one, 1, "agr"))[0]
+    assert a["lp_good_slot_noun"].notna().tolist() == [False] * 6 + [True]

@@ -1,0 +1,80 @@
+"""`probes report`: a whole tiny grid end to end, and the bad inputs the issue names."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from probes import report
+from probes.evalset import log_tokens
+from probes.synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
+
+
+def make_grid(root, models=("pythia-14m", "pythia-70m"), seeds=(1, 2), n_steps=16, pairs=200):
+    rng = np.random.default_rng(0)
+    steps = log_spaced_steps(n_steps, 4000)
+    x = log_tokens(steps * 1000)
+    runs = []
+    for i, model in enumerate(models):
+        curves = np.stack([
+            sigmoid_curve(x, 0.5, 0.9, 4.3, 6.0) - planted_dip(x, 0.4, 5.8, 0.25),  # learned, lost, relearned
+            sigmoid_curve(x, 0.5, 0.8 + 0.1 * i, 5.0, 3.0),       # improves with size
+            np.full_like(x, 0.5),                                 # never learned
+        ], axis=1)
+        for seed in seeds:
+            spec = RunSpec(model=model, budget=10**7, seed=seed, tokens_per_step=1000, steps=list(steps))
+            runs.append(write_run(root / f"{model}_s{seed}", spec, np.clip(curves, 0, 1),
+                                  ["attractor", "simple", "hard"], ["agreement", "agreement", "island"], pairs, rng))
+    return runs
+
+
+def test_report_on_a_grid(tmp_path, capsys):
+    runs = make_grid(tmp_path / "runs")
+    out = tmp_path / "rep"
+    assert report.main([*map(str, runs), "--out", str(out), "--n-boot", "200"]) == 0
+    assert "report.md" in capsys.readouterr().out
+    md = (out / "report.md").read_text()
+    for section in ("## U-shapes", "## Age of acquisition", "## Scaling grid", "## Difficulty groups",
+                    "## Regions over training", "## Figures"):
+        assert section in md
+    figs = re.findall(r"\]\((figures/[^)]+\.png)\)", md)
+    assert figs and all((out / f).is_file() for f in figs)
+    from PIL import Image
+
+    for f in set(figs):
+        with Image.open(out / f) as im:
+            im.verify()
+    us = pd.read_csv(out / "tables" / "ushapes.csv")
+    acc = us[us.accepted & (us.level == "paradigm")]
+    assert set(acc.paradigm) == {"attractor"} and set(acc.model) == {"pythia-14m", "pythia-70m"}
+    assert (acc.n_seeds == 2).all() and (acc.kind == "learned_then_lost").all()
+    seeds = pd.read_csv(out / "tables" / "seeds_paradigm.csv")
+    assert {"acc_mlp_mean", "acc_mlp_lo", "acc_mlp_hi", "n_seeds"} <= set(seeds.columns)
+    assert (seeds.n_seeds == 2).all()
+    par = pd.read_parquet(out / "tables" / "accuracy_paradigm.parquet")
+    assert (par.acc_mlp_boot_lo <= par.acc_mlp).all() and (par.acc_mlp <= par.acc_mlp_boot_hi).all()
+    aoa = pd.read_csv(out / "tables" / "aoa.csv")
+    simple = aoa[(aoa.paradigm == "simple")]
+    assert (simple.status == "ok").all() and np.allclose(simple.fit_mid, 5.0, atol=0.4)
+    assert set(aoa[aoa.paradigm == "hard"].status) <= {"not_acquired", "no_rise_above_noise"}
+    grid = pd.read_csv(out / "tables" / "scaling_overall.csv")
+    assert len(grid) == 2
+    assert "tables/ushape_regions" in md and (out / "tables" / "ushape_regions.csv").is_file()
+
+
+def test_report_says_too_few_checkpoints(tmp_path, capsys):
+    runs = make_grid(tmp_path / "runs", models=("pythia-14m",), seeds=(1,), n_steps=4, pairs=50)
+    out = tmp_path / "rep"
+    assert report.main([str(runs[0]), "--out", str(out), "--n-boot", "50"]) == 0
+    err = capsys.readouterr().err
+    assert "too few" in err or "fewer than" in err
+    assert "fewer than 5 trained checkpoints" in (out / "report.md").read_text()
+
+
+def test_report_bad_input(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert report.main([str(empty), "--out", str(tmp_path / "o")]) == 2
+    assert str(empty) in capsys.readouterr().err
+    assert not (tmp_path / "o" / "report.md").exists()

@@ -1,0 +1,88 @@
+"""W&B across a requeue, offline: the resumed process continues the same run (one id, stored in the run
+directory), its steps continue where the checkpoint left off, tags and group name the grid cell, and the
+metrics are defined against tokens seen. Checked by reading the .wandb files wandb wrote."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from wandb.proto import wandb_internal_pb2
+
+from trainutil import TINY, tiny_cfg
+from train.checkpoint import list_checkpoints, read_state
+from train.loop import train
+from train.preempt import REQUEUE_EXIT
+
+ROOT = Path(__file__).resolve().parents[1]
+EXTRA = [o for o in TINY if not o.startswith("logger.wandb")] + [
+    "data.epochs=3", "schedule=custom", "schedule.points=[60]", "probes=none", "logger.wandb=true",
+    "logger.mode=offline", "logger.project=grid-test", "logger.group=wb", "logger.tags=['preset=test']"]
+
+
+def wandb_records(path: Path) -> list:
+    """Records of a .wandb file: a 7-byte file header, then leveldb-log records (7-byte header: crc32,
+    length, type FULL/FIRST/MIDDLE/LAST) in 32 KiB blocks, each a serialized wandb Record protobuf."""
+    data, out, pos, pending = path.read_bytes(), [], 7, b""
+    assert data[:4] == b":W&B", path
+    while pos + 7 <= len(data):
+        if 32768 - pos % 32768 < 7:  # a block trailer too short for a header is padding
+            pos += 32768 - pos % 32768
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0 and length == 0:
+            break
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            out.append(record)
+    return out
+
+
+def history_steps(records) -> list[int]:
+    return [r.history.step.num for r in records if r.WhichOneof("record_type") == "history"]
+
+
+def test_a_requeued_run_continues_the_same_wandb_run(tmp_path):
+    cache, run = tmp_path / "cache", tmp_path / "run"
+    train(tiny_cfg(cache, "probes=none"), tmp_path / "warm")  # builds the token store for the subprocess
+    cmd = [sys.executable, "-m", "train", *EXTRA, f"data.cache_dir={cache}", f"hydra.run.dir={run}"]
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    log = run / "logs" / "train.jsonl"
+    while proc.poll() is None:
+        if log.exists() and log.read_text().count("train/loss") >= 30:
+            proc.send_signal(signal.SIGUSR1)
+            break
+        time.sleep(0.01)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == REQUEUE_EXIT, err[-3000:]
+    stopped = read_state(list_checkpoints(run)[-1][1])["step"]
+    rerun = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+
+    run_id = (run / "wandb_run_id").read_text().strip()
+    files = sorted((run / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 2 and all(f.name == f"run-{run_id}.wandb" for f in files)
+    first, second = (wandb_records(f) for f in files)
+    for records in (first, second):
+        (meta,) = [r.run for r in records if r.WhichOneof("record_type") == "run"][:1]
+        assert meta.run_id == run_id and meta.project == "grid-test" and meta.run_group == "wb"
+        assert list(meta.tags) == ["model=tiny", "budget=None", "seed=0", "preset=test"]
+        metrics = {r.metric.glob_name or r.metric.name: r.metric.step_metric
+                   for r in records if r.WhichOneof("record_type") == "metric"}
+        assert metrics.get("train/*") == "tokens" and metrics.get("probe/*") == "tokens"
+    a, b = history_steps(first), history_steps(second)
+    total = read_state(list_checkpoints(run)[-1][1])["total_steps"]
+    # Monotone, no step logged twice: the requeued process starts after the resume checkpoint.
+    assert a == sorted(set(a)) and b == sorted(set(b)) and max(a) == stopped < min(b)
+    assert a + b == list(range(0, total + 1))  # step 0: the initial checkpoint
+    assert all(read_state(p)["wandb_run_id"] == run_id for _s, p in list_checkpoints(run))

@@ -1,0 +1,213 @@
+"""score-run / watch on a run directory of real tiny checkpoints (save_pretrained + trainer_state)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import Whitespace
+from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
+
+from probes.__main__ import main
+from probes.benchmarks import BenchmarkConfig, load_benchmark
+from probes.scoring import score_pairs
+from probes.store import eval_path, read_pairs
+from probes.watch import ScoreOptions, pending, run_finished, score_run, watch, whole_checkpoints
+
+ROOT = Path(__file__).resolve().parents[1]
+WORDS = "the a cat cats dog dogs runs run sees see .".split()
+RECORDS = [  # BLiMP's published schema
+    {"sentence_good": f"the {n} {v} .", "sentence_bad": f"the {n} {w} .", "UID": uid,
+     "linguistics_term": "agreement", "pairID": str(i)}
+    for i, (n, v, w, uid) in enumerate([("cat", "runs", "run", "sv"), ("cats", "run", "runs", "sv"),
+                                        ("dog", "sees", "see", "sv"), ("dogs", "see", "sees", "other")])
+]
+TOTAL = 4
+
+
+def tokenizer() -> PreTrainedTokenizerFast:
+    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(["[UNK]", "<bos>", "<eos>"] + WORDS)},
+                              unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
+                                   unk_token="[UNK]")
+
+
+def model(seed: int) -> GPTNeoXForCausalLM:
+    torch.manual_seed(seed)
+    m = GPTNeoXForCausalLM(GPTNeoXConfig(
+        vocab_size=len(WORDS) + 3, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=32))
+    with torch.no_grad():
+        m.get_output_embeddings().weight.mul_(30.0)
+    return m
+
+
+def save_checkpoint(run: Path, step: int, *, final_name: bool = True) -> Path:
+    """Like the trainer: assemble under .tmp-step<N>, rename when whole (unless final_name=False)."""
+    tmp = run / "checkpoints" / f".tmp-step{step}"
+    tmp.mkdir(parents=True)
+    model(step).save_pretrained(tmp)
+    tokenizer().save_pretrained(tmp)
+    (tmp / "trainer_state.json").write_text(json.dumps(
+        {"step": step, "tokens": step * 256, "total_steps": TOTAL}))
+    if not final_name:
+        return tmp
+    final = run / "checkpoints" / f"step{step}"
+    os.replace(tmp, final)
+    return final
+
+
+@pytest.fixture()
+def bench(tmp_path) -> tuple[Path, dict]:
+    f = tmp_path / "mini.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    return f, {"mini": load_benchmark(BenchmarkConfig(name="mini", path=str(f)))}
+
+
+OPTS = ScoreOptions(batch_size=3, device="cpu")
+
+
+def quiet(_line: str) -> None:
+    pass
+
+
+def test_score_run_scores_whole_checkpoints_once(tmp_path, bench):
+    torch.set_num_threads(1)
+    _, benchmarks = bench
+    run = tmp_path / "run"
+    save_checkpoint(run, 0)
+    save_checkpoint(run, 2)
+    save_checkpoint(run, 5, final_name=False)  # a checkpoint being written: never read
+    broken = run / "checkpoints" / "step3"  # a final name without weights: skipped, not read
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
+    (run / "checkpoints" / "step3.old").mkdir()  # not a step<N> name
+
+    assert [s for s, _ in whole_checkpoints(run)] == [0, 2]
+    assert not run_finished(run)
+    written = score_run(run, benchmarks, OPTS, quiet)
+    assert written == [eval_path(run, 0, "mini"), eval_path(run, 2, "mini")]
+    assert sorted(os.listdir(run / "evals")) == ["step0", "step2"]
+    df, meta = read_pairs(eval_path(run, 2, "mini"))
+    assert (meta["step"], meta["tokens"], meta["n_pairs"]) == (2, 512, 4)
+    assert meta["model_dir"] == str((run / "checkpoints" / "step2").resolve())
+    ref = score_pairs(model(2), tokenizer(), benchmarks["mini"])
+    assert df["lp_good"].tolist() == pytest.approx(ref["lp_good"].tolist(), abs=1e-5)
+    assert df["lp_bad"].tolist() != pytest.approx(read_pairs(eval_path(run, 0, "mini"))[0]["lp_bad"]
+                                                  .tolist(), abs=1e-3)  # each step its own weights
+
+    # a second pass has nothing to do and touches nothing
+    before = {p: p.stat().st_mtime_ns for p in written}
+    assert pending(run, benchmarks) == []
+    assert score_run(run, benchmarks, OPTS, quiet) == []
+    assert {p: p.stat().st_mtime_ns for p in written} == before
+
+    # an eval file of another pair count (an in-loop sample) is replaced by the full set
+    sample = {"mini": load_benchmark(BenchmarkConfig(name="mini", path=str(bench[0]),
+                                                     max_pairs_per_paradigm=1))}
+    save_checkpoint(run, 4)
+    steps = [0, 2, 4]
+    assert score_run(run, sample, OPTS, quiet) == [eval_path(run, s, "mini") for s in steps]
+    assert [read_pairs(eval_path(run, s, "mini"))[1]["n_pairs"] for s in steps] == [2, 2, 2]
+    assert score_run(run, benchmarks, OPTS, quiet) == [eval_path(run, s, "mini") for s in steps]
+    assert [read_pairs(eval_path(run, s, "mini"))[1]["n_pairs"] for s in steps] == [4, 4, 4]
+    assert run_finished(run)
+
+
+def test_watch_follows_a_run_until_it_finishes(tmp_path, bench):
+    torch.set_num_threads(1)
+    _, benchmarks = bench
+    run = tmp_path / "run"
+    # no run directory yet, run never finishes: the timeout ends the watch
+    t0 = time.monotonic()
+    assert watch(run, benchmarks, OPTS, poll_s=0.05, timeout_s=0.3, say=quiet) is False
+    assert 0.3 <= time.monotonic() - t0 < 10
+
+    save_checkpoint(run, 0)
+    lines: list[str] = []
+    result: list[bool] = []
+    thread = threading.Thread(target=lambda: result.append(
+        watch(run, benchmarks, OPTS, poll_s=0.1, timeout_s=120, say=lines.append)))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not eval_path(run, 0, "mini").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert eval_path(run, 0, "mini").exists() and thread.is_alive()
+    save_checkpoint(run, 1)
+    save_checkpoint(run, TOTAL)  # step == total_steps: the run has finished
+    thread.join(timeout=120)
+    assert result == [True]
+    assert all(eval_path(run, s, "mini").is_file() for s in (0, 1, TOTAL))
+    assert lines[-1].endswith("run finished; every checkpoint is scored")
+    assert sum("step0 mini" in line for line in lines) == 1  # never redone
+
+
+def run_cli(*args) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "probes", *map(str, args)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_watch_survives_kill_and_restart(tmp_path, bench):
+    f, _ = bench
+    run = tmp_path / "run"
+    for step in (0, 1, 2):
+        save_checkpoint(run, step)
+    args = ["watch", run, "--benchmark", f, "--poll", "0.2", "--batch-size", "2"]
+    proc = run_cli(*args, "--timeout", "300")
+    deadline = time.monotonic() + 120
+    while not eval_path(run, 0, "mini").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert eval_path(run, 0, "mini").exists()
+    first = eval_path(run, 0, "mini").stat().st_mtime_ns
+    # whatever the kill interrupted left no file under a final name that does not read
+    for p in (run / "evals").rglob("*.parquet"):
+        if not p.name.startswith("."):
+            read_pairs(p)
+
+    save_checkpoint(run, TOTAL)
+    proc = run_cli(*args, "--timeout", "300")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert "run finished" in out
+    assert eval_path(run, 0, "mini").stat().st_mtime_ns == first  # not redone
+    for step in (0, 1, 2, TOTAL):
+        df, meta = read_pairs(eval_path(run, step, "mini"))
+        assert meta["step"] == step and len(df) == 4
+
+
+def test_cli_errors(tmp_path, bench, capsys):
+    f, _ = bench
+    assert main(["score-run", str(tmp_path / "nothing"), "--benchmark", str(f)]) == 2
+    assert "no checkpoints/ directory; not a run directory" in capsys.readouterr().err
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    odd = tmp_path / "pairs.xml"
+    odd.write_text("<pairs><pair good='a' bad='b'/></pairs>\n")
+    assert main(["score-run", str(run), "--benchmark", str(odd)]) == 2
+    err = capsys.readouterr().err
+    assert "--benchmark" in err and "pairs.xml" in err
+    assert main(["watch", str(run), "--benchmark", str(f), "--poll", "0"]) == 2
+    assert "--poll must be > 0" in capsys.readouterr().err
+    assert main(["score-run", str(run), "--benchmark", str(f), "--benchmark", str(f)]) == 2
+    assert "a second benchmark named 'mini'" in capsys.readouterr().err
+    # a run directory with no checkpoints is fine for score-run: nothing to do
+    assert main(["score-run", str(run), "--benchmark", str(f)]) == 0
+    assert "0 eval files written" in capsys.readouterr().out
+    # watch gives up at the timeout with status 3
+    assert main(["watch", str(run), "--benchmark", str(f), "--poll", "0.05", "--timeout", "0.2"]) == 3
+    assert "timeout after 0.2s" in capsys.readouterr().out

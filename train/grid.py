@@ -1,0 +1,112 @@
+"""A grid of runs from one set of overrides, expanded exactly as `python -m train -m ...` would.
+
+Hydra's basic sweeper takes `hydra.sweeper.params` from the composed config (an experiment file such as
+configs/experiment/zhoblimp_grid.yaml sets them), appends the command-line overrides (a command-line
+value for a key replaces that sweep axis) and takes the cartesian product. `expand` runs that same code,
+so the plan (train/plan.py) and the sbatch grid file (train/slurm.py) list the runs the launcher would
+launch, in the same order.
+"""
+from __future__ import annotations
+
+import copy
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from train.config import TrainConfig, register, to_typed
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+class GridError(ValueError):
+    pass
+
+
+@contextmanager
+def hydra_context() -> Iterator[None]:
+    """Hydra initialised on configs/ for the block (or the enclosing block: plan() composes 60 runs in
+    one, since initialising again costs a scan of the config tree), and cleared after it."""
+    if GlobalHydra.instance().is_initialized():
+        yield
+        return
+    register()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        yield
+
+
+def _compose(overrides: Sequence[str], *, with_hydra: bool) -> DictConfig:
+    with hydra_context():
+        return compose("config", overrides=list(overrides), return_hydra_config=with_hydra)
+
+
+def _check_options(key: str, values: list[str]) -> None:
+    """A grid axis over a config group (model, budget, optim...) may only name files that exist; the
+    message lists them, before anything is composed or launched."""
+    key = key.lstrip("+~")
+    group = CONFIGS / key
+    if key.startswith("hydra/") or not group.is_dir():  # hydra/* also has options registered in code
+        return
+    known = sorted(p.stem for p in group.glob("*.yaml"))
+    unknown = [v for v in values if v not in known]
+    if unknown:
+        raise GridError(f"unknown {key} {', '.join(map(repr, unknown))} in the grid: "
+                        f"configs/{key}/ has {', '.join(known)}")
+
+
+def _check_groups(parsed) -> None:
+    for o in parsed:
+        values = ([str(v) for v in o.sweep_iterator()] if o.is_sweep_override()
+                  else [o.value()] if isinstance(o.value(), str) else [])
+        _check_options(o.key_or_group, values)
+
+
+def expand(overrides: Sequence[str]) -> list[list[str]]:
+    """The override list of every run of the multirun `overrides` describe (sweep params included)."""
+    parser = OverridesParser.create()
+    parsed = parser.parse_overrides(list(overrides))
+    _check_groups(parsed)
+    fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
+    try:
+        base = _compose(fixed, with_hydra=True)
+    except Exception as e:  # Hydra names the group and lists its options (unknown model, budget...)
+        raise GridError(f"overrides {list(overrides)}: {e}") from e
+    params = base.hydra.sweeper.get("params") or {}
+    lines = [f"{key}={value}" for key, value in params.items()] + list(overrides)
+    # Hydra's own expansion: later values of a key replace earlier ones, then the cartesian product.
+    parsed_all = parser.parse_overrides(lines)
+    _check_groups(parsed_all)
+    batches = BasicSweeper.split_arguments(parsed_all, max_batch_size=None)
+    return [list(run) for run in batches[0]]
+
+
+def compose_run(overrides: Sequence[str]) -> tuple[TrainConfig, dict]:
+    """One run's typed config and its Hydra choices ({"model": "pythia-14m", "optim": "zhoblimp", ...}).
+
+    HydraConfig is set while resolving, as inside `python -m train`, so `${hydra:runtime.choices.optim}`
+    (the W&B preset tag) resolves here too."""
+    try:
+        cfg = _compose(overrides, with_hydra=True)
+    except Exception as e:
+        raise GridError(f"run {' '.join(overrides)}: {e}") from e
+    choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
+    run = copy.deepcopy(cfg)
+    OmegaConf.set_readonly(run, False)
+    with open_dict(run):
+        del run["hydra"]
+    HydraConfig.instance().set_config(cfg)
+    try:
+        return to_typed(run), choices
+    finally:
+        HydraConfig.instance().cfg = None  # the next caller starts clean, as after a Hydra app
+
+
+def run_subdir(cfg: TrainConfig) -> str:
+    """The run's directory under the sweep dir (configs/config.yaml, hydra.sweep.subdir)."""
+    return f"{cfg.model.name}-b{cfg.data.budget_tokens}-s{cfg.seed}"

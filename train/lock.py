@@ -1,0 +1,53 @@
+"""One job per run directory: an exclusive flock on <run>/.lock, held for the life of the process.
+
+Two jobs writing the same run directory would interleave checkpoints and logs. The kernel drops an
+flock when its holder dies (crash, SIGKILL, node reboot for local disks), so a stale lock file left by a
+dead job never blocks the requeued one; the pid written into the file is only for the error message.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+from pathlib import Path
+
+
+class RunDirLocked(RuntimeError):
+    pass
+
+
+class RunLock:
+    def __init__(self, run_dir: Path, *, enabled: bool = True):
+        self.path = Path(run_dir) / ".lock"
+        self.enabled = enabled  # only rank 0 of a job locks: the other ranks belong to the same job
+        self._fd: int | None = None
+
+    def acquire(self) -> "RunLock":
+        if not self.enabled:
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise RunDirLocked(
+                f"{self.path.parent} is in use by {holder} (lock {self.path}): two jobs must not train "
+                f"into one run directory; wait for it, or give this run another hydra.run.dir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()

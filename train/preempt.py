@@ -1,0 +1,105 @@
+"""Preemption as a plain object the training loop consults once per step.
+
+SLURM warns a job before killing it: `--signal=USR1@120` (our sbatch template), USR2 (submitit's
+default, `signal_delay_s` ahead of the time limit), or SIGTERM with KillWait seconds of grace. A handler
+must not save a checkpoint itself -- it would run in the middle of a step, on one rank only -- so it only
+records the signal; the loop finishes the current step, all ranks agree, a resume checkpoint is written,
+and the process exits with REQUEUE_EXIT. Under submitit the handler that was installed before ours (its
+checkpoint-and-requeue) is called after the save, so submitit requeues the job as it would have.
+
+The other half of requeue -- rerunning the same command resumes exactly -- needs nothing here: the
+batch of step s is a pure function of s (train/sequences.py) and the resume checkpoint holds weights,
+optimizer and RNG.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Iterable
+
+import torch
+
+# EX_TEMPFAIL (sysexits.h): "temporary failure, the user is invited to retry" -- the sbatch template
+# requeues the task on exactly this status.
+REQUEUE_EXIT = 75
+SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
+
+
+class Preempted(SystemExit):
+    """Raised out of train() after the resume checkpoint is whole; exits the process with REQUEUE_EXIT."""
+
+    def __init__(self, step: int, signum: int):
+        super().__init__(REQUEUE_EXIT)
+        self.step, self.signum = step, signum
+
+    def __str__(self) -> str:
+        return (f"preempted by {signal.Signals(self.signum).name} after step {self.step}: resume "
+                f"checkpoint saved; rerun the same command to continue (exit status {REQUEUE_EXIT})")
+
+
+class Preemption:
+    def __init__(self, signals: Iterable[int] = SIGNALS):
+        self.signals = tuple(signals)
+        self.signum: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def install(self) -> "Preemption":
+        # Python only lets the main thread set handlers; elsewhere (a notebook thread) there is no
+        # preemption to catch, and training still runs.
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.signals:
+                self._previous[sig] = signal.signal(sig, self._record)
+        return self
+
+    def __enter__(self) -> "Preemption":
+        return self.install()
+
+    def __exit__(self, *exc) -> None:
+        self.uninstall()
+
+    def _record(self, signum: int, frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+    def requested(self, dist) -> bool:
+        """Whether any rank got a signal: collective, so every rank stops after the same step."""
+        flag = int(self.signum is not None)
+        if dist.world > 1:
+            t = torch.tensor([flag], dtype=torch.int64, device=dist.device)  # nccl reduces GPU tensors only
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+            flag = int(t.item())
+            if flag and self.signum is None:  # a peer was signalled; this rank was not (yet)
+                self.signum = signal.SIGUSR1
+        return bool(flag)
+
+    def uninstall(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous = {}
+
+    def exit(self, step: int) -> None:
+        """After the resume checkpoint: hand over to submitit's own handler (it requeues the job and
+        exits) when it had installed one, else exit with REQUEUE_EXIT."""
+        previous = self._previous.get(self.signum)
+        self.uninstall()
+        print(Preempted(step, self.signum), file=sys.stderr, flush=True)
+        if callable(previous):
+            previous(self.signum, None)  # submitit: checkpoint_and_try_requeue -> sys.exit
+        raise Preempted(step, self.signum)
+
+
+def drop_unscheduled(run_dir: Path, scheduled: set[int], before: int) -> None:
+    """Deletes resume-only checkpoints that a preemption wrote off the schedule, once a later checkpoint
+    is whole: they exist to resume from, not to be probed. Renamed away first so a crash mid-delete
+    never leaves a partial directory under a checkpoint name."""
+    from train.checkpoint import list_checkpoints
+
+    for step, path in list_checkpoints(run_dir):
+        if step < before and step not in scheduled:
+            doomed = path.with_name(f".deleting-step{step}")
+            os.replace(path, doomed)
+            shutil.rmtree(doomed)

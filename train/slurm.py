@@ -1,0 +1,147 @@
+"""SLURM without the submitit launcher, and the distributed environment inside any SLURM job.
+
+`python -m train.slurm <overrides> --out DIR --partition P [...]` expands the grid exactly as
+`python -m train -m <overrides>` would (train/grid.py) and writes DIR/grid.txt (one run per line: its
+overrides, shell-quoted) and DIR/array.sbatch (slurm/array.sbatch.in filled in: a job array over the
+lines). `sbatch DIR/array.sbatch` submits it. slurm/README.md documents both paths.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPLATE = ROOT / "slurm" / "array.sbatch.in"
+LAUNCHERS = ("srun", "torchrun", "deepspeed")
+
+
+def export_distributed_env() -> None:
+    """Sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT from the job when a launcher has not.
+
+    torchrun and the deepspeed launcher set them; submitit (hydra/launcher=slurm or local) and a bare
+    `srun python -m train` (one task per GPU) only set SLURM_* / SUBMITIT_* variables, which
+    train.engine.init_distributed does not read."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return
+    if os.environ.get("SUBMITIT_EXECUTOR"):
+        import submitit
+
+        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    elif "SLURM_PROCID" in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+        if "MASTER_ADDR" not in os.environ:
+            raise RuntimeError("a multi-task SLURM step without MASTER_ADDR: export it before srun "
+                               "(slurm/array.sbatch.in does: the first host of $SLURM_JOB_NODELIST)")
+        os.environ["RANK"] = os.environ["SLURM_PROCID"]
+        os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]
+        os.environ["LOCAL_RANK"] = os.environ.get("SLURM_LOCALID", "0")
+        os.environ.setdefault("MASTER_PORT", str(20000 + int(os.environ.get("SLURM_JOB_ID", "0")) % 20000))
+
+
+@dataclass
+class SbatchOptions:
+    """The knobs a cluster user sets; defaults fit one 8 x A100-80GB node per run."""
+    partition: str
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    nodes: int = 1
+    gpus_per_node: int = 8
+    cpus_per_task: int = 8
+    mem_gb: int = 480
+    timeout_min: int = 24 * 60
+    array_parallelism: int = 16
+    signal_delay_s: int = 300
+    launcher: str = "srun"
+    job_name: str = "syntax-dynamics"
+    setup: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.partition:
+            raise ValueError("partition is missing: the cluster's GPU partition (--partition)")
+        if self.launcher not in LAUNCHERS:
+            raise ValueError(f"launcher={self.launcher!r}: expected one of {', '.join(LAUNCHERS)}")
+
+
+def grid_lines(runs: Sequence[Sequence[str]]) -> list[str]:
+    return [" ".join(shlex.quote(o) for o in run) for run in runs]
+
+
+def render(runs: Sequence[Sequence[str]], opts: SbatchOptions, out: Path, command: str = "") -> tuple[Path, Path]:
+    """Writes out/grid.txt and out/array.sbatch (atomically) for these runs; returns both paths."""
+    if not runs:
+        raise ValueError("no runs to render")
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    grid = out / "grid.txt"
+    optional = [f"#SBATCH --{k}={v}" for k, v in (("account", opts.account), ("qos", opts.qos)) if v]
+    hours, minutes = divmod(opts.timeout_min, 60)
+    values = {
+        "COMMAND": command, "JOB_NAME": opts.job_name, "LAST_TASK": str(len(runs) - 1),
+        "ARRAY_PARALLELISM": str(opts.array_parallelism), "PARTITION": opts.partition,
+        "OPTIONAL_LINES": "\n".join(optional), "NODES": str(opts.nodes),
+        # srun: one task per GPU; torchrun/deepspeed: one launcher per node that starts the GPUs' ranks
+        "TASKS_PER_NODE": str(opts.gpus_per_node if opts.launcher == "srun" else 1),
+        "GPUS_PER_NODE": str(opts.gpus_per_node), "CPUS_PER_TASK": str(opts.cpus_per_task),
+        "MEM_GB": str(opts.mem_gb), "TIME": f"{hours:02d}:{minutes:02d}:00",
+        "SIGNAL_DELAY_S": str(opts.signal_delay_s), "LOG_DIR": shlex.quote(str(out / "logs")),
+        "GRID_FILE": shlex.quote(str(grid)), "REPO": shlex.quote(str(ROOT)),
+        "SETUP_LINES": "\n".join(opts.setup), "LAUNCHER": opts.launcher,
+    }
+    script = TEMPLATE.read_text()
+    for key, value in values.items():
+        script = script.replace(f"@@{key}@@", value)
+    if "@@" in script:
+        raise RuntimeError(f"{TEMPLATE} has a placeholder render() does not fill")
+    (out / "logs").mkdir(exist_ok=True)
+    _write_atomic(grid, "\n".join(grid_lines(runs)) + "\n")
+    sbatch = out / "array.sbatch"
+    _write_atomic(sbatch, script)
+    sbatch.chmod(0o755)
+    return grid, sbatch
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from train.grid import GridError, expand
+
+    p = argparse.ArgumentParser(prog="python -m train.slurm", description=__doc__.split("\n")[0])
+    p.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m train -m")
+    p.add_argument("--out", required=True, type=Path, help="directory for grid.txt and array.sbatch")
+    p.add_argument("--partition", required=True)
+    p.add_argument("--account")
+    p.add_argument("--qos")
+    p.add_argument("--launcher", choices=LAUNCHERS, default="srun")
+    p.add_argument("--setup", action="append", default=[], help="a shell line run before training (repeatable)")
+    for name in ("nodes", "gpus_per_node", "cpus_per_task", "mem_gb", "timeout_min", "array_parallelism",
+                 "signal_delay_s"):
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int,
+                       default=SbatchOptions.__dataclass_fields__[name].default)
+    args = p.parse_args(argv)
+    opts = SbatchOptions(**{k: v for k, v in vars(args).items() if k not in ("overrides", "out")})
+    overrides = [o for o in args.overrides if o not in ("-m", "--multirun")]
+    try:
+        runs = expand(overrides)
+    except GridError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    command = " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    grid, sbatch = render(runs, opts, args.out, command)
+    print(f"{len(runs)} runs -> {grid}\nsubmit: sbatch {sbatch}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
