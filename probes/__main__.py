@@ -1,8 +1,8 @@
-"""``python -m probes {score,score-run,watch,curves,benchmarks} ...``: one entry point for everything
+"""``python -m probes {score,score-run,watch,curves,report,benchmarks,syntax-qa} ...``: one entry point for everything
 that reads models.
 
 ``score``, ``score-run`` and ``watch`` parse their arguments here (the last two run
-``probes.watch``); ``curves`` and ``benchmarks`` are imported only when called, so scoring does
+``probes.watch``); the other commands are imported only when called, so scoring does
 not pay for plotting imports and vice versa.
 """
 from __future__ import annotations
@@ -13,13 +13,15 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-USAGE = """usage: python -m probes {score,score-run,watch,curves,benchmarks} [-h] ...
+USAGE = """usage: python -m probes {score,score-run,watch,curves,report,benchmarks,syntax-qa} [-h] ...
 
   score       score one HF causal LM directory on one benchmark, write per-pair parquet
   score-run   score every whole checkpoint of a run directory (skips finished files)
   watch       follow a training run and score checkpoints as they become whole
   curves      learning curves and U-shapes from the eval files of run directories
+  report      report.md + figures + tables: seeds, U-shapes, AoA, scaling grid, regions
   benchmarks  list / inspect / check benchmarks
+  syntax-qa   ask a causal LM questions about treebank sentences (TF / MC / FITB, OA)
 
 run `python -m probes COMMAND -h` for a command's options"""
 
@@ -239,10 +241,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from probes.curves import main as curves_main
 
         return curves_main(rest)
+    if command == "report":
+        from probes.report import main as report_main
+
+        return report_main(rest)
     if command == "benchmarks":
         from probes.benchmarks import main as benchmarks_main
 
         return benchmarks_main(rest)
+    if command == "syntax-qa":
+        from probes.syntaxqa.score import main as syntax_qa_main
+
+        return syntax_qa_main(rest)
     print(f"error: unknown command {command!r}\n{USAGE}", file=sys.stderr)
     return 2
 

@@ -251,6 +251,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for msg in ev.problems:
         print(f"warning: {msg}", file=sys.stderr)
     written = write_curves(ev, args.out, args.delta, f"acc_{args.metric}")
+    from probes.syntaxqa.curves import syntax_qa_table, write_syntax_qa_curves
+
+    qa = syntax_qa_table(args.run_dirs)
+    if len(qa):  # runs probed with probes.syntax_qa.enabled=true
+        written["plots"] += [p for p in write_syntax_qa_curves(qa, args.out) if p.suffix == ".png"]
     n_u = len(pd.read_csv(args.out / "ushapes.csv"))
     print(f"{len(ev.runs)} run(s), {len(ev.table)} paradigm x checkpoint rows, convention {ev.convention}")
     print(f"tables: {args.out}/curves.csv, phenomena.csv, ushapes.csv ({n_u} U-shape(s) at delta={args.delta})")

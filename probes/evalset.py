@@ -338,7 +338,8 @@ def _load_run(d: Path, name: str):
     files_by_bench: dict[str, list[_FileResult]] = {}
     for step, sd in sorted(evals.items()):
         for f in sorted(sd.iterdir()):
-            if f.suffix == ".parquet" and _visible(f) and f.is_file():
+            # syntax_qa.parquet holds question items, not minimal pairs (probes.syntaxqa.curves reads it)
+            if f.suffix == ".parquet" and _visible(f) and f.is_file() and f.stem != "syntax_qa":
                 res = _read_eval_file(f, step, d)
                 conventions.setdefault(res.convention, str(f))
                 files_by_bench.setdefault(f.stem, []).append(res)

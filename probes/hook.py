@@ -31,6 +31,7 @@ from probes.benchmarks import BenchmarkConfig, benchmark_configs, load_benchmark
 from probes.pairs import Pair
 from probes.scoring import CONVENTION, accuracy, correct, score_pairs, tokenizer_fingerprint
 from probes.store import eval_path, read_pairs, write_pairs
+from probes.syntaxqa.score import SyntaxQAConfig
 
 _ENTRY_KEYS = {f.name for f in fields(BenchmarkConfig)}
 
@@ -45,6 +46,8 @@ class ProbesConfig:
     subsample_seed: int = 0
     batch_size: int = 64
     bf16: bool = False  # bfloat16 autocast: faster on GPUs, lps move by ~1e-2 nats
+    # The syntax-questions probe (probes.syntaxqa): probes.syntax_qa.enabled=true with sources
+    syntax_qa: SyntaxQAConfig = field(default_factory=SyntaxQAConfig)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:

@@ -179,3 +179,34 @@ def test_cli_errors_name_the_flag_or_file(setup, tmp_path, capsys):
                "--kp", "XX"])
     assert rc == 2 and "syntax_qa.knowledge_points" in capsys.readouterr().err
     assert not (tmp_path / "x.parquet").exists()
+
+
+def test_hook_writes_every_checkpoint_once_and_curves_read_them(setup, tmp_path):
+    from probes.store import read_pairs
+    from probes.syntaxqa.curves import syntax_qa_table, write_syntax_qa_curves
+    from probes.syntaxqa.hook import SyntaxQAHook
+
+    d, cfg, items, tok, model = setup
+    cfg = SyntaxQAConfig(**{**cfg.__dict__, "enabled": True, "knowledge_points": ["GS", "ADJ"]})
+    run = tmp_path / "run"
+    hook = SyntaxQAHook(cfg, tok, run)
+    model.train()
+    metrics = hook.post_checkpoint_saved(d / "model", 0, 0, model)
+    assert model.training  # the hook restores the mode it found
+    assert 0.0 <= metrics["probe/syntax_qa/OA"] <= 1.0 and "probe/syntax_qa/GS/OA" in metrics
+    df, meta = read_pairs(run / "evals" / "step0" / "syntax_qa.parquet")
+    assert len(df) == len(hook.items) and meta["step"] == 0 and meta["kind"] == "syntax_qa_items"
+    assert meta["summary"]["OA"] == pytest.approx(metrics["probe/syntax_qa/OA"])
+    assert hook.post_checkpoint_saved(d / "model", 0, 0, model) == {}  # done already: not redone
+    hook.post_checkpoint_saved(d / "model", 4, 4096, model)
+    table = syntax_qa_table([run])
+    oa = table[(table.kp == "all") & (table.metric == "OA")].sort_values("step")
+    assert oa.step.tolist() == [0, 4] and oa.tokens.tolist() == [0, 4096]
+    written = write_syntax_qa_curves(table, tmp_path / "curves")
+    assert (tmp_path / "curves" / "plots" / "syntax_qa_run.png") in written
+    assert pd.read_csv(tmp_path / "curves" / "syntax_qa.csv").shape[0] == len(table)
+
+
+def test_enabled_without_sources_names_the_key():
+    with pytest.raises(ValueError, match="syntax_qa.sources is empty"):
+        SyntaxQAConfig(enabled=True)

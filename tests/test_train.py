@@ -100,3 +100,19 @@ def test_resume_with_a_changed_model_config_is_refused(cache, tmp_path):
     with pytest.raises(ValueError, match=r"model.hidden_size: 32 -> 64"):
         run(cache, tmp_path / "run", "schedule=custom", "schedule.points=[2]", "probes=none",
             "model.hidden_size=64")
+
+
+def test_syntax_qa_probe_joins_the_hooks_when_enabled(cache, tmp_path):
+    from test_checkpoint import tiny_tokenizer
+    from train.loop import _build_hooks
+
+    trees = tmp_path / "hand.mrg"
+    trees.write_text("( (S (NP-SBJ (DT The) (NN dog) ) (VP (VBD saw) (NP (DT a) (NN cat) )) (. .) ))\n"
+                     "( (S (NP-SBJ (DT The) (NN man) ) (VP (VBD gave) (NP (DT the) (NN boy) ) (NP (DT a) (NN book) ))"
+                     " (. .) ))\n")
+    cfg = tiny_cfg(cache, "probes.syntax_qa.enabled=true", f"probes.syntax_qa.sources=[{trees}]",
+                   "probes.syntax_qa.knowledge_points=[GS,DO]")
+    hooks = _build_hooks(cfg, tiny_tokenizer(), tmp_path)
+    assert [type(h).__name__ for h in hooks] == ["ProbeHook", "SyntaxQAHook"]
+    assert {it.kp for it in hooks[1].items} == {"GS", "DO"}
+    assert [type(h).__name__ for h in _build_hooks(tiny_cfg(cache), tiny_tokenizer(), tmp_path)] == ["ProbeHook"]

@@ -53,7 +53,7 @@ class Dist:
     def mean(self, value: float) -> float:
         if self.world == 1:
             return value
-        t = torch.tensor([value], dtype=torch.float64)
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)  # NCCL reduces GPU tensors only
         torch_dist.all_reduce(t)
         return t.item() / self.world
 

@@ -81,11 +81,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
         start_step, wandb_id = state["step"], state.get("wandb_run_id")
     logger = (Logger(cfg.logger, run_dir, config=resolved, name=run_dir.name, run_id=wandb_id)
               if dist.main else NullLogger())
-    hooks = []
-    if cfg.probes.enabled:  # on every rank: the probe hook shards the pairs and rank 0 writes
-        from probes.hook import ProbeHook
-
-        hooks.append(ProbeHook(cfg.probes, tokenizer, run_dir))
+    hooks = _build_hooks(cfg, tokenizer, run_dir)
 
     def checkpoint(step: int, loss: float | None, lr: float, *, scheduled: bool = True) -> None:
         state = {"step": step, "tokens": step * tokens_per_step, "total_steps": total_steps,
@@ -107,7 +103,8 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
 
     if start_step == 0 and 0 in save_steps:
         checkpoint(0, None, 0.0)
-    bar = tqdm(total=total_steps, initial=start_step, desc="train", unit="step", disable=not dist.main or os.environ.get("TQDM_DISABLE") == "1")
+    bar = tqdm(total=total_steps, initial=start_step, desc="train", unit="step",
+               disable=not dist.main or os.environ.get("TQDM_DISABLE") == "1")
     window_start, window_tokens = time.perf_counter(), 0
     done = start_step
     for step in range(start_step, total_steps):
@@ -147,6 +144,20 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
         curves_main([str(run_dir), "--out", str(run_dir / "curves")])
     _destroy_group(dist)
     return run_dir
+
+
+def _build_hooks(cfg: TrainConfig, tokenizer, run_dir: Path) -> list:
+    """On every rank: the probe hook shards the pairs across ranks and rank 0 writes the files."""
+    if not cfg.probes.enabled:
+        return []
+    from probes.hook import ProbeHook
+
+    hooks = [ProbeHook(cfg.probes, tokenizer, run_dir)]
+    if cfg.probes.syntax_qa.enabled:
+        from probes.syntaxqa.hook import SyntaxQAHook
+
+        hooks.append(SyntaxQAHook(cfg.probes.syntax_qa, tokenizer, run_dir))
+    return hooks
 
 
 def _destroy_group(dist) -> None:
