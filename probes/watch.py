@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,6 @@ from probes.pairs import Pair
 from probes.store import META_KEY, eval_path
 
 log = logging.getLogger(__name__)
-_STEP_DIR = re.compile(r"^step(\d+)$")
 
 
 @dataclass
@@ -47,23 +45,17 @@ class ScoreOptions:
 def whole_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     """(step, dir) of every whole checkpoint of a run, by step; temporary and incomplete ones are
     left out (an incomplete one under a final name is logged: the trainer never makes one)."""
-    from train.checkpoint import IncompleteCheckpointError, verify_checkpoint
+    from train.checkpoint import IncompleteCheckpointError, list_checkpoints, verify_checkpoint
 
-    root = Path(run_dir) / "checkpoints"
-    if not root.is_dir():
-        return []
     out = []
-    for child in root.iterdir():
-        m = _STEP_DIR.match(child.name)
-        if not m or not child.is_dir():
-            continue
+    for step, child in list_checkpoints(run_dir):
         try:
             verify_checkpoint(child)
         except IncompleteCheckpointError as e:
             log.warning("skipped: %s", e)
             continue
-        out.append((int(m.group(1)), child))
-    return sorted(out)
+        out.append((step, child))
+    return out
 
 
 def read_trainer_state(ckpt_dir: Path) -> dict:

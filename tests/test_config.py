@@ -1,7 +1,6 @@
 """The Hydra config tree against its typed schema."""
 import pytest
 from hydra.errors import ConfigCompositionException
-from omegaconf.errors import ConfigKeyError, ValidationError
 
 from trainutil import compose_cfg
 from train.config import to_typed

@@ -3,7 +3,6 @@ directory), its steps continue where the checkpoint left off, tags and group nam
 metrics are defined against tokens seen. Checked by reading the .wandb files wandb wrote."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import struct

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -11,7 +10,6 @@ import threading
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import torch
 from tokenizers import Tokenizer

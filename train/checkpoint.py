@@ -42,14 +42,19 @@ def fsync_tree(path: Path) -> None:
             os.close(fd)
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """Readers see the old file or the whole new one, never a torn write (temporary name, fsync, rename)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True))
 
 
 def verify_checkpoint(path: Path) -> None:

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from train.checkpoint import write_text_atomic
+
 
 @dataclass
 class LoggerConfig:
@@ -46,7 +48,7 @@ class Logger:
                 entity=cfg.entity or os.environ.get("WANDB_ENTITY"),
                 group=cfg.group or config.get("experiment"), tags=run_tags(config, cfg.tags))
             if not id_file.is_file():
-                _write_text_atomic(id_file, self.wandb_run.id + "\n")
+                write_text_atomic(id_file, self.wandb_run.id + "\n")
             # Curves of different budgets and batch sizes share an x-axis only in tokens seen.
             self.wandb_run.define_metric("tokens")
             for prefix in ("train/*", "probe/*"):
@@ -76,15 +78,6 @@ def run_tags(config: dict, extra: list[str]) -> list[str]:
     tags = [f"model={(config.get('model') or {}).get('name')}", f"budget={data.get('budget_tokens')}",
             f"seed={config.get('seed')}"]
     return tags + [t for t in extra if t not in tags]
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class NullLogger:

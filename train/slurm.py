@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+from train.checkpoint import write_text_atomic
+
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "slurm" / "array.sbatch.in"
 LAUNCHERS = ("srun", "torchrun", "deepspeed")
@@ -97,20 +99,11 @@ def render(runs: Sequence[Sequence[str]], opts: SbatchOptions, out: Path, comman
     if "@@" in script:
         raise RuntimeError(f"{TEMPLATE} has a placeholder render() does not fill")
     (out / "logs").mkdir(exist_ok=True)
-    _write_atomic(grid, "\n".join(grid_lines(runs)) + "\n")
+    write_text_atomic(grid, "\n".join(grid_lines(runs)) + "\n")
     sbatch = out / "array.sbatch"
-    _write_atomic(sbatch, script)
+    write_text_atomic(sbatch, script)
     sbatch.chmod(0o755)
     return grid, sbatch
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
