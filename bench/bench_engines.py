@@ -2,9 +2,9 @@
 
     python bench/bench_engines.py [--steps-docs 400] [extra Hydra overrides...]
 
-Runs the real entry point (train.loop.train) twice, engine=torch then engine=deepspeed (ZeRO-1),
-on one config, and prints tokens/s of each (median of the logged windows after warm-up) and the
-ratio deepspeed/torch. Probing and W&B are off so only training is timed.
+Runs the real entry point (train.loop.train) three times on one config, engine=torch, then
+engine=deepspeed with ZeRO stage 0 and stage 1, and prints tokens/s of each (median of the logged
+windows after warm-up) and the ratio to torch. Probing and W&B are off so only training is timed.
 """
 from __future__ import annotations
 
@@ -35,13 +35,13 @@ def main(argv: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         results = {}
-        for engine in ("torch", "deepspeed"):
-            run_dir = tmp / engine
-            train(tiny_cfg(tmp / "cache", f"engine={engine}", "engine.zero_stage=1", *extra), run_dir)
-            results[engine] = tokens_per_s(run_dir)
-        for engine, rate in results.items():
-            print(f"{engine:>10}: {rate:,.0f} tokens/s")
-        print(f"deepspeed / torch: {results['deepspeed'] / results['torch']:.2f}")
+        for name, engine, stage in (("torch", "torch", 0), ("deepspeed-zero0", "deepspeed", 0),
+                                    ("deepspeed-zero1", "deepspeed", 1)):
+            run_dir = tmp / name
+            train(tiny_cfg(tmp / "cache", f"engine={engine}", f"engine.zero_stage={stage}", *extra), run_dir)
+            results[name] = tokens_per_s(run_dir)
+        for name, rate in results.items():
+            print(f"{name:>16}: {rate:>9,.0f} tokens/s   {rate / results['torch']:.2f} x torch")
 
 
 if __name__ == "__main__":

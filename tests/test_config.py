@@ -34,3 +34,9 @@ def test_wrong_type_names_the_key():
 def test_bad_value_names_the_key():
     with pytest.raises(ValueError, match="engine.kind='jax'"):
         to_typed(compose_cfg(["engine.kind=jax"]))
+
+
+def test_experiment_preset_wins_over_the_base_config():
+    cfg = compose_cfg(["experiment=demo"])
+    assert cfg.experiment == "demo" and cfg.schedule.kind == "log" and cfg.schedule.n_log == 20
+    assert cfg.data.grammar.n_documents == 6000 and cfg.data.seed == cfg.seed
