@@ -83,7 +83,8 @@ def test_a_requeued_run_continues_the_same_wandb_run(tmp_path, one_thread):
 
     run_id = (run / "wandb_run_id").read_text().strip()
     files = sorted((run / "wandb").glob("offline-run-*/run-*.wandb"))
-    assert len(files) == 2, files and all(f.name == f"run-{run_id}.wandb" for f in files)
+    assert len(files) == 2, files
+    assert all(f.name == f"run-{run_id}.wandb" for f in files), files
     first, second = (wandb_records(f) for f in files)
     for records in (first, second):
         (meta,) = [r.run for r in records if r.WhichOneof("record_type") == "run"][:1]
