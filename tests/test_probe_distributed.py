@@ -10,16 +10,12 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
-from tokenizers.pre_tokenizers import Whitespace
-from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
 
+from probeutil import tiny_neox, word_tokenizer
 from probes.hook import ProbeHook, ProbesConfig
 from probes.pairs import Pair, Region
 from probes.store import eval_path, read_pairs
 
-WORDS = "the a cat cats dog dogs runs run sees see .".split()
 SUBJECTS = [("cat", "runs", "run"), ("cats", "run", "runs"), ("dog", "sees", "see"),
             ("dogs", "see", "sees"), ("cat", "sees", "see"), ("dogs", "run", "runs")]
 PAIRS = {
@@ -32,28 +28,10 @@ PAIRS = {
 }
 
 
-def tiny_tokenizer() -> PreTrainedTokenizerFast:
-    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(["[UNK]", "<bos>", "<eos>"] + WORDS)},
-                              unk_token="[UNK]"))
-    tok.pre_tokenizer = Whitespace()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
-                                   unk_token="[UNK]")
-
-
-def tiny_model() -> GPTNeoXForCausalLM:
-    torch.manual_seed(0)
-    model = GPTNeoXForCausalLM(GPTNeoXConfig(
-        vocab_size=len(WORDS) + 3, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=32))
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(30.0)
-    return model
-
-
 def probe(run_dir: Path) -> list[dict]:
     """Two checkpoints' hook calls; the second reaches step 1 again (a resumed run)."""
-    hook = ProbeHook(ProbesConfig(batch_size=2), tiny_tokenizer(), run_dir, pairs=PAIRS)
-    model = tiny_model()
+    hook = ProbeHook(ProbesConfig(batch_size=2), word_tokenizer(), run_dir, pairs=PAIRS)
+    model = tiny_neox()
     first = hook.post_checkpoint_saved(run_dir / "ck", 1, 100, model)
     again = hook.post_checkpoint_saved(run_dir / "ck", 1, 100, model)
     return [first, again]

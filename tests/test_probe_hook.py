@@ -6,37 +6,13 @@ import os
 
 import pytest
 import torch
-from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
-from tokenizers.pre_tokenizers import Whitespace
-from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
 
+from probeutil import tiny_neox as tiny_model, word_tokenizer as tiny_tokenizer
 from probes.benchmarks import BenchmarkConfig
 from probes.hook import ProbeHook, ProbesConfig
 from probes.pairs import Pair
 from probes.scoring import accuracy, correct, score_pairs
 from probes.store import eval_path, read_pairs
-
-WORDS = "the a cat cats dog dogs runs run sees see .".split()
-
-
-def tiny_tokenizer() -> PreTrainedTokenizerFast:
-    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(["[UNK]", "<bos>", "<eos>"] + WORDS)},
-                              unk_token="[UNK]"))
-    tok.pre_tokenizer = Whitespace()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
-                                   unk_token="[UNK]")
-
-
-def tiny_model(vocab: int, seed: int) -> GPTNeoXForCausalLM:
-    torch.manual_seed(seed)
-    model = GPTNeoXForCausalLM(GPTNeoXConfig(
-        vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=32))
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(30.0)
-    return model
-
 
 PAIRS = {
     "agr": [

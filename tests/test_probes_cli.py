@@ -9,20 +9,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
-from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
-from tokenizers.pre_tokenizers import Whitespace
-from transformers import (AutoModelForCausalLM, AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM,
-                          PreTrainedTokenizerFast)
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from probeutil import tiny_neox, word_tokenizer
 from probes.__main__ import main
 from probes.benchmarks import BenchmarkConfig, load_benchmark
 from probes.scoring import score_pairs
 from probes.store import read_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
-WORDS = "the a cat cats dog dogs runs run sees see .".split()
 RECORDS = [  # BLiMP's published schema
     {"sentence_good": f"the {n} {v} .", "sentence_bad": f"the {n} {w} .", "UID": uid,
      "linguistics_term": term, "pairID": str(i)}
@@ -37,18 +32,8 @@ RECORDS = [  # BLiMP's published schema
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("model")
-    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(["[UNK]", "<bos>", "<eos>"] + WORDS)},
-                              unk_token="[UNK]"))
-    tok.pre_tokenizer = Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
-                            unk_token="[UNK]").save_pretrained(d)
-    torch.manual_seed(0)
-    model = GPTNeoXForCausalLM(GPTNeoXConfig(
-        vocab_size=len(WORDS) + 3, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=32))
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(30.0)
-    model.save_pretrained(d)
+    word_tokenizer().save_pretrained(d)
+    tiny_neox().save_pretrained(d)
     (d / "trainer_state.json").write_text(json.dumps({"step": 4, "tokens": 8192}))
     return d
 

@@ -12,11 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
-from tokenizers.pre_tokenizers import Whitespace
-from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
 
+from probeutil import tiny_neox, word_tokenizer
 from probes.__main__ import main
 from probes.benchmarks import BenchmarkConfig, load_benchmark
 from probes.scoring import score_pairs
@@ -24,7 +21,6 @@ from probes.store import eval_path, read_pairs
 from probes.watch import ScoreOptions, pending, run_finished, score_run, watch, whole_checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
-WORDS = "the a cat cats dog dogs runs run sees see .".split()
 RECORDS = [  # BLiMP's published schema
     {"sentence_good": f"the {n} {v} .", "sentence_bad": f"the {n} {w} .", "UID": uid,
      "linguistics_term": "agreement", "pairID": str(i)}
@@ -34,30 +30,12 @@ RECORDS = [  # BLiMP's published schema
 TOTAL = 4
 
 
-def tokenizer() -> PreTrainedTokenizerFast:
-    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(["[UNK]", "<bos>", "<eos>"] + WORDS)},
-                              unk_token="[UNK]"))
-    tok.pre_tokenizer = Whitespace()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
-                                   unk_token="[UNK]")
-
-
-def model(seed: int) -> GPTNeoXForCausalLM:
-    torch.manual_seed(seed)
-    m = GPTNeoXForCausalLM(GPTNeoXConfig(
-        vocab_size=len(WORDS) + 3, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=32))
-    with torch.no_grad():
-        m.get_output_embeddings().weight.mul_(30.0)
-    return m
-
-
 def save_checkpoint(run: Path, step: int, *, final_name: bool = True) -> Path:
     """Like the trainer: assemble under .tmp-step<N>, rename when whole (unless final_name=False)."""
     tmp = run / "checkpoints" / f".tmp-step{step}"
     tmp.mkdir(parents=True)
-    model(step).save_pretrained(tmp)
-    tokenizer().save_pretrained(tmp)
+    tiny_neox(seed=step).save_pretrained(tmp)
+    word_tokenizer().save_pretrained(tmp)
     (tmp / "trainer_state.json").write_text(json.dumps(
         {"step": step, "tokens": step * 256, "total_steps": TOTAL}))
     if not final_name:
@@ -101,7 +79,7 @@ def test_score_run_scores_whole_checkpoints_once(tmp_path, bench):
     df, meta = read_pairs(eval_path(run, 2, "mini"))
     assert (meta["step"], meta["tokens"], meta["n_pairs"]) == (2, 512, 4)
     assert meta["model_dir"] == str((run / "checkpoints" / "step2").resolve())
-    ref = score_pairs(model(2), tokenizer(), benchmarks["mini"])
+    ref = score_pairs(tiny_neox(seed=2), word_tokenizer(), benchmarks["mini"])
     assert df["lp_good"].tolist() == pytest.approx(ref["lp_good"].tolist(), abs=1e-5)
     assert df["lp_bad"].tolist() != pytest.approx(read_pairs(eval_path(run, 0, "mini"))[0]["lp_bad"]
                                                   .tolist(), abs=1e-3)  # each step its own weights

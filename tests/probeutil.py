@@ -1,0 +1,28 @@
+"""A word-level tokenizer and a tiny GPT-NeoX shared by the probe tests (real objects, built in ms)."""
+from __future__ import annotations
+
+import torch
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import Whitespace
+from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
+
+WORDS = "the a cat cats dog dogs runs run sees see .".split()
+
+
+def word_tokenizer(words: list[str] = WORDS) -> PreTrainedTokenizerFast:
+    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(["[UNK]", "<bos>", "<eos>"] + words)},
+                              unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
+                                   unk_token="[UNK]")
+
+
+def tiny_neox(vocab: int = len(WORDS) + 3, seed: int = 0) -> GPTNeoXForCausalLM:
+    torch.manual_seed(seed)
+    model = GPTNeoXForCausalLM(GPTNeoXConfig(
+        vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=32))
+    with torch.no_grad():  # a sharper output layer: lps of different sentences differ clearly
+        model.get_output_embeddings().weight.mul_(30.0)
+    return model
