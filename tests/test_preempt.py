@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from trainutil import TINY, losses, tiny_cfg
+from trainutil import TINY, losses, signal_after_steps, tiny_cfg
 from train.checkpoint import list_checkpoints, read_state
 from train.lock import RunDirLocked, RunLock
 from train.loop import train
@@ -50,20 +48,8 @@ def test_sigusr1_mid_run_then_rerun_gives_the_uninterrupted_trajectory(tmp_path)
     assert total > 50
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
-    # stderr to a file: a full pipe would stall the run before it reaches the signal
-    with open(tmp_path / "stderr.txt", "w") as stderr:
-        proc = subprocess.Popen(command(broken, cache), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                                stderr=stderr)
-    log = broken / "logs" / "train.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if log.exists() and log.read_text().count("train/loss") >= 10:
-            proc.send_signal(signal.SIGUSR1)
-            break
-        time.sleep(0.01)
-    proc.wait(timeout=120)
-    err = (tmp_path / "stderr.txt").read_text()
-    assert proc.returncode == REQUEUE_EXIT, err[-3000:]
+    returncode, err = signal_after_steps(command(broken, cache), broken, tmp_path, env)
+    assert returncode == REQUEUE_EXIT, err[-3000:]
     assert "preempted by SIGUSR1" in err
     stopped = max(r["step"] for r in records(broken))
     assert 10 <= stopped < total

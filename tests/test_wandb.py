@@ -4,9 +4,7 @@ metrics are defined against tokens seen. Checked by reading the .wandb files wan
 from __future__ import annotations
 
 import os
-import signal
 import struct
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,7 +13,7 @@ import pytest
 import torch
 from wandb.proto import wandb_internal_pb2
 
-from trainutil import TINY, tiny_cfg
+from trainutil import TINY, signal_after_steps, tiny_cfg
 from train.checkpoint import list_checkpoints, read_state
 from train.loop import train
 from train.preempt import REQUEUE_EXIT
@@ -65,18 +63,8 @@ def test_a_requeued_run_continues_the_same_wandb_run(tmp_path, one_thread):
     train(tiny_cfg(cache, "probes=none"), tmp_path / "warm")  # builds the token store for the subprocess
     cmd = [sys.executable, "-m", "train", *TINY, *EXTRA, f"data.cache_dir={cache}", f"hydra.run.dir={run}"]
     env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
-    # stderr to a file: a full pipe would stall the run before it reaches the signal
-    with open(tmp_path / "stderr.txt", "w") as stderr:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
-    log = run / "logs" / "train.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if log.exists() and log.read_text().count("train/loss") >= 10:
-            proc.send_signal(signal.SIGUSR1)
-            break
-        time.sleep(0.01)
-    proc.wait(timeout=120)
-    assert proc.returncode == REQUEUE_EXIT, (tmp_path / "stderr.txt").read_text()[-3000:]
+    returncode, err = signal_after_steps(cmd, run, tmp_path, env)
+    assert returncode == REQUEUE_EXIT, err[-3000:]
     stopped = read_state(list_checkpoints(run)[-1][1])["step"]
     time.sleep(1.1)  # wandb names an offline run's directory by its start second; a requeue takes longer
     train(tiny_cfg(cache, *EXTRA), run)  # the requeued job (in-process: spares an interpreter start)
