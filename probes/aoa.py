@@ -80,8 +80,9 @@ def fit_sigmoids(x: np.ndarray, Y: np.ndarray, iters: int = 30) -> dict[str, np.
         amp = (th[:, 1] - th[:, 0])[:, None]
         ds = s * (1 - s)
         J = np.stack([1 - s, s, -amp * ds * th[:, 3:4], amp * ds * (x[None, :] - th[:, 2:3])], axis=2)
-        JtJ = np.einsum("mni,mnj->mij", J, J)
-        g = np.einsum("mni,mn->mi", J, r)
+        Jt = J.transpose(0, 2, 1)
+        JtJ = Jt @ J  # batched matmul: einsum without BLAS was most of a grid's AoA time
+        g = (Jt @ r[..., None])[..., 0]
         A = JtJ + lam[:, None, None] * (np.eye(4) * np.diagonal(JtJ, axis1=1, axis2=2)[:, None, :] + 1e-9 * np.eye(4))
         step = np.linalg.solve(A, g[..., None])[..., 0]
         cand = th + step
@@ -126,10 +127,13 @@ def forgettability(x: np.ndarray, Y: np.ndarray, bandwidth: float, min_neighbour
 
 
 def aoa_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig | None = None) -> pd.DataFrame:
-    """AoA, fit and forgettability per run x benchmark x paradigm (table) and phenomenon (phen_table)."""
+    """AoA, fit and forgettability per run x benchmark x paradigm (table) and phenomenon (phen_table).
+
+    Curves are gathered first and fitted in batches of identical x (runs of one schedule share
+    their token counts): a grid of 60 runs is a handful of batched fits, not 120 small ones."""
     cfg = cfg or AoAConfig()
     metric = f"acc_{cfg.metric}"
-    rows = []
+    curves = []  # (level, run, bench, meta rows, unit names, Y units x trained steps, x)
     for level, t in (("phenomenon", phen_table), ("paradigm", table)):
         unit = "paradigm" if level == "paradigm" else "phenomenon"
         for (run, bench), g in t.groupby(["run", "benchmark"], sort=True):
@@ -141,36 +145,46 @@ def aoa_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig | No
             tok = np.zeros(len(steps))
             tok[si] = g["tokens"].to_numpy(dtype=float)
             keep = tok > 0
-            Y, x = wide[:, keep], log_tokens(tok[keep])
-            first_row = np.unique(ui, return_index=True)[1]
-            meta = g.iloc[first_row]
-            wide_index = list(units)
-            masks = ~np.isnan(Y)
-            out = {k: np.full(len(Y), np.nan) for k in ("lo", "hi", "mid", "slope", "rmse", "aoa", "best", "forget")}
-            status = np.full(len(Y), "too_few_checkpoints", dtype=object)
-            for mask in {tuple(m) for m in masks}:
-                m = np.array(mask, dtype=bool)
-                sel = np.flatnonzero((masks == m).all(axis=1))
-                if m.sum() < cfg.min_points:
-                    continue
-                fit = fit_sigmoids(x[m], Y[np.ix_(sel, m)])
-                aoa, best, st = aoa_from_fit(x[m], fit, cfg.chance, cfg.min_gain, cfg.min_rise_rmse)
-                for k in ("lo", "hi", "mid", "slope", "rmse"):
-                    out[k][sel] = fit[k]
-                out["aoa"][sel], out["best"][sel], status[sel] = aoa, best, st
-                out["forget"][sel] = forgettability(x[m], Y[np.ix_(sel, m)], cfg.bandwidth, cfg.min_neighbours)
-            n_points = masks.sum(axis=1)
-            last = np.array([r[np.isfinite(r)][-1] if np.isfinite(r).any() else np.nan for r in Y])
-            names = np.asarray(wide_index, dtype=object)
-            rows.append(pd.DataFrame({
-                "run": run, "model": meta["model"].to_numpy(), "budget": meta["budget"].to_numpy(),
-                "seed": meta["seed"].to_numpy(), "benchmark": bench, "level": level,
-                "phenomenon": meta["phenomenon"].to_numpy() if level == "paradigm" else names,
-                "paradigm": names if level == "paradigm" else "", "metric": metric,
-                "n_points": n_points.astype(int), "fit_lo": out["lo"], "fit_hi": out["hi"],
-                "fit_mid": out["mid"], "fit_slope": out["slope"], "fit_rmse": out["rmse"],
-                "best_fitted_acc": out["best"], "aoa_log10_tokens": out["aoa"],
-                "aoa_tokens": 10 ** out["aoa"], "status": status,
-                "forgettability": out["forget"], "final_acc": last,
-            }))
+            meta = g.iloc[np.unique(ui, return_index=True)[1]]
+            curves.append((level, run, bench, meta, np.asarray(list(units), dtype=object), wide[:, keep],
+                           log_tokens(tok[keep])))
+    n_rows = [len(c[5]) for c in curves]
+    offsets = np.concatenate([[0], np.cumsum(n_rows)]).astype(int)
+    out = {k: np.full(offsets[-1], np.nan) for k in ("lo", "hi", "mid", "slope", "rmse", "aoa", "best", "forget")}
+    status = np.full(offsets[-1], "too_few_checkpoints", dtype=object)
+    # batch key: the x values a curve was observed at (its non-missing checkpoints)
+    batches: dict[bytes, tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]] = {}
+    for ci, (_l, _r, _b, _m, _n, Y, x) in enumerate(curves):
+        masks = ~np.isnan(Y)
+        for mask in {tuple(m) for m in masks}:
+            m = np.array(mask, dtype=bool)
+            if m.sum() < cfg.min_points:
+                continue
+            rows = np.flatnonzero((masks == m).all(axis=1))
+            batches.setdefault(x[m].tobytes(), (x[m], []))[1].append((offsets[ci] + rows, Y[np.ix_(rows, m)]))
+    for xm, parts in batches.values():
+        idx = np.concatenate([i for i, _ in parts])
+        Yb = np.concatenate([y for _, y in parts])
+        fit = fit_sigmoids(xm, Yb)
+        aoa, best, st = aoa_from_fit(xm, fit, cfg.chance, cfg.min_gain, cfg.min_rise_rmse)
+        for k in ("lo", "hi", "mid", "slope", "rmse"):
+            out[k][idx] = fit[k]
+        out["aoa"][idx], out["best"][idx], status[idx] = aoa, best, st
+        out["forget"][idx] = forgettability(xm, Yb, cfg.bandwidth, cfg.min_neighbours)
+    rows = []
+    for ci, (level, run, bench, meta, names, Y, x) in enumerate(curves):
+        sl = slice(offsets[ci], offsets[ci + 1])
+        finite = np.isfinite(Y)
+        last = np.array([r[f][-1] if f.any() else np.nan for r, f in zip(Y, finite)])
+        rows.append(pd.DataFrame({
+            "run": run, "model": meta["model"].to_numpy(), "budget": meta["budget"].to_numpy(),
+            "seed": meta["seed"].to_numpy(), "benchmark": bench, "level": level,
+            "phenomenon": meta["phenomenon"].to_numpy() if level == "paradigm" else names,
+            "paradigm": names if level == "paradigm" else "", "metric": metric,
+            "n_points": finite.sum(axis=1).astype(int), "fit_lo": out["lo"][sl], "fit_hi": out["hi"][sl],
+            "fit_mid": out["mid"][sl], "fit_slope": out["slope"][sl], "fit_rmse": out["rmse"][sl],
+            "best_fitted_acc": out["best"][sl], "aoa_log10_tokens": out["aoa"][sl],
+            "aoa_tokens": 10 ** out["aoa"][sl], "status": status[sl],
+            "forgettability": out["forget"][sl], "final_acc": last,
+        }))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()

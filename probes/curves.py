@@ -78,12 +78,16 @@ def safe_name(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-]+", "_", str(s)).strip("_") or "unnamed"
 
 
-def new_figure(width: float = 7.5, height: float = 4.5, nrows: int = 1, ncols: int = 1, **kw):
-    """A Figure with an Agg canvas, without pyplot's global state (safe in threads and tests)."""
+def new_figure(width: float = 7.5, height: float = 4.5, nrows: int = 1, ncols: int = 1,
+               layout: str | None = "constrained", **kw):
+    """A Figure with an Agg canvas, without pyplot's global state (safe in threads and tests).
+
+    layout=None for figures drawn by the dozen whose margins are known: constrained layout draws
+    every figure twice (once to measure)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height), layout="constrained")
+    fig = Figure(figsize=(width, height), layout=layout)
     FigureCanvasAgg(fig)
     axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
     return fig, axes

@@ -28,6 +28,7 @@ from typing import Any, Optional
 import pandas as pd
 
 from probes.benchmarks import BenchmarkConfig, benchmark_configs, load_benchmark
+from probes.evalset import refresh_cache
 from probes.pairs import Pair
 from probes.scoring import CONVENTION, accuracy, correct, score_pairs, tokenizer_fingerprint
 from probes.store import eval_path, read_pairs, write_pairs
@@ -162,6 +163,7 @@ class ProbeHook:
             if report is not None:
                 meta["source"] = report.source
             write_pairs(df, path, meta)
+            refresh_cache(self.run_dir, name)  # so the report reads one small file, not every eval
             metrics.update(summary_metrics(df, name))
         return metrics
 

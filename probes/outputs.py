@@ -74,3 +74,54 @@ def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
     with atomic_open(path, "wb") as fh:
         fig.savefig(fh, format="png", dpi=dpi)
     return Path(path)
+
+
+def fork_pool(workers: int):
+    """A ProcessPoolExecutor of `workers` forked processes, or None (one worker, or no fork here).
+
+    fork, not spawn: a spawned worker spends ~2 s importing pandas and matplotlib. The work sent
+    to it must not touch CUDA or threads of the parent (ours reads files and draws figures).
+    """
+    import multiprocessing as mp
+
+    if workers <= 1 or "fork" not in mp.get_all_start_methods():
+        return None
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"))
+
+
+class FigureJobs:
+    """Draw figures in worker processes while the caller goes on computing.
+
+    Drawing is matplotlib Python code under the GIL (~0.5 s a figure), so threads do not help;
+    forked workers do, and the analysis that feeds the next figures keeps the parent busy meanwhile.
+    `submit(title, fn, *args)` queues fn(*args) -> path; `results()` waits and returns
+    [(title, path)] in submission order, re-raising the first worker error. workers=1 (or a
+    platform without fork) draws in the caller, at submit time. Arguments travel by pickle: pass
+    the rows a figure needs, not whole tables.
+    """
+
+    def __init__(self, workers: int | None = None):
+        self._pool = fork_pool(workers if workers is not None else min(2, os.cpu_count() or 1))
+        self._jobs: list[tuple[str, object]] = []
+
+    def submit(self, title: str, fn, *args) -> None:
+        self._jobs.append((title, self._pool.submit(fn, *args) if self._pool else fn(*args)))
+
+    def results(self) -> list[tuple[str, Path]]:
+        try:
+            return [(t, Path(j.result() if self._pool else j)) for t, j in self._jobs]
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> "FigureJobs":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

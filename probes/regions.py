@@ -67,18 +67,31 @@ def first_mover(curve: pd.DataFrame, peak_step: int, end_step: int, cfg: RegionC
     return res
 
 
+def _budget_key(b):
+    return -1 if pd.isna(b) else int(b)  # a whole-corpus run (no budget) as a key that equals itself
+
+
+def _positions(curves: pd.DataFrame, keys: list[str]) -> dict[tuple, np.ndarray]:
+    k = curves[keys].assign(budget=pd.to_numeric(curves["budget"]).fillna(-1).astype("int64"))
+    return {key if isinstance(key, tuple) else (key,): idx for key, idx in k.groupby(keys, sort=False).indices.items()}
+
+
 def u_region_table(ushapes: pd.DataFrame, par_curves: pd.DataFrame, phen_curves: pd.DataFrame,
                    cfg: RegionConfig | None = None) -> pd.DataFrame:
     """For every accepted U: the region whose delta moves first, and each region's onset."""
     cfg = cfg or RegionConfig()
     rows = []
+    # row positions per curve, found once: a boolean mask per U over a grid's 330k rows took seconds
+    keys = {"paradigm": ["model", "budget", "benchmark", "phenomenon", "paradigm"],
+            "phenomenon": ["model", "budget", "benchmark", "phenomenon"]}
+    where = {level: _positions(curves, keys[level])
+             for level, curves in (("paradigm", par_curves), ("phenomenon", phen_curves))}
     for _, u in ushapes[ushapes.accepted].iterrows():
-        curves = par_curves if u.level == "paradigm" else phen_curves
-        sel = (curves.model == u.model) & (curves.benchmark == u.benchmark) & (curves.phenomenon == u.phenomenon)
-        sel &= curves.budget.isna() if pd.isna(u.budget) else (curves.budget == u.budget)
-        if u.level == "paradigm":
-            sel &= curves.paradigm == u.paradigm
-        res = first_mover(curves[sel], int(u.peak_step), int(u.recovery_step), cfg)
+        level = "paradigm" if u.level == "paradigm" else "phenomenon"
+        curves = par_curves if level == "paradigm" else phen_curves
+        key = tuple(_budget_key(u[k]) if k == "budget" else u[k] for k in keys[level])
+        sel = where[level].get(key, np.arange(0))
+        res = first_mover(curves.iloc[sel], int(u.peak_step), int(u.recovery_step), cfg)
         rows.append({k: u[k] for k in ("model", "budget", "benchmark", "level", "phenomenon", "paradigm",
                                        "kind", "peak_tokens", "trough_tokens", "recovery_tokens")} | res)
     return pd.DataFrame(rows)
@@ -92,7 +105,8 @@ def plot_regions(curve: pd.DataFrame, title: str, path, ushapes: pd.DataFrame | 
 
     c = curve.sort_values("step")
     tok = c["tokens"].to_numpy()
-    fig, axes = new_figure(7.5, 6.0, 2, 1, sharex=True)
+    fig, axes = new_figure(7.5, 6.0, 2, 1, layout=None, sharex=True)
+    fig.subplots_adjust(left=0.11, right=0.97, bottom=0.09, top=0.92, hspace=0.08)
     top, bottom = axes[0, 0], axes[1, 0]
     plot_line(top, tok, c[metric].to_numpy(), tok, "accuracy", "tab:green")
     token_axis(top, tok, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})")

@@ -18,13 +18,14 @@ import pandas as pd
 
 from probes.aggregate import bootstrap_paradigm_intervals, bootstrap_phenomenon_intervals, seed_summary
 from probes.aoa import AoAConfig, aoa_table
-from probes.curves import (GROUP_RUN, colors, finish_legend, new_figure, phenomenon_table, plot_line,
+from probes.curves import (GROUP_RUN, phenomenon_table, plot_line,
                            safe_name, token_axis)
-from probes.evalset import EvalInputError, EvalSet, load_runs
-from probes.outputs import save_figure, write_csv, write_parquet, write_table, write_text
+from probes.evalset import EvalInputError, EvalSet, load_runs, parse_model_params
+from probes.outputs import FigureJobs, save_figure, write_csv, write_parquet, write_table, write_text
 from probes.regions import RegionConfig, group_region_curves, plot_regions, u_region_table
+from probes.syntaxqa.report import syntax_qa_section
 from probes.scaling import (ScalingConfig, budget_label, difficulty_groups, final_accuracy, grid_tables,
-                            plot_grid)
+                            plot_grid_overall, plot_grid_phenomena)
 from probes.ushape import UShapeConfig, find_u_shapes_in_runs
 
 
@@ -39,7 +40,7 @@ class ReportConfig:
     wandb_project: str = "syntax-dynamics"
 
 
-BIG_ROWS = 50_000  # above this a table is written as parquet only: CSV of a whole grid takes minutes
+BIG_ROWS = 10_000  # above this a table is written as parquet only: CSV of a whole grid takes minutes
 
 
 def big_table(stem: Path, df: pd.DataFrame) -> None:
@@ -53,33 +54,69 @@ def _group_label(model, budget) -> str:
     return f"{model} · {budget_label(budget)}"
 
 
-def plot_phenomenon_bands(seeds: pd.DataFrame, boot: pd.DataFrame, benchmark: str, phenomenon: str,
+def plot_phenomenon_bands(s: pd.DataFrame, boot: pd.DataFrame, ref, benchmark: str, phenomenon: str,
                           metric: str, path: Path) -> Path:
-    """One line per model x budget: seed mean with its 95 % interval (bootstrap over pairs if one seed)."""
-    s = seeds[(seeds.benchmark == benchmark) & (seeds.phenomenon == phenomenon)]
-    ref = seeds.loc[seeds.benchmark == benchmark, "tokens"].to_numpy()
-    groups = list(s.groupby(["model", "budget"], dropna=False, sort=True))
-    fig, axes = new_figure()
-    ax = axes[0, 0]
-    kinds = set()
-    for ((model, budget), g), c in zip(groups, colors(len(groups))):
-        g = g.sort_values("step")
-        if (g.n_seeds > 1).all():
-            band, n = (g[f"{metric}_lo"].clip(0, 1), g[f"{metric}_hi"].clip(0, 1)), int(g.n_seeds.min())
-            kinds.add("95 % interval over seeds")
-        else:
-            b = boot[(boot.benchmark == benchmark) & (boot.phenomenon == phenomenon) & (boot.model == model)]
-            b = b[b.budget.isna()] if pd.isna(budget) else b[b.budget == budget]
-            b = b.groupby("step")[[f"{metric}_boot_lo", f"{metric}_boot_hi"]].mean().reindex(g.step)
-            band, n = (b.iloc[:, 0].to_numpy(), b.iloc[:, 1].to_numpy()), 1
-            kinds.add("95 % bootstrap over pairs")
-        label = f"{_group_label(model, budget)} ({n} seed{'s' if n > 1 else ''})"
-        plot_line(ax, g.tokens.to_numpy(), g[f"{metric}_mean"].to_numpy(), ref, label, c, band=band)
-    token_axis(ax, ref, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title(f"{benchmark} · {phenomenon}\nbands: {', '.join(sorted(kinds))}", fontsize=10)
-    finish_legend(ax, len(groups), "model · budget")
+    """One panel per corpus budget, one line per model (coloured by size): seed mean with its 95 %
+    interval over seeds, or the bootstrap interval over pairs where a group has a single seed.
+
+    s / boot: the seed-summary and bootstrap rows of this benchmark and phenomenon; ref: every
+    token count of the benchmark, so all its figures put step 0 at the same place. The layout is
+    fixed rather than constrained: on a grid report these figures are most of the drawing time
+    and constrained layout draws each one twice."""
+    from matplotlib import colormaps
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    models = sorted(s.model.unique(), key=lambda m: (parse_model_params(m) or float("inf"), m))
+    budgets = sorted(s.budget.unique(), key=lambda b: (pd.isna(b), 0 if pd.isna(b) else float(b)))
+    cmap = colormaps["viridis"]
+    color = {m: cmap(0.9 * i / max(len(models) - 1, 1)) for i, m in enumerate(models)}
+    ncols = min(4, len(budgets))
+    nrows = -(-len(budgets) // ncols)
+    fig = Figure(figsize=(3.4 * ncols + 2.3, 3.3 * nrows + 0.9))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True)
+    kinds, handles = set(), {}
+    for ax, budget in zip(axes.flat, budgets):
+        sb = s[s.budget.isna()] if pd.isna(budget) else s[s.budget == budget]
+        for model in models:
+            g = sb[sb.model == model].sort_values("step")
+            if g.empty:
+                continue
+            if (g.n_seeds > 1).all():
+                band, n = (g[f"{metric}_lo"].clip(0, 1), g[f"{metric}_hi"].clip(0, 1)), int(g.n_seeds.min())
+                kinds.add("95 % interval over seeds")
+            else:
+                b = boot[boot.model == model]
+                b = b[b.budget.isna()] if pd.isna(budget) else b[b.budget == budget]
+                b = b.groupby("step")[[f"{metric}_boot_lo", f"{metric}_boot_hi"]].mean().reindex(g.step)
+                band, n = (b.iloc[:, 0].to_numpy(), b.iloc[:, 1].to_numpy()), 1
+                kinds.add("95 % bootstrap over pairs")
+            label = f"{model} ({n} seed{'s' if n > 1 else ''})"
+            plot_line(ax, g.tokens.to_numpy(), g[f"{metric}_mean"].to_numpy(), ref, label, color[model], band=band)
+            handles.setdefault(model, ax.lines[-1 if not (g.tokens == 0).any() else -2])
+        token_axis(ax, ref, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})" if ax in axes[:, 0] else "")
+        xlabel = ax.get_xlabel()
+        ax.set_xlabel("")  # said once for the figure: the panels are narrow
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title(f"corpus {budget_label(budget)}", fontsize=9)
+    for ax in list(axes.flat)[len(budgets):]:
+        ax.set_visible(False)
+    fig.suptitle(f"{benchmark} · {phenomenon}  (bands: {', '.join(sorted(kinds))})", fontsize=10)
+    fig.supxlabel(xlabel, fontsize=8, x=(0.75 + fig.get_figwidth() - 2.3) / 2 / fig.get_figwidth(),
+                  y=0.12 / fig.get_figheight(), va="bottom")
+    fig.legend([handles[m] for m in models if m in handles], [handles[m].get_label() for m in models if m in handles],
+               loc="upper left", bbox_to_anchor=(1 - 2.2 / fig.get_figwidth(), 0.9), fontsize=8,
+               title="model", title_fontsize=8, frameon=False)
+    fig.subplots_adjust(left=0.75 / fig.get_figwidth(), right=1 - 2.3 / fig.get_figwidth(),
+                        bottom=0.62 / fig.get_figheight(), top=1 - 0.65 / fig.get_figheight(), wspace=0.08, hspace=0.45)
     return save_figure(fig, path)
+
+
+def _select(df: pd.DataFrame, model, budget, benchmark, paradigm) -> pd.DataFrame:
+    sel = ((df.model == model) & (df.benchmark == benchmark) & (df.paradigm == paradigm)
+           & (df.budget.isna() if pd.isna(budget) else df.budget == budget))
+    return df[sel]
 
 
 def _md_table(df: pd.DataFrame, limit: int = 30, floatfmt: str = "{:.3g}") -> str:
@@ -96,7 +133,9 @@ def _md_table(df: pd.DataFrame, limit: int = 30, floatfmt: str = "{:.3g}") -> st
     return head + body + more
 
 
-def build_report(ev: EvalSet, out: Path, cfg: ReportConfig) -> dict:
+def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[int] = None) -> dict:
+    """Write report.md, figures/ and tables/ under `out`. Figures are drawn by `workers` processes
+    (default: up to 2) while the statistics for the next ones are computed."""
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     (out / "figures").mkdir(exist_ok=True)
@@ -105,82 +144,79 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig) -> dict:
     metric = f"acc_{cfg.metric}"
     for sub in (cfg.ushape, cfg.aoa, cfg.scaling):
         sub.metric = cfg.metric
-    figs: list[tuple[str, Path]] = []
     notes = list(ev.problems)
+    with FigureJobs(workers) as jobs:
+        # 1. accuracies, bootstrap over pairs, seeds; the curve figures start drawing at once
+        phen = phenomenon_table(ev.table)
+        phen_boot = bootstrap_phenomenon_intervals(ev.table, [*GROUP_RUN, "step", "tokens", "benchmark", "phenomenon"])
+        seeds_phen = seed_summary(phen, ["model", "budget", "benchmark", "phenomenon", "step"])
+        for bench, sb in seeds_phen.groupby("benchmark", sort=True):
+            ref = sb["tokens"].to_numpy()
+            bb = phen_boot[phen_boot.benchmark == bench]
+            for ph, s in sb.groupby("phenomenon", sort=True):
+                jobs.submit(f"Learning curve, {bench} · {ph}", plot_phenomenon_bands, s, bb[bb.phenomenon == ph], ref,
+                            bench, ph, metric, fdir / f"curve_{safe_name(bench)}_{safe_name(ph)}.png")
 
-    # 1. accuracies, bootstrap over pairs, seeds
-    par = bootstrap_paradigm_intervals(ev.table)
-    phen = phenomenon_table(ev.table)
-    phen_boot = bootstrap_phenomenon_intervals(ev.table, [*GROUP_RUN, "step", "tokens", "benchmark", "phenomenon"])
-    big_table(tdir / "accuracy_paradigm", par)
-    big_table(tdir / "accuracy_phenomenon", phen_boot)
-    seeds_par = seed_summary(ev.table, ["model", "budget", "benchmark", "phenomenon", "paradigm", "step"])
-    seeds_phen = seed_summary(phen, ["model", "budget", "benchmark", "phenomenon", "step"])
-    big_table(tdir / "seeds_paradigm", seeds_par)
-    big_table(tdir / "seeds_phenomenon", seeds_phen)
-    for bench in sorted(phen.benchmark.unique()):
-        for ph in sorted(phen.loc[phen.benchmark == bench, "phenomenon"].unique()):
-            p = plot_phenomenon_bands(seeds_phen, phen_boot, bench, ph, metric,
-                                      fdir / f"curve_{safe_name(bench)}_{safe_name(ph)}.png")
-            figs.append((f"Learning curve, {bench} · {ph}", p))
+        # 2. scaling grid and difficulty groups
+        final = final_accuracy(ev.table, ev.runs)
+        overall, per_phen = grid_tables(final, metric)
+        groups = difficulty_groups(final, cfg.scaling)
+        for bench in sorted(final.benchmark.unique()):
+            o, pp = overall[overall.benchmark == bench], per_phen[per_phen.benchmark == bench]
+            jobs.submit(f"Scaling heatmap, {bench} (model × corpus)", plot_grid_overall, o, bench, metric, fdir)
+            jobs.submit(f"Scaling heatmap, {bench} per phenomenon", plot_grid_phenomena, o, pp, bench, metric, fdir)
 
-    # 2. U-shapes
-    us, u_notes = find_u_shapes_in_runs(ev, cfg.ushape)
-    notes += u_notes
-    write_csv(tdir / "ushapes.csv", us)
+        # 3. U-shapes, then the region figures (paradigms with an accepted U first)
+        us, u_notes = find_u_shapes_in_runs(ev, cfg.ushape)
+        notes += u_notes
+        par_curves, phen_curves = group_region_curves(ev.table), group_region_curves(phen)
+        regions_u = u_region_table(us, par_curves, phen_curves, cfg.regions) if len(us) else pd.DataFrame()
+        has_regions = par_curves[["delta_critical", "delta_suffix"]].notna().any(axis=1)
+        keys = ["model", "budget", "benchmark", "phenomenon", "paradigm"]
+        candidates = par_curves.loc[has_regions, keys].drop_duplicates()
+        acc_u = us[us.accepted & (us.level == "paradigm")]
+        with_u = candidates.merge(acc_u[keys[:3] + ["paradigm"]].drop_duplicates(), on=keys[:3] + ["paradigm"])
+        pick = pd.concat([with_u, candidates]).drop_duplicates().head(cfg.regions.max_plots)
+        for k in pick.itertuples(index=False):
+            name = f"regions_{safe_name(k.benchmark)}_{safe_name(k.paradigm)}_{safe_name(k.model)}_{budget_label(k.budget)}.png"
+            jobs.submit(f"Regions over training, {k.paradigm} ({_group_label(k.model, k.budget)})", plot_regions,
+                        _select(par_curves, k.model, k.budget, k.benchmark, k.paradigm),
+                        f"{k.benchmark} · {k.paradigm} ({_group_label(k.model, k.budget)}); U windows shaded",
+                        fdir / name, _select(acc_u, k.model, k.budget, k.benchmark, k.paradigm), metric)
 
-    # 3. AoA and forgettability
-    aoa = aoa_table(ev.table, phen, cfg.aoa)
-    write_csv(tdir / "aoa.csv", aoa)
-    few = aoa[aoa.status == "too_few_checkpoints"]
-    if len(few):
-        notes.append(f"{len(few)} curve(s) have fewer than {cfg.aoa.min_points} trained checkpoints: no sigmoid "
-                     f"fitted, AoA left empty (e.g. {few.iloc[0].run} {few.iloc[0].paradigm or few.iloc[0].phenomenon})")
-    aoa_ph = aoa[aoa.level == "phenomenon"].groupby(["model", "budget", "benchmark", "phenomenon"], dropna=False).agg(
-        n_runs=("run", "nunique"), aoa_log10_tokens=("aoa_log10_tokens", "mean"),
-        aoa_acquired_runs=("aoa_log10_tokens", "count"), forgettability=("forgettability", "mean"),
-        best_fitted_acc=("best_fitted_acc", "mean"), final_acc=("final_acc", "mean")).reset_index()
-    write_csv(tdir / "aoa_phenomenon_summary.csv", aoa_ph)
+        # 4. AoA and forgettability
+        aoa = aoa_table(ev.table, phen, cfg.aoa)
+        few = aoa[aoa.status == "too_few_checkpoints"]
+        if len(few):
+            notes.append(f"{len(few)} curve(s) have fewer than {cfg.aoa.min_points} trained checkpoints: no sigmoid "
+                         f"fitted, AoA left empty (e.g. {few.iloc[0].run} {few.iloc[0].paradigm or few.iloc[0].phenomenon})")
+        aoa_ph = aoa[aoa.level == "phenomenon"].groupby(["model", "budget", "benchmark", "phenomenon"], dropna=False).agg(
+            n_runs=("run", "nunique"), aoa_log10_tokens=("aoa_log10_tokens", "mean"),
+            aoa_acquired_runs=("aoa_log10_tokens", "count"), forgettability=("forgettability", "mean"),
+            best_fitted_acc=("best_fitted_acc", "mean"), final_acc=("final_acc", "mean")).reset_index()
 
-    # 4. scaling grid and difficulty groups
-    final = final_accuracy(ev.table, ev.runs)
-    overall, per_phen = grid_tables(final, metric)
-    groups = difficulty_groups(final, cfg.scaling)
-    write_csv(tdir / "final_accuracy_paradigm.csv", final)
-    write_csv(tdir / "scaling_overall.csv", overall)
-    write_csv(tdir / "scaling_phenomenon.csv", per_phen)
-    write_csv(tdir / "difficulty_groups.csv", groups)
-    for bench in sorted(final.benchmark.unique()):
-        a, b = plot_grid(overall, per_phen, bench, metric, fdir)
-        figs += [(f"Scaling heatmap, {bench} (model × corpus)", a), (f"Scaling heatmap, {bench} per phenomenon", b)]
+        # 5. every number behind the figures, written while the workers draw
+        big_table(tdir / "accuracy_paradigm", bootstrap_paradigm_intervals(ev.table))
+        big_table(tdir / "accuracy_phenomenon", phen_boot)
+        big_table(tdir / "seeds_paradigm",
+                  seed_summary(ev.table, ["model", "budget", "benchmark", "phenomenon", "paradigm", "step"]))
+        big_table(tdir / "seeds_phenomenon", seeds_phen)
+        big_table(tdir / "region_curves_paradigm", par_curves)
+        for name, df in (("ushapes", us), ("ushape_regions", regions_u), ("aoa", aoa),
+                         ("aoa_phenomenon_summary", aoa_ph), ("final_accuracy_paradigm", final),
+                         ("scaling_overall", overall), ("scaling_phenomenon", per_phen),
+                         ("difficulty_groups", groups)):
+            write_csv(tdir / f"{name}.csv", df)
+        runs = pd.DataFrame([dataclasses.asdict(r) for r in ev.runs])
+        write_csv(tdir / "runs.csv", runs)
+        # 6. the syntax-questions probe, where runs have it (drawn here: three figures)
+        qa_md, qa_figs = syntax_qa_section([(r.name, Path(r.path), r.model, r.budget) for r in ev.runs], out)
+        figs = jobs.results() + qa_figs
 
-    # 5. regions
-    par_curves, phen_curves = group_region_curves(ev.table), group_region_curves(phen)
-    big_table(tdir / "region_curves_paradigm", par_curves)
-    regions_u = u_region_table(us, par_curves, phen_curves, cfg.regions) if len(us) else pd.DataFrame()
-    write_csv(tdir / "ushape_regions.csv", regions_u)
-    has_regions = par_curves[["delta_critical", "delta_suffix"]].notna().any(axis=1)
-    candidates = par_curves[has_regions][["model", "budget", "benchmark", "phenomenon", "paradigm"]].drop_duplicates()
-    acc_u = us[us.accepted & (us.level == "paradigm")]
-    keyed = acc_u[["model", "budget", "benchmark", "paradigm"]].drop_duplicates()
-    with_u = candidates.merge(keyed, on=["model", "budget", "benchmark", "paradigm"])
-    pick = pd.concat([with_u, candidates]).drop_duplicates().head(cfg.regions.max_plots)
-    for _, k in pick.iterrows():
-        sel = ((par_curves.model == k.model) & (par_curves.benchmark == k.benchmark) & (par_curves.paradigm == k.paradigm)
-               & (par_curves.budget.isna() if pd.isna(k.budget) else par_curves.budget == k.budget))
-        uu = acc_u[(acc_u.model == k.model) & (acc_u.benchmark == k.benchmark) & (acc_u.paradigm == k.paradigm)
-                   & (acc_u.budget.isna() if pd.isna(k.budget) else acc_u.budget == k.budget)]
-        name = f"regions_{safe_name(k.benchmark)}_{safe_name(k.paradigm)}_{safe_name(k.model)}_{budget_label(k.budget)}.png"
-        p = plot_regions(par_curves[sel], f"{k.benchmark} · {k.paradigm} ({_group_label(k.model, k.budget)}); "
-                         "U windows shaded", fdir / name, uu, metric)
-        figs.append((f"Regions over training, {k.paradigm} ({_group_label(k.model, k.budget)})", p))
-
-    # 6. report.md
-    runs = pd.DataFrame([dataclasses.asdict(r) for r in ev.runs])
-    write_csv(tdir / "runs.csv", runs)
+    # 7. report.md
     if notes:
         write_text(out / "problems.txt", "\n".join(notes) + "\n")
-    md = _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out)
+    md = _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out, qa_md)
     write_text(out / "report.md", md)
     result = {"figures": [p for _, p in figs], "ushapes": us, "aoa": aoa, "groups": groups,
               "notes": notes, "seconds": time.perf_counter() - t0}
@@ -189,7 +225,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig) -> dict:
     return result
 
 
-def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out: Path) -> str:
+def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out: Path, qa_md=()) -> str:
     rel = lambda p: Path(p).relative_to(out).as_posix()  # noqa: E731
     acc = us[us.accepted] if len(us) else us
     L = ["# syntax-dynamics report", "",
@@ -240,6 +276,7 @@ def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes
           _md_table(counts.reset_index()) if len(counts) else "_(none)_", "",
           _md_table(groups.drop(columns=["reason"]), 40), ""]
     L += ["## Regions over training", ""] + [f"![{t}]({rel(p)})" for t, p in figs if t.startswith("Regions")] + [""]
+    L += list(qa_md)
     tables = sorted({p.with_suffix("") for p in (out / "tables").iterdir() if p.suffix in (".csv", ".parquet")})
     L += ["## Tables (every number above; .csv and/or .parquet)", ""]
     L += [f"- `{p.relative_to(out).as_posix()}` ({', '.join(sorted(q.suffix for q in p.parent.glob(p.name + '.*')))})"
@@ -256,8 +293,9 @@ def _log_wandb(cfg: ReportConfig, out: Path, figs) -> None:
     os.environ.setdefault("WANDB_MODE", "offline")  # never reach the network unless the user asked for it
     run = wandb.init(project=cfg.wandb_project, job_type="report", dir=str(out))
     run.log({f"report/{Path(p).stem}": wandb.Image(str(p)) for _, p in figs})
-    for name in ("ushapes", "aoa_phenomenon_summary", "difficulty_groups", "scaling_overall"):
-        run.log({f"report/{name}": wandb.Table(dataframe=pd.read_csv(out / "tables" / f"{name}.csv"))})
+    for name in ("ushapes", "aoa_phenomenon_summary", "difficulty_groups", "scaling_overall", "syntax_qa_final"):
+        if (out / "tables" / f"{name}.csv").is_file():  # syntax_qa_final only where runs have that probe
+            run.log({f"report/{name}": wandb.Table(dataframe=pd.read_csv(out / "tables" / f"{name}.csv"))})
     run.finish()
 
 

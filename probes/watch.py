@@ -28,6 +28,7 @@ from typing import Callable, Optional
 
 import pyarrow.parquet as pq
 
+from probes.evalset import refresh_cache
 from probes.pairs import Pair
 from probes.store import META_KEY, eval_path
 
@@ -132,6 +133,7 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
         if report is not None:
             meta["source"] = report.source
         write_pairs(df, path, meta)
+        refresh_cache(run_dir, name)
         acc = summary_metrics(df, name)[f"probe/{name}/acc"]
         say(f"step{step} {name}: {len(df)} pairs acc_mlp={acc:.4f} -> {path}")
         written.append(path)

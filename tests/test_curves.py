@@ -219,3 +219,59 @@ def test_int_pair_ids_and_tokens_from_trainer_state(tmp_path):
     ev = load_runs([r])
     assert ev.table.tokens.tolist() == [999]  # from checkpoints/step3/trainer_state.json
     assert list(ev.outcomes[("r", "grammar")].pair_ids) == ["7"]
+
+
+def test_reduced_cache_is_reused_and_invalidated(run, monkeypatch):
+    import probes.evalset as E
+
+    first = load_runs([run])
+    cache = E.cache_path(run, "grammar")
+    assert cache.is_file()
+    reads = []
+    real = E._read_eval_file
+    monkeypatch.setattr(E, "_read_eval_file", lambda *a: reads.append(a[0]) or real(*a))
+    again = load_runs([run])
+    assert reads == []  # every number came from the cache
+    pd.testing.assert_frame_equal(first.table, again.table)
+    o1, o2 = first.outcomes[("run_a", "grammar")], again.outcomes[("run_a", "grammar")]
+    assert (o1.correct == o2.correct).all() and list(o1.pair_ids) == list(o2.pair_ids)
+    assert first.problems == again.problems and again.convention == CONV
+
+    # a new checkpoint's eval (rows in another order, one pair gone): only that file is read, and
+    # everything matches a fresh read of all files
+    write_eval(run, 2, 4096, [pair("bind_refl", p, -1.0, 1, -9.0, 1) for p in "ba"]
+               + [pair("agr_local", i, -1.0, 1, -9.0, 1) for i in (3, 1, 0)])
+    third = load_runs([run])
+    assert len(reads) == 1 and reads[0].parent.name == "step2"
+    fresh = load_runs([run], cache=False)
+    pd.testing.assert_frame_equal(third.table, fresh.table)
+    o3, of = third.outcomes[("run_a", "grammar")], fresh.outcomes[("run_a", "grammar")]
+    assert (o3.correct == of.correct).all() and list(o3.steps) == [0, 1, 2]
+    assert o3.correct[2, 2] == E.MISSING  # agr_local pair 2 is not in step 2
+    assert third.table[third.table.step == 2].acc_mlp.tolist() == [1.0, 1.0]
+    assert third.problems == fresh.problems and any("different pair set" in p for p in third.problems)
+    reads.clear()
+
+    # a rewritten old file: every file is read again
+    write_eval(run, 1, 2048, [pair("agr_local", i, -1.0, 1, -9.0, 1) for i in range(4)]
+               + [pair("bind_refl", p, -9.0, 1, -1.0, 1) for p in "ab"])
+    fourth = load_runs([run])
+    assert len(reads) == 3
+    assert fourth.table[fourth.table.step == 1].acc_mlp.tolist() == [1.0, 0.0]
+    pd.testing.assert_frame_equal(fourth.table, load_runs([run], cache=False).table)
+    reads.clear()
+
+    # a torn cache (crash mid-write) is ignored and rebuilt
+    cache.write_bytes(cache.read_bytes()[:100])
+    pd.testing.assert_frame_equal(load_runs([run]).table, fourth.table)
+    assert len(reads) == 3 and np.load(cache)["correct"].shape == (3, 6)
+
+    # cache=False neither reads nor writes it
+    cache.unlink()
+    load_runs([run], cache=False)
+    assert not cache.exists()
+
+
+def test_run_given_as_dot_is_named_after_its_directory(run, monkeypatch):
+    monkeypatch.chdir(run)
+    assert load_runs(["."]).runs[0].name == "run_a"

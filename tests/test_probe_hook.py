@@ -24,7 +24,7 @@ PAIRS = {
 }
 
 
-def test_hook_writes_scores_and_skips_existing(tmp_path):
+def test_hook_writes_scores_and_skips_existing(tmp_path, monkeypatch):
     torch.set_num_threads(1)
     tok = tiny_tokenizer()
     run = tmp_path / "run"
@@ -66,6 +66,21 @@ def test_hook_writes_scores_and_skips_existing(tmp_path):
     assert df1["lp_bad"].tolist() == pytest.approx(ref1["lp_bad"].tolist(), abs=1e-6)
     assert df1["lp_bad"].tolist() != pytest.approx(df["lp_bad"].tolist(), abs=1e-3)
     hook.close()
+
+    # the hook kept the analysis cache current: a report reads no eval file, and sees both steps
+    import numpy as np
+
+    import probes.evalset as E
+
+    assert np.load(E.cache_path(run, "agr"))["steps"].tolist() == [0, 1]
+
+    def no_reads(*a):
+        raise AssertionError(f"read {a[0]}")
+
+    monkeypatch.setattr(E, "_read_eval_file", no_reads)
+    ev = E.load_runs([run])
+    acc = ev.table[(ev.table.benchmark == "agr") & (ev.table.paradigm == "sv")].sort_values("step").acc_mlp
+    assert acc.tolist() == pytest.approx([correct(ref, "mlp").iloc[:4].mean(), correct(ref1, "mlp").iloc[:4].mean()])
 
 
 def test_hook_loads_configured_benchmarks_once(tmp_path):

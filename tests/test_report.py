@@ -78,3 +78,40 @@ def test_report_bad_input(tmp_path, capsys):
     assert report.main([str(empty), "--out", str(tmp_path / "o")]) == 2
     assert str(empty) in capsys.readouterr().err
     assert not (tmp_path / "o" / "report.md").exists()
+
+
+def test_report_logs_figures_and_tables_to_wandb(tmp_path, monkeypatch):
+    from wandbutil import history_types, wandb_records
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    runs = make_grid(tmp_path / "runs", models=("pythia-14m",), seeds=(1,), n_steps=8, pairs=50)
+    _add_syntax_qa(runs[0], [0, 4000])
+    out = tmp_path / "rep"
+    assert report.main([str(runs[0]), "--out", str(out), "--n-boot", "50", "--wandb"]) == 0
+    (path,) = (out / "wandb").glob("offline-run-*/run-*.wandb")
+    logged = history_types(wandb_records(path))
+    figures = {f"report/{p.stem}" for p in (out / "figures").glob("*.png")}
+    # 2 phenomenon curves, 2 heatmaps, 3 region plots, 3 syntax-question figures
+    assert len(figures) == 10 and all(logged.get(f) == "image-file" for f in figures), logged
+    assert "report/syntax_qa_oa" in figures
+    for table in ("ushapes", "aoa_phenomenon_summary", "difficulty_groups", "scaling_overall", "syntax_qa_final"):
+        assert logged.get(f"report/{table}") == "table-file", table
+    md = (out / "report.md").read_text()
+    assert "## Syntax questions" in md and "](figures/syntax_qa_oa.png)" in md
+    final = pd.read_csv(out / "tables" / "syntax_qa_final.csv")
+    # one TF, MC and FITB item, all right: OA = (1 + 1 + (1 + 1)/2)/3
+    assert final.run.tolist() == [runs[0].name] and final.step.tolist() == [4000] and final.OA.tolist() == [1.0]
+
+
+def _add_syntax_qa(run, steps):
+    """Syntax-question results, written by the probe's own writer, beside the minimal-pair evals."""
+    from probeutil import word_tokenizer
+    from probes.syntaxqa.score import SyntaxQAConfig, write_items
+
+    items = pd.DataFrame([
+        {"item_id": "tf", "kp": "GS", "qtype": "TF", "correct": 1.0, "rand_acc": 0.5, "f1": np.nan, "rand_f1": np.nan},
+        {"item_id": "mc", "kp": "GS", "qtype": "MC", "correct": 1.0, "rand_acc": 0.25, "f1": np.nan, "rand_f1": np.nan},
+        {"item_id": "fitb", "kp": "GS", "qtype": "FITB", "correct": 1.0, "rand_acc": 0.2, "f1": 1.0, "rand_f1": 0.4}])
+    for step in steps:
+        write_items(items, run / "evals" / f"step{step}" / "syntax_qa.parquet", step=step, tokens=step * 1000,
+                    model_dir=run, tokenizer=word_tokenizer(), cfg=SyntaxQAConfig(), reports=[])

@@ -4,16 +4,15 @@ metrics are defined against tokens seen. Checked by reading the .wandb files wan
 from __future__ import annotations
 
 import os
-import struct
 import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from wandb.proto import wandb_internal_pb2
 
 from trainutil import TINY, signal_after_steps, tiny_cfg
+from wandbutil import history_steps, wandb_records
 from train.checkpoint import list_checkpoints, read_state
 from train.loop import train
 from train.preempt import REQUEUE_EXIT
@@ -22,31 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 EXTRA = [
     "schedule=custom", "schedule.points=[20]", "probes=none", "logger.wandb=true",
     "logger.mode=offline", "logger.project=grid-test", "logger.group=wb", "logger.tags=['preset=test']"]
-
-
-def wandb_records(path: Path) -> list:
-    """Records of a .wandb file: a 7-byte file header, then leveldb-log records (7-byte header: crc32,
-    length, type FULL/FIRST/MIDDLE/LAST) in 32 KiB blocks, each a serialized wandb Record protobuf."""
-    data, out, pos, pending = path.read_bytes(), [], 7, b""
-    assert data[:4] == b":W&B", path
-    while pos + 7 <= len(data):
-        if 32768 - pos % 32768 < 7:  # a block trailer too short for a header is padding
-            pos += 32768 - pos % 32768
-            continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        if kind == 0 and length == 0:
-            break
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
-        pending = chunk if kind in (1, 2) else pending + chunk
-        if kind in (1, 4):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(pending)
-            out.append(record)
-    return out
-
-
-def history_steps(records) -> list[int]:
-    return [r.history.step.num for r in records if r.WhichOneof("record_type") == "history"]
 
 
 @pytest.fixture

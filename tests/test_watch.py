@@ -75,7 +75,8 @@ def test_score_run_scores_whole_checkpoints_once(tmp_path, bench):
     assert not run_finished(run)
     written = score_run(run, benchmarks, OPTS, quiet)
     assert written == [eval_path(run, 0, "mini"), eval_path(run, 2, "mini")]
-    assert sorted(os.listdir(run / "evals")) == ["step0", "step2"]
+    # the step dirs, and the analysis cache refreshed after each eval (probes.evalset.refresh_cache)
+    assert sorted(os.listdir(run / "evals")) == [".reduced-mini.npz", "step0", "step2"]
     df, meta = read_pairs(eval_path(run, 2, "mini"))
     assert (meta["step"], meta["tokens"], meta["n_pairs"]) == (2, 512, 4)
     assert meta["model_dir"] == str((run / "checkpoints" / "step2").resolve())

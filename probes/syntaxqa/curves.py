@@ -1,66 +1,147 @@
 """Syntax-questions curves: OA and its parts per knowledge point against tokens seen.
 
 Reads the summaries stored in every ``<run>/evals/step<N>/syntax_qa.parquet`` (their metadata holds
-``summarize``'s numbers, so no rows are re-scored or re-read) and writes a tidy table plus plots.
+``summarize``'s numbers, so nothing is re-scored) and writes a tidy table plus plots. The random
+baselines of the question types are not in the summary; they are the item rows' expected
+random-guess scores (``rand_acc``, ``rand_f1``), read as four small columns.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional, Sequence
 
-import matplotlib
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-
-from probes.evalset import log_tokens  # noqa: E402
-from probes.outputs import save_figure, write_csv  # noqa: E402
-from probes.store import META_KEY  # noqa: E402
-from probes.syntaxqa.records import KNOWLEDGE_POINTS  # noqa: E402
-from probes.syntaxqa.score import BENCHMARK  # noqa: E402
+from probes.curves import colors, finish_legend, new_figure, plot_line, token_axis
+from probes.evalset import META_KEY, log_tokens
+from probes.outputs import save_figure, write_csv
+from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS
 
 PARTS = ("OA", "OA_random", "TF_acc", "MC_acc", "FITB_acc", "FITB_F1")
+QUESTION_TYPES = ("TF_acc", "MC_acc", "FITB_acc", "FITB_F1")
+# "<part>_random": a question type's expected random-guess score, from these item columns
+RANDOM_OF = {"TF_acc": ("TF", "rand_acc"), "MC_acc": ("MC", "rand_acc"),
+             "FITB_acc": ("FITB", "rand_acc"), "FITB_F1": ("FITB", "rand_f1")}
+COLUMNS = ["run", "step", "tokens", "kp", "metric", "value"]
 
 
-def syntax_qa_table(run_dirs: list[Path]) -> pd.DataFrame:
-    """Tidy rows: run, step, tokens, kp ("all" or a knowledge point), metric, value."""
+def _random_rows(path: Path) -> list[tuple[str, str, float]]:
+    """(kp, "<part>_random", value) for "all" and each knowledge point of one file's items."""
+    items = pq.read_table(path, columns=["kp", "qtype", "correct", "rand_acc", "rand_f1"]).to_pandas()
+    fitb_scored = items.loc[items.qtype == "FITB", "correct"].notna().any()
+    out = []
+    for kp, d in [("all", items), *items.groupby("kp", sort=True)]:
+        for part, (qtype, col) in RANDOM_OF.items():
+            if qtype == "FITB" and not fitb_scored:
+                continue  # generation skipped: no FITB score to compare with (as summarize does)
+            v = d.loc[d.qtype == qtype, col].dropna()
+            if len(v):
+                out.append((kp, f"{part}_random", float(v.mean())))
+    return out
+
+
+def syntax_qa_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """Tidy rows: run, step, tokens, kp ("all" or a knowledge point), metric, value.
+
+    Metrics: PARTS from the stored summaries, plus "<part>_random" for each question type.
+    ``names`` labels the runs (default: each directory's name), e.g. the unique names of ``load_runs``.
+    """
+    run_dirs = [Path(r) for r in run_dirs]
+    names = [r.name for r in run_dirs] if names is None else list(names)
+    if len(names) != len(run_dirs):
+        raise ValueError(f"syntax_qa_table: {len(names)} names for {len(run_dirs)} run directories")
     rows = []
-    for run in map(Path, run_dirs):
+    for run, name in zip(run_dirs, names):
         for path in sorted((run / "evals").glob(f"step*/{BENCHMARK}.parquet")):
             meta = json.loads(pq.read_schema(path).metadata[META_KEY])
+            at = {"run": name, "step": meta["step"], "tokens": meta["tokens"]}
             for key, value in (meta.get("summary") or {}).items():
                 kp, _, metric = key.rpartition("/")
                 if metric in PARTS and value is not None:
-                    rows.append({"run": run.name, "step": meta["step"], "tokens": meta["tokens"],
-                                 "kp": kp or "all", "metric": metric, "value": float(value)})
-    return pd.DataFrame(rows, columns=["run", "step", "tokens", "kp", "metric", "value"])
+                    rows.append({**at, "kp": kp or "all", "metric": metric, "value": float(value)})
+            rows += [{**at, "kp": kp, "metric": m, "value": v} for kp, m, v in _random_rows(path)]
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+# ---------------------------------------------------------------------------------------- plots
+# The drawers take tidy rows (kp, metric, tokens, value) of one run, or of one model x budget with
+# the seeds already averaged; `ref` is every token count drawn on the figure (step 0's position).
+
+
+def draw_baseline(ax, tokens, y, ref, color, label: Optional[str] = None, lw: float = 1.2) -> None:
+    """A random-guess baseline: dashed, no markers, so it never reads as a learning curve."""
+    x = 10 ** log_tokens(np.asarray(tokens), np.asarray(ref))
+    order = np.argsort(x, kind="stable")
+    ax.plot(x[order], np.asarray(y, dtype=float)[order], color=color, lw=lw, ls="--", label=label)
+
+
+def _curve(df: pd.DataFrame, kp: str, metric: str) -> pd.DataFrame:
+    return df[(df.kp == kp) & (df.metric == metric)].sort_values("tokens")
+
+
+def draw_knowledge_points(ax, df: pd.DataFrame, ref) -> int:
+    """OA of every knowledge point, the overall OA (black, thick) and OA_random; returns the line count."""
+    kps = [kp for kp in KNOWLEDGE_POINTS if len(_curve(df, kp, "OA"))]
+    n = 0
+    for kp, c in zip(kps, colors(len(kps))):
+        d = _curve(df, kp, "OA")
+        plot_line(ax, d.tokens.to_numpy(), d.value.to_numpy(), ref, kp, c, lw=1.1)
+        n += 1
+    d = _curve(df, "all", "OA")
+    if len(d):
+        plot_line(ax, d.tokens.to_numpy(), d.value.to_numpy(), ref, "all points", "black", lw=2.4)
+        n += 1
+    d = _curve(df, "all", "OA_random")
+    if len(d):
+        draw_baseline(ax, d.tokens.to_numpy(), d.value.to_numpy(), ref, "black", "OA_random (all points)")
+        n += 1
+    return n
+
+
+def draw_question_types(ax, df: pd.DataFrame, ref) -> int:
+    """TF/MC/FITB scores over all points, each with its random baseline dashed in its colour, and OA."""
+    n = 0
+    for part, c in zip(QUESTION_TYPES, colors(len(QUESTION_TYPES))):
+        d = _curve(df, "all", part)
+        if len(d):
+            plot_line(ax, d.tokens.to_numpy(), d.value.to_numpy(), ref, part, c)
+            n += 1
+        r = _curve(df, "all", f"{part}_random")
+        if len(r):
+            draw_baseline(ax, r.tokens.to_numpy(), r.value.to_numpy(), ref, c, f"{part} random", lw=1.0)
+            n += 1
+    d = _curve(df, "all", "OA")
+    if len(d):
+        plot_line(ax, d.tokens.to_numpy(), d.value.to_numpy(), ref, "OA", "black", lw=2.4)
+        n += 1
+    return n
+
+
+def score_limits(ax, values) -> None:
+    """0 at the bottom; the top just above the highest score, so near-random curves are not flattened."""
+    v = np.asarray(values, dtype=float)
+    top = float(np.nanmax(v)) if np.isfinite(v).any() else 1.0
+    ax.set_ylim(0.0, min(1.02, max(0.1, top * 1.1 + 0.02)))
 
 
 def write_syntax_qa_curves(table: pd.DataFrame, out: Path) -> list[Path]:
-    """syntax_qa.csv, one plot of OA per knowledge point and one of the question types, per run."""
+    """syntax_qa.csv, and per run one figure: OA per knowledge point | the question types."""
     out = Path(out)
     written = [write_csv(out / "syntax_qa.csv", table.sort_values(["run", "kp", "metric", "step"]))]
     for run, df in table.groupby("run"):
-        x_all = log_tokens(df["tokens"].to_numpy())
-        df = df.assign(x=x_all)
-        fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-        for kp in ["all", *KNOWLEDGE_POINTS]:
-            d = df[(df.kp == kp) & (df.metric == "OA")].sort_values("x")
-            if len(d):
-                axes[0].plot(d.x, d.value, marker=".", lw=2.5 if kp == "all" else 1.2, label=kp)
-        for metric in ("TF_acc", "MC_acc", "FITB_acc", "FITB_F1", "OA_random"):
-            d = df[(df.kp == "all") & (df.metric == metric)].sort_values("x")
-            if len(d):
-                axes[1].plot(d.x, d.value, marker=".", ls="--" if metric == "OA_random" else "-", label=metric)
-        for ax, title in zip(axes, ("overall accuracy (OA) per knowledge point", "question types (all points)")):
-            ax.set_title(title)
-            ax.set_xlabel("log10 tokens seen (step 0 drawn one decade left)")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8, ncol=2)
-        axes[0].set_ylabel("score")
-        fig.suptitle(f"syntax questions · run {run}")
+        ref = df["tokens"].to_numpy()
+        fig, axes = new_figure(13.0, 4.8, 1, 2, sharey=True)
+        n_left = draw_knowledge_points(axes[0, 0], df, ref)
+        n_right = draw_question_types(axes[0, 1], df, ref)
+        for ax, n, title in ((axes[0, 0], n_left, "overall accuracy (OA) per knowledge point"),
+                             (axes[0, 1], n_right, "question types, all points (dashed: random guess)")):
+            token_axis(ax, ref, ylabel="score", chance=False)
+            ax.set_title(title, fontsize=10)
+            finish_legend(ax, n)
+        score_limits(axes[0, 0], df["value"])
+        fig.suptitle(f"syntax questions · run {run}", fontsize=11)
         written.append(save_figure(fig, out / "plots" / f"syntax_qa_{run}.png"))
-        plt.close(fig)
     return written

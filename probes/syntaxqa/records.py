@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+BENCHMARK = "syntax_qa"  # the name of its eval files: evals/step<N>/syntax_qa.parquet
 # The nine knowledge points, in the order of the paper's tables.
 KNOWLEDGE_POINTS: tuple[str, ...] = ("GS", "SC", "DO", "IO", "MVP", "ADJ", "ADV", "CO", "PPA")
 

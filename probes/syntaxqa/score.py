@@ -34,9 +34,7 @@ from probes.syntaxqa import prompts as P
 from probes.syntaxqa.items import SourceReport, collect_facts
 from probes.syntaxqa.metrics import exact_match, overall_accuracy, strict_f1
 from probes.syntaxqa.questions import QUESTION_TYPES, Item, balanced_sample, candidates, render, statistics_table
-from probes.syntaxqa.records import KNOWLEDGE_POINTS
-
-BENCHMARK = "syntax_qa"
+from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS
 
 
 @dataclass

@@ -1,0 +1,148 @@
+"""The syntax-questions section of `python -m probes report`: curves per model x budget, one table.
+
+Runs of one model x budget are seeds: every curve is their mean with a 95 % t-interval over seeds
+(the same interval as the report's minimal-pair curves; none with one seed). Numbers come from
+``syntax_qa_table``, i.e. the summaries stored in each run's ``evals/step<N>/syntax_qa.parquet``.
+
+Outputs: tables/syntax_qa.csv (seed mean per model x budget x knowledge point x metric x step),
+tables/syntax_qa_final.csv (each run's last probed checkpoint) and three figures.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from probes.aggregate import seed_summary
+from probes.curves import colors, finish_legend, new_figure, plot_line, token_axis
+from probes.outputs import save_figure, write_csv
+from probes.scaling import budget_label
+from probes.syntaxqa.curves import (PARTS, draw_baseline, draw_knowledge_points, draw_question_types,
+                                    score_limits, syntax_qa_table)
+
+Run = tuple[str, Path, str, Optional[int]]  # name, run directory, model, budget (None = whole corpus)
+GROUP = ["model", "budget"]
+
+
+def seed_means(table: pd.DataFrame) -> pd.DataFrame:
+    """Per model x budget x kp x metric x step: n_seeds, tokens, mean, sd, lo, hi (95 % t over seeds)."""
+    s = seed_summary(table, [*GROUP, "kp", "metric", "step"], values=("value",))
+    s = s.rename(columns={"value_mean": "mean", "value_sd": "sd", "value_lo": "lo", "value_hi": "hi"})
+    s["tokens"] = s["tokens"].round().astype("int64")  # seeds of one model x budget share the schedule
+    return s[[*GROUP, "kp", "metric", "step", "tokens", "n_seeds", "mean", "sd", "lo", "hi"]]
+
+
+def final_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Each run's last probed checkpoint: OA, OA_random and the parts, all knowledge points."""
+    last = table.groupby("run")["step"].transform("max")
+    d = table[(table.step == last) & (table.kp == "all")]
+    # pivot on the run alone: a budget of None is NaN, and NaN keys would drop the row
+    wide = d.pivot_table(index="run", columns="metric", values="value").reindex(columns=list(PARTS))
+    keys = d[["run", *GROUP, "step", "tokens"]].drop_duplicates("run")
+    return keys.merge(wide.reset_index(), on="run")[["run", *GROUP, "step", "tokens", *PARTS]]
+
+
+def _groups(seeds: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
+    return list(seeds.groupby(GROUP, dropna=False, sort=True))
+
+
+def _label(model, budget, n_seeds: int) -> str:
+    return f"{model} · {budget_label(budget)} ({n_seeds} seed{'s' if n_seeds > 1 else ''})"
+
+
+def plot_oa(seeds: pd.DataFrame, path: Path) -> Path:
+    """OA per model x budget (seed mean, band over seeds) with its OA_random dashed in the same colour."""
+    ref = seeds["tokens"].to_numpy()
+    groups = _groups(seeds)
+    fig, axes = new_figure()
+    ax = axes[0, 0]
+    for ((model, budget), g), c in zip(groups, colors(len(groups))):
+        oa = g[(g.kp == "all") & (g.metric == "OA")].sort_values("step")
+        if len(oa):
+            n = int(oa.n_seeds.max())
+            band = (oa["lo"].clip(0, 1).to_numpy(), oa["hi"].clip(0, 1).to_numpy()) if n > 1 else None
+            plot_line(ax, oa.tokens.to_numpy(), oa["mean"].to_numpy(), ref, _label(model, budget, n), c, band=band)
+        rnd = g[(g.kp == "all") & (g.metric == "OA_random")].sort_values("step")
+        if len(rnd):
+            draw_baseline(ax, rnd.tokens.to_numpy(), rnd["mean"].to_numpy(), ref, c)
+    token_axis(ax, ref, ylabel="overall accuracy (OA)", chance=False)
+    score_limits(ax, seeds.loc[seeds.metric.isin(["OA", "OA_random"]), "hi"].fillna(seeds["mean"]))
+    several = bool((seeds.n_seeds > 1).any())
+    ax.set_title("syntax questions: OA (dashed: OA_random of the same items)\n"
+                 + ("band: 95 % t-interval over seeds" if several else "one seed per model · budget: no band"),
+                 fontsize=10)
+    finish_legend(ax, len(groups), "model · budget")
+    return save_figure(fig, path)
+
+
+def _panels(seeds: pd.DataFrame, draw, title: str, path: Path) -> Path:
+    """One panel per model x budget (seed means, no bands: many lines), one shared legend."""
+    groups = _groups(seeds)
+    ncols = min(3, len(groups))
+    nrows = int(np.ceil(len(groups) / ncols))
+    fig, axes = new_figure(5.2 * ncols + 2.2, 3.8 * nrows, nrows, ncols, sharey=True)
+    ref = seeds["tokens"].to_numpy()
+    for ax, ((model, budget), g) in zip(axes.flat, groups):
+        draw(ax, g.rename(columns={"mean": "value"}), ref)
+        token_axis(ax, ref, ylabel="score", chance=False)
+        ax.set_title(_label(model, budget, int(g.n_seeds.max())), fontsize=9)
+    for ax in list(axes.flat)[len(groups):]:
+        ax.set_visible(False)
+    score_limits(axes.flat[0], seeds["mean"])
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right center", fontsize=7, frameon=False)  # "upper" runs into the title
+    fig.suptitle(title, fontsize=11)
+    return save_figure(fig, path)
+
+
+def _md_row(values) -> str:
+    return "| " + " | ".join(values) + " |"
+
+
+def _fmt(v) -> str:
+    return "" if pd.isna(v) else f"{v:.3f}"
+
+
+def syntax_qa_section(runs: list[Run], out: Path) -> tuple[list[str], list[tuple[str, Path]]]:
+    """Markdown lines and (title, png) figures of the syntax-questions probe; ([], []) without its files.
+
+    Writes out/tables/syntax_qa.csv, out/tables/syntax_qa_final.csv and out/figures/syntax_qa_*.png.
+    """
+    out = Path(out)
+    table = syntax_qa_table([r[1] for r in runs], names=[r[0] for r in runs])
+    if table.empty:
+        return [], []
+    info = pd.DataFrame([(name, model, budget) for name, _, model, budget in runs], columns=["run", *GROUP])
+    table = table.merge(info, on="run", how="left")
+    seeds = seed_means(table)
+    final = final_table(table)
+    write_csv(out / "tables" / "syntax_qa.csv", seeds)
+    write_csv(out / "tables" / "syntax_qa_final.csv", final)
+    fdir = out / "figures"
+    figs = [("Syntax questions: OA per model × budget", plot_oa(seeds, fdir / "syntax_qa_oa.png")),
+            ("Syntax questions: OA per knowledge point",
+             _panels(seeds, draw_knowledge_points, "syntax questions: OA per knowledge point (seed means)",
+                     fdir / "syntax_qa_knowledge_points.png")),
+            ("Syntax questions: question types",
+             _panels(seeds, draw_question_types, "syntax questions: question types (seed means)",
+                     fdir / "syntax_qa_question_types.png"))]
+    md = ["## Syntax questions", "",
+          "Questions about the syntax of treebank sentences (`probes.syntaxqa`, nine knowledge points such as "
+          "grammatical subject or PP attachment): true/false (TF) and multiple choice (MC) scored by the "
+          "likelihood of each answer, fill-in-the-blank (FITB) by greedy generation scored by exact match "
+          "(FITB_acc) and in-order word F1 (FITB_F1). "
+          "OA = (TF_acc + MC_acc + (FITB_acc + FITB_F1)/2)/3. OA_random is the same formula over each item's "
+          "expected random-guess score (TF 1/2, MC 1/number of options, FITB a random phrase of the sentence), "
+          "so only OA above OA_random is knowledge. Curves: mean over seeds (runs of one model × budget), "
+          "band = 95 % t-interval over seeds where there are several. Every number: `tables/syntax_qa.csv`.", "",
+          "Final probed checkpoint of each run (`tables/syntax_qa_final.csv`):", "",
+          _md_row(["run", "model", "budget", "step", "tokens", *PARTS]),
+          "|" + "---|" * (5 + len(PARTS))]
+    for r in final.itertuples(index=False):
+        md.append(_md_row([str(r.run), str(r.model), budget_label(r.budget), str(r.step), f"{r.tokens:,}",
+                           *(_fmt(getattr(r, p)) for p in PARTS)]))
+    md.append("")
+    md += [f"![{t}]({p.relative_to(out).as_posix()})" for t, p in figs] + [""]
+    return md, figs
