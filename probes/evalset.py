@@ -392,7 +392,10 @@ def _load_run(d: Path, name: str, cache: bool = True):
             if f.suffix == ".parquet" and _visible(f) and f.is_file() and f.stem != "syntax_qa":
                 paths_by_bench.setdefault(f.stem, []).append((step, f))
     if not paths_by_bench:
-        raise EvalInputError(f"run directory {d} has no eval files (expected evals/step<N>/<benchmark>.parquet)")
+        qa_only = any((sd / "syntax_qa.parquet").is_file() for sd in evals.values())
+        raise EvalInputError(
+            f"run directory {d} has no minimal-pair eval files (expected evals/step<N>/<benchmark>.parquet)"
+            + ("; it has syntax-question evals only, which the analysis reads beside minimal pairs" if qa_only else ""))
     ckpts = set(_step_dirs(d / "checkpoints"))
     outs, frames = {}, []
     for bench, paths in sorted(paths_by_bench.items()):

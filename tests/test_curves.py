@@ -176,7 +176,11 @@ def test_missing_and_empty_run_dirs_are_named(tmp_path, capsys):
     empty.mkdir()
     assert curves.main([str(empty), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert str(empty) in err and "no eval files" in err
+    assert str(empty) in err and "no minimal-pair eval files" in err
+    (empty / "evals" / "step0").mkdir(parents=True)
+    (empty / "evals" / "step0" / "syntax_qa.parquet").write_bytes(b"")  # only looked for, not read
+    with pytest.raises(EvalInputError, match="syntax-question evals only"):
+        load_runs([empty])
 
 
 def test_mixed_conventions_refused(tmp_path):
