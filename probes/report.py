@@ -18,14 +18,13 @@ import pandas as pd
 
 from probes.aggregate import bootstrap_paradigm_intervals, bootstrap_phenomenon_intervals, seed_summary
 from probes.aoa import AoAConfig, aoa_table
-from probes.curves import (GROUP_RUN, phenomenon_table, plot_line,
-                           safe_name, token_axis)
+from probes.curves import GROUP_RUN, phenomenon_table, plot_line, safe_name, token_axis
 from probes.evalset import EvalInputError, EvalSet, load_runs, parse_model_params
 from probes.outputs import FigureJobs, save_figure, write_csv, write_parquet, write_table, write_text
 from probes.regions import RegionConfig, group_region_curves, plot_regions, u_region_table
-from probes.syntaxqa.report import syntax_qa_section
 from probes.scaling import (ScalingConfig, budget_label, difficulty_groups, final_accuracy, grid_tables,
                             plot_grid_overall, plot_grid_phenomena)
+from probes.syntaxqa.report import syntax_qa_section
 from probes.ushape import UShapeConfig, find_u_shapes_in_runs
 
 
