@@ -249,7 +249,8 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
     phenomenon/paradigm of an EvalSet. Returns (DataFrame of STAT_COLUMNS, list of notes)."""
     import pandas as pd
 
-    from probes.evalset import MLP, SUM, MISSING, log_tokens
+    from probes.evalfile import MISSING, MLP, SUM
+    from probes.evalset import log_tokens
 
     cfg = cfg or UShapeConfig()
     rng = np.random.default_rng(cfg.seed)

@@ -226,14 +226,15 @@ def test_int_pair_ids_and_tokens_from_trainer_state(tmp_path):
 
 
 def test_reduced_cache_is_reused_and_invalidated(run, monkeypatch):
-    import probes.evalset as E
+    import probes.evalfile as F
+    from probes.evalcache import cache_path
 
     first = load_runs([run])
-    cache = E.cache_path(run, "grammar")
+    cache = cache_path(run, "grammar")
     assert cache.is_file()
     reads = []
-    real = E._read_eval_file
-    monkeypatch.setattr(E, "_read_eval_file", lambda *a: reads.append(a[0]) or real(*a))
+    real = F.read_eval_file
+    monkeypatch.setattr(F, "read_eval_file", lambda *a: reads.append(a[0]) or real(*a))
     again = load_runs([run])
     assert reads == []  # every number came from the cache
     pd.testing.assert_frame_equal(first.table, again.table)
@@ -251,7 +252,7 @@ def test_reduced_cache_is_reused_and_invalidated(run, monkeypatch):
     pd.testing.assert_frame_equal(third.table, fresh.table)
     o3, of = third.outcomes[("run_a", "grammar")], fresh.outcomes[("run_a", "grammar")]
     assert (o3.correct == of.correct).all() and list(o3.steps) == [0, 1, 2]
-    assert o3.correct[2, 2] == E.MISSING  # agr_local pair 2 is not in step 2
+    assert o3.correct[2, 2] == F.MISSING  # agr_local pair 2 is not in step 2
     assert third.table[third.table.step == 2].acc_mlp.tolist() == [1.0, 1.0]
     assert third.problems == fresh.problems and any("different pair set" in p for p in third.problems)
     reads.clear()

@@ -70,15 +70,17 @@ def test_hook_writes_scores_and_skips_existing(tmp_path, monkeypatch):
     # the hook kept the analysis cache current: a report reads no eval file, and sees both steps
     import numpy as np
 
-    import probes.evalset as E
+    import probes.evalfile
+    from probes.evalcache import cache_path
+    from probes.evalset import load_runs
 
-    assert np.load(E.cache_path(run, "agr"))["steps"].tolist() == [0, 1]
+    assert np.load(cache_path(run, "agr"))["steps"].tolist() == [0, 1]
 
     def no_reads(*a):
         raise AssertionError(f"read {a[0]}")
 
-    monkeypatch.setattr(E, "_read_eval_file", no_reads)
-    ev = E.load_runs([run])
+    monkeypatch.setattr(probes.evalfile, "read_eval_file", no_reads)
+    ev = load_runs([run])
     acc = ev.table[(ev.table.benchmark == "agr") & (ev.table.paradigm == "sv")].sort_values("step").acc_mlp
     assert acc.tolist() == pytest.approx([correct(ref, "mlp").iloc[:4].mean(), correct(ref1, "mlp").iloc[:4].mean()])
 

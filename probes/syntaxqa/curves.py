@@ -16,7 +16,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from probes.curves import colors, finish_legend, new_figure, plot_line, token_axis
-from probes.evalset import META_KEY, log_tokens
+from probes.evalfile import META_KEY
+from probes.evalset import log_tokens
 from probes.outputs import save_figure, write_csv
 from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS
 

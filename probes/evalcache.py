@@ -1,0 +1,138 @@
+"""The reduced-read cache: a run's eval files, reduced once, kept beside them.
+
+A whole grid's eval files take ~15 s to read and reduce on 2 cores; the reduction (one byte per
+pair and checkpoint + the per-paradigm rows) is ~2 % of their size. It is kept per run and
+benchmark in <run>/evals/.reduced-<benchmark>.npz (a dot name: readers of run directories ignore
+it) together with the step, size and mtime of every eval file it came from. All unchanged: it is
+used as is. Only new checkpoints after its first one (a run still training; the probe hook
+refreshes it after every eval): those files alone are read and added. Anything else -- a
+rewritten or deleted file, an eval before its first checkpoint -- means a fresh read. Plain
+numpy arrays only (no pickle). Written atomically; a read-only run directory just goes uncached.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from probes import evalfile
+from probes.evalfile import REGIONS, PairOutcomes
+
+CACHE_VERSION = 2
+_CACHE_FRAME = ("step", "tokens", "n_pairs", "acc_mlp", "acc_sum", *[f"delta_{r}" for r in ("total", *REGIONS)])
+
+
+def cache_path(run_dir: Path, benchmark: str) -> Path:
+    return Path(run_dir) / "evals" / f".reduced-{benchmark}.npz"
+
+
+def _entries(paths: list[tuple[int, Path]]) -> list[list]:
+    rows = []
+    for step, f in paths:
+        st = f.stat()
+        rows.append([step, f.name, st.st_size, st.st_mtime_ns])
+    return rows
+
+
+def _new_since(hit: "_Cached", entries: list[list]) -> Optional[list[int]]:
+    """Positions in `entries` of files the cache lacks, or None when it cannot simply be extended."""
+    old = {tuple(e) for e in hit.entries}
+    if not old <= {tuple(e) for e in entries}:
+        return None  # a cached file was rewritten or deleted
+    new = [i for i, e in enumerate(entries) if tuple(e) not in old]
+    if any(entries[i][0] <= hit.entries[0][0] for i in new):
+        return None  # a new first checkpoint: the pair order is taken from the first
+    return new
+
+
+@dataclass
+class _Cached:
+    entries: list[list]
+    out: PairOutcomes
+    df: pd.DataFrame
+    conventions: dict[str, str]
+    problems: list[str]
+    phen: dict[str, str]
+
+
+def _read_cache(run_dir: Path, bench: str) -> Optional[_Cached]:
+    path = cache_path(run_dir, bench)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            a = {k: z[k] for k in z.files}
+        meta = json.loads(str(a["meta"]))
+        if meta.get("version") != CACHE_VERSION:
+            return None
+    except Exception:  # absent, torn by a crash, written by another version: read the eval files
+        return None
+    paradigms = [str(p) for p in a["paradigms"]]
+    out = PairOutcomes(run="", benchmark=bench, steps=a["steps"], tokens=a["tokens"], paradigms=paradigms,
+                       row_paradigm=a["row_paradigm"], pair_ids=a["pair_ids"].astype(object),
+                       correct=a["correct"])
+    names = np.asarray(paradigms, dtype=object)
+    phenomena = np.asarray(meta["phenomena"], dtype=object)
+    df = pd.DataFrame({c: a[f"t_{c}"] for c in _CACHE_FRAME})
+    df.insert(2, "paradigm", names[a["t_paradigm"]])
+    df["phenomenon"] = phenomena[a["t_paradigm"]]
+    df["benchmark"] = bench
+    return _Cached(meta["files"], out, df, meta["conventions"], meta["problems"],
+                   dict(zip(paradigms, (str(p) for p in phenomena))))
+
+
+def _write_cache(run_dir: Path, bench: str, entries: list[list], out: PairOutcomes, df: pd.DataFrame,
+                 conventions: dict[str, str], problems: list[str]) -> None:
+    code = {p: i for i, p in enumerate(out.paradigms)}
+    phen = dict(zip(df["paradigm"], df["phenomenon"]))
+    meta = {"version": CACHE_VERSION, "files": entries, "conventions": conventions, "problems": problems,
+            "phenomena": [str(phen.get(p, "")) for p in out.paradigms]}
+    arrays = {
+        "meta": np.array(json.dumps(meta)),
+        "steps": out.steps, "tokens": out.tokens, "paradigms": np.asarray(out.paradigms, dtype=str),
+        "row_paradigm": out.row_paradigm, "pair_ids": np.asarray(out.pair_ids, dtype=str), "correct": out.correct,
+        "t_paradigm": df["paradigm"].map(code).to_numpy(np.int32),
+        **{f"t_{c}": df[c].to_numpy() for c in _CACHE_FRAME},
+    }
+    path = cache_path(run_dir, bench)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        # no fsync, unlike real outputs: a cache torn by a crash fails to load and is rebuilt
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def read_benchmark(name: str, run_dir: Path, bench: str, paths: list[tuple[int, Path]], cache: bool):
+    """(PairOutcomes, per-paradigm rows, conventions, problems) of one benchmark of a run, named
+    `name`, from `paths` [(step, eval file)]: from the cache where it is still valid, reading only
+    the files added since; cache=False reads every file and leaves the cache alone."""
+    entries = _entries(paths)
+    hit = _read_cache(run_dir, bench) if cache else None
+    if hit is not None and hit.entries == entries:
+        hit.out.run = name
+        return hit.out, hit.df, hit.conventions, hit.problems
+    new = _new_since(hit, entries) if hit is not None else None
+    todo = [paths[i] for i in new] if new is not None else paths
+    files = [evalfile.read_eval_file(f, step, run_dir) for step, f in todo]
+    convs = dict(hit.conventions) if new is not None else {}
+    for res, (_, f) in zip(files, todo):
+        convs.setdefault(res.convention, str(f))
+    if new is not None:
+        problems = list(hit.problems)
+        out, df = evalfile.assemble(name, str(run_dir), bench, files, problems,
+                                   evalfile.reference_from(hit.out, hit.phen), (hit.out, hit.df))
+    else:
+        problems = []
+        out, df = evalfile.assemble(name, str(run_dir), bench, files, problems)
+    if cache:
+        _write_cache(run_dir, bench, entries, out, df, convs, problems)
+    return out, df, convs, problems
