@@ -88,6 +88,11 @@ def test_report_logs_figures_and_tables_to_wandb(tmp_path, monkeypatch):
     _add_syntax_qa(runs[0], [0, 4000])
     out = tmp_path / "rep"
     assert report.main([str(runs[0]), "--out", str(out), "--n-boot", "50", "--wandb"]) == 0
+    # finish() returns before the W&B service has surely closed the run's file (a CI run once read it
+    # with no history yet); the CLI's process exit shuts the service down, and so does teardown()
+    import wandb
+
+    wandb.teardown()
     (path,) = (out / "wandb").glob("offline-run-*/run-*.wandb")
     logged = history_types(wandb_records(path))
     figures = {f"report/{p.stem}" for p in (out / "figures").glob("*.png")}
