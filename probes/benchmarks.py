@@ -92,6 +92,10 @@ class BenchmarkConfig:
     phenomenon_field: Optional[str] = None
     id_field: Optional[str] = None
     grammar: GrammarConfig = field(default_factory=GrammarConfig)  # for name=grammar / grammar_zh
+    # ZhoBLiMP files: recover each pair's template slots (phrase regions such as the case study's
+    # NP/VP) from the generation sources (projects/ZhoBLiMP/*.json, assets/); None = look beside
+    # the data (an ancestor of the data directory holding both); "" = don't
+    templates: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,8 @@ class LoadReport:
     n_read: int
     identical: dict[tuple[str, str], int]  # (phenomenon, paradigm) -> pairs dropped, good == bad
     duplicates: dict[tuple[str, str], int]  # (phenomenon, paradigm) -> repeated pairs dropped
+    # paradigm -> (pairs with template slots, pairs); empty where the source has no templates
+    slots: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def n_identical(self) -> int:
@@ -202,7 +208,41 @@ def load_benchmark(cfg: BenchmarkConfig) -> BenchmarkPairs:
         )
     if cfg.max_pairs_per_paradigm is not None:
         pairs = subsample(pairs, cfg.max_pairs_per_paradigm, cfg.subsample_seed)
+    if "zhoblimp" in formats and cfg.templates != "":
+        pairs, report = _attach_zhoblimp_slots(cfg, pairs, report)
     return BenchmarkPairs(pairs, report)
+
+
+def zhoblimp_templates_root(cfg: BenchmarkConfig, source: Path) -> Optional[Path]:
+    """Where the ZhoBLiMP generation sources are: cfg.templates, else the nearest ancestor of the
+    data holding projects/ZhoBLiMP and assets/ (the layout of the authors' repository)."""
+    if cfg.templates:
+        root = Path(cfg.templates).expanduser()
+        if not (root / "projects" / "ZhoBLiMP").is_dir() or not (root / "assets").is_dir():
+            raise FileNotFoundError(f"benchmark {cfg.name!r}: templates {root} (BenchmarkConfig.templates) "
+                                    "has no projects/ZhoBLiMP and assets/")
+        return root
+    for d in (source, *source.parents):
+        if (d / "projects" / "ZhoBLiMP").is_dir() and (d / "assets").is_dir():
+            return d
+    return None
+
+
+def _attach_zhoblimp_slots(cfg: BenchmarkConfig, pairs: list[Pair], report: LoadReport):
+    from probes.zhoblimp_templates import attach_slots  # reads the vocabulary: only for ZhoBLiMP
+
+    root = zhoblimp_templates_root(cfg, Path(report.source))
+    if root is None:
+        log.warning("%s: no ZhoBLiMP templates (projects/ZhoBLiMP, assets/) beside %s: pairs carry no "
+                    "template slots, so region analyses fall back to the generic prefix/critical/suffix "
+                    "split (set BenchmarkConfig.templates)", cfg.name, report.source)
+        return pairs, report
+    pairs, counts = attach_slots(pairs, root)
+    ok, n = sum(a for a, _ in counts.values()), sum(b for _, b in counts.values())
+    partial = sorted(k for k, (a, b) in counts.items() if a < b)
+    log.info("%s: template slots recovered for %d of %d pairs (%s)%s", cfg.name, ok, n, root,
+             f"; not for every pair of {partial}" if partial else "")
+    return pairs, dataclasses.replace(report, slots=counts)
 
 
 def _grammar_cfg(cfg: BenchmarkConfig) -> GrammarConfig:
@@ -396,6 +436,11 @@ def main(argv: list[str]) -> int:
         f"{' (subsampled)' if cfg.max_pairs_per_paradigm else ''}; read {rep.n_read:,}, "
         f"dropped {rep.n_identical} identical and {rep.n_duplicates} duplicate pairs ({DEDUP_RULE})"
     )
+    if rep.slots:
+        ok = sum(a for a, _ in rep.slots.values())
+        partial = {k: v for k, v in sorted(rep.slots.items()) if v[0] < v[1]}
+        print(f"template slots (phrase regions) recovered for {ok:,} of {len(pairs):,} pairs"
+              + "".join(f"\n  {k}: {a} of {b}" for k, (a, b) in partial.items()))
     return 0
 
 

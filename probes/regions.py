@@ -1,7 +1,8 @@
-"""Regions over training: accuracy and mean per-region delta (lp good - lp bad) against tokens.
+"""Regions over training: accuracy and per-region delta (summed lp good - lp bad, mean over pairs).
 
-The ZhoBLiMP case-study view: for a paradigm, the critical span (where good and bad differ) and the
-spillover suffix are followed checkpoint by checkpoint next to the accuracy, and for each detected
+The generic, diff-based view of every paradigm (the paper's phrase-region case study, NP/VP from
+template slots with mean-per-token deltas, is probes.casestudy): the critical span (where good and
+bad tokens differ) and the spillover suffix are followed checkpoint by checkpoint next to the accuracy, and for each detected
 U-shape we say which region's delta moves first. "Moves" is measured inside the U's window (peak
 to recovery): a region's onset is the first checkpoint at which its delta has changed by
 `move_fraction` of its largest change in the window, and a region whose largest change is below
@@ -117,7 +118,7 @@ def plot_regions(curve: pd.DataFrame, title: str, path, ushapes: pd.DataFrame | 
         if np.isfinite(y).any():
             plot_line(bottom, tok, y, tok, f"{r}" if r != "total" else "whole sentence", REGION_COLORS[r],
                       lw=1.2 if r == "total" else 1.6)
-    token_axis(bottom, tok, ylabel="mean Δ log-prob (good − bad), nats", chance=False)
+    token_axis(bottom, tok, ylabel="Δ summed log-prob of the region\n(good − bad), mean over pairs, nats", chance=False)
     bottom.axhline(0, color="0.4", lw=1, ls="--", zorder=0)
     bottom.legend(fontsize=8, loc="best", title="region", title_fontsize=8)
     if ushapes is not None:

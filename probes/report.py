@@ -18,6 +18,7 @@ import pandas as pd
 
 from probes.aggregate import bootstrap_paradigm_intervals, bootstrap_phenomenon_intervals, seed_summary
 from probes.aoa import AoAConfig, aoa_table
+from probes.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
 from probes.curves import GROUP_RUN, phenomenon_table, plot_line, safe_name, token_axis
 from probes.evalset import EvalInputError, EvalSet, load_runs, parse_model_params
 from probes.outputs import FigureJobs, save_figure, write_csv, write_parquet, write_table, write_text
@@ -35,6 +36,7 @@ class ReportConfig:
     aoa: AoAConfig = field(default_factory=AoAConfig)
     scaling: ScalingConfig = field(default_factory=ScalingConfig)
     regions: RegionConfig = field(default_factory=RegionConfig)
+    case_study: CaseStudyConfig = field(default_factory=CaseStudyConfig)
     wandb: bool = False  # also log figures and tables to W&B (offline unless WANDB_MODE says otherwise)
     wandb_project: str = "syntax-dynamics"
 
@@ -183,6 +185,10 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
                         f"{k.benchmark} · {k.paradigm} ({_group_label(k.model, k.budget)}); U windows shaded",
                         fdir / name, _select(acc_u, k.model, k.budget, k.benchmark, k.paradigm), metric)
 
+        # the paper's case study (§5.4, Figure 6): phrase regions of one paradigm, over seeds
+        cs_md, cs_notes = case_study_section(ev, cfg.case_study, out, jobs, metric)
+        notes += cs_notes
+
         # 4. AoA and forgettability
         aoa = aoa_table(ev.table, phen, cfg.aoa)
         few = aoa[aoa.status == "too_few_checkpoints"]
@@ -215,7 +221,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
     # 7. report.md
     if notes:
         write_text(out / "problems.txt", "\n".join(notes) + "\n")
-    md = _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out, qa_md)
+    md = _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out, qa_md, cs_md)
     write_text(out / "report.md", md)
     result = {"figures": [p for _, p in figs], "ushapes": us, "aoa": aoa, "groups": groups,
               "notes": notes, "seconds": time.perf_counter() - t0}
@@ -224,7 +230,8 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
     return result
 
 
-def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out: Path, qa_md=()) -> str:
+def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out: Path, qa_md=(),
+              cs_md=()) -> str:
     rel = lambda p: Path(p).relative_to(out).as_posix()  # noqa: E731
     acc = us[us.accepted] if len(us) else us
     L = ["# syntax-dynamics report", "",
@@ -274,7 +281,17 @@ def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes
           "were not at hand; these are our documented defaults (probes/scaling.py).", "",
           _md_table(counts.reset_index()) if len(counts) else "_(none)_", "",
           _md_table(groups.drop(columns=["reason"]), 40), ""]
-    L += ["## Regions over training", ""] + [f"![{t}]({rel(p)})" for t, p in figs if t.startswith("Regions")] + [""]
+    for block in cs_md:  # the case study: lines, tables, and where its figures go
+        if isinstance(block, pd.DataFrame):
+            L.append(_md_table(block))
+        elif isinstance(block, tuple):
+            L += [f"![{t}]({rel(p)})" for t, p in figs if t.startswith(block[1])]
+        else:
+            L.append(block)
+    L += ["## Regions over training", "",
+          "Generic regions of every pair (shared prefix, critical span where good and bad tokens differ, shared "
+          "suffix): summed log-prob difference per region (good − bad), mean over pairs, one seed per line.", ""]
+    L += [f"![{t}]({rel(p)})" for t, p in figs if t.startswith("Regions")] + [""]
     L += list(qa_md)
     tables = sorted({p.with_suffix("") for p in (out / "tables").iterdir() if p.suffix in (".csv", ".parquet")})
     L += ["## Tables (every number above; .csv and/or .parquet)", ""]
@@ -309,6 +326,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bandwidth", type=float, default=d.ushape.bandwidth, help="smoothing, decades of tokens")
     p.add_argument("--n-boot", type=int, default=d.ushape.n_boot)
     p.add_argument("--max-region-plots", type=int, default=d.regions.max_plots)
+    p.add_argument("--case-study", default=d.case_study.paradigm, metavar="PARADIGM",
+                   help="paradigm of the Figure-6-style case study (accuracy and phrase-region deltas over "
+                        "training, seed bands); 'auto' (default): npi_renhe_wh_question_subj where the runs "
+                        "have ZhoBLiMP, else the grammar's sv_agreement_pp_attractor; 'none': off")
+    p.add_argument("--case-study-quantity", choices=["mean", "sum"], default=d.case_study.quantity,
+                   help="region delta drawn: 'mean' = difference in mean log-prob per token (the paper's), "
+                        "'sum' = difference in summed log-prob (tables carry both)")
+    p.add_argument("--phrase-regions", default=None, metavar="JSON",
+                   help="slot grouping per paradigm (default probes/phrase_regions.json)")
     p.add_argument("--wandb", action="store_true", help="also log figures and tables to W&B (offline by default)")
     return p
 
@@ -319,8 +345,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cfg = ReportConfig(metric=a.metric, wandb=a.wandb,
                            ushape=UShapeConfig(delta=a.delta, bandwidth=a.bandwidth, n_boot=a.n_boot),
                            aoa=AoAConfig(bandwidth=a.bandwidth),
-                           regions=RegionConfig(max_plots=a.max_region_plots))
+                           regions=RegionConfig(max_plots=a.max_region_plots),
+                           case_study=CaseStudyConfig(paradigm=a.case_study, quantity=a.case_study_quantity,
+                                                      phrase_regions=a.phrase_regions))
         ev = load_runs(a.run_dirs)
+        pick_paradigms(ev, cfg.case_study.paradigm)  # a misspelt paradigm fails before any work
     except (EvalInputError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -115,3 +115,35 @@ def generate_all(cfg: ZhoblimpTemplatesConfig) -> tuple[list[Pair], dict[str, st
         except GrammarError as e:
             failed[path.name] = str(e)
     return pairs, failed
+
+
+def templates_by_uid(root: Union[str, Path]) -> dict[str, list[Template]]:
+    """The templates of each released paradigm (its ``uid``; three templates share one)."""
+    out: dict[str, list[Template]] = {}
+    for path in template_paths(root):
+        t = read_template(path)
+        uid = str(json.loads(path.read_text(encoding="utf-8")).get("uid") or path.stem)
+        out.setdefault(uid, []).append(t)
+    return out
+
+
+def attach_slots(pairs: list[Pair], root: Union[str, Path]) -> tuple[list[Pair], dict[str, tuple[int, int]]]:
+    """Released ZhoBLiMP pairs with their template slots (``slot<i>`` regions) where the sentences
+    parse against a template of their paradigm (probes.slotalign); ``{paradigm: (aligned, pairs)}``.
+
+    Pairs of a paradigm without a template, or that do not parse, are returned unchanged."""
+    from probes.slotalign import SlotParser
+
+    parser = SlotParser(load_engine(root))
+    templates = templates_by_uid(root)
+    out, counts = [], {}
+    for p in pairs:
+        done = p
+        for t in templates.get(p.paradigm, []):
+            done = parser.attach(t, p)
+            if done.regions:
+                break
+        ok, n = counts.get(p.paradigm, (0, 0))
+        counts[p.paradigm] = (ok + bool(done.regions), n + 1)
+        out.append(done)
+    return out, counts

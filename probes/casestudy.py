@@ -1,0 +1,302 @@
+"""The ZhoBLiMP case study (§5.4, Figure 6) for any paradigm: accuracy and phrase-region differences
+over training, mean and 95 % interval over seeds.
+
+The paper splits npi_renhe_wh_question_subj (那个人/任何人 会做什么？) into an NP (that/any man) and
+a VP (will do what?) and traces, per region R, the difference in MLP averaged over the paradigm's
+pairs. Per pair that is
+
+    mean Δ_R = lp_good_R / ntok_good_R − lp_bad_R / ntok_bad_R     (nats per token; the default)
+    sum  Δ_R = lp_good_R − lp_bad_R                                 (nats; also in every table)
+
+where lp_*_R / ntok_*_R add up the eval file's per-slot columns (``lp_good_slot_<slot>`` …, written
+by probes.scoring for pairs with template slots) over the slots that probes/phrase_regions.json
+groups into R. A paradigm not in that file shows one region per slot. Pairs without slot columns
+fall back to the generic split of the eval file (shared prefix / critical span / shared suffix),
+and every figure and table says which regions it shows and for how many pairs.
+
+Regions are followed from the per-pair eval files of the one paradigm (read with a row filter),
+not from the reduced per-paradigm cache, which keeps only summed generic deltas.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from probes.aggregate import seed_summary
+from probes.evalfile import REGIONS as GENERIC
+from probes.evalset import EvalInputError, EvalSet
+
+PHRASE_REGIONS = Path(__file__).with_name("phrase_regions.json")
+# --case-study auto: the paper's paradigm (real or generated pairs), else the built-in grammar's
+# attractor paradigm (the demo), first present wins
+DEFAULT_PARADIGMS = ("npi_renhe_wh_question_subj", "npi_renhe_wh_question_subj_yikang",
+                     "sv_agreement_pp_attractor")
+QUANTITIES = {"mean": "Δ mean log-prob per token of the region (good − bad), nats",
+              "sum": "Δ summed log-prob of the region (good − bad), nats"}
+REGION_COLORS = ("tab:blue", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan",
+                 "tab:red", "tab:gray", "tab:green")
+_SLOT_COL = re.compile(r"^lp_good_slot_(.+)$")
+
+
+@dataclass
+class CaseStudyConfig:
+    paradigm: str = "auto"  # a paradigm name, "auto" (DEFAULT_PARADIGMS) or "none"
+    quantity: str = "mean"  # mean | sum: what the figure draws (tables carry both)
+    phrase_regions: Optional[str] = None  # JSON file of slot groupings; None = probes/phrase_regions.json
+    max_plots: int = 6  # figures (one per model x budget; largest models first)
+
+
+@dataclass
+class RegionSpec:
+    """Which regions a case study shows and where they come from."""
+
+    source: str  # "template slots" | "generic split"
+    regions: dict[str, list[str]] = field(default_factory=dict)  # region -> slots (generic: itself)
+    grouped: bool = False  # the slots are grouped by phrase_regions.json (not one region per slot)
+
+    def describe(self) -> str:
+        if self.source == "generic split":
+            return ("generic split (no template slots in the eval files): prefix / critical span / suffix "
+                    "where good and bad tokens differ")
+        how = "phrase regions from template slots" if self.grouped else \
+            "one region per template slot (no grouping in phrase_regions.json)"
+        return f"{how}: " + "; ".join(f"{r} = {' + '.join(s)}" for r, s in self.regions.items())
+
+
+def load_phrase_regions(path: str | Path | None = None) -> dict[str, dict[str, list[str]]]:
+    """{paradigm: {region: [slot, ...]}} from a JSON file (keys starting with '_' are comments)."""
+    path = Path(path) if path else PHRASE_REGIONS
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise EvalInputError(f"{path}: cannot read the phrase-region mapping ({exc})") from exc
+    out: dict[str, dict[str, list[str]]] = {}
+    for paradigm, regions in raw.items():
+        if paradigm.startswith("_"):
+            continue
+        if not isinstance(regions, dict):
+            raise EvalInputError(f"{path}: '{paradigm}' must map region names to lists of slots")
+        out[paradigm] = {}
+        for name, slots in regions.items():
+            if name.startswith("_"):
+                continue
+            if not isinstance(slots, list) or not slots or not all(isinstance(s, str) for s in slots):
+                raise EvalInputError(f"{path}: '{paradigm}' region '{name}' must be a non-empty list of slot names")
+            out[paradigm][name] = list(slots)
+    return out
+
+
+def region_spec(columns: list[str], paradigm: str, mapping: dict[str, dict[str, list[str]]],
+                has_slots: bool) -> RegionSpec:
+    """The regions of ``paradigm`` given the columns of its eval rows (``has_slots``: some row of
+    the paradigm has finite slot values)."""
+    slots = [m.group(1) for c in columns if (m := _SLOT_COL.match(c))]
+    if has_slots and slots:
+        if paradigm in mapping:
+            return RegionSpec("template slots", mapping[paradigm], grouped=True)
+        return RegionSpec("template slots", {s: [s] for s in slots})
+    return RegionSpec("generic split", {r: [r] for r in GENERIC})
+
+
+def pair_deltas(df: pd.DataFrame, spec: RegionSpec) -> pd.DataFrame:
+    """Per pair: ``mean_<R>`` and ``sum_<R>`` for each region R and for the whole sentence
+    (``total``); NaN where a pair lacks the region's slots or the region has no token on a side."""
+    out = {}
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["mean_total"] = df.lp_good / df.ntok_good - df.lp_bad / df.ntok_bad
+        out["sum_total"] = df.lp_good - df.lp_bad
+        for name, slots in spec.regions.items():
+            side = {}
+            for s in ("good", "bad"):
+                cols = ([f"{k}_{s}_slot_{x}" for x in slots] if spec.source == "template slots"
+                        else [f"{k}_{s}_{x}" for x in slots] for k in ("lp", "ntok"))
+                lp_cols, n_cols = cols
+                missing = [c for c in lp_cols + n_cols if c not in df.columns]
+                if missing:  # a slot the mapping names that this paradigm's pairs do not have
+                    side[s] = (pd.Series(np.nan, index=df.index), pd.Series(np.nan, index=df.index))
+                    continue
+                # sum(min_count=len): one missing slot makes the region missing, not smaller
+                side[s] = (df[lp_cols].sum(axis=1, min_count=len(lp_cols)),
+                           df[n_cols].sum(axis=1, min_count=len(n_cols)))
+            (lg, ng), (lb, nb) = side["good"], side["bad"]
+            mean = lg / ng.where(ng > 0) - lb / nb.where(nb > 0)
+            out[f"mean_{name}"] = mean
+            out[f"sum_{name}"] = (lg - lb).where(ng.notna() & nb.notna())
+    return pd.DataFrame(out, index=df.index)
+
+
+def paradigm_point(df: pd.DataFrame, spec: RegionSpec) -> dict:
+    """One checkpoint of one run: accuracies over all pairs, region deltas averaged over the pairs
+    that have the regions (``n_region_pairs``)."""
+    d = pair_deltas(df, spec)
+    row = {"n_pairs": len(df),
+           "acc_mlp": float((df.lp_good / df.ntok_good > df.lp_bad / df.ntok_bad).mean()),
+           "acc_sum": float((df.lp_good > df.lp_bad).mean())}
+    have = d[[f"sum_{r}" for r in spec.regions]].notna().all(axis=1) if spec.regions else d.sum_total.isna()
+    row["n_region_pairs"] = int(have.sum())
+    for c in d.columns:
+        v = d[c] if c.endswith("_total") else d.loc[have, c]
+        row[c] = float(v.mean()) if v.notna().any() else np.nan
+    return row
+
+
+def _columns(path: Path) -> list[str]:
+    names = pq.read_schema(path).names
+    keep = [c for c in names if re.match(r"^(lp|ntok)_(good|bad)(_.+)?$", c)]
+    return ["paradigm", *keep]
+
+
+def _read(path: Path, paradigm: str) -> pd.DataFrame:
+    try:
+        return pq.read_table(path, columns=_columns(path), filters=[("paradigm", "==", paradigm)]).to_pandas()
+    except Exception as exc:  # a torn or foreign file names itself
+        raise EvalInputError(f"{path}: cannot read the rows of paradigm {paradigm!r} ({exc})") from exc
+
+
+def case_study_runs(ev: EvalSet, benchmark: str, paradigm: str,
+                    mapping: dict[str, dict[str, list[str]]]) -> tuple[pd.DataFrame, RegionSpec]:
+    """One row per run x checkpoint of ``paradigm``: accuracies and region deltas (see module doc)."""
+    t = ev.table[(ev.table.benchmark == benchmark) & (ev.table.paradigm == paradigm)]
+    runs = {r.name: r for r in ev.runs}
+    frames = []
+    for (run, step), g in t.groupby(["run", "step"], sort=True):
+        path = Path(runs[run].path) / "evals" / f"step{int(step)}" / f"{benchmark}.parquet"
+        frames.append((run, int(step), g.iloc[0], _read(path, paradigm)))
+    if not frames:
+        raise EvalInputError(f"case study: no eval rows of paradigm {paradigm!r} in benchmark {benchmark!r}")
+    # one region definition for the whole study: template slots where any file has them
+    has_slots = [f for f in frames if any(_SLOT_COL.match(c) and f[3][c].notna().any() for c in f[3].columns)]
+    columns = list(dict.fromkeys(c for f in (has_slots or frames) for c in f[3].columns))
+    spec = region_spec(columns, paradigm, mapping, bool(has_slots))
+    rows = []
+    for run, step, meta, df in frames:
+        rows.append({"run": run, "model": meta.model, "budget": meta.budget, "seed": meta.seed,
+                     "benchmark": benchmark, "paradigm": paradigm, "step": step, "tokens": int(meta.tokens)}
+                    | paradigm_point(df, spec))
+    return pd.DataFrame(rows), spec
+
+
+def summarize(runs: pd.DataFrame, spec: RegionSpec) -> pd.DataFrame:
+    """Mean and 95 % t-interval over seeds per model x budget x checkpoint."""
+    values = ["acc_mlp", "acc_sum", "mean_total", "sum_total",
+              *[f"{q}_{r}" for r in spec.regions for q in ("mean", "sum")], "n_region_pairs", "n_pairs"]
+    return seed_summary(runs, ["model", "budget", "benchmark", "paradigm", "step"], values)
+
+
+def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, quantity: str = "mean",
+                    metric: str = "acc_mlp") -> Path:
+    """Figure 6 of the paper: accuracy (top) and each region's Δ (bottom) against tokens, log x;
+    lines are seed means, bands the 95 % interval over seeds (none with one seed)."""
+    from probes.curves import new_figure, plot_line, token_axis
+    from probes.outputs import save_figure
+
+    c = s.sort_values("step")
+    tok = c["tokens"].to_numpy()
+    n_seeds = int(c["n_seeds"].min())
+
+    def band(col):
+        return (c[f"{col}_lo"].to_numpy(), c[f"{col}_hi"].to_numpy()) if n_seeds > 1 else None
+
+    fig, axes = new_figure(7.5, 6.2, 2, 1, layout=None, sharex=True)
+    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.09, top=0.9, hspace=0.08)
+    top, bottom = axes[0, 0], axes[1, 0]
+    plot_line(top, tok, c[f"{metric}_mean"].to_numpy(), tok, "accuracy", "0.35", band=band(metric))
+    token_axis(top, tok, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})")
+    top.set_ylim(-0.02, 1.02)
+    top.set_xlabel("")
+    for (r, slots), color in zip(spec.regions.items(), REGION_COLORS):
+        y = c[f"{quantity}_{r}_mean"].to_numpy(dtype=float)
+        if np.isfinite(y).any():
+            label = r if spec.source == "generic split" or r == slots[0] else f"{r} ({' + '.join(slots)})"
+            plot_line(bottom, tok, y, tok, label, color, band=band(f"{quantity}_{r}"))
+    token_axis(bottom, tok, ylabel=QUANTITIES[quantity].replace(" (good", "\n(good"), chance=False)
+    bottom.axhline(0, color="0.4", lw=1, ls="--", zorder=0)
+    bottom.legend(fontsize=8, loc="best", title="region", title_fontsize=8)
+    bands = f"bands: 95 % interval over {n_seeds} seeds" if n_seeds > 1 else "1 seed: no band"
+    n = int(c["n_region_pairs_mean"].min()), int(c["n_pairs_mean"].max())
+    fig.suptitle(f"{title}\n{spec.source} ({n[0]} of {n[1]} pairs) · {quantity} Δ · {bands}", fontsize=9)
+    return save_figure(fig, path)
+
+
+def pick_paradigms(ev: EvalSet, name: str) -> list[tuple[str, str]]:
+    """(benchmark, paradigm) of the case study; [] for "none" or when "auto" finds none."""
+    if name == "none":
+        return []
+    have = ev.table[["benchmark", "paradigm"]].drop_duplicates()
+    for cand in (DEFAULT_PARADIGMS if name == "auto" else (name,)):
+        hit = have[have.paradigm == cand]
+        if len(hit):
+            return [tuple(x) for x in hit.sort_values("benchmark").itertuples(index=False)]
+    if name == "auto":
+        return []
+    near = sorted(p for p in have.paradigm.unique() if name.lower() in p.lower())[:5]
+    raise EvalInputError(f"--case-study {name}: no run has paradigm {name!r}"
+                         + (f" (similar: {near})" if near else "") + "; 'none' turns the case study off")
+
+
+def _largest_first(s: pd.DataFrame) -> list[tuple]:
+    from probes.evalset import parse_model_params
+
+    keys = s[["model", "budget"]].drop_duplicates()
+    order = sorted(keys.itertuples(index=False), key=lambda k: (-(parse_model_params(k.model) or 0),
+                                                                  -(0 if pd.isna(k.budget) else k.budget)))
+    return [(k.model, k.budget) for k in order]
+
+
+def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metric: str = "acc_mlp"
+                       ) -> tuple[list, list[str]]:
+    """Tables under out/tables, figures submitted to ``jobs``; returns (markdown blocks, notes): a
+    block is a line, a DataFrame (a table) or ("figures", title prefix) for the figures drawn."""
+    from probes.curves import safe_name
+    from probes.outputs import write_csv
+    from probes.scaling import budget_label
+
+    if cfg.quantity not in QUANTITIES:
+        raise EvalInputError(f"case study quantity {cfg.quantity!r}: expected one of {sorted(QUANTITIES)}")
+    targets = pick_paradigms(ev, cfg.paradigm)
+    if not targets:
+        why = "turned off" if cfg.paradigm == "none" else \
+            f"none of the default paradigms {list(DEFAULT_PARADIGMS)} is in these runs; choose one with --case-study"
+        return ["## Case study", "", f"_No case study: {why}._", ""], []
+    mapping = load_phrase_regions(cfg.phrase_regions)
+    L, notes = [], []
+    for bench, paradigm in targets:
+        runs, spec = case_study_runs(ev, bench, paradigm, mapping)
+        s = summarize(runs, spec)
+        stem = f"case_study_{safe_name(bench)}_{safe_name(paradigm)}"
+        write_csv(out / "tables" / f"{stem}_runs.csv", runs)
+        write_csv(out / "tables" / f"{stem}.csv", s)
+        final = runs[runs.step == runs.groupby("run").step.transform("max")]
+        n_reg, n_all = int(final.n_region_pairs.sum()), int(final.n_pairs.sum())
+        if spec.source == "generic split":
+            notes.append(f"case study {bench} · {paradigm}: the eval files carry no template slots, so its regions "
+                         "are the generic prefix/critical/suffix split, not phrase regions")
+        elif n_reg < n_all:
+            notes.append(f"case study {bench} · {paradigm}: template slots for {n_reg} of {n_all} pair scores at the "
+                         "final checkpoints; region deltas average those pairs, accuracy all of them")
+        L += [f"## Case study: {bench} · {paradigm}", "",
+              f"As ZhoBLiMP §5.4 / Figure 6. Regions: {spec.describe()}. Template slots for {n_reg} of {n_all} "
+              "pairs (final checkpoint, summed over runs). Figures draw the "
+              f"{'difference in MLP per region: mean log-prob per token of the region, good − bad' if cfg.quantity == 'mean' else 'summed log-prob of the region, good − bad'}"
+              f" ({QUANTITIES[cfg.quantity]}), averaged over the paradigm's pairs; accuracy "
+              f"({'MLP' if metric == 'acc_mlp' else 'sum-LP'}) over all its pairs. Lines: mean over seeds; bands: 95 % "
+              f"t-interval over seeds. Both quantities (mean_<region>, sum_<region>) are in `tables/{stem}.csv` "
+              f"(per run: `tables/{stem}_runs.csv`).", ""]
+        for model, budget in _largest_first(s)[:cfg.max_plots]:
+            sel = s[(s.model == model) & (s.budget.isna() if pd.isna(budget) else s.budget == budget)]
+            title = f"Case study, {paradigm} ({model} · {budget_label(budget)})"
+            jobs.submit(title, plot_case_study, sel, spec, f"{bench} · {paradigm} · {model} · {budget_label(budget)}",
+                        out / "figures" / f"{stem}_{safe_name(model)}_{budget_label(budget)}.png",
+                        cfg.quantity, metric)
+        last = s[s.step == s.groupby(["model", "budget"], dropna=False).step.transform("max")]
+        cols = ["model", "budget", "step", "tokens", "n_seeds", f"{metric}_mean",
+                *[f"{cfg.quantity}_{r}_mean" for r in spec.regions]]
+        L += ["Final checkpoint (mean over seeds):", "", last[cols], "", ("figures", f"Case study, {paradigm} ("), ""]
+    return L, notes
