@@ -295,6 +295,10 @@ def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metri
             jobs.submit(title, plot_case_study, sel, spec, f"{bench} · {paradigm} · {model} · {budget_label(budget)}",
                         out / "figures" / f"{stem}_{safe_name(model)}_{budget_label(budget)}.png",
                         cfg.quantity, metric)
+        same = [r for r in spec.regions if runs[f"sum_{r}"].abs().max() < 1e-6]
+        if same:  # e.g. the attractor paradigms: good and bad differ only in the verb
+            L += [f"Region(s) {', '.join(same)}: the same tokens in the same context in good and bad sentences, "
+                  "so Δ = 0 by construction; the contrast lies in the other region(s).", ""]
         last = s[s.step == s.groupby(["model", "budget"], dropna=False).step.transform("max")]
         cols = ["model", "budget", "step", "tokens", "n_seeds", f"{metric}_mean",
                 *[f"{cfg.quantity}_{r}_mean" for r in spec.regions]]

@@ -260,6 +260,7 @@ def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes
     L += [_md_table(acc[cols].sort_values("depth", ascending=False) if len(acc) else acc), ""]
     if len(regions_u):
         L += ["### Which region's delta moves first", "",
+              "Generic split (critical span / shared suffix), summed Δ log-prob per region, mean over pairs.", "",
               _md_table(regions_u[["model", "budget", "level", "phenomenon", "paradigm", "kind", "moves_first",
                                    "critical_onset_tokens", "suffix_onset_tokens"]]), ""]
     L += ["## Age of acquisition and forgettability (per phenomenon, mean over seeds)", "",

@@ -107,3 +107,12 @@ def test_case_study_choice(tmp_path):
     with pytest.raises(EvalInputError, match="no run has paradigm 'npi_renhe'.*similar"):
         pick_paradigms(ev, "npi_renhe")
     assert CaseStudyConfig().quantity == "mean"  # the paper's quantity is the default
+
+
+def test_cli_refuses_a_paradigm_no_run_has(tmp_path, capsys):
+    from probes.report import main
+
+    d = _run(tmp_path, "r1", 1, {0: ROWS})
+    assert main([str(d), "--out", str(tmp_path / "out"), "--case-study", "no_such_paradigm"]) == 2
+    assert "--case-study no_such_paradigm: no run has paradigm" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused before any work
