@@ -46,7 +46,7 @@ QUANTITIES = {"mean": "Δ mean log-prob per token of the region (good − bad), 
 REGION_COLORS = ("tab:blue", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan",
                  "tab:red", "tab:gray", "tab:green")
 _SLOT_COL = re.compile(r"^lp_good_slot_(.+)$")
-_ANY_SLOT = re.compile(r"^(?:lp|ntok)_(?:good|bad)_slot_(.+)$")
+_ANY_SLOT = re.compile(r"^(?:lp|ntok|xtok)_(?:good|bad)_slot_(.+)$")
 _GENERIC_COL = re.compile(r"^(?:lp|ntok)_(?:good|bad)_(?:prefix|critical|suffix)$")
 
 
@@ -137,6 +137,16 @@ def pair_deltas(df: pd.DataFrame, spec: RegionSpec) -> pd.DataFrame:
     return pd.DataFrame(out, index=df.index)
 
 
+def straddling(df: pd.DataFrame, spec: RegionSpec) -> pd.Series:
+    """Per pair: does a token straddle a region's left boundary (on either side)? It holds text of
+    the region before, and counts for the region of its last character. NaN in eval files written
+    before the xtok columns existed."""
+    cols = [f"xtok_{side}_slot_{slots[0]}" for slots in spec.regions.values() for side in ("good", "bad")]
+    if not all(c in df.columns for c in cols):
+        return pd.Series(np.nan, index=df.index)
+    return (df[cols].fillna(0) > 0).any(axis=1).astype(float)
+
+
 def paradigm_point(df: pd.DataFrame, spec: RegionSpec) -> dict:
     """One checkpoint of one run: accuracies over all pairs, region deltas averaged over the pairs
     that have the regions (``n_region_pairs``)."""
@@ -146,6 +156,8 @@ def paradigm_point(df: pd.DataFrame, spec: RegionSpec) -> dict:
            "acc_sum": float((df.lp_good > df.lp_bad).mean())}
     have = d[[f"sum_{r}" for r in spec.regions]].notna().all(axis=1) if spec.regions else d.sum_total.isna()
     row["n_region_pairs"] = int(have.sum())
+    row["n_straddle_pairs"] = (straddling(df, spec)[have].sum(min_count=1) if spec.source == "template slots"
+                               else np.nan)
     for c in d.columns:
         v = d[c] if c.endswith("_total") else d.loc[have, c]
         row[c] = float(v.mean()) if v.notna().any() else np.nan
@@ -204,7 +216,8 @@ def case_study_runs(ev: EvalSet, benchmark: str, paradigm: str,
 def summarize(runs: pd.DataFrame, spec: RegionSpec) -> pd.DataFrame:
     """Mean and 95 % t-interval over seeds per model x budget x checkpoint."""
     values = ["acc_mlp", "acc_sum", "mean_total", "sum_total",
-              *[f"{q}_{r}" for r in spec.regions for q in ("mean", "sum")], "n_region_pairs", "n_pairs"]
+              *[f"{q}_{r}" for r in spec.regions for q in ("mean", "sum")], "n_region_pairs", "n_straddle_pairs",
+              "n_pairs"]
     return seed_summary(runs, ["model", "budget", "benchmark", "paradigm", "step"], values)
 
 
@@ -293,6 +306,7 @@ def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metri
         write_csv(out / "tables" / f"{stem}.csv", s)
         final = runs[runs.step == runs.groupby("run").step.transform("max")]
         n_reg, n_all = int(final.n_region_pairs.sum()), int(final.n_pairs.sum())
+        n_cross = final.n_straddle_pairs.sum(min_count=len(final))
         if spec.source == "generic split":
             notes.append(f"case study {bench} · {paradigm}: the eval files carry no template slots, so its regions "
                          "are the generic prefix/critical/suffix split, not phrase regions")
@@ -313,6 +327,16 @@ def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metri
             jobs.submit(title, plot_case_study, sel, spec, f"{bench} · {paradigm} · {model} · {budget_label(budget)}",
                         out / "figures" / f"{stem}_{safe_name(model)}_{budget_label(budget)}.png",
                         cfg.quantity, metric)
+        if spec.source == "template slots":
+            if pd.isna(n_cross):
+                L += ["Tokens straddling a region boundary: not recorded in these eval files (written before "
+                      "the `xtok_*` columns).", ""]
+            else:
+                L += [f"Pairs with a token straddling a region boundary (it holds text of both regions and counts "
+                      f"for the region of its last character, e.g. 服务|员会): {int(n_cross)} of {n_reg}.", ""]
+                if n_cross:
+                    notes.append(f"case study {bench} · {paradigm}: in {int(n_cross)} of {n_reg} pair scores a token "
+                                 "straddles a region boundary (counted for the region of its last character)")
         same = [r for r in spec.regions if runs[f"sum_{r}"].abs().max() < 1e-6]
         if same:  # e.g. the attractor paradigms: good and bad differ only in the verb
             L += [f"Region(s) {', '.join(same)}: the same tokens in the same context in good and bad sentences, "

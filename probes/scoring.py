@@ -25,7 +25,8 @@ prefix, a shared suffix that does not overlap the prefix, and the critical span 
 Pairs that carry their own regions (``Pair.regions``, e.g. template slots of the generator) also get
 ``lp_{good,bad}_slot_<name>`` / ``ntok_{good,bad}_slot_<name>``: a token belongs to the region
 holding its last character (so a leading space or ``▁`` does not pull a word into the previous
-slot); this needs a fast tokenizer (character offsets).
+slot); ``xtok_{good,bad}_slot_<name>`` counts the tokens of the slot that also hold text of an
+earlier slot (they straddle its left boundary). This needs a fast tokenizer (character offsets).
 """
 from __future__ import annotations
 
@@ -380,6 +381,7 @@ def _add_slot_sums(tokenizer, pairs: list[Pair], rows: list[dict], ids: list[lis
             names = [r.name for r in p.regions]
             sums = dict.fromkeys(names, 0.0)
             counts = dict.fromkeys(names, 0)
+            cross = dict.fromkeys(names, 0)
             for j, (start, end) in enumerate(offsets[text]):
                 last = max(start, end - 1)
                 for r in p.regions:
@@ -387,11 +389,16 @@ def _add_slot_sums(tokenizer, pairs: list[Pair], rows: list[dict], ids: list[lis
                     if a <= last < z:
                         sums[r.name] += float(lp[j])
                         counts[r.name] += 1
+                        # a token that also holds text of an earlier slot (服务|员会, a byte-fallback
+                        # run): its lp is this slot's, but the boundary is not where the slots say
+                        cross[r.name] += bool(text[start:a].strip())
                         break
             for name in names:
                 row[f"lp_{side}_slot_{name}"] = sums[name]
                 row[f"ntok_{side}_slot_{name}"] = counts[name]
-                columns.update(dict.fromkeys([f"lp_{side}_slot_{name}", f"ntok_{side}_slot_{name}"]))
+                row[f"xtok_{side}_slot_{name}"] = cross[name]
+                columns.update(dict.fromkeys([f"lp_{side}_slot_{name}", f"ntok_{side}_slot_{name}",
+                                              f"xtok_{side}_slot_{name}"]))
     return list(columns)
 
 

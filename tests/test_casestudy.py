@@ -15,8 +15,9 @@ P = "npi_renhe_wh_question_subj"
 SLOTS = [f"slot{i}" for i in range(7)]
 
 
-def _pair(pid, good, bad):
-    """One per-pair row; good/bad: per slot (lp, ntok), None = the pair has no slots."""
+def _pair(pid, good, bad, straddle=False):
+    """One per-pair row; good/bad: per slot (lp, ntok), None = the pair has no slots; straddle: the
+    good VP's first token also holds the end of the NP (服务|员会)."""
     row = {"benchmark": "zhoblimp", "paradigm": P, "phenomenon": "npi_licensing", "pair_id": str(pid),
            "good": "g", "bad": "b"}
     for side, slots in (("good", good), ("bad", bad)):
@@ -28,6 +29,7 @@ def _pair(pid, good, bad):
         for s, x in zip(SLOTS, slots or [None] * 7):
             row[f"lp_{side}_slot_{s}"] = np.nan if x is None else x[0]
             row[f"ntok_{side}_slot_{s}"] = np.nan if x is None else x[1]
+            row[f"xtok_{side}_slot_{s}"] = np.nan if x is None else int(straddle and side == "good" and s == "slot3")
     return row
 
 
@@ -36,7 +38,7 @@ ROWS = [
     _pair(0, good=[(-2, 1), (-1, 1), (-3, 1), (-1, 1), (-4, 1), (-2, 2), (-0.5, 1)],
           bad=[(-5, 2), (0, 0), (-3, 1), (-2, 1), (-4, 1), (-2, 2), (-0.5, 1)]),
     _pair(1, good=[(-1, 1), (-1, 1), (-6, 2), (-1, 1), (-3, 1), (-3, 1), (-1, 1)],
-          bad=[(-4, 1), (0, 0), (-4, 2), (-1, 1), (-6, 1), (-3, 1), (-1, 1)]),
+          bad=[(-4, 1), (0, 0), (-4, 2), (-1, 1), (-6, 1), (-3, 1), (-1, 1)], straddle=True),
     _pair(2, good=None, bad=None),  # a pair the alignment missed: counted for accuracy only
 ]
 # by hand. NP = slot0-2, VP = slot3-6
@@ -66,7 +68,7 @@ def test_region_delta_is_mean_per_token_difference_averaged_over_pairs(tmp_path)
     last = runs[runs.step == 10].iloc[0]
     assert last.mean_NP == pytest.approx(NP_MEAN) and last.mean_VP == pytest.approx(VP_MEAN)
     assert last.sum_NP == pytest.approx(NP_SUM) and last.sum_VP == pytest.approx(VP_SUM)
-    assert (last.n_region_pairs, last.n_pairs) == (2, 3)
+    assert (last.n_region_pairs, last.n_straddle_pairs, last.n_pairs) == (2, 1, 3)
     # accuracy on all pairs (MLP): pair 0 -13.5/8 > -16.5/8, pair 1 -16/8 > -19/7, pair 2 a tie: wrong
     assert last.acc_mlp == pytest.approx(2 / 3)
 
@@ -102,6 +104,7 @@ def test_report_writes_the_case_study_figure_and_table_with_seed_bands(tmp_path)
     assert f"## Case study: zhoblimp · {P}" in md and "NP = slot0 + slot1 + slot2" in md
     assert "difference in MLP per region" in md and "2 of 3 pairs" not in md  # counted over both runs
     assert "4 of 6 pairs" in md and figs[0].name in md
+    assert "Pairs with a token straddling a region boundary" in md and "员会): 2 of 4." in md
 
 
 def test_case_study_choice(tmp_path):

@@ -98,6 +98,19 @@ def test_real_case_study_pairs_carry_slots_and_the_noun_is_in_the_np():
 
 
 @needs_zho
+def test_a_token_across_the_np_vp_boundary_is_counted():
+    # a vocabulary with the piece 员会 (as in 委员会): 服务员会 -> 服 务 员会, and 员会 ends in the VP
+    p = next(p for p in load_benchmark(BenchmarkConfig(name="zhoblimp", path=str(CASE))) if p.pair_id == "9")
+    vocab = {w: i for i, w in enumerate(["[UNK]", "<bos>", "<eos>", "员会"] + sorted(set(p.good + p.bad)))}
+    tk = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = Split(Regex("员会|."), behavior="isolated")
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<bos>", eos_token="<eos>", unk_token="[UNK]")
+    row = score_pairs(tiny_neox(vocab=len(vocab)), tok, [p]).iloc[0]
+    assert (row.ntok_good_slot_slot2, row.ntok_good_slot_slot3) == (2, 1)  # 服务 | 员会
+    assert (row.xtok_good_slot_slot3, row.xtok_bad_slot_slot3, row.xtok_good_slot_slot2) == (1, 1, 0)
+
+
+@needs_zho
 def test_templates_can_be_turned_off_or_named(tmp_path):
     pairs = load_benchmark(BenchmarkConfig(name="zhoblimp", path=str(CASE), templates=""))
     assert all(p.regions is None for p in pairs) and pairs.report.slots == {}
