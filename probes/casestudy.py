@@ -154,7 +154,7 @@ def paradigm_point(df: pd.DataFrame, spec: RegionSpec) -> dict:
     row = {"n_pairs": len(df),
            "acc_mlp": float((df.lp_good / df.ntok_good > df.lp_bad / df.ntok_bad).mean()),
            "acc_sum": float((df.lp_good > df.lp_bad).mean())}
-    have = d[[f"sum_{r}" for r in spec.regions]].notna().all(axis=1) if spec.regions else d.sum_total.isna()
+    have = d[[f"sum_{r}" for r in spec.regions]].notna().all(axis=1)
     row["n_region_pairs"] = int(have.sum())
     row["n_straddle_pairs"] = (straddling(df, spec)[have].sum(min_count=1) if spec.source == "template slots"
                                else np.nan)
@@ -182,6 +182,12 @@ def _read(path: Path, paradigm: str, slots: Optional[list[str]], generic: bool =
         raise EvalInputError(f"{path}: cannot read the rows of paradigm {paradigm!r} ({exc})") from exc
 
 
+def _read_all(paths: list[Path], paradigm: str, slots: Optional[list[str]], generic: bool = False):
+    # ~30 ms a ZhoBLiMP file; arrow releases the GIL, so threads overlap the reads of a grid
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        return list(pool.map(lambda p: _read(p, paradigm, slots, generic), paths))
+
+
 def case_study_runs(ev: EvalSet, benchmark: str, paradigm: str,
                     mapping: dict[str, dict[str, list[str]]]) -> tuple[pd.DataFrame, RegionSpec]:
     """One row per run x checkpoint of ``paradigm``: accuracies and region deltas (see module doc)."""
@@ -190,20 +196,18 @@ def case_study_runs(ev: EvalSet, benchmark: str, paradigm: str,
     keys = [(run, int(step), g.iloc[0]) for (run, step), g in t.groupby(["run", "step"], sort=True)]
     paths = [Path(runs[run].path) / "evals" / f"step{step}" / f"{benchmark}.parquet" for run, step, _ in keys]
     slots = sorted({s for r in mapping[paradigm].values() for s in r}) if paradigm in mapping else None
-    # ~30 ms a ZhoBLiMP file; arrow releases the GIL, so threads overlap the reads of a grid
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-        dfs = list(pool.map(lambda p: _read(p, paradigm, slots), paths))
-    frames = [(run, step, meta, df) for (run, step, meta), df in zip(keys, dfs)]
+    frames = [(run, step, meta, df) for (run, step, meta), df in zip(keys, _read_all(paths, paradigm, slots))]
     if not frames:
         raise EvalInputError(f"case study: no eval rows of paradigm {paradigm!r} in benchmark {benchmark!r}")
     # one region definition for the whole study: template slots where any file has them
     has_slots = [f for f in frames if any(_SLOT_COL.match(c) and f[3][c].notna().any() for c in f[3].columns)]
     if not has_slots and any(_ANY_SLOT.match(c) for f in frames for c in f[3].columns):
         # slot columns, but none for this paradigm's pairs: read the generic regions instead
-        with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-            dfs = list(pool.map(lambda p: _read(p, paradigm, slots, generic=True), paths))
-        frames = [(run, step, meta, df) for (run, step, meta), df in zip(keys, dfs)]
-    columns = list(dict.fromkeys(c for f in (has_slots or frames) for c in f[3].columns))
+        frames = [(run, step, meta, df) for (run, step, meta), df in
+                  zip(keys, _read_all(paths, paradigm, slots, generic=True))]
+    # the slots this paradigm's pairs have (a file holds every paradigm's slot columns)
+    columns = [c for c in dict.fromkeys(c for f in (has_slots or frames) for c in f[3].columns)
+               if not _SLOT_COL.match(c) or any(c in f[3] and f[3][c].notna().any() for f in has_slots)]
     spec = region_spec(columns, paradigm, mapping, bool(has_slots))
     rows = []
     for run, step, meta, df in frames:
@@ -242,7 +246,8 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
     token_axis(top, tok, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})")
     top.set_ylim(-0.02, 1.02)
     top.set_xlabel("")
-    for (r, slots), color in zip(spec.regions.items(), REGION_COLORS):
+    for i, (r, slots) in enumerate(spec.regions.items()):  # a template has up to 14 slots
+        color = REGION_COLORS[i % len(REGION_COLORS)]
         y = c[f"{quantity}_{r}_mean"].to_numpy(dtype=float)
         if np.isfinite(y).any():
             label = r if spec.source == "generic split" or r == slots[0] else f"{r} ({' + '.join(slots)})"

@@ -107,6 +107,16 @@ def test_report_writes_the_case_study_figure_and_table_with_seed_bands(tmp_path)
     assert "Pairs with a token straddling a region boundary" in md and "员会): 2 of 4." in md
 
 
+def test_a_paradigm_without_a_grouping_shows_its_own_slots(tmp_path):
+    # another paradigm's slot columns are in the same file; only this one's slots are regions
+    rows = [dict(r, paradigm="mine") for r in ROWS[:2]]
+    other = pd.DataFrame([{**ROWS[0], "paradigm": "x", "lp_good_slot_verb": -1.0, "ntok_good_slot_verb": 1}])
+    d = _run(tmp_path, "r1", 1, {0: rows}, other)
+    runs, spec = case_study_runs(load_runs([d], cache=False), "zhoblimp", "mine", load_phrase_regions())
+    assert spec.regions == {s: [s] for s in SLOTS} and not spec.grouped
+    assert runs.iloc[0].mean_slot0 == pytest.approx((-2 + 5 / 2 + -1 + 4) / 2)
+
+
 def test_case_study_choice(tmp_path):
     d = _run(tmp_path, "r1", 1, {0: ROWS})
     ev = load_runs([d], cache=False)
