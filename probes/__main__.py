@@ -19,7 +19,7 @@ USAGE = """usage: python -m probes {score,score-run,watch,curves,report,benchmar
   score-run   score every whole checkpoint of a run directory (skips finished files)
   watch       follow a training run and score checkpoints as they become whole
   curves      learning curves and U-shapes from the eval files of run directories
-  report      report.md + figures + tables: seeds, U-shapes, AoA, scaling grid, regions
+  report      report.md + figures + tables: seeds, U-shapes, AoA, scaling grid, case study, regions
   benchmarks  list / inspect / check benchmarks
   syntax-qa   ask a causal LM questions about treebank sentences (TF / MC / FITB, OA)
 
