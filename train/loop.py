@@ -25,7 +25,7 @@ from train.logger import Logger, NullLogger
 from train.model import build_model
 from train.optim import lr_at
 from train.preempt import Preemption, drop_unscheduled
-from train.schedule import checkpoint_steps
+from train.schedule import checkpoint_steps, warn_points_beyond_end
 from train.sequences import SequenceStream
 from train.slurm import export_distributed_env
 from train.token_store import build_or_load
@@ -66,6 +66,8 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
                          f"optim.global_batch={cfg.optim.global_batch} x seq_len={seq_len}")
     tokens_per_step = cfg.optim.global_batch * seq_len
     save_steps = set(checkpoint_steps(cfg.schedule, total_steps, tokens_per_step))
+    if dist.main:
+        warn_points_beyond_end(cfg.schedule, total_steps, tokens_per_step)
 
     # Model and engine. Every rank draws the same initial weights from cfg.seed.
     model = build_model(cfg.model, len(tokenizer), seed=cfg.seed, bos_token_id=tokenizer.bos_token_id,

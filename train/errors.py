@@ -1,0 +1,156 @@
+"""User errors vs bugs: what the entry points print as one line `error: …` (exit status 2) and what
+keeps its traceback.
+
+A user error is bad input -- a config key, a corpus file, a damaged checkpoint, a full disk, a
+read-only run directory -- and its message names the key, file or line, so a traceback only hides it.
+A bug is anything else, and its traceback is what a developer needs.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import linecache
+import pickle
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+_PACKAGES = tuple(str(Path(__file__).resolve().parents[1] / name) + "/" for name in ("train", "probes"))
+
+
+class UserError(Exception):
+    """Bad input from the user; the message names the config key, file or line."""
+
+
+class ConfigError(UserError, ValueError):
+    """A config value that cannot work (the message names the dotted key)."""
+
+
+class InputFileError(UserError, ValueError):
+    """A file we read is malformed, truncated or foreign (the message names the path, and line)."""
+
+
+class _OSUserError(UserError, OSError):
+    def __str__(self) -> str:  # the message alone, without OSError's "[Errno N]" prefix
+        return self.strerror or super().__str__()
+
+
+class DiskFullError(_OSUserError):
+    """A write failed for lack of space (the message names the file being written)."""
+
+
+class NotWritableError(_OSUserError):
+    """A directory we must write into is read-only or not a directory."""
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """Ours (UserError), or a ValueError / OSError / RuntimeError raised by a `raise` statement of our
+    own validation code in train/ or probes/ -- every such message names what is wrong. The same
+    types raised inside a library (or by a builtin call in our code) are bugs until shown otherwise."""
+    if isinstance(exc, UserError):
+        return True
+    if not isinstance(exc, (ValueError, OSError, RuntimeError)):
+        return False
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    filename = tb.tb_frame.f_code.co_filename
+    if not filename.startswith(_PACKAGES):
+        return False
+    return linecache.getline(filename, tb.tb_lineno).lstrip().startswith("raise ")
+
+
+# What a truncated or foreign file raises while it is read: safetensors' SafetensorError and torch's
+# "PytorchStreamReader failed" / size-mismatch are RuntimeError-like, json's is a ValueError.
+_READ_ERRORS = (OSError, ValueError, RuntimeError, EOFError, KeyError, pickle.UnpicklingError)
+
+
+def _safetensor_error() -> tuple:
+    try:
+        from safetensors import SafetensorError
+        return (SafetensorError,)
+    except ImportError:  # pragma: no cover - safetensors is a dependency
+        return ()
+
+
+@contextlib.contextmanager
+def reading(path: Path, what: str, hint: str = "") -> Iterator[None]:
+    """Turns a failure while reading `path` into an InputFileError naming it, so a truncated or
+    foreign file says which file it is instead of a bare library message. A missing file keeps
+    its FileNotFoundError (the path is in it); memory errors stay what they are."""
+    try:
+        yield
+    except UserError:
+        raise
+    except FileNotFoundError:
+        raise
+    except MemoryError:
+        raise
+    except _READ_ERRORS + _safetensor_error() as e:
+        if type(e).__name__ == "OutOfMemoryError":  # torch's CUDA OOM is a RuntimeError
+            raise
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if isinstance(e, json.JSONDecodeError):
+            detail = f"invalid JSON at line {e.lineno}: {e.msg}"
+        raise InputFileError(f"{path}: cannot read {what} ({type(e).__name__}: {detail})"
+                             + (f"; {hint}" if hint else "")) from e
+
+
+def _disk_full(e: BaseException) -> bool:
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    # torch.save reports a failed write as "PytorchStreamWriter failed writing file …" / "unexpected
+    # pos …" without the errno; safetensors as an I/O error. Walk the chain for the OSError too.
+    text = str(e)
+    if isinstance(e, RuntimeError) and ("unexpected pos" in text or "failed writing" in text
+                                        or "file write failed" in text):
+        return True
+    if "No space left on device" in text or "Disk quota exceeded" in text:
+        return True
+    cause = e.__cause__ or e.__context__
+    return cause is not None and cause is not e and _disk_full(cause)
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Turns a write that failed for lack of space into DiskFullError naming `path` and the free
+    space left on its filesystem. Nothing else is changed."""
+    try:
+        yield
+    except UserError:
+        raise
+    except (OSError, RuntimeError, ValueError) as e:
+        if not _disk_full(e):
+            raise
+        free = ""
+        for p in (Path(path), *Path(path).parents):
+            if p.exists():
+                free = f", {shutil.disk_usage(p).free / 2**20:.1f} MiB free on {p}"
+                break
+        raise DiskFullError(errno.ENOSPC, f"disk full while writing {path}{free}: free some space and "
+                            f"rerun the same command (a write cut short is never used)") from e
+
+
+def check_writable(directory: Path, what: str) -> None:
+    """Refuses a directory (or the nearest existing parent of one to be created) that cannot be
+    written: a probe file is created and removed, because permission bits say nothing for root and
+    nothing about a read-only mount."""
+    import os
+    import tempfile
+
+    directory = Path(directory).expanduser().absolute()
+    existing = directory
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise NotWritableError(errno.ENOTDIR, f"{what} {directory}: {existing} is a file, not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".write-test-")
+    except OSError as e:
+        raise NotWritableError(e.errno, f"{what} {directory} is not writable: {e.strerror} "
+                               f"({existing})") from None
+    os.close(fd)
+    os.unlink(probe)
