@@ -65,7 +65,7 @@ def is_user_error(exc: BaseException) -> bool:
 
 # What a truncated or foreign file raises while it is read: safetensors' SafetensorError and torch's
 # "PytorchStreamReader failed" / size-mismatch are RuntimeError-like, json's is a ValueError.
-_READ_ERRORS = (OSError, ValueError, RuntimeError, EOFError, KeyError, pickle.UnpicklingError)
+_READ_ERRORS = (ValueError, RuntimeError, EOFError, KeyError, pickle.UnpicklingError)
 
 
 def _safetensor_error() -> tuple:
@@ -79,15 +79,12 @@ def _safetensor_error() -> tuple:
 @contextlib.contextmanager
 def reading(path: Path, what: str, hint: str = "") -> Iterator[None]:
     """Turns a failure while reading `path` into an InputFileError naming it, so a truncated or
-    foreign file says which file it is instead of a bare library message. A missing file keeps
-    its FileNotFoundError (the path is in it); memory errors stay what they are."""
+    foreign file says which file it is instead of a bare library message. An OSError keeps its
+    type (it names its file, and `watch` retries one: a checkpoint being replaced); memory errors
+    stay what they are."""
     try:
         yield
-    except UserError:
-        raise
-    except FileNotFoundError:
-        raise
-    except MemoryError:
+    except (UserError, OSError, MemoryError):
         raise
     except _READ_ERRORS + _safetensor_error() as e:
         if type(e).__name__ == "OutOfMemoryError":  # torch's CUDA OOM is a RuntimeError
