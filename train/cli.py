@@ -10,7 +10,7 @@ from typing import Callable, TypeVar
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from train.errors import check_writable, is_user_error
+from train.errors import check_writable, disk_full_error, is_user_error
 
 T = TypeVar("T")
 
@@ -19,9 +19,11 @@ def exit_on_user_error(fn: Callable[[], T]) -> T:
     try:
         return fn()
     except Exception as e:
-        if not is_user_error(e):
+        # a full disk anywhere (an eval file, the log) is the user's to fix, not a bug
+        message = e if is_user_error(e) else disk_full_error(e)
+        if message is None:
             raise
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
 
 

@@ -89,7 +89,9 @@ def reading(path: Path, what: str, hint: str = "") -> Iterator[None]:
     except _READ_ERRORS + _safetensor_error() as e:
         if type(e).__name__ == "OutOfMemoryError":  # torch's CUDA OOM is a RuntimeError
             raise
-        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        # one line: torch's state-dict errors put the informative part ("size mismatch for …") on
+        # the lines after a heading
+        detail = " ".join(str(e).split())[:400] or type(e).__name__
         if isinstance(e, json.JSONDecodeError):
             detail = f"invalid JSON at line {e.lineno}: {e.msg}"
         raise InputFileError(f"{path}: cannot read {what} ({type(e).__name__}: {detail})"
@@ -111,24 +113,56 @@ def _disk_full(e: BaseException) -> bool:
     return cause is not None and cause is not e and _disk_full(cause)
 
 
+def _chain(e: BaseException) -> Iterator[BaseException]:
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ or e.__context__
+
+
+def _newest_file(directory: Path) -> Path | None:
+    newest, when = None, -1
+    for f in Path(directory).rglob("*"):
+        try:
+            mtime = f.stat().st_mtime_ns
+        except OSError:
+            continue
+        if f.is_file() and mtime > when:
+            newest, when = f, mtime
+    return newest
+
+
+def disk_full_error(e: BaseException, where: Path | None = None) -> DiskFullError | None:
+    """A DiskFullError naming the file a failed write was writing -- the OSError's own filename, else
+    (torch.save says only "unexpected pos …") the newest file under `where` -- or None when `e` is not
+    a failed write for lack of space."""
+    if not _disk_full(e):
+        return None
+    names = [x.filename for x in _chain(e) if isinstance(x, OSError) and x.filename]
+    file = Path(names[0]) if names else (_newest_file(where) if where and Path(where).is_dir() else where)
+    free = ""
+    for p in (Path(file or where or "."), *Path(file or where or ".").parents):
+        if p.exists():
+            free = f" ({shutil.disk_usage(p).free / 2**20:.1f} MiB left on its filesystem)"
+            break
+    return DiskFullError(errno.ENOSPC, f"disk full while writing {file or 'a file'}{free}: free some space "
+                         f"and rerun the same command (a write cut short is never used)")
+
+
 @contextlib.contextmanager
-def writing(path: Path) -> Iterator[None]:
-    """Turns a write that failed for lack of space into DiskFullError naming `path` and the free
-    space left on its filesystem. Nothing else is changed."""
+def writing(where: Path) -> Iterator[None]:
+    """Turns a write under `where` (a file or a directory being filled) that failed for lack of space
+    into DiskFullError naming the file; anything else passes unchanged."""
     try:
         yield
     except UserError:
         raise
-    except (OSError, RuntimeError, ValueError) as e:
-        if not _disk_full(e):
+    except Exception as e:  # HF tokenizers raises a bare Exception("No space left on device (os error 28)")
+        full = disk_full_error(e, Path(where))
+        if full is None:
             raise
-        free = ""
-        for p in (Path(path), *Path(path).parents):
-            if p.exists():
-                free = f", {shutil.disk_usage(p).free / 2**20:.1f} MiB free on {p}"
-                break
-        raise DiskFullError(errno.ENOSPC, f"disk full while writing {path}{free}: free some space and "
-                            f"rerun the same command (a write cut short is never used)") from e
+        raise full from e
 
 
 def check_writable(directory: Path, what: str) -> None:

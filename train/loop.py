@@ -18,7 +18,8 @@ from train.checkpoint import (latest_resumable, list_checkpoints, load_rng, prun
                               read_state, save_checkpoint)
 from train.config import TrainConfig, trajectory_diff
 from train.corpus import load_documents
-from train.engine import build_engine, init_distributed
+from train.engine import RESUME_HINT, build_engine, init_distributed
+from train.errors import reading, writing
 from train.hooks import run_hooks
 from train.lock import RunLock
 from train.logger import Logger, NullLogger
@@ -77,7 +78,8 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
 
     start_step, wandb_id = 0, None
     if resume_from is not None:
-        state = read_state(resume_from)
+        with reading(resume_from / "trainer_state.json", "the trainer state", RESUME_HINT.format(resume_from)):
+            state = read_state(resume_from)
         engine.load_resume(resume_from)
         load_rng(resume_from / "resume", dist.rank)
         start_step, wandb_id = state["step"], state.get("wandb_run_id")
@@ -91,7 +93,8 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
                  "data_seed": cfg.data.seed, "lr": lr, "loss": loss, "world_size": dist.world,
                  "engine": cfg.engine.kind, "wandb_run_id": logger.run_id, "time": time.time(),
                  "versions": _versions(), "preempted": not scheduled}
-        path = save_checkpoint(run_dir, step, engine, tokenizer, state, dist, with_resume=True)
+        with writing(run_dir / "checkpoints"):  # a full disk is named with the file it cut short
+            path = save_checkpoint(run_dir, step, engine, tokenizer, state, dist, with_resume=True)
         if dist.main:
             prune_resume_states(run_dir, cfg.schedule.keep_resume, cfg.schedule.weights_dtype)
             if scheduled:
