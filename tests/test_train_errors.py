@@ -16,8 +16,9 @@ from trainutil import TINY, tiny_cfg
 from train.errors import DiskFullError, InputFileError, is_user_error, writing
 from train.loop import train
 
-# ~14 optimizer steps of the tiny model: the resume tests load, they do not train
-SMALL = ["data.grammar.n_documents=20", "probes=none", "schedule=custom", "schedule.points=[2]"]
+# ~14 optimizer steps of the tiny model, probed on 10 grammar pairs per paradigm at steps 0, 2, 14:
+# the resume tests load it, they do not train
+SMALL = ["data.grammar.n_documents=20", "schedule=custom", "schedule.points=[2]"]
 
 
 def train_cli(cache: Path, *overrides: str, monkeypatch, capsys) -> str:
@@ -74,6 +75,34 @@ def finished_run(cache, tmp_path_factory) -> tuple[Path, Path]:
     run_dir = tmp_path_factory.mktemp("run")
     train(tiny_cfg(cache, *SMALL), run_dir)
     return cache, run_dir
+
+
+def test_score_run_accepts_the_tokenizer_training_recorded(finished_run, tmp_path, capsys):
+    """The fingerprint the probe hook records in training is the one score-run computes from a
+    checkpoint's saved tokenizer (else every real run would be refused); a checkpoint with a
+    foreign tokenizer of the same size is refused."""
+    from probes.__main__ import main
+    from train.tokenizer import load_tokenizer
+
+    run_dir = tmp_path / "probed"
+    shutil.copytree(finished_run[1], run_dir)
+    shutil.rmtree(run_dir / "evals" / "step2")
+    args = ["score-run", str(run_dir), "--benchmark", "grammar", "--max-pairs-per-paradigm", "10",
+            "--device", "cpu"]
+    assert main(args) == 0
+    assert (run_dir / "evals" / "step2" / "grammar.parquet").is_file()
+    ckpt = run_dir / "checkpoints" / "step2"
+    tok = load_tokenizer(ckpt)
+    vocab = tok.backend_tokenizer.get_vocab()
+    a, b = sorted(vocab, key=vocab.get)[10:12]  # swap two ordinary pieces: same size, other ids
+    tok_json = json.loads((ckpt / "tokenizer.json").read_text())
+    pieces = tok_json["model"]["vocab"]
+    i, j = [k for k, (piece, _score) in enumerate(pieces) if piece in (a, b)]
+    pieces[i][0], pieces[j][0] = pieces[j][0], pieces[i][0]
+    (ckpt / "tokenizer.json").write_text(json.dumps(tok_json))
+    shutil.rmtree(run_dir / "evals" / "step2")
+    assert main(args) == 2
+    assert f"{ckpt}: its tokenizer (fingerprint" in capsys.readouterr().err
 
 
 def _damaged_copy(finished_run, tmp_path, damage) -> tuple[Path, Path]:
