@@ -100,6 +100,7 @@ def run_main(command: str, argv: Sequence[str]) -> int:
 
 def _score_run(command: str, args) -> int:
     from probes.watch import ScoreOptions, score_run, watch
+    from train.lock import EVAL_LOCK, RunDirLocked, RunLock
 
     if args.batch_size < 1:
         raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -120,14 +121,17 @@ def _score_run(command: str, args) -> int:
         benchmarks[name] = pairs
     opts = ScoreOptions(batch_size=args.batch_size, device=args.device, bf16=args.bf16,
                         trust_remote_code=args.trust_remote_code)
+    lock = RunLock(args.run_dir, name=EVAL_LOCK,
+                   why="another score-run or watch is scoring this run; wait for it to finish")
     try:
-        if command == "score-run":
-            written = score_run(args.run_dir, benchmarks, opts)
-            print(f"{args.run_dir}: {len(written)} eval files written")
-            return 0
-        return 0 if watch(args.run_dir, benchmarks, opts, poll_s=args.poll,
-                          timeout_s=args.timeout) else 3
-    except (OSError, ValueError) as e:  # messages name the checkpoint or file
+        with lock:
+            if command == "score-run":
+                written = score_run(args.run_dir, benchmarks, opts)
+                print(f"{args.run_dir}: {len(written)} eval files written")
+                return 0
+            return 0 if watch(args.run_dir, benchmarks, opts, poll_s=args.poll,
+                              timeout_s=args.timeout) else 3
+    except (OSError, ValueError, RunDirLocked) as e:  # messages name the checkpoint or file
         raise CliError(str(e)) from None
 
 
@@ -183,11 +187,17 @@ def score_main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _score(args) -> int:
+    from probes.outputs import check_output_file
+
     if args.batch_size < 1:
         raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.max_pairs_per_paradigm is not None and args.max_pairs_per_paradigm < 1:
         raise CliError(f"--max-pairs-per-paradigm must be >= 1, got {args.max_pairs_per_paradigm}")
     _check_model_dir(args.model)
+    try:
+        check_output_file(args.out)
+    except ValueError as e:
+        raise CliError(str(e)) from None
     name, pairs = _load_pairs(args.benchmark, args.format, args.max_pairs_per_paradigm)
     state = _trainer_state(args.model)
     if not pairs:
@@ -198,6 +208,8 @@ def _score(args) -> int:
 
     from probes.scoring import CONVENTION, accuracy, score_pairs, tokenizer_fingerprint
     from probes.store import write_pairs
+    from probes.watch import check_vocabulary
+    from train.errors import reading
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -206,8 +218,13 @@ def _score(args) -> int:
     except (OSError, ValueError) as e:
         # the ids scored must come from the tokenizer saved with the model, never a substitute
         raise CliError(f"--model {args.model}: cannot load the tokenizer: {e}") from None
-    model = AutoModelForCausalLM.from_pretrained(args.model,
-                                                 trust_remote_code=args.trust_remote_code)
+    try:
+        with reading(args.model, "the model (config.json, weights)"):
+            model = AutoModelForCausalLM.from_pretrained(args.model,
+                                                         trust_remote_code=args.trust_remote_code)
+        check_vocabulary(args.model, tokenizer, model)
+    except ValueError as e:
+        raise CliError(f"--model {e}") from None
     model.to(device)
     df = score_pairs(model, tokenizer, pairs, batch_size=args.batch_size, device=device,
                      progress=True, bf16=args.bf16)

@@ -18,6 +18,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 
+def check_output_file(path: str | Path, flag: str = "--out") -> None:
+    """Before any work: an output file whose place cannot be written (a parent that is a file, a
+    read-only directory) or that names a directory is refused now, not after an hour of scoring.
+    Raises ValueError naming the flag and the path."""
+    from train.errors import NotWritableError, check_writable
+
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{flag} {path}: is a directory; name the output file")
+    try:
+        check_writable(path.parent, flag)
+    except NotWritableError as e:
+        raise ValueError(f"{flag} {path}: cannot be written ({e})") from None
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | Path, mode: str = "wb") -> Iterator[IO]:
     """Open a temporary sibling of `path` for writing; rename it to `path` only on success."""

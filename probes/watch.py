@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from probes.evalset import refresh_cache
 from probes.pairs import Pair
 from probes.store import META_KEY, eval_path
+from train.errors import InputFileError, reading
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +64,44 @@ def read_trainer_state(ckpt_dir: Path) -> dict:
     f = Path(ckpt_dir) / "trainer_state.json"
     try:
         return json.loads(f.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{f}: invalid JSON at line {e.lineno}: {e.msg}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        where = f"at line {e.lineno}: {e.msg}" if isinstance(e, json.JSONDecodeError) else f"({e.reason})"
+        raise InputFileError(f"{f}: invalid JSON {where} (a truncated or damaged file)") from None
+
+
+def check_vocabulary(ckpt_dir: Path, tokenizer, model) -> None:
+    """A tokenizer with ids beyond the embedding would index past it (an IndexError deep in torch)."""
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        raise InputFileError(f"{ckpt_dir}: the tokenizer has {len(tokenizer)} ids but the model's embedding "
+                             f"only {rows} rows: the tokenizer files do not belong to this model")
+
+
+def recorded_fingerprint(run_dir: Path, step: int) -> Optional[tuple[str, Path]]:
+    """(fingerprint, eval file) of the tokenizer recorded in the run's eval files -- the probe hook
+    writes probes.scoring.tokenizer_fingerprint of the tokenizer training used -- preferring this
+    step's files. Every checkpoint of a run shares that tokenizer."""
+    evals = Path(run_dir) / "evals"
+    this_step = sorted((evals / f"step{step}").glob("*.parquet"))
+    for f in this_step + sorted(p for p in evals.glob("step*/*.parquet") if p not in this_step):
+        try:
+            blob = (pq.read_schema(f).metadata or {}).get(META_KEY)
+            recorded = json.loads(blob).get("tokenizer") if blob else None
+        except Exception:  # an unreadable eval file is rescored; it records nothing
+            continue
+        if recorded:
+            return recorded, f
+    return None
+
+
+def check_fingerprint(run_dir: Path, step: int, ckpt_dir: Path, fingerprint: str) -> None:
+    """A checkpoint whose tokenizer is not the run's (a foreign checkpoint or tokenizer dropped in,
+    even one of the same size) would be scored with ids the model never saw: refused."""
+    recorded = recorded_fingerprint(run_dir, step)
+    if recorded is not None and recorded[0] != fingerprint:
+        raise InputFileError(f"{ckpt_dir}: its tokenizer (fingerprint {fingerprint}) is not the one this run "
+                             f"was probed with ({recorded[0]}, recorded in {recorded[1]}): a checkpoint or "
+                             f"tokenizer from another run?")
 
 
 def run_finished(run_dir: Path) -> bool:
@@ -113,10 +150,15 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
     state = read_trainer_state(ckpt_dir)
     device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
     # the ids scored must be the ones the model was trained on: the checkpoint's own tokenizer
-    tokenizer = AutoTokenizer.from_pretrained(ckpt_dir, trust_remote_code=opts.trust_remote_code)
-    model = AutoModelForCausalLM.from_pretrained(ckpt_dir, trust_remote_code=opts.trust_remote_code)
-    model.to(device)
+    with reading(ckpt_dir, "the checkpoint's tokenizer"):
+        tokenizer = AutoTokenizer.from_pretrained(ckpt_dir, trust_remote_code=opts.trust_remote_code)
+    with reading(ckpt_dir, "the checkpoint's model (config.json, model.safetensors)",
+                 "a truncated or damaged checkpoint: delete it, or rerun training to rewrite it"):
+        model = AutoModelForCausalLM.from_pretrained(ckpt_dir, trust_remote_code=opts.trust_remote_code)
+    check_vocabulary(ckpt_dir, tokenizer, model)
     fingerprint = tokenizer_fingerprint(tokenizer)
+    check_fingerprint(run_dir, step, ckpt_dir, fingerprint)
+    model.to(device)
     written = []
     for name, pairs in benchmarks.items():
         t0 = time.perf_counter()

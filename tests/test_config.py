@@ -40,3 +40,26 @@ def test_experiment_preset_wins_over_the_base_config():
     cfg = compose_cfg(["experiment=demo"])
     assert cfg.experiment == "demo" and cfg.schedule.kind == "log" and cfg.schedule.n_log == 20
     assert cfg.data.grammar.n_documents == 6000 and cfg.data.seed == cfg.seed
+
+
+def test_key_added_with_plus_is_refused_too():
+    # `+key=value` is Hydra's own suggested fix for a typo; it bypasses the schema at compose time
+    with pytest.raises(ValueError, match="unknown config key 'optim.global_batchh'"):
+        to_typed(compose_cfg(["+optim.global_batchh=32"]))
+
+
+def test_seq_len_beyond_the_position_embeddings_names_both_keys():
+    with pytest.raises(ValueError, match=r"data.seq_len=128 .*model.max_position_embeddings=64"):
+        to_typed(compose_cfg(["model.max_position_embeddings=64", "data.seq_len=128"]))
+    assert to_typed(compose_cfg(["model.max_position_embeddings=64", "data.seq_len=64"])).data.seq_len == 64
+
+
+@pytest.mark.parametrize("override,message", [
+    ("optim.micro_batch=0", "optim.micro_batch=0: must be at least 1"),
+    ("optim.micro_batch=-8", "optim.micro_batch=-8: must be at least 1"),
+    ("optim.global_batch=0", "optim.global_batch=0: must be at least 1"),
+    ("optim.micro_batch=3", "optim.global_batch=32 must be a multiple of optim.micro_batch=3"),
+])
+def test_batch_sizes_are_checked_at_config_time(override, message):
+    with pytest.raises(ValueError, match=message):
+        to_typed(compose_cfg(["optim=zhoblimp", override]))

@@ -90,3 +90,69 @@ def test_grammar_source(tmp_path):
         pytest.skip("probes.grammar.corpus_documents is still a stub")
     assert 0 < len(docs) <= 5 and all(t.strip() for t in docs["text"])
     assert '"n_documents": 5' in ident
+
+
+def _bad_corpus_files(tmp_path) -> dict:
+    """name -> (file, the message expected): each fault of issue 12's corpus list."""
+    d = tmp_path / "bad"
+    d.mkdir()
+    good = "".join(json.dumps({"text": f"line {i}"}) + "\n" for i in range(1500))
+    cases = {}
+    (d / "zero.txt").write_bytes(b"")
+    cases["zero"] = (d / "zero.txt", r"zero\.txt: empty file \(0 bytes\)")
+    (d / "random.txt").write_bytes(b"fine first line\nsecond\n" + bytes(range(128, 256)) * 4)
+    cases["random_text"] = (d / "random.txt", r"random\.txt:3: not UTF-8")
+    (d / "random.jsonl").write_bytes(b'{"text": "ok"}\n\xff\xfe\x80garbage\n')
+    cases["random_jsonl"] = (d / "random.jsonl", r"random\.jsonl:2: not UTF-8")
+    (d / "null.jsonl").write_text(good + '{"text": null}\n', encoding="utf-8")
+    cases["null"] = (d / "null.jsonl", r"null\.jsonl:1501: field 'text' \(data\.text_field\) is null")
+    (d / "number.jsonl").write_text('{"text": 17}\n', encoding="utf-8")
+    cases["number"] = (d / "number.jsonl", r"number\.jsonl:1: field 'text' \(data\.text_field\) is int")
+    (d / "late.jsonl").write_text(good + '{"text": "a"} {"text": "b"}\n', encoding="utf-8")
+    cases["malformed_past_1000"] = (d / "late.jsonl", r"late\.jsonl:1501: invalid JSON")
+    (d / "late_field.jsonl").write_text(good + '{"body": "a"}\n', encoding="utf-8")
+    cases["field_past_1000"] = (d / "late_field.jsonl", r"late_field\.jsonl:1501: no field 'text'")
+    (d / "random.parquet").write_bytes(os.urandom(2000))
+    cases["random_parquet"] = (d / "random.parquet", r"random\.parquet: not a readable parquet file")
+    pd.DataFrame({"text": ["a", None, "c"]}).to_parquet(d / "null.parquet")
+    cases["null_parquet"] = (d / "null.parquet", r"null\.parquet: row 1: column 'text' .* is null")
+    pd.DataFrame({"text": [1, 2]}).to_parquet(d / "int.parquet")
+    cases["int_parquet"] = (d / "int.parquet", r"int\.parquet: column 'text' \(data\.text_field\) holds int64")
+    return cases
+
+
+@pytest.mark.parametrize("case", ["zero", "random_text", "random_jsonl", "null", "number", "malformed_past_1000",
+                                  "field_past_1000", "random_parquet", "null_parquet", "int_parquet"])
+def test_bad_corpus_files_are_named_with_their_line(tmp_path, case):
+    path, message = _bad_corpus_files(tmp_path)[case]
+    with pytest.raises(ValueError, match=message):
+        load_documents(_cfg(tmp_path, [path]))
+
+
+def test_a_checked_file_is_not_read_again_until_it_changes(tmp_path, monkeypatch):
+    import train.corpus
+
+    f = tmp_path / "rows.jsonl"
+    f.write_text('{"text": "one"}\n', encoding="utf-8")
+    calls = []
+    real = train.corpus._check_jsonl
+    monkeypatch.setattr(train.corpus, "_check_jsonl", lambda *a: calls.append(a) or real(*a))
+    load_documents(_cfg(tmp_path, [f]))
+    load_documents(_cfg(tmp_path, [f]))
+    assert len(calls) == 1
+    f.write_text('{"text": null}\n', encoding="utf-8")
+    os.utime(f, ns=(1, 1))
+    with pytest.raises(ValueError, match=r"rows\.jsonl:1: .* is null"):
+        load_documents(_cfg(tmp_path, [f]))
+
+
+def test_one_huge_line_is_blamed_rather_than_the_vocab_size(tmp_path):
+    from train.tokenizer import TokenizerConfig, prepare_tokenizer
+
+    f = tmp_path / "huge.txt"
+    words = [f"w{i % 997}" for i in range(3000)]
+    f.write_text(" ".join(words) + "\n", encoding="utf-8")  # ~15 KB on one line
+    docs, ident = load_documents(_cfg(tmp_path, [f]))
+    with pytest.raises(ValueError, match=r"1 of 1 lines of the corpus \(.*huge\.txt\) are longer than sentencepiece's "
+                                         r"max_sentence_length \(4192 bytes; the longest has 1\d{4}\)"):
+        prepare_tokenizer(TokenizerConfig(vocab_size=300, num_threads=1), docs, ident, tmp_path / "cache")

@@ -122,3 +122,34 @@ def test_dispatches_to_benchmarks_and_curves(capsys):
             main([command, "--help"])
         assert e.value.code == 0
         assert f"python -m probes {command}" in capsys.readouterr().out
+
+
+def test_out_that_cannot_be_written_fails_before_scoring(model_dir, bench_file, tmp_path, capsys, monkeypatch):
+    import probes.scoring
+
+    scored = []
+    monkeypatch.setattr(probes.scoring, "score_pairs", lambda *a, **k: scored.append(1))
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    out = afile / "scores.parquet"
+    assert main(["score", "--model", str(model_dir), "--benchmark", str(bench_file), "--out", str(out)]) == 2
+    assert f"error: --out {out}: cannot be written (--out {afile}: {afile} is a file, not a directory)" in \
+        capsys.readouterr().err
+    assert main(["score", "--model", str(model_dir), "--benchmark", str(bench_file), "--out", str(tmp_path)]) == 2
+    assert f"--out {tmp_path}: is a directory" in capsys.readouterr().err
+    assert scored == []
+
+
+def test_tokenizer_with_more_ids_than_the_embedding_is_named(model_dir, bench_file, tmp_path, capsys):
+    from probeutil import WORDS, word_tokenizer
+
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for f in ("config.json", "model.safetensors"):
+        (mixed / f).write_bytes((model_dir / f).read_bytes())
+    word_tokenizer(WORDS + ["extra", "words"]).save_pretrained(mixed)  # 2 ids past the embedding
+    out = tmp_path / "x.parquet"
+    assert main(["score", "--model", str(mixed), "--benchmark", str(bench_file), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--model {mixed}: the tokenizer has 16 ids but the model's embedding only 14 rows" in err
+    assert not out.exists()

@@ -1,6 +1,8 @@
+import logging
+
 import pytest
 
-from train.schedule import ScheduleConfig, checkpoint_steps
+from train.schedule import ScheduleConfig, checkpoint_steps, points_beyond_end, warn_points_beyond_end
 from train.optim import OptimConfig, accumulation_steps, lr_at
 
 
@@ -50,3 +52,27 @@ def test_accumulation_steps_and_its_error():
     assert accumulation_steps(OptimConfig(global_batch=1024, micro_batch=16), 8) == 8
     with pytest.raises(ValueError, match="optim.global_batch=10 must be a multiple of optim.micro_batch=4"):
         accumulation_steps(OptimConfig(global_batch=10, micro_batch=4), 1)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"kind": "custom", "points": [-5, 3]}, r"negative positions \[-5\]"),
+    ({"kind": "log", "n_log": -3}, "schedule.n_log=-3"),
+    ({"kind": "log", "log_until": 0.0}, "schedule.log_until=0.0"),
+    ({"every": 0}, "schedule.every=0"),
+])
+def test_invalid_schedule_values_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ScheduleConfig(**kwargs)
+
+
+def test_points_beyond_the_end_are_named_in_one_warning(caplog):
+    cfg = ScheduleConfig(kind="custom", points=[5, 10, 5000, 7000])
+    with caplog.at_level(logging.WARNING, logger="train.schedule"):
+        assert checkpoint_steps(cfg, 100, 256) == [0, 5, 10, 100]
+        warn_points_beyond_end(cfg, 100, 256)
+    assert [r.getMessage() for r in caplog.records] == [
+        "schedule.points: 2 of 4 points lie beyond the run's end (steps 100) and get no checkpoint: 5000, 7000"]
+    # in tokens: the run ends at 100 x 256 tokens, so only 30000 is beyond it
+    tokens = ScheduleConfig(kind="custom", unit="tokens", points=[256, 25600, 30000])
+    assert points_beyond_end(tokens, 100, 256) == [30000]
+    assert points_beyond_end(ScheduleConfig(kind="custom", points=[5, 100]), 100, 256) == []

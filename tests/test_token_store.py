@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import datasets
 import numpy as np
@@ -87,3 +88,18 @@ def test_corrupt_store_is_reported(setup):
     np.save(tmp / "offsets.npy", store.doc_offsets[:-1])
     with pytest.raises(ValueError, match="offsets.npy does not match meta.json"):
         TokenStore(tmp)
+
+
+@pytest.mark.parametrize("name", ["tokens.bin", "offsets.npy", "meta.json"])
+def test_truncated_cache_file_is_named(setup, name, tmp_path):
+    import shutil
+
+    docs, tokdir, shared = setup
+    build_or_load(docs, tokdir, "tiny", shared, num_proc=1)
+    cache = tmp_path / "cache"  # a copy: the fixture's cache is shared by the module's tests
+    shutil.copytree(shared / "stores", cache / "stores")
+    store = build_or_load(docs, tokdir, "tiny", cache, num_proc=1)
+    f = store.path / name
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    with pytest.raises(ValueError, match=rf"{re.escape(str(f))}.*delete {re.escape(str(store.path))} and rerun"):
+        build_or_load(docs, tokdir, "tiny", cache, num_proc=1)

@@ -188,3 +188,46 @@ def test_cli_errors(tmp_path, bench, capsys):
     # watch gives up at the timeout with status 3
     assert main(["watch", str(run), "--benchmark", str(f), "--poll", "0.05", "--timeout", "0.2"]) == 3
     assert "timeout after 0.2s" in capsys.readouterr().out
+
+
+def test_a_second_score_run_on_one_run_is_refused(tmp_path, bench, capsys):
+    from train.lock import EVAL_LOCK, RunLock
+
+    f, _ = bench
+    run = tmp_path / "run"
+    save_checkpoint(run, 0)
+    with RunLock(run, name=EVAL_LOCK):  # another score-run (or watch) holds the run's eval lock
+        assert main(["score-run", str(run), "--benchmark", str(f), "--device", "cpu"]) == 2
+        err = capsys.readouterr().err
+        assert f"{run} is in use by pid {os.getpid()}" in err and "another score-run or watch" in err
+        assert not eval_path(run, 0, "mini").exists()
+    assert main(["score-run", str(run), "--benchmark", str(f), "--device", "cpu"]) == 0
+    assert eval_path(run, 0, "mini").exists()
+
+
+def test_a_foreign_tokenizer_of_the_same_size_is_refused(tmp_path, bench, capsys):
+    from probeutil import WORDS, word_tokenizer
+
+    f, benchmarks = bench
+    run = tmp_path / "run"
+    for step in (0, 1):
+        save_checkpoint(run, step)
+    score_run(run, benchmarks, OPTS, quiet)
+    foreign = save_checkpoint(run, 2)
+    word_tokenizer(list(reversed(WORDS))).save_pretrained(foreign)  # same size, other ids
+    assert main(["score-run", str(run), "--benchmark", str(f), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert f"{foreign}: its tokenizer (fingerprint" in err and "is not the one this run was probed with" in err
+    assert str(eval_path(run, 0, "mini")) in err
+    assert not eval_path(run, 2, "mini").exists()
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "trainer_state.json"])
+def test_a_truncated_checkpoint_file_is_named(tmp_path, bench, capsys, name):
+    f, _ = bench
+    run = tmp_path / "run"
+    damaged = save_checkpoint(run, 1) / name
+    damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
+    assert main(["score-run", str(run), "--benchmark", str(f), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and str(damaged.parent) in err and len(err.strip().splitlines()) == 1

@@ -5,6 +5,8 @@ key or a wrong type fails at start with the key's full name.
 """
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
@@ -13,6 +15,7 @@ from omegaconf import OmegaConf
 from probes.hook import ProbesConfig
 from train.corpus import DataConfig
 from train.engine import EngineConfig
+from train.errors import ConfigError
 from train.logger import LoggerConfig
 from train.model import ModelConfig
 from train.optim import OptimConfig
@@ -35,6 +38,12 @@ class TrainConfig:
     resume: bool = True  # a rerun in the same run directory continues from its latest resume state
     curves_at_end: bool = True  # write learning curves into <run>/curves when training ends
 
+    def __post_init__(self):
+        # Checks across sections (each section checks its own keys in its own __post_init__).
+        if self.data.seq_len is not None and self.data.seq_len > self.model.max_position_embeddings:
+            raise ConfigError(f"data.seq_len={self.data.seq_len} is larger than model.max_position_embeddings="
+                              f"{self.model.max_position_embeddings}: positions beyond it have no embedding")
+
 
 # Sections that define the training trajectory: a resumed run must agree on them exactly.
 TRAJECTORY_KEYS = ("seed", "model", "data", "tokenizer", "optim")
@@ -47,8 +56,29 @@ def register() -> None:
 
 
 def to_typed(cfg) -> TrainConfig:
-    """The Hydra DictConfig as the dataclass objects (runs every __post_init__ check)."""
+    """The Hydra DictConfig as the dataclass objects (runs every __post_init__ check).
+
+    A key added with `+` (`+optim.global_batchh=32`, the fix Hydra's own message suggests for a typo)
+    bypasses the schema and would be silently ignored by to_object; merging onto the schema refuses it."""
+    _refuse_unknown_keys(cfg, TrainConfig)
     return OmegaConf.to_object(cfg)
+
+
+def _refuse_unknown_keys(node, schema: type, prefix: str = "") -> None:
+    """Every key of `node` must be a field of the dataclass `schema`, recursively (`+` keys included)."""
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    for key in node.keys():
+        name = f"{prefix}{key}"
+        if key not in fields:
+            raise ConfigError(f"unknown config key {name!r}: not a field of {schema.__name__} "
+                              f"({', '.join(fields)}); check its spelling (keys added with + are checked too)")
+        child, kind = node[key], fields[key].type
+        kind = _HINTS.setdefault(schema, typing.get_type_hints(schema)).get(key, kind)
+        if dataclasses.is_dataclass(kind) and OmegaConf.is_dict(child):
+            _refuse_unknown_keys(child, kind, name + ".")
+
+
+_HINTS: dict[type, dict] = {}
 
 
 def trajectory_diff(saved: dict, current: dict, prefix: str = "") -> list[str]:

@@ -6,6 +6,8 @@ is exactly the `text` builder's sample_by="paragraph" (split on "\\n\\n").
 """
 from __future__ import annotations
 
+import codecs
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import Optional
 import datasets
 
 from probes.grammar import GrammarConfig
+from train.errors import InputFileError
 
 _EXTENSIONS = {"text": (".txt", ".text"), "jsonl": (".jsonl", ".json"), "parquet": (".parquet",)}
 _BUILDER = {"text": "text", "jsonl": "json", "parquet": "parquet"}
@@ -61,12 +64,8 @@ def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
     cache = str(Path(cfg.cache_dir).expanduser() / "datasets")
     for fmt in sorted(groups):
         files = groups[fmt]
-        if fmt == "jsonl":
-            for f in files:
-                _check_jsonl_field(f, cfg.text_field)
-        elif fmt == "parquet":
-            for f in files:
-                _check_parquet_field(f, cfg.text_field)
+        for f in files:
+            _check_file(f, fmt, cfg.text_field, Path(cfg.cache_dir).expanduser())
         kwargs = {"sample_by": "paragraph"} if fmt == "text" else {}
         ds = datasets.load_dataset(_BUILDER[fmt], data_files=[str(f) for f in files], split="train",
                                    cache_dir=cache, num_proc=max(1, min(cfg.num_proc, len(files))), **kwargs)
@@ -79,7 +78,7 @@ def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
         # builders disagree on string vs large_string; one type lets the parts concatenate
         parts = [p.cast(datasets.Features({"text": datasets.Value("large_string")})) for p in parts]
     docs = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
-    # Blank documents add nothing but an EOS; null cells (parquet/jsonl) would break tokenisation.
+    # Blank documents add nothing but an EOS (null cells were refused by _check_file).
     docs = docs.filter(lambda b: [t is not None and t.strip() != "" for t in b["text"]], batched=True)
     all_files = sorted(f for fs in groups.values() for f in fs)
     if len(docs) == 0:
@@ -128,26 +127,90 @@ def _collect_files(cfg: DataConfig) -> dict[str, list[Path]]:
     return groups
 
 
-def _check_jsonl_field(path: Path, text_field: str) -> None:
-    """Fail early, naming file and line, rather than deep inside the json builder."""
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+def _check_file(path: Path, fmt: str, text_field: str, cache: Path) -> None:
+    """Every line (row) of a corpus file is checked once, naming file and line, before `datasets` reads
+    it: its own errors ("Trailing data", a decode error, a null cell dropped later) name neither. A
+    file that passed is remembered by path, size and mtime, so a rerun does not read it twice."""
+    stat = path.stat()
+    key = hashlib.sha256(json.dumps([str(path), stat.st_size, stat.st_mtime_ns, fmt, text_field]).encode())
+    marker = cache / "checked" / key.hexdigest()[:32]
+    if marker.exists():
+        return
+    if stat.st_size == 0:
+        raise InputFileError(f"{path}: empty file (0 bytes); remove it from data.paths")
+    if fmt == "text":
+        _check_text(path)
+    elif fmt == "jsonl":
+        _check_jsonl(path, text_field)
+    else:
+        _check_parquet(path, text_field)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(f"{path}\n")
+
+
+def _check_text(path: Path) -> None:
+    """UTF-8 throughout (datasets' text builder would fail with a bare UnicodeDecodeError)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    lines, offset = 1, 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as e:
+                line = lines + chunk.count(b"\n", 0, max(0, e.start))
+                raise InputFileError(f"{path}:{line}: not UTF-8 text (at byte offset {offset + max(0, e.start)}); "
+                                     f"the corpus must be UTF-8") from None
+            lines += chunk.count(b"\n")
+            offset += len(chunk)
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise InputFileError(f"{path}:{lines}: not UTF-8 text (the file ends inside a character)") from None
+
+
+def _check_jsonl(path: Path, text_field: str) -> None:
+    """Every line: valid JSON, an object, with a string under data.text_field."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputFileError(f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[e.start]:02x})") from None
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: invalid JSON ({e})") from None
+                raise InputFileError(f"{path}:{lineno}: invalid JSON ({e})") from None
             if not isinstance(row, dict) or text_field not in row:
                 keys = sorted(row) if isinstance(row, dict) else type(row).__name__
-                raise ValueError(f"{path}:{lineno}: no field {text_field!r} (data.text_field); found {keys}")
-            if lineno >= 1000:  # a schema check, not a full validation pass over a large corpus
-                return
+                raise InputFileError(f"{path}:{lineno}: no field {text_field!r} (data.text_field); found {keys}")
+            if not isinstance(row[text_field], str):
+                kind = "null" if row[text_field] is None else type(row[text_field]).__name__
+                raise InputFileError(f"{path}:{lineno}: field {text_field!r} (data.text_field) is {kind}, "
+                                     f"not a string")
 
 
-def _check_parquet_field(path: Path, text_field: str) -> None:
+def _check_parquet(path: Path, text_field: str) -> None:
+    """A string column under data.text_field without nulls."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    names = pq.read_schema(path).names
-    if text_field not in names:
-        raise ValueError(f"{path}: no column {text_field!r} (data.text_field); found {names}")
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as e:
+        raise InputFileError(f"{path}: not a readable parquet file ({e})") from None
+    schema = pf.schema_arrow
+    if text_field not in schema.names:
+        raise InputFileError(f"{path}: no column {text_field!r} (data.text_field); found {schema.names}")
+    kind = schema.field(text_field).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise InputFileError(f"{path}: column {text_field!r} (data.text_field) holds {kind}, not strings")
+    try:
+        column = pf.read(columns=[text_field]).column(text_field)
+    except (pa.ArrowException, OSError) as e:
+        raise InputFileError(f"{path}: not a readable parquet file ({e})") from None
+    if column.null_count:
+        first = column.is_null().to_numpy(zero_copy_only=False).argmax()
+        raise InputFileError(f"{path}: row {first}: column {text_field!r} (data.text_field) is null "
+                             f"({column.null_count} null rows)")

@@ -15,7 +15,12 @@ from pathlib import Path
 import torch
 import torch.distributed as torch_dist
 
+from train.errors import reading
 from train.optim import OptimConfig, accumulation_steps, build_optimizer, set_lr
+
+# How to get past a damaged resume checkpoint: the previous one (schedule.keep_resume) is whole.
+RESUME_HINT = ("a truncated or damaged checkpoint: move {} away and rerun to resume from the previous "
+               "resume checkpoint")
 
 
 @dataclass
@@ -142,11 +147,15 @@ class TorchEngine:
     def load_resume(self, ckpt_dir: Path) -> None:
         # from_pretrained maps the on-disk names (transformers writes lm_head as embed_out) back to
         # the module's, so the state dict loads strictly: a missing tensor is an error, not a reset.
-        saved = type(self.module).from_pretrained(ckpt_dir, dtype=torch.float32)
-        self.module.load_state_dict(saved.state_dict(), strict=True)
-        state = torch.load(ckpt_dir / "resume" / "optimizer.pt", map_location=self.dist.device,
-                           weights_only=True)
-        self.optimizer.load_state_dict(state)
+        weights, optimizer = ckpt_dir / "model.safetensors", ckpt_dir / "resume" / "optimizer.pt"
+        with reading(weights, "the checkpoint's weights", RESUME_HINT.format(ckpt_dir)):
+            saved = type(self.module).from_pretrained(ckpt_dir, dtype=torch.float32)
+        with reading(weights, "weights that fit this run's model (a checkpoint of another run, with "
+                     "another tokenizer or model size?)", RESUME_HINT.format(ckpt_dir)):
+            self.module.load_state_dict(saved.state_dict(), strict=True)
+        with reading(optimizer, "the optimizer state", RESUME_HINT.format(ckpt_dir)):
+            state = torch.load(optimizer, map_location=self.dist.device, weights_only=True)
+            self.optimizer.load_state_dict(state)
 
 
 class DeepSpeedEngine:
@@ -190,8 +199,9 @@ class DeepSpeedEngine:
         self.ds.save_checkpoint(str(path), tag="deepspeed", save_latest=False)
 
     def load_resume(self, ckpt_dir: Path) -> None:
-        self.ds.load_checkpoint(str(ckpt_dir / "resume"), tag="deepspeed", load_optimizer_states=True,
-                                load_lr_scheduler_states=False)
+        with reading(ckpt_dir / "resume", "the DeepSpeed resume state", RESUME_HINT.format(ckpt_dir)):
+            self.ds.load_checkpoint(str(ckpt_dir / "resume"), tag="deepspeed", load_optimizer_states=True,
+                                    load_lr_scheduler_states=False)
 
 
 def build_engine(cfg: EngineConfig, optim: OptimConfig, model: torch.nn.Module, dist: Dist):

@@ -11,15 +11,26 @@ import os
 import socket
 from pathlib import Path
 
+from train.errors import UserError
 
-class RunDirLocked(RuntimeError):
+EVAL_LOCK = ".eval.lock"
+
+
+class RunDirLocked(UserError, RuntimeError):
     pass
 
 
 class RunLock:
-    def __init__(self, run_dir: Path, *, enabled: bool = True):
-        self.path = Path(run_dir) / ".lock"
+    """`RunLock(run)` is training's lock; `RunLock(run, name=EVAL_LOCK, ...)` is the one `probes score-run`
+    and `watch` take, so that two of them never score the same checkpoints (a watch runs beside the
+    training job, so it cannot take training's lock)."""
+
+    def __init__(self, run_dir: Path, *, enabled: bool = True, name: str = ".lock",
+                 why: str = "two jobs must not train into one run directory; wait for it, or give this "
+                            "run another hydra.run.dir"):
+        self.path = Path(run_dir) / name
         self.enabled = enabled  # only rank 0 of a job locks: the other ranks belong to the same job
+        self.why = why
         self._fd: int | None = None
 
     def acquire(self) -> "RunLock":
@@ -32,9 +43,7 @@ class RunLock:
         except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise RunDirLocked(
-                f"{self.path.parent} is in use by {holder} (lock {self.path}): two jobs must not train "
-                f"into one run directory; wait for it, or give this run another hydra.run.dir") from None
+            raise RunDirLocked(f"{self.path.parent} is in use by {holder} (lock {self.path}): {self.why}") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         self._fd = fd

@@ -18,14 +18,15 @@ from train.checkpoint import (latest_resumable, list_checkpoints, load_rng, prun
                               read_state, save_checkpoint)
 from train.config import TrainConfig, trajectory_diff
 from train.corpus import load_documents
-from train.engine import build_engine, init_distributed
+from train.engine import RESUME_HINT, build_engine, init_distributed
+from train.errors import reading, writing
 from train.hooks import run_hooks
 from train.lock import RunLock
 from train.logger import Logger, NullLogger
 from train.model import build_model
 from train.optim import lr_at
 from train.preempt import Preemption, drop_unscheduled
-from train.schedule import checkpoint_steps
+from train.schedule import checkpoint_steps, warn_points_beyond_end
 from train.sequences import SequenceStream
 from train.slurm import export_distributed_env
 from train.token_store import build_or_load
@@ -66,6 +67,8 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
                          f"optim.global_batch={cfg.optim.global_batch} x seq_len={seq_len}")
     tokens_per_step = cfg.optim.global_batch * seq_len
     save_steps = set(checkpoint_steps(cfg.schedule, total_steps, tokens_per_step))
+    if dist.main:
+        warn_points_beyond_end(cfg.schedule, total_steps, tokens_per_step)
 
     # Model and engine. Every rank draws the same initial weights from cfg.seed.
     model = build_model(cfg.model, len(tokenizer), seed=cfg.seed, bos_token_id=tokenizer.bos_token_id,
@@ -75,7 +78,8 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
 
     start_step, wandb_id = 0, None
     if resume_from is not None:
-        state = read_state(resume_from)
+        with reading(resume_from / "trainer_state.json", "the trainer state", RESUME_HINT.format(resume_from)):
+            state = read_state(resume_from)
         engine.load_resume(resume_from)
         load_rng(resume_from / "resume", dist.rank)
         start_step, wandb_id = state["step"], state.get("wandb_run_id")
@@ -89,7 +93,8 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
                  "data_seed": cfg.data.seed, "lr": lr, "loss": loss, "world_size": dist.world,
                  "engine": cfg.engine.kind, "wandb_run_id": logger.run_id, "time": time.time(),
                  "versions": _versions(), "preempted": not scheduled}
-        path = save_checkpoint(run_dir, step, engine, tokenizer, state, dist, with_resume=True)
+        with writing(run_dir / "checkpoints"):  # a full disk is named with the file it cut short
+            path = save_checkpoint(run_dir, step, engine, tokenizer, state, dist, with_resume=True)
         if dist.main:
             prune_resume_states(run_dir, cfg.schedule.keep_resume, cfg.schedule.weights_dtype)
             if scheduled:

@@ -7,6 +7,8 @@ from typing import Optional
 
 import torch
 
+from train.errors import ConfigError
+
 
 @dataclass
 class OptimConfig:
@@ -24,16 +26,23 @@ class OptimConfig:
 
     def __post_init__(self):
         if self.decay not in ("cosine", "linear", "constant"):
-            raise ValueError(f"optim.decay={self.decay!r}: expected cosine, linear or constant")
+            raise ConfigError(f"optim.decay={self.decay!r}: expected cosine, linear or constant")
         if len(self.betas) != 2:
-            raise ValueError(f"optim.betas={list(self.betas)}: expected two values")
+            raise ConfigError(f"optim.betas={list(self.betas)}: expected two values")
+        for key in ("global_batch", "micro_batch"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"optim.{key}={getattr(self, key)}: must be at least 1 (sequences)")
+        # One process at config time; accumulation_steps() checks again with the real world size.
+        accumulation_steps(self, 1)
+        if self.warmup_steps is not None and self.warmup_steps < 0:
+            raise ConfigError(f"optim.warmup_steps={self.warmup_steps}: must be >= 0 (or null for warmup_ratio)")
 
 
 def accumulation_steps(cfg: OptimConfig, world_size: int) -> int:
     """Micro-batches per rank per optimizer step, so that micro x accum x world = global batch."""
     per_rank, rest = divmod(cfg.global_batch, world_size)
     if rest or per_rank % cfg.micro_batch:
-        raise ValueError(
+        raise ConfigError(
             f"optim.global_batch={cfg.global_batch} must be a multiple of optim.micro_batch={cfg.micro_batch}"
             f" x world size {world_size}")
     return per_rank // cfg.micro_batch

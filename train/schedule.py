@@ -1,8 +1,13 @@
 """Which optimizer steps get a checkpoint: Pythia's, log-spaced, or a custom list; in steps or tokens."""
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
+
+from train.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -18,13 +23,25 @@ class ScheduleConfig:
 
     def __post_init__(self):
         if self.kind not in ("pythia", "log", "custom"):
-            raise ValueError(f"schedule.kind={self.kind!r}: expected pythia, log or custom")
+            raise ConfigError(f"schedule.kind={self.kind!r}: expected pythia, log or custom")
         if self.unit not in ("steps", "tokens"):
-            raise ValueError(f"schedule.unit={self.unit!r}: expected steps or tokens")
+            raise ConfigError(f"schedule.unit={self.unit!r}: expected steps or tokens")
         if self.weights_dtype not in ("fp32", "bf16"):
-            raise ValueError(f"schedule.weights_dtype={self.weights_dtype!r}: expected fp32 or bf16")
+            raise ConfigError(f"schedule.weights_dtype={self.weights_dtype!r}: expected fp32 or bf16")
         if self.keep_resume < 1:
-            raise ValueError(f"schedule.keep_resume={self.keep_resume}: keep at least one resume state")
+            raise ConfigError(f"schedule.keep_resume={self.keep_resume}: keep at least one resume state")
+        # Values that would silently give fewer checkpoints than asked for are refused.
+        if self.every < 1:
+            raise ConfigError(f"schedule.every={self.every}: must be at least 1 ({self.unit})")
+        if self.n_log < 1:
+            raise ConfigError(f"schedule.n_log={self.n_log}: must be at least 1 (log-spaced checkpoints)")
+        if not self.log_until > 0:
+            raise ConfigError(f"schedule.log_until={self.log_until}: must be > 0 (a fraction <= 1 of the "
+                              f"run, or an absolute position)")
+        negative = [p for p in self.points if p < 0]
+        if negative:
+            raise ConfigError(f"schedule.points: negative positions {negative}; positions are {self.unit} "
+                              f"from the start (0 = initialisation)")
 
 
 def checkpoint_steps(cfg: ScheduleConfig, total_steps: int, tokens_per_step: int) -> list[int]:
@@ -50,3 +67,23 @@ def checkpoint_steps(cfg: ScheduleConfig, total_steps: int, tokens_per_step: int
     else:
         steps.update(to_step(p) for p in cfg.points)
     return sorted(s for s in steps if 0 <= s <= total_steps)
+
+
+def points_beyond_end(cfg: ScheduleConfig, total_steps: int, tokens_per_step: int) -> list[int]:
+    """The custom points that lie after the run's last step (they get no checkpoint)."""
+    if cfg.kind != "custom":
+        return []
+    last = total_steps * tokens_per_step if cfg.unit == "tokens" else total_steps
+    return sorted(p for p in cfg.points if p > last)
+
+
+def warn_points_beyond_end(cfg: ScheduleConfig, total_steps: int, tokens_per_step: int) -> None:
+    """Points beyond the end are allowed (a grid preset gives every budget the same token points up to
+    the largest budget) but never silent: one warning names how many and which."""
+    beyond = points_beyond_end(cfg, total_steps, tokens_per_step)
+    if beyond:
+        last = total_steps * tokens_per_step if cfg.unit == "tokens" else total_steps
+        shown = beyond if len(beyond) <= 4 else [*beyond[:2], "...", *beyond[-2:]]
+        log.warning("schedule.points: %d of %d points lie beyond the run's end (%s %d) and get no "
+                    "checkpoint: %s", len(beyond), len(cfg.points), cfg.unit, last,
+                    ", ".join(map(str, shown)))

@@ -20,6 +20,7 @@ import datasets
 import numpy as np
 from tqdm.auto import tqdm
 
+from train.errors import InputFileError, reading
 from train.tokenizer import load_tokenizer, tokenizer_fingerprint
 
 _CHUNK_DOCS = 10_000  # documents per write: memory stays flat however large the corpus
@@ -30,12 +31,21 @@ class TokenStore:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.meta: dict = json.loads((self.path / "meta.json").read_text())
-        self.doc_offsets: np.ndarray = np.load(self.path / "offsets.npy")
-        self.tokens: np.ndarray = np.memmap(self.path / "tokens.bin", dtype=np.dtype(self.meta["dtype"]),
-                                            mode="r", shape=(self.meta["n_tokens"],))
-        if len(self.doc_offsets) != self.meta["n_docs"] + 1 or self.doc_offsets[-1] != self.meta["n_tokens"]:
-            raise ValueError(f"{self.path}: offsets.npy does not match meta.json (a corrupt store: delete it)")
+        # A store is renamed into place whole, so a short file here was damaged later (a disk, a copy):
+        # each message names the file and says the directory can be deleted to rebuild it.
+        hint = f"a damaged token store: delete {self.path} and rerun to rebuild it"
+        with reading(self.path / "meta.json", "the token store's meta.json", hint):
+            self.meta: dict = json.loads((self.path / "meta.json").read_text())
+            dtype, n_tokens = np.dtype(self.meta["dtype"]), int(self.meta["n_tokens"])
+        with reading(self.path / "offsets.npy", "the token store's document index", hint):
+            self.doc_offsets: np.ndarray = np.load(self.path / "offsets.npy")
+        tokens = self.path / "tokens.bin"
+        if tokens.stat().st_size != n_tokens * dtype.itemsize:
+            raise InputFileError(f"{tokens}: {tokens.stat().st_size} bytes, meta.json says {n_tokens} tokens "
+                                 f"of {dtype} ({n_tokens * dtype.itemsize} bytes); {hint}")
+        self.tokens: np.ndarray = np.memmap(tokens, dtype=dtype, mode="r", shape=(n_tokens,))
+        if len(self.doc_offsets) != self.meta["n_docs"] + 1 or self.doc_offsets[-1] != n_tokens:
+            raise InputFileError(f"{self.path}: offsets.npy does not match meta.json (a corrupt store: delete it)")
 
     def __len__(self) -> int:
         return self.meta["n_docs"]

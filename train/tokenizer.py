@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -26,6 +27,10 @@ from typing import Optional
 import datasets
 import transformers
 
+from train.errors import InputFileError
+
+log = logging.getLogger(__name__)
+
 UNK, BOS, EOS, PAD = "<unk>", "<s>", "</s>", "<pad>"
 SPM_FILE = "tokenizer.model"
 # sentencepiece never produces control or byte pieces from text; the HF Unigram lattice has no piece
@@ -33,6 +38,8 @@ SPM_FILE = "tokenizer.model"
 # its own piece (_ASCII, required at training), a literal "<s>" or "<0x41>" is spelled with ordinary
 # pieces, exactly as sentencepiece does.
 _NEVER = -1e9
+# sentencepiece's default trainer_spec.max_sentence_length: longer training lines are skipped
+SPM_MAX_SENTENCE_BYTES = 4192
 _ASCII = "".join(chr(c) for c in range(0x21, 0x7F))
 
 
@@ -76,7 +83,7 @@ def prepare_tokenizer(cfg: TokenizerConfig, docs: datasets.Dataset, corpus_id: s
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-", dir=final.parent))
     try:
-        _train_sentencepiece(cfg, docs, tmp)
+        _train_sentencepiece(cfg, docs, tmp, corpus_id)
         hf = _fast_from_spm(tmp / SPM_FILE)
         hf.save_pretrained(str(tmp))
         (tmp / "training_config.json").write_text(json.dumps({"corpus_id": corpus_id, **asdict(cfg)}, indent=2))
@@ -120,7 +127,7 @@ def tokenizer_fingerprint(path: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def _train_sentencepiece(cfg: TokenizerConfig, docs: datasets.Dataset, out_dir: Path) -> None:
+def _train_sentencepiece(cfg: TokenizerConfig, docs: datasets.Dataset, out_dir: Path, corpus_id: str = "") -> None:
     import sentencepiece as spm
 
     # Sample whole documents in a fixed random order until max_sentences lines are collected, so the
@@ -128,7 +135,7 @@ def _train_sentencepiece(cfg: TokenizerConfig, docs: datasets.Dataset, out_dir: 
     order = list(range(len(docs)))
     random.Random(0).shuffle(order)
     lines_file = out_dir / "sentences.txt"
-    n = 0
+    n = too_long = longest = 0
     with open(lines_file, "w", encoding="utf-8") as f:
         for i in order:
             for line in docs[i]["text"].splitlines():
@@ -136,17 +143,39 @@ def _train_sentencepiece(cfg: TokenizerConfig, docs: datasets.Dataset, out_dir: 
                 if line:
                     f.write(line + "\n")
                     n += 1
+                    size = len(line.encode("utf-8"))
+                    too_long += size > SPM_MAX_SENTENCE_BYTES
+                    longest = max(longest, size)
             if n >= cfg.max_sentences:
                 break
     if n == 0:
         raise ValueError("cannot train a tokenizer: the corpus has no non-empty lines")
+    # sentencepiece skips longer lines without a word; when they are most of the corpus its error then
+    # blames vocab_size. Say what happened, naming the corpus files.
+    skipped = (f"{too_long} of {n} lines of the corpus {_corpus_files(corpus_id)} are longer than "
+               f"sentencepiece's max_sentence_length ({SPM_MAX_SENTENCE_BYTES} bytes; the longest has "
+               f"{longest}) and are skipped when the tokenizer is trained") if too_long else ""
     try:
         _spm_train(spm, cfg, lines_file, out_dir)
     except RuntimeError as e:
+        if skipped:
+            raise InputFileError(f"sentencepiece training failed: {skipped}; break the text into lines of "
+                                 f"one paragraph (or sentence) each ({str(e).strip()})") from None
         raise ValueError(f"sentencepiece training failed (check tokenizer.vocab_size={cfg.vocab_size} and "
                          f"tokenizer.character_coverage={cfg.character_coverage}): {e}") from None
+    if skipped:
+        log.warning("%s", skipped)
     lines_file.unlink()
     (out_dir / "tokenizer.vocab").unlink(missing_ok=True)
+
+
+def _corpus_files(corpus_id: str) -> str:
+    """The files named in a corpus identity (train/corpus.py), for messages."""
+    try:
+        files = [f[0] for f in json.loads(corpus_id).get("files", [])]
+    except (ValueError, AttributeError, TypeError, IndexError):
+        files = []
+    return f"({', '.join(files)})" if files else "(data.paths)"
 
 
 def _spm_train(spm, cfg: TokenizerConfig, lines_file: Path, out_dir: Path) -> None:

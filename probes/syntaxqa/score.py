@@ -334,6 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from probes.outputs import check_output_file
+
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         cfg = SyntaxQAConfig(
@@ -343,6 +345,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
         if not (args.model / "config.json").is_file():
             raise ValueError(f"--model {args.model}: no config.json; not a Hugging Face model directory")
+        check_output_file(args.out)
         items, reports = build_items_and_reports(cfg)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
