@@ -290,7 +290,10 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
     if not cands:
         return []
     # paired bootstrap of every candidate's drop, recovery and peak level at once
-    C = np.concatenate([np.stack([W[u.peak] - W[u.trough], W[r] - W[u.trough], W[u.peak]])
+    # The peak's level is read on the smoothed curve: whether the model knew the phenomenon there is a
+    # question about its level around the peak, not about the luckiest checkpoint.
+    Ws = looks[-1][1]
+    C = np.concatenate([np.stack([W[u.peak] - W[u.trough], W[r] - W[u.trough], Ws[u.peak]])
                         for _, W, _, _, u, r, *_ in cands])  # (3 m, steps)
     boot = np.zeros((len(C), cfg.n_boot))
     for k in range(n_par):
@@ -314,8 +317,9 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
         p_drop = (1 + np.sum(b[0] <= 0)) / (cfg.n_boot + 1)
         p_rec = (1 + np.sum(b[1] <= 0)) / (cfg.n_boot + 1)
         # The peak is the highest of the u.trough checkpoints before the trough: on a flat curve at
-        # chance the highest of many noisy points is "above chance" at its own level. Bonferroni over
-        # those points, with the bootstrap's normal approximation so that small p's are resolved.
+        # chance the highest of many noisy points is "above chance" at its own level, smoothed or
+        # not. Bonferroni over those points, with the bootstrap's normal approximation so that small
+        # p's are resolved.
         z = (b[2].mean() - cfg.chance) / max(float(b[2].std()), 1e-12)
         p_peak = min(1.0, max(u.trough, 1) * 0.5 * math.erfc(z / math.sqrt(2)))
         peak_above = bool(p_peak < cfg.alpha)
@@ -410,9 +414,12 @@ STAT_COLUMNS = ["model", "budget", "benchmark", "level", "phenomenon", "paradigm
                 "verdict", "reason", "runs"]
 
 
-def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomenon", "paradigm")):
+def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomenon", "paradigm"),
+                          evidence: list[str] | None = None):
     """Statistical U's for every model x budget group (its runs are the seeds), benchmark, and
-    phenomenon/paradigm of an EvalSet. Returns (DataFrame of STAT_COLUMNS, list of notes)."""
+    phenomenon/paradigm of an EvalSet. Returns (DataFrame of STAT_COLUMNS, list of notes).
+    Every candidate is a row; only rows with accepted=True are U-shapes (verdict says why not).
+    What one seed can show (thin_note, per group) goes to `evidence` if given, else to the notes."""
     import pandas as pd
 
     from probes.evalfile import MISSING, MLP, SUM
@@ -472,7 +479,7 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
         at_scale = [dict(zip(names, (W @ np.nan_to_num(par_curve, nan=0.5)).T)) for _, W in scales(x, cfg)]
         if len(outs) == 1:
             n_pp = float(np.median([len(v) for v in cols[0].values()]))
-            notes.append(thin_note(f"{model}/{budget}/{bench}", x, cfg, n_pp))
+            (notes if evidence is None else evidence).append(thin_note(f"{model}/{budget}/{bench}", x, cfg, n_pp))
         for level, ph, par, paradigms in units:
             if not all(p in c for c in cols for p in paradigms):
                 notes.append(f"{model}/{budget}/{bench}/{par or ph}: not in every seed; skipped")
