@@ -303,10 +303,13 @@ def test_end_of_run_u_list_applies_the_reports_rule(tmp_path, capsys):
     assert not us.accepted.any() and set(us.verdict) == {"too_thin"}  # ... none of them a U-shape
     assert "0 U-shape(s) at delta=0.1" in printed and "too few to accept a U of depth 0.1" in printed
 
-    # two seeds with a planted dip: the end-of-run list and the report's table accept the same U's
-    dip = np.stack([0.9 - planted_dip(x, 0.3, 6.5, 0.2), sigmoid_curve(x, 0.5, 0.9, 5.0, 3)], axis=1)
+    # two seeds with planted dips (0.3 deep, and 0.08: a U at the report's delta 0.05, not at 0.1):
+    # the end-of-run list and the report's table accept the same U's
+    dip = np.stack([0.9 - planted_dip(x, 0.3, 6.3, 0.2), sigmoid_curve(x, 0.5, 0.9, 5.0, 3),
+                    0.9 - planted_dip(x, 0.08, 5.6, 0.3)], axis=1)
     runs = [write_run(tmp_path / f"s{s}", RunSpec(budget=10**7, seed=s, tokens_per_step=1000, steps=list(steps)),
-                      np.clip(dip, 0, 1), ["attr", "simple"], ["agr", "agr"], 300, rng) for s in (1, 2)]
+                      np.clip(dip, 0, 1), ["attr", "simple", "shallow"], ["agr", "agr", "agr"], 300, rng)
+            for s in (1, 2)]
     assert curves.main([*map(str, runs), "--out", str(tmp_path / "c2")]) == 0
     listed = pd.read_csv(tmp_path / "c2" / "ushapes.csv")
     rep, _ = find_u_shapes_in_runs(load_runs(runs), ReportConfig().ushape)  # what `probes report` runs
@@ -314,4 +317,4 @@ def test_end_of_run_u_list_applies_the_reports_rule(tmp_path, capsys):
     got = listed[listed.accepted][keys].fillna("").astype(str).sort_values(keys).reset_index(drop=True)
     want = rep[rep.accepted][keys].fillna("").astype(str).sort_values(keys).reset_index(drop=True)
     pd.testing.assert_frame_equal(got, want)
-    assert set(got.paradigm) == {"attr", ""} and (listed[listed.accepted].n_seeds == 2).all()
+    assert set(got.paradigm) == {"attr", "shallow", ""} and (listed[listed.accepted].n_seeds == 2).all()
