@@ -238,7 +238,7 @@ def unit_sd(mats: list[list[np.ndarray]], worst_case: bool = False) -> tuple[np.
         for n in n_sk:
             var += p * (1 - p) / np.maximum(n, 1)
             inv_n.append(np.mean(1.0 / np.maximum(n, 1)))
-    return np.sqrt(var) / (S * K), float(1.0 / np.mean(inv_n))
+    return np.sqrt(var) / (S * K), round(float(1.0 / np.mean(inv_n)), 6)
 
 
 def min_pairs(depth: float, c_unit: float, n_paradigms: int = 1) -> int:
