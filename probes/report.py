@@ -348,6 +348,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     res = build_report(ev, a.out, cfg)
     for n in res["notes"]:
         print(f"warning: {n}", file=sys.stderr)
+    for n in res["ushape_evidence"]:
+        print(f"U-shapes: {n}")
     n_acc = int(res["ushapes"]["accepted"].sum()) if len(res["ushapes"]) else 0
     print(f"report: {a.out / 'report.md'} ({len(res['figures'])} figures in {a.out / 'figures'}, "
           f"tables in {a.out / 'tables'}); {n_acc} accepted U-shape(s); {res['seconds']:.1f} s")
