@@ -289,14 +289,21 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
             cands.append((name, W, curve, seed_curves, u, r_max, c, c_thin, c_unit))
     if not cands:
         return []
-    # paired bootstrap of every candidate's drop, recovery and peak level at once
-    # The peak's level is read on the smoothed curve: whether the model knew the phenomenon there is a
-    # question about its level around the peak, not about the luckiest checkpoint.
+    # The paired bootstrap of each candidate's drop, recovery and peak level, all at once, for the
+    # candidates that clear the noise threshold (the others cannot be accepted; most raw-scale
+    # candidates are noise, and the bootstrap is where the time goes). The peak's level is read on
+    # the smoothed curve: whether the model knew the phenomenon there is a question about its level
+    # around the peak, not about the luckiest checkpoint.
+    depths = [float(min(cv[u.peak], cv[r]) - cv[u.trough]) for _, _, cv, _, u, r, *_ in cands]
+    tested = [i for i, (d, cand) in enumerate(zip(depths, cands))
+              if d > cand[6] and not (n_seeds == 1 and d <= cand[7])]
     Ws = looks[-1][1]
-    C = np.concatenate([np.stack([W[u.peak] - W[u.trough], W[r] - W[u.trough], Ws[u.peak]])
-                        for _, W, _, _, u, r, *_ in cands])  # (3 m, steps)
+    C = np.zeros((0, len(x)))  # (3 x tested, steps)
+    if tested:
+        C = np.concatenate([np.stack([W[u.peak] - W[u.trough], W[r] - W[u.trough], Ws[u.peak]])
+                            for _, W, _, _, u, r, *_ in (cands[i] for i in tested)])
     boot = np.zeros((len(C), cfg.n_boot))
-    for k in range(n_par):
+    for k in range(n_par if tested else 0):
         sizes = {seed[k].shape[1] for seed in mats}
         V = [C @ seed[k] for seed in mats]  # each pair's contribution to each contrast, per seed
         if len(sizes) == 1:  # same pairs in every seed: one resample of pairs for all (paired)
@@ -306,26 +313,31 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
             for v in V:
                 counts = _resample_counts(v.shape[1], cfg.n_boot, rng)
                 boot += (v @ counts.T) / (v.shape[1] * n_seeds * n_par)
+    row_of = {i: j for j, i in enumerate(tested)}
     out = []
     for i, (name, W, curve, seed_curves, u, r_max, c, c_thin, c_unit) in enumerate(cands):
-        b = boot[3 * i: 3 * i + 3]
-        drop, rec = curve[u.peak] - curve[u.trough], curve[r_max] - curve[u.trough]
-        u_depth = float(min(drop, rec))
+        u_depth = depths[i]
         need = cfg.seed_delta_fraction * cfg.delta
         shows = [(sc[u.peak] - sc[u.trough] >= need) and (sc[r_max] - sc[u.trough] >= need)
                  for sc in seed_curves]
-        p_drop = (1 + np.sum(b[0] <= 0)) / (cfg.n_boot + 1)
-        p_rec = (1 + np.sum(b[1] <= 0)) / (cfg.n_boot + 1)
-        # The peak is the highest of the u.trough checkpoints before the trough: on a flat curve at
-        # chance the highest of many noisy points is "above chance" at its own level, smoothed or
-        # not. Bonferroni over those points, with the bootstrap's normal approximation so that small
-        # p's are resolved.
-        z = (b[2].mean() - cfg.chance) / max(float(b[2].std()), 1e-12)
-        p_peak = min(1.0, max(u.trough, 1) * 0.5 * math.erfc(z / math.sqrt(2)))
-        peak_above = bool(p_peak < cfg.alpha)
-        kind = KINDS[2] if not peak_above else (KINDS[1] if u.peak < onset_index else KINDS[0])
         agreement = float(np.mean(shows))
-        boot_ok = p_drop < cfg.alpha and (p_rec < cfg.alpha or not cfg.require_recovery)
+        nan = float("nan")
+        p_drop = p_rec = p_peak = drop_lo = drop_hi = nan
+        kind, peak_above = "", False  # not tested: below the noise threshold
+        if i in row_of:
+            b = boot[3 * row_of[i]: 3 * row_of[i] + 3]
+            p_drop = (1 + np.sum(b[0] <= 0)) / (cfg.n_boot + 1)
+            p_rec = (1 + np.sum(b[1] <= 0)) / (cfg.n_boot + 1)
+            drop_lo, drop_hi = np.quantile(b[0], [cfg.alpha / 2, 1 - cfg.alpha / 2])
+            # The peak is the highest of the u.trough checkpoints before the trough: on a flat curve
+            # at chance the highest of many noisy points is "above chance" at its own level, smoothed
+            # or not. Bonferroni over those points, with the bootstrap's normal approximation so that
+            # small p's are resolved.
+            z = (b[2].mean() - cfg.chance) / max(float(b[2].std()), 1e-12)
+            p_peak = min(1.0, max(u.trough, 1) * 0.5 * math.erfc(z / math.sqrt(2)))
+            peak_above = bool(p_peak < cfg.alpha)
+            kind = KINDS[2] if not peak_above else (KINDS[1] if u.peak < onset_index else KINDS[0])
+        boot_ok = bool(p_drop < cfg.alpha and (p_rec < cfg.alpha or not cfg.require_recovery))
         n_min = min_pairs(u_depth, c_unit, n_par)
         per_par = n_unit
         if n_seeds == 1 and u_depth <= c_thin:
@@ -347,8 +359,7 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
             "peak_acc": curve[u.peak], "trough_acc": curve[u.trough], "recovery_acc": curve[u.recovery],
             "recovered_to": u.recovered_to, "depth": u.depth, "u_depth": u_depth,
             "noise_threshold": c, "n_pairs": per_par,
-            "drop_lo": float(np.quantile(b[0], cfg.alpha / 2)),
-            "drop_hi": float(np.quantile(b[0], 1 - cfg.alpha / 2)),
+            "drop_lo": float(drop_lo), "drop_hi": float(drop_hi),
             "p_drop": float(p_drop), "p_recovery": float(p_rec), "p_peak_at_chance": float(p_peak),
             "peak_above_chance": peak_above, "kind": kind, "n_seeds": n_seeds,
             "seed_agreement": agreement, "significant": bool(boot_ok and u_depth > c),
@@ -432,6 +443,7 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
     info = {r.name: r for r in ev.runs}
     notes: list[str] = []
     rows: list[dict] = []
+    n_curves = 0
     groups: dict[tuple, list[str]] = {}
     for (run, bench) in ev.outcomes:
         r = info[run]
@@ -484,6 +496,7 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
             if not all(p in c for c in cols for p in paradigms):
                 notes.append(f"{model}/{budget}/{bench}/{par or ph}: not in every seed; skipped")
                 continue
+            n_curves += 1
             if not any(find_u_shapes(np.mean([s[p] for p in paradigms], axis=0), cfg.delta) for s in at_scale):
                 continue
             mats = [[b[:, c[p]] for p in paradigms] for b, c in zip(blocks, cols)]
@@ -497,4 +510,10 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
                 rows.append(row)
     df = pd.DataFrame(rows, columns=STAT_COLUMNS)
     df["budget"] = df["budget"].astype("Int64")
+    if n_curves:  # each curve is one test at level alpha: say what that means for the whole list
+        (notes if evidence is None else evidence).append(
+            f"{n_curves} curve(s) examined (paradigms and phenomena, per model x budget x benchmark); each "
+            f"has at most a {cfg.alpha:.0%} chance of a false U (curves flat at chance; rising curves far "
+            f"less, see bench/bench_ushape.py), so up to {cfg.alpha * n_curves:.1f} accepted U's could be "
+            "noise, most likely among chance_dip ones")
     return df, notes

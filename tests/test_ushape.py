@@ -87,7 +87,8 @@ def test_find_u_shapes_in_run_directories(tmp_path):
         runs.append(write_run(tmp_path / f"s{seed}", spec, np.clip(curves, 0, 1), ["attr", "simple"],
                               ["agreement", "agreement"], 400, rng))
     ev = load_runs(runs)
-    df, notes = find_u_shapes_in_runs(ev, UShapeConfig(delta=0.1, n_boot=200))
+    evidence: list[str] = []
+    df, notes = find_u_shapes_in_runs(ev, UShapeConfig(delta=0.1, n_boot=200), evidence=evidence)
     acc = df[df.accepted]
     para = acc[acc.level == "paradigm"]
     assert list(para.paradigm) == ["attr"]
@@ -96,6 +97,7 @@ def test_find_u_shapes_in_run_directories(tmp_path):
     assert abs(np.log10(row.trough_tokens) - 6.0) <= 0.3
     assert row.peak_tokens < row.trough_tokens < row.recovery_tokens
     assert notes == []
+    assert len(evidence) == 1 and evidence[0].startswith("3 curve(s) examined")  # 2 paradigms + 1 phenomenon
 
 
 # ------------------------------------------------------------------ issue 11: narrow dips, honest noise
