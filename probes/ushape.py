@@ -176,10 +176,10 @@ def noise_threshold(sd: np.ndarray, W: np.ndarray, level: float, n_null: int,
     checkpoint's accuracy, as if its pairs were drawn afresh (which bounds the paired case, where a
     pair's outcomes are positively correlated over time, from above). Why this bounds false U's: if
     the true curve mu is non-decreasing, any drop of W @ (mu + e) from an earlier to a later point is
-    at most a drop of W @ e (exactly on the raw scale; up to the smoother's small
-    overshoot at sharp bends on the smoothed one), so P(some
-    candidate's drop > threshold) <= 1 - level however many checkpoints and candidates were looked
-    at. A U also needs a recovery, so its depth min(drop, recovery) is tested against the same value.
+    at most a drop of W @ e (exactly on the raw scale; up to the smoother's small overshoot at sharp
+    bends on the smoothed one), so P(some candidate's drop > threshold) <= 1 - level however many
+    checkpoints and candidates were looked at. A flat curve is the worst case. A U also needs a
+    recovery, so its depth min(drop, recovery) is tested against the same value.
     """
     e = rng.standard_normal((n_null, len(sd))) * sd[None, :]
     return float(np.quantile(max_drawdown(e if _is_identity(W) else e @ W.T), level))
