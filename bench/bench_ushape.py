@@ -79,11 +79,13 @@ def main() -> None:
         x = log_tokens(steps * TOKENS_PER_STEP)
         lo, hi = x[1], x[-1]
         for n_seeds in [int(s) for s in a.seeds.split(",")]:
-            rng = np.random.default_rng(a.rng)
+            # curves and their noise from one generator, the detector's bootstrap from another: the
+            # planted set is the same whatever the detector draws (and for every detector compared)
+            rng, det = np.random.default_rng(a.rng), np.random.default_rng(a.rng + 1)
 
             def accepted(curve):
                 mats = [[sample_correct(curve, a.pairs, rng).astype(float)] for _ in range(n_seeds)]
-                return [u for u in analyse_curve(x, mats, cfg, onset_index=1, rng=rng) if u["accepted"]]
+                return [u for u in analyse_curve(x, mats, cfg, onset_index=1, rng=det) if u["accepted"]]
 
             def base():
                 mid, slope = rng.uniform(lo + 0.5, lo + 0.55 * (hi - lo)), rng.uniform(1.5, 4.0)
