@@ -3,7 +3,9 @@
 Outputs under DIR:
     curves.csv / curves.parquet      one row per run x step x benchmark x paradigm (acc_mlp, acc_sum)
     phenomena.csv / .parquet         the same per phenomenon (mean over its paradigms)
-    ushapes.csv                      geometric U's (DESIGN.md) on the raw curves, see probes.ushape
+    ushapes.csv                      U-shape candidates and verdicts by the report's rule (runs of one
+                                     model x budget are its seeds; probes.ushape.find_u_shapes_in_runs);
+                                     only rows with accepted=True are U-shapes
     problems.txt                     missing checkpoints / benchmarks (only when there are any)
     plots/<benchmark>/<phenomenon>.png   x = tokens seen (log); lines per paradigm (one run) or per run
     plots/<benchmark>/overview.png       one line per phenomenon; one panel per model x budget
@@ -23,7 +25,7 @@ import pandas as pd
 
 from probes.evalset import EvalInputError, EvalSet, load_runs, log_tokens
 from probes.outputs import save_figure, write_csv, write_table, write_text
-from probes.ushape import above_chance, find_u_shapes
+from probes.ushape import UShapeConfig, find_u_shapes_in_runs
 
 CHANCE = 0.5
 TIDY_COLUMNS = ["run", "model", "budget", "seed", "step", "tokens", "benchmark", "phenomenon",
@@ -41,35 +43,6 @@ def phenomenon_table(table: pd.DataFrame) -> pd.DataFrame:
     out["n_pairs"] = g["n_pairs"].sum()
     out["n_paradigms"] = g["paradigm"].nunique()
     return out.reset_index()
-
-
-def u_shape_list(table: pd.DataFrame, delta: float, metric: str = "acc_mlp") -> pd.DataFrame:
-    """Geometric U's on each raw curve of `table` (paradigm rows and/or phenomenon rows)."""
-    level = "paradigm" if "paradigm" in table.columns else "phenomenon"
-    keys = [*GROUP_RUN, "benchmark", "phenomenon"] + (["paradigm"] if level == "paradigm" else [])
-    rows = []
-    for key, cur in table.groupby(keys, dropna=False, sort=True):
-        cur = cur.sort_values("step")
-        y = cur[metric].to_numpy(dtype=float)
-        for u in find_u_shapes(y, delta):
-            r = dict(zip(keys, key))
-            r.setdefault("paradigm", "")
-            r["level"] = level
-            r["metric"] = metric
-            for name, i, acc in (("peak", u.peak, u.peak_y), ("trough", u.trough, u.trough_y),
-                                 ("recovery", u.recovery, u.recovery_y)):
-                r[f"{name}_step"] = int(cur["step"].iloc[i])
-                r[f"{name}_tokens"] = int(cur["tokens"].iloc[i])
-                r[f"{name}_acc"] = acc
-            r["recovered_to"] = u.recovered_to
-            r["depth"] = u.depth
-            r["peak_above_chance"] = above_chance(u.peak_y, float(cur["n_pairs"].iloc[u.peak]), CHANCE)
-            rows.append(r)
-    cols = [*GROUP_RUN, "benchmark", "level", "phenomenon", "paradigm", "metric",
-            "peak_step", "peak_tokens", "peak_acc", "trough_step", "trough_tokens", "trough_acc",
-            "recovery_step", "recovery_tokens", "recovery_acc", "recovered_to", "depth",
-            "peak_above_chance"]
-    return pd.DataFrame(rows, columns=cols)
 
 
 # ---------------------------------------------------------------------------------------- plots
@@ -214,17 +187,26 @@ def plot_overview(phen_table: pd.DataFrame, benchmark: str, path: Path, metric: 
 
 # ---------------------------------------------------------------------------------------- CLI
 
-def write_curves(ev: EvalSet, out: Path, delta: float = 0.1, metric: str = "acc_mlp") -> dict[str, list[Path]]:
+def write_curves(ev: EvalSet, out: Path, delta: float = UShapeConfig.delta,
+                 metric: str = "acc_mlp") -> dict[str, list]:
+    """Tables and plots under `out`; returns the paths written ("tables", "plots") and what one seed
+    can show about U-shapes ("notes", see probes.ushape.thin_note)."""
     out.mkdir(parents=True, exist_ok=True)
     table = ev.table
     phen = phenomenon_table(table)
-    written: dict[str, list[Path]] = {"tables": [], "plots": []}
+    written: dict[str, list] = {"tables": [], "plots": []}
     written["tables"] += write_table(out / "curves", table[TIDY_COLUMNS])
     written["tables"] += write_table(out / "phenomena", phen)
-    us = pd.concat([u_shape_list(phen, delta, metric), u_shape_list(table, delta, metric)], ignore_index=True)
+    # The same rule as `probes report` (noise threshold, paired bootstrap, seeds, minimum pairs with
+    # one seed): a list of every geometric dip of a 10-pair curve is noise, not U-shapes.
+    evidence: list[str] = []
+    us, u_notes = find_u_shapes_in_runs(ev, UShapeConfig(delta=delta, metric=metric.removeprefix("acc_")),
+                                        evidence=evidence)
     written["tables"].append(write_csv(out / "ushapes.csv", us))
-    if ev.problems:
-        written["tables"].append(write_text(out / "problems.txt", "\n".join(ev.problems) + "\n"))
+    written["notes"] = evidence
+    problems = list(ev.problems) + u_notes
+    if problems:
+        written["tables"].append(write_text(out / "problems.txt", "\n".join(problems) + "\n"))
     for bench in sorted(table.benchmark.unique()):
         bdir = out / "plots" / safe_name(bench)
         for ph in sorted(table.loc[table.benchmark == bench, "phenomenon"].unique()):
@@ -233,13 +215,22 @@ def write_curves(ev: EvalSet, out: Path, delta: float = 0.1, metric: str = "acc_
     return written
 
 
+def u_summary(us: pd.DataFrame, delta: float) -> str:
+    """'2 U-shape(s) at delta=0.05 (of 31 candidates: 25 too_thin, 4 below_noise)'."""
+    n_acc = int(us["accepted"].sum()) if len(us) else 0
+    rest = us.loc[~us["accepted"].astype(bool), "verdict"].value_counts() if len(us) else pd.Series(dtype=int)
+    why = ", ".join(f"{n} {v}" for v, n in rest.items())
+    return f"{n_acc} U-shape(s) at delta={delta}" + (f" (of {len(us)} candidates: {why})" if why else "")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m probes curves",
                                 description="Learning curves from the per-pair evals of run directories.")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--out", required=True, type=Path, help="output directory")
-    p.add_argument("--delta", type=float, default=0.1,
-                   help="U-shape threshold: minimum drop and recovery in accuracy (default 0.1)")
+    p.add_argument("--delta", type=float, default=UShapeConfig.delta,
+                   help=f"U-shape threshold: minimum drop and recovery in accuracy (default {UShapeConfig.delta},"
+                        " as in probes report)")
     p.add_argument("--metric", choices=["mlp", "sum"], default="mlp",
                    help="accuracy used for plots and U's: mean log-prob per token (mlp) or sum-LP")
     return p
@@ -260,10 +251,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     qa = syntax_qa_table(args.run_dirs)
     if len(qa):  # runs probed with probes.syntax_qa.enabled=true
         written["plots"] += [p for p in write_syntax_qa_curves(qa, args.out) if p.suffix == ".png"]
-    n_u = len(pd.read_csv(args.out / "ushapes.csv"))
+    us = pd.read_csv(args.out / "ushapes.csv")
     print(f"{len(ev.runs)} run(s), {len(ev.table)} paradigm x checkpoint rows, convention {ev.convention}")
-    print(f"tables: {args.out}/curves.csv, phenomena.csv, ushapes.csv ({n_u} U-shape(s) at delta={args.delta})")
+    print(f"tables: {args.out}/curves.csv, phenomena.csv, ushapes.csv ({u_summary(us, args.delta)})")
     print(f"plots:  {args.out / 'plots'} ({len(written['plots'])} PNG files)")
+    for n in written["notes"]:
+        print(f"U-shapes: {n}")
     return 0
 
 

@@ -168,7 +168,8 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
             jobs.submit(f"Scaling heatmap, {bench} per phenomenon", plot_grid_phenomena, o, pp, bench, metric, fdir)
 
         # 3. U-shapes, then the region figures (paradigms with an accepted U first)
-        us, u_notes = find_u_shapes_in_runs(ev, cfg.ushape)
+        u_evidence: list[str] = []
+        us, u_notes = find_u_shapes_in_runs(ev, cfg.ushape, evidence=u_evidence)
         notes += u_notes
         par_curves, phen_curves = group_region_curves(ev.table), group_region_curves(phen)
         regions_u = u_region_table(us, par_curves, phen_curves, cfg.regions) if len(us) else pd.DataFrame()
@@ -221,17 +222,18 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
     # 7. report.md
     if notes:
         write_text(out / "problems.txt", "\n".join(notes) + "\n")
-    md = _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out, qa_md, cs_md)
+    md = _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out, qa_md,
+                   cs_md=cs_md, u_evidence=u_evidence)
     write_text(out / "report.md", md)
     result = {"figures": [p for _, p in figs], "ushapes": us, "aoa": aoa, "groups": groups,
-              "notes": notes, "seconds": time.perf_counter() - t0}
+              "notes": notes, "ushape_evidence": u_evidence, "seconds": time.perf_counter() - t0}
     if cfg.wandb:
         _log_wandb(cfg, out, figs)
     return result
 
 
 def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out: Path, qa_md=(),
-              cs_md=()) -> str:
+              cs_md=(), u_evidence=()) -> str:
     rel = lambda p: Path(p).relative_to(out).as_posix()  # noqa: E731
     acc = us[us.accepted] if len(us) else us
     L = ["# syntax-dynamics report", "",
@@ -246,18 +248,16 @@ def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes
     L += ["## Figures", ""] + [f"{i + 1}. [{t}]({rel(p)})" for i, (t, p) in enumerate(figs)] + [""]
     L += ["## Learning curves", ""] + [f"![{t}]({rel(p)})" for t, p in figs if t.startswith("Learning")] + [""]
     u = cfg.ushape
-    L += ["## U-shapes", "",
-          f"Drop and recovery >= {u.delta} on curves smoothed on log10 tokens (local-linear, bandwidth "
-          f"{u.bandwidth} decades, at least {u.min_neighbours} neighbours); accepted when the paired bootstrap "
-          f"over pairs ({u.n_boot} resamples) puts the drop{' and the recovery' if u.require_recovery else ''} "
-          f"above 0 at one-sided level {u.alpha} and at least {u.min_seed_agreement:.0%} of seeds show it. "
-          "Kinds: learned_then_lost (peak above chance after the model left its near-random stage), "
-          "early_heuristic (peak above chance while the model was still near-random), chance_dip (the peak "
-          f"itself is not above chance). {len(acc)} accepted of {len(us)} candidates "
-          "(all candidates in tables/ushapes.csv).", ""]
-    cols = ["model", "budget", "benchmark", "level", "phenomenon", "paradigm", "kind", "peak_tokens",
-            "trough_tokens", "recovery_tokens", "peak_acc", "trough_acc", "depth", "p_drop", "seed_agreement"]
-    L += [_md_table(acc[cols].sort_values("depth", ascending=False) if len(acc) else acc), ""]
+    L += ["## U-shapes", "", u_rule_text(u), ""]
+    if len(us):
+        counts = us["verdict"].value_counts()
+        L += [f"{len(acc)} accepted of {len(us)} candidates (" + ", ".join(f"{n} {v}" for v, n in counts.items())
+              + "; every candidate with its verdict and reason in tables/ushapes.csv).", ""]
+    L += [f"- {n}" for n in u_evidence] + ([""] if len(u_evidence) else [])
+    cols = ["model", "budget", "benchmark", "level", "phenomenon", "paradigm", "kind", "scale", "peak_tokens",
+            "trough_tokens", "recovery_tokens", "peak_acc", "trough_acc", "u_depth", "noise_threshold", "p_drop",
+            "seed_agreement"]
+    L += [_md_table(acc[cols].sort_values("u_depth", ascending=False) if len(acc) else acc), ""]
     if len(regions_u):
         L += ["### Which region's delta moves first", "",
               "Generic split (critical span / shared suffix), summed Δ log-prob per region, mean over pairs.", "",
@@ -300,6 +300,27 @@ def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes
           for p in tables]
     L += ["", "## Parameters", "", "```", repr(cfg), "```", ""]
     return "\n".join(L)
+
+
+def u_rule_text(u: UShapeConfig) -> str:
+    """The U-shape acceptance rule in words, with this report's parameters."""
+    looks = (["the raw checkpoints"] if u.raw else []) + (
+        [f"the curve smoothed on log10 tokens (local-linear, bandwidth {u.bandwidth} decades, at least "
+         f"{u.min_neighbours} neighbours)"] if u.bandwidth > 0 else [])
+    return (f"Candidates: drop and recovery >= {u.delta} on the seed-mean curve, looked for on "
+            f"{' and on '.join(looks)}. Accepted when (1) the U's depth, min(drop, recovery), exceeds the "
+            f"deepest drop that binomial noise alone makes anywhere on the schedule at that scale "
+            f"({1 - u.alpha / max(len(looks), 1):.3g} quantile over {u.n_null} Monte Carlo draws, at the "
+            "curve's own accuracies and pairs: looking at every checkpoint is paid for here), (2) the paired "
+            f"bootstrap over pairs ({u.n_boot} resamples, the same pairs at every checkpoint and seed) puts the "
+            f"drop{' and the recovery' if u.require_recovery else ''} above 0 at one-sided level {u.alpha}, "
+            f"and (3) at least {u.min_seed_agreement:.0%} of seeds show it on their own curve. With one seed "
+            "only binomial noise can be measured: a U is reported as too_thin when it is no deeper than what "
+            "that noise makes at p = 0.5 with the curve's pairs per paradigm; the pairs a U of depth d needs "
+            "are (c / d)^2 for the schedule's one-pair noise threshold c. Kinds: learned_then_lost (peak "
+            "above chance after the model left its near-random stage), early_heuristic (peak above chance "
+            "while the model was still near-random), chance_dip (the peak itself is not above chance; the "
+            "peak's level is read on the smoothed curve, Bonferroni over the checkpoints it was picked from).")
 
 
 def _log_wandb(cfg: ReportConfig, out: Path, figs) -> None:
@@ -357,6 +378,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     res = build_report(ev, a.out, cfg)
     for n in res["notes"]:
         print(f"warning: {n}", file=sys.stderr)
+    for n in res["ushape_evidence"]:
+        print(f"U-shapes: {n}")
     n_acc = int(res["ushapes"]["accepted"].sum()) if len(res["ushapes"]) else 0
     print(f"report: {a.out / 'report.md'} ({len(res['figures'])} figures in {a.out / 'figures'}, "
           f"tables in {a.out / 'tables'}); {n_acc} accepted U-shape(s); {res['seconds']:.1f} s")

@@ -1,11 +1,15 @@
 """U-shapes in learning curves (DESIGN.md): a drop of at least delta from an earlier peak to a
-trough, followed by a recovery of at least delta.
+trough, followed by a recovery of at least delta, that is not noise.
 
-`find_u_shapes` is the plain geometric finder on one curve (used by `probes curves`).
-`probes.ushape_stats` adds smoothing on log tokens, agreement across seeds and the paired bootstrap.
+`find_u_shapes` is the plain geometric finder on one curve (it proposes candidates).
+`analyse_curve` / `find_u_shapes_in_runs` decide which candidates are U-shapes: a noise threshold
+for looking at every checkpoint (raw and smoothed), the paired bootstrap over pairs, agreement
+across seeds, and with one seed a minimum number of pairs. `probes report` and the end-of-run
+`probes curves` both call `find_u_shapes_in_runs`, so they list the same U's.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -81,34 +85,48 @@ def above_chance(acc: float, n_pairs: float, chance: float = 0.5, z: float = 1.6
     return bool(acc - chance > z * se)
 
 
-# ------------------------------------------------------------------ statistical U-shapes (issue 5)
+# ------------------------------------------------------------------ statistical U-shapes (issue 5, 11)
 
 KINDS = ("learned_then_lost", "early_heuristic", "chance_dip")
+VERDICTS = ("accepted", "too_thin", "below_noise", "not_significant", "seeds_disagree")
 
 
 @dataclass
 class UShapeConfig:
-    """Statistical U-shape detection. Defaults are chosen for ~300 pairs per paradigm and a
-    ~47-checkpoint log-spaced schedule (one binomial standard error is ~0.029 at 300 pairs)."""
+    """Statistical U-shape detection, on two scales of the seed-mean curve: the raw checkpoints (a
+    dip spanning 2-4 sparse checkpoints, which any smoothing flattens) and a curve smoothed on log
+    tokens (a wide shallow dip at dense checkpoints, where averaging neighbours beats the noise).
 
-    delta: float = 0.05  # minimum drop and recovery of the smoothed curve, in accuracy
-    bandwidth: float = 0.15  # Gaussian smoothing sd in decades of tokens (log10); 0 = no smoothing
+    A candidate is accepted when (1) its depth min(drop, recovery) exceeds the deepest drop that
+    binomial noise alone makes anywhere on the schedule at this scale (Monte Carlo, 1 - alpha/scales;
+    this is what makes looking at every checkpoint honest), (2) the paired bootstrap over pairs puts
+    the drop and the recovery above 0, and (3) enough seeds show it on their own curves. With one seed
+    only (1) and (2) can be checked; a U shallower than what binomial noise makes at p = 0.5 is
+    reported as too thin for the number of pairs (see `min_pairs`)."""
+
+    delta: float = 0.05  # minimum drop and recovery of the curve (at its scale), in accuracy
+    bandwidth: float = 0.15  # Gaussian smoothing sd in decades of tokens (log10); 0 = raw scale only
     min_neighbours: int = 2  # ... widened per point to reach its k-th nearest checkpoint, so sparse
     #                         early checkpoints (step 0, 1, 2, 4 ...) are smoothed too, not left raw
+    raw: bool = True  # also look at the unsmoothed checkpoints (narrow dips where checkpoints are sparse)
     min_seed_agreement: float = 0.5  # fraction of seeds that must show the U on their own curve
     seed_delta_fraction: float = 0.5  # a seed shows it when its drop and recovery at the U's positions >= this x delta
     n_boot: int = 1000  # paired bootstrap resamples over pairs
-    alpha: float = 0.05  # one-sided level for the drop and the recovery
+    n_null: int = 4000  # Monte Carlo draws of binomial noise for the noise threshold
+    alpha: float = 0.05  # one-sided level for the drop and the recovery; also of the noise threshold
     require_recovery: bool = True  # also demand a significant recovery, not only a significant drop
     chance: float = 0.5
     onset_gain: float = 0.05  # the model counts as near-random until its mean accuracy over the
     #                          benchmark has risen this much above the first checkpoint's
     metric: str = "mlp"  # mlp | sum
-    seed: int = 0  # of the bootstrap generator
+    seed: int = 0  # of the bootstrap and Monte Carlo generator
 
     def __post_init__(self) -> None:
-        if self.delta <= 0 or self.bandwidth < 0 or self.n_boot < 10 or not 0 < self.alpha < 1:
+        if (self.delta <= 0 or self.bandwidth < 0 or self.n_boot < 10 or self.n_null < 100
+                or not 0 < self.alpha < 1):
             raise ValueError(f"UShapeConfig: bad values {self}")
+        if not self.raw and self.bandwidth == 0:
+            raise ValueError("UShapeConfig: raw=False needs bandwidth > 0 (no scale left to look at)")
         if self.metric not in ("mlp", "sum"):
             raise ValueError(f"UShapeConfig.metric must be 'mlp' or 'sum', got {self.metric!r}")
 
@@ -137,6 +155,53 @@ def smoothing_matrix(x: np.ndarray, bandwidth: float, min_neighbours: int = 0) -
     return w * (s2 - d * s1) / (s0 * s2 - s1 ** 2)
 
 
+def scales(x: np.ndarray, cfg: UShapeConfig) -> list[tuple[str, np.ndarray]]:
+    """(name, matrix) of the curves the detector looks at: raw checkpoints and/or smoothed."""
+    out = [("raw", np.eye(len(x)))] if cfg.raw else []
+    if cfg.bandwidth > 0:
+        out.append(("smoothed", smoothing_matrix(x, cfg.bandwidth, cfg.min_neighbours)))
+    return out
+
+
+def max_drawdown(y: np.ndarray) -> np.ndarray:
+    """max over i <= j of y[..., i] - y[..., j] along the last axis: the deepest drop of a curve."""
+    return np.max(np.maximum.accumulate(y, axis=-1) - y, axis=-1)
+
+
+def noise_threshold(sd: np.ndarray, W: np.ndarray, level: float, n_null: int,
+                    rng: np.random.Generator) -> float:
+    """The `level` quantile of the deepest drop that noise alone makes on the curve W @ (mu + e).
+
+    e_t ~ N(0, sd_t^2) independently per checkpoint: the binomial sampling noise of each
+    checkpoint's accuracy, as if its pairs were drawn afresh (which bounds the paired case, where a
+    pair's outcomes are positively correlated over time, from above). Why this bounds false U's: if
+    the true curve mu is non-decreasing, any drop of W @ (mu + e) from an earlier to a later point is
+    at most a drop of W @ e (exactly on the raw scale; up to the smoother's small overshoot at sharp
+    bends on the smoothed one), so P(some candidate's drop > threshold) <= 1 - level however many
+    checkpoints and candidates were looked at. A flat curve is the worst case. A U also needs a
+    recovery, so its depth min(drop, recovery) is tested against the same value.
+    """
+    e = rng.standard_normal((n_null, len(sd))) * sd[None, :]
+    return float(np.quantile(max_drawdown(e if _is_identity(W) else e @ W.T), level))
+
+
+def _is_identity(W: np.ndarray) -> bool:
+    return W.shape[0] == W.shape[1] and np.array_equal(W, np.eye(len(W)))
+
+
+_UNIT_THRESHOLDS: dict[tuple, float] = {}
+
+
+def unit_threshold(x: np.ndarray, W: np.ndarray, level: float, n_null: int, seed: int) -> float:
+    """noise_threshold at sd 0.5 (one pair, p = 0.5) for a schedule x and scale W; it depends on
+    nothing else, so it is computed once per schedule (a grid's runs share theirs)."""
+    key = (np.asarray(x, dtype=float).tobytes(), W.tobytes(), level, n_null, seed)
+    if key not in _UNIT_THRESHOLDS:
+        _UNIT_THRESHOLDS[key] = noise_threshold(np.full(len(x), 0.5), W, level, n_null,
+                                                np.random.default_rng(seed))
+    return _UNIT_THRESHOLDS[key]
+
+
 def _impute(m: np.ndarray) -> np.ndarray:
     """Missing pairs (NaN) take their checkpoint's mean, so they move no contrast."""
     if not np.isnan(m).any():
@@ -151,64 +216,165 @@ def _resample_counts(n: int, n_boot: int, rng: np.random.Generator) -> np.ndarra
     return np.bincount(idx.ravel(), minlength=n_boot * n).reshape(n_boot, n).astype(np.float64)
 
 
+def unit_sd(mats: list[list[np.ndarray]], worst_case: bool = False) -> tuple[np.ndarray, float]:
+    """Binomial standard error of the unit's seed-mean accuracy at each checkpoint, and the unit's
+    pairs per paradigm (harmonic mean over paradigms and seeds of the non-missing pairs).
+
+    The unit's accuracy is the mean over S seeds of the mean over K paradigms of the pair means, so
+    var_t = sum_s sum_k p_kt (1 - p_kt) / n_skt / (S K)^2. p_kt is pooled over seeds with one
+    success and one failure added (a checkpoint at 300/300 right does not get zero variance);
+    worst_case=True uses p = 0.5, the largest binomial variance.
+    """
+    S, K = len(mats), len(mats[0])
+    var = np.zeros(mats[0][0].shape[0])
+    inv_n = []
+    for k in range(K):
+        n_sk = [np.sum(~np.isnan(seed[k]), axis=1) for seed in mats]  # (steps,) per seed
+        if worst_case:
+            p = np.full(len(var), 0.5)
+        else:
+            hits = sum(np.nansum(seed[k], axis=1) for seed in mats)
+            p = (hits + 1.0) / (sum(n_sk) + 2.0)
+        for n in n_sk:
+            var += p * (1 - p) / np.maximum(n, 1)
+            inv_n.append(np.mean(1.0 / np.maximum(n, 1)))
+    return np.sqrt(var) / (S * K), round(float(1.0 / np.mean(inv_n)), 6)
+
+
+def min_pairs(depth: float, c_unit: float, n_paradigms: int = 1) -> int:
+    """Pairs per paradigm a one-seed curve needs before a U of `depth` can be told from noise.
+
+    c_unit is the noise threshold of the schedule at one pair per paradigm and p = 0.5 (binomial sd
+    0.5 per pair). The threshold scales with the binomial sd, 0.5 / sqrt(n K) for n pairs in each of
+    K paradigms averaged, i.e. it is c_unit / sqrt(n K); a U of `depth` clears it when
+    n >= (c_unit / depth)^2 / K.
+    """
+    return int(np.ceil((c_unit / depth) ** 2 / max(n_paradigms, 1)))
+
+
 def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig,
                   onset_index: int = 0, rng: np.random.Generator | None = None) -> list[dict]:
     """Statistical U's of one unit (a paradigm, or a phenomenon = several paradigms).
 
     x: (n_steps,) log10 tokens. mats[s][k]: (n_steps, n_pairs_k) 0/1 outcomes of seed s on paradigm
     k, pairs in the same order for every seed (then the bootstrap is paired across seeds too).
-    The unit's accuracy is the mean over paradigms of the pair means; it is smoothed on x and
-    averaged over seeds; U candidates come from find_u_shapes(delta) on that curve. Each candidate
-    gets: seed agreement; a paired bootstrap over pairs (the same resampled pairs at every
-    checkpoint) of the smoothed drop, recovery and peak level; its kind.
+    The unit's accuracy is the mean over paradigms of the pair means, averaged over seeds. U
+    candidates come from find_u_shapes(delta) on that curve at each scale (raw, smoothed); each gets
+    the noise threshold of its scale, seed agreement, a paired bootstrap over pairs (the same
+    resampled pairs at every checkpoint) of its drop, recovery and peak level, its kind and a
+    verdict (VERDICTS). Where the two scales find the same dip (overlapping windows) the one that is
+    accepted, or else the deeper relative to its threshold, is kept.
     onset_index: first checkpoint at which the model is no longer near-random (see UShapeConfig).
     """
     rng = rng or np.random.default_rng(cfg.seed)
-    W = smoothing_matrix(x, cfg.bandwidth, cfg.min_neighbours)
+    sd, n_unit = unit_sd(mats)
+    sd_worst, _ = unit_sd(mats, worst_case=True)
+    n_seeds, n_par = len(mats), len(mats[0])
     mats = [[_impute(np.asarray(m, dtype=float)) for m in seed] for seed in mats]
-    seed_curves = np.array([W @ np.mean([m.mean(axis=1) for m in seed], axis=0) for seed in mats])
-    curve = seed_curves.mean(axis=0)
+    raw_seed = np.array([np.mean([m.mean(axis=1) for m in seed], axis=0) for seed in mats])
+    looks = scales(x, cfg)
+    level = 1 - cfg.alpha / len(looks)  # Bonferroni over the scales looked at
+    cands = []  # (scale, W, curve, seed curves, UShape, r_max, threshold, one-seed threshold, c_unit)
+    for name, W in looks:
+        seed_curves = raw_seed @ W.T
+        curve = seed_curves.mean(axis=0)
+        found = find_u_shapes(curve, cfg.delta)
+        if not found:
+            continue
+        c = noise_threshold(sd, W, level, cfg.n_null, rng)
+        c_unit = unit_threshold(x, W, level, cfg.n_null, cfg.seed)
+        c_thin = float(np.max(sd_worst) / 0.5 * c_unit)  # same draws' law at p = 0.5, this unit's pairs
+        for u in found:
+            r_max = u.trough + int(np.argmax(curve[u.trough:] >= u.recovered_to - 1e-12))
+            cands.append((name, W, curve, seed_curves, u, r_max, c, c_thin, c_unit))
+    if not cands:
+        return []
+    # The paired bootstrap of each candidate's drop, recovery and peak level, all at once, for the
+    # candidates that clear the noise threshold (the others cannot be accepted; most raw-scale
+    # candidates are noise, and the bootstrap is where the time goes). The peak's level is read on
+    # the smoothed curve: whether the model knew the phenomenon there is a question about its level
+    # around the peak, not about the luckiest checkpoint.
+    depths = [float(min(cv[u.peak], cv[r]) - cv[u.trough]) for _, _, cv, _, u, r, *_ in cands]
+    tested = [i for i, (d, cand) in enumerate(zip(depths, cands))
+              if d > cand[6] and not (n_seeds == 1 and d <= cand[7])]
+    Ws = looks[-1][1]
+    C = np.zeros((0, len(x)))  # (3 x tested, steps)
+    if tested:
+        C = np.concatenate([np.stack([W[u.peak] - W[u.trough], W[r] - W[u.trough], Ws[u.peak]])
+                            for _, W, _, _, u, r, *_ in (cands[i] for i in tested)])
+    boot = np.zeros((len(C), cfg.n_boot))
+    for k in range(n_par if tested else 0):
+        sizes = {seed[k].shape[1] for seed in mats}
+        V = [C @ seed[k] for seed in mats]  # each pair's contribution to each contrast, per seed
+        if len(sizes) == 1:  # same pairs in every seed: one resample of pairs for all (paired)
+            counts = _resample_counts(sizes.pop(), cfg.n_boot, rng)
+            boot += np.einsum("skn,bn->kb", np.stack(V), counts) / (V[0].shape[1] * n_seeds * n_par)
+        else:
+            for v in V:
+                counts = _resample_counts(v.shape[1], cfg.n_boot, rng)
+                boot += (v @ counts.T) / (v.shape[1] * n_seeds * n_par)
+    row_of = {i: j for j, i in enumerate(tested)}
     out = []
-    for u in find_u_shapes(curve, cfg.delta):
-        seg_end = len(curve)
-        r_max = u.trough + int(np.argmax(curve[u.trough:seg_end] >= u.recovered_to - 1e-12))
+    for i, (name, W, curve, seed_curves, u, r_max, c, c_thin, c_unit) in enumerate(cands):
+        u_depth = depths[i]
         need = cfg.seed_delta_fraction * cfg.delta
         shows = [(sc[u.peak] - sc[u.trough] >= need) and (sc[r_max] - sc[u.trough] >= need)
                  for sc in seed_curves]
-        # contrasts on the checkpoint axis: drop, recovery, peak level
-        C = np.stack([W[u.peak] - W[u.trough], W[r_max] - W[u.trough], W[u.peak]])
-        boot = np.zeros((3, cfg.n_boot))
-        n_par = len(mats[0])
-        for k in range(n_par):
-            sizes = {seed[k].shape[1] for seed in mats}
-            # each pair's contribution to each contrast, per seed: (seeds, 3, n)
-            V = [C @ seed[k] for seed in mats]
-            if len(sizes) == 1:  # same pairs in every seed: one resample of pairs for all (paired)
-                counts = _resample_counts(sizes.pop(), cfg.n_boot, rng)
-                boot += np.einsum("skn,bn->kb", np.stack(V), counts) / (V[0].shape[1] * len(mats) * n_par)
-            else:
-                for v in V:
-                    counts = _resample_counts(v.shape[1], cfg.n_boot, rng)
-                    boot += (v @ counts.T) / (v.shape[1] * len(mats) * n_par)
-        p_drop = (1 + np.sum(boot[0] <= 0)) / (cfg.n_boot + 1)
-        p_rec = (1 + np.sum(boot[1] <= 0)) / (cfg.n_boot + 1)
-        p_peak = (1 + np.sum(boot[2] <= cfg.chance)) / (cfg.n_boot + 1)
-        peak_above = bool(p_peak < cfg.alpha)
-        kind = KINDS[2] if not peak_above else (KINDS[1] if u.peak < onset_index else KINDS[0])
         agreement = float(np.mean(shows))
-        significant = p_drop < cfg.alpha and (p_rec < cfg.alpha or not cfg.require_recovery)
+        nan = float("nan")
+        p_drop = p_rec = p_peak = drop_lo = drop_hi = nan
+        kind, peak_above = "", False  # not tested: below the noise threshold
+        if i in row_of:
+            b = boot[3 * row_of[i]: 3 * row_of[i] + 3]
+            p_drop = (1 + np.sum(b[0] <= 0)) / (cfg.n_boot + 1)
+            p_rec = (1 + np.sum(b[1] <= 0)) / (cfg.n_boot + 1)
+            drop_lo, drop_hi = np.quantile(b[0], [cfg.alpha / 2, 1 - cfg.alpha / 2])
+            # The peak is the highest of the u.trough checkpoints before the trough: on a flat curve
+            # at chance the highest of many noisy points is "above chance" at its own level, smoothed
+            # or not. Bonferroni over those points, with the bootstrap's normal approximation so that
+            # small p's are resolved.
+            z = (b[2].mean() - cfg.chance) / max(float(b[2].std()), 1e-12)
+            p_peak = min(1.0, max(u.trough, 1) * 0.5 * math.erfc(z / math.sqrt(2)))
+            peak_above = bool(p_peak < cfg.alpha)
+            kind = KINDS[2] if not peak_above else (KINDS[1] if u.peak < onset_index else KINDS[0])
+        boot_ok = bool(p_drop < cfg.alpha and (p_rec < cfg.alpha or not cfg.require_recovery))
+        n_min = min_pairs(u_depth, c_unit, n_par)
+        per_par = n_unit
+        if n_seeds == 1 and u_depth <= c_thin:
+            verdict = "too_thin"
+            reason = (f"{per_par:.0f} pairs per paradigm: too few to accept a U of depth {u_depth:.2f} "
+                      f"with one seed (binomial noise alone makes drops of {c_thin:.2f} on this schedule; "
+                      f"needs >= {n_min} pairs per paradigm)")
+        elif u_depth <= c:
+            verdict = "below_noise"
+            reason = f"depth {u_depth:.3f} <= {c:.3f}, the deepest drop binomial noise makes on this schedule"
+        elif not boot_ok:
+            verdict, reason = "not_significant", f"paired bootstrap p_drop={p_drop:.3f}, p_recovery={p_rec:.3f}"
+        elif agreement < cfg.min_seed_agreement:
+            verdict, reason = "seeds_disagree", f"{sum(shows)} of {n_seeds} seeds show it"
+        else:
+            verdict, reason = "accepted", ""
         out.append({
-            "peak": u.peak, "trough": u.trough, "recovery": u.recovery, "recovery_max": r_max,
+            "scale": name, "peak": u.peak, "trough": u.trough, "recovery": u.recovery, "recovery_max": r_max,
             "peak_acc": curve[u.peak], "trough_acc": curve[u.trough], "recovery_acc": curve[u.recovery],
-            "recovered_to": u.recovered_to, "depth": u.depth,
-            "drop_lo": float(np.quantile(boot[0], cfg.alpha / 2)),
-            "drop_hi": float(np.quantile(boot[0], 1 - cfg.alpha / 2)),
+            "recovered_to": u.recovered_to, "depth": u.depth, "u_depth": u_depth,
+            "noise_threshold": c, "n_pairs": per_par,
+            "drop_lo": float(drop_lo), "drop_hi": float(drop_hi),
             "p_drop": float(p_drop), "p_recovery": float(p_rec), "p_peak_at_chance": float(p_peak),
-            "peak_above_chance": peak_above, "kind": kind, "n_seeds": len(mats),
-            "seed_agreement": agreement, "significant": bool(significant),
-            "accepted": bool(significant and agreement >= cfg.min_seed_agreement),
+            "peak_above_chance": peak_above, "kind": kind, "n_seeds": n_seeds,
+            "seed_agreement": agreement, "significant": bool(boot_ok and u_depth > c),
+            "accepted": verdict == "accepted", "verdict": verdict, "reason": reason,
+            "_margin": u_depth - c,
         })
-    return out
+    # one row per dip: where both scales found it, keep the accepted / relatively deeper one
+    out.sort(key=lambda r: (not r["accepted"], -r["_margin"]))
+    kept: list[dict] = []
+    for r in out:
+        if all(r["recovery_max"] < k["peak"] or r["peak"] > k["recovery_max"] for k in kept):
+            kept.append(r)
+    for r in kept:
+        del r["_margin"]
+    return sorted(kept, key=lambda r: r["peak"])
 
 
 def _paradigm_columns(o) -> dict[str, np.ndarray]:
@@ -230,6 +396,20 @@ def _paradigm_means(block: np.ndarray, cols: dict[str, np.ndarray], names: list[
         return sums / counts
 
 
+def thin_note(label: str, x: np.ndarray, cfg: UShapeConfig, n_per_paradigm: float) -> str:
+    """What one seed can show on a paradigm: the depth below which binomial noise alone makes U's on
+    this schedule at n pairs (p = 0.5, the largest binomial variance), and the pairs a U of depth
+    delta needs (on the more forgiving scale; see min_pairs)."""
+    level = 1 - cfg.alpha / len(scales(x, cfg))
+    c_unit = min(unit_threshold(x, W, level, cfg.n_null, cfg.seed) for _, W in scales(x, cfg))
+    need = min_pairs(cfg.delta, c_unit)
+    floor = c_unit / np.sqrt(max(n_per_paradigm, 1))
+    verdict = "too few to accept a U" if n_per_paradigm < need else "enough for a U"
+    return (f"{label}: one seed, {n_per_paradigm:.0f} pairs per paradigm: {verdict} of depth {cfg.delta} "
+            f"(binomial noise alone makes drops up to {floor:.2f} on these {len(x)} checkpoints; a U of depth "
+            f"{cfg.delta} needs >= {need} pairs per paradigm, or more seeds)")
+
+
 def onset_index(acc_by_step: np.ndarray, gain: float) -> int:
     """First checkpoint whose accuracy is `gain` above the first one's (len if never)."""
     acc = np.asarray(acc_by_step, dtype=float)
@@ -240,13 +420,17 @@ def onset_index(acc_by_step: np.ndarray, gain: float) -> int:
 STAT_COLUMNS = ["model", "budget", "benchmark", "level", "phenomenon", "paradigm", "metric", "n_seeds",
                 "peak_step", "peak_tokens", "trough_step", "trough_tokens", "recovery_step",
                 "recovery_tokens", "peak_acc", "trough_acc", "recovery_acc", "recovered_to", "depth",
-                "drop_lo", "drop_hi", "p_drop", "p_recovery", "peak_above_chance", "kind",
-                "seed_agreement", "significant", "accepted", "runs"]
+                "u_depth", "scale", "noise_threshold", "n_pairs", "drop_lo", "drop_hi", "p_drop",
+                "p_recovery", "peak_above_chance", "kind", "seed_agreement", "significant", "accepted",
+                "verdict", "reason", "runs"]
 
 
-def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomenon", "paradigm")):
+def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomenon", "paradigm"),
+                          evidence: list[str] | None = None):
     """Statistical U's for every model x budget group (its runs are the seeds), benchmark, and
-    phenomenon/paradigm of an EvalSet. Returns (DataFrame of STAT_COLUMNS, list of notes)."""
+    phenomenon/paradigm of an EvalSet. Returns (DataFrame of STAT_COLUMNS, list of notes).
+    Every candidate is a row; only rows with accepted=True are U-shapes (verdict says why not).
+    What one seed can show (thin_note, per group) goes to `evidence` if given, else to the notes."""
     import pandas as pd
 
     from probes.evalfile import MISSING, MLP, SUM
@@ -259,6 +443,7 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
     info = {r.name: r for r in ev.runs}
     notes: list[str] = []
     rows: list[dict] = []
+    n_curves = 0
     groups: dict[tuple, list[str]] = {}
     for (run, bench) in ev.outcomes:
         r = info[run]
@@ -301,16 +486,18 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
         # Screen every unit with one matrix product: the smoothed seed-mean curve of each paradigm
         # (a phenomenon's is the mean of its paradigms'). Only units whose curve has a geometric U
         # go on to the per-pair bootstrap, which is where the time goes.
-        W = smoothing_matrix(x, cfg.bandwidth, cfg.min_neighbours)
         names = [p for p in sorted(cols[0]) if all(p in c for c in cols)]
-        par_curve = dict(zip(names, np.mean([_paradigm_means(b, c, names) for b, c in zip(blocks, cols)],
-                                            axis=0).T))
-        smoothed = dict(zip(names, (W @ np.array([par_curve[p] for p in names]).T).T)) if names else {}
+        par_curve = np.mean([_paradigm_means(b, c, names) for b, c in zip(blocks, cols)], axis=0)
+        at_scale = [dict(zip(names, (W @ np.nan_to_num(par_curve, nan=0.5)).T)) for _, W in scales(x, cfg)]
+        if len(outs) == 1:
+            n_pp = float(np.median([len(v) for v in cols[0].values()]))
+            (notes if evidence is None else evidence).append(thin_note(f"{model}/{budget}/{bench}", x, cfg, n_pp))
         for level, ph, par, paradigms in units:
             if not all(p in c for c in cols for p in paradigms):
                 notes.append(f"{model}/{budget}/{bench}/{par or ph}: not in every seed; skipped")
                 continue
-            if not find_u_shapes(np.mean([smoothed[p] for p in paradigms], axis=0), cfg.delta):
+            n_curves += 1
+            if not any(find_u_shapes(np.mean([s[p] for p in paradigms], axis=0), cfg.delta) for s in at_scale):
                 continue
             mats = [[b[:, c[p]] for p in paradigms] for b, c in zip(blocks, cols)]
             for u in analyse_curve(x, mats, cfg, onset, rng):
@@ -323,4 +510,10 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
                 rows.append(row)
     df = pd.DataFrame(rows, columns=STAT_COLUMNS)
     df["budget"] = df["budget"].astype("Int64")
+    if n_curves:  # each curve is one test at level alpha: say what that means for the whole list
+        (notes if evidence is None else evidence).append(
+            f"{n_curves} curve(s) examined (paradigms and phenomena, per model x budget x benchmark); each "
+            f"has at most a {cfg.alpha:.0%} chance of a false U (curves flat at chance; rising curves far "
+            f"less, see bench/bench_ushape.py), so up to {cfg.alpha * n_curves:.1f} accepted U's could be "
+            "noise, most likely among chance_dip ones")
     return df, notes

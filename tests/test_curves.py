@@ -280,3 +280,41 @@ def test_reduced_cache_is_reused_and_invalidated(run, monkeypatch):
 def test_run_given_as_dot_is_named_after_its_directory(run, monkeypatch):
     monkeypatch.chdir(run)
     assert load_runs(["."]).runs[0].name == "run_a"
+
+
+def test_end_of_run_u_list_applies_the_reports_rule(tmp_path, capsys):
+    # Issue 11: a one-seed run scored at 10 pairs per paradigm listed "170 U-shapes at delta = 0.1"
+    # at the end of training (every geometric dip of a noisy curve). The list must be the report's.
+    from probes.report import ReportConfig
+    from probes.synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
+    from probes.ushape import find_u_shapes_in_runs
+
+    rng = np.random.default_rng(7)
+    steps = log_spaced_steps(47, 20000)
+    x = log_tokens(steps * 1000)
+    names = [f"p{i}" for i in range(12)]
+    flat = np.stack([sigmoid_curve(x, 0.5, rng.uniform(0.7, 0.9), rng.uniform(5, 6), 3) for _ in names], axis=1)
+    thin = write_run(tmp_path / "thin", RunSpec(budget=10**7, tokens_per_step=1000, steps=list(steps)),
+                     np.clip(flat, 0, 1), names, ["ph"] * len(names), 10, rng)
+    assert curves.main([str(thin), "--out", str(tmp_path / "c1"), "--delta", "0.1"]) == 0
+    printed = capsys.readouterr().out
+    us = pd.read_csv(tmp_path / "c1" / "ushapes.csv")
+    assert len(us) >= 10  # plenty of geometric dips in 10-pair curves ...
+    assert not us.accepted.any() and set(us.verdict) == {"too_thin"}  # ... none of them a U-shape
+    assert "0 U-shape(s) at delta=0.1" in printed and "too few to accept a U of depth 0.1" in printed
+
+    # two seeds with planted dips (0.3 deep, and 0.08: a U at the report's delta 0.05, not at 0.1):
+    # the end-of-run list and the report's table accept the same U's
+    dip = np.stack([0.9 - planted_dip(x, 0.3, 6.3, 0.2), sigmoid_curve(x, 0.5, 0.9, 5.0, 3),
+                    0.9 - planted_dip(x, 0.08, 5.6, 0.3)], axis=1)
+    runs = [write_run(tmp_path / f"s{s}", RunSpec(budget=10**7, seed=s, tokens_per_step=1000, steps=list(steps)),
+                      np.clip(dip, 0, 1), ["attr", "simple", "shallow"], ["agr", "agr", "agr"], 300, rng)
+            for s in (1, 2)]
+    assert curves.main([*map(str, runs), "--out", str(tmp_path / "c2")]) == 0
+    listed = pd.read_csv(tmp_path / "c2" / "ushapes.csv")
+    rep, _ = find_u_shapes_in_runs(load_runs(runs), ReportConfig().ushape)  # what `probes report` runs
+    keys = ["level", "paradigm", "peak_step", "trough_step", "recovery_step", "verdict"]
+    got = listed[listed.accepted][keys].fillna("").astype(str).sort_values(keys).reset_index(drop=True)
+    want = rep[rep.accepted][keys].fillna("").astype(str).sort_values(keys).reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, want)
+    assert set(got.paradigm) == {"attr", "shallow", ""} and (listed[listed.accepted].n_seeds == 2).all()

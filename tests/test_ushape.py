@@ -1,4 +1,5 @@
-"""Statistical U-shapes: smoother, known planted U, monotone curves, kinds, run directories."""
+"""Statistical U-shapes: smoother, known planted U, monotone curves, kinds, run directories, narrow
+dips at sparse checkpoints, the noise threshold, one seed with too few pairs."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,8 +7,8 @@ import pytest
 
 from probes.evalset import load_runs, log_tokens
 from probes.synthetic import RunSpec, log_spaced_steps, planted_dip, sample_correct, sigmoid_curve, write_run
-from probes.ushape import (UShapeConfig, analyse_curve, find_u_shapes_in_runs, onset_index,
-                           smoothing_matrix)
+from probes.ushape import (UShapeConfig, analyse_curve, find_u_shapes_in_runs, min_pairs, noise_threshold,
+                           onset_index, smoothing_matrix)
 
 X = np.linspace(6.0, 11.0, 40)  # log10 tokens of 40 checkpoints
 
@@ -86,7 +87,8 @@ def test_find_u_shapes_in_run_directories(tmp_path):
         runs.append(write_run(tmp_path / f"s{seed}", spec, np.clip(curves, 0, 1), ["attr", "simple"],
                               ["agreement", "agreement"], 400, rng))
     ev = load_runs(runs)
-    df, notes = find_u_shapes_in_runs(ev, UShapeConfig(delta=0.1, n_boot=200))
+    evidence: list[str] = []
+    df, notes = find_u_shapes_in_runs(ev, UShapeConfig(delta=0.1, n_boot=200), evidence=evidence)
     acc = df[df.accepted]
     para = acc[acc.level == "paradigm"]
     assert list(para.paradigm) == ["attr"]
@@ -95,3 +97,80 @@ def test_find_u_shapes_in_run_directories(tmp_path):
     assert abs(np.log10(row.trough_tokens) - 6.0) <= 0.3
     assert row.peak_tokens < row.trough_tokens < row.recovery_tokens
     assert notes == []
+    assert len(evidence) == 1 and evidence[0].startswith("3 curve(s) examined")  # 2 paradigms + 1 phenomenon
+
+
+# ------------------------------------------------------------------ issue 11: narrow dips, honest noise
+
+def pythia_x() -> tuple[np.ndarray, np.ndarray]:
+    """Pythia's schedule (0, 1, 2, 4 ... 512, then every 1000 to 143,000) in log10 tokens."""
+    from train.schedule import ScheduleConfig, checkpoint_steps
+
+    steps = np.array(checkpoint_steps(ScheduleConfig(kind="pythia"), 143_000, 2048 * 1024))
+    return steps, log_tokens(steps * 2048 * 1024)
+
+
+def test_narrow_dip_at_sparse_checkpoints_is_accepted():
+    # The issue's miss: mean accuracy 0.89 -> 0.85 -> 0.77 -> 0.88 -> 0.93 at steps 16 .. 256, where
+    # Pythia's checkpoints are a doubling apart; smoothing on log tokens flattened it.
+    steps, x = pythia_x()
+    i = list(steps).index(16)
+    truth = np.full(len(x), 0.93)
+    truth[:i + 1] = np.linspace(0.5, 0.89, i + 1)
+    truth[i:i + 5] = [0.89, 0.85, 0.77, 0.88, 0.93]
+    for r in range(3):
+        rng = np.random.default_rng(10 + r)
+        us = [u for u in analyse_curve(x, outcomes(truth, 300, 3, rng), UShapeConfig(), onset_index=1, rng=rng)
+              if u["accepted"]]
+        assert len(us) == 1, us
+        u = us[0]
+        assert steps[u["trough"]] == 64 and steps[u["peak"]] == 16 and u["scale"] == "raw"
+        assert u["kind"] == "learned_then_lost" and u["verdict"] == "accepted"
+        assert u["u_depth"] > u["noise_threshold"]
+
+
+@pytest.mark.parametrize("schedule", ["pythia", "dense"])
+def test_clean_noisy_curves_on_every_checkpoint_give_no_u(schedule):
+    # Looking at raw checkpoints proposes a noise "U" on almost every clean curve; the noise
+    # threshold (deepest drop binomial noise makes on the schedule) must reject all of them.
+    if schedule == "pythia":
+        _, x = pythia_x()
+    else:
+        x = np.linspace(6.0, 11.0, 51)  # 10 per decade
+    cfg = UShapeConfig(n_boot=200)
+    rng = np.random.default_rng(5)
+    proposed = 0
+    for k in range(12):
+        curve = sigmoid_curve(x, 0.5, rng.uniform(0.7, 0.9), rng.uniform(7, 9), rng.uniform(1.5, 4))
+        us = analyse_curve(x, outcomes(curve, 300, 1 + 2 * (k % 2), rng), cfg, 1, rng)
+        proposed += len(us)
+        assert not [u for u in us if u["accepted"]]
+    assert proposed >= 6  # the raw scale did propose candidates: the threshold was what rejected them
+
+
+def test_noise_threshold_matches_hand_computed_quantile():
+    # Two checkpoints, sd 0.5 each: the deepest drop is max(0, e1 - e2), e1 - e2 ~ N(0, 0.5), so its
+    # 95 % quantile is 1.645 * sqrt(0.5) = 1.163 for one pair (sd 0.5); a U of depth 0.2 clears it
+    # from (1.163 / 0.2)^2 = 33.8 pairs on.
+    c = noise_threshold(np.full(2, 0.5), np.eye(2), 0.95, 200_000, np.random.default_rng(0))
+    assert c == pytest.approx(1.6449 * np.sqrt(0.5), abs=0.01)
+    assert min_pairs(0.2, 1.6449 * np.sqrt(0.5)) == 34
+    assert min_pairs(0.2, 1.6449 * np.sqrt(0.5), n_paradigms=4) == 9  # 4 paradigms averaged: 33.8 / 4
+
+
+def test_one_seed_at_20_pairs_is_too_thin():
+    # A dip of 0.2 on a 47-checkpoint schedule with one seed of 20 pairs: binomial noise alone makes
+    # drops that deep; the verdict says so instead of accepting (the demo_text report accepted 18 of
+    # 51 such candidates).
+    x = np.linspace(6.0, 10.6, 47)
+    truth = sigmoid_curve(x, 0.5, 0.9, 7.0, 3.0) - planted_dip(x, 0.25, 9.0, 0.2)
+    rng = np.random.default_rng(6)
+    us = analyse_curve(x, outcomes(truth, 20, 1, rng), UShapeConfig(n_boot=200), 1, rng)
+    assert us and not any(u["accepted"] for u in us)
+    thin = [u for u in us if u["verdict"] == "too_thin"]
+    assert thin and all(u["n_seeds"] == 1 and u["n_pairs"] == pytest.approx(20) for u in thin)
+    assert "20 pairs per paradigm: too few to accept a U of depth" in thin[0]["reason"]
+    assert "with one seed" in thin[0]["reason"]
+    # the same dip with 3 seeds of 300 pairs is accepted
+    us = analyse_curve(x, outcomes(truth, 300, 3, rng), UShapeConfig(n_boot=200), 1, rng)
+    assert [u["verdict"] for u in us if abs(x[u["trough"]] - 9.0) < 0.3] == ["accepted"]
