@@ -27,7 +27,7 @@ def expected_lines(launcher: str, gpus: int) -> tuple[list[str], list[str]]:
     if gpus:
         present.append(f"#SBATCH --gpus-per-node={gpus}")
     else:
-        absent.append("--gpus-per-node")
+        absent.append("#SBATCH --gpus-per-node")
     if launcher == "torchrun":
         present.append(f"--nproc_per_node={procs}")
     if launcher == "deepspeed":
