@@ -5,6 +5,7 @@ trajectory, and slurmctld's own time-limit warning (`#SBATCH --signal`)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESOURCES = ["--cpus-per-task", "1", "--mem-gb", "2", "--timeout-min", "10"]
 PREEMPT = ["probes=none", "schedule=custom", "schedule.points=[20,40]", "data.epochs=5"]  # ~300 steps
 # ~3700 steps (over a minute and a half): still training when the time-limit warning comes.
+SUBMITIT_NAME = f"syntax-dynamics-test-{os.getpid()}"
 TIMELIMIT = ["probes=none", "schedule=custom", "schedule.points=[]", "data.epochs=60", "seed=0"]
 
 
@@ -43,8 +45,10 @@ def cluster(slurm_partition, tmp_path_factory):
     yield state
     submitted = state["jobs"]
     torch.set_num_threads(threads)
-    if submitted:  # nothing of a failed test keeps running on the node
-        subprocess.run(["scancel", *submitted], capture_output=True, timeout=60)
+    # Nothing of a failed test stays on the node (submitit's jobs go by the name the test gives them).
+    # (Two calls: scancel given job ids and a filter only cancels the ids that match it.)
+    subprocess.run(["scancel", *submitted], capture_output=True, timeout=60)
+    subprocess.run(["scancel", f"--name={SUBMITIT_NAME}"], capture_output=True, timeout=60)
 
 
 def render(cluster, name: str, overrides: list[str], *options: str) -> Path:
@@ -127,8 +131,8 @@ def test_the_submitit_launcher_trains_the_same_grid_on_a_cpu_partition(cluster):
     sweep = cluster["tmp"] / "submitit"
     cmd = [sys.executable, "-m", "train", "-m", "hydra/launcher=slurm", f"hydra.launcher.partition={cluster['partition']}",
            "hydra.launcher.gpus_per_node=0", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=2",
-           "hydra.launcher.timeout_min=10", *TINY, f"data.cache_dir={cluster['cache']}", f"hydra.sweep.dir={sweep}",
-           "seed=0,1"]
+           "hydra.launcher.timeout_min=10", f"hydra.launcher.name={SUBMITIT_NAME}", *TINY,
+           f"data.cache_dir={cluster['cache']}", f"hydra.sweep.dir={sweep}", "seed=0,1"]
     proc = subprocess.run(cmd, cwd=ROOT, env=job_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     submission = next((sweep / ".submitit").glob("*/*_submission.sh")).read_text()
