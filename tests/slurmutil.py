@@ -55,7 +55,9 @@ def tasks(job: str) -> dict[str, dict[str, str]]:
     result = {}
     for line in out.stdout.splitlines():
         fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-        name = f"{fields['ArrayJobId']}_{fields['ArrayTaskId']}" if "ArrayTaskId" in fields else fields["JobId"]
+        # A pending array not yet split shows its tasks with the throttle: ArrayTaskId=0%16 (or 0-1%16).
+        name = (f"{fields['ArrayJobId']}_{fields['ArrayTaskId'].split('%')[0]}" if "ArrayTaskId" in fields
+                else fields["JobId"])
         result[name] = fields
     return result
 
