@@ -98,6 +98,15 @@ def test_the_cli_requires_a_partition_and_writes_both_files(tmp_path, capsys):
     assert "#SBATCH --partition=a100" in (tmp_path / "array.sbatch").read_text()
 
 
+@pytest.mark.parametrize("flag, value, message", [("--cpus-per-task", "0", "cpus_per_task=0: must be at least 1"),
+                                                   ("--gpus-per-node", "-1", "gpus_per_node and signal_delay_s")])
+def test_the_cli_names_a_bad_resource(tmp_path, capsys, flag, value, message):
+    with pytest.raises(SystemExit):
+        main(["seed=0", "--out", str(tmp_path), "--partition", "debug", flag, value])
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "array.sbatch").exists()
+
+
 def test_slurm_task_variables_become_torch_distributed_ones(monkeypatch):
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT", "SUBMITIT_EXECUTOR", "MASTER_ADDR"):
         monkeypatch.setenv(key, "")  # recorded, so the teardown restores the original environment

@@ -101,7 +101,7 @@ def test_the_time_limit_warning_preempts_and_requeues(cluster):
     subprocess.run(["scancel", job], check=True, timeout=30)
     text = logs(out)
     assert "preempted by SIGUSR1" in text and "requeueing; the rerun resumes" in text, text
-    assert "CANCELLED" not in text and "TIME LIMIT" not in text  # warned in time, not killed at the limit
+    assert "DUE TO TIME LIMIT" not in text  # warned in time, not killed at the limit
     steps = [r["step"] for r in records(run)]
     assert steps == list(range(1, len(steps) + 1)) and len(steps) < 60 * 61
     state = read_state(list_checkpoints(run)[-1][1])

@@ -48,8 +48,9 @@ def export_distributed_env() -> None:
 # configs/hydra/launcher/slurm.yaml: the submitit launcher composes it, the sbatch path reads its defaults
 # from it, so a site edits one file.
 LAUNCHER_YAML = ROOT / "configs" / "hydra" / "launcher" / "slurm.yaml"
-SHARED_KEYS = ("account", "qos", "nodes", "gpus_per_node", "cpus_per_task", "mem_gb", "timeout_min",
-               "array_parallelism", "signal_delay_s")
+RESOURCE_KEYS = ("nodes", "gpus_per_node", "cpus_per_task", "mem_gb", "timeout_min", "array_parallelism",
+                 "signal_delay_s")
+SHARED_KEYS = ("account", "qos", *RESOURCE_KEYS)
 
 
 def procs_per_node(gpus_per_node) -> int:
@@ -167,7 +168,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--qos")
     p.add_argument("--launcher", choices=LAUNCHERS, default="srun")
     p.add_argument("--setup", action="append", default=[], help="a shell line run before training (repeatable)")
-    for name in SHARED_KEYS[2:]:
+    for name in RESOURCE_KEYS:
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int,
                        help=f"default: {name} in {LAUNCHER_YAML.relative_to(ROOT)}")
     args = p.parse_args(argv)
