@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # Jobs are tiny: 1 CPU, 2 GB, well inside the test node.
 RESOURCES = ["--cpus-per-task", "1", "--mem-gb", "2", "--timeout-min", "10"]
 PREEMPT = ["probes=none", "schedule=custom", "schedule.points=[20,40]", "data.epochs=5"]  # ~300 steps
-# ~3700 steps (over a minute and a half): still training when the time-limit warning comes.
 SUBMITIT_NAME = f"syntax-dynamics-test-{os.getpid()}"
+# ~3700 steps (over a minute and a half): still training when the time-limit warning comes.
 TIMELIMIT = ["probes=none", "schedule=custom", "schedule.points=[]", "data.epochs=60", "seed=0"]
 
 
@@ -38,7 +38,7 @@ def cluster(slurm_partition, tmp_path_factory):
     torch.set_num_threads(1)  # as the jobs (OMP_NUM_THREADS=1): the in-process losses compare exactly
     train(tiny_cfg(tmp / "cache", "probes=none", "schedule=custom", "schedule.points=[]"), tmp / "warm")
     state = {"partition": slurm_partition, "tmp": tmp, "cache": tmp / "cache", "jobs": []}
-    # Submitted first: its wait for slurmctld's warning overlaps the other tests (checked last).
+    # Submitted first: its wait for slurmctld's warning overlaps the array test (checked second).
     state["timelimit"] = render(state, "timelimit", TIMELIMIT, "--gpus-per-node", "0", "--timeout-min", "2",
                                 "--signal-delay-s", "60")
     state["timelimit_job"] = submit(state, state["timelimit"])
@@ -93,7 +93,8 @@ def test_the_sbatch_array_trains_a_two_run_grid_on_a_cpu_partition(cluster):
 def test_the_time_limit_warning_preempts_and_requeues(cluster):
     """Submitted by the fixture with --time=2 min and --signal=B:USR1@60: slurmctld warns the batch shell
     30 to 60 s into the job (it checks time limits every 30 s); the test signals nothing. The run is long
-    enough to be training then. The requeued rerun resuming is the test above; here it is cancelled."""
+    enough to be training then. Checked before SLURM's ~2 min hold on the requeued task ends, and the task
+    is then cancelled: a rerun resuming is the scancel test's below."""
     out, job = cluster["timelimit"], cluster["timelimit_job"]
     assert "#SBATCH --time=00:02:00" in (out / "array.sbatch").read_text()
     run = out / "runs" / "s0"
@@ -116,7 +117,8 @@ def test_every_rendered_launcher_variant_runs_on_the_cluster(cluster):
     jobs = {}
     for variant in ("torchrun-cpu", "deepspeed-cpu", "srun-2gpu"):
         launcher, gpus = VARIANTS[variant]
-        out = render(cluster, variant, ["probes=none", "seed=0"], "--launcher", launcher, "--gpus-per-node", str(gpus))
+        out = render(cluster, variant, ["probes=none", "seed=0"], "--launcher", launcher,
+                     "--gpus-per-node", str(gpus))
         present, absent = expected_lines(launcher, gpus)
         script = (out / "array.sbatch").read_text()
         assert all(line in script for line in present) and not any(text in script for text in absent)
@@ -129,13 +131,15 @@ def test_every_rendered_launcher_variant_runs_on_the_cluster(cluster):
 
 def test_the_submitit_launcher_trains_the_same_grid_on_a_cpu_partition(cluster):
     sweep = cluster["tmp"] / "submitit"
-    cmd = [sys.executable, "-m", "train", "-m", "hydra/launcher=slurm", f"hydra.launcher.partition={cluster['partition']}",
-           "hydra.launcher.gpus_per_node=0", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=2",
-           "hydra.launcher.timeout_min=10", f"hydra.launcher.name={SUBMITIT_NAME}", *TINY,
+    cmd = [sys.executable, "-m", "train", "-m", "hydra/launcher=slurm",
+           f"hydra.launcher.partition={cluster['partition']}", "hydra.launcher.gpus_per_node=0",
+           "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=2", "hydra.launcher.timeout_min=10",
+           f"hydra.launcher.name={SUBMITIT_NAME}", *TINY,
            f"data.cache_dir={cluster['cache']}", f"hydra.sweep.dir={sweep}", "seed=0,1"]
     proc = subprocess.run(cmd, cwd=ROOT, env=job_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     submission = next((sweep / ".submitit").glob("*/*_submission.sh")).read_text()
+    # gpus_per_node=0 alone made it one task per node (configs/hydra/launcher/slurm.yaml).
     assert "#SBATCH --ntasks-per-node=1" in submission and "#SBATCH --partition=debug" in submission
     runs = sorted(p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
     assert [p.name for p in runs] == ["tiny-bNone-s0", "tiny-bNone-s1"]
