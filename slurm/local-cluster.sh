@@ -10,6 +10,7 @@
 # node is idle is left alone. It exits non-zero, with the daemons' last log lines, when the node does not
 # come up within LOCAL_SLURM_WAIT_S seconds (60).
 set -euo pipefail
+export PATH="$PATH:/usr/sbin:/sbin"  # slurmctld, slurmd, munged live there; a CI shell's PATH may lack it
 
 CONF_DIR=/etc/slurm
 CONF=$CONF_DIR/slurm.conf
