@@ -17,3 +17,37 @@ def shared_dir() -> Path:
         pytest.skip(f"{SHARED} is absent: the real benchmarks and corpora live there")
     return SHARED
 os.environ.setdefault("TQDM_DISABLE", "1")
+
+
+def _slurm_cluster_problem() -> str | None:
+    """None when the one-node cluster takes jobs (brought up by slurm/local-cluster.sh if need be), else why not."""
+    import shutil
+    import subprocess
+
+    script = ROOT / "slurm" / "local-cluster.sh"
+    if shutil.which("sinfo") and subprocess.run(["bash", str(script), "status"], capture_output=True,
+                                                timeout=60).returncode == 0:
+        return None
+    if os.geteuid() != 0:
+        return "no SLURM cluster, and slurm/local-cluster.sh up needs root to install and start one"
+    if not shutil.which("slurmctld") and not shutil.which("apt-get"):
+        return "no SLURM cluster, and no apt-get to install slurm-wlm/munge"
+    try:
+        up = subprocess.run(["bash", str(script), "up"], capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        return "slurm/local-cluster.sh up did not finish within 900 s"
+    if up.returncode != 0:
+        return f"slurm/local-cluster.sh up failed:\n{up.stderr[-3000:]}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def slurm_partition() -> str:
+    """The partition of a real one-node SLURM cluster on this machine (slurm/local-cluster.sh). Skips where
+    none can be brought up (not root, no apt); under CI=true that is a failure instead."""
+    problem = _slurm_cluster_problem()
+    if problem is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI needs the SLURM test cluster: {problem}", pytrace=False)
+        pytest.skip(problem)
+    return "debug"

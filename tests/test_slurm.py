@@ -8,34 +8,79 @@ import subprocess
 
 import pytest
 
+from pathlib import Path
+
+from slurmutil import VARIANTS, expected_lines
 from train.grid import expand
 from train.slurm import SbatchOptions, export_distributed_env, main, render
+
+ROOT = Path(__file__).resolve().parents[1]
 
 GRID = ["experiment=zhoblimp_grid", "model=pythia-14m,pythia-70m", "budget=10M", "seed=0,1",
         "data.paths=[/data/my corpus]"]
 
 
-@pytest.mark.parametrize("launcher", ["srun", "torchrun", "deepspeed"])
-def test_a_tiny_grid_renders_to_a_script_bash_accepts(tmp_path, launcher):
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_a_tiny_grid_renders_to_a_script_bash_accepts(tmp_path, variant):
+    """Text and syntax only; tests/test_slurm_cluster.py submits each of these variants to a real cluster."""
+    launcher, gpus = VARIANTS[variant]
     runs = expand(GRID)
-    opts = SbatchOptions(partition="gpu", account="proj", nodes=2, gpus_per_node=4, launcher=launcher,
-                         setup=["module load cuda/12.4", "source .venv/bin/activate"])
+    opts = SbatchOptions.from_launcher_yaml(partition="gpu", account="proj", gpus_per_node=gpus,
+                                            launcher=launcher, setup=["module load cuda/12.4",
+                                                                      "source .venv/bin/activate"])
     grid, sbatch = render(runs, opts, tmp_path / "out", "test")
     lines = grid.read_text().splitlines()
     assert len(lines) == 4 and [shlex.split(line) for line in lines] == runs  # quoting survives
     script = sbatch.read_text()
     subprocess.run(["bash", "-n", str(sbatch)], check=True)
     assert "@@" not in script
+    present, absent = expected_lines(launcher, gpus)
     for line in ("#SBATCH --array=0-3%16", "#SBATCH --partition=gpu", "#SBATCH --account=proj",
-                 "#SBATCH --nodes=2", "#SBATCH --gpus-per-node=4", "#SBATCH --signal=B:USR1@300",
-                 f"#SBATCH --ntasks-per-node={4 if launcher == 'srun' else 1}", "module load cuda/12.4",
-                 f"LAUNCHER={launcher}", f"GRID_FILE={grid}"):
+                 "#SBATCH --nodes=1", "#SBATCH --signal=B:USR1@300", "module load cuda/12.4",
+                 f"GRID_FILE={grid}", *present):
         assert line in script, line
+    for text in absent:
+        assert text not in script, text
+    # The #SBATCH block is one run of lines: sbatch stops reading directives at the first command.
+    header = script.split("#SBATCH --output")[0]
+    assert "\n\n" not in header
+
+
+def test_the_sbatch_defaults_are_the_launcher_yamls(tmp_path):
+    """One place for the resources: configs/hydra/launcher/slurm.yaml feeds both cluster paths."""
+    from omegaconf import OmegaConf
+
+    yaml = OmegaConf.load(ROOT / "configs" / "hydra" / "launcher" / "slurm.yaml")
+    opts = SbatchOptions.from_launcher_yaml(partition="gpu")
+    assert (opts.gpus_per_node, opts.cpus_per_task, opts.mem_gb, opts.timeout_min, opts.signal_delay_s) == (
+        yaml.gpus_per_node, yaml.cpus_per_task, yaml.mem_gb, yaml.timeout_min, yaml.signal_delay_s)
+    _, sbatch = render([["seed=0"]], opts, tmp_path, "test")
+    script = sbatch.read_text()
+    for line in (f"#SBATCH --gpus-per-node={yaml.gpus_per_node}", f"#SBATCH --mem={yaml.mem_gb}G",
+                 f"#SBATCH --cpus-per-task={yaml.cpus_per_task}", f"#SBATCH --signal=B:USR1@{yaml.signal_delay_s}"):
+        assert line in script, line
+
+
+@pytest.mark.parametrize("gpus, tasks", [(8, 8), (0, 1), (None, 1)])
+def test_the_submitit_launcher_runs_one_task_per_gpu_and_one_without(gpus, tasks):
+    """hydra.launcher.tasks_per_node follows gpus_per_node, so gpus_per_node=0 alone makes a CPU job."""
+    from hydra import compose, initialize_config_dir
+
+    from train.config import register
+
+    extra = [] if gpus == 8 else [f"hydra.launcher.gpus_per_node={'null' if gpus is None else gpus}"]
+    register()
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose("config", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=debug", *extra],
+                      return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher.tasks_per_node == tasks
+    assert launcher.setup == [f"export OMP_NUM_THREADS={launcher.cpus_per_task}"]
 
 
 def test_the_script_reads_its_task_line_into_the_overrides(tmp_path):
     """The grid-line part of the script, run by bash for task 1: overrides with a space stay one word."""
-    grid, sbatch = render(expand(GRID), SbatchOptions(partition="gpu"), tmp_path, "test")
+    grid, sbatch = render(expand(GRID), SbatchOptions.from_launcher_yaml(partition="gpu"), tmp_path, "test")
     script = sbatch.read_text()
     start, end = script.index("LINE=$("), script.index('eval "OVERRIDES=($LINE)"') + len('eval "OVERRIDES=($LINE)"')
     snippet = f"GRID_FILE={grid}\n{script[start:end]}\nprintf '%s\\n' \"${{OVERRIDES[@]}}\"\n"
@@ -51,6 +96,15 @@ def test_the_cli_requires_a_partition_and_writes_both_files(tmp_path, capsys):
     assert main(["experiment=zhoblimp_grid", "seed=0", "--out", str(tmp_path), "--partition", "a100"]) == 0
     assert len((tmp_path / "grid.txt").read_text().splitlines()) == 20
     assert "#SBATCH --partition=a100" in (tmp_path / "array.sbatch").read_text()
+
+
+@pytest.mark.parametrize("flag, value, message", [("--cpus-per-task", "0", "cpus_per_task=0: must be at least 1"),
+                                                   ("--gpus-per-node", "-1", "gpus_per_node and signal_delay_s")])
+def test_the_cli_names_a_bad_resource(tmp_path, capsys, flag, value, message):
+    with pytest.raises(SystemExit):
+        main(["seed=0", "--out", str(tmp_path), "--partition", "debug", flag, value])
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "array.sbatch").exists()
 
 
 def test_slurm_task_variables_become_torch_distributed_ones(monkeypatch):

@@ -52,7 +52,10 @@ RESUME_MAY_CHANGE = ("data.cache_dir", "data.num_proc", "optim.micro_batch")
 
 
 def register() -> None:
+    from train.slurm import register_resolvers
+
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+    register_resolvers()  # configs/hydra/launcher/slurm.yaml's ${procs_per_node:...}
 
 
 def to_typed(cfg) -> TrainConfig:

@@ -44,28 +44,72 @@ def export_distributed_env() -> None:
         os.environ.setdefault("MASTER_PORT", str(20000 + int(os.environ.get("SLURM_JOB_ID", "0")) % 20000))
 
 
+# The per-run resources (nodes, GPUs, CPUs, memory, time, ...) of both cluster paths are set in one place,
+# configs/hydra/launcher/slurm.yaml: the submitit launcher composes it, the sbatch path reads its defaults
+# from it, so a site edits one file.
+LAUNCHER_YAML = ROOT / "configs" / "hydra" / "launcher" / "slurm.yaml"
+RESOURCE_KEYS = ("nodes", "gpus_per_node", "cpus_per_task", "mem_gb", "timeout_min", "array_parallelism",
+                 "signal_delay_s")
+SHARED_KEYS = ("account", "qos", *RESOURCE_KEYS)
+
+
+def procs_per_node(gpus_per_node) -> int:
+    """Training processes per node: one per GPU, and one on a CPU-only node (gpus_per_node 0 or unset)."""
+    return max(int(gpus_per_node or 0), 1)
+
+
+def register_resolvers() -> None:
+    """`${procs_per_node:${.gpus_per_node}}` in configs/hydra/launcher/slurm.yaml."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("procs_per_node"):
+        OmegaConf.register_new_resolver("procs_per_node", procs_per_node)
+
+
+def launcher_defaults() -> dict:
+    """The shared resource keys as configs/hydra/launcher/slurm.yaml sets them."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(LAUNCHER_YAML)
+    missing = [k for k in SHARED_KEYS if k not in cfg]
+    if missing:
+        raise KeyError(f"{LAUNCHER_YAML}: no {', '.join(missing)} (train/slurm.py reads its defaults there)")
+    return {k: cfg[k] for k in SHARED_KEYS}
+
+
 @dataclass
 class SbatchOptions:
-    """The knobs a cluster user sets; defaults fit one 8 x A100-80GB node per run."""
+    """The knobs a cluster user sets; `SbatchOptions.from_launcher_yaml(partition=...)` fills the
+    resources from configs/hydra/launcher/slurm.yaml (one 8 x A100-80GB node per run)."""
     partition: str
-    account: Optional[str] = None
-    qos: Optional[str] = None
-    nodes: int = 1
-    gpus_per_node: int = 8
-    cpus_per_task: int = 8
-    mem_gb: int = 480
-    timeout_min: int = 24 * 60
-    array_parallelism: int = 16
-    signal_delay_s: int = 300
+    account: Optional[str]
+    qos: Optional[str]
+    nodes: int
+    gpus_per_node: int
+    cpus_per_task: int
+    mem_gb: int
+    timeout_min: int
+    array_parallelism: int
+    signal_delay_s: int
     launcher: str = "srun"
     job_name: str = "syntax-dynamics"
     setup: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         if not self.partition:
-            raise ValueError("partition is missing: the cluster's GPU partition (--partition)")
+            raise ValueError("partition is missing: the cluster's partition (--partition)")
         if self.launcher not in LAUNCHERS:
             raise ValueError(f"launcher={self.launcher!r}: expected one of {', '.join(LAUNCHERS)}")
+        for key in ("nodes", "cpus_per_task", "mem_gb", "timeout_min", "array_parallelism"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key}={getattr(self, key)}: must be at least 1")
+        if self.gpus_per_node < 0 or self.signal_delay_s < 0:
+            raise ValueError("gpus_per_node and signal_delay_s must not be negative")
+
+    @classmethod
+    def from_launcher_yaml(cls, **given) -> "SbatchOptions":
+        """Options from the launcher yaml's resources, with the given keys (None = not given) on top."""
+        return cls(**{**launcher_defaults(), **{k: v for k, v in given.items() if v is not None}})
 
 
 def grid_lines(runs: Sequence[Sequence[str]]) -> list[str]:
@@ -80,20 +124,27 @@ def render(runs: Sequence[Sequence[str]], opts: SbatchOptions, out: Path, comman
     out.mkdir(parents=True, exist_ok=True)
     grid = out / "grid.txt"
     optional = [f"#SBATCH --{k}={v}" for k, v in (("account", opts.account), ("qos", opts.qos)) if v]
+    # A CPU-only node asks for no GPU at all and runs one training process (procs_per_node).
+    if opts.gpus_per_node > 0:
+        optional.append(f"#SBATCH --gpus-per-node={opts.gpus_per_node}")
+    procs = procs_per_node(opts.gpus_per_node)
     hours, minutes = divmod(opts.timeout_min, 60)
     values = {
         "COMMAND": command, "JOB_NAME": opts.job_name, "LAST_TASK": str(len(runs) - 1),
         "ARRAY_PARALLELISM": str(opts.array_parallelism), "PARTITION": opts.partition,
         "OPTIONAL_LINES": "\n".join(optional), "NODES": str(opts.nodes),
-        # srun: one task per GPU; torchrun/deepspeed: one launcher per node that starts the GPUs' ranks
-        "TASKS_PER_NODE": str(opts.gpus_per_node if opts.launcher == "srun" else 1),
-        "GPUS_PER_NODE": str(opts.gpus_per_node), "CPUS_PER_TASK": str(opts.cpus_per_task),
+        # srun: one task per training process; torchrun/deepspeed: one launcher per node that starts them
+        "TASKS_PER_NODE": str(procs if opts.launcher == "srun" else 1),
+        "PROCS_PER_NODE": str(procs), "CPUS_PER_TASK": str(opts.cpus_per_task),
         "MEM_GB": str(opts.mem_gb), "TIME": f"{hours:02d}:{minutes:02d}:00",
         "SIGNAL_DELAY_S": str(opts.signal_delay_s), "LOG_DIR": shlex.quote(str(out / "logs")),
         "GRID_FILE": shlex.quote(str(grid)), "REPO": shlex.quote(str(ROOT)),
         "SETUP_LINES": "\n".join(opts.setup), "LAUNCHER": opts.launcher,
     }
     script = TEMPLATE.read_text()
+    for key in ("OPTIONAL_LINES", "SETUP_LINES"):  # a line of its own: none given leaves no blank line
+        if not values[key]:
+            script = script.replace(f"@@{key}@@\n", "")
     for key, value in values.items():
         script = script.replace(f"@@{key}@@", value)
     if "@@" in script:
@@ -117,12 +168,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--qos")
     p.add_argument("--launcher", choices=LAUNCHERS, default="srun")
     p.add_argument("--setup", action="append", default=[], help="a shell line run before training (repeatable)")
-    for name in ("nodes", "gpus_per_node", "cpus_per_task", "mem_gb", "timeout_min", "array_parallelism",
-                 "signal_delay_s"):
+    for name in RESOURCE_KEYS:
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int,
-                       default=SbatchOptions.__dataclass_fields__[name].default)
+                       help=f"default: {name} in {LAUNCHER_YAML.relative_to(ROOT)}")
     args = p.parse_args(argv)
-    opts = SbatchOptions(**{k: v for k, v in vars(args).items() if k not in ("overrides", "out")})
+    try:
+        opts = SbatchOptions.from_launcher_yaml(**{k: v for k, v in vars(args).items()
+                                                   if k not in ("overrides", "out")})
+    except ValueError as e:
+        p.error(str(e))
     overrides = [o for o in args.overrides if o not in ("-m", "--multirun")]
     try:
         runs = expand(overrides)
