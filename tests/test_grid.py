@@ -28,7 +28,12 @@ def test_each_size_gets_its_hyperparameters_and_budgets_count_tokens():
         cfg, choices = compose_run(["experiment=zhoblimp_grid", f"model={model}", "budget=1B", "seed=2"])
         assert (cfg.model.name, cfg.data.budget_tokens, cfg.seed, cfg.data.seed) == (model, 10**9, 2, 2)
         assert cfg.optim.lr == 6e-4 and cfg.optim.warmup_ratio == 0.1 and cfg.optim.decay == "cosine"
-        assert cfg.schedule.unit == "tokens" and cfg.data.epochs == 1 and cfg.data.seq_len == 2048
+        assert cfg.schedule.unit == "tokens" and cfg.data.epochs == 1
+        # the paper's "batch size of 256 x 64 tokens": 16,384 tokens per optimizer step
+        assert (cfg.optim.global_batch, cfg.data.seq_len) == (256, 64)
+        # every checkpoint on all 300 pairs of every paradigm (the in-loop 50-pair sample is for demos)
+        assert cfg.probes.max_pairs_per_paradigm is None
+        assert [b.max_pairs_per_paradigm for b in cfg.probes.resolved_benchmarks()] == [None]
         assert choices["optim"] == "zhoblimp" and "preset=zhoblimp" in cfg.logger.tags
         pythia, _ = compose_run(["experiment=zhoblimp_grid", f"model={model}", "optim=pythia"])
         assert pythia.optim.lr == PYTHIA_LR[model] and pythia.optim.min_lr_ratio == 0.1
