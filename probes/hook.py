@@ -47,6 +47,10 @@ class ProbesConfig:
     subsample_seed: int = 0
     batch_size: int = 64
     bf16: bool = False  # bfloat16 autocast: faster on GPUs, lps move by ~1e-2 nats
+    # true: the run's LAST checkpoint is scored on every pair of every benchmark (max_pairs_per_paradigm
+    # is ignored there), the others on the sample: cheap curves, the full benchmark for the final
+    # accuracy and the scaling grid. The sample is a subset of the full set (same pair ids).
+    final_all_pairs: bool = False
     # The syntax-questions probe (probes.syntaxqa): probes.syntax_qa.enabled=true with sources
     syntax_qa: SyntaxQAConfig = field(default_factory=SyntaxQAConfig)
 
@@ -111,8 +115,10 @@ class ProbeHook:
     """
 
     def __init__(self, cfg: ProbesConfig, tokenizer, run_dir: Path, *,
-                 pairs: Optional[dict[str, list[Pair]]] = None):
+                 pairs: Optional[dict[str, list[Pair]]] = None, final_step: Optional[int] = None):
         self.cfg = cfg
+        self.final_step = final_step  # the run's last step (cfg.final_all_pairs scores all pairs there)
+        self._all_pairs: Optional[dict[str, list[Pair]]] = None if pairs is None else dict(pairs)
         self.tokenizer = tokenizer
         self.run_dir = Path(run_dir)
         if cfg.batch_size < 1:
@@ -140,7 +146,12 @@ class ProbeHook:
         """
         metrics: dict[str, float] = {}
         rank, world = _rank_world()
-        for name, pairs in self.benchmarks.items():
+        benchmarks = self.benchmarks
+        if self.cfg.final_all_pairs and self.final_step is not None and step == self.final_step:
+            if self._all_pairs is None:  # loaded once, at the last checkpoint only
+                self._all_pairs = _load_benchmarks(self.cfg, all_pairs=True)
+            benchmarks = {name: self._all_pairs[name] for name in self.benchmarks}
+        for name, pairs in benchmarks.items():
             path = eval_path(self.run_dir, step, name)
             # rank 0 decides, so every rank takes the same branch of the collective below
             exists = _broadcast(path.exists(), world)
@@ -202,8 +213,12 @@ def score_sharded(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64,
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
 
 
-def _load_benchmarks(cfg: ProbesConfig) -> dict[str, list[Pair]]:
+def _load_benchmarks(cfg: ProbesConfig, all_pairs: bool = False) -> dict[str, list[Pair]]:
     configs = cfg.resolved_benchmarks()
+    if all_pairs:
+        from dataclasses import replace
+
+        configs = [replace(bc, max_pairs_per_paradigm=None) for bc in configs]
     names = [bc.name for bc in configs]
     # checked before loading anything (a real benchmark takes seconds): the name is the eval
     # file's name, so two configs with one name would overwrite each other's files

@@ -20,10 +20,11 @@ from probes.aggregate import bootstrap_paradigm_intervals, bootstrap_phenomenon_
 from probes.aoa import AoAConfig, aoa_table
 from probes.curves import GROUP_RUN, phenomenon_table, plot_line, safe_name, token_axis
 from probes.evalset import EvalInputError, EvalSet, load_runs, parse_model_params
+from probes.human import PAPER_HUMAN_OVERALL, zhoblimp_human
 from probes.outputs import FigureJobs, save_figure, write_csv, write_parquet, write_table, write_text
 from probes.regions import RegionConfig, group_region_curves, plot_regions, u_region_table
-from probes.scaling import (ScalingConfig, budget_label, difficulty_groups, final_accuracy, grid_tables,
-                            plot_grid_overall, plot_grid_phenomena)
+from probes.scaling import (PAPER_GROUPS, ScalingConfig, budget_label, difficulty_groups, final_accuracy,
+                            grid_tables, plot_grid_overall, plot_grid_phenomena)
 from probes.syntaxqa.report import syntax_qa_section
 from probes.ushape import UShapeConfig, find_u_shapes_in_runs
 
@@ -54,7 +55,7 @@ def _group_label(model, budget) -> str:
 
 
 def plot_phenomenon_bands(s: pd.DataFrame, boot: pd.DataFrame, ref, benchmark: str, phenomenon: str,
-                          metric: str, path: Path) -> Path:
+                          metric: str, path: Path, human: Optional[float] = None) -> Path:
     """One panel per corpus budget, one line per model (coloured by size): seed mean with its 95 %
     interval over seeds, or the bootstrap interval over pairs where a group has a single seed.
 
@@ -94,6 +95,10 @@ def plot_phenomenon_bands(s: pd.DataFrame, boot: pd.DataFrame, ref, benchmark: s
             label = f"{model} ({n} seed{'s' if n > 1 else ''})"
             plot_line(ax, g.tokens.to_numpy(), g[f"{metric}_mean"].to_numpy(), ref, label, color[model], band=band)
             handles.setdefault(model, ax.lines[-1 if not (g.tokens == 0).any() else -2])
+        if human is not None and human == human:  # the human baseline of this phenomenon (probes/human.py)
+            ax.axhline(human, color="0.3", ls=":", lw=1.2)
+            handles.setdefault("human", ax.lines[-1])
+            handles["human"].set_label(f"human {100 * human:.1f} %")
         token_axis(ax, ref, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})" if ax in axes[:, 0] else "")
         xlabel = ax.get_xlabel()
         ax.set_xlabel("")  # said once for the figure: the panels are narrow
@@ -104,7 +109,8 @@ def plot_phenomenon_bands(s: pd.DataFrame, boot: pd.DataFrame, ref, benchmark: s
     fig.suptitle(f"{benchmark} · {phenomenon}  (bands: {', '.join(sorted(kinds))})", fontsize=10)
     fig.supxlabel(xlabel, fontsize=8, x=(0.75 + fig.get_figwidth() - 2.3) / 2 / fig.get_figwidth(),
                   y=0.12 / fig.get_figheight(), va="bottom")
-    fig.legend([handles[m] for m in models if m in handles], [handles[m].get_label() for m in models if m in handles],
+    keys = [m for m in [*models, "human"] if m in handles]
+    fig.legend([handles[m] for m in keys], [handles[m].get_label() for m in keys],
                loc="upper left", bbox_to_anchor=(1 - 2.2 / fig.get_figwidth(), 0.9), fontsize=8,
                title="model", title_fontsize=8, frameon=False)
     fig.subplots_adjust(left=0.75 / fig.get_figwidth(), right=1 - 2.3 / fig.get_figwidth(),
@@ -149,17 +155,21 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         phen = phenomenon_table(ev.table)
         phen_boot = bootstrap_phenomenon_intervals(ev.table, [*GROUP_RUN, "step", "tokens", "benchmark", "phenomenon"])
         seeds_phen = seed_summary(phen, ["model", "budget", "benchmark", "phenomenon", "step"])
+        human = zhoblimp_human(ev.table)  # (per phenomenon, overall) or None: ZhoBLiMP's human validation
+        human_acc = dict(zip(human[0].phenomenon, human[0].human_acc)) if human else {}
         for bench, sb in seeds_phen.groupby("benchmark", sort=True):
             ref = sb["tokens"].to_numpy()
             bb = phen_boot[phen_boot.benchmark == bench]
             for ph, s in sb.groupby("phenomenon", sort=True):
                 jobs.submit(f"Learning curve, {bench} · {ph}", plot_phenomenon_bands, s, bb[bb.phenomenon == ph], ref,
-                            bench, ph, metric, fdir / f"curve_{safe_name(bench)}_{safe_name(ph)}.png")
+                            bench, ph, metric, fdir / f"curve_{safe_name(bench)}_{safe_name(ph)}.png",
+                            human_acc.get(ph) if bench == "zhoblimp" else None)
 
         # 2. scaling grid and difficulty groups
         final = final_accuracy(ev.table, ev.runs)
         overall, per_phen = grid_tables(final, metric)
         groups = difficulty_groups(final, cfg.scaling)
+        human_table = _human_table(human, per_phen, metric) if human else pd.DataFrame()
         for bench in sorted(final.benchmark.unique()):
             o, pp = overall[overall.benchmark == bench], per_phen[per_phen.benchmark == bench]
             jobs.submit(f"Scaling heatmap, {bench} (model × corpus)", plot_grid_overall, o, bench, metric, fdir)
@@ -204,7 +214,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         for name, df in (("ushapes", us), ("ushape_regions", regions_u), ("aoa", aoa),
                          ("aoa_phenomenon_summary", aoa_ph), ("final_accuracy_paradigm", final),
                          ("scaling_overall", overall), ("scaling_phenomenon", per_phen),
-                         ("difficulty_groups", groups)):
+                         ("difficulty_groups", groups), ("human_baseline", human_table)):
             write_csv(tdir / f"{name}.csv", df)
         runs = pd.DataFrame([dataclasses.asdict(r) for r in ev.runs])
         write_csv(tdir / "runs.csv", runs)
@@ -215,7 +225,8 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
     # 7. report.md
     if notes:
         write_text(out / "problems.txt", "\n".join(notes) + "\n")
-    md = _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out, qa_md)
+    md = _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out, qa_md,
+                   (human_table, human[1]) if human else None)
     write_text(out / "report.md", md)
     result = {"figures": [p for _, p in figs], "ushapes": us, "aoa": aoa, "groups": groups,
               "notes": notes, "seconds": time.perf_counter() - t0}
@@ -224,7 +235,23 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
     return result
 
 
-def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out: Path, qa_md=()) -> str:
+def _human_table(human, per_phen: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per ZhoBLiMP phenomenon: human accuracy (the CSV, our reading; the paper's Table 4) beside the final
+    accuracy of every model on the largest budget (the grid's best-trained models)."""
+    from probes.scaling import largest_budget
+
+    h = human[0][["phenomenon", "n_paradigms", "human_acc", "human_acc_paper"]]
+    p = per_phen[per_phen.benchmark == "zhoblimp"]
+    if len(p):
+        p = largest_budget(p)
+        wide = p.pivot_table(index="phenomenon", columns="model", values=metric, aggfunc="mean")
+        wide.columns = [f"{m} · {budget_label(p.budget.iloc[0])}" for m in wide.columns]
+        h = h.merge(wide.reset_index(), on="phenomenon", how="left")
+    return h
+
+
+def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out: Path, qa_md=(),
+              human=None) -> str:
     rel = lambda p: Path(p).relative_to(out).as_posix()  # noqa: E731
     acc = us[us.accepted] if len(us) else us
     L = ["# syntax-dynamics report", "",
@@ -263,16 +290,33 @@ def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes
           _md_table(aoa_ph.sort_values("aoa_log10_tokens")), ""]
     L += ["## Scaling grid", ""] + [f"![{t}]({rel(p)})" for t, p in figs if t.startswith("Scaling")] + [""]
     L += [_md_table(overall), ""]
+    if human is not None:
+        table, overall_h = human
+        L += ["## Human baseline (ZhoBLiMP)", "",
+              f"Human agreement with the gold labels from the authors' human_validation_result.csv, pooled "
+              f"correct/total over the released paradigms of each phenomenon (our reading): {100 * overall_h:.1f} % "
+              f"overall; the paper reports {100 * PAPER_HUMAN_OVERALL:.1f} % (§3.3, Table 4, column human_acc_paper). "
+              "Drawn as the dotted line in each ZhoBLiMP learning-curve figure; model columns: final accuracy on "
+              "the largest budget.", "", _md_table(table, 40), ""]
     s = cfg.scaling
     counts = groups.groupby(["budget", "benchmark", "group"], dropna=False).size().unstack(fill_value=0) \
         if len(groups) else pd.DataFrame()
+    if len(counts):
+        counts = counts.reindex(columns=[g for g in PAPER_GROUPS if g in counts.columns]).reset_index()
+        counts["budget"] = counts["budget"].map(budget_label)
+        paper = {"budget": "3B (paper)", "benchmark": "zhoblimp (Zh-Pythia 14M-1.4B)", **PAPER_GROUPS}
+        counts = pd.concat([counts, pd.DataFrame([paper])], ignore_index=True)
+    where = ("each benchmark's largest corpus budget (the paper groups its 3B-token models)"
+             if s.budget == "largest" else "every budget")
     L += ["## Difficulty groups", "",
-          f"Per budget and paradigm, from the best final accuracy over model sizes and Pearson r between "
-          f"accuracy and log10 model size: Easy best >= {s.easy_min_best}; Medium best >= {s.medium_min_best}; "
-          f"Difficult near chance with r >= {s.difficult_min_r}; Other near chance otherwise (also when fewer "
-          f"than {s.min_sizes_for_r} model sizes make r meaningless). The ZhoBLiMP paper's exact thresholds "
-          "were not at hand; these are our documented defaults (probes/scaling.py).", "",
-          _md_table(counts.reset_index()) if len(counts) else "_(none)_", "",
+          f"Per paradigm on {where}, from the best final accuracy over model sizes and Pearson r between "
+          f"accuracy and log10 model size, as the ZhoBLiMP paper (§5.3) defines the groups: Easy best >= "
+          f"{s.easy_min_best}; Medium best >= {s.medium_min_best}; Difficult near chance with r >= "
+          f"{s.difficult_min_r}; Other near chance otherwise (also when fewer than {s.min_sizes_for_r} model "
+          "sizes make r meaningless). The thresholds are OUR documented defaults (probes/scaling.py): the "
+          "paper's numbers did not survive in its text. Last row: the paper's outcome, 80 / 15 / 13 / 10 of "
+          "118 paradigms.", "",
+          _md_table(counts) if len(counts) else "_(none)_", "",
           _md_table(groups.drop(columns=["reason"]), 40), ""]
     L += ["## Regions over training", ""] + [f"![{t}]({rel(p)})" for t, p in figs if t.startswith("Regions")] + [""]
     L += list(qa_md)

@@ -1,0 +1,39 @@
+"""probes.final_all_pairs: a sample of each paradigm along the curve, every pair at the run's last step."""
+from __future__ import annotations
+
+import json
+
+import torch
+
+from probeutil import tiny_neox, word_tokenizer
+from probes.hook import ProbeHook, ProbesConfig
+from probes.store import eval_path, read_pairs
+
+WORDS = [("cat", "runs", "run"), ("cats", "run", "runs"), ("dog", "sees", "see"), ("dogs", "see", "sees")]
+
+
+def test_the_last_checkpoint_scores_every_pair_the_others_a_sample(tmp_path):
+    torch.set_num_threads(1)
+    f = tmp_path / "bench.jsonl"
+    rows = [{"sentence_good": f"{d} {n} {v} .", "sentence_bad": f"{d} {n} {w} .", "UID": par,
+             "linguistics_term": "agreement", "pairID": f"{par}{d}{i}"}
+            for par, d in (("sv", "the"), ("sv2", "a")) for i, (n, v, w) in enumerate(WORDS)]
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = ProbesConfig(benchmarks=[{"name": "b", "path": str(f)}], max_pairs_per_paradigm=2,
+                       final_all_pairs=True, batch_size=4)
+    tok = word_tokenizer()
+    run = tmp_path / "run"
+    hook = ProbeHook(cfg, tok, run, final_step=30)
+    model = tiny_neox(len(tok), seed=0)
+    for step in (0, 10, 30):
+        hook.post_checkpoint_saved(run / "checkpoints" / f"step{step}", step, step * 64, model)
+    sample = {s: read_pairs(eval_path(run, s, "b"))[0] for s in (0, 10, 30)}
+    assert len(sample[0]) == len(sample[10]) == 4  # 2 per paradigm
+    assert list(sample[0].pair_id) == list(sample[10].pair_id)
+    assert len(sample[30]) == 8 == len(rows)  # every pair at the last step
+    assert set(sample[0].pair_id) <= set(sample[30].pair_id)  # the sample is a subset of the full set
+    # off by default: the last step gets the sample like every other checkpoint
+    plain = ProbeHook(ProbesConfig(benchmarks=cfg.benchmarks, max_pairs_per_paradigm=2), tok, tmp_path / "r2",
+                      final_step=30)
+    plain.post_checkpoint_saved(tmp_path / "ck", 30, 1920, model)
+    assert len(read_pairs(eval_path(tmp_path / "r2", 30, "b"))[0]) == 4
