@@ -35,6 +35,7 @@ from probes.store import eval_path, read_pairs, write_pairs
 from probes.syntaxqa.score import SyntaxQAConfig
 
 _ENTRY_KEYS = {f.name for f in fields(BenchmarkConfig)}
+ALL_SUFFIX = "_all"  # probes.final_all_pairs: the full benchmark at the last checkpoint, as "<name>_all"
 
 
 @dataclass
@@ -47,9 +48,10 @@ class ProbesConfig:
     subsample_seed: int = 0
     batch_size: int = 64
     bf16: bool = False  # bfloat16 autocast: faster on GPUs, lps move by ~1e-2 nats
-    # true: the run's LAST checkpoint is scored on every pair of every benchmark (max_pairs_per_paradigm
-    # is ignored there), the others on the sample: cheap curves, the full benchmark for the final
-    # accuracy and the scaling grid. The sample is a subset of the full set (same pair ids).
+    # true: the run's LAST checkpoint is also scored on every pair of every benchmark, written as
+    # evals/step<last>/<name>_all.parquet (max_pairs_per_paradigm ignored): the curve keeps one fixed
+    # sample at every checkpoint, and the report's scaling grid / difficulty groups get the full benchmark
+    # as benchmark "<name>_all" (one checkpoint per run). The sample is a subset of the full set.
     final_all_pairs: bool = False
     # The syntax-questions probe (probes.syntaxqa): probes.syntax_qa.enabled=true with sources
     syntax_qa: SyntaxQAConfig = field(default_factory=SyntaxQAConfig)
@@ -150,7 +152,7 @@ class ProbeHook:
         if self.cfg.final_all_pairs and self.final_step is not None and step == self.final_step:
             if self._all_pairs is None:  # loaded once, at the last checkpoint only
                 self._all_pairs = _load_benchmarks(self.cfg, all_pairs=True)
-            benchmarks = {name: self._all_pairs[name] for name in self.benchmarks}
+            benchmarks = {**benchmarks, **{f"{name}{ALL_SUFFIX}": self._all_pairs[name] for name in self.benchmarks}}
         for name, pairs in benchmarks.items():
             path = eval_path(self.run_dir, step, name)
             # rank 0 decides, so every rank takes the same branch of the collective below

@@ -69,7 +69,8 @@ def human_by_phenomenon(human: pd.DataFrame, paradigms: pd.DataFrame) -> tuple[p
 def zhoblimp_human(table: pd.DataFrame, path: Union[str, Path, None] = None,
                    benchmark: str = "zhoblimp") -> Optional[tuple[pd.DataFrame, float]]:
     """The human reference for the ``benchmark`` rows of an eval table, or None without such rows or file."""
-    rows = table[table["benchmark"] == benchmark] if "benchmark" in table else table.iloc[:0]
+    # "<benchmark>_all": the full benchmark at each run's last checkpoint (probes.final_all_pairs)
+    rows = table[table["benchmark"].isin([benchmark, f"{benchmark}_all"])] if "benchmark" in table else table.iloc[:0]
     path = Path(path) if path is not None else default_path()
     if rows.empty or not path.is_file():
         return None

@@ -163,7 +163,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
             for ph, s in sb.groupby("phenomenon", sort=True):
                 jobs.submit(f"Learning curve, {bench} · {ph}", plot_phenomenon_bands, s, bb[bb.phenomenon == ph], ref,
                             bench, ph, metric, fdir / f"curve_{safe_name(bench)}_{safe_name(ph)}.png",
-                            human_acc.get(ph) if bench == "zhoblimp" else None)
+                            human_acc.get(ph) if bench in ("zhoblimp", "zhoblimp_all") else None)
 
         # 2. scaling grid and difficulty groups
         final = final_accuracy(ev.table, ev.runs)
@@ -241,11 +241,13 @@ def _human_table(human, per_phen: pd.DataFrame, metric: str) -> pd.DataFrame:
     from probes.scaling import largest_budget
 
     h = human[0][["phenomenon", "n_paradigms", "human_acc", "human_acc_paper"]]
-    p = per_phen[per_phen.benchmark == "zhoblimp"]
+    # the full benchmark at the last checkpoint (probes.final_all_pairs) where runs have it, else the sample
+    full = per_phen[per_phen.benchmark == "zhoblimp_all"]
+    p = full if len(full) else per_phen[per_phen.benchmark == "zhoblimp"]
     if len(p):
         p = largest_budget(p)
         wide = p.pivot_table(index="phenomenon", columns="model", values=metric, aggfunc="mean")
-        wide.columns = [f"{m} · {budget_label(p.budget.iloc[0])}" for m in wide.columns]
+        wide.columns = [f"{m} · {budget_label(p.budget.iloc[0])} ({p.benchmark.iloc[0]})" for m in wide.columns]
         h = h.merge(wide.reset_index(), on="phenomenon", how="left")
     return h
 

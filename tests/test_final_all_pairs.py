@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import torch
 
 from probeutil import tiny_neox, word_tokenizer
@@ -28,12 +29,17 @@ def test_the_last_checkpoint_scores_every_pair_the_others_a_sample(tmp_path):
     for step in (0, 10, 30):
         hook.post_checkpoint_saved(run / "checkpoints" / f"step{step}", step, step * 64, model)
     sample = {s: read_pairs(eval_path(run, s, "b"))[0] for s in (0, 10, 30)}
-    assert len(sample[0]) == len(sample[10]) == 4  # 2 per paradigm
-    assert list(sample[0].pair_id) == list(sample[10].pair_id)
-    assert len(sample[30]) == 8 == len(rows)  # every pair at the last step
-    assert set(sample[0].pair_id) <= set(sample[30].pair_id)  # the sample is a subset of the full set
-    # off by default: the last step gets the sample like every other checkpoint
+    assert len(sample[0]) == len(sample[10]) == len(sample[30]) == 4  # 2 per paradigm, the same pairs
+    assert list(sample[0].pair_id) == list(sample[30].pair_id)
+    full, meta = read_pairs(eval_path(run, 30, "b_all"))  # every pair at the last step, as "b_all"
+    assert len(full) == 8 == len(rows) and meta["benchmark"] == "b_all" and meta["step"] == 30
+    assert set(sample[30].pair_id) <= set(full.pair_id)  # the sample is a subset of the full set
+    merged = sample[30].merge(full, on="pair_id")
+    assert np.allclose(merged.lp_good_x, merged.lp_good_y, atol=1e-4)  # one model (batches differ)
+    assert not eval_path(run, 10, "b_all").exists() and not eval_path(run, 0, "b_all").exists()
+    # off by default: nothing extra at the last step
     plain = ProbeHook(ProbesConfig(benchmarks=cfg.benchmarks, max_pairs_per_paradigm=2), tok, tmp_path / "r2",
                       final_step=30)
     plain.post_checkpoint_saved(tmp_path / "ck", 30, 1920, model)
     assert len(read_pairs(eval_path(tmp_path / "r2", 30, "b"))[0]) == 4
+    assert not eval_path(tmp_path / "r2", 30, "b_all").exists()

@@ -66,4 +66,4 @@ def test_the_report_draws_the_human_baseline_per_phenomenon(tmp_path):
     want = csv.loc[["BA_deletion", "BA_inversion"]]
     assert h.loc["BA", "human_acc"] == pytest.approx(want.correct.sum() / want.total.sum())
     assert h.loc["anaphor", "human_acc_paper"] == 0.856
-    assert {"pythia-14m · 10M", "pythia-70m · 10M"} <= set(h.columns)
+    assert {"pythia-14m · 10M (zhoblimp)", "pythia-70m · 10M (zhoblimp)"} <= set(h.columns)
