@@ -53,6 +53,9 @@ class ProbesConfig:
     # sample at every checkpoint, and the report's scaling grid / difficulty groups get the full benchmark
     # as benchmark "<name>_all" (one checkpoint per run). The sample is a subset of the full set.
     final_all_pairs: bool = False
+    # true: every eval file also gets ulp_good / ulp_bad, the sentences' unigram log-probs from the run's
+    # token store, so SLOR and MORCELA can be computed without the model (probes/unigram.py)
+    unigram: bool = True
     # The syntax-questions probe (probes.syntaxqa): probes.syntax_qa.enabled=true with sources
     syntax_qa: SyntaxQAConfig = field(default_factory=SyntaxQAConfig)
 
@@ -117,8 +120,10 @@ class ProbeHook:
     """
 
     def __init__(self, cfg: ProbesConfig, tokenizer, run_dir: Path, *,
-                 pairs: Optional[dict[str, list[Pair]]] = None, final_step: Optional[int] = None):
+                 pairs: Optional[dict[str, list[Pair]]] = None, final_step: Optional[int] = None,
+                 unigram=None):
         self.cfg = cfg
+        self.unigram = unigram  # (log unigram probabilities per id, source) or None: no ulp columns
         self.final_step = final_step  # the run's last step (cfg.final_all_pairs scores all pairs there)
         self._all_pairs: Optional[dict[str, list[Pair]]] = None if pairs is None else dict(pairs)
         self.tokenizer = tokenizer
@@ -172,6 +177,11 @@ class ProbeHook:
                 "tokenizer": self.fingerprint, "n_pairs": len(df), "world_size": world,
                 "seconds": round(time.perf_counter() - t0, 3),
             }
+            if self.unigram is not None:
+                from probes.unigram import add_unigram_columns
+
+                df = add_unigram_columns(df, self.tokenizer, self.unigram[0])
+                meta["unigram"] = self.unigram[1]
             report = getattr(pairs, "report", None)  # load_benchmark says where pairs came from
             if report is not None:
                 meta["source"] = report.source
