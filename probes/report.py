@@ -21,6 +21,7 @@ from probes.aoa import AoAConfig, aoa_table
 from probes.curves import GROUP_RUN, phenomenon_table, plot_line, safe_name, token_axis
 from probes.evalset import EvalInputError, EvalSet, load_runs, parse_model_params
 from probes.human import PAPER_HUMAN_OVERALL, zhoblimp_human
+from probes.unigram import MORCELA_BETA, MORCELA_GAMMA, final_metrics
 from probes.outputs import FigureJobs, save_figure, write_csv, write_parquet, write_table, write_text
 from probes.regions import RegionConfig, group_region_curves, plot_regions, u_region_table
 from probes.scaling import (PAPER_GROUPS, ScalingConfig, budget_label, difficulty_groups, final_accuracy,
@@ -216,6 +217,9 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
                          ("scaling_overall", overall), ("scaling_phenomenon", per_phen),
                          ("difficulty_groups", groups), ("human_baseline", human_table)):
             write_csv(tdir / f"{name}.csv", df)
+        uni = final_metrics(ev.runs)  # SLOR / MORCELA where eval files carry unigram columns
+        if len(uni):
+            write_csv(tdir / "unigram_metrics_final.csv", uni)
         runs = pd.DataFrame([dataclasses.asdict(r) for r in ev.runs])
         write_csv(tdir / "runs.csv", runs)
         # 6. the syntax-questions probe, where runs have it (drawn here: three figures)
@@ -226,7 +230,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
     if notes:
         write_text(out / "problems.txt", "\n".join(notes) + "\n")
     md = _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out, qa_md,
-                   (human_table, human[1]) if human else None)
+                   (human_table, human[1]) if human else None, uni)
     write_text(out / "report.md", md)
     result = {"figures": [p for _, p in figs], "ushapes": us, "aoa": aoa, "groups": groups,
               "notes": notes, "seconds": time.perf_counter() - t0}
@@ -253,7 +257,7 @@ def _human_table(human, per_phen: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out: Path, qa_md=(),
-              human=None) -> str:
+              human=None, uni=None) -> str:
     rel = lambda p: Path(p).relative_to(out).as_posix()  # noqa: E731
     acc = us[us.accepted] if len(us) else us
     L = ["# syntax-dynamics report", "",
@@ -300,6 +304,16 @@ def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes
               f"overall; the paper reports {100 * PAPER_HUMAN_OVERALL:.1f} % (§3.3, Table 4, column human_acc_paper). "
               "Drawn as the dotted line in each ZhoBLiMP learning-curve figure; model columns: final accuracy on "
               "the largest budget.", "", _md_table(table, 40), ""]
+    if uni is not None and len(uni):
+        m = ["acc_mlp", "acc_sum", "acc_slor", "acc_morcela"]
+        summ = uni.groupby(["model", "budget", "benchmark"], dropna=False)[m].mean().reset_index()
+        summ["budget"] = summ["budget"].map(budget_label)
+        L += ["## Unigram-normalised metrics at the last checkpoint (SLOR, MORCELA)", "",
+              f"Mean over phenomena and seeds; SLOR = (lp - ulp)/ntok, MORCELA = (lp - {MORCELA_BETA} ulp + "
+              f"{MORCELA_GAMMA})/ntok (beta, gamma: our choice, the middle of the ZhoBLiMP authors' sweep; "
+              "probes/unigram.py), ulp = the sentence's unigram log-prob from the run's own token counts "
+              "(or the table named in tables/unigram_metrics_final.csv). Every other section uses "
+              f"{'MLP' if cfg.metric == 'mlp' else 'sum-LP'}.", "", _md_table(summ, 40), ""]
     s = cfg.scaling
     counts = groups.groupby(["budget", "benchmark", "group"], dropna=False).size().unstack(fill_value=0) \
         if len(groups) else pd.DataFrame()

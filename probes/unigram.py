@@ -205,3 +205,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def final_metrics(runs, **params) -> pd.DataFrame:
+    """Per run x benchmark x phenomenon at each run's last checkpoint: accuracy under MLP, sum-LP, SLOR
+    and MORCELA, from the eval files that carry ulp columns (others are skipped: no unigram table)."""
+    import re
+
+    from probes.store import read_pairs
+
+    rows = []
+    for r in runs:
+        steps = {int(m.group(1)): d for d in (Path(r.path) / "evals").glob("step*")
+                 if (m := re.fullmatch(r"step(\d+)", d.name)) and d.is_dir()}
+        if not steps:
+            continue
+        last = max(steps)
+        for f in sorted(steps[last].glob("*.parquet")):
+            df, meta = read_pairs(f)
+            if not set(COLUMNS) <= set(df.columns):
+                continue
+            t = accuracy_table(df, **params).groupby("phenomenon").mean(numeric_only=True).reset_index()
+            t.insert(0, "benchmark", meta.get("benchmark", f.stem))
+            t.insert(0, "step", last)
+            for k in ("seed", "budget", "model", "name"):
+                t.insert(0, "run" if k == "name" else k, getattr(r, k))
+            t["n_pairs"] = df.groupby("phenomenon").size().reindex(t.phenomenon).to_numpy()
+            t["unigram"] = meta.get("unigram", "?")
+            rows.append(t)
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()

@@ -96,3 +96,15 @@ def test_a_run_stores_unigram_columns_from_its_own_token_store(tmp_path):
     assert np.allclose(again.ulp_good, df.ulp_good) and m2["unigram"] == m["unigram"]
     acc = unigram.accuracy_table(again)
     assert {"acc_mlp", "acc_sum", "acc_slor", "acc_morcela"} <= set(acc.columns)
+    # the report's SLOR / MORCELA section reads these columns at the last checkpoint
+    from probes import report
+
+    out = tmp_path / "rep"
+    assert report.main([str(run), "--out", str(out), "--n-boot", "20"]) == 0
+    assert "## Unigram-normalised metrics at the last checkpoint (SLOR, MORCELA)" in (out / "report.md").read_text()
+    t = pd.read_csv(out / "tables" / "unigram_metrics_final.csv")
+    ph = again.phenomenon.iloc[0]
+    sel = again[again.phenomenon == ph]
+    slor_ok = ((sel.lp_good - sel.ulp_good) / sel.ntok_good > (sel.lp_bad - sel.ulp_bad) / sel.ntok_bad)
+    by_par = slor_ok.groupby(sel.paradigm).mean().mean()  # a phenomenon = mean of its paradigms
+    assert t.set_index("phenomenon").loc[ph, "acc_slor"] == pytest.approx(by_par)
