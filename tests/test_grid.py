@@ -54,3 +54,30 @@ def test_a_command_line_value_replaces_a_sweep_axis():
 def test_an_unknown_model_or_budget_is_refused_with_the_options(override, message):
     with pytest.raises(GridError, match=message):
         expand(["experiment=zhoblimp_grid", override])
+
+
+def test_the_laptop_grid_has_the_papers_shape_at_small_scale():
+    """experiment=zhoblimp_mini: 3 sizes x 2 budgets x 2 seeds on the zh corpus; a ZhoBLiMP sample in the loop
+    and every pair at the last checkpoint; the paper's 64-token sequences, warmup 0.1, cosine, one epoch."""
+    runs = expand(["experiment=zhoblimp_mini"])
+    assert len(runs) == 12
+    sizes = {}
+    for run in runs:
+        cfg, choices = compose_run(run)
+        assert cfg.data.paths[0].endswith("shared/corpora/zh") and cfg.data.epochs == 1
+        assert (cfg.data.seq_len, cfg.optim.global_batch, cfg.optim.warmup_ratio) == (64, 64, 0.1)
+        assert cfg.probes.benchmarks == ["zhoblimp"] and cfg.probes.max_pairs_per_paradigm == 10
+        assert cfg.probes.final_all_pairs and cfg.probes.unigram and cfg.engine.kind == "torch"
+        sizes[cfg.model.name] = cfg.model.hidden_size
+        assert cfg.data.budget_tokens in (500_000, 2_000_000) and cfg.seed in (0, 1)
+    assert sizes == {"mini-0.41m": 32, "mini-0.87m": 64, "mini-1.6m": 96}
+
+
+def test_the_mini_model_names_carry_their_parameter_counts():
+    from train.model import build_model, count_parameters
+    from probes.evalset import parse_model_params
+
+    for name in ("mini-0.41m", "mini-0.87m", "mini-1.6m"):
+        cfg, _ = compose_run(["experiment=zhoblimp_mini", f"model={name}"])
+        n = count_parameters(build_model(cfg.model, cfg.tokenizer.vocab_size, device="meta"))
+        assert abs(n - parse_model_params(name)) / n < 0.03, (name, n)
