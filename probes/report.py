@@ -99,7 +99,7 @@ def plot_phenomenon_bands(s: pd.DataFrame, boot: pd.DataFrame, ref, benchmark: s
         if human is not None and human == human:  # the human baseline of this phenomenon (probes/human.py)
             ax.axhline(human, color="0.3", ls=":", lw=1.2)
             handles.setdefault("human", ax.lines[-1])
-            handles["human"].set_label(f"human {100 * human:.1f} %")
+            handles["human"].set_label(f"human {100 * human:.1f} % (validation CSV)")
         token_axis(ax, ref, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})" if ax in axes[:, 0] else "")
         xlabel = ax.get_xlabel()
         ax.set_xlabel("")  # said once for the figure: the panels are narrow
