@@ -108,3 +108,23 @@ def test_a_run_stores_unigram_columns_from_its_own_token_store(tmp_path):
     slor_ok = ((sel.lp_good - sel.ulp_good) / sel.ntok_good > (sel.lp_bad - sel.ulp_bad) / sel.ntok_bad)
     by_par = slor_ok.groupby(sel.paradigm).mean().mean()  # a phenomenon = mean of its paradigms
     assert t.set_index("phenomenon").loc[ph, "acc_slor"] == pytest.approx(by_par)
+
+
+def test_the_probe_hook_writes_unigram_columns(tmp_path):
+    import torch
+
+    from probeutil import tiny_neox
+    from probes.hook import ProbeHook, ProbesConfig
+    from probes.pairs import Pair
+    from probes.store import eval_path, read_pairs
+
+    torch.set_num_threads(1)
+    tok = word_tokenizer()
+    lu = np.log(np.full(len(tok), 1 / len(tok)))  # uniform: ulp = ntok * log(1/V)
+    pairs = {"agr": [Pair("agr", "sv", "agreement", "0", "the cat runs .", "the cat run")]}
+    hook = ProbeHook(ProbesConfig(batch_size=2), tok, tmp_path / "run", pairs=pairs, unigram=(lu, "test:uniform"))
+    hook.post_checkpoint_saved(tmp_path / "ck", 0, 0, tiny_neox(len(tok)))
+    df, meta = read_pairs(eval_path(tmp_path / "run", 0, "agr"))
+    assert meta["unigram"] == "test:uniform"
+    assert df.ulp_good[0] == pytest.approx(4 * math.log(1 / len(tok)))
+    assert df.ulp_bad[0] == pytest.approx(3 * math.log(1 / len(tok)))
