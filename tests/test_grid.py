@@ -48,7 +48,7 @@ def test_a_command_line_value_replaces_a_sweep_axis():
 
 
 @pytest.mark.parametrize("override, message", [
-    ("budget=5M,10M", r"unknown budget '5M' in the grid: configs/budget/ has 100M, 10M, 1B, 3B"),
+    ("budget=5M,10M", r"unknown budget '5M' in the grid: configs/budget/ has 100M, 10M, 1B, 2M, 3B, 500k"),
     ("model=pythia-99m", r"unknown model 'pythia-99m'.*pythia-14m"),
 ])
 def test_an_unknown_model_or_budget_is_refused_with_the_options(override, message):
