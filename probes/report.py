@@ -318,7 +318,7 @@ def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes
     counts = groups.groupby(["budget", "benchmark", "group"], dropna=False).size().unstack(fill_value=0) \
         if len(groups) else pd.DataFrame()
     if len(counts):
-        counts = counts.reindex(columns=[g for g in PAPER_GROUPS if g in counts.columns]).reset_index()
+        counts = counts.reindex(columns=list(PAPER_GROUPS), fill_value=0).reset_index()
         counts["budget"] = counts["budget"].map(budget_label)
         paper = {"budget": "3B (paper)", "benchmark": "zhoblimp (Zh-Pythia 14M-1.4B)", **PAPER_GROUPS}
         counts = pd.concat([counts, pd.DataFrame([paper])], ignore_index=True)
