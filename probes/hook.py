@@ -28,14 +28,13 @@ from typing import Any, Optional
 import pandas as pd
 
 from probes.benchmarks import BenchmarkConfig, benchmark_configs, load_benchmark
-from probes.evalset import refresh_cache
+from probes.evalset import ALL_SUFFIX, refresh_cache
 from probes.pairs import Pair
 from probes.scoring import CONVENTION, accuracy, correct, score_pairs, tokenizer_fingerprint
 from probes.store import eval_path, read_pairs, write_pairs
 from probes.syntaxqa.score import SyntaxQAConfig
 
 _ENTRY_KEYS = {f.name for f in fields(BenchmarkConfig)}
-ALL_SUFFIX = "_all"  # probes.final_all_pairs: the full benchmark at the last checkpoint, as "<name>_all"
 
 
 @dataclass

@@ -37,6 +37,12 @@ def test_the_last_checkpoint_scores_every_pair_the_others_a_sample(tmp_path):
     merged = sample[30].merge(full, on="pair_id")
     assert np.allclose(merged.lp_good_x, merged.lp_good_y, atol=1e-4)  # one model (batches differ)
     assert not eval_path(run, 10, "b_all").exists() and not eval_path(run, 0, "b_all").exists()
+    # the analysis reads both; "b_all" lacking at earlier steps is by design, not a problem in the input
+    from probes.evalset import load_runs
+
+    ev = load_runs([run])
+    assert set(ev.table.benchmark) == {"b", "b_all"} and not [p for p in ev.problems if "b_all" in p]
+    assert set(ev.table[ev.table.benchmark == "b_all"].step) == {30}
     # off by default: nothing extra at the last step
     plain = ProbeHook(ProbesConfig(benchmarks=cfg.benchmarks, max_pairs_per_paradigm=2), tok, tmp_path / "r2",
                       final_step=30)
