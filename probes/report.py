@@ -19,7 +19,7 @@ import pandas as pd
 from probes.aggregate import bootstrap_paradigm_intervals, bootstrap_phenomenon_intervals, seed_summary
 from probes.aoa import AoAConfig, aoa_table
 from probes.curves import GROUP_RUN, phenomenon_table, plot_line, safe_name, token_axis
-from probes.evalset import EvalInputError, EvalSet, load_runs, parse_model_params
+from probes.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_runs, parse_model_params
 from probes.human import PAPER_HUMAN_OVERALL, zhoblimp_human
 from probes.unigram import MORCELA_BETA, MORCELA_GAMMA, final_metrics
 from probes.outputs import FigureJobs, save_figure, write_csv, write_parquet, write_table, write_text
@@ -197,6 +197,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         # 4. AoA and forgettability
         aoa = aoa_table(ev.table, phen, cfg.aoa)
         few = aoa[aoa.status == "too_few_checkpoints"]
+        few = few[~few.benchmark.astype(str).str.endswith(ALL_SUFFIX)]  # "<name>_all": last step only, by design
         if len(few):
             notes.append(f"{len(few)} curve(s) have fewer than {cfg.aoa.min_points} trained checkpoints: no sigmoid "
                          f"fitted, AoA left empty (e.g. {few.iloc[0].run} {few.iloc[0].paradigm or few.iloc[0].phenomenon})")
@@ -309,7 +310,7 @@ def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes
         summ = uni.groupby(["model", "budget", "benchmark"], dropna=False)[m].mean().reset_index()
         summ["budget"] = summ["budget"].map(budget_label)
         L += ["## Unigram-normalised metrics at the last checkpoint (SLOR, MORCELA)", "",
-              f"Mean over phenomena and seeds; SLOR = (lp - ulp)/ntok, MORCELA = (lp - {MORCELA_BETA} ulp + "
+              f"Mean over paradigms and seeds (as the scaling grid); SLOR = (lp - ulp)/ntok, MORCELA = (lp - {MORCELA_BETA} ulp + "
               f"{MORCELA_GAMMA})/ntok (beta, gamma: our choice, the middle of the ZhoBLiMP authors' sweep; "
               "probes/unigram.py), ulp = the sentence's unigram log-prob from the run's own token counts "
               "(or the table named in tables/unigram_metrics_final.csv). Every other section uses "

@@ -208,7 +208,7 @@ if __name__ == "__main__":
 
 
 def final_metrics(runs, **params) -> pd.DataFrame:
-    """Per run x benchmark x phenomenon at each run's last checkpoint: accuracy under MLP, sum-LP, SLOR
+    """Per run x benchmark x paradigm at each run's last checkpoint: accuracy under MLP, sum-LP, SLOR
     and MORCELA, from the eval files that carry ulp columns (others are skipped: no unigram table)."""
     import re
 
@@ -225,12 +225,12 @@ def final_metrics(runs, **params) -> pd.DataFrame:
             df, meta = read_pairs(f)
             if not set(COLUMNS) <= set(df.columns):
                 continue
-            t = accuracy_table(df, **params).groupby("phenomenon").mean(numeric_only=True).reset_index()
+            t = accuracy_table(df, **params)
             t.insert(0, "benchmark", meta.get("benchmark", f.stem))
             t.insert(0, "step", last)
             for k in ("seed", "budget", "model", "name"):
                 t.insert(0, "run" if k == "name" else k, getattr(r, k))
-            t["n_pairs"] = df.groupby("phenomenon").size().reindex(t.phenomenon).to_numpy()
+            t["n_pairs"] = df.groupby("paradigm").size().reindex(t.paradigm).to_numpy()
             t["unigram"] = meta.get("unigram", "?")
             rows.append(t)
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
