@@ -146,7 +146,8 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
     return run_dir
 
 
-def _build_hooks(cfg: TrainConfig, tokenizer, run_dir: Path, total_steps: int, store=None) -> list:
+def _build_hooks(cfg: TrainConfig, tokenizer, run_dir: Path, total_steps: int | None = None,
+                 store=None) -> list:
     """On every rank: the probe hook shards the pairs across ranks and rank 0 writes the files."""
     if not cfg.probes.enabled:
         return []
