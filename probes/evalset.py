@@ -29,6 +29,8 @@ from probes.evalcache import read_benchmark
 from probes.evalfile import REGIONS, EvalInputError, PairOutcomes
 
 _STEP_RE = re.compile(r"^step(\d+)$")
+# probes.final_all_pairs writes every pair of a benchmark at the last checkpoint as "<name>_all"
+ALL_SUFFIX = "_all"
 
 
 @dataclass
@@ -141,7 +143,7 @@ def _load_run(d: Path, name: str, cache: bool = True):
     for bench, paths in sorted(paths_by_bench.items()):
         have = {step for step, _ in paths}
         lacking = sorted((ckpts | set(evals)) - have)
-        if lacking:
+        if lacking and not bench.endswith(ALL_SUFFIX):  # "<name>_all" is written at the last step only
             problems.append(f"{d}: benchmark {bench} has no evals for step(s) {_compact(lacking)}")
         out, df, convs, assembled = read_benchmark(name, d, bench, paths, cache)
         for c, f in convs.items():

@@ -28,7 +28,7 @@ from typing import Any, Optional
 import pandas as pd
 
 from probes.benchmarks import BenchmarkConfig, benchmark_configs, load_benchmark
-from probes.evalset import refresh_cache
+from probes.evalset import ALL_SUFFIX, refresh_cache
 from probes.pairs import Pair
 from probes.scoring import CONVENTION, accuracy, correct, score_pairs, tokenizer_fingerprint
 from probes.store import eval_path, read_pairs, write_pairs
@@ -47,6 +47,14 @@ class ProbesConfig:
     subsample_seed: int = 0
     batch_size: int = 64
     bf16: bool = False  # bfloat16 autocast: faster on GPUs, lps move by ~1e-2 nats
+    # true: the run's LAST checkpoint is also scored on every pair of every benchmark, written as
+    # evals/step<last>/<name>_all.parquet (max_pairs_per_paradigm ignored): the curve keeps one fixed
+    # sample at every checkpoint, and the report's scaling grid / difficulty groups get the full benchmark
+    # as benchmark "<name>_all" (one checkpoint per run). The sample is a subset of the full set.
+    final_all_pairs: bool = False
+    # true: every eval file also gets ulp_good / ulp_bad, the sentences' unigram log-probs from the run's
+    # token store, so SLOR and MORCELA can be computed without the model (probes/unigram.py)
+    unigram: bool = True
     # The syntax-questions probe (probes.syntaxqa): probes.syntax_qa.enabled=true with sources
     syntax_qa: SyntaxQAConfig = field(default_factory=SyntaxQAConfig)
 
@@ -111,8 +119,12 @@ class ProbeHook:
     """
 
     def __init__(self, cfg: ProbesConfig, tokenizer, run_dir: Path, *,
-                 pairs: Optional[dict[str, list[Pair]]] = None):
+                 pairs: Optional[dict[str, list[Pair]]] = None, final_step: Optional[int] = None,
+                 unigram=None):
         self.cfg = cfg
+        self.unigram = unigram  # (log unigram probabilities per id, source) or None: no ulp columns
+        self.final_step = final_step  # the run's last step (cfg.final_all_pairs scores all pairs there)
+        self._all_pairs: Optional[dict[str, list[Pair]]] = None if pairs is None else dict(pairs)
         self.tokenizer = tokenizer
         self.run_dir = Path(run_dir)
         if cfg.batch_size < 1:
@@ -140,7 +152,12 @@ class ProbeHook:
         """
         metrics: dict[str, float] = {}
         rank, world = _rank_world()
-        for name, pairs in self.benchmarks.items():
+        benchmarks = self.benchmarks
+        if self.cfg.final_all_pairs and self.final_step is not None and step == self.final_step:
+            if self._all_pairs is None:  # loaded once, at the last checkpoint only
+                self._all_pairs = _load_benchmarks(self.cfg, all_pairs=True)
+            benchmarks = {**benchmarks, **{f"{name}{ALL_SUFFIX}": self._all_pairs[name] for name in self.benchmarks}}
+        for name, pairs in benchmarks.items():
             path = eval_path(self.run_dir, step, name)
             # rank 0 decides, so every rank takes the same branch of the collective below
             exists = _broadcast(path.exists(), world)
@@ -159,6 +176,11 @@ class ProbeHook:
                 "tokenizer": self.fingerprint, "n_pairs": len(df), "world_size": world,
                 "seconds": round(time.perf_counter() - t0, 3),
             }
+            if self.unigram is not None:
+                from probes.unigram import add_unigram_columns
+
+                df = add_unigram_columns(df, self.tokenizer, self.unigram[0])
+                meta["unigram"] = self.unigram[1]
             report = getattr(pairs, "report", None)  # load_benchmark says where pairs came from
             if report is not None:
                 meta["source"] = report.source
@@ -202,8 +224,12 @@ def score_sharded(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64,
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
 
 
-def _load_benchmarks(cfg: ProbesConfig) -> dict[str, list[Pair]]:
+def _load_benchmarks(cfg: ProbesConfig, all_pairs: bool = False) -> dict[str, list[Pair]]:
     configs = cfg.resolved_benchmarks()
+    if all_pairs:
+        from dataclasses import replace
+
+        configs = [replace(bc, max_pairs_per_paradigm=None) for bc in configs]
     names = [bc.name for bc in configs]
     # checked before loading anything (a real benchmark takes seconds): the name is the eval
     # file's name, so two configs with one name would overwrite each other's files

@@ -20,11 +20,13 @@ from probes.aggregate import bootstrap_paradigm_intervals, bootstrap_phenomenon_
 from probes.aoa import AoAConfig, aoa_table
 from probes.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
 from probes.curves import GROUP_RUN, phenomenon_table, plot_line, safe_name, token_axis
-from probes.evalset import EvalInputError, EvalSet, load_runs, parse_model_params
+from probes.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_runs, parse_model_params
+from probes.human import PAPER_HUMAN_OVERALL, zhoblimp_human
+from probes.unigram import MORCELA_BETA, MORCELA_GAMMA, final_metrics
 from probes.outputs import FigureJobs, save_figure, write_csv, write_parquet, write_table, write_text
 from probes.regions import RegionConfig, group_region_curves, plot_regions, u_region_table
-from probes.scaling import (ScalingConfig, budget_label, difficulty_groups, final_accuracy, grid_tables,
-                            plot_grid_overall, plot_grid_phenomena)
+from probes.scaling import (PAPER_GROUPS, ScalingConfig, budget_label, difficulty_groups, final_accuracy,
+                            grid_tables, plot_grid_overall, plot_grid_phenomena)
 from probes.syntaxqa.report import syntax_qa_section
 from probes.ushape import UShapeConfig, find_u_shapes_in_runs
 
@@ -56,7 +58,7 @@ def _group_label(model, budget) -> str:
 
 
 def plot_phenomenon_bands(s: pd.DataFrame, boot: pd.DataFrame, ref, benchmark: str, phenomenon: str,
-                          metric: str, path: Path) -> Path:
+                          metric: str, path: Path, human: Optional[float] = None) -> Path:
     """One panel per corpus budget, one line per model (coloured by size): seed mean with its 95 %
     interval over seeds, or the bootstrap interval over pairs where a group has a single seed.
 
@@ -96,6 +98,10 @@ def plot_phenomenon_bands(s: pd.DataFrame, boot: pd.DataFrame, ref, benchmark: s
             label = f"{model} ({n} seed{'s' if n > 1 else ''})"
             plot_line(ax, g.tokens.to_numpy(), g[f"{metric}_mean"].to_numpy(), ref, label, color[model], band=band)
             handles.setdefault(model, ax.lines[-1 if not (g.tokens == 0).any() else -2])
+        if human is not None and human == human:  # the human baseline of this phenomenon (probes/human.py)
+            ax.axhline(human, color="0.3", ls=":", lw=1.2)
+            handles.setdefault("human", ax.lines[-1])
+            handles["human"].set_label(f"human {100 * human:.1f} % (validation CSV)")
         token_axis(ax, ref, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})" if ax in axes[:, 0] else "")
         xlabel = ax.get_xlabel()
         ax.set_xlabel("")  # said once for the figure: the panels are narrow
@@ -106,7 +112,8 @@ def plot_phenomenon_bands(s: pd.DataFrame, boot: pd.DataFrame, ref, benchmark: s
     fig.suptitle(f"{benchmark} · {phenomenon}  (bands: {', '.join(sorted(kinds))})", fontsize=10)
     fig.supxlabel(xlabel, fontsize=8, x=(0.75 + fig.get_figwidth() - 2.3) / 2 / fig.get_figwidth(),
                   y=0.12 / fig.get_figheight(), va="bottom")
-    fig.legend([handles[m] for m in models if m in handles], [handles[m].get_label() for m in models if m in handles],
+    keys = [m for m in [*models, "human"] if m in handles]
+    fig.legend([handles[m] for m in keys], [handles[m].get_label() for m in keys],
                loc="upper left", bbox_to_anchor=(1 - 2.2 / fig.get_figwidth(), 0.9), fontsize=8,
                title="model", title_fontsize=8, frameon=False)
     fig.subplots_adjust(left=0.75 / fig.get_figwidth(), right=1 - 2.3 / fig.get_figwidth(),
@@ -151,17 +158,21 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         phen = phenomenon_table(ev.table)
         phen_boot = bootstrap_phenomenon_intervals(ev.table, [*GROUP_RUN, "step", "tokens", "benchmark", "phenomenon"])
         seeds_phen = seed_summary(phen, ["model", "budget", "benchmark", "phenomenon", "step"])
+        human = zhoblimp_human(ev.table)  # (per phenomenon, overall) or None: ZhoBLiMP's human validation
+        human_acc = dict(zip(human[0].phenomenon, human[0].human_acc)) if human else {}
         for bench, sb in seeds_phen.groupby("benchmark", sort=True):
             ref = sb["tokens"].to_numpy()
             bb = phen_boot[phen_boot.benchmark == bench]
             for ph, s in sb.groupby("phenomenon", sort=True):
                 jobs.submit(f"Learning curve, {bench} · {ph}", plot_phenomenon_bands, s, bb[bb.phenomenon == ph], ref,
-                            bench, ph, metric, fdir / f"curve_{safe_name(bench)}_{safe_name(ph)}.png")
+                            bench, ph, metric, fdir / f"curve_{safe_name(bench)}_{safe_name(ph)}.png",
+                            human_acc.get(ph) if bench in ("zhoblimp", "zhoblimp_all") else None)
 
         # 2. scaling grid and difficulty groups
         final = final_accuracy(ev.table, ev.runs)
         overall, per_phen = grid_tables(final, metric)
         groups = difficulty_groups(final, cfg.scaling)
+        human_table = _human_table(human, per_phen, metric) if human else pd.DataFrame()
         for bench in sorted(final.benchmark.unique()):
             o, pp = overall[overall.benchmark == bench], per_phen[per_phen.benchmark == bench]
             jobs.submit(f"Scaling heatmap, {bench} (model × corpus)", plot_grid_overall, o, bench, metric, fdir)
@@ -193,6 +204,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         # 4. AoA and forgettability
         aoa = aoa_table(ev.table, phen, cfg.aoa)
         few = aoa[aoa.status == "too_few_checkpoints"]
+        few = few[~few.benchmark.astype(str).str.endswith(ALL_SUFFIX)]  # "<name>_all": last step only, by design
         if len(few):
             notes.append(f"{len(few)} curve(s) have fewer than {cfg.aoa.min_points} trained checkpoints: no sigmoid "
                          f"fitted, AoA left empty (e.g. {few.iloc[0].run} {few.iloc[0].paradigm or few.iloc[0].phenomenon})")
@@ -211,8 +223,11 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         for name, df in (("ushapes", us), ("ushape_regions", regions_u), ("aoa", aoa),
                          ("aoa_phenomenon_summary", aoa_ph), ("final_accuracy_paradigm", final),
                          ("scaling_overall", overall), ("scaling_phenomenon", per_phen),
-                         ("difficulty_groups", groups)):
+                         ("difficulty_groups", groups), ("human_baseline", human_table)):
             write_csv(tdir / f"{name}.csv", df)
+        uni = final_metrics(ev.runs)  # SLOR / MORCELA where eval files carry unigram columns
+        if len(uni):
+            write_csv(tdir / "unigram_metrics_final.csv", uni)
         runs = pd.DataFrame([dataclasses.asdict(r) for r in ev.runs])
         write_csv(tdir / "runs.csv", runs)
         # 6. the syntax-questions probe, where runs have it (drawn here: three figures)
@@ -223,7 +238,8 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
     if notes:
         write_text(out / "problems.txt", "\n".join(notes) + "\n")
     md = _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out, qa_md,
-                   cs_md=cs_md, u_evidence=u_evidence)
+                   human=(human_table, human[1]) if human else None, uni=uni, cs_md=cs_md,
+                   u_evidence=u_evidence)
     write_text(out / "report.md", md)
     result = {"figures": [p for _, p in figs], "ushapes": us, "aoa": aoa, "groups": groups,
               "notes": notes, "ushape_evidence": u_evidence, "seconds": time.perf_counter() - t0}
@@ -232,8 +248,25 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
     return result
 
 
+def _human_table(human, per_phen: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per ZhoBLiMP phenomenon: human accuracy (the CSV, our reading; the paper's Table 4) beside the final
+    accuracy of every model on the largest budget (the grid's best-trained models)."""
+    from probes.scaling import largest_budget
+
+    h = human[0][["phenomenon", "n_paradigms", "human_acc", "human_acc_paper"]]
+    # the full benchmark at the last checkpoint (probes.final_all_pairs) where runs have it, else the sample
+    full = per_phen[per_phen.benchmark == "zhoblimp_all"]
+    p = full if len(full) else per_phen[per_phen.benchmark == "zhoblimp"]
+    if len(p):
+        p = largest_budget(p)
+        wide = p.pivot_table(index="phenomenon", columns="model", values=metric, aggfunc="mean")
+        wide.columns = [f"{m} · {budget_label(p.budget.iloc[0])} ({p.benchmark.iloc[0]})" for m in wide.columns]
+        h = h.merge(wide.reset_index(), on="phenomenon", how="left")
+    return h
+
+
 def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out: Path, qa_md=(),
-              cs_md=(), u_evidence=()) -> str:
+              human=None, uni=None, cs_md=(), u_evidence=()) -> str:
     rel = lambda p: Path(p).relative_to(out).as_posix()  # noqa: E731
     acc = us[us.accepted] if len(us) else us
     L = ["# syntax-dynamics report", "",
@@ -271,16 +304,43 @@ def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes
           _md_table(aoa_ph.sort_values("aoa_log10_tokens")), ""]
     L += ["## Scaling grid", ""] + [f"![{t}]({rel(p)})" for t, p in figs if t.startswith("Scaling")] + [""]
     L += [_md_table(overall), ""]
+    if human is not None:
+        table, overall_h = human
+        L += ["## Human baseline (ZhoBLiMP)", "",
+              f"Human agreement with the gold labels from the authors' human_validation_result.csv, pooled "
+              f"correct/total over the released paradigms of each phenomenon (our reading): {100 * overall_h:.1f} % "
+              f"overall; the paper reports {100 * PAPER_HUMAN_OVERALL:.1f} % (§3.3, Table 4, column human_acc_paper). "
+              "Drawn as the dotted line in each ZhoBLiMP learning-curve figure; model columns: final accuracy on "
+              "the largest budget.", "", _md_table(table, 40), ""]
+    if uni is not None and len(uni):
+        m = ["acc_mlp", "acc_sum", "acc_slor", "acc_morcela"]
+        summ = uni.groupby(["model", "budget", "benchmark"], dropna=False)[m].mean().reset_index()
+        summ["budget"] = summ["budget"].map(budget_label)
+        L += ["## Unigram-normalised metrics at the last checkpoint (SLOR, MORCELA)", "",
+              f"Mean over paradigms and seeds (as the scaling grid); SLOR = (lp - ulp)/ntok, MORCELA = (lp - {MORCELA_BETA} ulp + "
+              f"{MORCELA_GAMMA})/ntok (beta, gamma: our choice, the middle of the ZhoBLiMP authors' sweep; "
+              "probes/unigram.py), ulp = the sentence's unigram log-prob from the run's own token counts "
+              "(or the table named in tables/unigram_metrics_final.csv). Every other section uses "
+              f"{'MLP' if cfg.metric == 'mlp' else 'sum-LP'}.", "", _md_table(summ, 40), ""]
     s = cfg.scaling
     counts = groups.groupby(["budget", "benchmark", "group"], dropna=False).size().unstack(fill_value=0) \
         if len(groups) else pd.DataFrame()
+    if len(counts):
+        counts = counts.reindex(columns=list(PAPER_GROUPS), fill_value=0).reset_index()
+        counts["budget"] = counts["budget"].map(budget_label)
+        paper = {"budget": "3B (paper)", "benchmark": "zhoblimp (Zh-Pythia 14M-1.4B)", **PAPER_GROUPS}
+        counts = pd.concat([counts, pd.DataFrame([paper])], ignore_index=True)
+    where = ("each benchmark's largest corpus budget (the paper groups its 3B-token models)"
+             if s.budget == "largest" else "every budget")
     L += ["## Difficulty groups", "",
-          f"Per budget and paradigm, from the best final accuracy over model sizes and Pearson r between "
-          f"accuracy and log10 model size: Easy best >= {s.easy_min_best}; Medium best >= {s.medium_min_best}; "
-          f"Difficult near chance with r >= {s.difficult_min_r}; Other near chance otherwise (also when fewer "
-          f"than {s.min_sizes_for_r} model sizes make r meaningless). The ZhoBLiMP paper's exact thresholds "
-          "were not at hand; these are our documented defaults (probes/scaling.py).", "",
-          _md_table(counts.reset_index()) if len(counts) else "_(none)_", "",
+          f"Per paradigm on {where}, from the best final accuracy over model sizes and Pearson r between "
+          f"accuracy and log10 model size, as the ZhoBLiMP paper (§5.3) defines the groups: Easy best >= "
+          f"{s.easy_min_best}; Medium best >= {s.medium_min_best}; Difficult near chance with r >= "
+          f"{s.difficult_min_r}; Other near chance otherwise (also when fewer than {s.min_sizes_for_r} model "
+          "sizes make r meaningless). The thresholds are OUR documented defaults (probes/scaling.py): the "
+          "paper's numbers did not survive in its text. Last row: the paper's outcome, 80 / 15 / 13 / 10 of "
+          "118 paradigms.", "",
+          _md_table(counts) if len(counts) else "_(none)_", "",
           _md_table(groups.drop(columns=["reason"]), 40), ""]
     for block in cs_md:  # the case study: lines, tables, and where its figures go
         if isinstance(block, pd.DataFrame):

@@ -28,7 +28,12 @@ def test_each_size_gets_its_hyperparameters_and_budgets_count_tokens():
         cfg, choices = compose_run(["experiment=zhoblimp_grid", f"model={model}", "budget=1B", "seed=2"])
         assert (cfg.model.name, cfg.data.budget_tokens, cfg.seed, cfg.data.seed) == (model, 10**9, 2, 2)
         assert cfg.optim.lr == 6e-4 and cfg.optim.warmup_ratio == 0.1 and cfg.optim.decay == "cosine"
-        assert cfg.schedule.unit == "tokens" and cfg.data.epochs == 1 and cfg.data.seq_len == 2048
+        assert cfg.schedule.unit == "tokens" and cfg.data.epochs == 1
+        # the paper's "batch size of 256 x 64 tokens": 16,384 tokens per optimizer step
+        assert (cfg.optim.global_batch, cfg.data.seq_len) == (256, 64)
+        # every checkpoint on all 300 pairs of every paradigm (the in-loop 50-pair sample is for demos)
+        assert cfg.probes.max_pairs_per_paradigm is None
+        assert [b.max_pairs_per_paradigm for b in cfg.probes.resolved_benchmarks()] == [None]
         assert choices["optim"] == "zhoblimp" and "preset=zhoblimp" in cfg.logger.tags
         pythia, _ = compose_run(["experiment=zhoblimp_grid", f"model={model}", "optim=pythia"])
         assert pythia.optim.lr == PYTHIA_LR[model] and pythia.optim.min_lr_ratio == 0.1
@@ -43,9 +48,36 @@ def test_a_command_line_value_replaces_a_sweep_axis():
 
 
 @pytest.mark.parametrize("override, message", [
-    ("budget=5M,10M", r"unknown budget '5M' in the grid: configs/budget/ has 100M, 10M, 1B, 3B"),
+    ("budget=5M,10M", r"unknown budget '5M' in the grid: configs/budget/ has 100M, 10M, 1B, 2M, 3B, 500k"),
     ("model=pythia-99m", r"unknown model 'pythia-99m'.*pythia-14m"),
 ])
 def test_an_unknown_model_or_budget_is_refused_with_the_options(override, message):
     with pytest.raises(GridError, match=message):
         expand(["experiment=zhoblimp_grid", override])
+
+
+def test_the_laptop_grid_has_the_papers_shape_at_small_scale():
+    """experiment=zhoblimp_mini: 3 sizes x 2 budgets x 2 seeds on the zh corpus; a ZhoBLiMP sample in the loop
+    and every pair at the last checkpoint; the paper's 64-token sequences, warmup 0.1, cosine, one epoch."""
+    runs = expand(["experiment=zhoblimp_mini"])
+    assert len(runs) == 12
+    sizes = {}
+    for run in runs:
+        cfg, choices = compose_run(run)
+        assert cfg.data.paths[0].endswith("shared/corpora/zh") and cfg.data.epochs == 1
+        assert (cfg.data.seq_len, cfg.optim.global_batch, cfg.optim.warmup_ratio) == (64, 64, 0.1)
+        assert cfg.probes.benchmarks == ["zhoblimp"] and cfg.probes.max_pairs_per_paradigm == 10
+        assert cfg.probes.final_all_pairs and cfg.probes.unigram and cfg.engine.kind == "torch"
+        sizes[cfg.model.name] = cfg.model.hidden_size
+        assert cfg.data.budget_tokens in (500_000, 2_000_000) and cfg.seed in (0, 1)
+    assert sizes == {"mini-0.41m": 32, "mini-0.87m": 64, "mini-1.6m": 96}
+
+
+def test_the_mini_model_names_carry_their_parameter_counts():
+    from train.model import build_model, count_parameters
+    from probes.evalset import parse_model_params
+
+    for name in ("mini-0.41m", "mini-0.87m", "mini-1.6m"):
+        cfg, _ = compose_run(["experiment=zhoblimp_mini", f"model={name}"])
+        n = count_parameters(build_model(cfg.model, cfg.tokenizer.vocab_size, device="meta"))
+        assert abs(n - parse_model_params(name)) / n < 0.03, (name, n)

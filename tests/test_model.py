@@ -9,7 +9,8 @@ from train.model import ModelConfig, build_model, count_parameters, hf_config, p
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "model"
 
-# Pythia's published totals with the 50304-row GPT-NeoX vocabulary.
+# Pythia's published totals with the 50304-row GPT-NeoX vocabulary (its tokenizer: 50,277 ids).
+PYTHIA_TOKENIZER_LEN = 50277
 PYTHIA_PARAMS = {
     "pythia-14m": 14_067_712,
     "pythia-70m": 70_426_624,
@@ -26,14 +27,30 @@ def load(name: str) -> ModelConfig:
 @pytest.mark.parametrize("name,expected", sorted(PYTHIA_PARAMS.items()))
 def test_pythia_parameter_counts_on_meta_device(name, expected):
     cfg = load(name)
-    assert cfg.vocab_size == 50304
-    model = build_model(cfg, device="meta")
+    model = build_model(cfg, PYTHIA_TOKENIZER_LEN, device="meta")
+    assert model.config.vocab_size == 50304
     assert count_parameters(model) == expected
+
+
+@pytest.mark.parametrize("name", sorted(PYTHIA_PARAMS))
+def test_pythia_sizes_follow_the_tokenizer_unless_pinned(name):
+    """An 8,000-piece tokenizer gets 8,064 embedding rows, not Pythia's 50,304 (42k never-used rows);
+    chinese-llama's 49,953 pieces (the paper's tokenizer) get 50,048; a pinned vocab_size wins."""
+    cfg = load(name)
+    assert cfg.vocab_size is None
+    d = cfg.hidden_size
+    for n_tok, rows in ((8000, 8064), (49953, 50048)):
+        model = build_model(cfg, n_tok, device="meta")
+        assert model.config.vocab_size == rows
+        # embedding in + untied output layer: 2 x rows x d
+        assert count_parameters(model) == PYTHIA_PARAMS[name] - 2 * (50304 - rows) * d
+    pinned = build_model(ModelConfig(**{**cfg.__dict__, "vocab_size": 50304}), 8000, device="meta")
+    assert count_parameters(pinned) == PYTHIA_PARAMS[name]
 
 
 def test_pythia_shared_architecture_choices():
     for name in PYTHIA_PARAMS:
-        hf = hf_config(load(name))
+        hf = hf_config(load(name), PYTHIA_TOKENIZER_LEN)
         assert hf.rope_parameters["partial_rotary_factor"] == 0.25 and hf.use_parallel_residual and not hf.tie_word_embeddings
         assert hf.max_position_embeddings == 2048
         assert hf.intermediate_size == 4 * hf.hidden_size

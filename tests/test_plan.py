@@ -18,14 +18,20 @@ def test_a_slice_of_the_grid_is_planned_from_the_budget_without_the_corpus(monke
     plans = plan(["experiment=zhoblimp_grid", "model=pythia-14m", "seed=0"], Hardware(mfu=0.5))
     assert [p.name for p in plans] == [f"pythia-14m-b{b}-s0" for b in (10**7, 10**8, 10**9, 3 * 10**9)]
     p = plans[0]
-    # 10M tokens, seq_len 2048 (+1 overlapping), batch 32: (10^7 - 1) // 2048 = 4882 sequences -> 152 steps
-    assert (p.steps, p.tokens) == (152, 152 * 32 * 2048) and p.tokens <= 10**7
-    assert p.params == 14_067_712  # Pythia-14m with the 50304-row embedding and untied head
+    # The paper's batch, "256 x 64 tokens": 256 sequences of 64 (+1 overlapping) tokens = 16,384 per step.
+    # 10M tokens: (10^7 - 1) // 64 = 156,249 sequences -> 610 steps.
+    assert (p.global_batch, p.seq_len) == (256, 64)
+    assert (p.steps, p.tokens) == (610, 610 * 16384) and p.tokens <= 10**7
+    # Pythia-14m with the grid's 8,000-piece tokenizer: 8,064 embedding rows (not 50,304), untied head
+    assert p.params == 14_067_712 - 2 * (50304 - 8064) * 128
     assert p.gpu_hours == pytest.approx(6 * p.params * p.tokens / (312e12 * 0.5) / 3600)
-    # Token-positioned checkpoints: points 10^(k/10) rounded up to whole steps of 65536 tokens (early
-    # points share a step), those within the run, plus step 0 and the last step.
-    points = {math.ceil(round(10 ** (k / 10)) / 65536) for k in range(48, 96)}
-    assert p.checkpoints == len({s for s in points if s <= 152} | {0, 152}) == 21
+    # Token-positioned checkpoints: points 10^(k/10), k = 50..94, rounded up to whole steps of 16,384
+    # tokens, those within the run, plus step 0 and the last step.
+    points = {math.ceil(round(10 ** (k / 10)) / 16384) for k in range(50, 95)}
+    assert p.checkpoints == len({s for s in points if s <= 610} | {0, 610}) == 22
+    # The paper's 3B run: 46 saved checkpoints (§4.2), probed at 47 with step 0 (§5.4: 47 x 5 x 3 = 705).
+    assert [q.checkpoints for q in plans] == [22, 32, 42, 47]
+    assert plans[-1].steps == (3 * 10**9 - 1) // 64 // 256 == 183_105
     # DeepSpeed: fp32 weights on every checkpoint, 14 B/param resume state on keep_resume=2 of them.
     assert p.storage_bytes == p.checkpoints * 4 * p.params + 2 * 14 * p.params
     assert [q.steps for q in plans] == sorted(q.steps for q in plans)
@@ -36,6 +42,9 @@ def test_the_cli_prints_the_runs_totals_and_assumptions(capsys):
     out = capsys.readouterr().out
     assert out.count("pythia-14m-b10000000-s") == 3 and "total: 3 runs" in out
     assert "6*N*D FLOPs at 40% MFU" in out and "312 TFLOP/s" in out
+    assert "checkpoints per run by budget (step 0 and the last step included): 10M: 22" in out
+    assert main(["experiment=zhoblimp_grid", "model=pythia-14m", "seed=0"]) == 0
+    assert "10M: 22, 100M: 32, 1B: 42, 3B: 47" in capsys.readouterr().out
 
 
 def test_an_unknown_budget_is_a_clear_error_from_the_command_line():

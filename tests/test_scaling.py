@@ -73,3 +73,22 @@ def test_first_mover_region():
     assert np.isnan(r["prefix_onset_tokens"])  # a prefix that never moves
     flat = curve.assign(delta_critical=2.0, delta_suffix=1.0)
     assert first_mover(flat, 1, 7, RegionConfig())["moves_first"] == "none (below min_move)"
+
+
+def test_difficulty_groups_use_the_largest_budget_by_default():
+    """The paper groups its models trained on 3B tokens: a paradigm near chance at 10M but learned at the
+    largest budget is Easy, and only the largest budget's rows are grouped."""
+    small = _final({"p": [0.50, 0.52, 0.49], "q": [0.9, 0.9, 0.9]}).assign(budget=10**7)
+    large = _final({"p": [0.80, 0.88, 0.95], "q": [0.50, 0.52, 0.49]}).assign(budget=3 * 10**9)
+    final = pd.concat([small, large], ignore_index=True)
+    g = difficulty_groups(final)
+    assert g.budget.tolist() == [3 * 10**9] * 2
+    assert g.set_index("paradigm").group.to_dict() == {"p": "Easy", "q": "Other"}
+    each = difficulty_groups(final, ScalingConfig(budget="each"))
+    assert sorted(each.budget.unique()) == [10**7, 3 * 10**9]
+    # a whole-corpus run (budget null) is the largest: every budget is a prefix of it
+    full = difficulty_groups(pd.concat([small, large.assign(budget=None)], ignore_index=True))
+    assert full.budget.isna().all() and len(full) == 2
+    from probes.scaling import PAPER_GROUPS
+    assert PAPER_GROUPS == {"Easy": 80, "Medium": 15, "Difficult": 13, "Other": 10}
+    assert sum(PAPER_GROUPS.values()) == 118

@@ -85,7 +85,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
         start_step, wandb_id = state["step"], state.get("wandb_run_id")
     logger = (Logger(cfg.logger, run_dir, config=resolved, name=run_dir.name, run_id=wandb_id)
               if dist.main else NullLogger())
-    hooks = _build_hooks(cfg, tokenizer, run_dir)
+    hooks = _build_hooks(cfg, tokenizer, run_dir, total_steps, store)
 
     def checkpoint(step: int, loss: float | None, lr: float, *, scheduled: bool = True) -> None:
         state = {"step": step, "tokens": step * tokens_per_step, "total_steps": total_steps,
@@ -151,13 +151,19 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
     return run_dir
 
 
-def _build_hooks(cfg: TrainConfig, tokenizer, run_dir: Path) -> list:
+def _build_hooks(cfg: TrainConfig, tokenizer, run_dir: Path, total_steps: int | None = None,
+                 store=None) -> list:
     """On every rank: the probe hook shards the pairs across ranks and rank 0 writes the files."""
     if not cfg.probes.enabled:
         return []
     from probes.hook import ProbeHook
 
-    hooks = [ProbeHook(cfg.probes, tokenizer, run_dir)]
+    unigram = None
+    if cfg.probes.unigram and store is not None:  # SLOR / MORCELA need the corpus's own unigram counts
+        from probes.unigram import from_token_store
+
+        unigram = (from_token_store(store.path, len(tokenizer)), f"token_store:{store.path.name}")
+    hooks = [ProbeHook(cfg.probes, tokenizer, run_dir, final_step=total_steps, unigram=unigram)]
     if cfg.probes.syntax_qa.enabled:
         from probes.syntaxqa.hook import SyntaxQAHook
 

@@ -46,6 +46,7 @@ class RunPlan:
     name: str  # the run directory under the sweep dir
     overrides: list[str]
     preset: str
+    budget: int  # data.budget_tokens
     params: int
     seq_len: int
     global_batch: int
@@ -69,9 +70,11 @@ def planned_steps(cfg: TrainConfig) -> int:
 
 def parameter_count(cfg: TrainConfig) -> int:
     """All parameters of the model, built on the meta device (no memory, no time)."""
-    from train.model import build_model, count_parameters, pad_vocab
+    from train.model import build_model, count_parameters
+    from train.tokenizer import tokenizer_length
 
-    vocab = None if cfg.model.vocab_size is not None else pad_vocab(cfg.tokenizer.vocab_size)
+    # model.vocab_size=null: the tokenizer's length padded to 128 (build_model pads), as in a real run
+    vocab = None if cfg.model.vocab_size is not None else tokenizer_length(cfg.tokenizer)
     return count_parameters(build_model(cfg.model, vocab, device="meta"))
 
 
@@ -88,7 +91,7 @@ def plan_run(overrides: Sequence[str], hw: Hardware, _params_cache: Optional[dic
 
     cfg, choices = compose_run(overrides)
     cache = {} if _params_cache is None else _params_cache
-    key = repr(cfg.model) + repr(cfg.tokenizer.vocab_size if cfg.model.vocab_size is None else None)
+    key = repr(cfg.model) + repr(cfg.tokenizer if cfg.model.vocab_size is None else None)
     if key not in cache:
         cache[key] = parameter_count(cfg)
     params = cache[key]
@@ -102,7 +105,7 @@ def plan_run(overrides: Sequence[str], hw: Hardware, _params_cache: Optional[dic
     flops = 6.0 * params * tokens
     gpu_hours = flops / (hw.peak_tflops * 1e12 * hw.mfu) / 3600.0
     return RunPlan(name=run_subdir(cfg), overrides=list(overrides), preset=choices.get("optim", "?"),
-                   params=params, seq_len=seq_len, global_batch=cfg.optim.global_batch, steps=steps,
+                   budget=cfg.data.budget_tokens, params=params, seq_len=seq_len, global_batch=cfg.optim.global_batch, steps=steps,
                    tokens=tokens, checkpoints=n_ckpt, gpu_hours=gpu_hours,
                    storage_bytes=storage_bytes(cfg, params, n_ckpt))
 
@@ -136,6 +139,11 @@ def format_plan(plans: list[RunPlan], hw: Hardware) -> str:
                  f"{_si(sum(p.tokens for p in plans)):>8} {sum(p.checkpoints for p in plans):>5} "
                  f"{sum(p.gpu_hours for p in plans):>9.1f} "
                  f"{sum(p.storage_bytes for p in plans) / GB:>8.1f}GB")
+    by_budget: dict[int, set[int]] = {}
+    for p in plans:
+        by_budget.setdefault(p.budget, set()).add(p.checkpoints)
+    lines.append("checkpoints per run by budget (step 0 and the last step included): " + ", ".join(
+        f"{_si(b)}: {'/'.join(map(str, sorted(c)))}" for b, c in sorted(by_budget.items())))
     lines += [
         "",
         f"GPU-hours: 6*N*D FLOPs at {hw.mfu:.0%} MFU of a {hw.gpu} ({hw.peak_tflops:g} TFLOP/s peak); "

@@ -66,10 +66,7 @@ def prepare_tokenizer(cfg: TokenizerConfig, docs: datasets.Dataset, corpus_id: s
     if cfg.kind == "pretrained":
         if not cfg.path:
             raise ValueError("tokenizer.path must name an HF tokenizer directory when tokenizer.kind=pretrained")
-        path = Path(cfg.path).expanduser().resolve()
-        if not path.is_dir():
-            raise FileNotFoundError(f"tokenizer.path: no such directory {path}")
-        return path
+        return pretrained_dir(cfg)
     if cfg.kind != "sentencepiece":
         raise ValueError(f"tokenizer.kind must be 'sentencepiece' or 'pretrained', got {cfg.kind!r}")
     if cfg.model_type not in ("unigram", "bpe"):
@@ -97,6 +94,37 @@ def prepare_tokenizer(cfg: TokenizerConfig, docs: datasets.Dataset, corpus_id: s
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+# Files that make a directory loadable by AutoTokenizer (a fast tokenizer.json, or a config naming the
+# class plus that class's vocabulary, e.g. chinese-llama's tokenizer_config.json + tokenizer.model).
+_HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def pretrained_dir(cfg: TokenizerConfig) -> Path:
+    """tokenizer.path of kind=pretrained, checked: an existing directory with HF tokenizer files.
+
+    A relative path is taken from the directory `python -m train` was started in (Hydra does not
+    change it: hydra.job.chdir=false), and resolved once so every rank and the saved config agree.
+    """
+    if not cfg.path:
+        raise ValueError("tokenizer.path must name an HF tokenizer directory when tokenizer.kind=pretrained "
+                         "(e.g. tokenizer=pretrained tokenizer.path=/data/chinese-llama)")
+    path = Path(cfg.path).expanduser().resolve()
+    if not path.is_dir():
+        raise FileNotFoundError(f"tokenizer.path={cfg.path}: no such directory ({path})")
+    if not any((path / f).is_file() for f in _HF_TOKENIZER_FILES):
+        raise FileNotFoundError(f"tokenizer.path={cfg.path}: {path} has none of {', '.join(_HF_TOKENIZER_FILES)} "
+                                f"(a directory saved by tokenizer.save_pretrained() or downloaded from the Hub)")
+    return path
+
+
+def tokenizer_length(cfg: TokenizerConfig) -> int:
+    """Ids the model's embedding must hold, without a corpus: len() of a pretrained tokenizer, or the
+    sentencepiece vocab_size to be trained (an upper bound when hard_vocab_limit=false)."""
+    if cfg.kind == "pretrained":
+        return len(load_tokenizer(pretrained_dir(cfg)))
+    return cfg.vocab_size
 
 
 def load_tokenizer(path: Path) -> transformers.PreTrainedTokenizerBase:

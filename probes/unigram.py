@@ -1,0 +1,236 @@
+"""Unigram-normalised acceptability (SLOR, MORCELA) beside MLP and sum-LP, from stored per-pair columns.
+
+Definitions, as the ZhoBLiMP authors compute them (sjtu-compling/ZhoBLiMP src/metrics.py), for a sentence
+s of |s| = ntok scored tokens with LM log-probability lp = log P(s) and unigram log-probability
+ulp = log P_u(s) = sum of the natural-log unigram probabilities of the same tokens:
+
+    SLOR(s)    = (lp - ulp) / |s|                      Pauls & Klein 2012; Lau et al. 2017
+    MORCELA(s) = (lp - beta * ulp + gamma) / |s|       Tjuatja et al. 2025 ("What Goes Into a LM
+                                                        Acceptability Judgment?"); beta=1, gamma=0 is SLOR
+
+A pair is right when the good sentence scores strictly higher (ties wrong, as for MLP). In Tjuatja et
+al. beta and gamma are fitted per model to gradient human ratings; ZhoBLiMP has only pairwise human
+validation, and the authors' run.py sweeps beta in 0.1..1.0 and gamma in 0..20. So they are parameters
+here; the defaults (MORCELA_BETA, MORCELA_GAMMA) are the middle of that sweep: our choice, not a fit.
+
+Per-pair columns (eval-file contract, checkpoints.md): ``ulp_good``, ``ulp_bad`` (float, nats), and the
+eval file's meta ``unigram`` names the table. They need no model, so they are added to existing eval
+files too: ``python -m probes.unigram RUN_DIR... [--table FILE]``.
+
+Where the unigram probabilities come from:
+* our runs: the counts of every id in the run's token store (``<cache_dir>/stores/<fp>/tokens.bin``, the
+  whole corpus that every budget is a prefix of): p(id) = count / N; an id never seen gets 1 / N.
+* the authors' tables ``../shared/benchmarks/zhoblimp/unigram/*.json``: {token id: probability} over
+  their 3B-token training corpus; ``chinese-llama.json`` is for the chinese-llama tokenizer (the paper's
+  Zh-Pythia, ``tokenizer=pretrained``), ``char.json`` / ``word.json`` for their character- and word-level
+  tokenizers. An id absent from a table gets 1/3e9, the authors' floor (their corpus size).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+import numpy as np
+import pandas as pd
+
+MORCELA_BETA = 0.5
+MORCELA_GAMMA = 10.0
+AUTHORS_FLOOR = 1 / 3e9  # src/dataset.py preprocess_unigram: eps = 1 / 3e9
+COLUMNS = ("ulp_good", "ulp_bad")
+
+
+def from_counts(counts: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Natural-log unigram probabilities for ids 0..vocab_size-1 from id counts; unseen ids get 1/N."""
+    c = np.zeros(vocab_size, dtype=np.float64)
+    c[: min(len(counts), vocab_size)] = counts[:vocab_size]
+    n = float(c.sum())
+    if n <= 0:
+        raise ValueError("cannot build a unigram table from an empty token store")
+    return np.log(np.where(c > 0, c, 1.0) / n)
+
+
+def from_token_store(store_dir: Union[str, Path], vocab_size: int) -> np.ndarray:
+    """Log unigram probabilities from a token store's tokens.bin (counted in chunks: no full copy)."""
+    store_dir = Path(store_dir)
+    meta = json.loads((store_dir / "meta.json").read_text())
+    tokens = np.memmap(store_dir / "tokens.bin", dtype=np.dtype(meta["dtype"]), mode="r")
+    counts = np.zeros(max(vocab_size, int(meta.get("vocab_size", 0))), dtype=np.int64)
+    for a in range(0, len(tokens), 1 << 24):
+        chunk = np.asarray(tokens[a:a + (1 << 24)], dtype=np.int64)
+        counts += np.bincount(chunk, minlength=len(counts))[: len(counts)]
+    return from_counts(counts, vocab_size)
+
+
+def from_json(path: Union[str, Path], vocab_size: int) -> np.ndarray:
+    """Log unigram probabilities from an authors'-style {id: probability} JSON file."""
+    path = Path(path)
+    try:
+        table = {int(k): float(v) for k, v in json.loads(path.read_text()).items()}
+    except (ValueError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path}: expected a JSON object {{token id: probability}}: {e}") from None
+    bad = [k for k, v in table.items() if not 0 < v <= 1]
+    if bad:
+        raise ValueError(f"{path}: id {bad[0]} has probability {table[bad[0]]}, not in (0, 1]")
+    p = np.full(vocab_size, AUTHORS_FLOOR)
+    ids = np.fromiter((k for k in table if 0 <= k < vocab_size), dtype=np.int64)
+    p[ids] = [table[k] for k in ids]
+    return np.log(p)
+
+
+def add_unigram_columns(df: pd.DataFrame, tokenizer, log_uni: np.ndarray) -> pd.DataFrame:
+    """``df`` (per-pair rows with good, bad, ntok_good, ntok_bad) plus ulp_good / ulp_bad.
+
+    The sentence tokens are those ``lp_*`` scores: the tokenizer's ids of the text without special
+    tokens (the start token is context, not scored); their count must equal ntok_*, else the eval file
+    was scored with another tokenizer and the columns would be wrong.
+    """
+    texts = list(dict.fromkeys([*df["good"], *df["bad"]]))
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    top = max((max(x) for x in ids if len(x)), default=-1)
+    if top >= len(log_uni):
+        raise ValueError(f"token id {top} is outside the unigram table ({len(log_uni)} ids): another tokenizer")
+    sums = {t: (float(log_uni[x].sum()), len(x)) for t, x in zip(texts, map(np.asarray, ids))}
+    out = df.copy()
+    for side in ("good", "bad"):
+        got = [sums[t] for t in df[side]]
+        n = np.array([g[1] for g in got])
+        if len(n) and not np.array_equal(n, df[f"ntok_{side}"].to_numpy()):
+            k = int(np.flatnonzero(n != df[f"ntok_{side}"].to_numpy())[0])
+            raise ValueError(f"pair {df['pair_id'].iloc[k]!r}: the tokenizer gives {n[k]} tokens for the {side} "
+                             f"sentence, the eval file {df[f'ntok_{side}'].iloc[k]}: scored with another tokenizer")
+        out[f"ulp_{side}"] = [g[0] for g in got]
+    return out
+
+
+def score(df: pd.DataFrame, side: str, metric: str, beta: float = MORCELA_BETA,
+          gamma: float = MORCELA_GAMMA) -> pd.Series:
+    """One sentence score per row: metric "slor" or "morcela" (columns lp_, ulp_, ntok_ of ``side``)."""
+    lp, ulp, n = df[f"lp_{side}"], df[f"ulp_{side}"], df[f"ntok_{side}"]
+    if metric == "slor":
+        return (lp - ulp) / n
+    if metric == "morcela":
+        return (lp - beta * ulp + gamma) / n
+    raise ValueError(f"unknown unigram metric {metric!r}; expected 'slor' or 'morcela'")
+
+
+def correct(df: pd.DataFrame, metric: str, **params) -> pd.Series:
+    """Per-pair correctness under SLOR / MORCELA, strict (a tie is wrong); NaN-free rows required."""
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"no {', '.join(missing)} columns: add them with python -m probes.unigram RUN_DIR")
+    return score(df, "good", metric, **params) > score(df, "bad", metric, **params)
+
+
+def accuracy_table(df: pd.DataFrame, **params) -> pd.DataFrame:
+    """Per paradigm: accuracy under MLP, sum-LP, SLOR and MORCELA (rows of one eval file)."""
+    from probes.scoring import correct as lp_correct
+
+    t = df[["phenomenon", "paradigm"]].copy()
+    t["acc_mlp"], t["acc_sum"] = lp_correct(df, "mlp"), lp_correct(df, "sum")
+    t["acc_slor"], t["acc_morcela"] = correct(df, "slor", **params), correct(df, "morcela", **params)
+    return t.groupby(["phenomenon", "paradigm"], sort=True).mean().reset_index()
+
+
+def add_to_run(run_dir: Union[str, Path], table: Optional[Union[str, Path]] = None,
+               cache_dir: Optional[Union[str, Path]] = None) -> list[Path]:
+    """Add ulp_good / ulp_bad to every eval file of a run (rewritten atomically, meta kept + "unigram").
+
+    The unigram table: ``table`` (an authors'-style JSON), else the run's own token store, found from
+    its config (data.cache_dir) and the tokenizer saved in its checkpoints."""
+    from probes.store import read_pairs, write_pairs
+    from train.checkpoint import list_checkpoints
+    from train.tokenizer import load_tokenizer
+
+    run_dir = Path(run_dir)
+    ckpts = list_checkpoints(run_dir)
+    if not ckpts:
+        raise FileNotFoundError(f"{run_dir}: no checkpoints (the tokenizer is read from one)")
+    tok = load_tokenizer(ckpts[-1][1])
+    vocab = len(tok)
+    if table is not None:
+        log_uni, source = from_json(table, vocab), f"json:{Path(table).name}"
+    else:
+        store = _run_store(run_dir, ckpts[-1][1], cache_dir)
+        log_uni, source = from_token_store(store, vocab), f"token_store:{store.name}"
+    done = []
+    for path in sorted((run_dir / "evals").glob("step*/*.parquet")):
+        df, meta = read_pairs(path)
+        if not {"good", "bad", "ntok_good", "ntok_bad"} <= set(df.columns):
+            continue  # not a minimal-pair file (e.g. syntax questions)
+        write_pairs(add_unigram_columns(df, tok, log_uni), path, {**meta, "unigram": source})
+        done.append(path)
+    return done
+
+
+def _run_store(run_dir: Path, ckpt: Path, cache_dir) -> Path:
+    """The token store the run trained on: cache_dir/stores/<fp>, fp from its corpus and tokenizer."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    root = Path(cache_dir or cfg.data.cache_dir).expanduser() / "stores"
+    from train.tokenizer import tokenizer_fingerprint
+
+    fp_tok = tokenizer_fingerprint(ckpt)
+    found = [meta.parent for meta in sorted(root.glob("*/meta.json"))
+             if json.loads(meta.read_text()).get("tokenizer_fingerprint") == fp_tok]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise ValueError(f"{len(found)} token stores under {root} share the tokenizer of {ckpt} (one per corpus): "
+                         f"{', '.join(f.name for f in found)}; pass --table or a --cache-dir holding one")
+    raise FileNotFoundError(f"no token store under {root} was built with the tokenizer of {ckpt} "
+                            f"(pass --cache-dir, or --table FILE for an authors' unigram JSON)")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m probes.unigram",
+                                description="Add unigram log-prob columns (ulp_good, ulp_bad) to a run's eval files.")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--table", help="an {id: probability} JSON (e.g. zhoblimp/unigram/chinese-llama.json); "
+                                   "default: the run's own token store")
+    p.add_argument("--cache-dir", help="where the run's token store lives (default: its data.cache_dir)")
+    a = p.parse_args(argv)
+    for run in a.run_dirs:
+        try:
+            files = add_to_run(run, a.table, a.cache_dir)
+        except (FileNotFoundError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"{run}: ulp columns in {len(files)} eval file(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+def final_metrics(runs, **params) -> pd.DataFrame:
+    """Per run x benchmark x paradigm at each run's last checkpoint: accuracy under MLP, sum-LP, SLOR
+    and MORCELA, from the eval files that carry ulp columns (others are skipped: no unigram table)."""
+    import re
+
+    from probes.store import read_pairs
+
+    rows = []
+    for r in runs:
+        steps = {int(m.group(1)): d for d in (Path(r.path) / "evals").glob("step*")
+                 if (m := re.fullmatch(r"step(\d+)", d.name)) and d.is_dir()}
+        if not steps:
+            continue
+        last = max(steps)
+        for f in sorted(steps[last].glob("*.parquet")):
+            df, meta = read_pairs(f)
+            if not set(COLUMNS) <= set(df.columns):
+                continue
+            t = accuracy_table(df, **params)
+            t.insert(0, "benchmark", meta.get("benchmark", f.stem))
+            t.insert(0, "step", last)
+            for k in ("seed", "budget", "model", "name"):
+                t.insert(0, "run" if k == "name" else k, getattr(r, k))
+            t["n_pairs"] = df.groupby("paradigm").size().reindex(t.paradigm).to_numpy()
+            t["unigram"] = meta.get("unigram", "?")
+            rows.append(t)
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
