@@ -107,6 +107,7 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from probes.hook import summary_metrics
+    from train.weights import load_causal_lm
     from probes.scoring import CONVENTION, score_pairs, tokenizer_fingerprint
     from probes.store import write_pairs
 
@@ -114,7 +115,7 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
     device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
     # the ids scored must be the ones the model was trained on: the checkpoint's own tokenizer
     tokenizer = AutoTokenizer.from_pretrained(ckpt_dir, trust_remote_code=opts.trust_remote_code)
-    model = AutoModelForCausalLM.from_pretrained(ckpt_dir, trust_remote_code=opts.trust_remote_code)
+    model = load_causal_lm(ckpt_dir, AutoModelForCausalLM, trust_remote_code=opts.trust_remote_code)
     model.to(device)
     fingerprint = tokenizer_fingerprint(tokenizer)
     written = []

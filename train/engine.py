@@ -6,6 +6,7 @@ engine.save_resume(dir); engine.load_resume(dir).
 """
 from __future__ import annotations
 
+import math
 import os
 import socket
 from contextlib import nullcontext
@@ -126,11 +127,18 @@ class TorchEngine:
     def step(self, lr: float) -> float:
         assert self._micro == self.accum, "step() before all micro-batches of the step were backpropagated"
         self._micro = 0
-        norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.optim_cfg.grad_clip)
-        set_lr(self.optimizer, lr)
-        self.optimizer.step()
+        norm = float(torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.optim_cfg.grad_clip))
+        if math.isfinite(norm):  # a non-finite gradient never reaches the weights or the moments
+            set_lr(self.optimizer, lr)
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(norm)
+        return norm
+
+    def discard(self) -> float:
+        """Drops the step's gradients without an update (its loss was not finite); returns NaN."""
+        self._micro = 0
+        self.optimizer.zero_grad(set_to_none=True)
+        return float("nan")
 
     def save_resume(self, path: Path) -> None:
         # Every rank holds the same optimizer state under DDP; rank 0 writes it. Weights are resumed
@@ -142,7 +150,9 @@ class TorchEngine:
     def load_resume(self, ckpt_dir: Path) -> None:
         # from_pretrained maps the on-disk names (transformers writes lm_head as embed_out) back to
         # the module's, so the state dict loads strictly: a missing tensor is an error, not a reset.
-        saved = type(self.module).from_pretrained(ckpt_dir, dtype=torch.float32)
+        from train.weights import load_causal_lm
+
+        saved = load_causal_lm(ckpt_dir, type(self.module), dtype=torch.float32)
         self.module.load_state_dict(saved.state_dict(), strict=True)
         state = torch.load(ckpt_dir / "resume" / "optimizer.pt", map_location=self.dist.device,
                            weights_only=True)
@@ -185,6 +195,10 @@ class DeepSpeedEngine:
         self.ds.step()
         norm = self.ds.get_global_grad_norm()
         return float(norm) if norm is not None else float("nan")
+
+    def discard(self) -> float:
+        # DeepSpeed cannot drop an accumulated step; the loop stops the run on this NaN.
+        return float("nan")
 
     def save_resume(self, path: Path) -> None:
         self.ds.save_checkpoint(str(path), tag="deepspeed", save_latest=False)
