@@ -1,7 +1,7 @@
 """Engines step one model: plain torch (one process or DDP under torchrun) or DeepSpeed (ZeRO).
 
 Both expose the same five calls so the training loop does not know which one it drives:
-loss = engine.loss(batch); engine.backward(loss); engine.step(lr) -> grad norm;
+loss = engine.loss(batch); engine.backward(loss); engine.step(lr) -> grad norm (None: unknown);
 engine.save_resume(dir); engine.load_resume(dir).
 """
 from __future__ import annotations
@@ -190,11 +190,12 @@ class DeepSpeedEngine:
         if not self.ds.is_gradient_accumulation_boundary():
             self.ds.step()  # counts the micro-step; the optimizer runs in step() at the boundary
 
-    def step(self, lr: float) -> float:
+    def step(self, lr: float) -> float | None:
         set_lr(self.optimizer, lr)
         self.ds.step()
         norm = self.ds.get_global_grad_norm()
-        return float(norm) if norm is not None else float("nan")
+        # None: DeepSpeed did not compute one (fp32 ZeRO-0 here); the loop then checks the loss only
+        return float(norm) if norm is not None else None
 
     def discard(self) -> float:
         # DeepSpeed cannot drop an accumulated step; the loop stops the run on this NaN.

@@ -171,14 +171,15 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         grad_norm = engine.step(lr) if math.isfinite(loss) else engine.discard()
         done, window_tokens = step + 1, window_tokens + tokens_per_step
         bar.update(1)
-        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        if not math.isfinite(loss) or (grad_norm is not None and not math.isfinite(grad_norm)):
             _nonfinite(cfg, done, loss, grad_norm, skipped, run_dir)
             logger.log({"tokens": done * tokens_per_step, "train/skipped_batches": len(skipped)}, done,
                        event="skipped")
         elif done % cfg.logger.log_every == 0 or done == total_steps:
             tokens_per_s = window_tokens / (time.perf_counter() - window_start)
             logger.log({"tokens": done * tokens_per_step, "train/loss": loss, "train/lr": lr,
-                        "train/grad_norm": grad_norm, "train/tokens_per_s": tokens_per_s}, done)
+                        "train/grad_norm": float("nan") if grad_norm is None else grad_norm,
+                        "train/tokens_per_s": tokens_per_s}, done)
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_s:,.0f}")
             window_start, window_tokens = time.perf_counter(), 0
         if done in save_steps:
