@@ -309,3 +309,25 @@ def test_weights_that_do_not_fit_their_config_json_are_an_error(straight, tmp_pa
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and f"error: --model {swapped}: the weights do not fit" in proc.stderr, proc.stderr
     assert not (tmp_path / "out.parquet").exists()
+
+
+def test_a_held_datasets_builder_lock_stops_the_load_naming_the_holder(tmp_path):
+    import fcntl
+
+    from train.corpus import DataConfig, load_documents
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("the dog runs .\n\nthe cat sees the dog .\n")
+    cfg = DataConfig(source="files", paths=[str(corpus)], cache_dir=str(tmp_path / "cache"), load_timeout_s=3)
+    load_documents(cfg)  # builds the cached dataset (and its lock files)
+    (lock,) = (tmp_path / "cache").rglob("*_builder.lock")
+    # Another process building the same files holds this flock (here: the test, on another descriptor)
+    fd = os.open(lock, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        with pytest.raises(TimeoutError, match=rf"data.load_timeout_s=3 s\. Held: {lock} held by pid {os.getpid()}"):
+            load_documents(cfg)
+    finally:
+        os.close(fd)
+    assert len(load_documents(cfg)[0]) == 2  # released: the same call goes through
