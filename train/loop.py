@@ -277,7 +277,7 @@ def _check_run_dir(cfg: TrainConfig, resolved: dict, run_hash: str, run_dir: Pat
     path = latest_resumable(run_dir)
     if path is None:
         return None
-    manifest, state = read_manifest(path), read_state(path)
+    manifest = read_manifest(path)
     if manifest is None:
         # written before checkpoints carried manifests: only config.yaml can vouch for the config
         if not saved_path.exists():
@@ -287,7 +287,11 @@ def _check_run_dir(cfg: TrainConfig, resolved: dict, run_hash: str, run_dir: Pat
               f"not verified", file=sys.stderr)
         return path
     if manifest.get("config_hash") != run_hash:
-        diffs = trajectory_diff(state["config"], resolved) if state.get("config") else []
+        try:  # the saved config names what changed (trainer_state.json is verified below, not yet)
+            saved = read_state(path).get("config")
+        except (OSError, ValueError):
+            saved = None
+        diffs = trajectory_diff(saved, resolved) if isinstance(saved, dict) else []
         raise ValueError(f"{path} was trained with a different config (config hash in "
                          f"{path / 'manifest.json'}); resuming would silently diverge. Changed: "
                          + ("; ".join(diffs) or f"keys unknown ({path / 'trainer_state.json'} "
