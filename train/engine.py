@@ -205,6 +205,9 @@ class DeepSpeedEngine:
         self.ds.save_checkpoint(str(path), tag="deepspeed", save_latest=False)
 
     def load_resume(self, ckpt_dir: Path) -> None:
+        from train.checkpoint import refuse_unsafe_pickles
+
+        refuse_unsafe_pickles(ckpt_dir / "resume" / "deepspeed")  # DeepSpeed unpickles them in full
         self.ds.load_checkpoint(str(ckpt_dir / "resume"), tag="deepspeed", load_optimizer_states=True,
                                 load_lr_scheduler_states=False)
 
