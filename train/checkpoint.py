@@ -286,7 +286,7 @@ def load_rng(resume_dir: Path, rank: int) -> None:
         # weights_only: tensors and plain containers only. A full unpickle would run whatever code a
         # planted file names (an object's __reduce__) the moment the run resumes.
         try:
-            rng = torch.load(path, weights_only=False)
+            rng = torch.load(path, weights_only=True)
         except pickle.UnpicklingError as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise CorruptCheckpointError(f"{path} holds more than tensors and is refused "
