@@ -312,10 +312,10 @@ def _versions() -> dict:
 
     versions = {"python": platform.python_version(), "torch": torch.__version__,
                 "transformers": transformers.__version__}
-    try:
-        import deepspeed
+    try:  # the installed version, without importing deepspeed (seconds) into a torch-engine run
+        from importlib.metadata import PackageNotFoundError, version
 
-        versions["deepspeed"] = deepspeed.__version__
-    except ImportError:
+        versions["deepspeed"] = version("deepspeed")
+    except PackageNotFoundError:
         pass
     return versions
