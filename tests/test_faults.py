@@ -170,16 +170,22 @@ def test_a_refused_rerun_writes_nothing_into_the_run_directory(cache, killed_fou
     assert tree(run_dir) == before
 
 
-def test_a_planted_pickle_in_the_rng_state_is_refused_not_run(cache, straight, tmp_path):
-    marker = tmp_path / "payload-ran"
+class Payload:
+    """A planted pickle: unpickling it creates `marker` (any other code could run there instead)."""
 
-    class Payload:
-        def __reduce__(self):
-            return (Path.touch, (marker,))
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_planted_pickle_in_the_rng_state_is_refused_not_run(cache, tmp_path):
+    marker = tmp_path / "payload-ran"
 
     resume = tmp_path / "resume"
     resume.mkdir()
-    torch.save({"torch": torch.random.get_rng_state(), "cuda": [], "x": Payload()}, resume / "rng_rank0.pt")
+    torch.save({"torch": torch.random.get_rng_state(), "cuda": [], "x": Payload(marker)}, resume / "rng_rank0.pt")
     with pytest.raises(CorruptCheckpointError, match=r"rng_rank0.pt holds more than tensors"):
         load_rng(resume, 0)
     assert not marker.exists()
@@ -189,7 +195,7 @@ def test_a_planted_pickle_in_the_rng_state_is_refused_not_run(cache, straight, t
     train(tiny_cfg(cache, "probes=none", "schedule=custom", "schedule.points=[5]"), run_dir)
     last = list_checkpoints(run_dir)[-1][1]
     (last / "resume" / "rng_rank0.pt").replace(last / "resume" / "rng_rank0.pt.orig")
-    torch.save({"torch": torch.random.get_rng_state(), "cuda": [], "x": Payload()},
+    torch.save({"torch": torch.random.get_rng_state(), "cuda": [], "x": Payload(marker)},
                last / "resume" / "rng_rank0.pt")
     (last / "resume" / "rng_rank0.pt.orig").unlink()
     write_manifest(last, read_state(last), 0)
@@ -337,10 +343,6 @@ def test_a_planted_pickle_in_deepspeed_shards_is_refused_before_deepspeed_loads_
 
     marker = tmp_path / "payload-ran"
 
-    class Payload:
-        def __reduce__(self):
-            return (Path.touch, (marker,))
-
     shards = tmp_path / "deepspeed"
     shards.mkdir()
     # what DeepSpeed itself writes passes: tensors, plain data, its own config enum
@@ -349,7 +351,7 @@ def test_a_planted_pickle_in_deepspeed_shards_is_refused_before_deepspeed_loads_
     torch.save({"module": {"w": torch.ones(2)}, "zero_stage": ZeroStageEnum.optimizer_states, "ds_version": "x"},
                shards / "mp_rank_00_model_states.pt")
     refuse_unsafe_pickles(shards)
-    torch.save({"optimizer_state_dict": Payload()}, shards / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    torch.save({"optimizer_state_dict": Payload(marker)}, shards / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
     with pytest.raises(CorruptCheckpointError, match=r"optim_states.pt names code that loading it would run "
                                                      r"\(builtins.getattr, pathlib.Path"):
         refuse_unsafe_pickles(shards)

@@ -274,7 +274,7 @@ def refuse_unsafe_pickles(directory: Path, allowed_prefixes: tuple[str, ...] = (
             names = torch.serialization.get_unsafe_globals_in_checkpoint(f)
         except Exception as e:  # not a torch zip file: nothing DeepSpeed should be handed either
             raise CorruptCheckpointError(f"{f} is not a readable torch file ({e})") from None
-        bad = [n for n in names if not n.startswith(allowed_prefixes)]
+        bad = sorted(n for n in names if not n.startswith(allowed_prefixes))
         if bad:
             raise CorruptCheckpointError(f"{f} names code that loading it would run ({', '.join(bad)}); "
                                          f"refused: only tensors and DeepSpeed's own records belong there")
