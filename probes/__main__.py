@@ -218,12 +218,13 @@ def _score(args) -> int:
     except (OSError, ValueError) as e:
         # the ids scored must come from the tokenizer saved with the model, never a substitute
         raise CliError(f"--model {args.model}: cannot load the tokenizer: {e}") from None
+    from train.weights import WeightsMismatchError, load_causal_lm
+
     try:
         with reading(args.model, "the model (config.json, weights)"):
-            model = AutoModelForCausalLM.from_pretrained(args.model,
-                                                         trust_remote_code=args.trust_remote_code)
+            model = load_causal_lm(args.model, AutoModelForCausalLM, trust_remote_code=args.trust_remote_code)
         check_vocabulary(args.model, tokenizer, model)
-    except ValueError as e:
+    except (WeightsMismatchError, ValueError) as e:
         raise CliError(f"--model {e}") from None
     model.to(device)
     df = score_pairs(model, tokenizer, pairs, batch_size=args.batch_size, device=device,

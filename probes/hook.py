@@ -189,6 +189,10 @@ class ProbeHook:
             metrics.update(summary_metrics(df, name))
         return metrics
 
+    def missing(self, step: int) -> bool:
+        """Some benchmark's eval file of checkpoint `step` is absent (the trainer probes it again)."""
+        return any(not eval_path(self.run_dir, step, name).exists() for name in self.benchmarks)
+
     def close(self) -> None:
         self.benchmarks = {}
 

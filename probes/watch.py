@@ -144,6 +144,7 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from probes.hook import summary_metrics
+    from train.weights import load_causal_lm
     from probes.scoring import CONVENTION, score_pairs, tokenizer_fingerprint
     from probes.store import write_pairs
 
@@ -154,7 +155,7 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
         tokenizer = AutoTokenizer.from_pretrained(ckpt_dir, trust_remote_code=opts.trust_remote_code)
     with reading(ckpt_dir, "the checkpoint's model (config.json, model.safetensors)",
                  "a truncated or damaged checkpoint: delete it, or rerun training to rewrite it"):
-        model = AutoModelForCausalLM.from_pretrained(ckpt_dir, trust_remote_code=opts.trust_remote_code)
+        model = load_causal_lm(ckpt_dir, AutoModelForCausalLM, trust_remote_code=opts.trust_remote_code)
     check_vocabulary(ckpt_dir, tokenizer, model)
     fingerprint = tokenizer_fingerprint(tokenizer)
     check_fingerprint(run_dir, step, ckpt_dir, fingerprint)

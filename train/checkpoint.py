@@ -4,13 +4,19 @@ Layout (checkpoints.md documents it for users):
   <run>/checkpoints/step<N>/config.json, model.safetensors, tokenizer files   (from_pretrained works)
   <run>/checkpoints/step<N>/trainer_state.json
   <run>/checkpoints/step<N>/resume/                 optimizer / DeepSpeed state, RNG (last K only)
+  <run>/checkpoints/step<N>/manifest.json           sha256 of every file above, step, tokens, param
+                                                    count, config hash (written last, before the rename)
 A checkpoint is assembled under checkpoints/.tmp-step<N>/ and renamed to step<N> once every file is
 fsynced, so a directory with a final name is always whole; readers ignore names starting with ".".
+The manifest lets a resume prove that the files are the ones written (a damaged byte is refused, not
+trained on) and that the run's config is the one this checkpoint was trained with.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import pickle
 import re
 import shutil
 from pathlib import Path
@@ -18,12 +24,19 @@ from typing import Optional
 
 import torch
 
+from train.faults import fault_point
+
 REQUIRED_FILES = ("config.json", "model.safetensors", "trainer_state.json")
+MANIFEST = "manifest.json"
 _STEP_DIR = re.compile(r"^step(\d+)$")
 
 
 class IncompleteCheckpointError(RuntimeError):
     pass
+
+
+class CorruptCheckpointError(RuntimeError):
+    """A file of a checkpoint is not the one its manifest recorded (damaged, replaced or unlisted)."""
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
@@ -67,6 +80,81 @@ def verify_checkpoint(path: Path) -> None:
         raise IncompleteCheckpointError(
             f"checkpoint {path} is incomplete: missing {', '.join(missing)} "
             f"(delete the directory to let the run rewrite it)")
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _files(path: Path) -> list[str]:
+    """Every file of a checkpoint, relative and sorted; the manifest and hidden names excluded."""
+    out = []
+    for root, dirs, files in os.walk(path):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            rel = os.path.relpath(os.path.join(root, name), path)
+            if rel != MANIFEST and not name.startswith("."):
+                out.append(rel)
+    return sorted(out)
+
+
+def write_manifest(path: Path, state: dict, param_count: int) -> dict:
+    """manifest.json: {files: {name: sha256}, step, tokens, param_count, config_hash}, atomically."""
+    manifest = {"files": {rel: sha256_file(Path(path) / rel) for rel in _files(path)},
+                "step": state.get("step"), "tokens": state.get("tokens"), "param_count": param_count,
+                "config_hash": state.get("config_hash")}
+    write_json_atomic(Path(path) / MANIFEST, manifest)
+    return manifest
+
+
+def read_manifest(path: Path) -> Optional[dict]:
+    """The checkpoint's manifest, or None for a checkpoint written before manifests existed."""
+    f = Path(path) / MANIFEST
+    if not f.is_file():
+        return None
+    try:
+        manifest = json.loads(f.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CorruptCheckpointError(f"{f} is not valid JSON ({e}): the checkpoint cannot be verified") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        raise CorruptCheckpointError(f"{f} has no 'files' table: the checkpoint cannot be verified")
+    return manifest
+
+
+def verify_manifest(path: Path, manifest: dict) -> None:
+    """Every listed file exists with its recorded sha256, and every file (resume/ included) is listed.
+
+    Entries under resume/ are checked only while resume/ exists: pruning drops them from the manifest
+    first, and a crash between the two leaves a probe-only checkpoint, which no resume reads."""
+    path = Path(path)
+    has_resume = (path / "resume").is_dir()
+    for rel, digest in sorted(manifest["files"].items()):
+        if rel.startswith("resume/") and not has_resume:
+            continue
+        f = path / rel
+        if not f.is_file():
+            raise CorruptCheckpointError(f"{f} is listed in {path / MANIFEST} but missing")
+        if sha256_file(f) != digest:
+            raise CorruptCheckpointError(
+                f"{f} does not match its sha256 in {path / MANIFEST}: the file was damaged or replaced "
+                f"after it was written; resume from another checkpoint (delete {path}) or restore the file")
+    unlisted = [rel for rel in _files(path) if rel not in manifest["files"]]
+    if unlisted:
+        raise CorruptCheckpointError(f"{path} holds files its {MANIFEST} does not list: {', '.join(unlisted)}")
+
+
+def _drop_from_manifest(path: Path, prefix: str = "", updates: Optional[dict] = None) -> None:
+    """Rewrites the manifest without the entries under `prefix` and with `updates` (name -> sha256)."""
+    manifest = read_manifest(path)
+    if manifest is None:
+        return
+    files = {k: v for k, v in manifest["files"].items() if not (prefix and k.startswith(prefix))}
+    files.update(updates or {})
+    write_json_atomic(Path(path) / MANIFEST, {**manifest, "files": files})
 
 
 def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
@@ -116,6 +204,9 @@ def save_checkpoint(run_dir: Path, step: int, engine, tokenizer, state: dict, di
         engine.module.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         write_json_atomic(tmp / "trainer_state.json", state)
+        fault_point("checkpoint_write", step)
+        # Last: it hashes every file above (every rank's resume shards are written: barrier above).
+        write_manifest(tmp, state, sum(p.numel() for p in engine.module.parameters()))
         fsync_tree(tmp)
         if final.exists():  # a rerun re-saving a step it already has: the old copy is whole too
             shutil.rmtree(final)
@@ -131,6 +222,7 @@ def prune_resume_states(run_dir: Path, keep: int, weights_dtype: str = "fp32") -
     weights_dtype="bf16" then halves the weights of every checkpoint left without resume state."""
     with_resume = [p for _s, p in list_checkpoints(run_dir) if (p / "resume").is_dir()]
     for path in with_resume[:-keep] if keep else with_resume:
+        _drop_from_manifest(path, "resume/")
         doomed = path / ".resume-deleting"
         if doomed.exists():
             shutil.rmtree(doomed)
@@ -164,13 +256,41 @@ def weights_to_bf16(path: Path) -> None:
         os.fsync(f.fileno())
     os.replace(tmp, weights)
     config["dtype"] = "bfloat16"
-    write_json_atomic(config_path, config)
+    text = json.dumps(config, indent=2, sort_keys=True)
+    # The manifest learns both new files before config.json marks the work done: a crash in between
+    # is redone (same bytes) by the next call.
+    _drop_from_manifest(path, updates={"model.safetensors": sha256_file(weights),
+                                       "config.json": hashlib.sha256(text.encode()).hexdigest()})
+    write_text_atomic(config_path, text)
+
+
+def refuse_unsafe_pickles(directory: Path, allowed_prefixes: tuple[str, ...] = ("deepspeed.",)) -> None:
+    """DeepSpeed unpickles its resume shards in full (its own torch.load(weights_only=False)); before it
+    does, every *.pt under `directory` is scanned without running it. A global outside torch's
+    weights_only list and outside `allowed_prefixes` (DeepSpeed's own config enums, loss scaler and
+    fragment records) is refused: a planted payload (os.system, pathlib, builtins.exec, ...) never runs."""
+    for f in sorted(Path(directory).rglob("*.pt")):
+        try:
+            names = torch.serialization.get_unsafe_globals_in_checkpoint(f)
+        except Exception as e:  # not a torch zip file: nothing DeepSpeed should be handed either
+            raise CorruptCheckpointError(f"{f} is not a readable torch file ({e})") from None
+        bad = sorted(n for n in names if not n.startswith(allowed_prefixes))
+        if bad:
+            raise CorruptCheckpointError(f"{f} names code that loading it would run ({', '.join(bad)}); "
+                                         f"refused: only tensors and DeepSpeed's own records belong there")
 
 
 def load_rng(resume_dir: Path, rank: int) -> None:
     path = Path(resume_dir) / f"rng_rank{rank}.pt"
     if path.exists():
-        rng = torch.load(path, weights_only=False)
+        # weights_only: tensors and plain containers only. A full unpickle would run whatever code a
+        # planted file names (an object's __reduce__) the moment the run resumes.
+        try:
+            rng = torch.load(path, weights_only=True)
+        except pickle.UnpicklingError as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise CorruptCheckpointError(f"{path} holds more than tensors and is refused "
+                                         f"(only RNG state belongs there): {first}") from None
         torch.random.set_rng_state(rng["torch"])
         if rng["cuda"]:
             torch.cuda.set_rng_state_all(rng["cuda"])

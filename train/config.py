@@ -6,6 +6,8 @@ key or a wrong type fails at start with the key's full name.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import typing
 from dataclasses import dataclass, field
 
@@ -37,6 +39,18 @@ class TrainConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     resume: bool = True  # a rerun in the same run directory continues from its latest resume state
     curves_at_end: bool = True  # write learning curves into <run>/curves when training ends
+    # A step whose loss or grad norm is non-finite stops the run, naming the step. With N > 0 up to N
+    # such batches are skipped instead (no update; recorded in train.jsonl and trainer_state.json), as
+    # large-run trainers do for a rare bad batch. Torch engine only: DeepSpeed has applied the update
+    # by the time its grad norm is known. Not part of the trajectory: a stopped run may be rerun with it.
+    max_skipped_batches: int = 0
+
+    def __post_init__(self):
+        if self.max_skipped_batches < 0:
+            raise ValueError(f"max_skipped_batches must be >= 0, got {self.max_skipped_batches}")
+        if self.max_skipped_batches and self.engine.kind != "torch":
+            raise ValueError(f"max_skipped_batches={self.max_skipped_batches} needs engine.kind=torch: "
+                             f"DeepSpeed applies the update before the grad norm is known")
 
     def __post_init__(self):
         # Checks across sections (each section checks its own keys in its own __post_init__).
@@ -48,7 +62,7 @@ class TrainConfig:
 # Sections that define the training trajectory: a resumed run must agree on them exactly.
 TRAJECTORY_KEYS = ("seed", "model", "data", "tokenizer", "optim")
 # ...except these, which change where or how fast, not what is trained.
-RESUME_MAY_CHANGE = ("data.cache_dir", "data.num_proc", "optim.micro_batch")
+RESUME_MAY_CHANGE = ("data.cache_dir", "data.num_proc", "data.load_timeout_s", "optim.micro_batch")
 
 
 def register() -> None:
@@ -82,6 +96,22 @@ def _refuse_unknown_keys(node, schema: type, prefix: str = "") -> None:
 
 
 _HINTS: dict[type, dict] = {}
+
+
+def trajectory_view(resolved: dict) -> dict:
+    """The part of a resolved config that fixes the training trajectory (what a resume must match)."""
+    view = {key: resolved.get(key) for key in TRAJECTORY_KEYS}
+    for dotted in RESUME_MAY_CHANGE:
+        section, key = dotted.split(".")
+        if isinstance(view.get(section), dict):
+            view[section] = {k: v for k, v in view[section].items() if k != key}
+    return view
+
+
+def config_hash(resolved: dict) -> str:
+    """sha256 of the trajectory view: recorded in every checkpoint's trainer_state and manifest."""
+    blob = json.dumps(trajectory_view(resolved), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def trajectory_diff(saved: dict, current: dict, prefix: str = "") -> list[str]:

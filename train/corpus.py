@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import _thread
 import json
+import threading
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -36,6 +39,10 @@ class DataConfig:
     seq_len: Optional[int] = None  # None: filled from model.max_position_embeddings
     cache_dir: str = "~/.cache/syntax-dynamics"  # token stores and trained tokenizers live here
     num_proc: int = 2
+    # Reading local files with `datasets` waits on its builder lock (another process building the
+    # same files into the same cache) and on its worker pool. Past this many seconds the run stops,
+    # naming the lock's holder and any .incomplete build; null waits forever.
+    load_timeout_s: Optional[float] = 1800
 
 
 def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
@@ -67,8 +74,10 @@ def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
         for f in files:
             _check_file(f, fmt, cfg.text_field, Path(cfg.cache_dir).expanduser())
         kwargs = {"sample_by": "paragraph"} if fmt == "text" else {}
-        ds = datasets.load_dataset(_BUILDER[fmt], data_files=[str(f) for f in files], split="train",
-                                   cache_dir=cache, num_proc=max(1, min(cfg.num_proc, len(files))), **kwargs)
+        with bounded_wait(cfg.load_timeout_s, Path(cache), files):
+            ds = datasets.load_dataset(_BUILDER[fmt], data_files=[str(f) for f in files], split="train",
+                                       cache_dir=cache, num_proc=max(1, min(cfg.num_proc, len(files))),
+                                       **kwargs)
         col = "text" if fmt == "text" else cfg.text_field
         ds = ds.select_columns([col])
         if col != "text":
@@ -88,6 +97,64 @@ def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
         "files": [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in all_files],
     }, sort_keys=True)
     return docs, ident
+
+
+@contextmanager
+def bounded_wait(timeout_s: Optional[float], cache: Path, files: list[Path]):
+    """Stops a load_dataset call that has not returned after timeout_s, saying what it waits on.
+
+    A reported 300 s hang (not reproduced) had the builder lock held and an `.incomplete` directory: a
+    process was building the same files into the same cache. `datasets` waits on that flock forever,
+    and its worker pool (num_proc > 1) waits forever on a worker that died. A timer interrupts the
+    main thread (the lock wait polls in Python, so it is interruptible) and the error names the lock
+    files held, by which pid, and the .incomplete builds."""
+    if timeout_s is None:
+        yield
+        return
+    fired = threading.Event()
+
+    def interrupt():
+        fired.set()
+        _thread.interrupt_main()
+
+    timer = threading.Timer(timeout_s, interrupt)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not fired.is_set():
+            raise
+        raise TimeoutError(f"datasets.load_dataset of {[str(f) for f in files]} did not finish in "
+                           f"data.load_timeout_s={timeout_s} s. {_stuck(cache)}") from None
+    finally:
+        timer.cancel()
+
+
+def _stuck(cache: Path) -> str:
+    """The locks under `cache` that some process holds (from /proc/locks) and the unfinished builds."""
+    holders: dict[int, str] = {}
+    try:
+        for line in Path("/proc/locks").read_text().splitlines():
+            parts = line.split()  # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
+            if len(parts) > 5 and parts[1] == "FLOCK":
+                holders[int(parts[5].rsplit(":", 1)[1])] = parts[4]
+    except (OSError, ValueError, IndexError):
+        pass
+    held = []
+    for lock in sorted(cache.rglob("*.lock")):
+        pid = holders.get(lock.stat().st_ino)
+        if pid is not None:
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+            except OSError:
+                cmd = "?"
+            held.append(f"{lock} held by pid {pid} ({cmd[:200]})")
+    incomplete = [str(p) for p in sorted(cache.rglob("*.incomplete"))]
+    return ("Held: " + "; ".join(held) + "." if held else "No datasets lock under the cache is held "
+            "(a worker of its pool may have died).") + (
+        f" Unfinished builds: {', '.join(incomplete)}." if incomplete else "") + (
+        " Wait for that process or stop it; a build it leaves unfinished is redone." if held else "")
 
 
 def _format_of(path: Path, fmt: str) -> Optional[str]:

@@ -1,11 +1,12 @@
 """Engines step one model: plain torch (one process or DDP under torchrun) or DeepSpeed (ZeRO).
 
 Both expose the same five calls so the training loop does not know which one it drives:
-loss = engine.loss(batch); engine.backward(loss); engine.step(lr) -> grad norm;
+loss = engine.loss(batch); engine.backward(loss); engine.step(lr) -> grad norm (None: unknown);
 engine.save_resume(dir); engine.load_resume(dir).
 """
 from __future__ import annotations
 
+import math
 import os
 import socket
 from contextlib import nullcontext
@@ -131,11 +132,18 @@ class TorchEngine:
     def step(self, lr: float) -> float:
         assert self._micro == self.accum, "step() before all micro-batches of the step were backpropagated"
         self._micro = 0
-        norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.optim_cfg.grad_clip)
-        set_lr(self.optimizer, lr)
-        self.optimizer.step()
+        norm = float(torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.optim_cfg.grad_clip))
+        if math.isfinite(norm):  # a non-finite gradient never reaches the weights or the moments
+            set_lr(self.optimizer, lr)
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(norm)
+        return norm
+
+    def discard(self) -> float:
+        """Drops the step's gradients without an update (its loss was not finite); returns NaN."""
+        self._micro = 0
+        self.optimizer.zero_grad(set_to_none=True)
+        return float("nan")
 
     def save_resume(self, path: Path) -> None:
         # Every rank holds the same optimizer state under DDP; rank 0 writes it. Weights are resumed
@@ -147,9 +155,11 @@ class TorchEngine:
     def load_resume(self, ckpt_dir: Path) -> None:
         # from_pretrained maps the on-disk names (transformers writes lm_head as embed_out) back to
         # the module's, so the state dict loads strictly: a missing tensor is an error, not a reset.
+        from train.weights import load_causal_lm
+
         weights, optimizer = ckpt_dir / "model.safetensors", ckpt_dir / "resume" / "optimizer.pt"
         with reading(weights, "the checkpoint's weights", RESUME_HINT.format(ckpt_dir)):
-            saved = type(self.module).from_pretrained(ckpt_dir, dtype=torch.float32)
+            saved = load_causal_lm(ckpt_dir, type(self.module), dtype=torch.float32)
         with reading(weights, "weights that fit this run's model (a checkpoint of another run, with "
                      "another tokenizer or model size?)", RESUME_HINT.format(ckpt_dir)):
             self.module.load_state_dict(saved.state_dict(), strict=True)
@@ -189,16 +199,24 @@ class DeepSpeedEngine:
         if not self.ds.is_gradient_accumulation_boundary():
             self.ds.step()  # counts the micro-step; the optimizer runs in step() at the boundary
 
-    def step(self, lr: float) -> float:
+    def step(self, lr: float) -> float | None:
         set_lr(self.optimizer, lr)
         self.ds.step()
         norm = self.ds.get_global_grad_norm()
-        return float(norm) if norm is not None else float("nan")
+        # None: DeepSpeed did not compute one (fp32 ZeRO-0 here); the loop then checks the loss only
+        return float(norm) if norm is not None else None
+
+    def discard(self) -> float:
+        # DeepSpeed cannot drop an accumulated step; the loop stops the run on this NaN.
+        return float("nan")
 
     def save_resume(self, path: Path) -> None:
         self.ds.save_checkpoint(str(path), tag="deepspeed", save_latest=False)
 
     def load_resume(self, ckpt_dir: Path) -> None:
+        from train.checkpoint import refuse_unsafe_pickles
+
+        refuse_unsafe_pickles(ckpt_dir / "resume" / "deepspeed")  # DeepSpeed unpickles them in full
         with reading(ckpt_dir / "resume", "the DeepSpeed resume state", RESUME_HINT.format(ckpt_dir)):
             self.ds.load_checkpoint(str(ckpt_dir / "resume"), tag="deepspeed", load_optimizer_states=True,
                                     load_lr_scheduler_states=False)

@@ -27,10 +27,12 @@ class RunLock:
 
     def __init__(self, run_dir: Path, *, enabled: bool = True, name: str = ".lock",
                  why: str = "two jobs must not train into one run directory; wait for it, or give this "
-                            "run another hydra.run.dir"):
+                            "run another hydra.run.dir", announce: bool = True):
         self.path = Path(run_dir) / name
         self.enabled = enabled  # only rank 0 of a job locks: the other ranks belong to the same job
         self.why = why
+        # announce=False: the pid is written by announce() later (the trainer: once the run is accepted)
+        self._announce = announce
         self._fd: int | None = None
 
     def acquire(self) -> "RunLock":
@@ -44,10 +46,17 @@ class RunLock:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
             os.close(fd)
             raise RunDirLocked(f"{self.path.parent} is in use by {holder} (lock {self.path}): {self.why}") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         self._fd = fd
+        if self._announce:
+            self.announce()
         return self
+
+    def announce(self) -> None:
+        """Writes the holder's pid and host into the lock file (for a second job's message). Called
+        once the run is accepted: a refused run leaves even this file as it was."""
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
 
     def release(self) -> None:
         if self._fd is not None:

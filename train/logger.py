@@ -1,6 +1,12 @@
 """Metrics go to a JSONL file in the run directory and, when configured, to Weights & Biases.
 
-The interface is two methods, log(metrics, step) and close(); only rank 0 constructs a real logger.
+The interface is two methods, log(metrics, step, event=...) and close(); only rank 0 constructs a real
+logger.
+
+train.jsonl holds one record per (step, event): event "train" (train/* every logger.log_every steps),
+"checkpoint" (the hooks' probe/* summaries of a saved checkpoint), "skipped" (a batch skipped for a
+non-finite loss). A resumed run replays the steps after its checkpoint, so the log is first cut back to
+that step (atomically): tables built from it never count a step twice.
 """
 from __future__ import annotations
 
@@ -29,10 +35,14 @@ class LoggerConfig:
 
 
 class Logger:
-    def __init__(self, cfg: LoggerConfig, run_dir: Path, *, config: dict, name: str, run_id: Optional[str]):
+    def __init__(self, cfg: LoggerConfig, run_dir: Path, *, config: dict, name: str, run_id: Optional[str],
+                 resume_step: Optional[int] = None):
+        """resume_step: the step the run resumed from (None: a new run, which starts an empty log)."""
         self.cfg = cfg
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self._jsonl = open(run_dir / "logs" / "train.jsonl", "a")
+        self.path = run_dir / "logs" / "train.jsonl"
+        truncate_log(self.path, resume_step)
+        self._jsonl = open(self.path, "a")
         self.wandb_run = None
         if cfg.wandb and cfg.mode != "disabled":
             import wandb
@@ -58,8 +68,8 @@ class Logger:
     def run_id(self) -> Optional[str]:
         return self.wandb_run.id if self.wandb_run is not None else None
 
-    def log(self, metrics: dict, step: int) -> None:
-        record = {"step": step, **metrics}
+    def log(self, metrics: dict, step: int, event: str = "train") -> None:
+        record = {"step": step, "event": event, **metrics}
         self._jsonl.write(json.dumps(record) + "\n")
         self._jsonl.flush()
         if self.wandb_run is not None:
@@ -69,6 +79,40 @@ class Logger:
         self._jsonl.close()
         if self.wandb_run is not None:
             self.wandb_run.finish()
+
+
+def read_log(path: Path) -> list[dict]:
+    """The records of a train.jsonl; a torn last line (the process was killed mid-write) is dropped."""
+    if not Path(path).is_file():
+        return []
+    lines = Path(path).read_text().splitlines()
+    records = []
+    for i, line in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise ValueError(f"{path}:{i + 1}: not a JSON record") from None
+    return records
+
+
+def truncate_log(path: Path, step: Optional[int]) -> None:
+    """Keeps the records of steps <= `step` (all dropped when None), atomically."""
+    path = Path(path)
+    if not path.exists():
+        return
+    kept = [r for r in read_log(path) if step is not None and r.get("step", 0) <= step]
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
+
+
+def logged_steps(path: Path, event: str) -> set[int]:
+    """Steps that have a record of `event` (records written before events existed count as "train"
+    when they hold train/loss, else as "checkpoint")."""
+    def kind(r: dict) -> str:
+        return r.get("event") or ("train" if "train/loss" in r else "checkpoint")
+
+    return {r["step"] for r in read_log(path) if kind(r) == event}
 
 
 def run_tags(config: dict, extra: list[str]) -> list[str]:
@@ -85,7 +129,7 @@ class NullLogger:
 
     run_id = None
 
-    def log(self, metrics: dict, step: int) -> None:
+    def log(self, metrics: dict, step: int, event: str = "train") -> None:
         pass
 
     def close(self) -> None:

@@ -2,11 +2,17 @@
 with a whole checkpoint (and the hooks) at every scheduled step. Read it top to bottom.
 
 A preemption signal (train/preempt.py) ends it early: after the current step a resume checkpoint is
-written and the process exits with a requeue status; the same command then resumes exactly."""
+written and the process exits with a requeue status; the same command then resumes exactly.
+
+A resume first proves the checkpoint is the one written (manifest sha256) by this run's config (config
+hash), cuts the log back to the checkpoint's step, and probes every saved checkpoint whose evals a crash
+prevented; the end of every run checks that again. A non-finite loss or grad norm stops the run."""
 from __future__ import annotations
 
+import math
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -15,14 +21,15 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from train.checkpoint import (latest_resumable, list_checkpoints, load_rng, prune_resume_states,
-                              read_state, save_checkpoint)
-from train.config import TrainConfig, trajectory_diff
+                              read_manifest, read_state, save_checkpoint, verify_manifest)
+from train.config import TrainConfig, config_hash, trajectory_diff
 from train.corpus import load_documents
 from train.engine import RESUME_HINT, build_engine, init_distributed
 from train.errors import reading, writing
-from train.hooks import run_hooks
+from train.faults import fault_point
+from train.hooks import hooks_missing, run_hooks
 from train.lock import RunLock
-from train.logger import Logger, NullLogger
+from train.logger import Logger, NullLogger, logged_steps
 from train.model import build_model
 from train.optim import lr_at
 from train.preempt import Preemption, drop_unscheduled
@@ -33,20 +40,34 @@ from train.token_store import build_or_load
 from train.tokenizer import load_tokenizer, prepare_tokenizer
 
 
-def train(cfg: TrainConfig, run_dir: Path) -> Path:
+class NonFiniteError(RuntimeError):
+    pass
+
+
+def train(cfg: TrainConfig, run_dir: Path, on_accepted=None) -> Path:
+    """on_accepted(): called on rank 0 once the run directory is accepted (the entry point writes
+    Hydra's record there then: a refused run writes nothing into the directory)."""
     export_distributed_env()  # in a SLURM job step: RANK, WORLD_SIZE, ... from SLURM_* / submitit
     dist = init_distributed(cfg.engine)
     # One job per run directory (rank 0 holds the lock); signals are recorded while training runs.
-    with RunLock(run_dir, enabled=dist.main), Preemption() as preempt:
-        return _train(cfg, Path(run_dir), dist, preempt)
+    with RunLock(run_dir, enabled=dist.main, announce=False) as lock, Preemption() as preempt:
+        return _train(cfg, Path(run_dir), dist, preempt, lock, on_accepted)
 
 
-def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
+def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: RunLock, on_accepted) -> Path:
     resolved = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
-    resume_from = _check_run_dir(cfg, resolved, run_dir)
+    run_hash = config_hash(resolved)
+    resume_from = _check_run_dir(cfg, resolved, run_hash, run_dir)
     dist.barrier()
     if dist.main:
+        if resume_from is not None:
+            resumed = read_state(resume_from)
+            print(f"resuming from step {resumed['step']} (tokens {resumed['tokens']}) in {resume_from}",
+                  flush=True)
+        lock.announce()
         _write_config(run_dir, resolved)
+        if on_accepted is not None:
+            on_accepted()
 
     # Data: rank 0 trains the tokenizer and builds the token store; the others then hit the cache.
     cache_dir = Path(cfg.data.cache_dir).expanduser()
@@ -76,14 +97,16 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
     engine = build_engine(cfg.engine, cfg.optim, model, dist)
     torch.manual_seed(cfg.seed + dist.rank)
 
-    start_step, wandb_id = 0, None
+    start_step, wandb_id, skipped = 0, None, []
     if resume_from is not None:
         with reading(resume_from / "trainer_state.json", "the trainer state", RESUME_HINT.format(resume_from)):
             state = read_state(resume_from)
         engine.load_resume(resume_from)
-        load_rng(resume_from / "resume", dist.rank)
         start_step, wandb_id = state["step"], state.get("wandb_run_id")
-    logger = (Logger(cfg.logger, run_dir, config=resolved, name=run_dir.name, run_id=wandb_id)
+        skipped = list(state.get("skipped_steps", []))
+    # The steps after the resumed checkpoint are trained (and logged) again: their records go first.
+    logger = (Logger(cfg.logger, run_dir, config=resolved, name=run_dir.name, run_id=wandb_id,
+                     resume_step=start_step if resume_from is not None else None)
               if dist.main else NullLogger())
     hooks = _build_hooks(cfg, tokenizer, run_dir, total_steps, store)
 
@@ -92,7 +115,8 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
                  "tokens_per_step": tokens_per_step, "seq_len": seq_len, "seed": cfg.seed,
                  "data_seed": cfg.data.seed, "lr": lr, "loss": loss, "world_size": dist.world,
                  "engine": cfg.engine.kind, "wandb_run_id": logger.run_id, "time": time.time(),
-                 "versions": _versions(), "preempted": not scheduled}
+                 "versions": _versions(), "preempted": not scheduled, "skipped_steps": skipped,
+                 "config_hash": run_hash, "config": resolved}
         with writing(run_dir / "checkpoints"):  # a full disk is named with the file it cut short
             path = save_checkpoint(run_dir, step, engine, tokenizer, state, dist, with_resume=True)
         if dist.main:
@@ -102,10 +126,35 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
         if not scheduled:  # a preemption's resume-only checkpoint: not probed, not logged
             dist.barrier()
             return
+        fault_point("after_rename", step)
         metrics = run_hooks(hooks, path, step, state["tokens"], engine.module)
-        logger.log({"tokens": state["tokens"], **metrics}, step)
+        logger.log({"tokens": state["tokens"], **metrics}, step, event="checkpoint")
         dist.barrier()
 
+    def probe_missed(current: int) -> None:
+        """Runs the hooks on every scheduled checkpoint whose evals or log record a crash prevented.
+        `current`: the step whose weights the engine holds now."""
+        todo = []
+        if dist.main:
+            logged = logged_steps(logger.path, "checkpoint")
+            todo = [(s, p) for s, p in list_checkpoints(run_dir)
+                    if s in save_steps and (s not in logged or hooks_missing(hooks, s))]
+        for step, path in _broadcast(todo, dist):
+            if dist.main:
+                print(f"probing checkpoint {path}: its evals were not written before the last stop",
+                      flush=True)
+            # the resumed checkpoint's weights are the engine's; an older one is read from disk
+            model = engine.module if step == current else _load_weights(path, dist)
+            tokens = read_state(path)["tokens"]
+            metrics = run_hooks(hooks, path, step, tokens, model)
+            if dist.main and step not in logged_steps(logger.path, "checkpoint"):
+                logger.log({"tokens": tokens, **metrics}, step, event="checkpoint")
+            dist.barrier()
+
+    if resume_from is not None:
+        probe_missed(start_step)
+        # after probing: the RNG continues exactly where the checkpoint left it
+        load_rng(resume_from / "resume", dist.rank)
     if start_step == 0 and 0 in save_steps:
         checkpoint(0, None, 0.0)
     bar = tqdm(total=total_steps, initial=start_step, desc="train", unit="step",
@@ -120,14 +169,22 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
             loss = engine.loss(micro)
             engine.backward(loss)
             micro_losses.append(loss.item())
-        grad_norm = engine.step(lr)
+        fault_point("mid_step", step + 1)
         loss = dist.mean(sum(micro_losses) / len(micro_losses))
+        # A non-finite loss is caught before the update; a non-finite grad norm makes the torch
+        # engine skip the update itself (DeepSpeed has applied it: that run stops below).
+        grad_norm = engine.step(lr) if math.isfinite(loss) else engine.discard()
         done, window_tokens = step + 1, window_tokens + tokens_per_step
         bar.update(1)
-        if done % cfg.logger.log_every == 0 or done == total_steps:
+        if not math.isfinite(loss) or (grad_norm is not None and not math.isfinite(grad_norm)):
+            _nonfinite(cfg, done, loss, grad_norm, skipped, run_dir)
+            logger.log({"tokens": done * tokens_per_step, "train/skipped_batches": len(skipped)}, done,
+                       event="skipped")
+        elif done % cfg.logger.log_every == 0 or done == total_steps:
             tokens_per_s = window_tokens / (time.perf_counter() - window_start)
             logger.log({"tokens": done * tokens_per_step, "train/loss": loss, "train/lr": lr,
-                        "train/grad_norm": grad_norm, "train/tokens_per_s": tokens_per_s}, done)
+                        "train/grad_norm": float("nan") if grad_norm is None else grad_norm,
+                        "train/tokens_per_s": tokens_per_s}, done)
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_s:,.0f}")
             window_start, window_tokens = time.perf_counter(), 0
         if done in save_steps:
@@ -137,6 +194,8 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
                 checkpoint(done, loss, lr, scheduled=False)
             break
     bar.close()
+    if done == total_steps:
+        probe_missed(done)  # every checkpoint of a finished run has its evals
     for hook in hooks:
         hook.close()
     logger.close()
@@ -171,14 +230,49 @@ def _build_hooks(cfg: TrainConfig, tokenizer, run_dir: Path, total_steps: int | 
     return hooks
 
 
+def _nonfinite(cfg: TrainConfig, step: int, loss: float, grad_norm: float, skipped: list[int],
+               run_dir: Path) -> None:
+    """Stops the run at a non-finite step, or records it as skipped while max_skipped_batches allows."""
+    what = f"step {step}: loss {loss}, grad norm {grad_norm}"
+    if cfg.engine.kind != "torch" or len(skipped) >= cfg.max_skipped_batches:
+        raise NonFiniteError(
+            f"{what} is not finite; the run stops here (no checkpoint is written from this state). "
+            f"Resume from the last checkpoint in {run_dir / 'checkpoints'}"
+            + (f"; {len(skipped)} batch(es) already skipped at steps {skipped}, the limit "
+               f"max_skipped_batches={cfg.max_skipped_batches}" if skipped else
+               "; max_skipped_batches=N lets the run skip up to N such batches"))
+    skipped.append(step)
+    print(f"warning: {what} is not finite; batch skipped (no update), {len(skipped)} of "
+          f"max_skipped_batches={cfg.max_skipped_batches}", file=sys.stderr, flush=True)
+
+
+def _load_weights(path: Path, dist):
+    from transformers import GPTNeoXForCausalLM
+
+    from train.weights import load_causal_lm
+
+    return load_causal_lm(path, GPTNeoXForCausalLM, dtype=torch.float32).to(dist.device)
+
+
+def _broadcast(value, dist):
+    """Rank 0's `value` on every rank (a decision every rank must take the same way)."""
+    if dist.world == 1:
+        return value
+    box = [value]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def _destroy_group(dist) -> None:
     if dist.world > 1:
         # A lone process keeps its one-member group: DeepSpeed caches it for the next run in-process.
         torch.distributed.destroy_process_group()
 
 
-def _check_run_dir(cfg: TrainConfig, resolved: dict, run_dir: Path) -> Path | None:
-    """The checkpoint to resume from, after making sure the run directory belongs to this config."""
+def _check_run_dir(cfg: TrainConfig, resolved: dict, run_hash: str, run_dir: Path) -> Path | None:
+    """The checkpoint to resume from, after proving the run directory belongs to this config (from
+    config.yaml and from the checkpoint itself, so deleting config.yaml proves nothing) and that the
+    checkpoint's files are the ones written. Reads only: a refused run leaves the directory as it was."""
     if not list_checkpoints(run_dir):
         return None
     if not cfg.resume:
@@ -191,14 +285,37 @@ def _check_run_dir(cfg: TrainConfig, resolved: dict, run_dir: Path) -> Path | No
         if diffs:
             raise ValueError(f"{saved_path} was written by a different run; resuming with a changed "
                              f"config would silently diverge. Changed: " + "; ".join(diffs))
-    return latest_resumable(run_dir)
+    path = latest_resumable(run_dir)
+    if path is None:
+        return None
+    manifest = read_manifest(path)
+    if manifest is None:
+        # written before checkpoints carried manifests: only config.yaml can vouch for the config
+        if not saved_path.exists():
+            raise ValueError(f"cannot resume from {path}: it has no {path / 'manifest.json'} and "
+                             f"{saved_path} is missing, so nothing proves this config is the run's")
+        print(f"warning: {path} has no manifest.json (written by an older version): its files are "
+              f"not verified", file=sys.stderr)
+        return path
+    if manifest.get("config_hash") != run_hash:
+        try:  # the saved config names what changed (trainer_state.json is verified below, not yet)
+            saved = read_state(path).get("config")
+        except (OSError, ValueError):
+            saved = None
+        diffs = trajectory_diff(saved, resolved) if isinstance(saved, dict) else []
+        raise ValueError(f"{path} was trained with a different config (config hash in "
+                         f"{path / 'manifest.json'}); resuming would silently diverge. Changed: "
+                         + ("; ".join(diffs) or f"keys unknown ({path / 'trainer_state.json'} "
+                                                 f"holds no config)"))
+    verify_manifest(path, manifest)
+    return path
 
 
 def _write_config(run_dir: Path, resolved: dict) -> None:
+    from train.checkpoint import write_text_atomic
+
     run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / ".config.yaml.tmp"
-    OmegaConf.save(OmegaConf.create(resolved), tmp)
-    tmp.replace(run_dir / "config.yaml")
+    write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(resolved)))
 
 
 def _versions() -> dict:
@@ -206,10 +323,10 @@ def _versions() -> dict:
 
     versions = {"python": platform.python_version(), "torch": torch.__version__,
                 "transformers": transformers.__version__}
-    try:
-        import deepspeed
+    try:  # the installed version, without importing deepspeed (seconds) into a torch-engine run
+        from importlib.metadata import PackageNotFoundError, version
 
-        versions["deepspeed"] = deepspeed.__version__
-    except ImportError:
+        versions["deepspeed"] = version("deepspeed")
+    except PackageNotFoundError:
         pass
     return versions

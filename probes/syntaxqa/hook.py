@@ -35,5 +35,8 @@ class SyntaxQAHook:
         return {f"probe/{BENCHMARK}/{k}": v for k, v in summary.items()
                 if not math.isnan(v) and not k.endswith("n_items")}
 
+    def missing(self, step: int) -> bool:
+        return not eval_path(self.run_dir, step, BENCHMARK).exists()
+
     def close(self) -> None:
         pass

@@ -359,7 +359,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model).to(device)
+    from train.weights import WeightsMismatchError, load_causal_lm
+
+    try:
+        model = load_causal_lm(args.model, AutoModelForCausalLM).to(device)
+    except WeightsMismatchError as e:
+        print(f"error: --model {e}", file=sys.stderr)
+        return 2
     df = score_items(model, tokenizer, items, cfg, device=device)
     state_file = args.model / "trainer_state.json"
     state = json.loads(state_file.read_text()) if state_file.is_file() else {}

@@ -1,0 +1,46 @@
+"""Loading a causal LM from a directory with every weight accounted for.
+
+transformers' from_pretrained initialises missing weights at random and drops unexpected ones with
+only a printed table: a config.json swapped to another architecture over NeoX weights then loads a
+random model that is scored without a word. Every loader in this project goes through
+load_causal_lm, which makes missing, unexpected or mismatched weights an error naming the directory.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+class WeightsMismatchError(ValueError):
+    pass
+
+
+def load_causal_lm(path, cls=None, **kwargs):
+    """cls.from_pretrained(path, **kwargs) (cls: AutoModelForCausalLM by default), refused unless the
+    checkpoint's weights are exactly the model's. With a concrete cls, config.json must also name its
+    architecture (model_type): a GPTNeoXForCausalLM built from a llama config.json is refused too."""
+    if cls is None:
+        from transformers import AutoModelForCausalLM as cls
+    path = Path(path)
+    expected = getattr(getattr(cls, "config_class", None), "model_type", "")
+    if expected:
+        try:
+            found = json.loads((path / "config.json").read_text()).get("model_type")
+        except (OSError, json.JSONDecodeError) as e:
+            raise WeightsMismatchError(f"{path / 'config.json'}: cannot read it ({e})") from None
+        if found != expected:
+            raise WeightsMismatchError(f"{path / 'config.json'} says model_type={found!r}, expected "
+                                       f"{expected!r} ({cls.__name__})")
+    model, info = cls.from_pretrained(path, output_loading_info=True, **kwargs)
+    problems = []
+    for key, what in (("missing_keys", "missing (would be random)"), ("unexpected_keys", "unexpected"),
+                      ("mismatched_keys", "of the wrong shape"), ("error_msgs", "errors")):
+        names = sorted(map(str, info.get(key) or []))
+        if names:
+            shown = ", ".join(names[:5]) + (f", … ({len(names)} in all)" if len(names) > 5 else "")
+            problems.append(f"{what}: {shown}")
+    if problems:
+        raise WeightsMismatchError(
+            f"{path}: the weights do not fit the model that config.json describes "
+            f"({type(model).__name__}); " + "; ".join(problems))
+    return model
