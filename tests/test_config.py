@@ -58,7 +58,7 @@ def test_seq_len_beyond_the_position_embeddings_names_both_keys():
     ("optim.micro_batch=0", "optim.micro_batch=0: must be at least 1"),
     ("optim.micro_batch=-8", "optim.micro_batch=-8: must be at least 1"),
     ("optim.global_batch=0", "optim.global_batch=0: must be at least 1"),
-    ("optim.micro_batch=3", "optim.global_batch=32 must be a multiple of optim.micro_batch=3"),
+    ("optim.micro_batch=3", "optim.global_batch=256 must be a multiple of optim.micro_batch=3"),
 ])
 def test_batch_sizes_are_checked_at_config_time(override, message):
     with pytest.raises(ValueError, match=message):
