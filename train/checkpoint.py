@@ -2,6 +2,7 @@
 
 Layout (checkpoints.md documents it for users):
   <run>/checkpoints/step<N>/config.json, model.safetensors, tokenizer files   (from_pretrained works)
+  <run>/checkpoints/step<N>/start_token.json         the document-start token (train/start_token.py)
   <run>/checkpoints/step<N>/trainer_state.json
   <run>/checkpoints/step<N>/resume/                 optimizer / DeepSpeed state, RNG (last K only)
 A checkpoint is assembled under checkpoints/.tmp-step<N>/ and renamed to step<N> once every file is
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Optional
 
 import torch
+
+from train.start_token import write_record
 
 REQUIRED_FILES = ("config.json", "model.safetensors", "trainer_state.json")
 _STEP_DIR = re.compile(r"^step(\d+)$")
@@ -115,6 +118,7 @@ def save_checkpoint(run_dir: Path, step: int, engine, tokenizer, state: dict, di
     if dist.main:
         engine.module.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        write_record(tmp, tokenizer)  # start_token.json: what `probes score` conditions sentences on
         write_json_atomic(tmp / "trainer_state.json", state)
         fsync_tree(tmp)
         if final.exists():  # a rerun re-saving a step it already has: the old copy is whole too

@@ -28,6 +28,7 @@ from train.preempt import Preemption, drop_unscheduled
 from train.schedule import checkpoint_steps
 from train.sequences import SequenceStream
 from train.slurm import export_distributed_env
+from train.start_token import document_tokens
 from train.token_store import build_or_load
 from train.tokenizer import load_tokenizer, prepare_tokenizer
 
@@ -56,10 +57,11 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
             store = build_or_load(docs, tokenizer_dir, corpus_id, cache_dir, num_proc=cfg.data.num_proc)
         dist.barrier()
     tokenizer = load_tokenizer(tokenizer_dir)
+    doc_start, doc_end = document_tokens(tokenizer)  # the scorer's start token too (train/start_token.py)
     seq_len = cfg.data.seq_len or cfg.model.max_position_embeddings
     stream = SequenceStream(store, seq_len=seq_len, budget_tokens=cfg.data.budget_tokens,
                             epochs=cfg.data.epochs, order_seed=cfg.data.order_seed, seed=cfg.data.seed,
-                            eos_id=tokenizer.eos_token_id)
+                            start_id=doc_start, end_id=doc_end)
     total_steps = stream.steps(cfg.optim.global_batch)
     if total_steps < 1:
         raise ValueError(f"the data view has {stream.view_tokens} tokens: not one optimizer step of "
