@@ -156,3 +156,17 @@ def test_report_refuses_to_mix_conventions_and_names_the_runs(tmp_path):
                                              r"'start_token_all_tokens_v2': run\(s\) new-run, other-new-run"
                                              r".*score-run"):
         load_runs([old, new, new2], cache=False)
+
+
+def test_resume_refuses_a_checkpoint_of_another_start_token(trained):
+    # a run started by code before the start token (no record; <s>/</s> tokenizer) must not be
+    # continued with this code's tokenizer: the ids would change mid-run
+    cfg, ckpt, run_dir = trained
+    record = (ckpt / RECORD).read_text()
+    (ckpt / RECORD).unlink()
+    try:
+        with pytest.raises(ValueError, match=r"start_token\.json: None\).*change the ids mid-run"):
+            train(cfg, run_dir)
+    finally:
+        (ckpt / RECORD).write_text(record)
+    train(cfg, run_dir)  # the record back: the finished run resumes (and has nothing left to do)

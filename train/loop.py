@@ -28,9 +28,9 @@ from train.preempt import Preemption, drop_unscheduled
 from train.schedule import checkpoint_steps
 from train.sequences import SequenceStream
 from train.slurm import export_distributed_env
-from train.start_token import document_tokens
+from train.start_token import RECORD, document_tokens, read_record
 from train.token_store import build_or_load
-from train.tokenizer import load_tokenizer, prepare_tokenizer
+from train.tokenizer import load_tokenizer, prepare_tokenizer, tokenizer_fingerprint
 
 
 def train(cfg: TrainConfig, run_dir: Path) -> Path:
@@ -58,6 +58,8 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption) -> Path:
         dist.barrier()
     tokenizer = load_tokenizer(tokenizer_dir)
     doc_start, doc_end = document_tokens(tokenizer)  # the scorer's start token too (train/start_token.py)
+    if resume_from is not None:
+        _check_resume_tokenizer(resume_from, tokenizer_dir, doc_start)
     seq_len = cfg.data.seq_len or cfg.model.max_position_embeddings
     stream = SequenceStream(store, seq_len=seq_len, budget_tokens=cfg.data.budget_tokens,
                             epochs=cfg.data.epochs, order_seed=cfg.data.order_seed, seed=cfg.data.seed,
@@ -183,6 +185,18 @@ def _check_run_dir(cfg: TrainConfig, resolved: dict, run_dir: Path) -> Path | No
             raise ValueError(f"{saved_path} was written by a different run; resuming with a changed "
                              f"config would silently diverge. Changed: " + "; ".join(diffs))
     return latest_resumable(run_dir)
+
+
+def _check_resume_tokenizer(ckpt: Path, tokenizer_dir: Path, start_id: int) -> None:
+    """Resume only with the ids and the start token the run was trained with: this code builds
+    another tokenizer for the same config than code before tokenizer format 2 did."""
+    record = read_record(ckpt) or {}
+    if tokenizer_fingerprint(ckpt) != tokenizer_fingerprint(tokenizer_dir) or record.get("start_token_id") != start_id:
+        raise ValueError(
+            f"{ckpt}: its tokenizer or start token ({RECORD}: {record.get('start_token')!r}) differs from what "
+            f"this code prepares for the run's config ({tokenizer_dir}, start id {start_id}); resuming would "
+            f"change the ids mid-run. Finish the run with the code it was started with, or start a new run "
+            f"directory")
 
 
 def _write_config(run_dir: Path, resolved: dict) -> None:

@@ -4,9 +4,9 @@ The stream is every document of the store in one fixed permutation drawn with `o
 run's seed), each preceded by the start token and, when the tokenizer has a distinct EOS, followed by
 it (train/start_token.py: ``<|endoftext|> doc <|endoftext|> doc ...`` for the tokenizers trained here,
 ``<s> doc </s> <s> doc </s>`` for a Llama-style one). The first document gets its start token too, so
-every document, like every scored sentence, is read after the start token. A budget of B tokens over E epochs trains on the first ceil(B/E)
-tokens of that stream -- the *view* -- so the view of a 10M budget is a prefix of the 100M one and runs
-of different sizes see the same text first. The view is cut into sequences of seq_len+1 tokens that
+every document, like every scored sentence, is read after the start token. A budget of B tokens over
+E epochs trains on the first ceil(B/E) tokens of that stream -- the *view* -- so the view of a 10M
+budget is a prefix of the 100M one and runs of different sizes see the same text first. The view is cut into sequences of seq_len+1 tokens that
 overlap by one token (inputs = s[:-1], labels = s[1:], so every view token but the first is predicted
 once per epoch; a tail shorter than a sequence is dropped). Epoch e visits the sequences in a
 permutation drawn from (seed, e). Nothing is materialised: a sequence is gathered from the memmap.
