@@ -40,8 +40,9 @@ class CliError(Exception):
 def build_score_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m probes score",
-        description="Score a causal LM on a minimal-pair benchmark (convention bos_all_tokens_v1: "
-                    "BOS + all sentence tokens; MLP and sum-LP accuracy, ties wrong).")
+        description="Score a causal LM on a minimal-pair benchmark (convention start_token_all_tokens_v2: "
+                    "the start token the model was trained with (the model directory's start_token.json) "
+                    "+ all sentence tokens; MLP and sum-LP accuracy, ties wrong).")
     p.add_argument("--model", required=True, type=Path, metavar="DIR",
                    help="HF model directory (config.json + weights + tokenizer files)")
     p.add_argument("--benchmark", required=True, metavar="NAME_OR_PATH",

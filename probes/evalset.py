@@ -205,19 +205,26 @@ def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cac
     all_outcomes: dict[tuple[str, str], PairOutcomes] = {}
     frames = []
     conventions: dict[str, str] = {}  # convention -> first file that uses it
+    runs_by_convention: dict[str, list[str]] = {}
     bench_by_run: dict[str, set[str]] = {}
     for info, outs, dfs, convs, probs in loaded:
         runs.append(info)
         problems += probs
         for c, f in convs.items():
             conventions.setdefault(c, f)
+            runs_by_convention.setdefault(c, []).append(info.name)
         bench_by_run[info.name] = set(outs)
         for bench, out in outs.items():
             all_outcomes[(info.name, bench)] = out
         frames += dfs
     if len(conventions) > 1:
-        listed = "; ".join(f"{c!r} (e.g. {p})" for c, p in sorted(conventions.items()))
-        raise EvalInputError(f"refusing to mix scoring conventions across evals: {listed}")
+        # Numbers scored in different contexts are not comparable (probes/scoring.py: v1 conditioned
+        # on an untrained BOS): name the runs on each side so the older ones can be rescored.
+        listed = "; ".join(f"{c!r}: run(s) {', '.join(runs_by_convention[c])} (e.g. {p})"
+                           for c, p in sorted(conventions.items()))
+        raise EvalInputError(
+            f"refusing to mix scoring conventions in one table: {listed}. `python -m probes score-run RUN_DIR "
+            f"--benchmark NAME` rescores a run's files of an older convention; or report the runs apart")
     every = set().union(*bench_by_run.values())
     for name, have in bench_by_run.items():
         if have != every:

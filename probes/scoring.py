@@ -1,15 +1,22 @@
 """The one scoring primitive (per-token log-probs) and the named reductions built on it.
 
-Convention ``bos_all_tokens_v1`` (DESIGN.md "Contracts"; pinned here, stored in every eval file):
+Convention ``start_token_all_tokens_v2`` (DESIGN.md "Contracts"; pinned here, stored in every eval file):
 
-* A sentence is tokenized with ``tokenizer(text, add_special_tokens=False)`` and one BOS id is
-  prepended. When a tokenizer has no BOS token its EOS id is used instead (Pythia/GPT-NeoX
-  tokenizers separate documents with EOS, so EOS is the context a fresh document starts from); a
-  tokenizer with neither raises ``ValueError``.
+* A sentence is tokenized with ``tokenizer(text, add_special_tokens=False, split_special_tokens=True)``
+  (text is text: a literal ``<|endoftext|>`` is spelled, not the control id) and the start token is
+  prepended: the token training put before every document (train/start_token.py). It is read from
+  ``start_token.json`` beside the tokenizer files (every checkpoint and trained tokenizer of this
+  project has one); without it, a checkpoint of ours from before the record gets EOS (its stream had
+  EOS between documents), any other model its BOS, else its EOS (Pythia: ``<|endoftext|>``, both).
 * ``lp`` of a sentence is the natural-log probability of ALL its tokens, each conditioned on the
-  BOS token and the tokens before it; ``ntok`` counts those tokens (the BOS itself is not scored).
+  start token and the tokens before it; ``ntok`` counts those tokens (the start token is not scored).
 * MLP accuracy: ``lp_good / ntok_good > lp_bad / ntok_bad``; sum-LP accuracy: ``lp_good > lp_bad``.
   Both are strict: a tie counts as wrong (as in the ZhoBLiMP code).
+
+``bos_all_tokens_v1`` (before) prepended BOS whenever the tokenizer had one; with the sentencepiece
+tokenizers of that time (BOS ``<s>`` never fed in training, documents separated by EOS) every first
+token was predicted from an untrained embedding. v1 and v2 numbers are not comparable; the report
+refuses to mix them.
 
 How other tools differ (compare numbers only after aligning these):
 
@@ -18,7 +25,9 @@ How other tools differ (compare numbers only after aligning these):
 * lm-eval-harness scores ``" " + sentence`` (a leading space, which changes the first token of
   most BPE/sentencepiece vocabularies) as a continuation of the BOS/EOS token, and its BLiMP task
   counts ties as correct.
-* ZhoBLiMP's own code prepends BOS and counts ties wrong: the same as here.
+* ZhoBLiMP's own code prepends ``tokenizer.bos_token`` as text, right-pads and counts ties wrong:
+  the same per-sentence lp as here on our checkpoints (the saved tokenizer reads its own
+  ``<|endoftext|>`` in text; tests/test_start_token.py scores that way).
 
 Region sums (``score_pairs``) are diff-based: the good and bad token ids are aligned into a shared
 prefix, a shared suffix that does not overlap the prefix, and the critical span between them.
@@ -40,11 +49,14 @@ import pandas as pd
 import torch
 
 from probes.pairs import Pair
+from train.start_token import scoring_start_id
 
 log = logging.getLogger(__name__)
 
-CONVENTION = "bos_all_tokens_v1"
+CONVENTION = "start_token_all_tokens_v2"
 REGION_NAMES = ("prefix", "critical", "suffix")
+# How sentence text is encoded, everywhere ids are compared with the scored ones.
+ENCODE = {"add_special_tokens": False, "split_special_tokens": True}
 
 # Named reductions over one sentence's per-token natural-log probabilities.
 REDUCTIONS: dict[str, Callable[[np.ndarray], float]] = {
@@ -55,29 +67,25 @@ REDUCTIONS: dict[str, Callable[[np.ndarray], float]] = {
 }
 
 
-def bos_id(tokenizer) -> int:
-    """The id prepended to every sentence: BOS, else EOS (see module docstring), else an error."""
-    for attr in ("bos_token_id", "eos_token_id"):
-        tid = getattr(tokenizer, attr, None)
-        if tid is not None:
-            return int(tid)
-    raise ValueError(
-        f"tokenizer {type(tokenizer).__name__} has neither bos_token_id nor eos_token_id; "
-        f"convention {CONVENTION} conditions every sentence on one of them"
-    )
+def start_id(tokenizer) -> int:
+    """The id prepended to every sentence (module docstring; train/start_token.py decides it)."""
+    return scoring_start_id(tokenizer)
+
+
+bos_id = start_id  # the name callers used before convention v2
 
 
 def sentence_ids(tokenizer, texts: list[str]) -> list[list[int]]:
-    """BOS (or EOS) id followed by the ids of ``text`` without special tokens, for each text."""
-    start = bos_id(tokenizer)
+    """The start id followed by the ids of ``text`` (no special tokens added, none read from text)."""
+    start = start_id(tokenizer)
     if not texts:
         return []
-    enc = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    enc = tokenizer(list(texts), **ENCODE)["input_ids"]
     return [[start, *map(int, ids)] for ids in enc]
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
-    """Short hash of what decides the scored ids: vocabulary, BOS id and the ids of a probe text.
+    """Short hash of what decides the scored ids: vocabulary, start id and the ids of a probe text.
 
     The probe text mixes scripts and full-width punctuation because normalisation (NFKC turning
     ``？`` into ``?``) changes ids without changing the vocabulary.
@@ -365,7 +373,7 @@ def _add_slot_sums(tokenizer, pairs: list[Pair], rows: list[dict], ids: list[lis
                     "scored, only the diff-based prefix/critical/suffix", type(tokenizer).__name__)
         return []
     texts = list(dict.fromkeys(t for k in marked for t in (pairs[k].good, pairs[k].bad)))
-    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    enc = tokenizer(texts, **ENCODE, return_offsets_mapping=True)
     offsets = {}
     for t, tid, off in zip(texts, enc["input_ids"], enc["offset_mapping"]):
         if list(tid) != ids[index[t]][1:]:  # same call options, so this is a tokenizer bug

@@ -9,7 +9,8 @@ checkpoint, the same files the in-loop probe hook writes, and are idempotent:
 * only directories named ``checkpoints/step<N>`` are read (the trainer assembles a checkpoint
   under ``.tmp-step<N>`` and renames it when whole), and only when ``verify_checkpoint`` finds
   its files;
-* an eval file is done when it exists and holds as many pairs as the benchmark now has; anything
+* an eval file is done when it exists, holds as many pairs as the benchmark now has and was scored
+  under the current convention (probes/scoring.py); anything
   else is (re)scored and replaced atomically, so an in-loop file of a per-paradigm sample is
   replaced by the full set, and a process killed at any point leaves only whole files (and
   perhaps a hidden ``.<name>.*.tmp`` that every reader ignores) -- a restart continues.
@@ -30,6 +31,7 @@ import pyarrow.parquet as pq
 
 from probes.evalset import refresh_cache
 from probes.pairs import Pair
+from probes.scoring import CONVENTION
 from probes.store import META_KEY, eval_path
 from train.errors import InputFileError, reading
 
@@ -119,7 +121,9 @@ def eval_done(path: Path, n_pairs: int) -> bool:
         return False
     try:
         blob = (pq.read_schema(path).metadata or {}).get(META_KEY)
-        return blob is not None and json.loads(blob).get("n_pairs") == n_pairs
+        meta = json.loads(blob) if blob is not None else {}
+        # a file of an older scoring convention is redone: a run's table must not mix conventions
+        return meta.get("n_pairs") == n_pairs and meta.get("convention") == CONVENTION
     except Exception as e:  # a foreign or damaged file: rescoring replaces it
         log.warning("%s: unreadable (%s); it will be scored again", path, e)
         return False

@@ -37,7 +37,7 @@ def test_hook_writes_scores_and_skips_existing(tmp_path, monkeypatch):
     path = eval_path(run, 0, "agr")
     df, meta = read_pairs(path)
     assert (meta["step"], meta["tokens"], meta["benchmark"]) == (0, 0, "agr")
-    assert meta["convention"] == "bos_all_tokens_v1"
+    assert meta["convention"] == "start_token_all_tokens_v2"
     assert meta["model_dir"] == str(run / "checkpoints" / "step0") and meta["tokenizer"]
     assert list(df["pair_id"]) == ["0", "1", "2", "3", "9"]
     ref = score_pairs(m0, tok, PAIRS["agr"])

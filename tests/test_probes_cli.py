@@ -60,7 +60,7 @@ def test_score_end_to_end(model_dir, bench_file, tmp_path):
     assert len(df) == 5 and list(df["pair_id"]) == ["0", "1", "2", "3", "4"]
     _, meta = read_pairs(out)
     assert (meta["step"], meta["tokens"], meta["benchmark"]) == (4, 8192, "mini")
-    assert meta["convention"] == "bos_all_tokens_v1"
+    assert meta["convention"] == "start_token_all_tokens_v2"
     # the same numbers as scoring in-process with the saved model and tokenizer
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tok = AutoTokenizer.from_pretrained(model_dir)

@@ -1,4 +1,4 @@
-"""Sequence stream on tiny stores with known ids: views, EOS, packing, shuffling, sharding, errors."""
+"""Sequence stream on tiny stores with known ids: views, start/end tokens, packing, shuffling, sharding, errors."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,18 +8,18 @@ import torch
 from train.sequences import SequenceStream
 from train.token_store import write_token_store
 
-EOS = 2
+START, END = 1, 2
 
 
 def _stream(store, **kw) -> SequenceStream:
-    args = dict(seq_len=4, budget_tokens=None, epochs=1, order_seed=1234, seed=0, eos_id=EOS)
+    args = dict(seq_len=4, budget_tokens=None, epochs=1, order_seed=1234, seed=0, start_id=START)
     args.update(kw)
     return SequenceStream(store, **args)
 
 
 @pytest.fixture(scope="module")
 def docs():
-    # distinct ids (>= 10) so every window can be located; one empty document (just an EOS)
+    # distinct ids (>= 10) so every window can be located; one empty document (just a start token)
     rng = np.random.default_rng(7)
     out, nxt = [], 10
     for n in [*rng.integers(1, 12, size=29), 0]:
@@ -33,36 +33,60 @@ def store(docs, tmp_path_factory):
     return write_token_store(tmp_path_factory.mktemp("s") / "store", docs)
 
 
-def _naive_stream(docs, order_seed=1234) -> list[int]:
+def _naive_stream(docs, order_seed=1234, end=None) -> list[int]:
     order = np.random.default_rng(order_seed).permutation(len(docs))
-    return [t for i in order for t in (*docs[i], EOS)]
+    return [t for i in order for t in (START, *docs[i], *([end] if end is not None else []))]
+
+
+def _rebuilt(s: SequenceStream) -> list[int]:
+    """The view in stream order, from the windows (which overlap by one token)."""
+    out = [t for j in range(s.sequences_per_epoch) for t in s.window(j)[:-1].tolist()]
+    return out + [int(s.window(s.sequences_per_epoch - 1)[-1])]
 
 
 def test_hand_computed_single_document(tmp_path):
     store = write_token_store(tmp_path / "one", [[5, 6, 7, 8, 9]])
-    s = _stream(store, seq_len=2)  # stream 5 6 7 8 9 EOS: two windows overlapping by one token
+    s = _stream(store, seq_len=2)  # stream START 5 6 7 8 9: two windows overlapping by one token
     assert (s.view_tokens, s.sequences_per_epoch) == (6, 2)
-    assert sorted(s.sequence(k).tolist() for k in range(2)) == [[5, 6, 7], [7, 8, 9]]
+    assert sorted(s.sequence(k).tolist() for k in range(2)) == [[START, 5, 6], [6, 7, 8]]
     s = _stream(store, seq_len=2, budget_tokens=4)
-    assert s.view_tokens == 4 and s.sequence(0).tolist() == [5, 6, 7]
+    assert s.view_tokens == 4 and s.sequence(0).tolist() == [START, 5, 6]
     s = _stream(store, seq_len=5)
-    assert s.sequence(0).tolist() == [5, 6, 7, 8, 9, EOS] and s.sequence(0).dtype == np.int64
+    assert s.sequence(0).tolist() == [START, 5, 6, 7, 8, 9] and s.sequence(0).dtype == np.int64
     two = write_token_store(tmp_path / "two", [[5, 6], [7]])
     s = _stream(two, seq_len=1)
     assert [s.window(j).tolist() for j in range(4)] in (
-        [[5, 6], [6, EOS], [EOS, 7], [7, EOS]], [[7, EOS], [EOS, 5], [5, 6], [6, EOS]])
+        [[START, 5], [5, 6], [6, START], [START, 7]], [[START, 7], [7, START], [START, 5], [5, 6]])
+    # a tokenizer with a distinct EOS (Llama-style): START doc END for every document
+    s = _stream(two, seq_len=6, end_id=END)
+    assert s.stream_tokens == 7 and s.window(0).tolist() in (
+        [START, 5, 6, END, START, 7, END], [START, 7, END, START, 5, 6, END])
 
 
-def test_windows_tile_the_naive_stream_with_eos(docs, store):
-    ref = _naive_stream(docs)
-    s = _stream(store)
-    assert s.stream_tokens == len(ref) == sum(map(len, docs)) + len(docs)
-    rebuilt = [t for j in range(s.sequences_per_epoch) for t in s.window(j)[:-1].tolist()]
-    rebuilt.append(int(s.window(s.sequences_per_epoch - 1)[-1]))
+@pytest.mark.parametrize("end", [None, END])
+def test_every_document_is_preceded_by_the_start_token(docs, store, end):
+    # The scorer conditions every sentence on the start token; training must have fed it before
+    # every document, the very first of the stream included.
+    ref = _naive_stream(docs, end=end)
+    s = _stream(store, end_id=end)
+    frame = 1 + (end is not None)
+    assert s.stream_tokens == len(ref) == sum(map(len, docs)) + frame * len(docs)
+    rebuilt = _rebuilt(s)
     assert rebuilt == ref[:s.sequences_per_epoch * 4 + 1]
     assert s.sequences_per_epoch == (len(ref) - 1) // 4
-    # EOS exactly after each document's last token (an empty document is a lone EOS)
-    assert ref.count(EOS) == len(docs)
+    order = np.random.default_rng(1234).permutation(len(docs))
+    at, checked = 0, 0
+    for i in order:
+        if at + frame + len(docs[i]) > len(rebuilt):
+            break
+        assert rebuilt[at] == START, f"document {i} at stream position {at} is not preceded by the start token"
+        assert rebuilt[at + 1:at + 1 + len(docs[i])] == docs[i]
+        if end is not None:
+            assert rebuilt[at + 1 + len(docs[i])] == END
+        at += frame + len(docs[i])
+        checked += 1
+    assert checked >= len(docs) - 2
+    assert rebuilt.count(START) == checked + (at < len(rebuilt))  # nowhere else
 
 
 def test_budget_views_are_prefixes_and_independent_of_seed(store):

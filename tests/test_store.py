@@ -32,7 +32,7 @@ def test_roundtrip_pandas_and_metadata(tmp_path):
     df, got = read_pairs(path)
     pd.testing.assert_frame_equal(df, rows())
     assert got["step"] == 128 and got["tokens"] == 262144 and got["benchmark"] == "zhoblimp"
-    assert got["convention"] == "bos_all_tokens_v1"
+    assert got["convention"] == "start_token_all_tokens_v2"
     assert got["model_dir"] == str(tmp_path / "ck")
     assert "torch" in got["versions"]
     # the raw schema key the analysis code reads

@@ -51,6 +51,18 @@ def test_ids_equal_tokenizer_and_index(setup):
         store.doc(len(docs))
 
 
+def test_literal_special_token_in_text_stays_text(setup):
+    # A document that spells the document token must not gain a document boundary: the stream
+    # alone decides where documents start (the saved tokenizer itself reads the spelling as the token).
+    _, tokdir, cache = setup
+    tok = load_tokenizer(tokdir)
+    text = f"the cat {tok.eos_token} sees a dog"
+    assert tok(text, add_special_tokens=False)["input_ids"].count(tok.eos_token_id) == 1
+    store = build_or_load(datasets.Dataset.from_dict({"text": [text, "a dog"]}), tokdir, "literal", cache, num_proc=1)
+    assert tok.eos_token_id not in store.doc(0).tolist()
+    assert tok.decode(store.doc(0).tolist()) == text
+
+
 def test_second_call_loads_without_rebuilding(setup):
     docs, tokdir, cache = setup
     first = build_or_load(docs, tokdir, "tiny", cache, num_proc=1)

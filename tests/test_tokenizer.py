@@ -10,6 +10,7 @@ import pytest
 import sentencepiece as spm
 import transformers
 
+from train.start_token import read_record
 from train.tokenizer import TokenizerConfig, load_tokenizer, prepare_tokenizer, tokenizer_fingerprint
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
@@ -73,11 +74,23 @@ def test_directory_reloads_and_specials(trained):
     auto = transformers.AutoTokenizer.from_pretrained(str(path))
     s = "他们把杯子打碎了？ The cats that the dog chases are asleep."
     assert auto(s, add_special_tokens=False)["input_ids"] == tok(s, add_special_tokens=False)["input_ids"]
-    # no BOS/EOS is added: the scorer prepends BOS itself
-    assert tok(s)["input_ids"] == tok(s, add_special_tokens=False)["input_ids"]
-    assert (tok.unk_token_id, tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (0, 1, 2, 3)
+    # no BOS/EOS is added: the scorer prepends the start token itself
+    ids = tok(s, add_special_tokens=False)["input_ids"]
+    assert tok(s)["input_ids"] == ids
+    # one document token, <|endoftext|>, is BOS, EOS and padding (Pythia-style); <unk> stays id 0
+    assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id, tok.bos_token) == (1, 1, 1, "<|endoftext|>")
+    assert tok.convert_ids_to_tokens(0) == "<unk>"
+    assert read_record(path) == {"start_token": "<|endoftext|>", "start_token_id": 1,
+                                 "end_token": None, "end_token_id": None}
     assert len(tok) == 4000
     sp = spm.SentencePieceProcessor(model_file=str(path / "tokenizer.model"))
+    # the token written as text is the token (a consumer prepends tok.bos_token as text) ...
+    assert tok(tok.bos_token + s)["input_ids"] == [1] + ids
+    assert auto([tok.bos_token + s, tok.bos_token + "猫"], padding=True)["input_ids"][1][:2] == [1] + sp.encode("猫")[:1]
+    # ... and text is text where the store and the scorer encode it: spelled as sentencepiece does
+    lit = "a <|endoftext|> b"
+    assert tok(lit, add_special_tokens=False, split_special_tokens=True)["input_ids"] == sp.encode(lit)
+    assert 1 not in sp.encode(lit)
     # decoding returns the NFKC-normalised text, as sentencepiece does (？ -> ?)
     assert tok.decode(tok(s, add_special_tokens=False)["input_ids"]) == sp.decode(sp.encode(s)) == s.replace("？", "?")
     # cached: a second call returns the same directory without retraining

@@ -2,6 +2,7 @@
 
 Layout (checkpoints.md documents it for users):
   <run>/checkpoints/step<N>/config.json, model.safetensors, tokenizer files   (from_pretrained works)
+  <run>/checkpoints/step<N>/start_token.json         the document-start token (train/start_token.py)
   <run>/checkpoints/step<N>/trainer_state.json
   <run>/checkpoints/step<N>/resume/                 optimizer / DeepSpeed state, RNG (last K only)
   <run>/checkpoints/step<N>/manifest.json           sha256 of every file above, step, tokens, param
@@ -25,6 +26,7 @@ from typing import Optional
 import torch
 
 from train.faults import fault_point
+from train.start_token import write_record
 
 REQUIRED_FILES = ("config.json", "model.safetensors", "trainer_state.json")
 MANIFEST = "manifest.json"
@@ -203,6 +205,7 @@ def save_checkpoint(run_dir: Path, step: int, engine, tokenizer, state: dict, di
     if dist.main:
         engine.module.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        write_record(tmp, tokenizer)  # start_token.json: what `probes score` conditions sentences on
         write_json_atomic(tmp / "trainer_state.json", state)
         fault_point("checkpoint_write", step)
         # Last: it hashes every file above (every rank's resume shards are written: barrier above).

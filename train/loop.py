@@ -36,8 +36,9 @@ from train.preempt import Preemption, drop_unscheduled
 from train.schedule import checkpoint_steps, warn_points_beyond_end
 from train.sequences import SequenceStream
 from train.slurm import export_distributed_env
+from train.start_token import RECORD, document_tokens, read_record
 from train.token_store import build_or_load
-from train.tokenizer import load_tokenizer, prepare_tokenizer
+from train.tokenizer import load_tokenizer, prepare_tokenizer, tokenizer_fingerprint
 
 
 class NonFiniteError(RuntimeError):
@@ -78,10 +79,13 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
             store = build_or_load(docs, tokenizer_dir, corpus_id, cache_dir, num_proc=cfg.data.num_proc)
         dist.barrier()
     tokenizer = load_tokenizer(tokenizer_dir)
+    doc_start, doc_end = document_tokens(tokenizer)  # the scorer's start token too (train/start_token.py)
+    if resume_from is not None:
+        _check_resume_tokenizer(resume_from, tokenizer_dir, doc_start)
     seq_len = cfg.data.seq_len or cfg.model.max_position_embeddings
     stream = SequenceStream(store, seq_len=seq_len, budget_tokens=cfg.data.budget_tokens,
                             epochs=cfg.data.epochs, order_seed=cfg.data.order_seed, seed=cfg.data.seed,
-                            eos_id=tokenizer.eos_token_id)
+                            start_id=doc_start, end_id=doc_end)
     total_steps = stream.steps(cfg.optim.global_batch)
     if total_steps < 1:
         raise ValueError(f"the data view has {stream.view_tokens} tokens: not one optimizer step of "
@@ -309,6 +313,18 @@ def _check_run_dir(cfg: TrainConfig, resolved: dict, run_hash: str, run_dir: Pat
                                                  f"holds no config)"))
     verify_manifest(path, manifest)
     return path
+
+
+def _check_resume_tokenizer(ckpt: Path, tokenizer_dir: Path, start_id: int) -> None:
+    """Resume only with the ids and the start token the run was trained with: this code builds
+    another tokenizer for the same config than code before tokenizer format 2 did."""
+    record = read_record(ckpt) or {}
+    if tokenizer_fingerprint(ckpt) != tokenizer_fingerprint(tokenizer_dir) or record.get("start_token_id") != start_id:
+        raise ValueError(
+            f"{ckpt}: its tokenizer or start token ({RECORD}: {record.get('start_token')!r}) differs from what "
+            f"this code prepares for the run's config ({tokenizer_dir}, start id {start_id}); resuming would "
+            f"change the ids mid-run. Finish the run with the code it was started with, or start a new run "
+            f"directory")
 
 
 def _write_config(run_dir: Path, resolved: dict) -> None:

@@ -1,9 +1,12 @@
 """Budget view and packed training sequences; the position in the stream is a pure function of the step.
 
 The stream is every document of the store in one fixed permutation drawn with `order_seed` (not the
-run's seed), each followed by EOS. A budget of B tokens over E epochs trains on the first ceil(B/E)
-tokens of that stream -- the *view* -- so the view of a 10M budget is a prefix of the 100M one and runs
-of different sizes see the same text first. The view is cut into sequences of seq_len+1 tokens that
+run's seed), each preceded by the start token and, when the tokenizer has a distinct EOS, followed by
+it (train/start_token.py: ``<|endoftext|> doc <|endoftext|> doc ...`` for the tokenizers trained here,
+``<s> doc </s> <s> doc </s>`` for a Llama-style one). The first document gets its start token too, so
+every document, like every scored sentence, is read after the start token. A budget of B tokens over
+E epochs trains on the first ceil(B/E) tokens of that stream -- the *view* -- so the view of a 10M
+budget is a prefix of the 100M one and runs of different sizes see the same text first. The view is cut into sequences of seq_len+1 tokens that
 overlap by one token (inputs = s[:-1], labels = s[1:], so every view token but the first is predicted
 once per epoch; a tail shorter than a sequence is dropped). Epoch e visits the sequences in a
 permutation drawn from (seed, e). Nothing is materialised: a sequence is gathered from the memmap.
@@ -21,7 +24,7 @@ from train.token_store import TokenStore
 
 class SequenceStream:
     def __init__(self, store: TokenStore, *, seq_len: int, budget_tokens: Optional[int], epochs: int,
-                 order_seed: int, seed: int, eos_id: int):
+                 order_seed: int, seed: int, start_id: int, end_id: Optional[int] = None):
         if seq_len < 1:
             raise ValueError(f"data.seq_len must be >= 1, got {seq_len}")
         if epochs < 1:
@@ -32,10 +35,12 @@ class SequenceStream:
         self.seq_len = seq_len
         self.epochs = epochs
         self.seed = seed
-        self.eos_id = eos_id
+        self.start_id = start_id
+        self.end_id = end_id
+        self._frame = 1 + (end_id is not None)  # tokens the stream adds to each document
         # The document order: fixed by order_seed alone, so every budget and every run seed shares it.
         self._order = np.random.default_rng(order_seed).permutation(len(store))
-        lengths = np.diff(store.doc_offsets)[self._order] + 1  # +1: the EOS after each document
+        lengths = np.diff(store.doc_offsets)[self._order] + self._frame
         self._cum = np.zeros(len(lengths) + 1, dtype=np.int64)  # stream position where each doc starts
         np.cumsum(lengths, out=self._cum[1:])
         self.stream_tokens = int(self._cum[-1])
@@ -48,7 +53,7 @@ class SequenceStream:
                 raise ValueError(
                     f"data.budget_tokens={budget_tokens} over data.epochs={epochs} needs a view of "
                     f"{self.view_tokens} tokens, but the corpus has only {self.stream_tokens} tokens "
-                    f"(EOS included); lower data.budget_tokens or raise data.epochs")
+                    f"(start/end tokens included); lower data.budget_tokens or raise data.epochs")
         self.sequences_per_epoch = (self.view_tokens - 1) // seq_len
         if self.sequences_per_epoch < 1:
             raise ValueError(f"the view of {self.view_tokens} tokens is shorter than one sequence of "
@@ -97,22 +102,27 @@ class SequenceStream:
         return self._perm
 
     def _gather(self, start: int) -> np.ndarray:
-        """Stream tokens [start, start+seq_len+1): slices of the ordered documents, EOS after each."""
+        """Stream tokens [start, start+seq_len+1): the ordered documents, each framed by start (and end) ids."""
         end = start + self.seq_len + 1
         out = np.empty(self.seq_len + 1, dtype=np.int64)
         d = int(np.searchsorted(self._cum, start, side="right")) - 1  # document holding `start`
         pos = start
         offsets, tokens = self.store.doc_offsets, self.store.tokens
         while pos < end:
-            doc_start, doc_end = int(self._cum[d]), int(self._cum[d + 1])  # doc_end - 1 is its EOS
+            # document d occupies stream [doc_start, doc_end): start id, its n tokens, [end id]
+            doc_start, doc_end = int(self._cum[d]), int(self._cum[d + 1])
             src = int(offsets[self._order[d]])
-            a = pos - doc_start  # offset inside this document
-            b = min(end, doc_end - 1) - doc_start  # stop before the EOS or at the sequence end
+            n = int(offsets[self._order[d] + 1]) - src
+            if pos == doc_start:
+                out[pos - start] = self.start_id
+                pos += 1
+            a = pos - doc_start - 1  # offset inside this document's tokens
+            b = min(end - doc_start - 1, n)  # stop after its last token or at the sequence end
             if b > a:
                 out[pos - start:pos - start + b - a] = tokens[src + a:src + b]
                 pos += b - a
-            if pos < end and pos == doc_end - 1:
-                out[pos - start] = self.eos_id
+            if pos < end and self.end_id is not None and pos == doc_end - 1:
+                out[pos - start] = self.end_id
                 pos += 1
             d += 1
         return out

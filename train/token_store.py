@@ -1,11 +1,15 @@
 """One memory-mapped token array + document index per (corpus, tokenizer), built once and reused by every run.
 
 Layout of cache_dir/stores/<fingerprint>/:
-    tokens.bin    all documents' ids concatenated (no EOS: the sequence stream adds it), uint16 or uint32
+    tokens.bin    all documents' ids concatenated (no start/end token: the sequence stream adds them), uint16 or uint32
     offsets.npy   int64 [n_docs + 1]; document i is tokens[offsets[i]:offsets[i+1]]
     meta.json     fingerprint, n_tokens, n_docs, dtype, tokenizer fingerprint, corpus_id
 The directory is built under a temporary name and renamed into place when complete, so a crash leaves
 nothing under the final name and the next call simply rebuilds.
+
+Text is encoded with ``split_special_tokens=True``: a document that literally contains a special
+token's spelling (``<|endoftext|>``, ``</s>``) gets ordinary pieces for it, never the control id that
+the stream uses to mark where documents start.
 """
 from __future__ import annotations
 
@@ -24,6 +28,9 @@ from train.errors import InputFileError, reading
 from train.tokenizer import load_tokenizer, tokenizer_fingerprint
 
 _CHUNK_DOCS = 10_000  # documents per write: memory stays flat however large the corpus
+# Part of the store fingerprint: bumped when the same tokenizer would encode the corpus differently
+# (2: special-token spellings in text stay text), so an older store is never reused.
+_ENCODING = 2
 
 
 class TokenStore:
@@ -58,7 +65,8 @@ class TokenStore:
 
 
 def store_fingerprint(corpus_id: str, tokenizer_dir: Path) -> str:
-    return hashlib.sha256(f"{corpus_id}\0{tokenizer_fingerprint(tokenizer_dir)}".encode()).hexdigest()[:16]
+    key = f"{corpus_id}\0{tokenizer_fingerprint(tokenizer_dir)}\0encoding={_ENCODING}"
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def build_or_load(docs: datasets.Dataset, tokenizer_dir: Path, corpus_id: str, cache_dir: Path,
@@ -95,7 +103,7 @@ def _build(docs: datasets.Dataset, tokenizer_dir: Path, corpus_id: str, fp: str,
         for i, t in zip(idx, batch["text"]):
             if not isinstance(t, str):
                 raise ValueError(f"document {i}: text is {type(t).__name__}, not str")
-        ids = tok(batch["text"], add_special_tokens=False, verbose=False)["input_ids"]
+        ids = tok(batch["text"], add_special_tokens=False, split_special_tokens=True, verbose=False)["input_ids"]
         return {"ids": ids, "n": [len(x) for x in ids]}
 
     mapped = docs.map(encode, batched=True, with_indices=True, batch_size=1000, remove_columns=docs.column_names,

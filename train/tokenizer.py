@@ -10,6 +10,17 @@ AutoTokenizer on a bare tokenizer.model drops the leading `▁`. Building the `t
 the model proto itself -- sentencepiece's own precompiled normalisation map, its whitespace rules, its
 piece scores (unigram) or score-ranked merges (bpe) -- makes the fast tokenizer agree with `SentencePieceProcessor.encode` by construction
 (tests/test_tokenizer.py checks every ZhoBLiMP sentence and a large BLiMP sample).
+
+Special tokens (format 2): one control piece ``<|endoftext|>`` (id 1) is BOS, EOS and padding at once,
+as in Pythia/GPT-NeoX; the stream puts it before every document and the scorer before every sentence
+(train/start_token.py). The saved HF tokenizer recognises it in text (``split_special_tokens=False``),
+so ``tok(tok.bos_token + s)`` gives id 1 followed by the ids of ``s``, as a consumer such as the
+ZhoBLiMP authors' scorer expects. Corpus and benchmark text is encoded with
+``split_special_tokens=True`` in the call (token store, scorer): a literal ``<|endoftext|>`` in text
+stays text, spelled with ordinary pieces as sentencepiece spells it. ``<unk>`` (id 0) is only a
+vocabulary piece on the HF side (the model emits it for unknown characters), so its spelling in text
+is text too. Format-1 tokenizers (BOS ``<s>`` = 1, EOS ``</s>`` = 2, never fed BOS) are no longer built;
+their cache key differs, so they are never reused.
 """
 from __future__ import annotations
 
@@ -28,11 +39,15 @@ import datasets
 import transformers
 
 from train.errors import InputFileError
+from train.start_token import write_record
 
 log = logging.getLogger(__name__)
 
-UNK, BOS, EOS, PAD = "<unk>", "<s>", "</s>", "<pad>"
+UNK, DOC = "<unk>", "<|endoftext|>"
 SPM_FILE = "tokenizer.model"
+# Bumped when what prepare_tokenizer builds changes for the same config (2: one <|endoftext|> piece
+# instead of <s>/</s>/<pad>); part of the cache key, so a cached older tokenizer is never reused.
+FORMAT = 2
 # sentencepiece never produces control or byte pieces from text; the HF Unigram lattice has no piece
 # types, so those pieces get this score instead. Together with every printable ASCII character having
 # its own piece (_ASCII, required at training), a literal "<s>" or "<0x41>" is spelled with ordinary
@@ -73,6 +88,7 @@ def prepare_tokenizer(cfg: TokenizerConfig, docs: datasets.Dataset, corpus_id: s
         raise ValueError(f"tokenizer.model_type must be 'unigram' or 'bpe', got {cfg.model_type!r}")
 
     spec = {k: v for k, v in asdict(cfg).items() if k not in ("num_threads", "path")}
+    spec["format"] = FORMAT
     key = _hash_text(json.dumps({"corpus": corpus_id, "cfg": spec}, sort_keys=True))[:16]
     final = Path(cache_dir).expanduser() / "tokenizers" / key
     if (final / "tokenizer.json").is_file():
@@ -83,6 +99,7 @@ def prepare_tokenizer(cfg: TokenizerConfig, docs: datasets.Dataset, corpus_id: s
         _train_sentencepiece(cfg, docs, tmp, corpus_id)
         hf = _fast_from_spm(tmp / SPM_FILE)
         hf.save_pretrained(str(tmp))
+        write_record(tmp, hf)
         (tmp / "training_config.json").write_text(json.dumps({"corpus_id": corpus_id, **asdict(cfg)}, indent=2))
         _fsync_dir_files(tmp)
         try:
@@ -216,8 +233,8 @@ def _spm_train(spm, cfg: TokenizerConfig, lines_file: Path, out_dir: Path) -> No
         input_sentence_size=cfg.max_sentences,
         shuffle_input_sentence=True,
         byte_fallback=cfg.byte_fallback,
-        unk_id=0, bos_id=1, eos_id=2, pad_id=3,
-        unk_piece=UNK, bos_piece=BOS, eos_piece=EOS, pad_piece=PAD,
+        # One document token, as in GPT-NeoX: no separate BOS (which training would never feed) or pad.
+        unk_id=0, eos_id=1, bos_id=-1, pad_id=-1, unk_piece=UNK, eos_piece=DOC,
         # Every printable ASCII character gets a piece, so text spelling a control or byte piece
         # ("<s>", "</s>", "<0x41>") always has a path of ordinary pieces. Without it, a corpus lacking
         # "<" lets the HF lattice pick the "<s>" piece over its unknown-character path, while
@@ -263,11 +280,13 @@ def _fast_from_spm(model_file: Path) -> transformers.PreTrainedTokenizerFast:
         decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
         decoders.Strip(content=" ", left=1 if ns.add_dummy_prefix else 0, right=0),
     ])
+    # No unk_token: it would become an added token matched in text, and sentencepiece spells a
+    # literal "<unk>". The model still emits id 0 for unknown characters.
     return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token=UNK, bos_token=BOS, eos_token=EOS, pad_token=PAD,
-        # Text is text: a literal "</s>" in a corpus or benchmark sentence is spelled out, as
-        # sentencepiece does, never turned into the control token.
-        split_special_tokens=True,
+        tokenizer_object=tok, bos_token=DOC, eos_token=DOC, pad_token=DOC,
+        # The document token written as text is the token (a consumer prepends tok.bos_token as
+        # text); corpus and benchmark text is encoded with split_special_tokens=True in the call.
+        split_special_tokens=False,
     )
 
 

@@ -1,0 +1,94 @@
+"""The document-start token: the one id training puts before every document and scoring puts before
+every sentence, so a scored sentence starts from a context the model was trained in.
+
+One rule decides it for training (train/sequences.py via `document_tokens`) and for scoring
+(probes/scoring.py via `scoring_start_id`):
+
+* start = the tokenizer's BOS, else its EOS. Tokenizers trained here have one piece, ``<|endoftext|>``,
+  that is BOS, EOS and padding at once (Pythia/GPT-NeoX style), so the stream reads
+  ``<|endoftext|> doc <|endoftext|> doc ...``, the very first document included.
+* end = the EOS after every document, only when the tokenizer has an EOS distinct from the start
+  (a Llama-style ``tokenizer=pretrained`` with BOS ``<s>`` and EOS ``</s>`` gives ``<s> doc </s> <s> doc </s>``).
+
+The start token is recorded in ``start_token.json`` beside the tokenizer files of every trained
+tokenizer and every checkpoint (checkpoints.md), and `scoring_start_id` reads it back. A directory
+without the record: a checkpoint of this project written before the record existed (it has
+trainer_state.json) was trained with EOS after each document and nothing before the first, so its
+start is EOS (told apart from HF Trainer's trainer_state.json by its keys); any other model (a Pythia revision, a Hub model) gets the rule above, which is what
+its own pretraining fed (Pythia: ``<|endoftext|>``, both BOS and EOS; Llama: BOS).
+
+Deliberately free of heavy imports: probes imports it too.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+RECORD = "start_token.json"
+
+
+def document_tokens(tokenizer) -> tuple[int, Optional[int]]:
+    """(start id before every document, end id after every document or None)."""
+    bos, eos = getattr(tokenizer, "bos_token_id", None), getattr(tokenizer, "eos_token_id", None)
+    start = bos if bos is not None else eos
+    if start is None:
+        raise ValueError(f"tokenizer {type(tokenizer).__name__} ({getattr(tokenizer, 'name_or_path', '')}) "
+                         f"has neither bos_token_id nor eos_token_id: nothing marks where a document starts")
+    end = eos if eos is not None and eos != start else None
+    return int(start), (None if end is None else int(end))
+
+
+def write_record(directory: Path, tokenizer) -> None:
+    """Write ``start_token.json`` for `tokenizer` into `directory` (atomically)."""
+    start, end = document_tokens(tokenizer)
+    record = {"start_token": tokenizer.convert_ids_to_tokens(start), "start_token_id": start,
+              "end_token": None if end is None else tokenizer.convert_ids_to_tokens(end), "end_token_id": end}
+    directory = Path(directory)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{RECORD}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(record, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, directory / RECORD)
+
+
+def read_record(directory: Path) -> Optional[dict]:
+    """The record in `directory`, or None when it has none."""
+    path = Path(directory) / RECORD
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        int(record["start_token_id"]), str(record["start_token"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: not a start-token record (needs start_token and start_token_id): {e}") from None
+    return record
+
+
+def scoring_start_id(tokenizer, directory: Optional[Path] = None) -> int:
+    """The id to put before every scored sentence; `directory` defaults to where the tokenizer was
+    loaded from (``tokenizer.name_or_path``), so ``probes score --model DIR`` needs no flag."""
+    where = Path(directory if directory is not None else getattr(tokenizer, "name_or_path", "") or ".")
+    record = read_record(where) if where.is_dir() else None
+    if record is not None:
+        sid = int(record["start_token_id"])
+        piece = tokenizer.convert_ids_to_tokens(sid) if 0 <= sid < len(tokenizer) else None
+        if piece != record["start_token"]:
+            raise ValueError(f"{where / RECORD}: start token {record['start_token']!r} is id {sid}, but this "
+                             f"tokenizer's id {sid} is {piece!r}: the record belongs to another tokenizer")
+        return sid
+    if _legacy_checkpoint(where) and getattr(tokenizer, "eos_token_id", None) is not None:
+        return int(tokenizer.eos_token_id)  # trained on an EOS-separated stream
+    return document_tokens(tokenizer)[0]
+
+
+def _legacy_checkpoint(directory: Path) -> bool:
+    """A checkpoint of this project without a record (HF Trainer's trainer_state.json lacks these keys)."""
+    try:
+        state = json.loads((directory / "trainer_state.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return isinstance(state, dict) and {"tokens_per_step", "seq_len"} <= state.keys()
