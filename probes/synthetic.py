@@ -18,8 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from probes.evalset import REGIONS
-
-CONVENTION = "bos_all_tokens_v1"
+from probes.scoring import CONVENTION  # planted files read like real ones
 
 
 def sigmoid_curve(x: np.ndarray, start: float, top: float, mid: float, slope: float) -> np.ndarray:
