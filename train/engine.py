@@ -25,10 +25,17 @@ class EngineConfig:
     # deepspeed only: 0 none, 1 shards Adam states, 2 also gradients, 3 also the weights (a checkpoint
     # gathers the full fp32 weights from every rank).
     zero_stage: int = 0
+    # ZeRO-3: parameters with fewer elements than this stay whole on every rank (DeepSpeed's default;
+    # saves gathers of biases and LayerNorms). 0 shards every parameter.
+    zero3_persistence_threshold: int = 100_000
     precision: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | fp32 | bf16
     device: str = "auto"  # auto | cpu | cuda
     backend: str = "auto"  # auto (nccl on GPU, gloo on CPU) | nccl | gloo
     compile: bool = False  # torch.compile the training forward/backward (checkpoints save the plain module)
+    # torch.compile backend: inductor (generated kernels; what speeds a GPU up) or aot_eager (traces the
+    # same graphs, runs them with eager kernels: for debugging a compile problem, and for CPU tests, where
+    # inductor's C++ build of even the tiny model takes minutes).
+    compile_backend: str = "inductor"
     # On CUDA: copy each micro-batch from page-locked host memory without blocking the host, so the
     # copy overlaps queued GPU work. No effect on CPU.
     pin_memory: bool = True
@@ -131,7 +138,7 @@ class TorchEngine:
             # Compile the DDP wrapper, not the module inside it: DDP's hooks then bucket the compiled
             # graph's gradients (PyTorch's DDP + torch.compile notes). self.module stays uncompiled
             # and shares its parameters, so checkpoints and probes see plain names and weights.
-            self.model = torch.compile(self.model)
+            self.model = torch.compile(self.model, backend=cfg.compile_backend)
         self.optimizer = build_optimizer(optim, self.module)
         self._micro = 0
 
@@ -189,7 +196,8 @@ class DeepSpeedEngine:
             "gradient_accumulation_steps": self.accum,
             "train_batch_size": optim.global_batch,
             "gradient_clipping": optim.grad_clip,
-            "zero_optimization": {"stage": cfg.zero_stage},
+            "zero_optimization": {"stage": cfg.zero_stage, **({"stage3_param_persistence_threshold":
+                                  cfg.zero3_persistence_threshold} if cfg.zero_stage == 3 else {})},
             "bf16": {"enabled": bf16},
             "steps_per_print": 10 ** 9,  # we log ourselves
             "wall_clock_breakdown": False,
@@ -199,7 +207,7 @@ class DeepSpeedEngine:
             model=model, optimizer=build_optimizer(optim, model), config=ds_config)
         self.module = self.ds.module
         if cfg.compile:
-            self.ds.compile()  # compiles the wrapped module in place; names and ZeRO hooks unchanged
+            self.ds.compile(backend=cfg.compile_backend)  # compiles the wrapped module in place; names and ZeRO hooks unchanged
         self._norm = 0.0
 
     def loss(self, batch: torch.Tensor) -> torch.Tensor:
