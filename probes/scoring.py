@@ -211,6 +211,58 @@ def token_logprobs(model, seqs: list[list[int]], *, batch_size: int = 64, device
     return out  # type: ignore[return-value]
 
 
+def next_token_logprobs(model, contexts: list[list[int]], candidates: list[list[int]], *,
+                        batch_size: int = 64, device=None, bf16: bool = False) -> list[np.ndarray]:
+    """out[i][k] = log p(candidates[i][k] | contexts[i]) in float64 numpy: several one-token
+    continuations of one context scored with ONE forward pass of the context (the continuation's
+    own position is never fed, so it needs none). Equal, up to float rounding, to
+    ``token_logprobs(model, [contexts[i] + [c]])[0][-1]`` for each candidate c, which runs the whole
+    context once per candidate. Batching, padding and modes as in ``token_logprobs``.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if len(contexts) != len(candidates):
+        raise ValueError(f"{len(contexts)} contexts but {len(candidates)} candidate lists")
+    device = torch.device(device) if device is not None else _model_device(model)
+    max_pos = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    for i, s in enumerate(contexts):
+        if len(s) == 0:
+            raise ValueError(f"context {i} is empty: it needs at least the BOS id")
+        if max_pos is not None and len(s) + 1 > max_pos:  # the candidate's position must exist too
+            raise ValueError(f"context {i} has {len(s)} tokens: with its continuation more than the "
+                             f"model's max_position_embeddings={max_pos}")
+    out: list[Optional[np.ndarray]] = [None] * len(contexts)
+    order = sorted(range(len(contexts)), key=lambda i: -len(contexts[i]))
+    split = _split_head(model)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            for k in range(0, len(order), batch_size):
+                batch = order[k:k + batch_size]
+                width = len(contexts[batch[0]])
+                ids = torch.zeros((len(batch), width), dtype=torch.long)
+                mask = torch.zeros((len(batch), width), dtype=torch.long)
+                for row, i in enumerate(batch):
+                    ids[row, :len(contexts[i])] = torch.tensor(contexts[i], dtype=torch.long)
+                    mask[row, :len(contexts[i])] = 1
+                ids, mask = ids.to(device), mask.to(device)
+                call_mask = None if bool(mask.all()) else mask
+                last = torch.tensor([len(contexts[i]) - 1 for i in batch], device=device)
+                rows = torch.arange(len(batch), device=device)
+                if split is None:
+                    logits = model(input_ids=ids, attention_mask=call_mask).logits[rows, last]
+                else:  # the head only at each context's last position
+                    body, head = split
+                    logits = head(body(input_ids=ids, attention_mask=call_mask)[0][rows, last])
+                logp = torch.log_softmax(logits.float(), dim=-1).to("cpu", torch.float64).numpy()
+                for row, i in enumerate(batch):
+                    out[i] = logp[row, np.asarray(candidates[i], dtype=np.int64)]
+    finally:
+        model.train(was_training)
+    return out  # type: ignore[return-value]
+
+
 def _batch_plain(model, ids: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
     """[B, W-1] lps through the model's own logits (any causal LM)."""
     logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
