@@ -128,3 +128,19 @@ def test_switches_in_a_real_run_are_recorded_in_trainer_state(tmp_path):
     assert (state["attn_implementation"], state["gradient_checkpointing"], state["compile"]) == ("eager", True, True)
     state = json.loads((list_checkpoints(plain)[-1][1] / "trainer_state.json").read_text())
     assert (state["attn_implementation"], state["gradient_checkpointing"], state["compile"]) == ("sdpa", False, False)
+
+
+@pytest.mark.slow
+def test_deepspeed_compiles_its_module_and_keeps_the_trajectory():
+    from train.engine import DeepSpeedEngine, init_distributed
+
+    def ds_losses(compile: bool) -> list[float]:
+        cfg = EngineConfig(kind="deepspeed", zero_stage=2, compile=compile, compile_backend="aot_eager")
+        eng = DeepSpeedEngine(cfg, OptimConfig(global_batch=4, micro_batch=4),
+                              build_model(ModelConfig(**SMALL), seed=0), init_distributed(cfg))
+        assert eng.ds.is_compiled == compile
+        out = train_steps(eng)
+        assert not any("_orig_mod" in n for n in eng.full_weights())  # checkpoints keep plain names
+        return out
+
+    assert ds_losses(True) == pytest.approx(ds_losses(False), abs=1e-6)
