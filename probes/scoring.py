@@ -137,6 +137,20 @@ def _prefix_nodes(seqs: list[list[int]]) -> tuple[list[np.ndarray], int]:
     return out, len(child)
 
 
+def _right_padded(batch: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    """(ids, mask, the mask to pass the model) of sequences right-padded to the longest. Right padding
+    leaves real tokens at positions 0..L-1, as unpadded. Sorted by length, most batches have one
+    length: then no mask is passed (nothing to build or apply)."""
+    width = max(map(len, batch))
+    ids = torch.zeros((len(batch), width), dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, s in enumerate(batch):
+        ids[row, :len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[row, :len(s)] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    return ids, mask, (None if bool(mask.all()) else mask)
+
+
 def token_logprobs(model, seqs: list[list[int]], *, batch_size: int = 64, device=None,
                    progress: bool = False, bf16: bool = False) -> list[np.ndarray]:
     """out[i][j] = log p(seqs[i][j+1] | seqs[i][:j+1]) in float64 numpy, len(seqs[i])-1 values.
@@ -186,15 +200,7 @@ def token_logprobs(model, seqs: list[list[int]], *, batch_size: int = 64, device
     try:
         with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             for batch in batches:
-                width = len(seqs[batch[0]])
-                ids = torch.zeros((len(batch), width), dtype=torch.long)
-                mask = torch.zeros((len(batch), width), dtype=torch.long)
-                for row, i in enumerate(batch):
-                    ids[row, :len(seqs[i])] = torch.tensor(seqs[i], dtype=torch.long)
-                    mask[row, :len(seqs[i])] = 1
-                ids, mask = ids.to(device), mask.to(device)
-                # sorted by length, most batches have one length: no mask to build or apply
-                call_mask = None if bool(mask.all()) else mask
+                ids, mask, call_mask = _right_padded([seqs[i] for i in batch], device)
                 if split is None:
                     lp = _batch_plain(model, ids, call_mask)
                 else:
@@ -240,14 +246,7 @@ def next_token_logprobs(model, contexts: list[list[int]], candidates: list[list[
         with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             for k in range(0, len(order), batch_size):
                 batch = order[k:k + batch_size]
-                width = len(contexts[batch[0]])
-                ids = torch.zeros((len(batch), width), dtype=torch.long)
-                mask = torch.zeros((len(batch), width), dtype=torch.long)
-                for row, i in enumerate(batch):
-                    ids[row, :len(contexts[i])] = torch.tensor(contexts[i], dtype=torch.long)
-                    mask[row, :len(contexts[i])] = 1
-                ids, mask = ids.to(device), mask.to(device)
-                call_mask = None if bool(mask.all()) else mask
+                ids, _mask, call_mask = _right_padded([contexts[i] for i in batch], device)
                 last = torch.tensor([len(contexts[i]) - 1 for i in batch], device=device)
                 rows = torch.arange(len(batch), device=device)
                 if split is None:
