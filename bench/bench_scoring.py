@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import tempfile
 import time
@@ -172,21 +173,28 @@ def end_to_end(args) -> None:
             commands["baseline"] = commands["ours"][:-1] + [str(Path(tmp) / "baseline.parquet")]
             roots["baseline"] = args.baseline_root.resolve()
         times: dict[str, list[float]] = {k: [] for k in commands}
+        cpu: dict[str, list[float]] = {k: [] for k in commands}  # user+sys: steadier on a shared CPU
+        threads = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else {}
         for _ in range(args.repeats):
             for key, cmd in commands.items():
-                env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONPATH": str(roots[key])}
+                env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONPATH": str(roots[key]), **threads}
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t0 = time.perf_counter()
                 subprocess.run(cmd, cwd=roots[key], env=env, check=True, stdout=subprocess.DEVNULL)
                 times[key].append(time.perf_counter() - t0)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[key].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
         ours, mc = pd.read_parquet(ours_out), pd.read_parquet(mc_out)
         merged = ours.merge(mc, on=["paradigm", "pair_id"], suffixes=("", "_mc"))
         assert len(merged) == len(ours) == len(mc), (len(merged), len(ours), len(mc))
         diff = max((merged.lp_good - merged.lp_good_mc).abs().max(), (merged.lp_bad - merged.lp_bad_mc).abs().max())
-        if "baseline" in times:
-            print(f"baseline ({args.baseline_root}) / ours time = "
-                  f"{statistics.median(b / o for b, o in zip(times['baseline'], times['ours'])):.2f}x")
         for key, ts in times.items():
-            print(f"{key:>9}: median {statistics.median(ts):7.1f} s  ({', '.join(f'{t:.1f}' for t in ts)})")
+            print(f"{key:>9}: wall median {statistics.median(ts):7.1f} s  ({', '.join(f'{t:.1f}' for t in ts)});"
+                  f"  CPU median {statistics.median(cpu[key]):7.1f} s  ({', '.join(f'{t:.1f}' for t in cpu[key])})")
+        if "baseline" in times:
+            print(f"baseline ({args.baseline_root}) / ours: wall {statistics.median(times['baseline']) / statistics.median(times['ours']):.2f}x, "
+                  f"CPU {statistics.median(cpu['baseline']) / statistics.median(cpu['ours']):.2f}x")
+        print(f"CPU time: minicons / ours = {statistics.median(cpu['minicons']) / statistics.median(cpu['ours']):.2f}x")
         ratio = statistics.median(times["minicons"]) / statistics.median(times["ours"])
         paired = statistics.median(m / o for m, o in zip(times["minicons"], times["ours"]))
         print(f"end to end, {2 * len(ours)} sentences ({len(ours)} BLiMP pairs): ours / minicons = {ratio:.2f}x "
