@@ -114,7 +114,7 @@ def test_batches_reach_the_device_unchanged():
 
 @pytest.mark.slow
 def test_switches_in_a_real_run_are_recorded_in_trainer_state(tmp_path):
-    common = ["probes=none", "schedule=custom", "schedule.points=[6]"]
+    common = ["probes=none", "schedule=custom", "schedule.points=[6]", "data.grammar.n_documents=20"]  # ~15 steps
     plain, switched = tmp_path / "plain", tmp_path / "switched"
     train(tiny_cfg(tmp_path / "cache", *common), plain)
     train(tiny_cfg(tmp_path / "cache", *common, "model.gradient_checkpointing=true",
