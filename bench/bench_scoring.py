@@ -17,6 +17,16 @@ Measured per repeat, alternating (the CPU is shared; the median of the repeats i
              included; also with bf16=True (its lp error vs fp32 is printed, not used for the ratio)
 Prints sentences/s of each, ours/minicons and the max |lp difference| per sentence.
 
+End to end (--end-to-end): the whole job as two processes, alternating, --repeats times each:
+  ours       python -m probes score --model DIR --benchmark blimp --max-pairs-per-paradigm N --out F
+  minicons   python bench/bench_scoring.py --minicons-job ...: the same pairs (our benchmark reader),
+             the model and tokenizer from DIR, IncrementalLMScorer.sequence_score(bos_token=True, sum)
+             per batch of sentences in input order, lp_good/lp_bad written to parquet
+Both wall-clock times include interpreter start, imports, reading the benchmark, tokenizing, the
+model, and writing the parquet. Prints the median of each, ours/minicons, and the max |lp difference|
+per sentence between the two files. DIR defaults to a pythia-14m (random init) saved with the BPE.
+    python bench/bench_scoring.py --end-to-end --pairs-per-paradigm 150 --repeats 3   # 20,100 sentences
+
 minicons is a dev extra (pyproject.toml); it installs next to torch 2.13 without changing it:
     pip install -c constraints.txt minicons        # or: pip install -e ".[dev]" -c constraints.txt
 Without it the minicons rows are skipped with a message.
@@ -24,6 +34,8 @@ Without it the minicons rows are skipped with a message.
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import statistics
 import tempfile
 import time
@@ -119,6 +131,77 @@ def timed(fn):
     return time.perf_counter() - t0, result
 
 
+def minicons_job(model_dir: Path, pairs_per_paradigm: int, batch_size: int, out: Path) -> None:
+    """The minicons side of --end-to-end, run as its own process: the same job as `probes score`."""
+    import pandas as pd
+    from minicons import scorer as mc_scorer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from probes.__main__ import _load_pairs
+
+    _name, pairs = _load_pairs("blimp", "auto", pairs_per_paradigm)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    scorer = mc_scorer.IncrementalLMScorer(model, "cpu", tokenizer=AutoTokenizer.from_pretrained(model_dir))
+    texts = [t for p in pairs for t in (p.good, p.bad)]
+    lp = run_minicons(scorer, texts, batch_size)
+    pd.DataFrame({"pair_id": [str(p.pair_id) for p in pairs], "paradigm": [p.paradigm for p in pairs],
+                  "lp_good": lp[0::2], "lp_bad": lp[1::2]}).to_parquet(out)
+
+
+def end_to_end(args) -> None:
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = args.model
+        if model_dir is None:
+            model_dir = Path(tmp) / "pythia-14m"
+            train_tokenizer(model_dir, args.vocab, args.corpus_bytes)
+            pythia_14m().save_pretrained(model_dir)
+        ours_out, mc_out = Path(tmp) / "ours.parquet", Path(tmp) / "minicons.parquet"
+        n = str(args.pairs_per_paradigm)
+        commands = {
+            "ours": [sys.executable, "-m", "probes", "score", "--model", str(model_dir), "--benchmark", "blimp",
+                     "--max-pairs-per-paradigm", n, "--batch-size", str(args.batch_size), "--out", str(ours_out)],
+            "minicons": [sys.executable, __file__, "--minicons-job", "--model", str(model_dir),
+                         "--pairs-per-paradigm", n, "--batch-size", str(args.batch_size), "--out", str(mc_out)],
+        }
+        roots = {"ours": ROOT, "minicons": ROOT}
+        if args.baseline_root is not None:  # another checkout's `probes score` (e.g. before a change)
+            commands["baseline"] = commands["ours"][:-1] + [str(Path(tmp) / "baseline.parquet")]
+            roots["baseline"] = args.baseline_root.resolve()
+        times: dict[str, list[float]] = {k: [] for k in commands}
+        cpu: dict[str, list[float]] = {k: [] for k in commands}  # user+sys: steadier on a shared CPU
+        threads = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else {}
+        for _ in range(args.repeats):
+            for key, cmd in commands.items():
+                env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONPATH": str(roots[key]), **threads}
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                t0 = time.perf_counter()
+                subprocess.run(cmd, cwd=roots[key], env=env, check=True, stdout=subprocess.DEVNULL)
+                times[key].append(time.perf_counter() - t0)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[key].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        ours, mc = pd.read_parquet(ours_out), pd.read_parquet(mc_out)
+        merged = ours.merge(mc, on=["paradigm", "pair_id"], suffixes=("", "_mc"))
+        assert len(merged) == len(ours) == len(mc), (len(merged), len(ours), len(mc))
+        diff = max((merged.lp_good - merged.lp_good_mc).abs().max(), (merged.lp_bad - merged.lp_bad_mc).abs().max())
+        for key, ts in times.items():
+            print(f"{key:>9}: wall median {statistics.median(ts):7.1f} s  ({', '.join(f'{t:.1f}' for t in ts)});"
+                  f"  CPU median {statistics.median(cpu[key]):7.1f} s  ({', '.join(f'{t:.1f}' for t in cpu[key])})")
+        if "baseline" in times:
+            print(f"baseline ({args.baseline_root}) / ours: wall {statistics.median(times['baseline']) / statistics.median(times['ours']):.2f}x, "
+                  f"CPU {statistics.median(cpu['baseline']) / statistics.median(cpu['ours']):.2f}x")
+        print(f"CPU time: minicons / ours = {statistics.median(cpu['minicons']) / statistics.median(cpu['ours']):.2f}x")
+        ratio = statistics.median(times["minicons"]) / statistics.median(times["ours"])
+        paired = statistics.median(m / o for m, o in zip(times["minicons"], times["ours"]))
+        print(f"end to end, {2 * len(ours)} sentences ({len(ours)} BLiMP pairs): ours / minicons = {ratio:.2f}x "
+              f"(median of per-repeat ratios {paired:.2f}x); max |lp(ours) - lp(minicons)| = {diff:.2e} "
+              f"nats per sentence")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sentences", type=int, default=1000)
@@ -128,9 +211,20 @@ def main() -> None:
     ap.add_argument("--tokenizer", type=Path, default=None, help="HF tokenizer directory")
     ap.add_argument("--vocab", type=int, default=32000, help="BPE size when training one")
     ap.add_argument("--corpus-bytes", type=int, default=8_000_000)
+    ap.add_argument("--end-to-end", action="store_true", help="time the two whole processes")
+    ap.add_argument("--pairs-per-paradigm", type=int, default=150, help="--end-to-end: BLiMP pairs per paradigm")
+    ap.add_argument("--model", type=Path, default=None, help="--end-to-end: HF model directory")
+    ap.add_argument("--baseline-root", type=Path, default=None,
+                    help="--end-to-end: also time `probes score` from this checkout (same run, alternating)")
+    ap.add_argument("--minicons-job", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.minicons_job:
+        return minicons_job(args.model, args.pairs_per_paradigm, args.batch_size, args.out)
+    if args.end_to_end:
+        return end_to_end(args)
     from transformers import AutoTokenizer
 
     with tempfile.TemporaryDirectory() as tmp:

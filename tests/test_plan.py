@@ -40,7 +40,9 @@ def test_a_slice_of_the_grid_is_planned_from_the_budget_without_the_corpus(monke
 def test_the_cli_prints_the_runs_totals_and_assumptions(capsys):
     assert main(["experiment=zhoblimp_grid", "model=pythia-14m", "budget=10M", "--mfu", "0.4"]) == 0
     out = capsys.readouterr().out
-    assert out.count("pythia-14m-b10000000-s") == 3 and "total: 3 runs" in out
+    runs, memory = out.split("memory per GPU")
+    assert runs.count("pythia-14m-b10000000-s") == 3 and "total: 3 runs" in runs
+    assert memory.count("pythia-14m-b10000000-s") == 3  # one memory row per run
     assert "6*N*D FLOPs at 40% MFU" in out and "312 TFLOP/s" in out
     assert "checkpoints per run by budget (step 0 and the last step included): 10M: 22" in out
     assert main(["experiment=zhoblimp_grid", "model=pythia-14m", "seed=0"]) == 0

@@ -210,3 +210,50 @@ def test_hook_writes_every_checkpoint_once_and_curves_read_them(setup, tmp_path)
 def test_enabled_without_sources_names_the_key():
     with pytest.raises(ValueError, match="syntax_qa.sources is empty"):
         SyntaxQAConfig(enabled=True)
+
+
+def test_options_share_one_forward_of_the_prompt_with_the_same_scores(setup, monkeypatch):
+    from probes import scoring
+    from probes.syntaxqa import prompts as P
+    from probes.syntaxqa.score import _likelihood_scores
+
+    _, cfg, items, tok, model = setup
+    lik = [it for it in items if it.qtype in ("TF", "MC")]
+    assert {it.qtype for it in lik} == {"TF", "MC"}
+    calls = {"next": 0, "seq": 0}
+    real_next, real_seq = scoring.next_token_logprobs, scoring.token_logprobs
+
+    def count(key, fn):
+        def wrapped(model, first, *args, **kwargs):
+            calls[key] += len(first)
+            return fn(model, first, *args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(scoring, "next_token_logprobs", count("next", real_next))
+    monkeypatch.setattr(scoring, "token_logprobs", count("seq", real_seq))
+    shared = _likelihood_scores(model, tok, lik, cfg, "cpu")
+    tails = [continuation_ids(tok, p, P.continuations(it))[1] for it in lik for p in it.prompts]
+    one_token = [t for t in tails if all(len(x) == 1 for x in t)]
+    # one forward per prompt whose options are all one token; the others (options this tiny BPE
+    # splits) as one sequence per option
+    assert 0 < len(one_token) < len(tails)
+    assert calls == {"next": len(one_token), "seq": sum(len(t) for t in tails if t not in one_token)}
+    separate = _likelihood_scores(model, tok, lik, cfg, "cpu", share_context=False)
+    assert calls["seq"] - sum(len(t) for t in tails if t not in one_token) == sum(len(t) for t in tails)
+    assert shared.keys() == separate.keys()
+    for key in shared:
+        (acc_a, pred_a, lp_a), (acc_b, pred_b, lp_b) = shared[key], separate[key]
+        assert (acc_a, pred_a) == (acc_b, pred_b) and len(lp_a) == len(lp_b)
+        np.testing.assert_allclose(lp_a, lp_b, rtol=0, atol=1e-5)
+
+
+def test_next_token_logprobs_equal_the_last_token_of_the_whole_sequence(setup):
+    from probes.scoring import next_token_logprobs, token_logprobs
+
+    _, _, _, tok, model = setup
+    contexts = [[0, 5, 9, 11, 3], [0, 7], [0, 5, 9]]  # different lengths: padding in one batch
+    cands = [[4, 8, 100], [2], [13, 14]]
+    got = next_token_logprobs(model, contexts, cands, batch_size=2)
+    for ctx, cs, lp in zip(contexts, cands, got):
+        want = [token_logprobs(model, [ctx + [c]])[0][-1] for c in cs]
+        np.testing.assert_allclose(lp, want, rtol=0, atol=1e-5)

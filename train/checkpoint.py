@@ -202,8 +202,9 @@ def save_checkpoint(run_dir: Path, step: int, engine, tokenizer, state: dict, di
         (tmp / "resume").mkdir(exist_ok=True)
         torch.save(rng, tmp / "resume" / f"rng_rank{dist.rank}.pt")
     dist.barrier()
+    weights = engine.full_weights()  # collective under DeepSpeed: gathers the fp32 weights on rank 0
     if dist.main:
-        engine.module.save_pretrained(tmp, safe_serialization=True)
+        engine.module.save_pretrained(tmp, state_dict=weights, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         write_record(tmp, tokenizer)  # start_token.json: what `probes score` conditions sentences on
         write_json_atomic(tmp / "trainer_state.json", state)

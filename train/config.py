@@ -62,7 +62,8 @@ class TrainConfig:
 # Sections that define the training trajectory: a resumed run must agree on them exactly.
 TRAJECTORY_KEYS = ("seed", "model", "data", "tokenizer", "optim")
 # ...except these, which change where or how fast, not what is trained.
-RESUME_MAY_CHANGE = ("data.cache_dir", "data.num_proc", "data.load_timeout_s", "optim.micro_batch")
+RESUME_MAY_CHANGE = ("data.cache_dir", "data.num_proc", "data.load_timeout_s", "optim.micro_batch", "optim.impl",
+                     "model.gradient_checkpointing", "model.attn_implementation")
 
 
 def register() -> None:

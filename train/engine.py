@@ -12,6 +12,7 @@ import socket
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 import torch.distributed as torch_dist
@@ -27,16 +28,29 @@ RESUME_HINT = ("a truncated or damaged checkpoint: move {} away and rerun to res
 @dataclass
 class EngineConfig:
     kind: str = "torch"  # torch | deepspeed
-    zero_stage: int = 0  # deepspeed only: 0, 1, 2 (3 shards the weights: not supported by our checkpoints)
+    # deepspeed only: 0 none, 1 shards Adam states, 2 also gradients, 3 also the weights (a checkpoint
+    # gathers the full fp32 weights from every rank).
+    zero_stage: int = 0
+    # ZeRO-3: parameters with fewer elements than this stay whole on every rank (DeepSpeed's default;
+    # saves gathers of biases and LayerNorms). 0 shards every parameter.
+    zero3_persistence_threshold: int = 100_000
     precision: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | fp32 | bf16
     device: str = "auto"  # auto | cpu | cuda
     backend: str = "auto"  # auto (nccl on GPU, gloo on CPU) | nccl | gloo
+    compile: bool = False  # torch.compile the training forward/backward (checkpoints save the plain module)
+    # torch.compile backend: inductor (generated kernels; what speeds a GPU up) or aot_eager (traces the
+    # same graphs, runs them with eager kernels: for debugging a compile problem, and for CPU tests, where
+    # inductor's C++ build of even the tiny model takes minutes).
+    compile_backend: str = "inductor"
+    # On CUDA: copy each micro-batch from page-locked host memory without blocking the host, so the
+    # copy overlaps queued GPU work. No effect on CPU.
+    pin_memory: bool = True
 
     def __post_init__(self):
         if self.kind not in ("torch", "deepspeed"):
             raise ValueError(f"engine.kind={self.kind!r}: expected torch or deepspeed")
-        if self.zero_stage not in (0, 1, 2):
-            raise ValueError(f"engine.zero_stage={self.zero_stage}: expected 0, 1 or 2")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ValueError(f"engine.zero_stage={self.zero_stage}: expected 0, 1, 2 or 3")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"engine.precision={self.precision!r}: expected auto, fp32 or bf16")
 
@@ -99,30 +113,48 @@ def _use_bf16(cfg: EngineConfig, dist: Dist) -> bool:
     return cfg.precision == "bf16"
 
 
+def to_device(batch: torch.Tensor, device: torch.device, pin_memory: bool) -> torch.Tensor:
+    """The batch on `device`. To CUDA with pin_memory: staged in page-locked memory and copied
+    asynchronously (the copy is queued on the current stream, so kernels that read it wait for it;
+    the caching host allocator keeps the pinned buffer alive until the copy is done)."""
+    if device.type != "cuda":
+        return batch.to(device)
+    if pin_memory:
+        return batch.pin_memory().to(device, non_blocking=True)
+    return batch.to(device)
+
+
 def _lm_loss(model, batch: torch.Tensor) -> torch.Tensor:
     # batch rows hold seq_len + 1 ids: inputs are [:-1], targets [1:] (one overlapping token).
-    logits = model(input_ids=batch[:, :-1]).logits
+    # No KV cache in training (it also conflicts with activation checkpointing).
+    logits = model(input_ids=batch[:, :-1], use_cache=False).logits
     return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)),
                                              batch[:, 1:].reshape(-1))
 
 
 class TorchEngine:
     def __init__(self, cfg: EngineConfig, optim: OptimConfig, model: torch.nn.Module, dist: Dist):
-        self.dist, self.optim_cfg = dist, optim
+        self.dist, self.optim_cfg, self.pin = dist, optim, cfg.pin_memory
         self.module = model.to(dist.device)
         self.accum = accumulation_steps(optim, dist.world)
         self.bf16 = _use_bf16(cfg, dist)
-        self.model = (torch.nn.parallel.DistributedDataParallel(self.module) if dist.world > 1 else self.module)
+        self.ddp = torch.nn.parallel.DistributedDataParallel(self.module) if dist.world > 1 else None
+        self.model = self.ddp or self.module
+        if cfg.compile:
+            # Compile the DDP wrapper, not the module inside it: DDP's hooks then bucket the compiled
+            # graph's gradients (PyTorch's DDP + torch.compile notes). self.module stays uncompiled
+            # and shares its parameters, so checkpoints and probes see plain names and weights.
+            self.model = torch.compile(self.model, backend=cfg.compile_backend)
         self.optimizer = build_optimizer(optim, self.module)
         self._micro = 0
 
     def loss(self, batch: torch.Tensor) -> torch.Tensor:
         last = self._micro == self.accum - 1
         # DDP all-reduces on every backward; skip it until the last micro-batch of the step.
-        sync = nullcontext() if (last or self.dist.world == 1) else self.model.no_sync()
+        sync = nullcontext() if (last or self.ddp is None) else self.ddp.no_sync()
         autocast = torch.autocast(self.dist.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
         with sync, autocast:
-            return _lm_loss(self.model, batch.to(self.dist.device))
+            return _lm_loss(self.model, to_device(batch, self.dist.device, self.pin))
 
     def backward(self, loss: torch.Tensor) -> None:
         # The forward pass under no_sync already told DDP whether this backward all-reduces.
@@ -144,6 +176,10 @@ class TorchEngine:
         self._micro = 0
         self.optimizer.zero_grad(set_to_none=True)
         return float("nan")
+
+    def full_weights(self) -> Optional[dict]:
+        """Every rank holds the whole fp32 module: save_pretrained reads it directly."""
+        return None
 
     def save_resume(self, path: Path) -> None:
         # Every rank holds the same optimizer state under DDP; rank 0 writes it. Weights are resumed
@@ -172,14 +208,15 @@ class DeepSpeedEngine:
     def __init__(self, cfg: EngineConfig, optim: OptimConfig, model: torch.nn.Module, dist: Dist):
         import deepspeed
 
-        self.dist, self.accum = dist, accumulation_steps(optim, dist.world)
+        self.dist, self.accum, self.pin = dist, accumulation_steps(optim, dist.world), cfg.pin_memory
         bf16 = _use_bf16(cfg, dist)
         ds_config = {
             "train_micro_batch_size_per_gpu": optim.micro_batch,
             "gradient_accumulation_steps": self.accum,
             "train_batch_size": optim.global_batch,
             "gradient_clipping": optim.grad_clip,
-            "zero_optimization": {"stage": cfg.zero_stage},
+            "zero_optimization": {"stage": cfg.zero_stage, **({"stage3_param_persistence_threshold":
+                                  cfg.zero3_persistence_threshold} if cfg.zero_stage == 3 else {})},
             "bf16": {"enabled": bf16},
             "steps_per_print": 10 ** 9,  # we log ourselves
             "wall_clock_breakdown": False,
@@ -188,10 +225,12 @@ class DeepSpeedEngine:
         self.ds, self.optimizer, _, _ = deepspeed.initialize(
             model=model, optimizer=build_optimizer(optim, model), config=ds_config)
         self.module = self.ds.module
+        if cfg.compile:
+            self.ds.compile(backend=cfg.compile_backend)  # compiles the wrapped module in place; names and ZeRO hooks unchanged
         self._norm = 0.0
 
     def loss(self, batch: torch.Tensor) -> torch.Tensor:
-        return _lm_loss(self.ds, batch.to(self.dist.device))
+        return _lm_loss(self.ds, to_device(batch, self.dist.device, self.pin))
 
     def backward(self, loss: torch.Tensor) -> None:
         # DeepSpeed divides by the accumulation steps itself and steps only at the boundary.
@@ -209,6 +248,24 @@ class DeepSpeedEngine:
     def discard(self) -> float:
         # DeepSpeed cannot drop an accumulated step; the loop stops the run on this NaN.
         return float("nan")
+
+    def full_weights(self) -> Optional[dict]:
+        """Collective (every rank calls it): the module's state dict with every parameter replaced by
+        its full fp32 master copy, on CPU, on rank 0 (None elsewhere). Under ZeRO-3 the module only
+        holds this rank's shard; in bf16 it holds rounded copies of the fp32 weights being trained."""
+        from deepspeed.utils import safe_get_full_fp32_param
+
+        full = {}
+        for name, param in self.module.named_parameters():
+            value = safe_get_full_fp32_param(param)  # gathers across ranks: same order on every rank
+            if value is None:  # no ZeRO optimizer partition (stage 0): the module holds the weights
+                value = param.detach()
+            if self.dist.main:
+                full[name] = value.float().cpu()
+        if not self.dist.main:
+            return None
+        state = {k: v for k, v in self.module.state_dict().items() if k not in full}  # buffers
+        return {**state, **full}
 
     def save_resume(self, path: Path) -> None:
         self.ds.save_checkpoint(str(path), tag="deepspeed", save_latest=False)

@@ -118,7 +118,11 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         state = {"step": step, "tokens": step * tokens_per_step, "total_steps": total_steps,
                  "tokens_per_step": tokens_per_step, "seq_len": seq_len, "seed": cfg.seed,
                  "data_seed": cfg.data.seed, "lr": lr, "loss": loss, "world_size": dist.world,
-                 "engine": cfg.engine.kind, "wandb_run_id": logger.run_id, "time": time.time(),
+                 "engine": cfg.engine.kind, "zero_stage": cfg.engine.zero_stage,
+                 # what ran, as transformers resolved it (not only what was asked for)
+                 "attn_implementation": engine.module.config._attn_implementation,
+                 "gradient_checkpointing": engine.module.is_activation_checkpointing,
+                 "compile": cfg.engine.compile, "wandb_run_id": logger.run_id, "time": time.time(),
                  "versions": _versions(), "preempted": not scheduled, "skipped_steps": skipped,
                  "config_hash": run_hash, "config": resolved}
         with writing(run_dir / "checkpoints"):  # a full disk is named with the file it cut short

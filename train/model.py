@@ -9,7 +9,9 @@ import torch
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
 # Fields of ModelConfig that are ours; everything else passes straight to GPTNeoXConfig.
-_OWN_FIELDS = ("name", "lr", "init_method")
+_OWN_FIELDS = ("name", "lr", "init_method", "gradient_checkpointing")
+# transformers' names; flash_attention_2 needs the flash-attn package and a CUDA GPU.
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2", "flex_attention")
 
 
 @dataclass
@@ -29,6 +31,14 @@ class ModelConfig:
     vocab_size: Optional[int] = None  # None: the tokenizer's vocabulary padded to a multiple of 128
     layer_norm_eps: float = 1e-5
     hidden_act: str = "gelu"
+    # Speed and memory only, not the trajectory (resume may change them; train/config.py):
+    gradient_checkpointing: bool = False  # recompute each layer's activations in backward (~1/3 more compute)
+    attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2 | flex_attention (transformers')
+
+    def __post_init__(self):
+        if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise ValueError(f"model.attn_implementation={self.attn_implementation!r}: expected one of "
+                             f"{', '.join(ATTN_IMPLEMENTATIONS)}")
 
 
 def pad_vocab(n: int, multiple: int = 128) -> int:
@@ -89,6 +99,9 @@ def build_model(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None, *, seed
             torch.random.set_rng_state(gen_state)
         elif cfg.init_method != "hf":
             raise ValueError(f"model.init_method={cfg.init_method!r}: expected 'pythia' or 'hf'")
+    if cfg.gradient_checkpointing:
+        # Non-reentrant checkpointing: works with DDP/ZeRO and with inputs that need no grad.
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     return model
 
 

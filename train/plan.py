@@ -16,6 +16,11 @@ Assumptions (printed with the table):
   schedule.weights_dtype=bf16); the newest schedule.keep_resume also keep resume state:
   torch engine Adam moments, 8 bytes/parameter; DeepSpeed ZeRO fp32 master weights and moments
   (12 bytes/parameter, all ranks together) plus its own module copy (2 bytes bf16 on GPU).
+* Memory per GPU (train/memory.py states the formulas and their sources): weights, gradients and Adam
+  states under the run's engine and ZeRO stage over --gpus GPUs (ZeRO paper: 2+2+12 bytes/param in
+  bf16), plus the activations of one micro-batch (Korthikanti et al. 2022, less dropout) under
+  model.gradient_checkpointing and model.attn_implementation; a run fits a GPU when the total is at
+  most 90 % of its memory.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from typing import Optional, Sequence
 
 from train.config import TrainConfig
 from train.grid import compose_run, expand
+from train.memory import GiB, Memory, estimate
 from train.schedule import checkpoint_steps
 
 A100_BF16_PEAK_TFLOPS = 312.0  # NVIDIA A100 dense bf16 tensor-core peak
@@ -39,6 +45,7 @@ class Hardware:
     gpu: str = "A100 (bf16)"
     peak_tflops: float = A100_BF16_PEAK_TFLOPS
     mfu: float = DEFAULT_MFU
+    gpus: int = 1  # GPUs (ranks) per run: ZeRO shards over them
 
 
 @dataclass
@@ -55,6 +62,8 @@ class RunPlan:
     checkpoints: int
     gpu_hours: float
     storage_bytes: int
+    memory: Memory  # per GPU
+    setup: str  # engine, ZeRO stage, micro-batch, checkpointing: what the memory depends on
 
 
 def planned_steps(cfg: TrainConfig) -> int:
@@ -104,10 +113,29 @@ def plan_run(overrides: Sequence[str], hw: Hardware, _params_cache: Optional[dic
     n_ckpt = len(checkpoint_steps(cfg.schedule, steps, cfg.optim.global_batch * seq_len))
     flops = 6.0 * params * tokens
     gpu_hours = flops / (hw.peak_tflops * 1e12 * hw.mfu) / 3600.0
+    memory, setup = memory_per_gpu(cfg, params, seq_len, hw.gpus)
     return RunPlan(name=run_subdir(cfg), overrides=list(overrides), preset=choices.get("optim", "?"),
                    budget=cfg.data.budget_tokens, params=params, seq_len=seq_len, global_batch=cfg.optim.global_batch, steps=steps,
                    tokens=tokens, checkpoints=n_ckpt, gpu_hours=gpu_hours,
-                   storage_bytes=storage_bytes(cfg, params, n_ckpt))
+                   storage_bytes=storage_bytes(cfg, params, n_ckpt), memory=memory, setup=setup)
+
+
+def memory_per_gpu(cfg: TrainConfig, params: int, seq_len: int, gpus: int) -> tuple[Memory, str]:
+    """Training memory on one of `gpus` GPUs (precision auto = bf16 there), and a short label of the
+    settings it depends on."""
+    from train.model import pad_vocab
+
+    e, m = cfg.engine, cfg.model
+    vocab = m.vocab_size if m.vocab_size is not None else pad_vocab(cfg.tokenizer.vocab_size)
+    stage = e.zero_stage if e.kind == "deepspeed" else 0
+    memory = estimate(params=params, layers=m.num_hidden_layers, hidden=m.hidden_size,
+                      heads=m.num_attention_heads, vocab=vocab, seq_len=seq_len,
+                      micro_batch=cfg.optim.micro_batch, engine_kind=e.kind, zero_stage=stage,
+                      bf16=e.precision != "fp32", gpus=gpus, checkpointing=m.gradient_checkpointing,
+                      attn_implementation=m.attn_implementation)
+    engine = f"ds-z{stage}" if e.kind == "deepspeed" else ("ddp" if gpus > 1 else "torch")
+    setup = f"{engine} mb{cfg.optim.micro_batch}{' ckpt' if m.gradient_checkpointing else ''}"
+    return memory, setup
 
 
 def plan(overrides: Sequence[str], hw: Optional[Hardware] = None) -> list[RunPlan]:
@@ -144,6 +172,7 @@ def format_plan(plans: list[RunPlan], hw: Hardware) -> str:
         by_budget.setdefault(p.budget, set()).add(p.checkpoints)
     lines.append("checkpoints per run by budget (step 0 and the last step included): " + ", ".join(
         f"{_si(b)}: {'/'.join(map(str, sorted(c)))}" for b, c in sorted(by_budget.items())))
+    lines += ["", _format_memory(plans, hw)]
     lines += [
         "",
         f"GPU-hours: 6*N*D FLOPs at {hw.mfu:.0%} MFU of a {hw.gpu} ({hw.peak_tflops:g} TFLOP/s peak); "
@@ -156,17 +185,39 @@ def format_plan(plans: list[RunPlan], hw: Hardware) -> str:
     return "\n".join(lines)
 
 
+def _format_memory(plans: list[RunPlan], hw: Hardware) -> str:
+    head = (f"memory per GPU (GiB), {hw.gpus} GPU{'s' if hw.gpus > 1 else ''} per run\n"
+            f"{'run':<28} {'setup':<16} {'weights':>7} {'grads':>6} {'Adam':>6} {'activ':>6} {'total':>6}"
+            f"  A100-40GB  A100-80GB")
+    lines = [head]
+    for p in plans:
+        m = p.memory
+        fit = ["fits" if m.fits(cap * GiB) else "no" for cap in (40, 80)]  # 40 and 80 GiB cards
+        lines.append(f"{p.name:<28} {p.setup:<16} {m.weights / GiB:>7.1f} {m.grads / GiB:>6.1f} "
+                     f"{m.optimizer / GiB:>6.1f} {m.activations / GiB:>6.1f} {m.total / GiB:>6.1f}"
+                     f"  {fit[0]:>9}  {fit[1]:>9}")
+    lines.append("memory: weights + gradients + Adam states (ZeRO paper: 2+2+12 B/param in bf16, sharded "
+                 "by ZeRO-1/2/3; torch engine 4+4+8, DDP +4) + activations of one micro-batch "
+                 "(Korthikanti et al. 2022 without dropout: 32sbh per layer, +2as^2b with eager attention; "
+                 "checkpointing: 2sbh per layer + one layer; head 10sbV). 'fits': total <= 90 % of the "
+                 "GPU's memory (CUDA context and fragmentation not counted). See train/memory.py.")
+    return "\n".join(lines)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.plan", description=__doc__.split("\n")[0])
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m train -m")
     parser.add_argument("--mfu", type=float, default=DEFAULT_MFU, help="model FLOPs utilisation (0-1)")
     parser.add_argument("--peak-tflops", type=float, default=A100_BF16_PEAK_TFLOPS)
     parser.add_argument("--gpu", default="A100 (bf16)", help="name printed with the assumptions")
+    parser.add_argument("--gpus", type=int, default=1, help="GPUs per run (ZeRO shards states over them)")
     args = parser.parse_args(argv)
     if not 0 < args.mfu <= 1:
         parser.error(f"--mfu={args.mfu}: expected a fraction in (0, 1]")
     overrides = [o for o in args.overrides if o not in ("-m", "--multirun")]
-    hw = Hardware(gpu=args.gpu, peak_tflops=args.peak_tflops, mfu=args.mfu)
+    if args.gpus < 1:
+        parser.error(f"--gpus={args.gpus}: expected at least 1")
+    hw = Hardware(gpu=args.gpu, peak_tflops=args.peak_tflops, mfu=args.mfu, gpus=args.gpus)
     try:
         plans = plan(overrides, hw)
     except ValueError as e:

@@ -134,22 +134,44 @@ def _check_length(model, n: int, item: Item) -> None:
                          f"max_position_embeddings={limit}; lower syntax_qa.shots")
 
 
-def _likelihood_scores(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, device) -> dict[str, list]:
-    from probes.scoring import token_logprobs
+def _likelihood_scores(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, device, *,
+                       share_context: bool = True) -> dict[str, list]:
+    """Per item: [mean correct over prompts, first prompt's prediction, first prompt's option sums].
+
+    share_context: when every option of a prompt is one token after the shared context (the usual
+    case: "True"/"False", "A"-"D" after the opening quote), the context runs through the model once
+    and each option is one log-prob at its last position (``next_token_logprobs``). Otherwise, and
+    for every prompt with share_context=False, each context + option runs as its own sequence.
+    """
+    from probes.scoring import next_token_logprobs, token_logprobs
 
     seqs: list[list[int]] = []
     where: list[tuple[int, int, int, int]] = []  # (item, prompt, option, context length)
+    shared_ctx: list[list[int]] = []
+    shared_opt: list[list[int]] = []
+    shared_where: list[tuple[int, int]] = []  # (item, prompt)
     for i, it in enumerate(items):
         for j, prompt in enumerate(it.prompts):
             ctx, tails = continuation_ids(tokenizer, prompt, P.continuations(it))
-            for o, t in enumerate(tails):
+            for t in tails:
                 _check_length(model, len(ctx) + len(t), it)
+            if share_context and all(len(t) == 1 for t in tails):
+                shared_ctx.append(ctx)
+                shared_opt.append([t[0] for t in tails])
+                shared_where.append((i, j))
+                continue
+            for o, t in enumerate(tails):
                 seqs.append(ctx + t)
                 where.append((i, j, o, len(ctx)))
-    lps = token_logprobs(model, seqs, batch_size=cfg.batch_size, device=device)
     sums: dict[tuple[int, int], list[float]] = {}
-    for (i, j, o, n), lp in zip(where, lps):
-        sums.setdefault((i, j), []).append(float(np.sum(lp[n - 1 :])))
+    if shared_ctx:
+        for key, lp in zip(shared_where, next_token_logprobs(model, shared_ctx, shared_opt,
+                                                            batch_size=cfg.batch_size, device=device)):
+            sums[key] = [float(x) for x in lp]
+    if seqs:
+        lps = token_logprobs(model, seqs, batch_size=cfg.batch_size, device=device)
+        for (i, j, o, n), lp in zip(where, lps):
+            sums.setdefault((i, j), []).append(float(np.sum(lp[n - 1 :])))
     out: dict[str, list] = {}
     for i, it in enumerate(items):
         # canonical labels ("True"/"False", letters) whatever words the prompt's language uses
