@@ -23,7 +23,7 @@ from train.loop import NonFiniteError, train
 from train.weights import WeightsMismatchError, load_causal_lm
 
 ROOT = Path(__file__).resolve().parents[1]
-# Checkpoints at steps 0, 1, 4, 15, 61 (schedule=log, n_log=4 in TINY); probes on (grammar, 10 pairs).
+# Checkpoints at steps 0, 1, 4, 15, 60 (schedule=log, n_log=4 in TINY); probes on (grammar, 10 pairs).
 
 
 @pytest.fixture(autouse=True)
@@ -84,7 +84,7 @@ def killed_four_times(cache, straight, tmp_path_factory):
     Returns the run directory (finished by a last, clean rerun) and what was seen after each kill."""
     run_dir = tmp_path_factory.mktemp("killed")
     seen = {}
-    for fault in ("mid_step:step10", "checkpoint_write:step15", "after_rename:step15", "eval_write:step61"):
+    for fault in ("mid_step:step10", "checkpoint_write:step15", "after_rename:step15", "eval_write:step60"):
         proc = run_cli(run_dir, cache, fault=fault)
         assert proc.returncode == -9, f"{fault}: rc {proc.returncode}\n{proc.stderr[-3000:]}"
         seen[fault] = {
@@ -108,8 +108,8 @@ def test_each_kill_left_what_it_should(killed_four_times):
     rename = seen["after_rename:step15"]
     assert rename["checkpoints"] == [0, 1, 4, 15] and 15 not in rename["evals"]
     assert (15, "checkpoint") not in rename["log"]
-    evalw = seen["eval_write:step61"]
-    assert evalw["checkpoints"] == [0, 1, 4, 15, 61] and not evalw["evals"].get(61)
+    evalw = seen["eval_write:step60"]
+    assert evalw["checkpoints"] == [0, 1, 4, 15, 60] and not evalw["evals"].get(60)
     assert evalw["eval_tmp"] and evalw["eval_tmp"][0].startswith(".grammar.parquet.")
 
 
@@ -117,19 +117,19 @@ def test_a_resumed_run_says_so_first(killed_four_times):
     run_dir, seen = killed_four_times
     ckpts = run_dir / "checkpoints"
     # every rerun after the first kill resumed; the first line it printed says from where
-    expect = {"checkpoint_write:step15": 4, "after_rename:step15": 4, "eval_write:step61": 15}
+    expect = {"checkpoint_write:step15": 4, "after_rename:step15": 4, "eval_write:step60": 15}
     for fault, step in expect.items():
         first = seen[fault]["stdout"].splitlines()[0]
         assert first == f"resuming from step {step} (tokens {step * 256}) in {ckpts / f'step{step}'}", fault
-    assert seen["final"].stdout.splitlines()[0] == f"resuming from step 61 (tokens 15616) in {ckpts / 'step61'}"
+    assert seen["final"].stdout.splitlines()[0] == f"resuming from step 60 (tokens 15360) in {ckpts / 'step60'}"
     # the checkpoint the eval kill left unprobed (step 15) was probed by the next run, and said so
-    assert f"probing checkpoint {ckpts / 'step15'}" in seen["eval_write:step61"]["stdout"]
+    assert f"probing checkpoint {ckpts / 'step15'}" in seen["eval_write:step60"]["stdout"]
 
 
 def test_killed_runs_end_with_the_uninterrupted_runs_losses_evals_and_log(straight, killed_four_times):
     run_dir, _ = killed_four_times
     a, b = train_losses(straight), train_losses(run_dir)
-    assert sorted(b) == list(range(1, 62))
+    assert sorted(b) == list(range(1, 61))
     assert b == a  # bitwise: the same floats at every step, replayed steps included
     # one eval file per checkpoint, with the uninterrupted run's scores
     steps = [s for s, _ in list_checkpoints(straight)]
@@ -205,12 +205,12 @@ def test_a_planted_pickle_in_the_rng_state_is_refused_not_run(cache, tmp_path):
 
 
 def resumable_at_15(cache, tmp_path, *extra) -> tuple[Path, Path]:
-    """A tiny run whose newest checkpoint (61) is gone: a rerun resumes from step 15."""
+    """A tiny run whose newest checkpoint (60) is gone: a rerun resumes from step 15."""
     run_dir = tmp_path / "run"
     train(tiny_cfg(cache, "probes=none", *extra), run_dir)
     import shutil
 
-    shutil.rmtree(run_dir / "checkpoints" / "step61")
+    shutil.rmtree(run_dir / "checkpoints" / "step60")
     return run_dir, run_dir / "checkpoints" / "step15"
 
 
@@ -235,7 +235,7 @@ def test_deleting_config_yaml_does_not_bypass_the_config_check(cache, tmp_path):
     assert [s for s, _ in list_checkpoints(run_dir)] == [0, 1, 4, 15]
     # micro_batch changes only how a step is computed: still accepted
     train(tiny_cfg(cache, "probes=none", "optim.micro_batch=8"), run_dir)
-    assert [s for s, _ in list_checkpoints(run_dir)][-1] == 61
+    assert [s for s, _ in list_checkpoints(run_dir)][-1] == 60
 
 
 def poison(monkeypatch, nan_steps=(), inf_grad_steps=()):
@@ -281,7 +281,7 @@ def test_bad_batches_are_skipped_a_bounded_number_of_times(cache, tmp_path, monk
     run_dir = tmp_path / "two"
     train(tiny_cfg(cache, "probes=none", "max_skipped_batches=2"), run_dir)
     state = read_state(list_checkpoints(run_dir)[-1][1])
-    assert state["skipped_steps"] == [3, 7] and state["step"] == 61
+    assert state["skipped_steps"] == [3, 7] and state["step"] == 60
     log = read_log(run_dir / "logs" / "train.jsonl")
     assert [r["step"] for r in log if r["event"] == "skipped"] == [3, 7]
     # a skipped batch leaves no mark on the weights: every later loss is finite

@@ -59,10 +59,13 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
     resolved = OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)
     run_hash = config_hash(resolved)
     resume_from = _check_run_dir(cfg, resolved, run_hash, run_dir)
+    resumed = None
+    if resume_from is not None:
+        with reading(resume_from / "trainer_state.json", "the trainer state", RESUME_HINT.format(resume_from)):
+            resumed = read_state(resume_from)
     dist.barrier()
     if dist.main:
-        if resume_from is not None:
-            resumed = read_state(resume_from)
+        if resumed is not None:
             print(f"resuming from step {resumed['step']} (tokens {resumed['tokens']}) in {resume_from}",
                   flush=True)
         lock.announce()
@@ -102,12 +105,10 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
     torch.manual_seed(cfg.seed + dist.rank)
 
     start_step, wandb_id, skipped = 0, None, []
-    if resume_from is not None:
-        with reading(resume_from / "trainer_state.json", "the trainer state", RESUME_HINT.format(resume_from)):
-            state = read_state(resume_from)
+    if resumed is not None:
         engine.load_resume(resume_from)
-        start_step, wandb_id = state["step"], state.get("wandb_run_id")
-        skipped = list(state.get("skipped_steps", []))
+        start_step, wandb_id = resumed["step"], resumed.get("wandb_run_id")
+        skipped = list(resumed.get("skipped_steps", []))
     # The steps after the resumed checkpoint are trained (and logged) again: their records go first.
     logger = (Logger(cfg.logger, run_dir, config=resolved, name=run_dir.name, run_id=wandb_id,
                      resume_step=start_step if resume_from is not None else None)

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from train.errors import InputFileError
 
-class WeightsMismatchError(ValueError):
-    pass
+
+class WeightsMismatchError(InputFileError):
+    """The user's checkpoint directory, not our code, is wrong: one line naming it (train/errors.py)."""
 
 
 def load_causal_lm(path, cls=None, **kwargs):
@@ -31,7 +33,15 @@ def load_causal_lm(path, cls=None, **kwargs):
         if found != expected:
             raise WeightsMismatchError(f"{path / 'config.json'} says model_type={found!r}, expected "
                                        f"{expected!r} ({cls.__name__})")
-    model, info = cls.from_pretrained(path, output_loading_info=True, **kwargs)
+    from transformers.utils import logging as hf_logging
+
+    # transformers prints its own MISSING/UNEXPECTED table as a warning; the error below says it in one line
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        model, info = cls.from_pretrained(path, output_loading_info=True, **kwargs)
+    finally:
+        hf_logging.set_verbosity(verbosity)
     problems = []
     for key, what in (("missing_keys", "missing (would be random)"), ("unexpected_keys", "unexpected"),
                       ("mismatched_keys", "of the wrong shape"), ("error_msgs", "errors")):
