@@ -12,7 +12,10 @@ from train.optim import OptimConfig
 from train.plan import Hardware, main, plan
 
 P14 = 1_414_647_808  # Pythia-1.4B with the 50304-row embedding and untied head
-GRID_14B = ["experiment=zhoblimp_grid", "model=pythia-1.4b", "budget=10M", "seed=0"]
+# Pythia's own vocabulary and a Pythia-style batch (micro-batch 8 x 2048 tokens), pinned: the grid preset
+# follows its tokenizer's vocabulary and the ZhoBLiMP paper's 64-token sequences
+GRID_14B = ["experiment=zhoblimp_grid", "model=pythia-1.4b", "budget=10M", "seed=0", "model.vocab_size=50304",
+            "data.seq_len=2048", "optim.global_batch=32", "optim.micro_batch=8"]
 
 
 def test_pythia_1_4b_on_one_gpu_matches_the_hand_computation():

@@ -164,9 +164,13 @@ def test_resume_refuses_a_checkpoint_of_another_start_token(trained):
     cfg, ckpt, run_dir = trained
     record = (ckpt / RECORD).read_text()
     (ckpt / RECORD).unlink()
+    # such a checkpoint has no manifest.json either (one would name the missing record first)
+    manifest = (ckpt / "manifest.json").read_text()
+    (ckpt / "manifest.json").unlink()
     try:
         with pytest.raises(ValueError, match=r"start_token\.json: None\).*change the ids mid-run"):
             train(cfg, run_dir)
     finally:
         (ckpt / RECORD).write_text(record)
+        (ckpt / "manifest.json").write_text(manifest)
     train(cfg, run_dir)  # the record back: the finished run resumes (and has nothing left to do)
