@@ -8,7 +8,6 @@ not pay for plotting imports and vice versa.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -100,6 +99,7 @@ def run_main(command: str, argv: Sequence[str]) -> int:
 
 
 def _score_run(command: str, args) -> int:
+    from probes.evals import CorruptCheckpointError
     from probes.watch import ScoreOptions, score_run, watch
     from train.lock import EVAL_LOCK, RunDirLocked, RunLock
 
@@ -132,7 +132,7 @@ def _score_run(command: str, args) -> int:
                 return 0
             return 0 if watch(args.run_dir, benchmarks, opts, poll_s=args.poll,
                               timeout_s=args.timeout) else 3
-    except (OSError, ValueError, RunDirLocked) as e:  # messages name the checkpoint or file
+    except (OSError, ValueError, RunDirLocked, CorruptCheckpointError) as e:  # messages name the checkpoint or file
         raise CliError(str(e)) from None
 
 
@@ -168,16 +168,6 @@ def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int]) -> tuple[s
         raise CliError(f"--benchmark {spec}: {e}") from None
 
 
-def _trainer_state(d: Path) -> dict:
-    f = d / "trainer_state.json"
-    if not f.is_file():
-        return {}
-    try:
-        return json.loads(f.read_text())
-    except json.JSONDecodeError as e:
-        raise CliError(f"{f}: invalid JSON at line {e.lineno}: {e.msg}") from None
-
-
 def score_main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_score_parser().parse_args(argv)
     try:
@@ -200,15 +190,20 @@ def _score(args) -> int:
     except ValueError as e:
         raise CliError(str(e)) from None
     name, pairs = _load_pairs(args.benchmark, args.format, args.max_pairs_per_paradigm)
-    state = _trainer_state(args.model)
+    from probes.evals import CorruptCheckpointError, ScoreOptions, evaluate_checkpoint, read_trainer_state
+
+    try:
+        # {}: a model directory that is not one of our checkpoints does not know its step/tokens (-1)
+        state = read_trainer_state(args.model, missing_ok=True)
+    except ValueError as e:
+        raise CliError(str(e)) from None
     if not pairs:
         raise CliError(f"--benchmark {args.benchmark}: no pairs")
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from probes.scoring import CONVENTION, accuracy, score_pairs, tokenizer_fingerprint
-    from probes.store import write_pairs
+    from probes.scoring import accuracy
     from probes.watch import check_vocabulary
     from train.errors import reading
 
@@ -228,19 +223,13 @@ def _score(args) -> int:
     except (WeightsMismatchError, ValueError) as e:
         raise CliError(f"--model {e}") from None
     model.to(device)
-    df = score_pairs(model, tokenizer, pairs, batch_size=args.batch_size, device=device,
-                     progress=True, bf16=args.bf16)
-    meta = {
-        # -1: a model directory that is not one of our checkpoints does not know its step/tokens
-        "step": int(state.get("step", -1)), "tokens": int(state.get("tokens", -1)),
-        "benchmark": name, "convention": CONVENTION, "model_dir": str(args.model.resolve()),
-        "tokenizer": tokenizer_fingerprint(tokenizer), "n_pairs": len(df),
-        "max_pairs_per_paradigm": args.max_pairs_per_paradigm,
-    }
-    report = getattr(pairs, "report", None)
-    if report is not None:
-        meta["source"] = report.source
-    write_pairs(df, args.out, meta)
+    opts = ScoreOptions(batch_size=args.batch_size, device=device, bf16=args.bf16, progress=True)
+    try:
+        df = evaluate_checkpoint(model, tokenizer, pairs, name=name, step=int(state.get("step", -1)),
+                                 tokens=int(state.get("tokens", -1)), ckpt_dir=args.model, out=args.out, opts=opts,
+                                 max_pairs_per_paradigm=args.max_pairs_per_paradigm).df
+    except CorruptCheckpointError as e:  # its manifest.json does not read
+        raise CliError(str(e)) from None
     print(f"{name}: {len(df)} pairs, {df['paradigm'].nunique()} paradigms  "
           f"acc_mlp={accuracy(df, 'mlp'):.4f}  acc_sum={accuracy(df, 'sum'):.4f}  -> {args.out}")
     return 0

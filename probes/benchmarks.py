@@ -43,8 +43,8 @@ from typing import Iterable, Optional
 import pandas as pd
 
 from probes import grammar
+from probes.evals.config import BenchmarkConfig
 from probes.formats import READERS, BenchmarkFormatError, FieldMap, data_files, sniff_format
-from probes.grammar import GrammarConfig
 from probes.pairs import Pair
 
 log = logging.getLogger(__name__)
@@ -77,25 +77,6 @@ REGISTRY: dict[str, RegistryEntry] = {
     "grammar": RegistryEntry("grammar", None, "built-in grammar, English (probes.grammar)"),
     "grammar_zh": RegistryEntry("grammar", None, "built-in grammar, Chinese (probes.grammar)"),
 }
-
-
-@dataclass
-class BenchmarkConfig:
-    name: str = "grammar"  # a registry name, or any label when path is given
-    path: Optional[str] = None  # file or directory; None = the registry's default location
-    format: str = "auto"  # auto | blimp | zhoblimp | climp | sling | babylm | jsonl | csv | grammar
-    max_pairs_per_paradigm: Optional[int] = None  # subsample per paradigm, fixed seed (cheap in-loop probing)
-    subsample_seed: int = 0
-    good_field: Optional[str] = None  # generic jsonl/csv loader column mapping
-    bad_field: Optional[str] = None
-    paradigm_field: Optional[str] = None
-    phenomenon_field: Optional[str] = None
-    id_field: Optional[str] = None
-    grammar: GrammarConfig = field(default_factory=GrammarConfig)  # for name=grammar / grammar_zh
-    # ZhoBLiMP files: recover each pair's template slots (phrase regions such as the case study's
-    # NP/VP) from the generation sources (projects/ZhoBLiMP/*.json, assets/); None = look beside
-    # the data (an ancestor of the data directory holding both); "" = don't
-    templates: Optional[str] = None
 
 
 @dataclass(frozen=True)

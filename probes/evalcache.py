@@ -7,14 +7,13 @@ it) together with the step, size and mtime of every eval file it came from. All 
 used as is. Only new checkpoints after its first one (a run still training; the probe hook
 refreshes it after every eval): those files alone are read and added. Anything else -- a
 rewritten or deleted file, an eval before its first checkpoint -- means a fresh read. Plain
-numpy arrays only (no pickle). Written atomically; a read-only run directory just goes uncached.
+numpy arrays only (no pickle). Written atomically (probes.evals.atomic_open); a read-only run
+directory just goes uncached.
 """
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -23,7 +22,8 @@ import numpy as np
 import pandas as pd
 
 from probes import evalfile
-from probes.evalfile import REGIONS, PairOutcomes
+from probes.evalfile import PairOutcomes
+from probes.evals.files import REGIONS, atomic_open
 
 CACHE_VERSION = 2
 _CACHE_FRAME = ("step", "tokens", "n_pairs", "acc_mlp", "acc_sum", *[f"delta_{r}" for r in ("total", *REGIONS)])
@@ -99,16 +99,9 @@ def _write_cache(run_dir: Path, bench: str, entries: list[list], out: PairOutcom
         "t_paradigm": df["paradigm"].map(code).to_numpy(np.int32),
         **{f"t_{c}": df[c].to_numpy() for c in _CACHE_FRAME},
     }
-    path = cache_path(run_dir, bench)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        # no fsync, unlike real outputs: a cache torn by a crash fails to load and is rebuilt
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    # a unique temporary name per writer: report threads and a probe hook may refresh one run at once
+    with contextlib.suppress(OSError), atomic_open(cache_path(run_dir, bench), "wb") as fh:
+        np.savez(fh, **arrays)
 
 
 def read_benchmark(name: str, run_dir: Path, bench: str, paths: list[tuple[int, Path]], cache: bool):

@@ -19,15 +19,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-META_KEY = b"syntax_dynamics"
-REGIONS = ("prefix", "critical", "suffix")
+from probes.evals.files import META_KEY, REGIONS, EvalInputError, read_trainer_state
+
 # Bits of PairOutcomes.correct; MISSING marks a pair absent at one checkpoint.
 MLP, SUM, MISSING = 1, 2, 4
 _REQUIRED = ("paradigm", "phenomenon", "pair_id", "lp_good", "lp_bad", "ntok_good", "ntok_bad")
-
-
-class EvalInputError(ValueError):
-    """Bad analysis input; the message names the run directory or file at fault."""
 
 
 @dataclass
@@ -56,13 +52,14 @@ class PairOutcomes:
 
 
 def _trainer_tokens(run_dir: Path, step: int) -> Optional[int]:
-    p = run_dir / "checkpoints" / f"step{step}" / "trainer_state.json"
-    if not p.is_file():
+    ckpt = run_dir / "checkpoints" / f"step{step}"
+    state = read_trainer_state(ckpt, missing_ok=True)
+    if not state:
         return None
     try:
-        return int(json.loads(p.read_text())["tokens"])
+        return int(state["tokens"])
     except (ValueError, KeyError, TypeError) as exc:
-        raise EvalInputError(f"{p}: no integer 'tokens' ({exc})") from exc
+        raise EvalInputError(f"{ckpt / 'trainer_state.json'}: no integer 'tokens' ({exc})") from exc
 
 
 @dataclass

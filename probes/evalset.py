@@ -26,11 +26,8 @@ import numpy as np
 import pandas as pd
 
 from probes.evalcache import read_benchmark
-from probes.evalfile import REGIONS, EvalInputError, PairOutcomes
-
-_STEP_RE = re.compile(r"^step(\d+)$")
-# probes.final_all_pairs writes every pair of a benchmark at the last checkpoint as "<name>_all"
-ALL_SUFFIX = "_all"
+from probes.evalfile import PairOutcomes
+from probes.evals.files import ALL_SUFFIX, REGIONS, EvalInputError, step_dirs
 
 
 @dataclass
@@ -96,16 +93,6 @@ def _read_run_info(run_dir: Path) -> RunInfo:
     return info
 
 
-def _step_dirs(parent: Path) -> dict[int, Path]:
-    out = {}
-    if parent.is_dir():
-        for d in parent.iterdir():
-            m = _STEP_RE.match(d.name)
-            if m and d.is_dir() and _visible(d):
-                out[int(m.group(1))] = d
-    return out
-
-
 def _unique_names(dirs: list[Path]) -> list[str]:
     dirs = [d.resolve() for d in dirs]  # "." or "run/.." name the directory they point at
     names = [d.name for d in dirs]
@@ -126,7 +113,7 @@ def _load_run(d: Path, name: str, cache: bool = True):
     info.name = name
     problems: list[str] = []
     conventions: dict[str, str] = {}
-    evals = _step_dirs(d / "evals")
+    evals = step_dirs(d / "evals")
     paths_by_bench: dict[str, list[tuple[int, Path]]] = {}
     for step, sd in sorted(evals.items()):
         for f in sorted(sd.iterdir()):
@@ -138,7 +125,7 @@ def _load_run(d: Path, name: str, cache: bool = True):
         raise EvalInputError(
             f"run directory {d} has no minimal-pair eval files (expected evals/step<N>/<benchmark>.parquet)"
             + ("; it has syntax-question evals only, which the analysis reads beside minimal pairs" if qa_only else ""))
-    ckpts = set(_step_dirs(d / "checkpoints"))
+    ckpts = set(step_dirs(d / "checkpoints"))
     outs, frames = {}, []
     for bench, paths in sorted(paths_by_bench.items()):
         have = {step for step, _ in paths}
@@ -164,7 +151,7 @@ def refresh_cache(run_dir: str | Path, benchmark: str) -> bool:
     (a bad eval file, a read-only directory) is logged and left for the report to name.
     """
     d = Path(run_dir)
-    paths = [(step, sd / f"{benchmark}.parquet") for step, sd in sorted(_step_dirs(d / "evals").items())
+    paths = [(step, sd / f"{benchmark}.parquet") for step, sd in sorted(step_dirs(d / "evals").items())
              if (sd / f"{benchmark}.parquet").is_file()]
     if not paths:
         return False

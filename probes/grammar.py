@@ -22,19 +22,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
+from probes.evals.config import GrammarConfig
 from probes.generator import Engine, GrammarError, Template, Vocabulary, parse_rule
 from probes.pairs import Pair
 
 VARIANTS = ("en", "zh")
-
-
-@dataclass
-class GrammarConfig:
-    variant: str = "en"  # en | zh
-    seed: int = 0
-    n_documents: int = 2000
-    sentences_per_document: int = 10
-    pairs_per_paradigm: int = 200
 
 
 @dataclass

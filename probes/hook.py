@@ -3,103 +3,28 @@
 A plain object the trainer calls on EVERY rank; it reads nothing from the trainer but the
 in-memory model. In a multi-process run each rank scores a contiguous shard of the pairs, the
 rows are gathered on rank 0 (``torch.distributed.all_gather_object``), and rank 0 alone writes
-``<run>/evals/step<N>/<benchmark>.parquet`` through ``probes.store`` and returns the metrics;
-the other ranks return {}. The rows are those of one process, in the same order.
+``<run>/evals/step<N>/<benchmark>.parquet`` through ``probes.evals.evaluate_checkpoint`` and returns
+the metrics; the other ranks return {}. The rows are those of one process, in the same order.
 
-Which benchmarks: ``probes.benchmarks`` lists bare registry names and/or mappings of
-``BenchmarkConfig`` fields, e.g.::
-
-    probes.benchmarks=[zhoblimp,blimp]
-    probes.benchmarks=[zhoblimp,{name: mine, path: /data/mine.jsonl, max_pairs_per_paradigm: null}]
-
-A bare name takes the top-level ``max_pairs_per_paradigm`` (in-loop probing scores a fixed-seed
-sample of each paradigm; null = every pair) and ``subsample_seed``, and reads the registry's
-location under ../shared/benchmarks or $SYNTAX_DYNAMICS_BENCHMARKS; a mapping takes the same
-defaults for the keys it does not set, so ``{name: blimp, path: /data/blimp}`` moves one. ``resolved_benchmarks()`` gives the
-list of ``BenchmarkConfig`` that is loaded; it is checked when the config is built.
+Which benchmarks: ``probes.benchmarks`` (``probes.evals.ProbesConfig`` says how entries read).
+A benchmark whose eval file is already done for the checkpoint (``probes.evals.eval_done``: same
+pair set, same checkpoint manifest) is not scored again; a checkpoint replaced under its name is.
 """
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import pandas as pd
 
-from probes.benchmarks import BenchmarkConfig, benchmark_configs, load_benchmark
-from probes.evalset import ALL_SUFFIX, refresh_cache
+from probes.benchmarks import load_benchmark
+from probes.evals import (ALL_SUFFIX, ProbesConfig, ScoreOptions, checkpoint_dir, eval_done, eval_path,
+                          evaluate_checkpoint, ids_fingerprint, manifest_hash, pair_set)
 from probes.pairs import Pair
-from probes.scoring import CONVENTION, accuracy, correct, score_pairs, tokenizer_fingerprint
-from probes.store import eval_path, read_pairs, write_pairs
-from probes.syntaxqa.score import SyntaxQAConfig
+from probes.scoring import accuracy, correct, score_pairs
+from probes.store import read_pairs
 
-_ENTRY_KEYS = {f.name for f in fields(BenchmarkConfig)}
-
-
-@dataclass
-class ProbesConfig:
-    enabled: bool = True
-    # each entry: a registry name (str) or a mapping of BenchmarkConfig fields (see module doc);
-    # Any because OmegaConf lists hold one element type and users type bare names
-    benchmarks: list[Any] = field(default_factory=list)
-    max_pairs_per_paradigm: Optional[int] = 50  # for entries that do not set it; null = all pairs
-    subsample_seed: int = 0
-    batch_size: int = 64
-    bf16: bool = False  # bfloat16 autocast: faster on GPUs, lps move by ~1e-2 nats
-    # true: the run's LAST checkpoint is also scored on every pair of every benchmark, written as
-    # evals/step<last>/<name>_all.parquet (max_pairs_per_paradigm ignored): the curve keeps one fixed
-    # sample at every checkpoint, and the report's scaling grid / difficulty groups get the full benchmark
-    # as benchmark "<name>_all" (one checkpoint per run). The sample is a subset of the full set.
-    final_all_pairs: bool = False
-    # true: every eval file also gets ulp_good / ulp_bad, the sentences' unigram log-probs from the run's
-    # token store, so SLOR and MORCELA can be computed without the model (probes/unigram.py)
-    unigram: bool = True
-    # The syntax-questions probe (probes.syntaxqa): probes.syntax_qa.enabled=true with sources
-    syntax_qa: SyntaxQAConfig = field(default_factory=SyntaxQAConfig)
-
-    def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ValueError(f"probes.batch_size must be >= 1, got {self.batch_size}")
-        if self.max_pairs_per_paradigm is not None and self.max_pairs_per_paradigm < 1:
-            raise ValueError(f"probes.max_pairs_per_paradigm must be >= 1 or null, "
-                             f"got {self.max_pairs_per_paradigm}")
-        self.resolved_benchmarks()  # a bad entry fails when the config is built
-
-    def resolved_benchmarks(self) -> list[BenchmarkConfig]:
-        """One BenchmarkConfig per entry of ``benchmarks``, defaults filled in (module doc)."""
-        from omegaconf import OmegaConf
-        from omegaconf.errors import OmegaConfBaseException
-
-        out = []
-        for i, entry in enumerate(self.benchmarks):
-            where = f"probes.benchmarks[{i}]"
-            if isinstance(entry, BenchmarkConfig):
-                out.append(entry)
-                continue
-            if isinstance(entry, str):
-                entry = {"name": entry}
-            if OmegaConf.is_config(entry):
-                entry = OmegaConf.to_container(entry)
-            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-                raise ValueError(f"{where}: expected a benchmark name or a mapping with a 'name', "
-                                 f"got {entry!r}")
-            unknown = sorted(set(entry) - _ENTRY_KEYS)
-            if unknown:
-                raise ValueError(f"{where}: unknown key(s) {unknown}; known: {sorted(_ENTRY_KEYS)}")
-            name, path = entry["name"], entry.get("path")
-            try:
-                # the registry check: a name that is neither known nor given a path fails here
-                (base,) = benchmark_configs([name], self.max_pairs_per_paradigm, self.subsample_seed,
-                                            {name: path} if path is not None else None)
-                merged = OmegaConf.merge(OmegaConf.structured(base), entry)
-                out.append(OmegaConf.to_object(merged))
-            except OmegaConfBaseException as e:
-                raise ValueError(f"{where}.{getattr(e, 'full_key', '')}: "
-                                 f"{getattr(e, 'msg', str(e))}") from None
-            except ValueError as e:
-                raise ValueError(f"{where}: {e}") from None
-        return out
+__all__ = ["ProbeHook", "ProbesConfig", "score_sharded", "summary_metrics"]
 
 
 def summary_metrics(df, benchmark: str) -> dict[str, float]:
@@ -139,16 +64,17 @@ class ProbeHook:
             eval_path(self.run_dir, 0, name)  # fail now, not at the first checkpoint, on a bad name
             if not ps:
                 raise ValueError(f"benchmark {name!r} has no pairs")
+        self._pair_sets = {name: pair_set(ps) for name, ps in self.benchmarks.items()}
         # the tokenizer is the one saved in every checkpoint of this run: hash it once
-        self.fingerprint = tokenizer_fingerprint(tokenizer) if self.benchmarks else ""
+        self.fingerprint = ids_fingerprint(tokenizer) if self.benchmarks else ""
 
     def post_checkpoint_saved(self, ckpt_dir: Path, step: int, tokens: int,
                               model) -> dict[str, float]:
         """Score every benchmark with ``model`` (the weights of ``ckpt_dir``); write the eval files.
 
-        Collective in a multi-process run: every rank must call it. Files that already exist are
-        kept as they are (a resumed run does not redo them); their summaries are still returned
-        so the logger sees every checkpoint.
+        Collective in a multi-process run: every rank must call it. Files already done for this
+        checkpoint are kept as they are (a resumed run does not redo them); their summaries are
+        still returned so the logger sees every checkpoint.
         """
         metrics: dict[str, float] = {}
         rank, world = _rank_world()
@@ -157,44 +83,42 @@ class ProbeHook:
             if self._all_pairs is None:  # loaded once, at the last checkpoint only
                 self._all_pairs = _load_benchmarks(self.cfg, all_pairs=True)
             benchmarks = {**benchmarks, **{f"{name}{ALL_SUFFIX}": self._all_pairs[name] for name in self.benchmarks}}
+        manifest = manifest_hash(ckpt_dir)
+        opts = ScoreOptions(batch_size=self.cfg.batch_size, bf16=self.cfg.bf16)
         for name, pairs in benchmarks.items():
             path = eval_path(self.run_dir, step, name)
             # rank 0 decides, so every rank takes the same branch of the collective below
-            exists = _broadcast(path.exists(), world)
-            if exists:
+            done = _broadcast(rank == 0 and eval_done(path, self._pair_set(name, pairs), manifest), world)
+            if done:
                 if rank == 0:
                     metrics.update(summary_metrics(read_pairs(path)[0], name))
                 continue
-            t0 = time.perf_counter()
-            df = score_sharded(model, self.tokenizer, pairs, batch_size=self.cfg.batch_size,
-                               bf16=self.cfg.bf16)
-            if rank != 0:
-                continue
-            meta = {
-                "step": int(step), "tokens": int(tokens), "benchmark": name,
-                "convention": CONVENTION, "model_dir": str(ckpt_dir),
-                "tokenizer": self.fingerprint, "n_pairs": len(df), "world_size": world,
-                "seconds": round(time.perf_counter() - t0, 3),
-            }
-            if self.unigram is not None:
-                from probes.unigram import add_unigram_columns
-
-                df = add_unigram_columns(df, self.tokenizer, self.unigram[0])
-                meta["unigram"] = self.unigram[1]
-            report = getattr(pairs, "report", None)  # load_benchmark says where pairs came from
-            if report is not None:
-                meta["source"] = report.source
-            write_pairs(df, path, meta)
-            refresh_cache(self.run_dir, name)  # so the report reads one small file, not every eval
-            metrics.update(summary_metrics(df, name))
+            ev = evaluate_checkpoint(model, self.tokenizer, pairs, name=name, step=step, tokens=tokens,
+                                     ckpt_dir=ckpt_dir, run_dir=self.run_dir, opts=opts,
+                                     fingerprint=self.fingerprint, score=_score_sharded, unigram=self.unigram,
+                                     world_size=world)
+            if ev is not None:  # rank 0
+                metrics.update(summary_metrics(ev.df, name))
         return metrics
 
     def missing(self, step: int) -> bool:
-        """Some benchmark's eval file of checkpoint `step` is absent (the trainer probes it again)."""
-        return any(not eval_path(self.run_dir, step, name).exists() for name in self.benchmarks)
+        """Some benchmark's eval file of checkpoint `step` is not done for the checkpoint now on disk
+        (absent, or scored on a checkpoint since replaced): the trainer probes it again."""
+        manifest = manifest_hash(checkpoint_dir(self.run_dir, step))
+        return any(not eval_done(eval_path(self.run_dir, step, name), self._pair_sets[name], manifest)
+                   for name in self.benchmarks)
+
+    def _pair_set(self, name: str, pairs: list[Pair]) -> str:
+        if name not in self._pair_sets:  # the <name>_all sets, hashed once when first needed
+            self._pair_sets[name] = pair_set(pairs)
+        return self._pair_sets[name]
 
     def close(self) -> None:
         self.benchmarks = {}
+
+
+def _score_sharded(model, tokenizer, pairs: list[Pair], opts: ScoreOptions) -> Optional[pd.DataFrame]:
+    return score_sharded(model, tokenizer, pairs, batch_size=opts.batch_size, bf16=opts.bf16, device=opts.device)
 
 
 def score_sharded(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64,

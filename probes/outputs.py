@@ -1,21 +1,20 @@
-"""Atomic writers for analysis outputs (tables, figures, text).
-
-Every output is written to a temporary name in its final directory, flushed and fsynced, then
-renamed over the final name: a crash or a full disk leaves either the old file or no file, never a
-half-written one that a later reader would trust. Temporary names start with "." and contain
-".tmp", which readers of run directories ignore.
+"""Analysis outputs (tables, figures, text), each written through the one atomic writer
+(probes.evals.atomic_open): a crash or a full disk leaves either the old file or no file, never a
+half-written one that a later reader would trust.
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 from pathlib import Path
-from typing import IO, Iterator
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from probes.evals.files import atomic_open
+
+__all__ = ["FigureJobs", "atomic_open", "check_output_file", "save_figure", "write_csv", "write_parquet", "write_table",
+           "write_text"]
 
 
 def check_output_file(path: str | Path, flag: str = "--out") -> None:
@@ -31,25 +30,6 @@ def check_output_file(path: str | Path, flag: str = "--out") -> None:
         check_writable(path.parent, flag)
     except NotWritableError as e:
         raise ValueError(f"{flag} {path}: cannot be written ({e})") from None
-
-
-@contextlib.contextmanager
-def atomic_open(path: str | Path, mode: str = "wb") -> Iterator[IO]:
-    """Open a temporary sibling of `path` for writing; rename it to `path` only on success."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        encoding = None if "b" in mode else "utf-8"
-        with os.fdopen(fd, mode, encoding=encoding) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def write_text(path: str | Path, text: str) -> Path:

@@ -39,8 +39,6 @@ earlier slot (they straddle its left boundary). This needs a fast tokenizer (cha
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from typing import Callable, Optional, Sequence
 
@@ -48,13 +46,12 @@ import numpy as np
 import pandas as pd
 import torch
 
+from probes.evals.files import CONVENTION, REGIONS as REGION_NAMES  # defined by the eval contract
 from probes.pairs import Pair
 from train.start_token import scoring_start_id
 
 log = logging.getLogger(__name__)
 
-CONVENTION = "start_token_all_tokens_v2"
-REGION_NAMES = ("prefix", "critical", "suffix")
 # How sentence text is encoded, everywhere ids are compared with the scored ones.
 ENCODE = {"add_special_tokens": False, "split_special_tokens": True}
 
@@ -82,19 +79,6 @@ def sentence_ids(tokenizer, texts: list[str]) -> list[list[int]]:
         return []
     enc = tokenizer(list(texts), **ENCODE)["input_ids"]
     return [[start, *map(int, ids)] for ids in enc]
-
-
-def tokenizer_fingerprint(tokenizer) -> str:
-    """Short hash of what decides the scored ids: vocabulary, start id and the ids of a probe text.
-
-    The probe text mixes scripts and full-width punctuation because normalisation (NFKC turning
-    ``？`` into ``?``) changes ids without changing the vocabulary.
-    """
-    probe = "The cat ran, didn't it? 那个人会做什么？ Ｆｕｌｌ　ｗｉｄｔｈ 123"
-    h = hashlib.sha256()
-    h.update(json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False).encode())
-    h.update(json.dumps(sentence_ids(tokenizer, [probe])).encode())
-    return h.hexdigest()[:16]
 
 
 def _model_device(model) -> torch.device:

@@ -8,33 +8,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from probes.scoring import CONVENTION
+from probes.evals.files import CONVENTION, META_KEY, atomic_open, eval_path, versions
 from train.faults import fault_point
 
-META_KEY = b"syntax_dynamics"
+__all__ = ["META_KEY", "eval_path", "read_pairs", "write_pairs"]
 _REQUIRED = {"step": int, "tokens": int, "benchmark": str, "convention": str}
-# benchmark names become file names: keep them to one safe path component
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-
-
-def _versions() -> dict[str, str]:
-    from importlib import metadata
-
-    out = {}
-    for dist in ("syntax-dynamics", "torch", "transformers", "tokenizers"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
 
 
 def _check_meta(meta: dict, where: str) -> None:
@@ -53,13 +37,13 @@ def write_pairs(df: pd.DataFrame, path: Path, meta: dict) -> None:
     """Write ``df`` to ``path`` atomically with ``meta`` in the schema metadata.
 
     ``convention`` defaults to the current scoring convention and ``versions`` to the installed
-    package versions. The file appears under its final name only when complete: it is written to a
-    hidden ``.<name>.*.tmp`` in the same directory, fsynced and renamed.
+    package versions (probes.evals.eval_meta builds the whole metadata of an eval file). The file
+    appears under its final name only when complete (probes.evals.atomic_open).
     """
     path = Path(path)
     meta = dict(meta)
     meta.setdefault("convention", CONVENTION)
-    meta.setdefault("versions", _versions())
+    meta.setdefault("versions", versions())
     _check_meta(meta, str(path))
     try:
         blob = json.dumps(meta, default=lambda o: str(o) if isinstance(o, os.PathLike) else _bad(o))
@@ -71,27 +55,9 @@ def write_pairs(df: pd.DataFrame, path: Path, meta: dict) -> None:
     schema_meta[META_KEY] = blob.encode()
     table = table.replace_schema_metadata(schema_meta)
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            pq.write_table(table, f)
-            f.flush()
-            os.fsync(f.fileno())
+    with atomic_open(path, "wb") as f:
+        pq.write_table(table, f)
         fault_point("eval_write", meta["step"])  # the crash tests' kill point; nothing otherwise
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    # make the rename itself durable
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 def _bad(o):
@@ -114,14 +80,3 @@ def read_pairs(path: Path) -> tuple[pd.DataFrame, dict]:
         raise ValueError(f"{path}: {META_KEY.decode()!r} metadata is not valid JSON: {e}") from None
     _check_meta(meta, str(path))
     return table.to_pandas(), meta
-
-
-def eval_path(run_dir: Path, step: int, benchmark: str) -> Path:
-    """``<run>/evals/step<N>/<benchmark>.parquet``."""
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-        raise ValueError(f"step must be a non-negative int, got {step!r}")
-    if not _NAME.match(benchmark):
-        raise ValueError(
-            f"benchmark name {benchmark!r} cannot be a file name: use letters, digits, '_', '-', '.'"
-        )
-    return Path(run_dir) / "evals" / f"step{step}" / f"{benchmark}.parquet"

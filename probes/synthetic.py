@@ -17,8 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from probes.evalset import REGIONS
-from probes.scoring import CONVENTION  # planted files read like real ones
+from probes.evals import CONVENTION, REGIONS  # planted files read like real ones
 
 
 def sigmoid_curve(x: np.ndarray, start: float, top: float, mid: float, slope: float) -> np.ndarray:

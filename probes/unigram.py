@@ -140,8 +140,8 @@ def add_to_run(run_dir: Union[str, Path], table: Optional[Union[str, Path]] = No
 
     The unigram table: ``table`` (an authors'-style JSON), else the run's own token store, found from
     its config (data.cache_dir) and the tokenizer saved in its checkpoints."""
+    from probes.evals import list_checkpoints
     from probes.store import read_pairs, write_pairs
-    from train.checkpoint import list_checkpoints
     from train.tokenizer import load_tokenizer
 
     run_dir = Path(run_dir)
@@ -171,9 +171,9 @@ def _run_store(run_dir: Path, ckpt: Path, cache_dir) -> Path:
 
     cfg = OmegaConf.load(run_dir / "config.yaml")
     root = Path(cache_dir or cfg.data.cache_dir).expanduser() / "stores"
-    from train.tokenizer import tokenizer_fingerprint
+    from train.tokenizer import pipeline_fingerprint
 
-    fp_tok = tokenizer_fingerprint(ckpt)
+    fp_tok = pipeline_fingerprint(ckpt)
     found = [meta.parent for meta in sorted(root.glob("*/meta.json"))
              if json.loads(meta.read_text()).get("tokenizer_fingerprint") == fp_tok]
     if len(found) == 1:
@@ -210,14 +210,12 @@ if __name__ == "__main__":
 def final_metrics(runs, **params) -> pd.DataFrame:
     """Per run x benchmark x paradigm at each run's last checkpoint: accuracy under MLP, sum-LP, SLOR
     and MORCELA, from the eval files that carry ulp columns (others are skipped: no unigram table)."""
-    import re
-
+    from probes.evals import step_dirs
     from probes.store import read_pairs
 
     rows = []
     for r in runs:
-        steps = {int(m.group(1)): d for d in (Path(r.path) / "evals").glob("step*")
-                 if (m := re.fullmatch(r"step(\d+)", d.name)) and d.is_dir()}
+        steps = step_dirs(Path(r.path) / "evals")
         if not steps:
             continue
         last = max(steps)

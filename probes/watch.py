@@ -9,48 +9,37 @@ checkpoint, the same files the in-loop probe hook writes, and are idempotent:
 * only directories named ``checkpoints/step<N>`` are read (the trainer assembles a checkpoint
   under ``.tmp-step<N>`` and renames it when whole), and only when ``verify_checkpoint`` finds
   its files;
-* an eval file is done when it exists, holds as many pairs as the benchmark now has and was scored
-  under the current convention (probes/scoring.py); anything
+* an eval file is done when it was scored under the current convention on the pair set now asked
+  for and on the checkpoint now on disk (its manifest hash; ``probes.evals.eval_done``); anything
   else is (re)scored and replaced atomically, so an in-loop file of a per-paradigm sample is
-  replaced by the full set, and a process killed at any point leaves only whole files (and
-  perhaps a hidden ``.<name>.*.tmp`` that every reader ignores) -- a restart continues.
+  replaced by the full set, a checkpoint replaced under its name is probed again, and a process
+  killed at any point leaves only whole files (and perhaps a hidden ``.<name>.*.tmp`` that every
+  reader ignores) -- a restart continues.
 
 ``watch`` polls until the run has finished -- a checkpoint whose ``trainer_state.json`` has
 ``step == total_steps`` exists -- and scores that last checkpoint before it exits.
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-import pyarrow.parquet as pq
-
-from probes.evalset import refresh_cache
+from probes.evals import (IncompleteCheckpointError, ScoreOptions, eval_done, eval_path, evaluate_checkpoint,
+                          ids_fingerprint, list_checkpoints, manifest_hash, pair_set, read_meta,
+                          read_trainer_state, verify_checkpoint)
 from probes.pairs import Pair
-from probes.scoring import CONVENTION
-from probes.store import META_KEY, eval_path
 from train.errors import InputFileError, reading
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class ScoreOptions:
-    batch_size: int = 64
-    device: Optional[str] = None  # None: cuda if available, else cpu
-    bf16: bool = False
-    trust_remote_code: bool = False
+__all__ = ["ScoreOptions", "pending", "run_finished", "score_checkpoint", "score_run", "watch", "whole_checkpoints"]
 
 
 def whole_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     """(step, dir) of every whole checkpoint of a run, by step; temporary and incomplete ones are
     left out (an incomplete one under a final name is logged: the trainer never makes one)."""
-    from train.checkpoint import IncompleteCheckpointError, list_checkpoints, verify_checkpoint
-
     out = []
     for step, child in list_checkpoints(run_dir):
         try:
@@ -60,15 +49,6 @@ def whole_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
             continue
         out.append((step, child))
     return out
-
-
-def read_trainer_state(ckpt_dir: Path) -> dict:
-    f = Path(ckpt_dir) / "trainer_state.json"
-    try:
-        return json.loads(f.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        where = f"at line {e.lineno}: {e.msg}" if isinstance(e, json.JSONDecodeError) else f"({e.reason})"
-        raise InputFileError(f"{f}: invalid JSON {where} (a truncated or damaged file)") from None
 
 
 def check_vocabulary(ckpt_dir: Path, tokenizer, model) -> None:
@@ -81,15 +61,14 @@ def check_vocabulary(ckpt_dir: Path, tokenizer, model) -> None:
 
 def recorded_fingerprint(run_dir: Path, step: int) -> Optional[tuple[str, Path]]:
     """(fingerprint, eval file) of the tokenizer recorded in the run's eval files -- the probe hook
-    writes probes.scoring.tokenizer_fingerprint of the tokenizer training used -- preferring this
+    writes probes.evals.ids_fingerprint of the tokenizer training used -- preferring this
     step's files. Every checkpoint of a run shares that tokenizer."""
     evals = Path(run_dir) / "evals"
     this_step = sorted((evals / f"step{step}").glob("*.parquet"))
     for f in this_step + sorted(p for p in evals.glob("step*/*.parquet") if p not in this_step):
         try:
-            blob = (pq.read_schema(f).metadata or {}).get(META_KEY)
-            recorded = json.loads(blob).get("tokenizer") if blob else None
-        except Exception:  # an unreadable eval file is rescored; it records nothing
+            recorded = read_meta(f).get("tokenizer")
+        except ValueError:  # an unreadable eval file is rescored; it records nothing
             continue
         if recorded:
             return recorded, f
@@ -115,26 +94,13 @@ def run_finished(run_dir: Path) -> bool:
     return False
 
 
-def eval_done(path: Path, n_pairs: int) -> bool:
-    """An eval file that exists, is readable and holds ``n_pairs`` pairs (module docstring)."""
-    if not path.is_file():
-        return False
-    try:
-        blob = (pq.read_schema(path).metadata or {}).get(META_KEY)
-        meta = json.loads(blob) if blob is not None else {}
-        # a file of an older scoring convention is redone: a run's table must not mix conventions
-        return meta.get("n_pairs") == n_pairs and meta.get("convention") == CONVENTION
-    except Exception as e:  # a foreign or damaged file: rescoring replaces it
-        log.warning("%s: unreadable (%s); it will be scored again", path, e)
-        return False
-
-
 def pending(run_dir: Path, benchmarks: dict[str, list[Pair]]) -> list[tuple[int, Path, list[str]]]:
     """(step, checkpoint, benchmark names still to score) for every whole checkpoint with work."""
+    sets = {name: pair_set(pairs) for name, pairs in benchmarks.items()}
     out = []
     for step, ckpt in whole_checkpoints(run_dir):
-        todo = [name for name, pairs in benchmarks.items()
-                if not eval_done(eval_path(run_dir, step, name), len(pairs))]
+        manifest = manifest_hash(ckpt)
+        todo = [name for name in benchmarks if not eval_done(eval_path(run_dir, step, name), sets[name], manifest)]
         if todo:
             out.append((step, ckpt, todo))
     return out
@@ -149,8 +115,6 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
 
     from probes.hook import summary_metrics
     from train.weights import load_causal_lm
-    from probes.scoring import CONVENTION, score_pairs, tokenizer_fingerprint
-    from probes.store import write_pairs
 
     state = read_trainer_state(ckpt_dir)
     device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -161,29 +125,17 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
                  "a truncated or damaged checkpoint: delete it, or rerun training to rewrite it"):
         model = load_causal_lm(ckpt_dir, AutoModelForCausalLM, trust_remote_code=opts.trust_remote_code)
     check_vocabulary(ckpt_dir, tokenizer, model)
-    fingerprint = tokenizer_fingerprint(tokenizer)
+    fingerprint = ids_fingerprint(tokenizer)
     check_fingerprint(run_dir, step, ckpt_dir, fingerprint)
     model.to(device)
+    opts = ScoreOptions(**{**opts.__dict__, "device": device})
     written = []
     for name, pairs in benchmarks.items():
-        t0 = time.perf_counter()
-        df = score_pairs(model, tokenizer, pairs, batch_size=opts.batch_size, device=device,
-                         bf16=opts.bf16)
-        path = eval_path(run_dir, step, name)
-        meta = {
-            "step": int(step), "tokens": int(state.get("tokens", -1)), "benchmark": name,
-            "convention": CONVENTION, "model_dir": str(Path(ckpt_dir).resolve()),
-            "tokenizer": fingerprint, "n_pairs": len(df), "bf16": opts.bf16,
-            "seconds": round(time.perf_counter() - t0, 3),
-        }
-        report = getattr(pairs, "report", None)
-        if report is not None:
-            meta["source"] = report.source
-        write_pairs(df, path, meta)
-        refresh_cache(run_dir, name)
-        acc = summary_metrics(df, name)[f"probe/{name}/acc"]
-        say(f"step{step} {name}: {len(df)} pairs acc_mlp={acc:.4f} -> {path}")
-        written.append(path)
+        ev = evaluate_checkpoint(model, tokenizer, pairs, name=name, step=step, tokens=int(state.get("tokens", -1)),
+                                 ckpt_dir=ckpt_dir, run_dir=run_dir, opts=opts, fingerprint=fingerprint)
+        acc = summary_metrics(ev.df, name)[f"probe/{name}/acc"]
+        say(f"step{step} {name}: {len(ev.df)} pairs acc_mlp={acc:.4f} -> {ev.path}")
+        written.append(ev.path)
     return written
 
 

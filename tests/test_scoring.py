@@ -10,9 +10,9 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
 
+from probes.evals import ids_fingerprint
 from probes.pairs import Pair, Region
-from probes.scoring import (REDUCTIONS, accuracy, bos_id, correct, score_pairs, sentence_ids,
-                            token_logprobs, tokenizer_fingerprint)
+from probes.scoring import REDUCTIONS, accuracy, bos_id, correct, score_pairs, sentence_ids, token_logprobs
 
 WORDS = "the a cat cats dog dogs runs run sees see who that and . ,".split()
 
@@ -179,8 +179,8 @@ def test_accuracy_is_strict():
         accuracy(df.iloc[:0])
 
 def test_fingerprint_tracks_vocabulary(tok):
-    assert tokenizer_fingerprint(tok) == tokenizer_fingerprint(tiny_tokenizer())
-    assert tokenizer_fingerprint(tok) != tokenizer_fingerprint(tiny_tokenizer(bos=False))
+    assert ids_fingerprint(tok) == ids_fingerprint(tiny_tokenizer())
+    assert ids_fingerprint(tok) != ids_fingerprint(tiny_tokenizer(bos=False))
 
 
 def test_prefix_nodes_share_equal_prefixes():

@@ -11,7 +11,7 @@ import sentencepiece as spm
 import transformers
 
 from train.start_token import read_record
-from train.tokenizer import TokenizerConfig, load_tokenizer, prepare_tokenizer, tokenizer_fingerprint
+from train.tokenizer import TokenizerConfig, load_tokenizer, prepare_tokenizer, pipeline_fingerprint
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared data folder {SHARED} is absent")
@@ -94,11 +94,11 @@ def test_directory_reloads_and_specials(trained):
     # decoding returns the NFKC-normalised text, as sentencepiece does (？ -> ?)
     assert tok.decode(tok(s, add_special_tokens=False)["input_ids"]) == sp.decode(sp.encode(s)) == s.replace("？", "?")
     # cached: a second call returns the same directory without retraining
-    fp = tokenizer_fingerprint(path)
+    fp = pipeline_fingerprint(path)
     mtime = (path / "tokenizer.json").stat().st_mtime_ns
     again = prepare_tokenizer(cfg, docs, "test-corpus", cache)
     assert again == path and (path / "tokenizer.json").stat().st_mtime_ns == mtime
-    assert tokenizer_fingerprint(again) == fp
+    assert pipeline_fingerprint(again) == fp
     assert not [p for p in path.parent.iterdir() if p.name.startswith(".")]  # no temporary left
 
 
@@ -119,7 +119,7 @@ def test_control_and_byte_piece_spellings_and_checkpoint_copy(tmp_path, model_ty
     tok.save_pretrained(str(tmp_path / "ckpt"))
     copy = load_tokenizer(tmp_path / "ckpt")
     assert copy(texts, add_special_tokens=False)["input_ids"] == sp.encode(texts)
-    assert tokenizer_fingerprint(tmp_path / "ckpt") == tokenizer_fingerprint(path)
+    assert pipeline_fingerprint(tmp_path / "ckpt") == pipeline_fingerprint(path)
     with pytest.raises(ValueError, match="tokenizer.vocab_size=5"):
         prepare_tokenizer(TokenizerConfig(vocab_size=5), docs, "words", tmp_path)
 
@@ -139,4 +139,4 @@ def test_pretrained_dir_is_used_as_is(trained, tmp_path):
     path = trained[0]
     got = prepare_tokenizer(TokenizerConfig(kind="pretrained", path=str(path)), trained[2], "c", tmp_path)
     assert got == path.resolve()
-    assert tokenizer_fingerprint(got) == tokenizer_fingerprint(path)
+    assert pipeline_fingerprint(got) == pipeline_fingerprint(path)

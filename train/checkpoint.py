@@ -18,70 +18,25 @@ import hashlib
 import json
 import os
 import pickle
-import re
 import shutil
 from pathlib import Path
 from typing import Optional
 
 import torch
 
+# The names, files and writers of the contract probes read checkpoints by (the checkpoint directory
+# rule, manifest, trainer state, the atomic writer): defined once in probes.evals, used here.
+from probes.evals.files import (MANIFEST, REQUIRED_FILES, CorruptCheckpointError, IncompleteCheckpointError,
+                                atomic_open, checkpoint_dir, fsync_tree, list_checkpoints, read_manifest,
+                                read_trainer_state, verify_checkpoint, write_json_atomic, write_text_atomic)
 from train.faults import fault_point
 from train.start_token import write_record
 
-REQUIRED_FILES = ("config.json", "model.safetensors", "trainer_state.json")
-MANIFEST = "manifest.json"
-_STEP_DIR = re.compile(r"^step(\d+)$")
-
-
-class IncompleteCheckpointError(RuntimeError):
-    pass
-
-
-class CorruptCheckpointError(RuntimeError):
-    """A file of a checkpoint is not the one its manifest recorded (damaged, replaced or unlisted)."""
-
-
-def checkpoint_dir(run_dir: Path, step: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"step{step}"
-
-
-def fsync_tree(path: Path) -> None:
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            with open(os.path.join(root, name), "rb") as f:
-                os.fsync(f.fileno())
-        fd = os.open(root, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Readers see the old file or the whole new one, never a torn write (temporary name, fsync, rename)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True))
-
-
-def verify_checkpoint(path: Path) -> None:
-    """Raises IncompleteCheckpointError naming the directory and what is missing."""
-    path = Path(path)
-    if not path.is_dir():
-        raise IncompleteCheckpointError(f"checkpoint {path} does not exist")
-    missing = [f for f in REQUIRED_FILES if not (path / f).is_file()]
-    if missing:
-        raise IncompleteCheckpointError(
-            f"checkpoint {path} is incomplete: missing {', '.join(missing)} "
-            f"(delete the directory to let the run rewrite it)")
+read_state = read_trainer_state  # the name train/ and its tests use
+__all__ = ["MANIFEST", "REQUIRED_FILES", "CorruptCheckpointError", "IncompleteCheckpointError", "checkpoint_dir",
+           "latest_resumable", "list_checkpoints", "load_rng", "prune_resume_states", "read_manifest",
+           "read_state", "refuse_unsafe_pickles", "save_checkpoint", "sha256_file", "verify_checkpoint",
+           "verify_manifest", "weights_to_bf16", "write_json_atomic", "write_manifest", "write_text_atomic"]
 
 
 def sha256_file(path: Path) -> str:
@@ -113,20 +68,6 @@ def write_manifest(path: Path, state: dict, param_count: int) -> dict:
     return manifest
 
 
-def read_manifest(path: Path) -> Optional[dict]:
-    """The checkpoint's manifest, or None for a checkpoint written before manifests existed."""
-    f = Path(path) / MANIFEST
-    if not f.is_file():
-        return None
-    try:
-        manifest = json.loads(f.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CorruptCheckpointError(f"{f} is not valid JSON ({e}): the checkpoint cannot be verified") from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
-        raise CorruptCheckpointError(f"{f} has no 'files' table: the checkpoint cannot be verified")
-    return manifest
-
-
 def verify_manifest(path: Path, manifest: dict) -> None:
     """Every listed file exists with its recorded sha256, and every file (resume/ included) is listed.
 
@@ -150,26 +91,25 @@ def verify_manifest(path: Path, manifest: dict) -> None:
 
 
 def _drop_from_manifest(path: Path, prefix: str = "", updates: Optional[dict] = None) -> None:
-    """Rewrites the manifest without the entries under `prefix` and with `updates` (name -> sha256)."""
+    """Rewrites the manifest without the entries under `prefix` and with `updates` (name -> sha256).
+    An updated file is recorded under ``derived`` as made from the file it replaces, so the eval
+    contract's manifest_hash sees the same checkpoint (probes.evals.manifest_hash)."""
     manifest = read_manifest(path)
     if manifest is None:
         return
     files = {k: v for k, v in manifest["files"].items() if not (prefix and k.startswith(prefix))}
-    files.update(updates or {})
-    write_json_atomic(Path(path) / MANIFEST, {**manifest, "files": files})
-
-
-def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """Whole checkpoints by step; temporary directories are not checkpoints."""
-    root = Path(run_dir) / "checkpoints"
-    if not root.is_dir():
-        return []
-    found = []
-    for child in root.iterdir():
-        m = _STEP_DIR.match(child.name)
-        if m and child.is_dir():
-            found.append((int(m.group(1)), child))
-    return sorted(found)
+    derived = dict(manifest.get("derived") or {})
+    for rel, digest in (updates or {}).items():
+        before = files.get(rel)
+        if before is not None and before != digest:
+            prior = derived.get(rel, {})
+            # a file rewritten twice still stands for the one the checkpoint was written with
+            derived[rel] = {"sha256": digest, "from": prior["from"] if prior.get("sha256") == before else before}
+        files[rel] = digest
+    out = {**manifest, "files": files}
+    if derived:
+        out["derived"] = derived
+    write_json_atomic(Path(path) / MANIFEST, out)
 
 
 def latest_resumable(run_dir: Path) -> Optional[Path]:
@@ -178,11 +118,6 @@ def latest_resumable(run_dir: Path) -> Optional[Path]:
             verify_checkpoint(path)
             return path
     return None
-
-
-def read_state(path: Path) -> dict:
-    with open(Path(path) / "trainer_state.json") as f:
-        return json.load(f)
 
 
 def save_checkpoint(run_dir: Path, step: int, engine, tokenizer, state: dict, dist, *,
@@ -243,7 +178,7 @@ def weights_to_bf16(path: Path) -> None:
     updated last and marks the work done, so a crash in between is redone by the next call. Resume
     checkpoints keep fp32 weights: the run continues from them exactly."""
     from safetensors import safe_open
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     config_path = Path(path) / "config.json"
     config = json.loads(config_path.read_text())
@@ -254,11 +189,8 @@ def weights_to_bf16(path: Path) -> None:
         metadata = f.metadata()
         tensors = {k: f.get_tensor(k) for k in f.keys()}
     tensors = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in tensors.items()}
-    tmp = weights.with_name(f".{weights.name}.tmp")
-    save_file(tensors, tmp, metadata=metadata)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, weights)
+    with atomic_open(weights, "wb") as f:
+        f.write(save(tensors, metadata=metadata))
     config["dtype"] = "bfloat16"
     text = json.dumps(config, indent=2, sort_keys=True)
     # The manifest learns both new files before config.json marks the work done: a crash in between

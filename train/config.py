@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from probes.hook import ProbesConfig
+from probes.evals import ProbesConfig  # the light eval contract: no probe module loads with the schema
 from train.corpus import DataConfig
 from train.engine import EngineConfig
 from train.errors import ConfigError
@@ -46,14 +46,13 @@ class TrainConfig:
     max_skipped_batches: int = 0
 
     def __post_init__(self):
+        # Checks across sections (each section checks its own keys in its own __post_init__). One
+        # method: a second __post_init__ in a class body silently replaces the first.
         if self.max_skipped_batches < 0:
             raise ValueError(f"max_skipped_batches must be >= 0, got {self.max_skipped_batches}")
         if self.max_skipped_batches and self.engine.kind != "torch":
             raise ValueError(f"max_skipped_batches={self.max_skipped_batches} needs engine.kind=torch: "
                              f"DeepSpeed applies the update before the grad norm is known")
-
-    def __post_init__(self):
-        # Checks across sections (each section checks its own keys in its own __post_init__).
         if self.data.seq_len is not None and self.data.seq_len > self.model.max_position_embeddings:
             raise ConfigError(f"data.seq_len={self.data.seq_len} is larger than model.max_position_embeddings="
                               f"{self.model.max_position_embeddings}: positions beyond it have no embedding")

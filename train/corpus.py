@@ -18,7 +18,7 @@ from typing import Optional
 
 import datasets
 
-from probes.grammar import GrammarConfig
+from probes.evals import GrammarConfig
 from train.errors import InputFileError
 
 _EXTENSIONS = {"text": (".txt", ".text"), "jsonl": (".jsonl", ".json"), "parquet": (".parquet",)}
@@ -52,9 +52,9 @@ def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
     config), so an edited file or a different generator setting gives a new token store.
     """
     if cfg.source == "grammar":
-        from probes import grammar  # the generator's module, resolved at call time
+        from probes.evals import grammar_documents
 
-        docs = [d for d in grammar.corpus_documents(cfg.grammar) if d.strip()]
+        docs = [d for d in grammar_documents(cfg.grammar) if d.strip()]
         if not docs:
             raise ValueError(f"data.grammar {asdict(cfg.grammar)} produced no documents")
         ident = json.dumps({"source": "grammar", "grammar": asdict(cfg.grammar)}, sort_keys=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from train.checkpoint import write_text_atomic
+from probes.evals import write_text_atomic
 
 
 @dataclass

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -20,8 +19,9 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from train.checkpoint import (latest_resumable, list_checkpoints, load_rng, prune_resume_states,
-                              read_manifest, read_state, save_checkpoint, verify_manifest)
+from probes.evals import probe_hooks, read_trainer_state, versions, write_curves, write_text_atomic
+from train.checkpoint import (latest_resumable, list_checkpoints, load_rng, prune_resume_states, read_manifest,
+                              save_checkpoint, verify_manifest)
 from train.config import TrainConfig, config_hash, trajectory_diff
 from train.corpus import load_documents
 from train.engine import RESUME_HINT, build_engine, init_distributed
@@ -38,7 +38,7 @@ from train.sequences import SequenceStream
 from train.slurm import export_distributed_env
 from train.start_token import RECORD, document_tokens, read_record
 from train.token_store import build_or_load
-from train.tokenizer import load_tokenizer, prepare_tokenizer, tokenizer_fingerprint
+from train.tokenizer import load_tokenizer, pipeline_fingerprint, prepare_tokenizer
 
 
 class NonFiniteError(RuntimeError):
@@ -62,7 +62,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
     resumed = None
     if resume_from is not None:
         with reading(resume_from / "trainer_state.json", "the trainer state", RESUME_HINT.format(resume_from)):
-            resumed = read_state(resume_from)
+            resumed = read_trainer_state(resume_from)
     dist.barrier()
     if dist.main:
         if resumed is not None:
@@ -124,7 +124,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
                  "attn_implementation": engine.module.config._attn_implementation,
                  "gradient_checkpointing": engine.module.is_activation_checkpointing,
                  "compile": cfg.engine.compile, "wandb_run_id": logger.run_id, "time": time.time(),
-                 "versions": _versions(), "preempted": not scheduled, "skipped_steps": skipped,
+                 "versions": versions(), "preempted": not scheduled, "skipped_steps": skipped,
                  "config_hash": run_hash, "config": resolved}
         with writing(run_dir / "checkpoints"):  # a full disk is named with the file it cut short
             path = save_checkpoint(run_dir, step, engine, tokenizer, state, dist, with_resume=True)
@@ -154,7 +154,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
                       flush=True)
             # the resumed checkpoint's weights are the engine's; an older one is read from disk
             model = engine.module if step == current else _load_weights(path, dist)
-            tokens = read_state(path)["tokens"]
+            tokens = read_trainer_state(path)["tokens"]
             metrics = run_hooks(hooks, path, step, tokens, model)
             if dist.main and step not in logged_steps(logger.path, "checkpoint"):
                 logger.log({"tokens": tokens, **metrics}, step, event="checkpoint")
@@ -212,9 +212,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         _destroy_group(dist)
         preempt.exit(done)  # raises: the process exits for requeue
     if dist.main and cfg.curves_at_end and cfg.probes.enabled:
-        from probes.curves import main as curves_main
-
-        curves_main([str(run_dir), "--out", str(run_dir / "curves")])
+        write_curves(run_dir)
     _destroy_group(dist)
     return run_dir
 
@@ -222,21 +220,8 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
 def _build_hooks(cfg: TrainConfig, tokenizer, run_dir: Path, total_steps: int | None = None,
                  store=None) -> list:
     """On every rank: the probe hook shards the pairs across ranks and rank 0 writes the files."""
-    if not cfg.probes.enabled:
-        return []
-    from probes.hook import ProbeHook
-
-    unigram = None
-    if cfg.probes.unigram and store is not None:  # SLOR / MORCELA need the corpus's own unigram counts
-        from probes.unigram import from_token_store
-
-        unigram = (from_token_store(store.path, len(tokenizer)), f"token_store:{store.path.name}")
-    hooks = [ProbeHook(cfg.probes, tokenizer, run_dir, final_step=total_steps, unigram=unigram)]
-    if cfg.probes.syntax_qa.enabled:
-        from probes.syntaxqa.hook import SyntaxQAHook
-
-        hooks.append(SyntaxQAHook(cfg.probes.syntax_qa, tokenizer, run_dir))
-    return hooks
+    return probe_hooks(cfg.probes, tokenizer, run_dir, final_step=total_steps,
+                       token_store=None if store is None else store.path)
 
 
 def _nonfinite(cfg: TrainConfig, step: int, loss: float, grad_norm: float, skipped: list[int],
@@ -308,7 +293,7 @@ def _check_run_dir(cfg: TrainConfig, resolved: dict, run_hash: str, run_dir: Pat
         return path
     if manifest.get("config_hash") != run_hash:
         try:  # the saved config names what changed (trainer_state.json is verified below, not yet)
-            saved = read_state(path).get("config")
+            saved = read_trainer_state(path).get("config")
         except (OSError, ValueError):
             saved = None
         diffs = trajectory_diff(saved, resolved) if isinstance(saved, dict) else []
@@ -324,7 +309,7 @@ def _check_resume_tokenizer(ckpt: Path, tokenizer_dir: Path, start_id: int) -> N
     """Resume only with the ids and the start token the run was trained with: this code builds
     another tokenizer for the same config than code before tokenizer format 2 did."""
     record = read_record(ckpt) or {}
-    if tokenizer_fingerprint(ckpt) != tokenizer_fingerprint(tokenizer_dir) or record.get("start_token_id") != start_id:
+    if pipeline_fingerprint(ckpt) != pipeline_fingerprint(tokenizer_dir) or record.get("start_token_id") != start_id:
         raise ValueError(
             f"{ckpt}: its tokenizer or start token ({RECORD}: {record.get('start_token')!r}) differs from what "
             f"this code prepares for the run's config ({tokenizer_dir}, start id {start_id}); resuming would "
@@ -333,21 +318,5 @@ def _check_resume_tokenizer(ckpt: Path, tokenizer_dir: Path, start_id: int) -> N
 
 
 def _write_config(run_dir: Path, resolved: dict) -> None:
-    from train.checkpoint import write_text_atomic
-
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(resolved)))
-
-
-def _versions() -> dict:
-    import transformers
-
-    versions = {"python": platform.python_version(), "torch": torch.__version__,
-                "transformers": transformers.__version__}
-    try:  # the installed version, without importing deepspeed (seconds) into a torch-engine run
-        from importlib.metadata import PackageNotFoundError, version
-
-        versions["deepspeed"] = version("deepspeed")
-    except PackageNotFoundError:
-        pass
-    return versions

@@ -22,10 +22,10 @@ Deliberately free of heavy imports: probes imports it too.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Optional
+
+from probes.evals.files import read_trainer_state, write_json_atomic
 
 RECORD = "start_token.json"
 
@@ -46,13 +46,7 @@ def write_record(directory: Path, tokenizer) -> None:
     start, end = document_tokens(tokenizer)
     record = {"start_token": tokenizer.convert_ids_to_tokens(start), "start_token_id": start,
               "end_token": None if end is None else tokenizer.convert_ids_to_tokens(end), "end_token_id": end}
-    directory = Path(directory)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{RECORD}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(record, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, directory / RECORD)
+    write_json_atomic(Path(directory) / RECORD, record)
 
 
 def read_record(directory: Path) -> Optional[dict]:
@@ -88,7 +82,7 @@ def scoring_start_id(tokenizer, directory: Optional[Path] = None) -> int:
 def _legacy_checkpoint(directory: Path) -> bool:
     """A checkpoint of this project without a record (HF Trainer's trainer_state.json lacks these keys)."""
     try:
-        state = json.loads((directory / "trainer_state.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        state = read_trainer_state(directory, missing_ok=True)
+    except (OSError, ValueError):
         return False
-    return isinstance(state, dict) and {"tokens_per_step", "seq_len"} <= state.keys()
+    return {"tokens_per_step", "seq_len"} <= state.keys()

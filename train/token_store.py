@@ -24,8 +24,9 @@ import datasets
 import numpy as np
 from tqdm.auto import tqdm
 
+from probes.evals import fsync_tree
 from train.errors import InputFileError, reading
-from train.tokenizer import load_tokenizer, tokenizer_fingerprint
+from train.tokenizer import load_tokenizer, pipeline_fingerprint
 
 _CHUNK_DOCS = 10_000  # documents per write: memory stays flat however large the corpus
 # Part of the store fingerprint: bumped when the same tokenizer would encode the corpus differently
@@ -65,7 +66,7 @@ class TokenStore:
 
 
 def store_fingerprint(corpus_id: str, tokenizer_dir: Path) -> str:
-    key = f"{corpus_id}\0{tokenizer_fingerprint(tokenizer_dir)}\0encoding={_ENCODING}"
+    key = f"{corpus_id}\0{pipeline_fingerprint(tokenizer_dir)}\0encoding={_ENCODING}"
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -131,7 +132,7 @@ def _build(docs: datasets.Dataset, tokenizer_dir: Path, corpus_id: str, fp: str,
     arr.flush()
     del arr
     _finish(out, offsets, dtype, {"fingerprint": fp, "vocab_size": len(tok),
-                                  "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer_dir),
+                                  "pipeline_fingerprint": pipeline_fingerprint(tokenizer_dir),
                                   "tokenizer_dir": str(tokenizer_dir), "corpus_id": corpus_id})
 
 
@@ -163,6 +164,4 @@ def _finish(out: Path, offsets: np.ndarray, dtype: np.dtype, meta: dict) -> None
         np.save(f, offsets)
     meta = {**meta, "n_tokens": int(offsets[-1]), "n_docs": len(offsets) - 1, "dtype": np.dtype(dtype).name}
     (out / "meta.json").write_text(json.dumps(meta, indent=2))
-    for name in ("tokens.bin", "offsets.npy", "meta.json"):
-        with open(out / name, "rb+") as f:
-            os.fsync(f.fileno())
+    fsync_tree(out)

@@ -38,6 +38,7 @@ from typing import Optional
 import datasets
 import transformers
 
+from probes.evals import fsync_tree
 from train.errors import InputFileError
 from train.start_token import write_record
 
@@ -101,7 +102,7 @@ def prepare_tokenizer(cfg: TokenizerConfig, docs: datasets.Dataset, corpus_id: s
         hf.save_pretrained(str(tmp))
         write_record(tmp, hf)
         (tmp / "training_config.json").write_text(json.dumps({"corpus_id": corpus_id, **asdict(cfg)}, indent=2))
-        _fsync_dir_files(tmp)
+        fsync_tree(tmp)
         try:
             os.replace(tmp, final)  # a directory appears under its final name only when complete
         except OSError:
@@ -152,8 +153,10 @@ def load_tokenizer(path: Path) -> transformers.PreTrainedTokenizerBase:
     return transformers.AutoTokenizer.from_pretrained(str(path))
 
 
-def tokenizer_fingerprint(path: Path) -> str:
-    """Hash of what decides the ids: the backend pipeline and the special tokens.
+def pipeline_fingerprint(path: Path) -> str:
+    """Hash of what decides the ids: the backend pipeline and the special tokens (the token store's
+    cache key, and what a resume must agree on). Eval files record another hash,
+    probes.evals.ids_fingerprint: the ids the scorer sees.
 
     Computed from the loaded tokenizer rather than the files, so the directory and the copy that a
     checkpoint writes with save_pretrained (which drops tokenizer.model and rewrites the config) agree.
@@ -311,9 +314,3 @@ def _bpe_model(proto, normal, models):
 def _hash_text(s: str) -> str:
     return hashlib.sha256(s.encode()).hexdigest()
 
-
-def _fsync_dir_files(d: Path) -> None:
-    for f in d.iterdir():
-        if f.is_file():
-            with open(f, "rb+") as fh:
-                os.fsync(fh.fileno())

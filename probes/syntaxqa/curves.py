@@ -7,7 +7,6 @@ random-guess scores (``rand_acc``, ``rand_f1``), read as four small columns.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -16,7 +15,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from probes.curves import colors, finish_legend, new_figure, plot_line, token_axis
-from probes.evalfile import META_KEY
+from probes.evals import read_meta
 from probes.evalset import log_tokens
 from probes.outputs import save_figure, write_csv
 from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS
@@ -57,7 +56,7 @@ def syntax_qa_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = N
     rows = []
     for run, name in zip(run_dirs, names):
         for path in sorted((run / "evals").glob(f"step*/{BENCHMARK}.parquet")):
-            meta = json.loads(pq.read_schema(path).metadata[META_KEY])
+            meta = read_meta(path)
             at = {"run": name, "step": meta["step"], "tokens": meta["tokens"]}
             for key, value in (meta.get("summary") or {}).items():
                 kp, _, metric = key.rpartition("/")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from probes.store import eval_path
-from probes.syntaxqa.score import BENCHMARK, SyntaxQAConfig, build_items_and_reports, score_items, write_items
+from probes.evals import checkpoint_dir, eval_done, eval_path, manifest_hash, pair_set
+from probes.syntaxqa.score import (BENCHMARK, SyntaxQAConfig, build_items_and_reports, evaluate_items, item_key,
+                                   summarize)
 
 
 class SyntaxQAHook:
@@ -15,28 +16,28 @@ class SyntaxQAHook:
         self.items, self.reports = build_items_and_reports(cfg)
         if not self.items:
             raise ValueError(f"probes.syntax_qa: no items from sources {cfg.sources}")
+        self.pair_set = pair_set(self.items, item_key)
 
     def post_checkpoint_saved(self, ckpt_dir: Path, step: int, tokens: int, model) -> dict[str, float]:
         import torch.distributed as torch_dist
 
         if torch_dist.is_available() and torch_dist.is_initialized() and torch_dist.get_rank() != 0:
             return {}  # rank 0 asks the questions; the items are few next to minimal-pair benchmarks
-        path = eval_path(self.run_dir, step, BENCHMARK)
-        if path.exists():  # a resumed run does not redo a finished checkpoint
-            return {}
+        if eval_done(eval_path(self.run_dir, step, BENCHMARK), self.pair_set, manifest_hash(ckpt_dir)):
+            return {}  # a resumed run does not redo a finished checkpoint
         was_training = model.training
         model.eval()
         try:
-            df = score_items(model, self.tokenizer, self.items, self.cfg)
+            ev = evaluate_items(model, self.tokenizer, self.items, self.cfg, self.reports, step=step, tokens=tokens,
+                                ckpt_dir=ckpt_dir, run_dir=self.run_dir)
         finally:
             model.train(was_training)
-        summary = write_items(df, path, step=step, tokens=tokens, model_dir=ckpt_dir, tokenizer=self.tokenizer,
-                              cfg=self.cfg, reports=self.reports)
-        return {f"probe/{BENCHMARK}/{k}": v for k, v in summary.items()
+        return {f"probe/{BENCHMARK}/{k}": v for k, v in summarize(ev.df).items()
                 if not math.isnan(v) and not k.endswith("n_items")}
 
     def missing(self, step: int) -> bool:
-        return not eval_path(self.run_dir, step, BENCHMARK).exists()
+        return not eval_done(eval_path(self.run_dir, step, BENCHMARK), self.pair_set,
+                             manifest_hash(checkpoint_dir(self.run_dir, step)))
 
     def close(self) -> None:
         pass

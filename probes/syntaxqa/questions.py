@@ -18,9 +18,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from probes.syntaxqa.metrics import exact_match, strict_f1
-from probes.syntaxqa.records import KNOWLEDGE_POINTS, Fact
-
-QUESTION_TYPES: tuple[str, ...] = ("TF", "MC", "FITB")
+from probes.syntaxqa.records import KNOWLEDGE_POINTS, QUESTION_TYPES, Fact
 LETTERS = ("A", "B", "C", "D")
 TF_VARIANTS = ("pos-True", "pos-False", "neg-True", "neg-False")
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 BENCHMARK = "syntax_qa"  # the name of its eval files: evals/step<N>/syntax_qa.parquet
 # The nine knowledge points, in the order of the paper's tables.
 KNOWLEDGE_POINTS: tuple[str, ...] = ("GS", "SC", "DO", "IO", "MVP", "ADJ", "ADV", "CO", "PPA")
+# true/false, multiple choice, fill-in-the-blank (probes.syntaxqa.questions renders them)
+QUESTION_TYPES: tuple[str, ...] = ("TF", "MC", "FITB")
 
 KP_NAMES: dict[str, str] = {
     "GS": "grammatical subject",

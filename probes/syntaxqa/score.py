@@ -23,52 +23,21 @@ import json
 import math
 import random
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
+from probes.evals import SyntaxQAConfig
 from probes.syntaxqa import prompts as P
 from probes.syntaxqa.items import SourceReport, collect_facts
 from probes.syntaxqa.metrics import exact_match, overall_accuracy, strict_f1
 from probes.syntaxqa.questions import QUESTION_TYPES, Item, balanced_sample, candidates, render, statistics_table
 from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS
 
-
-@dataclass
-class SyntaxQAConfig:
-    enabled: bool = False  # in-loop: probe every checkpoint (probes.syntax_qa.enabled=true)
-    sources: list[str] = field(default_factory=list)  # .mrg / .conllu files or directories of them
-    knowledge_points: list[str] = field(default_factory=lambda: list(KNOWLEDGE_POINTS))
-    question_types: list[str] = field(default_factory=lambda: list(QUESTION_TYPES))
-    k_per_tuple: int = 5  # items per (question type, knowledge point, answer category)
-    seed: int = 0  # sampling, distractors, option order, exemplars
-    shots: int = 0  # few-shot exemplars per prompt (same knowledge point and type)
-    shot_seeds: int = 3  # few-shot only: exemplar sets per item, scores averaged
-    max_items: Optional[int] = None  # cost cap after balanced sampling (keeps the balance)
-    max_sentences: Optional[int] = None  # read at most this many sentences per source
-    generate: bool = True  # False skips fill-in-the-blank generation (cheap in-loop runs; OA is then NaN)
-    max_new_tokens: int = 32
-    batch_size: int = 16
-
-    def __post_init__(self) -> None:
-        if self.enabled and not self.sources:
-            raise ValueError("syntax_qa.sources is empty: name .mrg/.conllu files or directories to ask about")
-        bad_kp = [k for k in self.knowledge_points if k not in KNOWLEDGE_POINTS]
-        if bad_kp:
-            raise ValueError(f"syntax_qa.knowledge_points: unknown {bad_kp}; choose from {list(KNOWLEDGE_POINTS)}")
-        bad_t = [t for t in self.question_types if t not in QUESTION_TYPES]
-        if bad_t:
-            raise ValueError(f"syntax_qa.question_types: unknown {bad_t}; choose from {list(QUESTION_TYPES)}")
-        for key in ("k_per_tuple", "batch_size", "max_new_tokens", "shot_seeds"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"syntax_qa.{key} must be >= 1, got {getattr(self, key)}")
-        if self.shots < 0:
-            raise ValueError(f"syntax_qa.shots must be >= 0, got {self.shots}")
-        if self.max_items is not None and self.max_items < 1:
-            raise ValueError(f"syntax_qa.max_items must be >= 1 or null, got {self.max_items}")
+__all__ = ["SyntaxQAConfig", "build_items", "evaluate_items", "score_items", "summarize", "write_items"]
 
 
 # ---------------------------------------------------------------- items
@@ -311,23 +280,42 @@ def summarize(df: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def item_key(item) -> tuple:
+    """What identifies an item in the pair set of a syntax_qa eval file (an Item, or one of its rows:
+    rows planted by tests may lack some of these columns)."""
+    return tuple(getattr(item, k, None) for k in ("item_id", "sentence", "question", "answer"))
+
+
+def _describe(df: pd.DataFrame, cfg: SyntaxQAConfig, reports: list[SourceReport]) -> dict:
+    return {"kind": "syntax_qa_items", "config": asdict(cfg),
+            "summary": {k: (None if math.isnan(v) else v) for k, v in summarize(df).items()},
+            "sources": [{"source": r.source, "sentences": r.sentences, "facts": r.facts, "errors": r.errors[:20],
+                         "n_errors": len(r.errors), "empty": r.empty} for r in reports]}
+
+
+def evaluate_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, reports: list[SourceReport], *,
+                   step: int, tokens: int, ckpt_dir: Optional[Path], run_dir: Optional[Path] = None,
+                   out: Optional[Path] = None, device=None):
+    """Score `items` and write them as ``evals/step<N>/syntax_qa.parquet`` of `run_dir` (or `out`) through
+    probes.evals.evaluate_checkpoint: the metadata of every eval file, plus config, summary and sources."""
+    from probes.evals import ScoreOptions, evaluate_checkpoint
+
+    return evaluate_checkpoint(
+        model, tokenizer, items, name=BENCHMARK, step=step, tokens=tokens, ckpt_dir=ckpt_dir, run_dir=run_dir,
+        out=out, opts=ScoreOptions(batch_size=cfg.batch_size, device=device), key=item_key,
+        score=lambda m, tok, its, opts: score_items(m, tok, its, cfg, device=opts.device),
+        describe=lambda df: _describe(df, cfg, reports), cache=False)  # items, not minimal pairs
+
+
 def write_items(df: pd.DataFrame, path: Path, *, step: int, tokens: int, model_dir: Path, tokenizer,
                 cfg: SyntaxQAConfig, reports: list[SourceReport]) -> dict[str, float]:
-    """Per-item rows to ``path`` (atomic, self-describing like every eval file); returns the summary."""
-    from probes.scoring import CONVENTION, tokenizer_fingerprint
-    from probes.store import write_pairs
+    """Per-item rows already scored to ``path``, with the metadata evaluate_items writes; returns the summary."""
+    from probes.evals import evaluate_checkpoint
 
-    summary = summarize(df)
-    meta = {
-        "step": int(step), "tokens": int(tokens), "benchmark": BENCHMARK, "kind": "syntax_qa_items",
-        "convention": CONVENTION, "model_dir": str(Path(model_dir).resolve()),
-        "tokenizer": tokenizer_fingerprint(tokenizer), "config": asdict(cfg),
-        "summary": {k: (None if math.isnan(v) else v) for k, v in summary.items()},
-        "sources": [{"source": r.source, "sentences": r.sentences, "facts": r.facts, "errors": r.errors[:20],
-                     "n_errors": len(r.errors), "empty": r.empty} for r in reports],
-    }
-    write_pairs(df, path, meta)
-    return summary
+    evaluate_checkpoint(None, tokenizer, list(df.itertuples(index=False)), name=BENCHMARK, step=step,
+                        tokens=tokens, ckpt_dir=model_dir, out=path, key=item_key, score=lambda *_: df,
+                        describe=lambda d: _describe(d, cfg, reports))
+    return summarize(df)
 
 
 # ---------------------------------------------------------------- CLI
@@ -388,11 +376,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except WeightsMismatchError as e:
         print(f"error: --model {e}", file=sys.stderr)
         return 2
-    df = score_items(model, tokenizer, items, cfg, device=device)
-    state_file = args.model / "trainer_state.json"
-    state = json.loads(state_file.read_text()) if state_file.is_file() else {}
-    summary = write_items(df, args.out, step=int(state.get("step", -1)), tokens=int(state.get("tokens", -1)),
-                          model_dir=args.model, tokenizer=tokenizer, cfg=cfg, reports=reports)
+    from probes.evals import read_trainer_state
+
+    try:
+        state = read_trainer_state(args.model, missing_ok=True)  # {}: a model directory not trained here
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    ev = evaluate_items(model, tokenizer, items, cfg, reports, step=int(state.get("step", -1)),
+                        tokens=int(state.get("tokens", -1)), ckpt_dir=args.model, out=args.out, device=device)
+    df, summary = ev.df, summarize(ev.df)
     print(statistics_table(items).to_string())
     print(json.dumps({k: round(v, 4) for k, v in summary.items() if "/" not in k}))
     print(f"{BENCHMARK}: {len(df)} items -> {args.out}")
