@@ -67,9 +67,10 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
             "has finished")
     p = argparse.ArgumentParser(
         prog=f"python -m probes {command}",
-        description=f"{what} into RUN_DIR/evals/step<N>/<benchmark>.parquet. A file that exists "
-                    f"with the benchmark's pair count is never redone (so a killed job can be "
-                    f"restarted); only checkpoints/step<N> directories with every file are read.")
+        description=f"{what} into RUN_DIR/evals/step<N>/<benchmark>.parquet. A file that holds "
+                    f"the same pairs scored on the same checkpoint (its manifest hash) is never redone "
+                    f"(so a killed job can be restarted); only checkpoints/step<N> directories with "
+                    f"every file are read.")
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("--benchmark", required=True, action="append", metavar="NAME_OR_PATH",
                    help="a benchmark name or file/folder; repeat for several")

@@ -14,7 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from probes.evals.files import CONVENTION, META_KEY, atomic_open, eval_path, versions
+from probes.evals.files import CONVENTION, META_KEY, atomic_open, eval_path, read_meta, versions
 from train.faults import fault_point
 
 __all__ = ["META_KEY", "eval_path", "read_pairs", "write_pairs"]
@@ -69,14 +69,6 @@ def read_pairs(path: Path) -> tuple[pd.DataFrame, dict]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such eval file")
-    table = pq.read_table(path)
-    blob = (table.schema.metadata or {}).get(META_KEY)
-    if blob is None:
-        raise ValueError(f"{path}: parquet has no {META_KEY.decode()!r} schema metadata; "
-                         f"not written by probes.store.write_pairs")
-    try:
-        meta = json.loads(blob)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: {META_KEY.decode()!r} metadata is not valid JSON: {e}") from None
+    meta = read_meta(path)  # EvalInputError (a ValueError) naming the file when it is not an eval file
     _check_meta(meta, str(path))
-    return table.to_pandas(), meta
+    return pq.read_table(path).to_pandas(), meta

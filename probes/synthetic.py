@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from probes.evals import CONVENTION, REGIONS  # planted files read like real ones
+from probes.evals import CONVENTION, META_KEY, REGIONS, TRAINER_STATE  # planted files read like real ones
 
 
 def sigmoid_curve(x: np.ndarray, start: float, top: float, mid: float, slope: float) -> np.ndarray:
@@ -108,11 +108,11 @@ def write_run(run_dir: str | Path, spec: RunSpec, curves: np.ndarray, paradigms:
         table = pa.table(cols)
         meta = {"step": int(step), "tokens": int(step) * spec.tokens_per_step,
                 "benchmark": spec.benchmark, "convention": CONVENTION}
-        table = table.replace_schema_metadata({b"syntax_dynamics": json.dumps(meta).encode()})
+        table = table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
         out = run_dir / "evals" / f"step{step}"
         out.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, out / f"{spec.benchmark}.parquet")
         ck = run_dir / "checkpoints" / f"step{step}"
         ck.mkdir(parents=True, exist_ok=True)
-        (ck / "trainer_state.json").write_text(json.dumps({"step": int(step), "tokens": meta["tokens"]}))
+        (ck / TRAINER_STATE).write_text(json.dumps({"step": int(step), "tokens": meta["tokens"]}))
     return run_dir

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -128,7 +129,7 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
     fingerprint = ids_fingerprint(tokenizer)
     check_fingerprint(run_dir, step, ckpt_dir, fingerprint)
     model.to(device)
-    opts = ScoreOptions(**{**opts.__dict__, "device": device})
+    opts = replace(opts, device=device)
     written = []
     for name, pairs in benchmarks.items():
         ev = evaluate_checkpoint(model, tokenizer, pairs, name=name, step=step, tokens=int(state.get("tokens", -1)),
