@@ -315,3 +315,32 @@ def test_no_import_cycle_and_train_reaches_probes_only_through_the_contract():
         if v not in index:
             visit(v)
     assert not cycles, f"import cycles: {cycles}"
+
+
+def test_a_rerun_of_a_finished_run_reprobes_only_the_replaced_checkpoint(tmp_path):
+    """The trainer's catch-up (train.loop probe_missed -> hook.missing) on a real tiny run."""
+    from trainutil import tiny_cfg
+    from train.checkpoint import list_checkpoints
+    from train.loop import train
+
+    cfg = tiny_cfg(tmp_path / "cache")
+    run = tmp_path / "run"
+    train(cfg, run)
+    ckpts = dict(list_checkpoints(run))
+    steps = sorted(ckpts)
+    mid = steps[1]  # a probe-only checkpoint (resume/ is kept on the last two)
+    files = {s: eval_path(run, s, "grammar") for s in steps}
+    mtimes = {s: f.stat().st_mtime_ns for s, f in files.items()}
+    old = read_pairs(files[mid])
+
+    # step `mid` now serves the initial weights (Pythia #83-style), its manifest rewritten to match
+    (ckpts[mid] / "model.safetensors").write_bytes((ckpts[0] / "model.safetensors").read_bytes())
+    write_manifest(ckpts[mid], read_trainer_state(ckpts[mid]), param_count=0)
+    train(tiny_cfg(tmp_path / "cache"), run)  # resumes the finished run: nothing to train, catch-up only
+
+    df, meta = read_pairs(files[mid])
+    assert meta["manifest"] == manifest_hash(ckpts[mid]) != old[1]["manifest"]
+    assert df["lp_good"].tolist() == pytest.approx(read_pairs(files[0])[0]["lp_good"].tolist(), abs=1e-5)
+    assert df["lp_good"].tolist() != pytest.approx(old[0]["lp_good"].tolist(), abs=1e-3)
+    assert {s: f.stat().st_mtime_ns for s, f in files.items() if s != mid} == {
+        s: t for s, t in mtimes.items() if s != mid}
