@@ -132,7 +132,7 @@ def _build(docs: datasets.Dataset, tokenizer_dir: Path, corpus_id: str, fp: str,
     arr.flush()
     del arr
     _finish(out, offsets, dtype, {"fingerprint": fp, "vocab_size": len(tok),
-                                  "pipeline_fingerprint": pipeline_fingerprint(tokenizer_dir),
+                                  "tokenizer_fingerprint": pipeline_fingerprint(tokenizer_dir),
                                   "tokenizer_dir": str(tokenizer_dir), "corpus_id": corpus_id})
 
 
