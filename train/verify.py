@@ -33,7 +33,7 @@ from safetensors import SafetensorError, safe_open
 from train.checkpoint import (MANIFEST, CorruptCheckpointError, checkpoint_files, list_checkpoints,
                               manifest_problems, read_manifest, sha256_file)
 from train.config import config_hash
-from train.trajectory import Trajectory, Weights, identical_pairs, same_values, trace
+from train.trajectory import GROUP_MIN_ELEMENTS, Trajectory, Weights, identical_pairs, same_values, trace
 
 # A healthy run's detour ratios stay near 1 (drift) to √2 (a random walk of equal steps): at most 1.61
 # in 15 runs measured (train/trajectory.py), and bf16 rounding noise alone gives about 2. A tensor from a
@@ -235,7 +235,9 @@ def _check_tensors(cks: list[_Checkpoint], traj: Trajectory, report: RunReport) 
         if all(same_values(traj, name, present[0], r) for r in present):
             continue  # never changes in the whole run (a buffer, a frozen tensor): nothing was copied
         for i, j in identical_pairs(traj, name):
-            if j == i + 1 and (traj.bf16[name][i] or traj.bf16[name][j]):
+            if j == i + 1 and (traj.bf16[name][i] or traj.bf16[name][j]) and traj.sizes[k] < GROUP_MIN_ELEMENTS:
+                # late in a run, a random walk of Adam updates (~lr per step) can stay within half a bf16
+                # spacing (2^-9 relative) on every element of a small tensor; on thousands, never
                 report.notes.append(f"step{steps[j]}: {name} rounds to the same bf16 values as at "
                                     f"step{steps[i]} (an update below bf16 resolution)")
                 continue
@@ -254,15 +256,21 @@ def _check_tensors(cks: list[_Checkpoint], traj: Trajectory, report: RunReport) 
                                        f"copied from another step"))
     for group, columns in traj.groups().items():
         ratio = traj.detour(columns)
-        for row in np.nonzero(np.nan_to_num(ratio) > DETOUR_LIMIT)[0]:
-            names = [traj.names[k] for k in columns if (row, traj.names[k]) not in flagged]
-            if not names:
-                continue
+        # A tensor with another step's values bends its neighbours' paths too (its source may lie beyond
+        # one of them): rows beside a copied tensor are not judged, and of two neighbours over the limit
+        # only the larger is named.
+        for row, name in flagged:
+            if traj.names.index(name) in columns:
+                ratio[[r for r in (row - 1, row, row + 1) if 0 <= r < len(ratio)]] = np.nan
+        while np.nanmax(ratio, initial=0) > DETOUR_LIMIT:
+            row = int(np.nanargmax(ratio))
+            names = [traj.names[k] for k in columns]
             what = group if len(columns) == 1 else f"{group} ({_names(names)})"
             report.findings.append(Finding(
                 steps[row], str(_file_of(ck_by_step[steps[row]], names[0])), "off-trajectory",
                 f"{what} is off the run's path between step{steps[row - 1]} and step{steps[row + 1]} "
                 f"(detour ratio {ratio[row]:.1f} > {DETOUR_LIMIT:g}): values from another step or run"))
+            ratio[row - 1:row + 2] = np.nan
 
 
 def _file_of(ck: _Checkpoint, name: str) -> Path:
