@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -18,6 +19,7 @@ from transformers import GPTNeoXForCausalLM
 from trainutil import tiny_cfg
 from train.checkpoint import checkpoint_dir, read_manifest, read_state, sha256_file, write_json_atomic, write_manifest
 from train.loop import train
+from train.trajectory import Weights, identical_pairs, trace
 from train.verify import main as verify_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -251,3 +253,25 @@ def test_bf16_checkpoints_are_clean_and_compared_at_bf16(cache, tmp_path, capsys
         f"final model): the weights did not change or were copied",
         f"{ckpt(run, 10) / 'model.safetensors'}: 1 of 28 tensors hold the values they have at step60 (the final "
         f"model): {BIG}; a shard or tensor copied from another step"]
+
+
+def test_detour_ratios_against_hand_computed_values(tmp_path):
+    """Three checkpoints of two small tensors (one layer): a goes (0,0) -> (3,0) -> (3,4), b goes 0 -> 1 -> 0.
+    At the middle one, a's ratio is (3 + 4) / 5; b returned to where it was (chord 0): not judged alone;
+    pooled, the layer's small tensors give (√10 + √17) / 5."""
+    a = [[0.0, 0.0], [3.0, 0.0], [3.0, 4.0]]
+    b = [[0.0], [1.0], [0.0]]
+    weights = []
+    for step in range(3):
+        f = tmp_path / f"step{step}.safetensors"
+        save_file({"gpt_neox.layers.0.a": torch.tensor(a[step]), "gpt_neox.layers.0.b": torch.tensor(b[step])}, f)
+        names = ["gpt_neox.layers.0.a", "gpt_neox.layers.0.b"]
+        weights.append(Weights(step, {n: f for n in names}, shapes={names[0]: (2,), names[1]: (1,)}))
+    traj = trace(weights)
+    assert traj.d_init[:, 0].tolist() == [0.0, 3.0, 5.0] and traj.d_final[:, 0].tolist() == [5.0, 4.0, 0.0]
+    ratio = traj.detour()
+    assert ratio[1, 0] == pytest.approx(7 / 5) and np.isnan(ratio[1, 1])
+    assert np.isnan(ratio[0]).all() and np.isnan(ratio[2]).all()
+    assert traj.groups() == {"gpt_neox.layers.0 small tensors": [0, 1]}
+    assert traj.detour([0, 1])[1] == pytest.approx((10 ** 0.5 + 17 ** 0.5) / 5)
+    assert identical_pairs(traj, "gpt_neox.layers.0.b") == [(0, 2)]
