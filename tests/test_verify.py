@@ -103,6 +103,9 @@ def test_a_truncated_weights_file_is_named(run, capsys):
     assert findings(lines)[0].startswith(f"{f}: safetensors cannot read it")
     assert "truncated" in lines[0] and "does not match its sha256 in manifest.json" in lines[0]
     assert lines[-1].endswith("1 finding(s)")
+    assert verify_main(["--json", str(run)]) == 1
+    [finding] = json.loads(capsys.readouterr().out)["runs"][0]["findings"]
+    assert (finding["step"], finding["file"], finding["kind"]) == (10, str(f), "unreadable")
 
 
 def test_weights_copied_from_another_step_are_byte_identical(run, capsys):
@@ -113,6 +116,24 @@ def test_weights_copied_from_another_step_are_byte_identical(run, capsys):
     # one finding: the copy; its neighbours (step10, step33) are not bent by it (it leaves the trace)
     assert findings(lines) == [f"{ckpt(run, 19) / 'model.safetensors'}: byte-identical to step6/model.safetensors "
                                f"(another checkpoint): the weights did not change or were copied"]
+
+
+def test_checkpoints_without_manifests_have_their_weights_hashed(run, capsys):
+    """Checkpoints written before manifests existed: nothing to check their files against, but copied
+    weights are still found (the files are hashed) and a manifest.json that cannot be read is named."""
+    for step in STEPS:
+        (ckpt(run, step) / "manifest.json").unlink()
+    shutil.copy(ckpt(run, 6) / "model.safetensors", ckpt(run, 19) / "model.safetensors")
+    (ckpt(run, 33) / "manifest.json").write_text("{not json")
+    rc, lines, _ = verify(capsys, run)
+    assert rc == 1
+    assert findings(lines) == [
+        f"{ckpt(run, 19) / 'model.safetensors'}: byte-identical to step6/model.safetensors (another checkpoint): "
+        f"the weights did not change or were copied",
+        f"{ckpt(run, 33) / 'manifest.json'}: is not valid JSON (Expecting property name enclosed in double quotes: "
+        f"line 1 column 2 (char 1)): the checkpoint cannot be verified"]
+    assert sum(line.startswith("note: ") and "no manifest.json" in line for line in lines) == len(STEPS) - 1
+    assert lines[-1].endswith(f"{len(STEPS)} checkpoints (step0..step60), 0 with manifests: 2 finding(s)")
 
 
 def test_step1_equal_to_step0_is_blamed_on_step1(run, capsys):

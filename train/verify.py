@@ -87,13 +87,13 @@ def _check_files(ck: _Checkpoint, report: RunReport) -> None:
 
     for name in ("config.json", STATE):
         if not (ck.path / name).is_file():
-            find(name, "missing-file", f"missing: a checkpoint needs it (from_pretrained, resume, probes)")
+            find(name, "missing-file", "missing: a checkpoint needs it (from_pretrained, resume, probes)")
     if not weight_files(ck.path):
         find("model.safetensors", "missing-file", "missing: the checkpoint has no weights (*.safetensors)")
     try:
         ck.manifest = read_manifest(ck.path)
     except CorruptCheckpointError as e:
-        find(MANIFEST, "bad-manifest", str(e).split(": ", 1)[-1])
+        find(MANIFEST, "bad-manifest", str(e).removeprefix(f"{ck.path / MANIFEST} "))
     if ck.manifest is not None:
         ck.hashes = {rel: sha256_file(ck.path / rel) for rel in checkpoint_files(ck.path)}
         for rel, kind, what in manifest_problems(ck.path, ck.manifest, ck.hashes):
