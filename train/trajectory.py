@@ -37,7 +37,6 @@ class Weights:
     """One checkpoint's tensors: name -> the .safetensors file holding it (sharded checkpoints too)."""
     step: int
     files: dict[str, Path]  # tensor name -> file
-    dtypes: dict[str, str] = field(default_factory=dict)  # tensor name -> safetensors dtype ("F32", "BF16")
     shapes: dict[str, tuple] = field(default_factory=dict)
 
 

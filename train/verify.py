@@ -131,7 +131,7 @@ def _read_weights(ck: _Checkpoint, find, report: RunReport) -> Optional[Weights]
                     if name in w.files:
                         find(f.name, "duplicate-tensor", f"holds {name}, already in {w.files[name].name}")
                     sl = handle.get_slice(name)
-                    w.files[name], w.dtypes[name], w.shapes[name] = f, sl.get_dtype(), tuple(sl.get_shape())
+                    w.files[name], w.shapes[name] = f, tuple(sl.get_shape())
         except SafetensorError as e:
             what = f"safetensors cannot read it ({e}; {f.stat().st_size:,} bytes): truncated or damaged"
             changed = [x for x in report.findings if x.file == str(f) and x.kind == "changed-file"]
