@@ -1,4 +1,5 @@
 """`python -m train [overrides]`: one run, its directory = Hydra's output dir (hydra.run.dir=...).
+`python -m train verify RUN_DIR …`: checks a run's checkpoints (train/verify.py); Hydra never sees it.
 
 A user error (a config key, a corpus file, a damaged checkpoint, a full disk) is printed as one line
 `error: …` with exit status 2; a bug keeps its traceback (train/cli.py).
@@ -10,6 +11,7 @@ files are written here once the trainer has accepted the run directory.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import hydra
@@ -45,4 +47,8 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["verify"]:  # a subcommand, not an override (Hydra would reject the word)
+        from train.verify import main as verify
+
+        sys.exit(verify(sys.argv[2:]))
     main()

@@ -47,7 +47,7 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _files(path: Path) -> list[str]:
+def checkpoint_files(path: Path) -> list[str]:
     """Every file of a checkpoint, relative and sorted; the manifest and hidden names excluded."""
     out = []
     for root, dirs, files in os.walk(path):
@@ -61,31 +61,50 @@ def _files(path: Path) -> list[str]:
 
 def write_manifest(path: Path, state: dict, param_count: int) -> dict:
     """manifest.json: {files: {name: sha256}, step, tokens, param_count, config_hash}, atomically."""
-    manifest = {"files": {rel: sha256_file(Path(path) / rel) for rel in _files(path)},
+    manifest = {"files": {rel: sha256_file(Path(path) / rel) for rel in checkpoint_files(path)},
                 "step": state.get("step"), "tokens": state.get("tokens"), "param_count": param_count,
                 "config_hash": state.get("config_hash")}
     write_json_atomic(Path(path) / MANIFEST, manifest)
     return manifest
 
 
-def verify_manifest(path: Path, manifest: dict) -> None:
-    """Every listed file exists with its recorded sha256, and every file (resume/ included) is listed.
+def manifest_problems(path: Path, manifest: dict, actual: Optional[dict] = None) -> list[tuple[str, str, str]]:
+    """(file, kind, what) for every listed file that is missing or differs from its sha256 (kind "missing",
+    "changed") and every file the manifest does not list ("unlisted"); [] when the checkpoint is the one
+    written. `actual` (name -> sha256 of the files present, as checkpoint_files lists them) saves hashing
+    them again.
 
     Entries under resume/ are checked only while resume/ exists: pruning drops them from the manifest
     first, and a crash between the two leaves a probe-only checkpoint, which no resume reads."""
     path = Path(path)
+    if actual is None:
+        actual = {rel: sha256_file(path / rel) for rel in checkpoint_files(path)}
     has_resume = (path / "resume").is_dir()
+    problems = []
     for rel, digest in sorted(manifest["files"].items()):
         if rel.startswith("resume/") and not has_resume:
             continue
-        f = path / rel
-        if not f.is_file():
-            raise CorruptCheckpointError(f"{f} is listed in {path / MANIFEST} but missing")
-        if sha256_file(f) != digest:
-            raise CorruptCheckpointError(
-                f"{f} does not match its sha256 in {path / MANIFEST}: the file was damaged or replaced "
-                f"after it was written; resume from another checkpoint (delete {path}) or restore the file")
-    unlisted = [rel for rel in _files(path) if rel not in manifest["files"]]
+        if rel not in actual:
+            problems.append((rel, "missing", f"listed in {MANIFEST} but missing"))
+        elif actual[rel] != digest:
+            problems.append((rel, "changed", f"does not match its sha256 in {MANIFEST}: the file was damaged "
+                                             f"or replaced after it was written"))
+    problems += [(rel, "unlisted", f"not listed in {MANIFEST}") for rel in actual if rel not in manifest["files"]]
+    return problems
+
+
+def verify_manifest(path: Path, manifest: dict) -> None:
+    """Raises CorruptCheckpointError naming the first file that is not the one written, or every file
+    the manifest does not list."""
+    path = Path(path)
+    problems = manifest_problems(path, manifest)
+    for rel, kind, what in problems:
+        if kind == "missing":
+            raise CorruptCheckpointError(f"{path / rel} is {what}")
+        if kind == "changed":
+            raise CorruptCheckpointError(f"{path / rel} {what}; resume from another checkpoint (delete "
+                                         f"{path}) or restore the file")
+    unlisted = [rel for rel, kind, _ in problems if kind == "unlisted"]
     if unlisted:
         raise CorruptCheckpointError(f"{path} holds files its {MANIFEST} does not list: {', '.join(unlisted)}")
 
