@@ -66,6 +66,28 @@ def test_export_reads_back_as_our_run():
         assert neox == pytest.approx(lr_at(cfg.optim, s, 10), rel=1e-12), s
 
 
+# EleutherAI/gpt-neox configs/pythia/70M.yml (published; hyphens as underscores): what our Pythia-70M
+# recipe must export to, key for key
+PYTHIA_70M = {"pipe_parallel_size": 1, "model_parallel_size": 1, "num_layers": 6, "hidden_size": 512,
+              "num_attention_heads": 8, "seq_length": 2048, "max_position_embeddings": 2048, "pos_emb": "rotary",
+              "rotary_pct": 0.25, "no_weight_tying": True, "gpt_j_residual": True, "init_method": "small_init",
+              "output_layer_init_method": "wang_init",
+              "optimizer": {"type": "Adam", "params": {"lr": 0.001, "betas": [0.9, 0.95], "eps": 1.0e-8}},
+              "min_lr": 0.0001, "gradient_clipping": 1.0, "weight_decay": 0.1, "hidden_dropout": 0,
+              "attention_dropout": 0, "train_iters": 143000, "lr_decay_iters": 143000, "lr_decay_style": "cosine",
+              "warmup": 0.01, "checkpoint_factor": 1000, "extra_save_iters": [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
+              "tokenizer_type": "HFTokenizer"}
+
+
+def test_pythia_70m_recipe_exports_to_pythias_own_config():
+    with hydra_context():  # 143,000 steps of 1024 x 2048 tokens (+1 for the last sequence's target)
+        cfg, _ = compose_run(["model=pythia-70m", "optim=pythia", "schedule=pythia", "data.seq_len=2048",
+                              f"data.budget_tokens={143000 * 1024 * 2048 + 1}"])
+    c = neox_config(cfg, world_size=32).config
+    assert {k: c[k] for k in PYTHIA_70M} == PYTHIA_70M
+    assert c["train_batch_size"] == 1024 and len(save_steps(c)) == 154  # Pythia's 154 revisions
+
+
 def test_export_log_schedule_and_batch_split():
     cfg = compose("schedule=log", "schedule.n_log=4", "optim.global_batch=8", "optim.micro_batch=4")
     exp = neox_config(cfg, world_size=4)
@@ -134,14 +156,18 @@ def neox_run(tmp_path: Path, *extra: str, drop=(), set_=None) -> tuple[GPTNeoXFo
 IDS = torch.tensor([[1, 3, 5, 9, 3, 6, 8, 13, 4], [1, 4, 6, 10, 12, 13, 3, 5, 7]])
 
 
-@pytest.mark.parametrize("naming, sequential, tied", [("new", False, False), ("legacy", False, False),
-                                                      ("new", True, False), ("legacy", False, True)])
-def test_round_trip_same_logits(tmp_path, naming, sequential, tied):
+# current gpt-neox: mlp.linear1/2, no inv_freq saved (rotary_save_freqs_buffer=false); Pythia-era: the
+# dense_h_to_4h names and inv_freq in every block; Pythia-14M's pipe_parallel_size=0 (one engine file)
+@pytest.mark.parametrize("naming, sequential, tied, inv_freq", [
+    ("new", False, False, False), ("legacy", False, False, True), ("new", True, False, True),
+    ("legacy", False, True, True)])
+def test_round_trip_same_logits(tmp_path, naming, sequential, tied, inv_freq):
     torch.set_num_threads(1)
     # Pythia's YAMLs have no intermediate_size: the width must come from the weights (gpt-neox #1208)
     model, text, _ = neox_run(tmp_path, f"model.tie_word_embeddings={str(tied).lower()}",
                               drop=["intermediate_size"], set_={"pipe_parallel_size": 0 if sequential else 1})
-    step_dir = write_neox_checkpoint(model, tmp_path / "neox", 3, text, naming=naming, sequential=sequential)
+    step_dir = write_neox_checkpoint(model, tmp_path / "neox", 3, text, naming=naming, sequential=sequential,
+                                     rotary_buffer=inv_freq)
     # 2 blocks: embedding 0, blocks 2 and 3, final norm 5, output layer 6 (none when tied)
     layers = set() if sequential else {0, 2, 3, 5} | (set() if tied else {6})
     assert {p.name for p in step_dir.iterdir() if p.is_file()} == \
@@ -256,3 +282,21 @@ def test_sync_needs_a_tokenizer(tmp_path):
     with pytest.raises(InputFileError, match=r"vocab_file=.*tokenizer.json not found"):
         sync_run(tmp_path / "neox", say=lambda _: None)
     assert not (tmp_path / "neox" / "checkpoints" / "step0").exists()
+
+
+def test_import_cli(tmp_path, capsys):
+    torch.set_num_threads(1)
+    model, text, _ = neox_run(tmp_path)
+    step_dir = write_neox_checkpoint(model, tmp_path / "neox", 5, text)
+    assert neox_main(["--import", str(step_dir), "--out", str(tmp_path / "hf")]) == 0
+    back = load_causal_lm(tmp_path / "hf", GPTNeoXForCausalLM).eval()
+    with torch.no_grad():
+        assert torch.equal(back(IDS).logits, model.eval()(IDS).logits)
+    # a save directory: every complete global_step<N> into its checkpoints/step<N>
+    assert neox_main(["--import", str(tmp_path / "neox")]) == 0
+    assert (tmp_path / "neox" / "checkpoints" / "step5" / "model.safetensors").is_file()
+    assert "1 checkpoints imported" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        neox_main(["--import", str(tmp_path / "hf")])
+    assert e.value.code == 2
+    assert "neither a global_step<N> directory nor a gpt-neox save directory" in capsys.readouterr().err
