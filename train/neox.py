@@ -188,10 +188,9 @@ def _differences(cfg, warm: int, intermediate: int) -> list[str]:
            "and schedule, not batch for batch",
            "init: the same distributions (init_method, output_layer_init_method), drawn by gpt-neox's RNG from "
            "`seed`: other initial weights than ours"]
-    if warm > 0:
-        out.append(f"lr warmup: gpt-neox's AnnealingLR gives its first two updates lr/{warm} and reaches the "
-                   f"peak one update later than ours (lr*(s+1)/{warm} for update s); from update {warm} on "
-                   f"the learning rates are equal")
+    if warm >= 2:  # megatron/learning_rates.py: lr * max(1, s) / W while s <= W
+        out.append(f"lr warmup: gpt-neox's updates 1..{warm - 1} use lr*s/{warm}, ours lr*(s+1)/{warm} (its warmup "
+                   f"is one update behind); updates 0 and {warm} on have equal learning rates")
     if o.decay == "linear" and o.min_lr_ratio > 0:
         out.append(f"lr decay: gpt-neox's linear style decays towards 0 and clips at min_lr; ours goes "
                    f"linearly to min_lr ({o.min_lr_ratio} x lr)")
