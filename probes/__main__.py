@@ -112,7 +112,8 @@ def _score_run(command: str, args) -> int:
     from train.neox_ckpt import is_neox_run
 
     if command == "score-run" and not (args.run_dir / "checkpoints").is_dir() and not is_neox_run(args.run_dir):
-        raise CliError(f"{args.run_dir}: no checkpoints/ directory (nor gpt-neox global_step<N>); not a run directory")
+        raise CliError(f"{args.run_dir}: no checkpoints/ directory; not a run directory "
+                       f"(nor a gpt-neox save directory with global_step<N>)")
     benchmarks: dict = {}
     for spec in args.benchmark:  # all loaded first: a bad one fails before any model is read
         name, pairs = _load_pairs(spec, args.format, args.max_pairs_per_paradigm)
