@@ -110,8 +110,11 @@ def _score_run(command: str, args) -> int:
         raise CliError(f"--max-pairs-per-paradigm must be >= 1, got {args.max_pairs_per_paradigm}")
     if command == "watch" and args.poll <= 0:
         raise CliError(f"--poll must be > 0 seconds, got {args.poll}")
-    if command == "score-run" and not (args.run_dir / "checkpoints").is_dir():
-        raise CliError(f"{args.run_dir}: no checkpoints/ directory; not a run directory")
+    from train.neox_ckpt import is_neox_run
+
+    if command == "score-run" and not (args.run_dir / "checkpoints").is_dir() and not is_neox_run(args.run_dir):
+        raise CliError(f"{args.run_dir}: no checkpoints/ directory; not a run directory "
+                       f"(nor a gpt-neox save directory with global_step<N>)")
     benchmarks: dict = {}
     for spec in args.benchmark:  # all loaded first: a bad one fails before any model is read
         name, pairs = _load_pairs(spec, args.format, args.max_pairs_per_paradigm)

@@ -143,6 +143,9 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
 def score_run(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptions,
               say: Callable[[str], None] = print) -> list[Path]:
     """Score every whole checkpoint of a run on every benchmark not yet done; the files written."""
+    from train.neox_ckpt import sync_run
+
+    sync_run(run_dir, say=say)  # a gpt-neox save directory: new global_step<N> -> checkpoints/step<N>
     written = []
     for step, ckpt, todo in pending(run_dir, benchmarks):
         written += score_checkpoint(ckpt, run_dir, step, {n: benchmarks[n] for n in todo}, opts, say)

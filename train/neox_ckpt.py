@@ -1,0 +1,404 @@
+"""gpt-neox checkpoints <-> the HF GPTNeoX directories our probes read.
+
+A gpt-neox save directory (its YAML's `save`) holds one `global_step<N>/` per checkpoint and a file
+`latest` naming the newest complete one (DeepSpeed writes it after the checkpoint). With
+pipe_parallel_size >= 1 (Pythia's 70M and up) DeepSpeed's PipelineModule writes one file per layer
+that has parameters, `layer_XX-model_00-model_states.pt`, each a plain state dict of that layer:
+
+    layer_00               word_embeddings.weight                      (EmbeddingPipe)
+    layer_01               -- none: _pre_transformer_block is a function
+    layer_02 .. L+1        the L transformer blocks: input_layernorm, attention.query_key_value,
+                           attention.dense, post_attention_layernorm, mlp.linear1/linear2 (current
+                           gpt-neox) or mlp.dense_h_to_4h/dense_4h_to_h (older ones, Pythia)
+    layer_L+2              -- none: _post_transformer_block
+    layer_L+3              norm.weight, norm.bias                       (final LayerNorm)
+    layer_L+4              final_linear.weight                          (only with no_weight_tying)
+
+plus `mp_rank_00_model_states.pt` (DeepSpeed's engine record; with pipe_parallel_size 0 -- Pythia-14M
+-- it holds all weights as `module` = {"sequential.<index>.<key>": tensor} with the same indices) and
+`configs/*.yml`, the YAML files the run was started with. This layout was learnt from gpt-neox's
+tools/ckpts/convert_neox_to_hf.py and DeepSpeed's PipelineModule.save_state_dict (gpt-neox commit in
+train/neox.py NEOX_COMMIT); the code is ours. The fused QKV matrix is laid out per head as
+[q, k, v] in both gpt-neox and HF GPTNeoX, so every tensor maps over unchanged.
+
+Two things the config does not settle are read from the tensors: the MLP width (`intermediate_size`
+from linear1's shape -- gpt-neox #1208: the converter's default gave Pythia-70M a 24,576-wide MLP) and
+the embedding rows (the padded vocabulary). A saved rotary `inv_freq` buffer is checked against
+rotary_pct and rotary_emb_base. Every file is read with torch.load(weights_only=True).
+Model parallelism (model_parallel_size > 1) is refused, not merged.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import pickle
+import re
+import shutil
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+from train.errors import InputFileError, reading
+
+log = logging.getLogger(__name__)
+
+LAYER_FILE = "layer_{:02d}-model_00-model_states.pt"
+ENGINE_FILE = "mp_rank_00_model_states.pt"
+_STEP = re.compile(r"^global_step(\d+)$")
+# neox key in a block -> HF key under gpt_neox.layers.<i>.; the MLP has two spellings
+_BLOCK = {"input_layernorm.weight": "input_layernorm.weight", "input_layernorm.bias": "input_layernorm.bias",
+          "post_attention_layernorm.weight": "post_attention_layernorm.weight",
+          "post_attention_layernorm.bias": "post_attention_layernorm.bias",
+          "attention.query_key_value.weight": "attention.query_key_value.weight",
+          "attention.query_key_value.bias": "attention.query_key_value.bias",
+          "attention.dense.weight": "attention.dense.weight", "attention.dense.bias": "attention.dense.bias"}
+_MLP = {"new": {"mlp.linear1.weight": "mlp.dense_h_to_4h.weight", "mlp.linear1.bias": "mlp.dense_h_to_4h.bias",
+                "mlp.linear2.weight": "mlp.dense_4h_to_h.weight", "mlp.linear2.bias": "mlp.dense_4h_to_h.bias"},
+        "legacy": {k: k for k in ("mlp.dense_h_to_4h.weight", "mlp.dense_h_to_4h.bias",
+                                  "mlp.dense_4h_to_h.weight", "mlp.dense_4h_to_h.bias")}}
+# buffers gpt-neox may save that HF recomputes (the rotary frequencies are checked, not copied)
+_BUFFERS = ("attention.rotary_emb.inv_freq", "attention.bias", "attention.masked_bias")
+# What DeepSpeed/gpt-neox put in the engine file besides tensors: numpy's RNG state (an array).
+# Data constructors, no code; allowed for the sequential layout, whose weights live in that file.
+_NUMPY_GLOBALS = ("numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct",
+                  "numpy.ndarray", "numpy.dtype", "numpy.dtypes.UInt32DType")
+
+
+def step_of(path: Path) -> Optional[int]:
+    m = _STEP.match(Path(path).name)
+    return int(m.group(1)) if m and Path(path).is_dir() else None
+
+
+def is_neox_run(run_dir: Path) -> bool:
+    run_dir = Path(run_dir)
+    return run_dir.is_dir() and any(step_of(p) is not None for p in run_dir.iterdir())
+
+
+def complete_steps(run_dir: Path) -> list[tuple[int, Path]]:
+    """(N, global_step<N>) of every complete checkpoint: N at most the step `latest` names (DeepSpeed
+    writes `latest` after the checkpoint, so a newer directory may still be being written). Without a
+    `latest` file (a copied directory) every global_step<N> counts."""
+    run_dir = Path(run_dir)
+    found = sorted((s, p) for p in run_dir.iterdir() if (s := step_of(p)) is not None)
+    latest = run_dir / "latest"
+    if latest.is_file():
+        tag = latest.read_text().strip()
+        m = _STEP.match(tag)
+        if not m:
+            raise InputFileError(f"{latest}: expected a tag global_step<N>, found {tag[:60]!r}")
+        found = [(s, p) for s, p in found if s <= int(m.group(1))]
+    return found
+
+
+# ---- reading ---------------------------------------------------------------------------------------
+
+def read_config(step_dir: Path, config: Optional[Path] = None) -> tuple[dict, str]:
+    """(the run's gpt-neox config with - spelt _, where it came from). gpt-neox saves the files it was
+    started with under global_step<N>/configs/; like gpt-neox, several files are merged."""
+    import yaml
+
+    from train.neox import normalize_keys
+
+    files = [Path(config)] if config is not None else sorted(
+        p for p in (Path(step_dir) / "configs").glob("*") if p.suffix in (".yml", ".yaml", ".json"))
+    if not files:
+        raise InputFileError(f"{step_dir}: no configs/*.yml (gpt-neox saves its YAML there); pass --config YAML")
+    merged: dict = {}
+    for f in files:
+        with reading(f, "the gpt-neox YAML"):
+            data = yaml.safe_load(f.read_text())
+        if not isinstance(data, dict):
+            raise InputFileError(f"{f}: not a gpt-neox config (a YAML mapping of keys)")
+        merged.update(normalize_keys(data))
+    return merged, ", ".join(map(str, files))
+
+
+def _load(path: Path, allow_numpy: bool = False) -> dict:
+    if not path.is_file():
+        raise InputFileError(f"{path}: missing (gpt-neox writes it with the checkpoint)")
+    safe = []
+    if allow_numpy:
+        import importlib
+
+        for name in _NUMPY_GLOBALS:
+            module, _, attr = name.rpartition(".")
+            try:
+                safe.append(getattr(importlib.import_module(module), attr))
+            except (ImportError, AttributeError):  # numpy 1 vs 2 spellings
+                continue
+    with reading(path, "a gpt-neox checkpoint file", "a truncated or damaged file"):
+        try:
+            with torch.serialization.safe_globals(safe):
+                data = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise InputFileError(f"{path} holds more than tensors and is refused (loaded with "
+                                 f"weights_only=True): {first}") from None
+    if not isinstance(data, dict):
+        raise InputFileError(f"{path}: expected a state dict, found {type(data).__name__}")
+    return data
+
+
+class _Layers:
+    """The state dict of pipeline layer `index`, from the per-layer files or the engine file's module."""
+
+    def __init__(self, step_dir: Path, c: dict):
+        self.dir = Path(step_dir)
+        if (c.get("model_parallel_size") or 1) != 1:
+            raise InputFileError(f"{self.dir}: model_parallel_size={c['model_parallel_size']}; only unsharded "
+                                 f"checkpoints (model_parallel_size 1) are imported")
+        self.sequential = c.get("pipe_parallel_size", 1) == 0
+        self.module = None
+        if self.sequential:
+            engine = _load(self.dir / ENGINE_FILE, allow_numpy=True)
+            if not isinstance(engine.get("module"), dict):
+                raise InputFileError(f"{self.dir / ENGINE_FILE}: no 'module' state dict (pipe_parallel_size=0 "
+                                     f"keeps the weights there)")
+            self.module = engine["module"]
+
+    def where(self, index: int) -> str:
+        return str(self.dir / (ENGINE_FILE if self.sequential else LAYER_FILE.format(index)))
+
+    def get(self, index: int) -> dict:
+        if self.sequential:
+            prefix = f"sequential.{index}."
+            return {k[len(prefix):]: v for k, v in self.module.items() if k.startswith(prefix)}
+        return _load(self.dir / LAYER_FILE.format(index))
+
+
+def _take(sd: dict, key: str, where: str) -> torch.Tensor:
+    if key not in sd:
+        raise InputFileError(f"{where}: no {key!r} (found {', '.join(sorted(sd)) or 'nothing'})")
+    return sd.pop(key)
+
+
+def read_weights(step_dir: Path, c: dict) -> tuple[dict, dict]:
+    """(HF state dict, facts read from the tensors: intermediate_size, vocab_rows, hidden, rotary)."""
+    layers = _Layers(step_dir, c)
+    n = c.get("num_layers")
+    if not n:
+        raise InputFileError(f"{step_dir}: the gpt-neox config has no num_layers")
+    sd: dict[str, torch.Tensor] = {}
+    embed = layers.get(0)
+    sd["gpt_neox.embed_in.weight"] = _take(embed, "word_embeddings.weight", layers.where(0))
+    rows, hidden = sd["gpt_neox.embed_in.weight"].shape
+    facts = {"vocab_rows": int(rows), "hidden": int(hidden), "intermediate_size": None, "inv_freq": None}
+    for i in range(n):
+        where, block = layers.where(i + 2), layers.get(i + 2)
+        naming = "new" if "mlp.linear1.weight" in block else "legacy"
+        for neox_key, hf_key in {**_BLOCK, **_MLP[naming]}.items():
+            sd[f"gpt_neox.layers.{i}.{hf_key}"] = _take(block, neox_key, where)
+        inv = block.pop("attention.rotary_emb.inv_freq", None)
+        if inv is not None and facts["inv_freq"] is None:
+            facts["inv_freq"] = inv
+        left = sorted(k for k in block if k not in _BUFFERS and not k.endswith("_extra_state"))
+        if left:  # a weight we would drop: the model would not be the one trained
+            raise InputFileError(f"{where}: tensors HF GPTNeoX has no place for: {', '.join(left)}")
+        w1 = sd[f"gpt_neox.layers.{i}.mlp.dense_h_to_4h.weight"]
+        w2 = sd[f"gpt_neox.layers.{i}.mlp.dense_4h_to_h.weight"]
+        if w1.shape[0] != w2.shape[1]:  # gated activations (swiglu...) make linear1 twice as wide
+            raise InputFileError(f"{where}: MLP widths {w1.shape[0]} (in) and {w2.shape[1]} (out) differ: a "
+                                 f"gated activation, which HF GPTNeoX cannot hold")
+        facts["intermediate_size"] = facts["intermediate_size"] or int(w1.shape[0])
+    norm = layers.get(n + 3)
+    sd["gpt_neox.final_layer_norm.weight"] = _take(norm, "norm.weight", layers.where(n + 3))
+    sd["gpt_neox.final_layer_norm.bias"] = _take(norm, "norm.bias", layers.where(n + 3))
+    if c.get("no_weight_tying", False):
+        sd["lm_head.weight"] = _take(layers.get(n + 4), "final_linear.weight", layers.where(n + 4))
+    return sd, facts
+
+
+def _check_rotary(facts: dict, fields: dict, where: str) -> None:
+    """A saved inv_freq fixes the rotary width and base: the config must agree with it."""
+    inv = facts["inv_freq"]
+    if inv is None:
+        return
+    head = fields["hidden_size"] // fields["num_attention_heads"]
+    dims = int(head * fields["rotary_pct"])
+    if 2 * inv.numel() != dims:
+        raise InputFileError(f"{where}: the saved rotary inv_freq covers {2 * inv.numel()} of {head} head "
+                             f"dimensions but rotary_pct={fields['rotary_pct']} gives {dims}")
+    if inv.numel() > 1:
+        base = float(inv[1].double() ** (-dims / 2))
+        if abs(base - fields["rotary_emb_base"]) > 1e-3 * fields["rotary_emb_base"]:
+            raise InputFileError(f"{where}: the saved rotary inv_freq was made with base {base:.6g}, the config "
+                                 f"says rotary_emb_base={fields['rotary_emb_base']}")
+
+
+# ---- the HF directory --------------------------------------------------------------------------------
+
+def _tokenizer(c: dict, origin: str, tokenizer: Optional[Path]):
+    """The run's tokenizer as an HF fast tokenizer (document token = gpt-neox's EOD), or None."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    from train.neox import EOD
+
+    if tokenizer is not None:
+        with reading(Path(tokenizer), "the tokenizer"):
+            return AutoTokenizer.from_pretrained(str(tokenizer))
+    vocab = c.get("vocab_file")
+    if c.get("tokenizer_type", "GPT2BPETokenizer") != "HFTokenizer" or not vocab:
+        return None
+    candidates = [Path(vocab)] + [Path(f).parent / vocab for f in origin.split(", ")]
+    found = next((p for p in candidates if p.is_file()), None)
+    if found is None:
+        raise InputFileError(f"{origin}: vocab_file={vocab} not found (also looked beside the YAML); pass "
+                             f"--tokenizer DIR")
+    with reading(found, "the tokenizer.json named by vocab_file"):
+        tok = PreTrainedTokenizerFast(tokenizer_file=str(found))
+    vocab_ids = tok.get_vocab()
+    if EOD in vocab_ids:  # gpt-neox ends every document with it: the start token of the next one
+        tok.bos_token = tok.eos_token = EOD
+        tok.pad_token = "<|padding|>" if "<|padding|>" in vocab_ids else EOD
+    return tok
+
+
+def import_step(step_dir: Path, out_dir: Path, *, config: Optional[Path] = None, tokenizer: Optional[Path] = None,
+                require_tokenizer: bool = False, state: Optional[dict] = None) -> Path:
+    """Writes the HF directory of one global_step<N> (config.json, model.safetensors, tokenizer and
+    start_token.json when the run names one, trainer_state.json, manifest.json) under a temporary name,
+    then renames it to `out_dir`: a crash leaves no half directory under the final name."""
+    from transformers import GPTNeoXForCausalLM
+
+    from train.checkpoint import fsync_tree, write_json_atomic, write_manifest
+    from train.model import count_parameters, hf_config
+    from train.neox import model_config, model_fields
+    from train.start_token import write_record
+
+    step_dir, out_dir = Path(step_dir), Path(out_dir)
+    step = step_of(step_dir)
+    c, origin = read_config(step_dir, config)
+    weights, facts = read_weights(step_dir, c)
+    try:
+        fields = model_fields(c, intermediate_size=facts["intermediate_size"], vocab_rows=facts["vocab_rows"])
+    except InputFileError as e:
+        raise InputFileError(f"{origin}: {e}") from None
+    if fields["hidden_size"] != facts["hidden"]:
+        raise InputFileError(f"{origin}: hidden_size={fields['hidden_size']} but the embedding in {step_dir} "
+                             f"is {facts['hidden']} wide")
+    _check_rotary(facts, fields, str(step_dir))
+    tok = _tokenizer(c, origin, tokenizer)
+    if tok is None and require_tokenizer:
+        raise InputFileError(f"{origin}: no tokenizer to score with (tokenizer_type HFTokenizer with a "
+                             f"vocab_file, or pass a tokenizer directory)")
+    if tok is not None and len(tok) > facts["vocab_rows"]:
+        raise InputFileError(f"{step_dir}: the tokenizer has {len(tok)} ids but the embedding only "
+                             f"{facts['vocab_rows']} rows")
+    ids = {} if tok is None else {"bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id}
+    model = GPTNeoXForCausalLM(hf_config(model_config(fields), **ids))
+    # the output layer's name is transformers' (lm_head in 5.x, embed_out before); tied: the embedding
+    head = next(k for k in model.state_dict() if not k.startswith("gpt_neox."))
+    output = weights.pop("lm_head.weight", weights["gpt_neox.embed_in.weight"])
+    weights[head] = output
+    with reading(step_dir, "the gpt-neox weights into HF GPTNeoX"):
+        model.load_state_dict(weights, strict=True)
+    state = {"step": step, "source": "gpt-neox", "neox_checkpoint": str(step_dir.resolve()),
+             "config_hash": hashlib.sha256(json.dumps(c, sort_keys=True, default=str).encode()).hexdigest(),
+             **(state or {})}
+    tmp = out_dir.with_name(f".tmp-{out_dir.name}")
+    if tmp.exists():  # left by a crash: never trusted
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        if tok is not None:
+            tok.save_pretrained(tmp)
+            write_record(tmp, tok)
+        write_json_atomic(tmp / "trainer_state.json", state)
+        write_manifest(tmp, state, count_parameters(model))
+        fsync_tree(tmp)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
+
+
+def tokens_per_step(c: dict) -> Optional[int]:
+    """Tokens per iteration: train_batch_size (or micro x accumulation x GPUs) x seq_length."""
+    batch = c.get("train_batch_size")
+    if not batch and c.get("train_micro_batch_size_per_gpu") and c.get("global_num_gpus"):
+        batch = c["train_micro_batch_size_per_gpu"] * c.get("gradient_accumulation_steps", 1) * \
+            c["global_num_gpus"] // ((c.get("pipe_parallel_size") or 1) * (c.get("model_parallel_size") or 1))
+    return batch * c["seq_length"] if batch and c.get("seq_length") else None
+
+
+def sync_run(run_dir: Path, *, config: Optional[Path] = None, tokenizer: Optional[Path] = None,
+             say: Callable[[str], None] = print) -> list[Path]:
+    """Imports every complete global_step<N> of a gpt-neox save directory that has no
+    `<run>/checkpoints/step<N>` yet (idempotent: a whole step<N> is never redone); returns the new ones.
+    Does nothing in a directory without global_step<N>: our own runs pass through untouched."""
+    from train.checkpoint import checkpoint_dir
+
+    run_dir = Path(run_dir)
+    if not is_neox_run(run_dir):
+        return []
+    written = []
+    for step, src in complete_steps(run_dir):
+        out = checkpoint_dir(run_dir, step)
+        if out.is_dir():
+            continue
+        c, _origin = read_config(src, config)
+        per_step = tokens_per_step(c)
+        state = {"tokens": None if per_step is None else step * per_step, "total_steps": c.get("train_iters")}
+        import_step(src, out, config=config, tokenizer=tokenizer, require_tokenizer=True, state=state)
+        say(f"imported gpt-neox {src} -> {out}")
+        written.append(out)
+    return written
+
+
+# ---- writing (our model in gpt-neox's layout) -----------------------------------------------------
+
+def write_neox_checkpoint(model, save_dir: Path, step: int, yaml_text: str, *, naming: str = "new",
+                          sequential: bool = False, rotary_buffer: bool = True) -> Path:
+    """Our HF GPTNeoX model as gpt-neox would save it at iteration `step`: save_dir/global_step<N>/ with
+    the layer files (or, sequential, everything in the engine file), configs/neox.yml, then `latest`.
+    The inverse of read_weights; what the round-trip test and a hand-off to gpt-neox use."""
+    import numpy as np
+
+    from train.checkpoint import fsync_tree, write_text_atomic
+
+    sd = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    cfg = model.config
+    n = cfg.num_hidden_layers
+    layers: dict[int, dict] = {0: {"word_embeddings.weight": sd["gpt_neox.embed_in.weight"]}}
+    inv = getattr(model.gpt_neox.rotary_emb, "inv_freq", None)
+    for i in range(n):
+        block = {neox: sd[f"gpt_neox.layers.{i}.{hf}"] for neox, hf in {**_BLOCK, **_MLP[naming]}.items()}
+        if rotary_buffer and inv is not None:
+            block["attention.rotary_emb.inv_freq"] = inv.detach().clone()
+        layers[i + 2] = block
+    layers[n + 3] = {"norm.weight": sd["gpt_neox.final_layer_norm.weight"],
+                     "norm.bias": sd["gpt_neox.final_layer_norm.bias"]}
+    if not cfg.tie_word_embeddings:
+        layers[n + 4] = {"final_linear.weight": model.get_output_embeddings().weight.detach().clone()}
+    save_dir = Path(save_dir)
+    final = save_dir / f"global_step{step}"
+    tmp = save_dir / f".tmp-global_step{step}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    (tmp / "configs").mkdir(parents=True)
+    # what gpt-neox's save_ds_checkpoint adds to DeepSpeed's record (numpy's RNG state among it)
+    engine = {"iteration": step, "global_steps": step, "dp_world_size": 1, "mp_world_size": 1,
+              "args": {"num_layers": n, "hidden_size": cfg.hidden_size, "padded_vocab_size": cfg.vocab_size,
+                       "model_parallel_size": 1},
+              "np_rng_state": np.random.get_state(), "torch_rng_state": torch.get_rng_state(),
+              "module": None}
+    if sequential:
+        engine["module"] = {f"sequential.{i}.{k}": v for i, layer in layers.items() for k, v in layer.items()}
+    else:
+        for i, layer in layers.items():
+            torch.save(layer, tmp / LAYER_FILE.format(i))
+    torch.save(engine, tmp / ENGINE_FILE)
+    (tmp / "configs" / "neox.yml").write_text(yaml_text)
+    fsync_tree(tmp)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    write_text_atomic(save_dir / "latest", f"global_step{step}")
+    return final
