@@ -13,11 +13,12 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-USAGE = """usage: python -m probes {score,score-run,watch,curves,report,benchmarks,syntax-qa} [-h] ...
+USAGE = """usage: python -m probes {score,score-run,watch,tokens,curves,report,benchmarks,syntax-qa} [-h] ...
 
   score       score one HF causal LM directory on one benchmark, write per-pair parquet
   score-run   score every whole checkpoint of a run directory (skips finished files)
   watch       follow a training run and score checkpoints as they become whole
+  tokens      one pair's per-token surprisal over a run's checkpoints (table; --out draws it)
   curves      learning curves and U-shapes from the eval files of run directories
   report      report.md + figures + tables: seeds, U-shapes, AoA, scaling grid, case study, regions
   benchmarks  list / inspect / check benchmarks
@@ -58,6 +59,8 @@ def build_score_parser() -> argparse.ArgumentParser:
                    help="allow the model directory's own Python code (off by default)")
     p.add_argument("--bf16", action="store_true",
                    help="bfloat16 autocast (faster on GPUs; lps move by ~1e-2 nats)")
+    p.add_argument("--per-token", action="store_true",
+                   help="also write every token's lp to OUT's sidecar <stem>.tokens.parquet (probes/tokens.py)")
     return p
 
 
@@ -80,6 +83,8 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    p.add_argument("--per-token", action="store_true",
+                   help="also store every token's lp: evals/step<N>/<benchmark>.tokens.parquet")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow the model directory's own Python code (off by default)")
     if command == "watch":
@@ -121,7 +126,7 @@ def _score_run(command: str, args) -> int:
             raise CliError(f"--benchmark {spec}: no pairs")
         benchmarks[name] = pairs
     opts = ScoreOptions(batch_size=args.batch_size, device=args.device, bf16=args.bf16,
-                        trust_remote_code=args.trust_remote_code)
+                        trust_remote_code=args.trust_remote_code, per_token=args.per_token)
     lock = RunLock(args.run_dir, name=EVAL_LOCK,
                    why="another score-run or watch is scoring this run; wait for it to finish")
     try:
@@ -208,7 +213,7 @@ def _score(args) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from probes.scoring import CONVENTION, accuracy, score_pairs, tokenizer_fingerprint
-    from probes.store import write_pairs
+    from probes.tokens import write_eval
     from probes.watch import check_vocabulary
     from train.errors import reading
 
@@ -229,7 +234,7 @@ def _score(args) -> int:
         raise CliError(f"--model {e}") from None
     model.to(device)
     df = score_pairs(model, tokenizer, pairs, batch_size=args.batch_size, device=device,
-                     progress=True, bf16=args.bf16)
+                     progress=True, bf16=args.bf16, per_token=args.per_token)
     meta = {
         # -1: a model directory that is not one of our checkpoints does not know its step/tokens
         "step": int(state.get("step", -1)), "tokens": int(state.get("tokens", -1)),
@@ -240,7 +245,7 @@ def _score(args) -> int:
     report = getattr(pairs, "report", None)
     if report is not None:
         meta["source"] = report.source
-    write_pairs(df, args.out, meta)
+    write_eval(df, args.out, meta)
     print(f"{name}: {len(df)} pairs, {df['paradigm'].nunique()} paradigms  "
           f"acc_mlp={accuracy(df, 'mlp'):.4f}  acc_sum={accuracy(df, 'sum'):.4f}  -> {args.out}")
     return 0
@@ -256,6 +261,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return score_main(rest)
     if command in ("score-run", "watch"):
         return run_main(command, rest)
+    if command == "tokens":
+        from probes.tokens import main as tokens_main
+
+        return tokens_main(rest)
     if command == "curves":
         from probes.curves import main as curves_main
 

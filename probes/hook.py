@@ -31,7 +31,8 @@ from probes.benchmarks import BenchmarkConfig, benchmark_configs, load_benchmark
 from probes.evalset import ALL_SUFFIX, refresh_cache
 from probes.pairs import Pair
 from probes.scoring import CONVENTION, accuracy, correct, score_pairs, tokenizer_fingerprint
-from probes.store import eval_path, read_pairs, write_pairs
+from probes.store import eval_path, read_pairs
+from probes.tokens import tokens_path, write_eval
 from probes.syntaxqa.score import SyntaxQAConfig
 
 _ENTRY_KEYS = {f.name for f in fields(BenchmarkConfig)}
@@ -55,6 +56,8 @@ class ProbesConfig:
     # true: every eval file also gets ulp_good / ulp_bad, the sentences' unigram log-probs from the run's
     # token store, so SLOR and MORCELA can be computed without the model (probes/unigram.py)
     unigram: bool = True
+    # true: every eval file also gets a sidecar <name>.tokens.parquet with each token's lp (probes/tokens.py)
+    per_token: bool = False
     # The syntax-questions probe (probes.syntaxqa): probes.syntax_qa.enabled=true with sources
     syntax_qa: SyntaxQAConfig = field(default_factory=SyntaxQAConfig)
 
@@ -160,14 +163,14 @@ class ProbeHook:
         for name, pairs in benchmarks.items():
             path = eval_path(self.run_dir, step, name)
             # rank 0 decides, so every rank takes the same branch of the collective below
-            exists = _broadcast(path.exists(), world)
+            exists = _broadcast(path.exists() and (not self.cfg.per_token or tokens_path(path).exists()), world)
             if exists:
                 if rank == 0:
                     metrics.update(summary_metrics(read_pairs(path)[0], name))
                 continue
             t0 = time.perf_counter()
             df = score_sharded(model, self.tokenizer, pairs, batch_size=self.cfg.batch_size,
-                               bf16=self.cfg.bf16)
+                               bf16=self.cfg.bf16, per_token=self.cfg.per_token)
             if rank != 0:
                 continue
             meta = {
@@ -184,21 +187,22 @@ class ProbeHook:
             report = getattr(pairs, "report", None)  # load_benchmark says where pairs came from
             if report is not None:
                 meta["source"] = report.source
-            write_pairs(df, path, meta)
+            write_eval(df, path, meta)
             refresh_cache(self.run_dir, name)  # so the report reads one small file, not every eval
             metrics.update(summary_metrics(df, name))
         return metrics
 
     def missing(self, step: int) -> bool:
         """Some benchmark's eval file of checkpoint `step` is absent (the trainer probes it again)."""
-        return any(not eval_path(self.run_dir, step, name).exists() for name in self.benchmarks)
+        return any(not (p := eval_path(self.run_dir, step, name)).exists()
+                   or (self.cfg.per_token and not tokens_path(p).exists()) for name in self.benchmarks)
 
     def close(self) -> None:
         self.benchmarks = {}
 
 
 def score_sharded(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64,
-                  bf16: bool = False, device=None) -> Optional[pd.DataFrame]:
+                  bf16: bool = False, device=None, per_token: bool = False) -> Optional[pd.DataFrame]:
     """``score_pairs`` over the ranks of the default process group: the whole frame on rank 0,
     None on the others; without a process group (or with one rank), plain ``score_pairs``.
 
@@ -211,12 +215,13 @@ def score_sharded(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64,
 
     rank, world = _rank_world()
     if world == 1 or any(hasattr(p, "ds_id") for p in model.parameters()):
-        df = score_pairs(model, tokenizer, pairs, batch_size=batch_size, bf16=bf16, device=device)
+        df = score_pairs(model, tokenizer, pairs, batch_size=batch_size, bf16=bf16, device=device,
+                         per_token=per_token)
         return df if rank == 0 else None
     bounds = [len(pairs) * r // world for r in range(world + 1)]
     shard = pairs[bounds[rank]:bounds[rank + 1]]
-    part = (score_pairs(model, tokenizer, shard, batch_size=batch_size, bf16=bf16, device=device)
-            if shard else None)
+    part = (score_pairs(model, tokenizer, shard, batch_size=batch_size, bf16=bf16, device=device,
+                        per_token=per_token) if shard else None)
     parts: list[Optional[pd.DataFrame]] = [None] * world
     # all_gather rather than gather: gather_object is not supported by NCCL
     torch_dist.all_gather_object(parts, part)

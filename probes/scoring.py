@@ -395,10 +395,12 @@ def _align(good: Sequence[int], bad: Sequence[int]) -> tuple[int, int]:
 
 
 def score_pairs(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64, device=None,
-                progress: bool = False, bf16: bool = False) -> pd.DataFrame:
+                progress: bool = False, bf16: bool = False, per_token: bool = False) -> pd.DataFrame:
     """One row per pair with lp/ntok of good and bad and their prefix/critical/suffix region sums.
 
     Each unique sentence is scored once (benchmarks repeat sentences across pairs).
+    ``per_token``: also the list columns of ``probes.tokens.FRAME_COLUMNS`` (ids, pieces and lps
+    of every token), which ``probes.tokens.write_eval`` moves to the per-token sidecar.
     """
     texts = list(dict.fromkeys(t for p in pairs for t in (p.good, p.bad)))
     for p in pairs:
@@ -453,7 +455,13 @@ def score_pairs(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64, de
                "lp_good", "lp_bad", "ntok_good", "ntok_bad"]
     columns += [f"{k}_{side}_{name}" for k in ("lp", "ntok") for side in ("good", "bad")
                 for name in REGION_NAMES]
-    return pd.DataFrame(rows, columns=columns + slot_columns)
+    df = pd.DataFrame(rows, columns=columns + slot_columns)
+    if per_token:
+        from probes.tokens import frame_columns
+
+        for name, values in frame_columns(tokenizer, pairs, ids, lps, index).items():
+            df[name] = pd.Series(values, index=df.index, dtype=object)  # one list per pair
+    return df
 
 
 def _add_slot_sums(tokenizer, pairs: list[Pair], rows: list[dict], ids: list[list[int]],

@@ -44,6 +44,7 @@ class ScoreOptions:
     device: Optional[str] = None  # None: cuda if available, else cpu
     bf16: bool = False
     trust_remote_code: bool = False
+    per_token: bool = False  # also the per-token sidecars (probes/tokens.py)
 
 
 def whole_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
@@ -129,12 +130,17 @@ def eval_done(path: Path, n_pairs: int) -> bool:
         return False
 
 
-def pending(run_dir: Path, benchmarks: dict[str, list[Pair]]) -> list[tuple[int, Path, list[str]]]:
-    """(step, checkpoint, benchmark names still to score) for every whole checkpoint with work."""
+def pending(run_dir: Path, benchmarks: dict[str, list[Pair]],
+            per_token: bool = False) -> list[tuple[int, Path, list[str]]]:
+    """(step, checkpoint, benchmark names still to score) for every whole checkpoint with work;
+    with ``per_token`` an eval file without its per-token sidecar is work too."""
+    from probes.tokens import tokens_path
+
     out = []
     for step, ckpt in whole_checkpoints(run_dir):
         todo = [name for name, pairs in benchmarks.items()
-                if not eval_done(eval_path(run_dir, step, name), len(pairs))]
+                if not eval_done(path := eval_path(run_dir, step, name), len(pairs))
+                or (per_token and not tokens_path(path).is_file())]
         if todo:
             out.append((step, ckpt, todo))
     return out
@@ -150,7 +156,7 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
     from probes.hook import summary_metrics
     from train.weights import load_causal_lm
     from probes.scoring import CONVENTION, score_pairs, tokenizer_fingerprint
-    from probes.store import write_pairs
+    from probes.tokens import write_eval
 
     state = read_trainer_state(ckpt_dir)
     device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -168,7 +174,7 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
     for name, pairs in benchmarks.items():
         t0 = time.perf_counter()
         df = score_pairs(model, tokenizer, pairs, batch_size=opts.batch_size, device=device,
-                         bf16=opts.bf16)
+                         bf16=opts.bf16, per_token=opts.per_token)
         path = eval_path(run_dir, step, name)
         meta = {
             "step": int(step), "tokens": int(state.get("tokens", -1)), "benchmark": name,
@@ -179,7 +185,7 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
         report = getattr(pairs, "report", None)
         if report is not None:
             meta["source"] = report.source
-        write_pairs(df, path, meta)
+        write_eval(df, path, meta)
         refresh_cache(run_dir, name)
         acc = summary_metrics(df, name)[f"probe/{name}/acc"]
         say(f"step{step} {name}: {len(df)} pairs acc_mlp={acc:.4f} -> {path}")
@@ -191,7 +197,7 @@ def score_run(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptio
               say: Callable[[str], None] = print) -> list[Path]:
     """Score every whole checkpoint of a run on every benchmark not yet done; the files written."""
     written = []
-    for step, ckpt, todo in pending(run_dir, benchmarks):
+    for step, ckpt, todo in pending(run_dir, benchmarks, opts.per_token):
         written += score_checkpoint(ckpt, run_dir, step, {n: benchmarks[n] for n in todo}, opts, say)
     return written
 
