@@ -98,9 +98,14 @@ def write_tokens(table: pa.Table, path: Path, meta: dict) -> None:
 
     blob = json.dumps({**meta, "kind": "per_token"}, default=str).encode()
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: blob})
+    floats = [f"{c}.list.element" for c in table.column_names if c.startswith("lps_")]
     with atomic_open(path, "wb") as fh:
-        # zstd: ids and pieces repeat across pairs; measured size in README ("Token-level evidence")
-        pq.write_table(table, fh, compression="zstd")
+        # ids and pieces repeat across pairs: dictionary + zstd. The lps do not repeat: byte-stream
+        # split lets zstd find their shared exponent bytes (it excludes a dictionary). On all 35,400
+        # ZhoBLiMP pairs: 4.8 MB with parquet's defaults + zstd, 3.5 MB so (README "Token-level evidence")
+        pq.write_table(table, fh, compression="zstd", use_byte_stream_split=floats,
+                       use_dictionary=[c if c in ("paradigm", "pair_id") else f"{c}.list.element"
+                                       for c in table.column_names if not c.startswith("lps_")])
 
 
 def read_tokens(path: Path, paradigm: Optional[str] = None, pair_id: Optional[str] = None):
