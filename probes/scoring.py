@@ -178,7 +178,9 @@ def token_logprobs(model, seqs: list[list[int]], *, batch_size: int = 64, device
     more than the transformer body, so for the architectures in ``_PLAIN_HEAD_TYPES`` the body
     runs on the batch and the head runs only where needed: a target's logit is one dot product
     with its output-embedding row, and the logsumexp over the vocabulary is computed once per
-    distinct prefix (``_prefix_nodes``), in chunks, never as a full log_softmax copy.
+    distinct prefix (``_prefix_nodes``), in chunks, never as a full log_softmax copy (on a CPU in
+    cache-sized blocks, ``_HEAD_CHUNK``); the body is not fed a sequence's last token, which is
+    predicted but never a context.
     ``bf16=True`` runs the model under bfloat16 autocast (fast on GPUs; the logsumexp stays fp32;
     lps move by ~1e-2, see the bench) -- off by default so scores are fp32-exact.
     """
