@@ -125,14 +125,15 @@ def pair_tokens(run_dir: Path, benchmark: str, paradigm: str, pair_id: str) -> l
     evals = Path(run_dir) / "evals"
     out = []
     for d in sorted(evals.glob("step*"), key=lambda d: int(d.name[4:]) if d.name[4:].isdigit() else -1):
-        f = d / f"{benchmark}{TOKENS_SUFFIX}"
-        if not d.name[4:].isdigit() or not f.is_file():
+        f, eval_file = d / f"{benchmark}{TOKENS_SUFFIX}", d / f"{benchmark}.parquet"
+        # no eval file: a write interrupted between the two (the sidecar comes first); rescoring redoes it
+        if not d.name[4:].isdigit() or not f.is_file() or not eval_file.is_file():
             continue
         rows, meta = read_tokens(f, paradigm, pair_id)
         if not rows:
             continue
         row = rows[0]
-        _check_sums(row, d / f"{benchmark}.parquet", f, paradigm, pair_id)
+        _check_sums(row, eval_file, f, paradigm, pair_id)
         out.append({"step": int(meta.get("step", d.name[4:])), "tokens": int(meta.get("tokens", -1)), **row})
     return out
 

@@ -11,7 +11,7 @@ import torch
 from probeutil import tiny_neox, word_tokenizer
 from probes.__main__ import main
 from probes.store import eval_path, read_pairs, write_pairs
-from probes.tokens import read_tokens, tokens_path
+from probes.tokens import pair_tokens, read_tokens, tokens_path
 from test_watch import RECORDS, save_checkpoint
 
 STEPS = (0, 1, 3)
@@ -121,6 +121,11 @@ def test_tokens_cli_table_figure_and_errors(run, tmp_path, capsys):
     assert "no such pair" in capsys.readouterr().err
     assert main(["tokens", str(run), "--paradigm", "sv", "--pair", "1", "--benchmark", "blimp"]) == 2
     assert "--benchmark blimp: no per-token files" in capsys.readouterr().err
+
+    # a write killed between sidecar and eval file: that checkpoint is left out, not an error
+    eval_path(run, 0, "mini").unlink()
+    assert main(["tokens", str(run), "--paradigm", "sv", "--pair", "1"]) == 0
+    assert [p["step"] for p in pair_tokens(run, "mini", "sv", "1")] == [1, 3]
 
     # the eval file replaced behind the sidecar's back: refused, both files named
     path = eval_path(run, 3, "mini")
