@@ -163,6 +163,27 @@ def surprisal_table(points: list[dict]):
     return pd.DataFrame(rows, columns=["step", "tokens", "side", "position", "piece", "surprisal"])
 
 
+# families with CJK glyphs, tried in order when a piece needs one (DejaVu Sans, matplotlib's default, has none)
+_CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei", "SimHei",
+              "Microsoft YaHei", "PingFang SC", "Arial Unicode MS")
+
+
+def _labeller(pieces: list[str]):
+    """(font family or None, piece -> legend text): a CJK font when a piece needs one and one is
+    installed; without one such pieces are drawn as code points (U+4E86), never as empty boxes."""
+    from matplotlib import font_manager
+
+    if all(ord(c) < 0x2E80 for p in pieces for c in p):
+        return None, str
+    for family in _CJK_FONTS:
+        try:
+            font_manager.findfont(family, fallback_to_default=False)
+            return family, str
+        except ValueError:
+            continue
+    return None, lambda p: "".join(c if ord(c) < 0x2E80 else f"U+{ord(c):04X}" for c in p)
+
+
 def draw(points: list[dict], title: str, out: Path) -> Path:
     """Good and bad side by side: one line per token position, surprisal (nats) over tokens seen."""
     from probes.curves import new_figure, plot_line, token_axis
@@ -172,18 +193,22 @@ def draw(points: list[dict], title: str, out: Path) -> Path:
     all_tokens = np.array(sorted({pt["tokens"] for pt in points}), dtype=float)
     from matplotlib import colormaps
 
+    family, label_of = _labeller([p for pt in points[-1:] for side in SIDES for p in pt[f"pieces_{side}"]])
     fig, axes = new_figure(12.0, 4.8, 1, 2, sharey=True)
     cmap = colormaps["tab20"]
+    text = {"fontfamily": [family, "DejaVu Sans"]} if family else {}
     for ax, side in zip(axes[0], SIDES):
         sub = table[table["side"] == side]
         for j, g in sub.groupby("position", sort=True):
             color = cmap(j % 20)
-            label = f"{j}: {g['piece'].iloc[-1]}"
+            label = f"{j}: {label_of(g['piece'].iloc[-1])}"
             plot_line(ax, g["tokens"].to_numpy(), g["surprisal"].to_numpy(), all_tokens, label, color, lw=1.2)
         token_axis(ax, all_tokens, ylabel="surprisal (nats)", chance=False)
         last = points[-1][f"pieces_{side}"]
-        ax.set_title(f"{side}: {' '.join(last)}", fontsize=9)
-        ax.legend(fontsize=7, ncol=2, loc="upper right")
+        sentence = " ".join(map(label_of, last))
+        sentence = sentence if len(sentence) <= 70 else sentence[:69] + "…"
+        ax.set_title(f"{side}: {sentence}", fontsize=9, **text)
+        ax.legend(fontsize=7, ncol=2, loc="upper right", prop={"size": 7, "family": text.get("fontfamily")})
     fig.suptitle(title, fontsize=10)
     return save_figure(fig, out)
 

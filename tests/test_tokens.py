@@ -169,3 +169,12 @@ def test_score_and_hook_write_sidecars(run, tmp_path):
     assert not hook.missing(2)
     tokens_path(path).unlink()
     assert hook.missing(2)  # per_token: a lost sidecar is probed again
+
+
+def test_cjk_pieces_are_never_drawn_as_empty_boxes():
+    from probes.tokens import _labeller
+
+    assert _labeller(["the", "▁cat"])[0] is None
+    family, label = _labeller(["▁那个", "人"])
+    # a CJK font where one is installed, else code points (matplotlib's DejaVu Sans has no CJK glyphs)
+    assert family is not None or label("▁那个") == "▁U+90A3U+4E2A"
