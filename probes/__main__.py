@@ -1,4 +1,4 @@
-"""``python -m probes {score,score-run,watch,curves,report,benchmarks,syntax-qa} ...``: one entry point for everything
+"""``python -m probes {score,score-run,watch,tokens,curves,report,benchmarks,syntax-qa} ...``: one entry point for everything
 that reads models.
 
 ``score``, ``score-run`` and ``watch`` parse their arguments here (the last two run
