@@ -84,6 +84,9 @@ def pythia_14m(seed: int = 0):
     from train.model import ModelConfig, build_model
 
     fields = OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "model" / "pythia-14m.yaml"))
+    # the config derives vocab_size from the run's tokenizer; the bench pins Pythia's 50,304 rows
+    # (its 50,277 tokens padded), whatever BPE it scores with: the output layer is most of the cost
+    fields["vocab_size"] = fields.get("vocab_size") or 50304
     return build_model(ModelConfig(**fields), seed=seed, bos_token_id=0, eos_token_id=0).eval()
 
 

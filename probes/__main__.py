@@ -1,4 +1,4 @@
-"""``python -m probes {score,score-run,watch,curves,report,benchmarks,syntax-qa} ...``: one entry point for everything
+"""``python -m probes {score,score-run,watch,tokens,curves,report,benchmarks,syntax-qa} ...``: one entry point for everything
 that reads models.
 
 ``score``, ``score-run`` and ``watch`` parse their arguments here (the last two run
@@ -12,11 +12,12 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-USAGE = """usage: python -m probes {score,score-run,watch,curves,report,benchmarks,syntax-qa} [-h] ...
+USAGE = """usage: python -m probes {score,score-run,watch,tokens,curves,report,benchmarks,syntax-qa} [-h] ...
 
   score       score one HF causal LM directory on one benchmark, write per-pair parquet
   score-run   score every whole checkpoint of a run directory (skips finished files)
   watch       follow a training run and score checkpoints as they become whole
+  tokens      one pair's per-token surprisal over a run's checkpoints (table; --out draws it)
   curves      learning curves and U-shapes from the eval files of run directories
   report      report.md + figures + tables: seeds, U-shapes, AoA, scaling grid, case study, regions
   benchmarks  list / inspect / check benchmarks
@@ -57,6 +58,8 @@ def build_score_parser() -> argparse.ArgumentParser:
                    help="allow the model directory's own Python code (off by default)")
     p.add_argument("--bf16", action="store_true",
                    help="bfloat16 autocast (faster on GPUs; lps move by ~1e-2 nats)")
+    p.add_argument("--per-token", action="store_true",
+                   help="also write every token's lp to OUT's sidecar <stem>.tokens.parquet (probes/tokens.py)")
     return p
 
 
@@ -80,6 +83,8 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    p.add_argument("--per-token", action="store_true",
+                   help="also store every token's lp: evals/step<N>/<benchmark>.tokens.parquet")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow the model directory's own Python code (off by default)")
     if command == "watch":
@@ -125,7 +130,7 @@ def _score_run(command: str, args) -> int:
             raise CliError(f"--benchmark {spec}: no pairs")
         benchmarks[name] = pairs
     opts = ScoreOptions(batch_size=args.batch_size, device=args.device, bf16=args.bf16,
-                        trust_remote_code=args.trust_remote_code)
+                        trust_remote_code=args.trust_remote_code, per_token=args.per_token)
     lock = RunLock(args.run_dir, name=EVAL_LOCK,
                    why="another score-run or watch is scoring this run; wait for it to finish")
     try:
@@ -227,7 +232,8 @@ def _score(args) -> int:
     except (WeightsMismatchError, ValueError) as e:
         raise CliError(f"--model {e}") from None
     model.to(device)
-    opts = ScoreOptions(batch_size=args.batch_size, device=device, bf16=args.bf16, progress=True)
+    opts = ScoreOptions(batch_size=args.batch_size, device=device, bf16=args.bf16, progress=True,
+                        per_token=args.per_token)
     try:
         df = evaluate_checkpoint(model, tokenizer, pairs, name=name, step=int(state.get("step", -1)),
                                  tokens=int(state.get("tokens", -1)), ckpt_dir=args.model, out=args.out, opts=opts,
@@ -249,6 +255,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return score_main(rest)
     if command in ("score-run", "watch"):
         return run_main(command, rest)
+    if command == "tokens":
+        from probes.tokens import main as tokens_main
+
+        return tokens_main(rest)
     if command == "curves":
         from probes.curves import main as curves_main
 

@@ -118,7 +118,9 @@ def _load_run(d: Path, name: str, cache: bool = True):
     for step, sd in sorted(evals.items()):
         for f in sorted(sd.iterdir()):
             # syntax_qa.parquet holds question items, not minimal pairs (probes.syntaxqa.curves reads it)
-            if f.suffix == ".parquet" and _visible(f) and f.is_file() and f.stem != "syntax_qa":
+            # <name>.tokens.parquet is the per-token sidecar of <name>.parquet (probes/tokens.py)
+            if (f.suffix == ".parquet" and _visible(f) and f.is_file() and f.stem != "syntax_qa"
+                    and not f.name.endswith(".tokens.parquet")):
                 paths_by_bench.setdefault(f.stem, []).append((step, f))
     if not paths_by_bench:
         qa_only = any((sd / "syntax_qa.parquet").is_file() for sd in evals.values())

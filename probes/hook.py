@@ -84,11 +84,12 @@ class ProbeHook:
                 self._all_pairs = _load_benchmarks(self.cfg, all_pairs=True)
             benchmarks = {**benchmarks, **{f"{name}{ALL_SUFFIX}": self._all_pairs[name] for name in self.benchmarks}}
         manifest = manifest_hash(ckpt_dir)
-        opts = ScoreOptions(batch_size=self.cfg.batch_size, bf16=self.cfg.bf16)
+        opts = ScoreOptions(batch_size=self.cfg.batch_size, bf16=self.cfg.bf16, per_token=self.cfg.per_token)
         for name, pairs in benchmarks.items():
             path = eval_path(self.run_dir, step, name)
             # rank 0 decides, so every rank takes the same branch of the collective below
-            done = _broadcast(rank == 0 and eval_done(path, self._pair_set(name, pairs), manifest), world)
+            done = _broadcast(rank == 0 and eval_done(path, self._pair_set(name, pairs), manifest,
+                                                                self.cfg.per_token), world)
             if done:
                 if rank == 0:
                     metrics.update(summary_metrics(read_pairs(path)[0], name))
@@ -105,7 +106,8 @@ class ProbeHook:
         """Some benchmark's eval file of checkpoint `step` is not done for the checkpoint now on disk
         (absent, or scored on a checkpoint since replaced): the trainer probes it again."""
         manifest = manifest_hash(checkpoint_dir(self.run_dir, step))
-        return any(not eval_done(eval_path(self.run_dir, step, name), self._pair_sets[name], manifest)
+        return any(not eval_done(eval_path(self.run_dir, step, name), self._pair_sets[name], manifest,
+                                 self.cfg.per_token)
                    for name in self.benchmarks)
 
     def _pair_set(self, name: str, pairs: list[Pair]) -> str:
@@ -118,11 +120,12 @@ class ProbeHook:
 
 
 def _score_sharded(model, tokenizer, pairs: list[Pair], opts: ScoreOptions) -> Optional[pd.DataFrame]:
-    return score_sharded(model, tokenizer, pairs, batch_size=opts.batch_size, bf16=opts.bf16, device=opts.device)
+    return score_sharded(model, tokenizer, pairs, batch_size=opts.batch_size, bf16=opts.bf16, device=opts.device,
+                         per_token=opts.per_token)
 
 
 def score_sharded(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64,
-                  bf16: bool = False, device=None) -> Optional[pd.DataFrame]:
+                  bf16: bool = False, device=None, per_token: bool = False) -> Optional[pd.DataFrame]:
     """``score_pairs`` over the ranks of the default process group: the whole frame on rank 0,
     None on the others; without a process group (or with one rank), plain ``score_pairs``.
 
@@ -135,12 +138,13 @@ def score_sharded(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64,
 
     rank, world = _rank_world()
     if world == 1 or any(hasattr(p, "ds_id") for p in model.parameters()):
-        df = score_pairs(model, tokenizer, pairs, batch_size=batch_size, bf16=bf16, device=device)
+        df = score_pairs(model, tokenizer, pairs, batch_size=batch_size, bf16=bf16, device=device,
+                         per_token=per_token)
         return df if rank == 0 else None
     bounds = [len(pairs) * r // world for r in range(world + 1)]
     shard = pairs[bounds[rank]:bounds[rank + 1]]
-    part = (score_pairs(model, tokenizer, shard, batch_size=batch_size, bf16=bf16, device=device)
-            if shard else None)
+    part = (score_pairs(model, tokenizer, shard, batch_size=batch_size, bf16=bf16, device=device,
+                        per_token=per_token) if shard else None)
     parts: list[Optional[pd.DataFrame]] = [None] * world
     # all_gather rather than gather: gather_object is not supported by NCCL
     torch_dist.all_gather_object(parts, part)

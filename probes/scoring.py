@@ -92,11 +92,16 @@ def _model_device(model) -> torch.device:
 # the head is applied only where it is needed (see ``token_logprobs``). Others (soft-capped or
 # scaled logits, extra projections) take the plain path through ``model(...).logits``.
 _PLAIN_HEAD_TYPES = ("gpt_neox", "gpt2", "llama")
-# rows of the output layer evaluated at once: on a CPU 128 x 50k float32 logits = 26 MB, so the
-# exp runs on a piece near cache size rather than on one tensor of every position (measured on
-# pythia-14m: 128 rows fastest, 64 and 256 10-40 % slower); on a GPU bigger pieces keep the
-# kernels busy (1024 x 50k x 4 B = 200 MB)
+# rows of the output layer evaluated at once. On a CPU (fp32) the logits come from the weight
+# transposed once to [d, vocab] (the GEMM runs ~30 % faster on that layout than on nn.Linear's
+# weight.t()) in blocks of 128 rows x 2048 vocabulary columns written into one reused 1 MB buffer:
+# the block stays in cache for its exp and sum, and no memory is mapped per call (a fresh 26 MB
+# logits tensor per chunk was zeroed by the kernel every time: 15 % of scoring went to page
+# faults). Measured on pythia-14m's head, 1 thread: 100 us a row, of which the GEMM alone 80; the
+# old nn.Linear path with 128-row chunks 169. On a GPU bigger pieces keep the kernels busy
+# (1024 x 50k x 4 B = 200 MB).
 _HEAD_CHUNK = {"cpu": 128}
+_HEAD_VOCAB_BLOCK = 2048  # CPU only
 _HEAD_CHUNK_OTHER = 1024
 
 
@@ -157,7 +162,9 @@ def token_logprobs(model, seqs: list[list[int]], *, batch_size: int = 64, device
     more than the transformer body, so for the architectures in ``_PLAIN_HEAD_TYPES`` the body
     runs on the batch and the head runs only where needed: a target's logit is one dot product
     with its output-embedding row, and the logsumexp over the vocabulary is computed once per
-    distinct prefix (``_prefix_nodes``), in chunks, never as a full log_softmax copy.
+    distinct prefix (``_prefix_nodes``), in chunks, never as a full log_softmax copy (on a CPU in
+    cache-sized blocks, ``_HEAD_CHUNK``); the body is not fed a sequence's last token, which is
+    predicted but never a context.
     ``bf16=True`` runs the model under bfloat16 autocast (fast on GPUs; the logsumexp stays fp32;
     lps move by ~1e-2, see the bench) -- off by default so scores are fp32-exact.
     """
@@ -192,13 +199,14 @@ def token_logprobs(model, seqs: list[list[int]], *, batch_size: int = 64, device
     model.eval()
     try:
         with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            lse_head = _HeadLSE(split[1], device, bf16) if split is not None else None
             for batch in batches:
                 ids, mask, call_mask = _right_padded([seqs[i] for i in batch], device)
                 if split is None:
                     lp = _batch_plain(model, ids, call_mask)
                 else:
                     node = torch.from_numpy(np.concatenate([nodes[i] for i in batch])).to(device)
-                    lp = _batch_split(*split, ids, mask, call_mask, node, lse, have)
+                    lp = _batch_split(split[0], split[1], lse_head, ids, mask, call_mask, node, lse, have)
                 lp = lp.to("cpu", torch.float64).numpy()
                 at = 0
                 for row, i in enumerate(batch):
@@ -255,18 +263,28 @@ def next_token_logprobs(model, contexts: list[list[int]], candidates: list[list[
     return out  # type: ignore[return-value]
 
 
+def _drop_last(mask: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """The mask of a batch without its last column. The last token of a sequence is predicted,
+    never a context, so the forward leaves the last column out (on BLiMP 8 % fewer tokens);
+    right padding puts every row's last real token in it or in the row's padding."""
+    if mask is None:
+        return None
+    mask = mask[:, :-1]
+    return None if bool(mask.all()) else mask
+
+
 def _batch_plain(model, ids: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
     """[B, W-1] lps through the model's own logits (any causal LM)."""
-    logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[:, :-1]
+    logits = model(input_ids=ids[:, :-1], attention_mask=_drop_last(mask), use_cache=False).logits
     # float32 at least: bf16 logsumexp loses ~2 digits on large vocabularies
     logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
     target = ids[:, 1:].unsqueeze(-1)
     return logits.gather(-1, target).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
-def _batch_split(body, head: torch.nn.Linear, ids: torch.Tensor, mask: torch.Tensor,
-                 call_mask: Optional[torch.Tensor], node: torch.Tensor, lse: torch.Tensor,
-                 have: torch.Tensor) -> torch.Tensor:
+def _batch_split(body, head: torch.nn.Linear, lse_head: "_HeadLSE", ids: torch.Tensor,
+                 mask: torch.Tensor, call_mask: Optional[torch.Tensor], node: torch.Tensor,
+                 lse: torch.Tensor, have: torch.Tensor) -> torch.Tensor:
     """Flat lps of the scored positions of a batch (row-major, each row's len-1 positions).
 
     ``node`` holds the prefix id of each of those positions; ``lse``/``have`` cache the
@@ -274,7 +292,7 @@ def _batch_split(body, head: torch.nn.Linear, ids: torch.Tensor, mask: torch.Ten
     """
     # use_cache=False: scoring never decodes further, and building the KV cache (a concatenation of
     # every layer's keys and values) took ~10 % of the forward on pythia-14m
-    hidden = body(input_ids=ids, attention_mask=call_mask, use_cache=False)[0][:, :-1]
+    hidden = body(input_ids=ids[:, :-1], attention_mask=_drop_last(call_mask), use_cache=False)[0]
     scored = mask[:, 1:].bool()  # position j is scored when token j+1 is real
     h = hidden[scored]  # [N, d], row-major: the order of ``node``
     target = ids[:, 1:][scored]
@@ -287,32 +305,57 @@ def _batch_split(body, head: torch.nn.Linear, ids: torch.Tensor, mask: torch.Ten
         # one row per distinct new prefix: the first position that has it
         uniq, first = _first_index(node[new])
         idx = new.nonzero().squeeze(-1)[first]
-        lse[uniq] = _logsumexp_head(head, h[idx], logit[idx])
+        lse[uniq] = lse_head(h[idx], logit[idx])
         have[uniq] = True
     return logit - lse[node]
 
 
-def _logsumexp_head(head: torch.nn.Linear, h: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+class _HeadLSE:
     """logsumexp over the vocabulary of ``head(h)`` per row, fp32, a chunk of rows at a time.
 
-    ``shift`` is one logit of each row (its target's). exp(logits - shift) sums to at least 1 (the
-    shifted target is exp(0)), so it never underflows to log(0), and it overflows only when some
-    token is 80+ nats likelier than the target; then the chunk is redone with ``torch.logsumexp``.
-    This skips logsumexp's max pass and temporaries: the exp over the vocabulary is most of the
-    cost of scoring a small model on a CPU, and here it runs once, in place, on a chunk that stays
-    in cache.
+    Called with ``shift``, one logit of each row (its target's): exp(logits - shift) sums to at
+    least 1 (the shifted target is exp(0)), so it never underflows to log(0), and it overflows only
+    when some token is 80+ nats likelier than the target; then the chunk is redone with
+    ``torch.logsumexp``. This skips logsumexp's max pass and temporaries: the output layer is most
+    of the cost of scoring a small model on a CPU, and here its exp runs once, in place.
+    On a CPU with an fp32 head (no autocast) the shifted logits are ``addmm`` blocks of a
+    transposed weight (see ``_HEAD_CHUNK``); elsewhere ``head(h)`` a chunk at a time.
     """
-    out = torch.empty(len(h), dtype=torch.float32, device=h.device)
-    chunk = _HEAD_CHUNK.get(h.device.type, _HEAD_CHUNK_OTHER)
-    for a in range(0, len(h), chunk):
-        z = a + chunk
-        logits = head(h[a:z]).float()
-        s = shift[a:z].unsqueeze(-1)
-        part = logits.sub_(s).exp_().sum(-1).log_() + s.squeeze(-1)
-        if not bool(torch.isfinite(part).all()):
-            part = torch.logsumexp(head(h[a:z]).float(), dim=-1)
-        out[a:z] = part
-    return out
+
+    def __init__(self, head: torch.nn.Linear, device: torch.device, bf16: bool):
+        self.head = head
+        self.chunk = _HEAD_CHUNK.get(device.type, _HEAD_CHUNK_OTHER)
+        self.wt = None
+        if device.type == "cpu" and not bf16 and head.weight.dtype == torch.float32:
+            self.wt = head.weight.detach().t().contiguous()  # [d, vocab]: 26 MB for Pythia's 50k x 128
+            self.bias = None if head.bias is None else head.bias.detach()
+            self.buf = torch.empty((self.chunk, _HEAD_VOCAB_BLOCK), dtype=torch.float32)
+
+    def __call__(self, h: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(len(h), dtype=torch.float32, device=h.device)
+        for a in range(0, len(h), self.chunk):
+            z = a + self.chunk
+            s = shift[a:z].unsqueeze(-1)
+            if self.wt is None:
+                part = self.head(h[a:z]).float().sub_(s).exp_().sum(-1).log_() + s.squeeze(-1)
+            else:
+                part = self._blocked(h[a:z], s).log_() + s.squeeze(-1)
+            if not bool(torch.isfinite(part).all()):
+                part = torch.logsumexp(self.head(h[a:z]).float(), dim=-1)
+            out[a:z] = part
+        return out
+
+    def _blocked(self, h: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        """sum over the vocabulary of exp(h @ W.T + bias - s), one cache-sized block at a time."""
+        acc = torch.zeros(len(h), dtype=torch.float32)
+        vocab = self.wt.shape[1]
+        for v in range(0, vocab, _HEAD_VOCAB_BLOCK):
+            w = min(_HEAD_VOCAB_BLOCK, vocab - v)
+            block = self.buf[:len(h), :w]
+            shifted = -s if self.bias is None else self.bias[v:v + w] - s
+            torch.addmm(shifted, h, self.wt[:, v:v + w], out=block)
+            acc += block.exp_().sum(-1)
+        return acc
 
 
 def _first_index(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -338,10 +381,12 @@ def _align(good: Sequence[int], bad: Sequence[int]) -> tuple[int, int]:
 
 
 def score_pairs(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64, device=None,
-                progress: bool = False, bf16: bool = False) -> pd.DataFrame:
+                progress: bool = False, bf16: bool = False, per_token: bool = False) -> pd.DataFrame:
     """One row per pair with lp/ntok of good and bad and their prefix/critical/suffix region sums.
 
     Each unique sentence is scored once (benchmarks repeat sentences across pairs).
+    ``per_token``: also the list columns of ``probes.tokens.FRAME_COLUMNS`` (ids, pieces and lps
+    of every token), which ``probes.tokens.write_eval`` moves to the per-token sidecar.
     """
     texts = list(dict.fromkeys(t for p in pairs for t in (p.good, p.bad)))
     for p in pairs:
@@ -396,7 +441,13 @@ def score_pairs(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64, de
                "lp_good", "lp_bad", "ntok_good", "ntok_bad"]
     columns += [f"{k}_{side}_{name}" for k in ("lp", "ntok") for side in ("good", "bad")
                 for name in REGION_NAMES]
-    return pd.DataFrame(rows, columns=columns + slot_columns)
+    df = pd.DataFrame(rows, columns=columns + slot_columns)
+    if per_token:
+        from probes.tokens import frame_columns
+
+        for name, values in frame_columns(tokenizer, pairs, ids, lps, index).items():
+            df[name] = pd.Series(values, index=df.index, dtype=object)  # one list per pair
+    return df
 
 
 def _add_slot_sums(tokenizer, pairs: list[Pair], rows: list[dict], ids: list[list[int]],

@@ -95,13 +95,16 @@ def run_finished(run_dir: Path) -> bool:
     return False
 
 
-def pending(run_dir: Path, benchmarks: dict[str, list[Pair]]) -> list[tuple[int, Path, list[str]]]:
-    """(step, checkpoint, benchmark names still to score) for every whole checkpoint with work."""
+def pending(run_dir: Path, benchmarks: dict[str, list[Pair]],
+            per_token: bool = False) -> list[tuple[int, Path, list[str]]]:
+    """(step, checkpoint, benchmark names still to score) for every whole checkpoint with work;
+    with ``per_token`` an eval file without its per-token sidecar is work too."""
     sets = {name: pair_set(pairs) for name, pairs in benchmarks.items()}
     out = []
     for step, ckpt in whole_checkpoints(run_dir):
         manifest = manifest_hash(ckpt)
-        todo = [name for name in benchmarks if not eval_done(eval_path(run_dir, step, name), sets[name], manifest)]
+        todo = [name for name in benchmarks if not eval_done(eval_path(run_dir, step, name), sets[name], manifest,
+                                                                per_token)]
         if todo:
             out.append((step, ckpt, todo))
     return out
@@ -147,7 +150,7 @@ def score_run(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptio
 
     sync_run(run_dir, say=say)  # a gpt-neox save directory: new global_step<N> -> checkpoints/step<N>
     written = []
-    for step, ckpt, todo in pending(run_dir, benchmarks):
+    for step, ckpt, todo in pending(run_dir, benchmarks, opts.per_token):
         written += score_checkpoint(ckpt, run_dir, step, {n: benchmarks[n] for n in todo}, opts, say)
     return written
 

@@ -236,3 +236,26 @@ def test_bf16_autocast_is_close(tok, model):
     for a, b in zip(fp32, bf16):
         assert b.dtype == np.float64
         np.testing.assert_allclose(b, a, atol=0.5, rtol=0.05)
+
+
+def test_cpu_head_blocks_match_logsumexp():
+    # the CPU path of the output layer: addmm blocks of a transposed weight, bias included, a
+    # vocabulary of several blocks and a partial last one, more rows than one chunk
+    from probes.scoring import _HEAD_CHUNK, _HEAD_VOCAB_BLOCK, _HeadLSE
+
+    torch.manual_seed(0)
+    vocab, rows = 2 * _HEAD_VOCAB_BLOCK + 5, _HEAD_CHUNK["cpu"] + 7
+    head = torch.nn.Linear(16, vocab, bias=True)
+    with torch.no_grad():
+        head.weight.mul_(5.0)
+        head.bias.uniform_(-3.0, 3.0)
+        head.bias[-5:] = 12.0  # the partial last block carries much of the mass
+    h = torch.randn(rows, 16)
+    with torch.inference_mode():
+        logits = head(h)
+        target = torch.randint(0, vocab, (rows,))
+        shift = logits[torch.arange(rows), target]
+        lse = _HeadLSE(head, torch.device("cpu"), bf16=False)
+        assert lse.wt is not None  # the blocked path, not head(h)
+        got = lse(h, shift)
+    np.testing.assert_allclose(got.numpy(), torch.logsumexp(logits.double(), -1).numpy(), rtol=0, atol=1e-4)

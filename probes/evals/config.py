@@ -110,6 +110,8 @@ class ProbesConfig:
     # true: every eval file also gets ulp_good / ulp_bad, the sentences' unigram log-probs from the run's
     # token store, so SLOR and MORCELA can be computed without the model (probes/unigram.py)
     unigram: bool = True
+    # true: every eval file also gets a sidecar <name>.tokens.parquet with each token's lp (probes/tokens.py)
+    per_token: bool = False
     # The syntax-questions probe (probes.syntaxqa): probes.syntax_qa.enabled=true with sources
     syntax_qa: SyntaxQAConfig = field(default_factory=SyntaxQAConfig)
 

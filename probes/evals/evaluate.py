@@ -27,6 +27,7 @@ class ScoreOptions:
     bf16: bool = False  # bfloat16 autocast: faster on GPUs, lps move by ~1e-2 nats
     trust_remote_code: bool = False
     progress: bool = False
+    per_token: bool = False  # also the per-token sidecar <name>.tokens.parquet (probes/tokens.py)
 
 
 @dataclass
@@ -68,7 +69,7 @@ def _score_pairs(model, tokenizer, pairs, opts: ScoreOptions):
     from probes.scoring import score_pairs
 
     return score_pairs(model, tokenizer, pairs, batch_size=opts.batch_size, device=opts.device,
-                       progress=opts.progress, bf16=opts.bf16)
+                       progress=opts.progress, bf16=opts.bf16, per_token=opts.per_token)
 
 
 def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, tokens: int,
@@ -110,9 +111,9 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
     if describe is not None:
         meta.update(describe(df))
 
-    from probes.store import write_pairs
+    from probes.tokens import write_eval
 
-    write_pairs(df, path, meta)
+    write_eval(df, path, meta)  # and the per-token sidecar when df has its columns
     if out is None and cache:
         from probes.evalset import refresh_cache
 

@@ -266,10 +266,21 @@ def read_meta(path: Path) -> dict:
     return meta
 
 
-def eval_done(path: Path, pairs_hash: str, manifest: Optional[str]) -> bool:
+TOKENS_SUFFIX = ".tokens.parquet"  # the per-token sidecar beside an eval file (probes/tokens.py)
+
+
+def tokens_path(eval_file: Path) -> Path:
+    """``<dir>/<benchmark>.tokens.parquet`` beside ``<dir>/<benchmark>.parquet``."""
+    eval_file = Path(eval_file)
+    stem = eval_file.name[:-len(".parquet")] if eval_file.name.endswith(".parquet") else eval_file.name
+    return eval_file.with_name(stem + TOKENS_SUFFIX)
+
+
+def eval_done(path: Path, pairs_hash: str, manifest: Optional[str], per_token: bool = False) -> bool:
     """True when `path` holds the scores of the pair set `pairs_hash` on the checkpoint whose
-    manifest_hash is `manifest`, under the current convention (module doc): nothing to redo."""
-    if not Path(path).is_file():
+    manifest_hash is `manifest`, under the current convention (module doc): nothing to redo.
+    `per_token`: its per-token sidecar (tokens_path) must be there too."""
+    if not Path(path).is_file() or (per_token and not tokens_path(path).is_file()):
         return False
     try:
         meta = read_meta(path)

@@ -1,0 +1,274 @@
+"""Token-level evidence: per-token log-probs of every pair, kept beside the eval file, and
+``python -m probes tokens`` to draw them over checkpoints.
+
+    python -m probes score-run RUN --benchmark zhoblimp --per-token     # or probes.per_token=true
+    python -m probes tokens RUN --paradigm P --pair ID [--benchmark B] [--out fig.png]
+
+Sidecar ``<run>/evals/step<N>/<benchmark>.tokens.parquet`` (``tokens_path``), one row per pair of
+the eval file ``<benchmark>.parquet``, keyed by ``paradigm`` + ``pair_id``:
+
+    ids_good, ids_bad        list<int32>    the scored token ids (the start token is not scored)
+    pieces_good, pieces_bad  list<string>   the tokenizer's pieces of those ids
+    lps_good, lps_bad        list<float32>  natural-log probability of each token (convention of
+                                            probes/scoring.py)
+
+The lps are the float32 values the model produced, so their float64 sum is bit for bit the eval
+file's ``lp_good`` / ``lp_bad``. The schema metadata is the eval file's (``probes.store``). The
+sidecar is written before its eval file, with the shared atomic writer; an eval file rescored
+without per-token removes its old sidecar first, so a sidecar never outlives the scores it explains
+(and ``pair_tokens`` checks the sums against the eval file anyway).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from probes.evals.files import TOKENS_SUFFIX, tokens_path
+
+SIDES = ("good", "bad")
+# per-token columns score_pairs(per_token=True) adds to its frame; split off before the eval file
+FRAME_COLUMNS = tuple(f"{k}_{side}" for k in ("ids", "pieces", "lps") for side in SIDES)
+_TYPES = {"ids": pa.list_(pa.int32()), "pieces": pa.list_(pa.string()), "lps": pa.list_(pa.float32())}
+
+
+def is_tokens_file(path: Path) -> bool:
+    return Path(path).name.endswith(TOKENS_SUFFIX)
+
+
+def frame_columns(tokenizer, pairs, ids: list[list[int]], lps: list[np.ndarray],
+                  index: dict[str, int]) -> dict[str, list]:
+    """The per-token columns of ``pairs`` (``FRAME_COLUMNS``) from probes.scoring's per-sentence
+    ids (start token first) and lps; pieces are looked up once per distinct sentence."""
+    pieces: dict[int, list[str]] = {}
+    out: dict[str, list] = {c: [] for c in FRAME_COLUMNS}
+    for p in pairs:
+        for side in SIDES:
+            k = index[getattr(p, side)]
+            if k not in pieces:
+                pieces[k] = tokenizer.convert_ids_to_tokens(ids[k][1:])
+            out[f"ids_{side}"].append(np.asarray(ids[k][1:], dtype=np.int32))
+            out[f"pieces_{side}"].append(pieces[k])
+            # lossless: the lps are float32 values widened to float64 (probes.scoring)
+            out[f"lps_{side}"].append(np.asarray(lps[k], dtype=np.float32))
+    return out
+
+
+def split_frame(df):
+    """(eval frame without the per-token columns, pyarrow table of the sidecar or None)."""
+    if not set(FRAME_COLUMNS) <= set(df.columns):
+        return df, None
+    cols = {"paradigm": pa.array(df["paradigm"].astype(str).tolist(), pa.string()),
+            "pair_id": pa.array(df["pair_id"].astype(str).tolist(), pa.string())}
+    for c in FRAME_COLUMNS:
+        cols[c] = pa.array(df[c].tolist(), _TYPES[c.split("_")[0]])
+    return df.drop(columns=list(FRAME_COLUMNS)), pa.table(cols)
+
+
+def write_eval(df, path: Path, meta: dict) -> None:
+    """Write an eval file (``probes.store.write_pairs``) and, when ``df`` has the per-token
+    columns, its sidecar first; without them an old sidecar is removed first (module doc)."""
+    from probes.store import write_pairs
+
+    df, table = split_frame(df)
+    side = tokens_path(path)
+    if table is None:
+        side.unlink(missing_ok=True)
+    else:
+        write_tokens(table, side, meta)
+    write_pairs(df, path, meta)
+
+
+def write_tokens(table: pa.Table, path: Path, meta: dict) -> None:
+    """The sidecar, atomically (probes.outputs.atomic_open), with the eval file's metadata."""
+    from probes.evals.files import META_KEY, atomic_open
+
+    blob = json.dumps({**meta, "kind": "per_token"}, default=str).encode()
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: blob})
+    floats = [f"{c}.list.element" for c in table.column_names if c.startswith("lps_")]
+    with atomic_open(path, "wb") as fh:
+        # ids and pieces repeat across pairs: dictionary + zstd. The lps do not repeat: byte-stream
+        # split lets zstd find their shared exponent bytes (it excludes a dictionary). On all 35,400
+        # ZhoBLiMP pairs: 4.8 MB with parquet's defaults + zstd, 3.5 MB so (README "Token-level evidence")
+        pq.write_table(table, fh, compression="zstd", use_byte_stream_split=floats,
+                       use_dictionary=[c if c in ("paradigm", "pair_id") else f"{c}.list.element"
+                                       for c in table.column_names if not c.startswith("lps_")])
+
+
+def read_tokens(path: Path, paradigm: Optional[str] = None, pair_id: Optional[str] = None):
+    """(rows as a list of dicts, metadata) of a sidecar; filtered to one paradigm / pair when given."""
+    from probes.store import META_KEY
+
+    filters = [(k, "=", v) for k, v in (("paradigm", paradigm), ("pair_id", pair_id)) if v is not None]
+    table = pq.read_table(path, filters=filters or None)
+    meta = json.loads((pq.read_schema(path).metadata or {}).get(META_KEY, b"{}"))
+    return table.to_pylist(), meta
+
+
+def pair_tokens(run_dir: Path, benchmark: str, paradigm: str, pair_id: str) -> list[dict]:
+    """One dict per checkpoint with a sidecar holding the pair, by step: step, tokens, and the
+    sidecar row (ids/pieces/lps of good and bad). A sidecar whose sums differ from its eval
+    file's lp (the eval file was replaced without it) is an error naming both files."""
+    evals = Path(run_dir) / "evals"
+    out = []
+    for d in sorted(evals.glob("step*"), key=lambda d: int(d.name[4:]) if d.name[4:].isdigit() else -1):
+        f, eval_file = d / f"{benchmark}{TOKENS_SUFFIX}", d / f"{benchmark}.parquet"
+        # no eval file: a write interrupted between the two (the sidecar comes first); rescoring redoes it
+        if not d.name[4:].isdigit() or not f.is_file() or not eval_file.is_file():
+            continue
+        rows, meta = read_tokens(f, paradigm, pair_id)
+        if not rows:
+            continue
+        row = rows[0]
+        _check_sums(row, eval_file, f, paradigm, pair_id)
+        out.append({"step": int(meta.get("step", d.name[4:])), "tokens": int(meta.get("tokens", -1)), **row})
+    return out
+
+
+def _check_sums(row: dict, eval_file: Path, side_file: Path, paradigm: str, pair_id: str) -> None:
+    ev = pq.read_table(eval_file, columns=["paradigm", "pair_id", "lp_good", "lp_bad"],
+                       filters=[("paradigm", "=", paradigm), ("pair_id", "=", pair_id)]).to_pylist()
+    if not ev:
+        raise ValueError(f"{side_file}: pair {paradigm}/{pair_id} is not in {eval_file}")
+    for side in SIDES:
+        total = float(np.sum(np.asarray(row[f"lps_{side}"], dtype=np.float64)))
+        if abs(total - ev[0][f"lp_{side}"]) > 1e-9:
+            raise ValueError(f"{side_file}: per-token lps of {paradigm}/{pair_id} ({side}) sum to {total:.6f}, "
+                             f"but {eval_file} has lp_{side}={ev[0][f'lp_{side}']:.6f}: stale sidecar")
+
+
+def surprisal_table(points: list[dict]):
+    """Long table: one row per checkpoint x side x position, surprisal in nats (-lp)."""
+    import pandas as pd
+
+    rows = []
+    for pt in points:
+        for side in SIDES:
+            for j, (piece, lp) in enumerate(zip(pt[f"pieces_{side}"], pt[f"lps_{side}"])):
+                rows.append({"step": pt["step"], "tokens": pt["tokens"], "side": side, "position": j,
+                             "piece": piece, "surprisal": -float(lp)})
+    return pd.DataFrame(rows, columns=["step", "tokens", "side", "position", "piece", "surprisal"])
+
+
+# families with CJK glyphs, tried in order when a piece needs one (DejaVu Sans, matplotlib's default, has none)
+_CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei", "SimHei",
+              "Microsoft YaHei", "PingFang SC", "Arial Unicode MS")
+
+
+def _labeller(pieces: list[str]):
+    """(font family or None, piece -> legend text): a CJK font when a piece needs one and one is
+    installed; without one such pieces are drawn as code points (U+4E86), never as empty boxes."""
+    from matplotlib import font_manager
+
+    if all(ord(c) < 0x2E80 for p in pieces for c in p):
+        return None, str
+    for family in _CJK_FONTS:
+        try:
+            font_manager.findfont(family, fallback_to_default=False)
+            return family, str
+        except ValueError:
+            continue
+    return None, lambda p: "".join(c if ord(c) < 0x2E80 else f"U+{ord(c):04X}" for c in p)
+
+
+def draw(points: list[dict], title: str, out: Path) -> Path:
+    """Good and bad side by side: one line per token position, surprisal (nats) over tokens seen."""
+    from probes.curves import new_figure, plot_line, token_axis
+    from probes.outputs import save_figure
+
+    table = surprisal_table(points)
+    all_tokens = np.array(sorted({pt["tokens"] for pt in points}), dtype=float)
+    from matplotlib import colormaps
+
+    family, label_of = _labeller([p for pt in points[-1:] for side in SIDES for p in pt[f"pieces_{side}"]])
+    fig, axes = new_figure(12.0, 4.8, 1, 2, sharey=True)
+    cmap = colormaps["tab20"]
+    text = {"fontfamily": [family, "DejaVu Sans"]} if family else {}
+    for ax, side in zip(axes[0], SIDES):
+        sub = table[table["side"] == side]
+        for j, g in sub.groupby("position", sort=True):
+            color = cmap(j % 20)
+            label = f"{j}: {label_of(g['piece'].iloc[-1])}"
+            plot_line(ax, g["tokens"].to_numpy(), g["surprisal"].to_numpy(), all_tokens, label, color, lw=1.2)
+        token_axis(ax, all_tokens, ylabel="surprisal (nats)", chance=False)
+        last = points[-1][f"pieces_{side}"]
+        sentence = " ".join(map(label_of, last))
+        sentence = sentence if len(sentence) <= 70 else sentence[:69] + "…"
+        ax.set_title(f"{side}: {sentence}", fontsize=9, **text)
+        ax.legend(fontsize=7, ncol=2, loc="upper right", prop={"size": 7, "family": text.get("fontfamily")})
+    fig.suptitle(title, fontsize=10)
+    return save_figure(fig, out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m probes tokens",
+        description="Per-token surprisal of one pair's good and bad sentence over a run's checkpoints, "
+                    "from the per-token sidecars (score-run --per-token or probes.per_token=true).")
+    p.add_argument("run_dir", type=Path, metavar="RUN")
+    p.add_argument("--paradigm", required=True)
+    p.add_argument("--pair", required=True, metavar="ID", help="the pair_id of the eval files")
+    p.add_argument("--benchmark", default=None,
+                   help="the eval file's name (default: the only benchmark with sidecars)")
+    p.add_argument("--out", type=Path, default=None, metavar="FIG.png", help="draw the figure here")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _main(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _main(args) -> int:
+    evals = args.run_dir / "evals"
+    if not evals.is_dir():
+        raise ValueError(f"{args.run_dir}: no evals/ directory; not a probed run directory")
+    have = sorted({f.name[:-len(TOKENS_SUFFIX)] for f in evals.glob(f"step*/*{TOKENS_SUFFIX}")})
+    if not have:
+        raise ValueError(f"{evals}: no per-token files (*{TOKENS_SUFFIX}); score with "
+                         f"`probes score-run RUN --per-token` or probes.per_token=true")
+    bench = args.benchmark
+    if bench is None:
+        if len(have) > 1:
+            raise ValueError(f"--benchmark: {args.run_dir} has per-token files of {', '.join(have)}; name one")
+        bench = have[0]
+    elif bench not in have:
+        raise ValueError(f"--benchmark {bench}: no per-token files of it in {evals} (have: {', '.join(have)})")
+    if args.out is not None:
+        from probes.outputs import check_output_file
+
+        check_output_file(args.out)
+    points = pair_tokens(args.run_dir, bench, args.paradigm, args.pair)
+    if not points:
+        raise ValueError(f"--paradigm {args.paradigm} --pair {args.pair}: no such pair in the per-token "
+                         f"files of {bench} under {evals}")
+    table = surprisal_table(points)
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", 50):
+        for side in SIDES:
+            sub = table[table["side"] == side]
+            wide = sub.pivot_table(index=["step", "tokens"], columns="position", values="surprisal")
+            wide.columns = [f"{j}:{points[-1][f'pieces_{side}'][j]}" for j in wide.columns]
+            wide["total"] = wide.sum(axis=1)
+            print(f"{bench} {args.paradigm}/{args.pair} {side} — surprisal (nats) per token")
+            print(wide.round(3).to_string())
+            print()
+    if args.out is not None:
+        draw(points, f"{args.run_dir.name}: {bench} {args.paradigm} pair {args.pair}", args.out)
+        print(f"-> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
