@@ -167,6 +167,24 @@ def test_answer_text_cuts_at_the_first_closing_quote_or_newline():
     assert answer_text("ran out of tokens") == ("ran out of tokens", False)
 
 
+def test_item_scores_from_hand_written_generations():
+    from probes.syntaxqa.paper_score import score_generations
+
+    def item(qtype, answer, golds=(), options=()):
+        return PaperItem(item_id="i", source="s", sent_id="1", lang="en", kp="GS", qtype=qtype, category="",
+                         sentence="", question="", answer=answer, golds=list(golds), options=list(options))
+
+    # three exemplar seeds: right, unparsed (counted wrong and counted), wrong
+    tf = score_generations(item("TF", "True"), ["True”", "Maybe”", "False”"])
+    assert tf["correct"] == pytest.approx(1 / 3) and tf["unparsed"] == pytest.approx(1 / 3) and tf["preds"] == ["True", "", "False"]
+    mc = score_generations(item("MC", "B", options=OPTS), ["Pierre Vinken”", "B. Pierre”"])
+    assert mc["correct"] == 1.0 and mc["unparsed"] == 0.0
+    # FITB: exact "the old bank" (1, F1 1); "”" unparsed (0, F1 0); "bank" (0, F1 2*(1*1/3)/(1+1/3) = 0.5)
+    fitb = score_generations(item("FITB", "The old bank", golds=["The old bank"]), ["the old bank”", "”", "bank”"])
+    assert fitb["correct"] == pytest.approx(1 / 3) and fitb["f1"] == pytest.approx((1 + 0 + 0.5) / 3)
+    assert fitb["unparsed"] == pytest.approx(1 / 3)
+
+
 # ------------------------------------------------------------------------------- end to end
 
 

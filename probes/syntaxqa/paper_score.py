@@ -30,7 +30,7 @@ from probes.syntaxqa.metrics import exact_match, strict_f1
 from probes.syntaxqa.paper_items import (PaperItem, attach_paper_prompts, exemplar_candidates, mark_mvp_reuse,
                                          paper_candidates, render_paper)
 from probes.syntaxqa.paper_parse import CLOSING, parse_answer
-from probes.syntaxqa.questions import balanced_sample, candidates
+from probes.syntaxqa.questions import Item, balanced_sample, candidates
 from probes.syntaxqa.score import SyntaxQAConfig
 
 
@@ -80,6 +80,22 @@ def _budgets(model, tokenizer, items: list[PaperItem], cfg: SyntaxQAConfig) -> l
     return out
 
 
+def score_generations(item: Item, generations: list[str]) -> dict:
+    """An item's scores from its generations (one per exemplar seed), each read by ``parse_answer``:
+    correct (exact answer; FITB: ``exact_match`` against every gold), f1 (FITB's strict F1, else NaN) and
+    unparsed (share of generations with no answer; those score 0 in both), each a mean over the seeds;
+    preds: the parsed answers ("" = unparsed)."""
+    parsed = [parse_answer(g, item.qtype, item.options).answer for g in generations]
+    if item.qtype == "FITB":
+        correct = [exact_match(p, item.golds) if p is not None else 0.0 for p in parsed]
+        f1 = float(np.mean([strict_f1(p, item.golds) if p is not None else 0.0 for p in parsed]))
+    else:
+        correct = [float(p == item.answer) for p in parsed]
+        f1 = float("nan")
+    return {"correct": float(np.mean(correct)), "f1": f1, "unparsed": float(np.mean([p is None for p in parsed])),
+            "preds": [p or "" for p in parsed]}
+
+
 def score_paper_items(model, tokenizer, items: list[PaperItem], cfg: SyntaxQAConfig, device=None) -> pd.DataFrame:
     """One row per item (columns: module doc); correct, f1 and unparsed are means over the exemplar seeds."""
     for it in items:
@@ -94,21 +110,14 @@ def score_paper_items(model, tokenizer, items: list[PaperItem], cfg: SyntaxQACon
         by_item.setdefault(i, []).append(g)
     rows = []
     for i, it in enumerate(items):
-        parsed = [parse_answer(g, it.qtype, it.options) for g in by_item[i]]
-        if it.qtype == "FITB":
-            correct = [exact_match(p.answer, it.golds) if p.answer is not None else 0.0 for p in parsed]
-            f1 = float(np.mean([strict_f1(p.answer, it.golds) if p.answer is not None else 0.0 for p in parsed]))
-        else:
-            correct = [float(p.answer == it.answer) for p in parsed]
-            f1 = float("nan")
+        sc = score_generations(it, by_item[i])
         rows.append({
             "item_id": it.item_id, "source": it.source, "sent_id": it.sent_id, "lang": it.lang, "kp": it.kp,
             "qtype": it.qtype, "category": it.category, "sentence": it.sentence, "question": it.question,
             "answer": it.answer, "options": list(it.options), "golds": list(it.golds), "n_prompts": len(it.prompts),
-            "mode": "paper", "pred": parsed[0].answer or "", "correct": float(np.mean(correct)), "f1": f1,
+            "mode": "paper", "pred": sc["preds"][0], "correct": sc["correct"], "f1": sc["f1"],
             "lp_options": [], "rand_acc": it.rand_acc, "rand_f1": it.rand_f1,
-            "kp_also": it.kp_also, "generations": by_item[i], "preds": [p.answer or "" for p in parsed],
-            "unparsed": float(np.mean([p.answer is None for p in parsed])),
+            "kp_also": it.kp_also, "generations": by_item[i], "preds": sc["preds"], "unparsed": sc["unparsed"],
             "n_shots": min(len(e) for e in it.exemplar_ids), "exemplar_ids": it.exemplar_ids,
             "max_new_tokens": min(budgets[i]),
         })
