@@ -284,3 +284,17 @@ def test_config_errors_name_the_key(treebank):
         f"{i}\t{w}\t{w}\t{u}\t_\t_\t{h}\t{r}\t_\tSpaceAfter=No\n" for i, w, u, h, r in rows) + "\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"zh_hand.conllu is not English"):
         build_paper_items_and_reports(SyntaxQAConfig(sources=[str(treebank / "zh_hand.conllu")], mode="paper", knowledge_points=["GS"]))
+
+
+def test_hydra_overrides_reach_the_typed_paper_config():
+    from train.config import to_typed
+    from trainutil import compose_cfg
+
+    cfg = to_typed(compose_cfg(["probes.syntax_qa.mode=paper", "probes.syntax_qa.paper.shots=3"])).probes.syntax_qa
+    assert cfg.mode == "paper" and isinstance(cfg.paper, PaperConfig) and (cfg.paper.shots, cfg.paper.shot_seeds) == (3, 3)
+    assert (cfg.paper.max_new_tokens_choice, cfg.paper.max_new_tokens_fitb) == (10, 256)  # the paper's (D.1)
+    with pytest.raises(Exception, match=r"probes.syntax_qa.paper.shot\b"):
+        to_typed(compose_cfg(["probes.syntax_qa.paper.shot=3"]))
+    with pytest.raises(ValueError, match=r"syntax_qa.mode: unknown"):
+        to_typed(compose_cfg(["probes.syntax_qa.mode=generate"]))
+
