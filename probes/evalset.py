@@ -117,13 +117,13 @@ def _load_run(d: Path, name: str, cache: bool = True):
     paths_by_bench: dict[str, list[tuple[int, Path]]] = {}
     for step, sd in sorted(evals.items()):
         for f in sorted(sd.iterdir()):
-            # syntax_qa.parquet holds question items, not minimal pairs (probes.syntaxqa.curves reads it)
+            # syntax_qa[_paper].parquet holds question items, not minimal pairs (probes.syntaxqa.curves reads it)
             # <name>.tokens.parquet is the per-token sidecar of <name>.parquet (probes/tokens.py)
-            if (f.suffix == ".parquet" and _visible(f) and f.is_file() and f.stem != "syntax_qa"
-                    and not f.name.endswith(".tokens.parquet")):
+            if (f.suffix == ".parquet" and _visible(f) and f.is_file()
+                    and f.stem not in ("syntax_qa", "syntax_qa_paper") and not f.name.endswith(".tokens.parquet")):
                 paths_by_bench.setdefault(f.stem, []).append((step, f))
     if not paths_by_bench:
-        qa_only = any((sd / "syntax_qa.parquet").is_file() for sd in evals.values())
+        qa_only = any((sd / f"{b}.parquet").is_file() for sd in evals.values() for b in ("syntax_qa", "syntax_qa_paper"))
         raise EvalInputError(
             f"run directory {d} has no minimal-pair eval files (expected evals/step<N>/<benchmark>.parquet)"
             + ("; it has syntax-question evals only, which the analysis reads beside minimal pairs" if qa_only else ""))

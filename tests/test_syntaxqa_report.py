@@ -76,7 +76,7 @@ def test_seed_means_bands_table_and_figures(runs, tmp_path):
     assert md[0] == "## Syntax questions"
     text = "\n".join(md)
     assert "OA = (TF_acc + MC_acc + (FITB_acc + FITB_F1)/2)/3" in text
-    assert "| s1 | tiny | 10M | 10 | 40,960 | 0.708 | 0.350 | 0.500 | 1.000 | 0.500 | 0.750 |" in text
+    assert "| s1 | tiny | 10M | likelihood | 10 | 40,960 | 0.708 | 0.350 | 0.500 | 1.000 | 0.500 | 0.750 |  |" in text
     assert len(figs) == 3
     for title, png in figs:
         assert png.parent == out / "figures" and f"]({png.relative_to(out).as_posix()})" in text

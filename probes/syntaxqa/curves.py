@@ -1,7 +1,10 @@
 """Syntax-questions curves: OA and its parts per knowledge point against tokens seen.
 
-Reads the summaries stored in every ``<run>/evals/step<N>/syntax_qa.parquet`` (their metadata holds
-``summarize``'s numbers, so nothing is re-scored) and writes a tidy table plus plots. The random
+Reads the summaries stored in every ``<run>/evals/step<N>/syntax_qa.parquet`` and ``syntax_qa_paper.parquet``
+(their metadata holds ``summarize``'s numbers, so nothing is re-scored) and writes a tidy table plus plots.
+The ``mode`` column says which produced a number: ``likelihood`` (TF/MC ranked by likelihood, our
+wording) or ``paper`` (the paper's prompts, every answer generated and parsed); files written before
+modes existed are ``likelihood``. The random
 baselines of the question types are not in the summary; they are the item rows' expected
 random-guess scores (``rand_acc``, ``rand_f1``), read as four small columns.
 """
@@ -18,14 +21,15 @@ from probes.curves import colors, finish_legend, new_figure, plot_line, token_ax
 from probes.evals import read_meta
 from probes.evalset import log_tokens
 from probes.outputs import save_figure, write_csv
-from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS
+from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS, PAPER_BENCHMARK
 
 PARTS = ("OA", "OA_random", "TF_acc", "MC_acc", "FITB_acc", "FITB_F1")
+UNPARSED = ("unparsed", "TF_unparsed", "MC_unparsed", "FITB_unparsed")  # paper mode: answers not in the format
 QUESTION_TYPES = ("TF_acc", "MC_acc", "FITB_acc", "FITB_F1")
 # "<part>_random": a question type's expected random-guess score, from these item columns
 RANDOM_OF = {"TF_acc": ("TF", "rand_acc"), "MC_acc": ("MC", "rand_acc"),
              "FITB_acc": ("FITB", "rand_acc"), "FITB_F1": ("FITB", "rand_f1")}
-COLUMNS = ["run", "step", "tokens", "kp", "metric", "value"]
+COLUMNS = ["run", "mode", "step", "tokens", "kp", "metric", "value"]
 
 
 def _random_rows(path: Path) -> list[tuple[str, str, float]]:
@@ -43,10 +47,15 @@ def _random_rows(path: Path) -> list[tuple[str, str, float]]:
     return out
 
 
-def syntax_qa_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = None) -> pd.DataFrame:
-    """Tidy rows: run, step, tokens, kp ("all" or a knowledge point), metric, value.
+def _mode(meta: dict) -> str:
+    return meta.get("mode") or (meta.get("config") or {}).get("mode") or "likelihood"
 
-    Metrics: PARTS from the stored summaries, plus "<part>_random" for each question type.
+
+def syntax_qa_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """Tidy rows: run, mode, step, tokens, kp ("all" or a knowledge point), metric, value.
+
+    Metrics: PARTS (and, paper mode, UNPARSED) from the stored summaries, plus "<part>_random" for
+    each question type.
     ``names`` labels the runs (default: each directory's name), e.g. the unique names of ``load_runs``.
     """
     run_dirs = [Path(r) for r in run_dirs]
@@ -55,12 +64,13 @@ def syntax_qa_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = N
         raise ValueError(f"syntax_qa_table: {len(names)} names for {len(run_dirs)} run directories")
     rows = []
     for run, name in zip(run_dirs, names):
-        for path in sorted((run / "evals").glob(f"step*/{BENCHMARK}.parquet")):
+        paths = [p for b in (BENCHMARK, PAPER_BENCHMARK) for p in sorted((run / "evals").glob(f"step*/{b}.parquet"))]
+        for path in paths:
             meta = read_meta(path)
-            at = {"run": name, "step": meta["step"], "tokens": meta["tokens"]}
+            at = {"run": name, "mode": _mode(meta), "step": meta["step"], "tokens": meta["tokens"]}
             for key, value in (meta.get("summary") or {}).items():
                 kp, _, metric = key.rpartition("/")
-                if metric in PARTS and value is not None:
+                if (metric in PARTS or metric in UNPARSED) and value is not None:
                     rows.append({**at, "kp": kp or "all", "metric": metric, "value": float(value)})
             rows += [{**at, "kp": kp, "metric": m, "value": v} for kp, m, v in _random_rows(path)]
     return pd.DataFrame(rows, columns=COLUMNS)
@@ -128,10 +138,11 @@ def score_limits(ax, values) -> None:
 
 
 def write_syntax_qa_curves(table: pd.DataFrame, out: Path) -> list[Path]:
-    """syntax_qa.csv, and per run one figure: OA per knowledge point | the question types."""
+    """syntax_qa.csv, and per run and mode one figure: OA per knowledge point | the question types
+    (plots/syntax_qa_<run>.png for the likelihood mode, plots/syntax_qa_paper_<run>.png for the paper's)."""
     out = Path(out)
-    written = [write_csv(out / "syntax_qa.csv", table.sort_values(["run", "kp", "metric", "step"]))]
-    for run, df in table.groupby("run"):
+    written = [write_csv(out / "syntax_qa.csv", table.sort_values(["run", "mode", "kp", "metric", "step"]))]
+    for (run, mode), df in table.groupby(["run", "mode"]):
         ref = df["tokens"].to_numpy()
         fig, axes = new_figure(13.0, 4.8, 1, 2, sharey=True)
         n_left = draw_knowledge_points(axes[0, 0], df, ref)
@@ -142,6 +153,7 @@ def write_syntax_qa_curves(table: pd.DataFrame, out: Path) -> list[Path]:
             ax.set_title(title, fontsize=10)
             finish_legend(ax, n)
         score_limits(axes[0, 0], df["value"])
-        fig.suptitle(f"syntax questions · run {run}", fontsize=11)
-        written.append(save_figure(fig, out / "plots" / f"syntax_qa_{run}.png"))
+        fig.suptitle(f"syntax questions · run {run} · {mode} mode", fontsize=11)
+        stem = "syntax_qa" if mode == "likelihood" else f"syntax_qa_{mode}"
+        written.append(save_figure(fig, out / "plots" / f"{stem}_{run}.png"))
     return written

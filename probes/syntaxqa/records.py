@@ -11,6 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 BENCHMARK = "syntax_qa"  # the name of its eval files: evals/step<N>/syntax_qa.parquet
+PAPER_BENCHMARK = "syntax_qa_paper"  # mode=paper's eval files, beside the likelihood mode's
+
+
+def benchmark_name(mode: str) -> str:
+    """The eval-file name of a syntax-question mode ("likelihood" or "paper")."""
+    return PAPER_BENCHMARK if mode == "paper" else BENCHMARK
 # The nine knowledge points, in the order of the paper's tables.
 KNOWLEDGE_POINTS: tuple[str, ...] = ("GS", "SC", "DO", "IO", "MVP", "ADJ", "ADV", "CO", "PPA")
 # true/false, multiple choice, fill-in-the-blank (probes.syntaxqa.questions renders them)

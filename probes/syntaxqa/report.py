@@ -2,7 +2,9 @@
 
 Runs of one model x budget are seeds: every curve is their mean with a 95 % t-interval over seeds
 (the same interval as the report's minimal-pair curves; none with one seed). Numbers come from
-``syntax_qa_table``, i.e. the summaries stored in each run's ``evals/step<N>/syntax_qa.parquet``.
+``syntax_qa_table``, i.e. the summaries stored in each run's ``evals/step<N>/syntax_qa.parquet``
+(likelihood mode) and ``syntax_qa_paper.parquet`` (paper mode); every table, line and legend names the
+mode, and the two are never averaged together.
 
 Outputs: tables/syntax_qa.csv (seed mean per model x budget x knowledge point x metric x step),
 tables/syntax_qa_final.csv (each run's last probed checkpoint) and three figures.
@@ -23,7 +25,7 @@ from probes.syntaxqa.curves import (PARTS, draw_baseline, draw_knowledge_points,
                                     score_limits, syntax_qa_table)
 
 Run = tuple[str, Path, str, Optional[int]]  # name, run directory, model, budget (None = whole corpus)
-GROUP = ["model", "budget"]
+GROUP = ["model", "budget", "mode"]  # mode: which way the questions were asked (curves module doc)
 
 
 def seed_means(table: pd.DataFrame) -> pd.DataFrame:
@@ -35,21 +37,23 @@ def seed_means(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def final_table(table: pd.DataFrame) -> pd.DataFrame:
-    """Each run's last probed checkpoint: OA, OA_random and the parts, all knowledge points."""
-    last = table.groupby("run")["step"].transform("max")
+    """Each run's last probed checkpoint per mode: OA, OA_random, the parts and (paper mode) the share of
+    answers not in the format, all knowledge points."""
+    last = table.groupby(["run", "mode"])["step"].transform("max")
     d = table[(table.step == last) & (table.kp == "all")]
-    # pivot on the run alone: a budget of None is NaN, and NaN keys would drop the row
-    wide = d.pivot_table(index="run", columns="metric", values="value").reindex(columns=list(PARTS))
-    keys = d[["run", *GROUP, "step", "tokens"]].drop_duplicates("run")
-    return keys.merge(wide.reset_index(), on="run")[["run", *GROUP, "step", "tokens", *PARTS]]
+    # pivot on run and mode alone: a budget of None is NaN, and NaN keys would drop the row
+    cols = [*PARTS, "unparsed"]
+    wide = d.pivot_table(index=["run", "mode"], columns="metric", values="value").reindex(columns=cols)
+    keys = d[["run", *GROUP, "step", "tokens"]].drop_duplicates(["run", "mode"])
+    return keys.merge(wide.reset_index(), on=["run", "mode"])[["run", *GROUP, "step", "tokens", *cols]]
 
 
 def _groups(seeds: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
     return list(seeds.groupby(GROUP, dropna=False, sort=True))
 
 
-def _label(model, budget, n_seeds: int) -> str:
-    return f"{model} · {budget_label(budget)} ({n_seeds} seed{'s' if n_seeds > 1 else ''})"
+def _label(model, budget, mode, n_seeds: int) -> str:
+    return f"{model} · {budget_label(budget)} · {mode} ({n_seeds} seed{'s' if n_seeds > 1 else ''})"
 
 
 def plot_oa(seeds: pd.DataFrame, path: Path) -> Path:
@@ -58,12 +62,13 @@ def plot_oa(seeds: pd.DataFrame, path: Path) -> Path:
     groups = _groups(seeds)
     fig, axes = new_figure()
     ax = axes[0, 0]
-    for ((model, budget), g), c in zip(groups, colors(len(groups))):
+    for ((model, budget, mode), g), c in zip(groups, colors(len(groups))):
         oa = g[(g.kp == "all") & (g.metric == "OA")].sort_values("step")
         if len(oa):
             n = int(oa.n_seeds.max())
             band = (oa["lo"].clip(0, 1).to_numpy(), oa["hi"].clip(0, 1).to_numpy()) if n > 1 else None
-            plot_line(ax, oa.tokens.to_numpy(), oa["mean"].to_numpy(), ref, _label(model, budget, n), c, band=band)
+            plot_line(ax, oa.tokens.to_numpy(), oa["mean"].to_numpy(), ref, _label(model, budget, mode, n), c,
+                      band=band)
         rnd = g[(g.kp == "all") & (g.metric == "OA_random")].sort_values("step")
         if len(rnd):
             draw_baseline(ax, rnd.tokens.to_numpy(), rnd["mean"].to_numpy(), ref, c)
@@ -73,7 +78,7 @@ def plot_oa(seeds: pd.DataFrame, path: Path) -> Path:
     ax.set_title("syntax questions: OA (dashed: OA_random of the same items)\n"
                  + ("band: 95 % t-interval over seeds" if several else "one seed per model · budget: no band"),
                  fontsize=10)
-    finish_legend(ax, len(groups), "model · budget")
+    finish_legend(ax, len(groups), "model · budget · mode")
     return save_figure(fig, path)
 
 
@@ -84,10 +89,10 @@ def _panels(seeds: pd.DataFrame, draw, title: str, path: Path) -> Path:
     nrows = int(np.ceil(len(groups) / ncols))
     fig, axes = new_figure(5.2 * ncols + 2.2, 3.8 * nrows, nrows, ncols, sharey=True)
     ref = seeds["tokens"].to_numpy()
-    for ax, ((model, budget), g) in zip(axes.flat, groups):
+    for ax, ((model, budget, mode), g) in zip(axes.flat, groups):
         draw(ax, g.rename(columns={"mean": "value"}), ref)
         token_axis(ax, ref, ylabel="score", chance=False)
-        ax.set_title(_label(model, budget, int(g.n_seeds.max())), fontsize=9)
+        ax.set_title(_label(model, budget, mode, int(g.n_seeds.max())), fontsize=9)
     for ax in list(axes.flat)[len(groups):]:
         ax.set_visible(False)
     score_limits(axes.flat[0], seeds["mean"])
@@ -114,7 +119,7 @@ def syntax_qa_section(runs: list[Run], out: Path) -> tuple[list[str], list[tuple
     table = syntax_qa_table([r[1] for r in runs], names=[r[0] for r in runs])
     if table.empty:
         return [], []
-    info = pd.DataFrame([(name, model, budget) for name, _, model, budget in runs], columns=["run", *GROUP])
+    info = pd.DataFrame([(name, model, budget) for name, _, model, budget in runs], columns=["run", "model", "budget"])
     table = table.merge(info, on="run", how="left")
     seeds = seed_means(table)
     final = final_table(table)
@@ -130,19 +135,22 @@ def syntax_qa_section(runs: list[Run], out: Path) -> tuple[list[str], list[tuple
                      fdir / "syntax_qa_question_types.png"))]
     md = ["## Syntax questions", "",
           "Questions about the syntax of treebank sentences (`probes.syntaxqa`, nine knowledge points such as "
-          "grammatical subject or PP attachment): true/false (TF) and multiple choice (MC) scored by the "
-          "likelihood of each answer, fill-in-the-blank (FITB) by greedy generation scored by exact match "
+          "grammatical subject or PP attachment), in one of two modes (column `mode`). `likelihood`: our wording, "
+          "true/false (TF) and multiple choice (MC) scored by the likelihood of each answer, fill-in-the-blank "
+          "(FITB) by greedy generation. `paper`: the paper's templates and prompts (5 exemplars of the same "
+          "knowledge point and type, 3 exemplar seeds averaged), every answer generated greedily and parsed; an "
+          "answer not in the format counts wrong and its share is `unparsed`. FITB is scored by exact match "
           "(FITB_acc) and in-order word F1 (FITB_F1). "
           "OA = (TF_acc + MC_acc + (FITB_acc + FITB_F1)/2)/3. OA_random is the same formula over each item's "
           "expected random-guess score (TF 1/2, MC 1/number of options, FITB a random phrase of the sentence), "
           "so only OA above OA_random is knowledge. Curves: mean over seeds (runs of one model × budget), "
           "band = 95 % t-interval over seeds where there are several. Every number: `tables/syntax_qa.csv`.", "",
           "Final probed checkpoint of each run (`tables/syntax_qa_final.csv`):", "",
-          _md_row(["run", "model", "budget", "step", "tokens", *PARTS]),
-          "|" + "---|" * (5 + len(PARTS))]
+          _md_row(["run", "model", "budget", "mode", "step", "tokens", *PARTS, "unparsed"]),
+          "|" + "---|" * (7 + len(PARTS))]
     for r in final.itertuples(index=False):
-        md.append(_md_row([str(r.run), str(r.model), budget_label(r.budget), str(r.step), f"{r.tokens:,}",
-                           *(_fmt(getattr(r, p)) for p in PARTS)]))
+        md.append(_md_row([str(r.run), str(r.model), budget_label(r.budget), str(r.mode), str(r.step), f"{r.tokens:,}",
+                           *(_fmt(getattr(r, p)) for p in [*PARTS, "unparsed"])]))
     md.append("")
     md += [f"![{t}]({p.relative_to(out).as_posix()})" for t, p in figs] + [""]
     return md, figs

@@ -34,8 +34,10 @@ from probes.evals import SyntaxQAConfig
 from probes.syntaxqa import prompts as P
 from probes.syntaxqa.items import SourceReport, collect_facts
 from probes.syntaxqa.metrics import exact_match, overall_accuracy, strict_f1
+from probes.evals.config import SYNTAX_QA_MODES as MODES, PaperConfig
 from probes.syntaxqa.questions import QUESTION_TYPES, Item, balanced_sample, candidates, render, statistics_table
-from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS
+from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS, benchmark_name
+
 
 __all__ = ["SyntaxQAConfig", "build_items", "evaluate_items", "score_items", "summarize", "write_items"]
 
@@ -158,58 +160,20 @@ def _likelihood_scores(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig,
     return out
 
 
-class _StopAtQuote:
-    """Stops a row once its generated text contains the closing quote (per-row, for batched generation)."""
-
-    def __init__(self, tokenizer, start: int, quotes: tuple[str, ...]):
-        self.tokenizer, self.start, self.quotes = tokenizer, start, quotes
-
-    def __call__(self, input_ids, scores, **kwargs):
-        import torch
-
-        texts = self.tokenizer.batch_decode(input_ids[:, self.start :], skip_special_tokens=True)
-        return torch.tensor([any(q in t for q in self.quotes) for t in texts], device=input_ids.device)
-
-
 def generate_answers(model, tokenizer, prompts: list[str], closes: list[str], cfg: SyntaxQAConfig, device) -> list[str]:
-    """Greedy continuation of each prompt up to its closing quote (or EOS / max_new_tokens)."""
-    import torch
-    from transformers import StoppingCriteriaList
+    """Greedy continuation of each prompt up to its closing quote (or EOS / max_new_tokens), quote cut off."""
+    from probes.syntaxqa.generation import greedy_generate
 
-    from probes.scoring import bos_id, sentence_ids
-
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else bos_id(tokenizer)
-    eos = tokenizer.eos_token_id
-    ids = sentence_ids(tokenizer, prompts)
     answers = [""] * len(prompts)
-    order = sorted(range(len(prompts)), key=lambda i: -len(ids[i]))
-    was_training = model.training
-    model.eval()
-    try:
-        for b in range(0, len(order), cfg.batch_size):
-            batch = order[b : b + cfg.batch_size]
-            width = max(len(ids[i]) for i in batch)
-            # left padding: every row's last prompt token sits at the same position, where generation starts
-            x = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for r, i in enumerate(batch):
-                x[r, width - len(ids[i]) :] = torch.tensor(ids[i])
-                mask[r, width - len(ids[i]) :] = 1
-            quotes = tuple(sorted({closes[i] for i in batch} | {'"'}))
-            with torch.inference_mode():
-                out = model.generate(
-                    input_ids=x.to(device), attention_mask=mask.to(device), do_sample=False,
-                    max_new_tokens=cfg.max_new_tokens, pad_token_id=pad, eos_token_id=eos,
-                    stopping_criteria=StoppingCriteriaList([_StopAtQuote(tokenizer, width, quotes)]),
-                )
-            texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
-            for r, i in enumerate(batch):
-                t = texts[r]
-                for q in (closes[i], '"'):
-                    t = t.split(q, 1)[0]
-                answers[i] = t.strip()
-    finally:
-        model.train(was_training)
+    for close in sorted(set(closes)):  # rows stop at their own closing quote (or a straight one)
+        rows = [i for i, c in enumerate(closes) if c == close]
+        stops = tuple(dict.fromkeys((close, '"')))
+        texts = greedy_generate(model, tokenizer, [prompts[i] for i in rows], cfg.max_new_tokens, stops,
+                                cfg.batch_size, device)
+        for i, t in zip(rows, texts):
+            for q in stops:
+                t = t.split(q, 1)[0]
+            answers[i] = t.strip()
     return answers
 
 
@@ -234,7 +198,7 @@ def score_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, device
             "item_id": it.item_id, "source": it.source, "sent_id": it.sent_id, "lang": it.lang, "kp": it.kp,
             "qtype": it.qtype, "category": it.category, "sentence": it.sentence, "question": it.question,
             "answer": it.answer, "options": list(it.options), "golds": list(it.golds), "n_prompts": len(it.prompts),
-            "pred": "", "correct": float("nan"), "f1": float("nan"), "lp_options": [],
+            "mode": "likelihood", "pred": "", "correct": float("nan"), "f1": float("nan"), "lp_options": [],
             "rand_acc": it.rand_acc, "rand_f1": it.rand_f1,
         }
         if it.item_id in lik:
@@ -259,14 +223,26 @@ def _parts(df: pd.DataFrame, acc: str, f1: str) -> tuple[float, float, float, fl
     return mean("TF", acc), mean("MC", acc), mean("FITB", acc), mean("FITB", f1)
 
 
+def _kp_rows(df: pd.DataFrame, kp: str) -> pd.DataFrame:
+    """The rows of one knowledge point; in paper mode MVP's also include the GS/SC/DO/IO true/false
+    items it reuses (``kp_also``, see ``paper_items``)."""
+    mask = df["kp"] == kp
+    if "kp_also" in df.columns:
+        mask |= df["kp_also"] == kp
+    return df[mask]
+
+
 def summarize(df: pd.DataFrame) -> dict[str, float]:
     """OA and its parts overall and per knowledge point, plus the random baseline computed the same way.
 
     Keys: OA, OA_random, OA_likelihood (mean of TF and MC, defined when generation was skipped),
     TF_acc, MC_acc, FITB_acc, FITB_F1, n_items, and "<KP>/<key>" for each knowledge point present.
+    Rows with an ``unparsed`` column (paper mode: the share of an item's generations that gave no
+    answer, each scored wrong) add ``unparsed`` and TF_/MC_/FITB_unparsed, the mean share per type.
     """
     out: dict[str, float] = {}
-    groups = [("", df)] + [(f"{kp}/", df[df["kp"] == kp]) for kp in KNOWLEDGE_POINTS if (df["kp"] == kp).any()]
+    kps = [kp for kp in KNOWLEDGE_POINTS if len(_kp_rows(df, kp))]
+    groups = [("", df)] + [(f"{kp}/", _kp_rows(df, kp)) for kp in kps]
     for prefix, d in groups:
         tf, mc, fa, ff = _parts(d, "correct", "f1")
         rtf, rmc, rfa, rff = _parts(d, "rand_acc", "rand_f1")
@@ -277,6 +253,11 @@ def summarize(df: pd.DataFrame) -> dict[str, float]:
         out[prefix + "OA_likelihood"] = (tf + mc) / 2 if not (math.isnan(tf) or math.isnan(mc)) else float("nan")
         out[prefix + "TF_acc"], out[prefix + "MC_acc"], out[prefix + "FITB_acc"], out[prefix + "FITB_F1"] = tf, mc, fa, ff
         out[prefix + "n_items"] = float(len(d))
+        if "unparsed" in d.columns:
+            out[prefix + "unparsed"] = float(d["unparsed"].mean()) if len(d) else float("nan")
+            for qtype in QUESTION_TYPES:
+                v = d.loc[d["qtype"] == qtype, "unparsed"]
+                out[f"{prefix}{qtype}_unparsed"] = float(v.mean()) if len(v) else float("nan")
     return out
 
 
@@ -300,11 +281,15 @@ def evaluate_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, rep
     probes.evals.evaluate_checkpoint: the metadata of every eval file, plus config, summary and sources."""
     from probes.evals import ScoreOptions, evaluate_checkpoint
 
+    if cfg.mode == "paper":
+        from probes.syntaxqa.paper_score import score_paper_items as score
+    else:
+        score = score_items
     return evaluate_checkpoint(
-        model, tokenizer, items, name=BENCHMARK, step=step, tokens=tokens, ckpt_dir=ckpt_dir, run_dir=run_dir,
-        out=out, opts=ScoreOptions(batch_size=cfg.batch_size, device=device), key=item_key,
-        score=lambda m, tok, its, opts: score_items(m, tok, its, cfg, device=opts.device),
-        describe=lambda df: _describe(df, cfg, reports), cache=False)  # items, not minimal pairs
+        model, tokenizer, items, name=benchmark_name(cfg.mode), step=step, tokens=tokens, ckpt_dir=ckpt_dir,
+        run_dir=run_dir, out=out, opts=ScoreOptions(batch_size=cfg.batch_size, device=device), key=item_key,
+        score=lambda m, tok, its, opts: score(m, tok, its, cfg, device=opts.device),
+        describe=lambda df: _describe(df, cfg, reports), cache=False, mode=cfg.mode)  # items, not minimal pairs
 
 
 def write_items(df: pd.DataFrame, path: Path, *, step: int, tokens: int, model_dir: Path, tokenizer,
@@ -312,9 +297,9 @@ def write_items(df: pd.DataFrame, path: Path, *, step: int, tokens: int, model_d
     """Per-item rows already scored to ``path``, with the metadata evaluate_items writes; returns the summary."""
     from probes.evals import evaluate_checkpoint
 
-    evaluate_checkpoint(None, tokenizer, list(df.itertuples(index=False)), name=BENCHMARK, step=step,
+    evaluate_checkpoint(None, tokenizer, list(df.itertuples(index=False)), name=benchmark_name(cfg.mode), step=step,
                         tokens=tokens, ckpt_dir=model_dir, out=path, key=item_key, score=lambda *_: df,
-                        describe=lambda d: _describe(d, cfg, reports))
+                        describe=lambda d: _describe(d, cfg, reports), mode=cfg.mode)
     return summarize(df)
 
 
@@ -332,12 +317,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--types", nargs="+", default=list(QUESTION_TYPES), help="question types")
     p.add_argument("--k", type=int, default=5, help="items per (type, knowledge point, answer category)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--shots", type=int, default=0)
+    p.add_argument("--mode", choices=MODES, default="likelihood",
+                   help="likelihood: our wording, TF/MC by likelihood (default); paper: the paper's prompts, "
+                        "exemplars and generated answers")
+    p.add_argument("--shots", type=int, default=None, help="exemplars per prompt (default: likelihood 0, paper 5)")
     p.add_argument("--shot-seeds", type=int, default=3)
+    p.add_argument("--exemplar-k", type=int, default=2, help="paper: exemplar-set questions per tuple")
     p.add_argument("--max-items", type=int, default=None)
     p.add_argument("--max-sentences", type=int, default=None)
     p.add_argument("--no-generate", action="store_true", help="skip fill-in-the-blank generation")
-    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--max-new-tokens", type=int, default=32, help="likelihood: FITB generation budget")
+    p.add_argument("--max-new-tokens-choice", type=int, default=10, help="paper: TF/MC generation budget")
+    p.add_argument("--max-new-tokens-fitb", type=int, default=256, help="paper: FITB generation budget")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--device", default=None)
     return p
@@ -347,16 +338,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from probes.outputs import check_output_file
 
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    paper = args.mode == "paper"
     try:
         cfg = SyntaxQAConfig(
             sources=[str(s) for s in args.source], knowledge_points=args.kp, question_types=args.types,
-            k_per_tuple=args.k, seed=args.seed, shots=args.shots, shot_seeds=args.shot_seeds,
-            max_items=args.max_items, max_sentences=args.max_sentences, generate=not args.no_generate,
-            max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+            k_per_tuple=args.k, seed=args.seed, mode=args.mode, shots=0 if paper else (args.shots or 0),
+            shot_seeds=args.shot_seeds, max_items=args.max_items, max_sentences=args.max_sentences,
+            generate=not args.no_generate, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+            paper=PaperConfig(shots=5 if args.shots is None else args.shots, shot_seeds=args.shot_seeds,
+                              exemplar_k=args.exemplar_k, max_new_tokens_choice=args.max_new_tokens_choice,
+                              max_new_tokens_fitb=args.max_new_tokens_fitb))
         if not (args.model / "config.json").is_file():
             raise ValueError(f"--model {args.model}: no config.json; not a Hugging Face model directory")
         check_output_file(args.out)
-        items, reports = build_items_and_reports(cfg)
+        if paper:
+            from probes.syntaxqa.paper_score import build_paper_items_and_reports
+
+            items, _, reports = build_paper_items_and_reports(cfg)
+        else:
+            items, reports = build_items_and_reports(cfg)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -388,5 +388,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     df, summary = ev.df, summarize(ev.df)
     print(statistics_table(items).to_string())
     print(json.dumps({k: round(v, 4) for k, v in summary.items() if "/" not in k}))
-    print(f"{BENCHMARK}: {len(df)} items -> {args.out}")
+    print(f"{benchmark_name(cfg.mode)}: {len(df)} items ({cfg.mode} mode) -> {args.out}")
     return 0
