@@ -29,6 +29,8 @@ from probes.evalcache import read_benchmark
 from probes.evalfile import REGIONS, EvalInputError, PairOutcomes
 
 _STEP_RE = re.compile(r"^step(\d+)$")
+# eval files of question items, not minimal pairs: their own readers (probes.syntaxqa.curves, probes.elagent.report)
+ITEM_FILES = ("syntax_qa", "elagent")
 # probes.final_all_pairs writes every pair of a benchmark at the last checkpoint as "<name>_all"
 ALL_SUFFIX = "_all"
 
@@ -131,7 +133,7 @@ def _load_run(d: Path, name: str, cache: bool = True):
     for step, sd in sorted(evals.items()):
         for f in sorted(sd.iterdir()):
             # syntax_qa.parquet holds question items, not minimal pairs (probes.syntaxqa.curves reads it)
-            if f.suffix == ".parquet" and _visible(f) and f.is_file() and f.stem != "syntax_qa":
+            if f.suffix == ".parquet" and _visible(f) and f.is_file() and f.stem not in ITEM_FILES:
                 paths_by_bench.setdefault(f.stem, []).append((step, f))
     if not paths_by_bench:
         qa_only = any((sd / "syntax_qa.parquet").is_file() for sd in evals.values())

@@ -32,6 +32,7 @@ from probes.evalset import ALL_SUFFIX, refresh_cache
 from probes.pairs import Pair
 from probes.scoring import CONVENTION, accuracy, correct, score_pairs, tokenizer_fingerprint
 from probes.store import eval_path, read_pairs, write_pairs
+from probes.elagent.score import ElagentConfig
 from probes.syntaxqa.score import SyntaxQAConfig
 
 _ENTRY_KEYS = {f.name for f in fields(BenchmarkConfig)}
@@ -57,6 +58,8 @@ class ProbesConfig:
     unigram: bool = True
     # The syntax-questions probe (probes.syntaxqa): probes.syntax_qa.enabled=true with sources
     syntax_qa: SyntaxQAConfig = field(default_factory=SyntaxQAConfig)
+    # The ELAGENT multiple-choice probe (probes.elagent): probes.elagent.enabled=true
+    elagent: ElagentConfig = field(default_factory=ElagentConfig)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:

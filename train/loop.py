@@ -236,6 +236,10 @@ def _build_hooks(cfg: TrainConfig, tokenizer, run_dir: Path, total_steps: int | 
         from probes.syntaxqa.hook import SyntaxQAHook
 
         hooks.append(SyntaxQAHook(cfg.probes.syntax_qa, tokenizer, run_dir))
+    if cfg.probes.elagent.enabled:
+        from probes.elagent.hook import ElagentHook
+
+        hooks.append(ElagentHook(cfg.probes.elagent, tokenizer, run_dir, cfg.model.max_position_embeddings))
     return hooks
 
 
