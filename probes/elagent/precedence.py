@@ -55,7 +55,7 @@ def evaluate(operands: list[int], ops: list[str], slots: dict[str, int]) -> Frac
 
 def rule_text(ops: list[str], slots: dict[str, int]) -> str:
     """The priorities of the expression's operators, highest first: ``'+' > '*' = '-'``."""
-    used = sorted(set(ops), key=lambda o: (slots[o], "+-*/".index(o)))
+    used = sorted(set(ops), key=lambda o: (slots[o], "*/+-".index(o)))  # ties as the paper writes them
     out = f"'{used[0]}'"
     for prev, op in zip(used, used[1:]):
         out += (" = " if slots[op] == slots[prev] else " > ") + f"'{op}'"
