@@ -5,6 +5,7 @@ minimal-pair hook scores."""
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -26,9 +27,10 @@ class ElagentHook:
         path = eval_path(self.run_dir, step, BENCHMARK)
         if path.exists():  # a resumed run does not redo a finished checkpoint
             return {}
+        t0 = time.perf_counter()
         df = score_items(model, self.tokenizer, self.items, batch_size=self.cfg.batch_size)
         summary = write_items(df, path, step=step, tokens=tokens, model_dir=ckpt_dir, tokenizer=self.tokenizer,
-                              cfg=self.cfg)
+                              cfg=self.cfg, seconds=round(time.perf_counter() - t0, 3))
         return {f"probe/{BENCHMARK}/{k}": v for k, v in summary.items()
                 if not math.isnan(v) and not k.endswith("n_items")}
 

@@ -142,7 +142,7 @@ def summarize(df: pd.DataFrame) -> dict[str, float]:
 
 
 def write_items(df: pd.DataFrame, path: Path, *, step: int, tokens: int, model_dir, tokenizer,
-                cfg: ElagentConfig) -> dict[str, float]:
+                cfg: ElagentConfig, seconds: float | None = None) -> dict[str, float]:
     """Per-item rows to ``path`` (atomic, self-describing like every eval file); returns the summary."""
     from probes.scoring import CONVENTION, tokenizer_fingerprint
     from probes.store import write_pairs
@@ -150,7 +150,7 @@ def write_items(df: pd.DataFrame, path: Path, *, step: int, tokens: int, model_d
     summary = summarize(df)
     meta = {"step": int(step), "tokens": int(tokens), "benchmark": BENCHMARK, "kind": "elagent_items",
             "convention": CONVENTION, "model_dir": str(model_dir), "tokenizer": tokenizer_fingerprint(tokenizer),
-            "config": asdict(cfg), "reduction": "sum",
+            "config": asdict(cfg), "reduction": "sum", "seconds": seconds,
             "summary": {k: (None if math.isnan(v) else v) for k, v in summary.items()}}
     write_pairs(df, path, meta)
     return summary
