@@ -50,7 +50,7 @@ from probes.pairs import Pair
 log = logging.getLogger(__name__)
 
 ENV_VAR = "SYNTAX_DYNAMICS_BENCHMARKS"
-FORMATS = ("auto", *READERS, "grammar")
+FORMATS = ("auto", *READERS, "grammar", "elagent")
 DEDUP_RULE = (
     "pairs with good == bad are dropped; of pairs with the same (paradigm, good, bad) the first is kept"
 )
@@ -76,6 +76,8 @@ REGISTRY: dict[str, RegistryEntry] = {
     ),
     "grammar": RegistryEntry("grammar", None, "built-in grammar, English (probes.grammar)"),
     "grammar_zh": RegistryEntry("grammar", None, "built-in grammar, Chinese (probes.grammar)"),
+    # generated, no files: ELAGENT's Language A word order after k demonstrations (probes.elagent.language_a)
+    "elagent_word_order": RegistryEntry("elagent", None, "ELAGENT Language A word order (generated)"),
 }
 
 
@@ -123,7 +125,7 @@ def benchmarks_root() -> Path:
 def default_path(name: str) -> Path:
     entry = _entry(name)
     if entry.relpath is None:
-        raise ValueError(f"benchmark {name!r} is built in (probes.grammar); it has no files")
+        raise ValueError(f"benchmark {name!r} is generated ({entry.format}); it has no files")
     return benchmarks_root() / entry.relpath
 
 
@@ -176,6 +178,10 @@ def load_benchmark(cfg: BenchmarkConfig) -> BenchmarkPairs:
 
     if fmt == "grammar":
         raw, source, formats = _load_grammar(cfg), f"probes.grammar({_grammar_cfg(cfg)})", {"grammar": 1}
+    elif fmt == "elagent":
+        from probes.elagent.language_a import benchmark_pairs
+
+        raw, source, formats = benchmark_pairs(cfg.language_a, cfg.name), f"probes.elagent({cfg.language_a})", {"elagent": 1}
     else:
         raw, source, formats = _load_files(cfg, fmt)
 

@@ -251,6 +251,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     qa = syntax_qa_table(args.run_dirs)
     if len(qa):  # runs probed with probes.syntax_qa.enabled=true
         written["plots"] += [p for p in write_syntax_qa_curves(qa, args.out) if p.suffix == ".png"]
+    from probes.elagent.report import elagent_table, write_elagent_curves
+
+    el = elagent_table(args.run_dirs)
+    if len(el):  # runs probed with probes.elagent.enabled=true
+        written["plots"] += [p for p in write_elagent_curves(el, args.out) if p.suffix == ".png"]
     us = pd.read_csv(args.out / "ushapes.csv")
     print(f"{len(ev.runs)} run(s), {len(ev.table)} paradigm x checkpoint rows, convention {ev.convention}")
     print(f"tables: {args.out}/curves.csv, phenomena.csv, ushapes.csv ({u_summary(us, args.delta)})")

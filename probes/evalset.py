@@ -29,6 +29,9 @@ from probes.evalcache import read_benchmark
 from probes.evalfile import PairOutcomes
 from probes.evals.files import ALL_SUFFIX, REGIONS, EvalInputError, step_dirs
 
+# eval files of question items, not minimal pairs: their own readers (probes.syntaxqa.curves, probes.elagent.report)
+ITEM_FILES = ("syntax_qa", "syntax_qa_paper", "elagent")
+
 
 @dataclass
 class RunInfo:
@@ -117,10 +120,10 @@ def _load_run(d: Path, name: str, cache: bool = True):
     paths_by_bench: dict[str, list[tuple[int, Path]]] = {}
     for step, sd in sorted(evals.items()):
         for f in sorted(sd.iterdir()):
-            # syntax_qa[_paper].parquet holds question items, not minimal pairs (probes.syntaxqa.curves reads it)
+            # ITEM_FILES hold question items, not minimal pairs (their own readers)
             # <name>.tokens.parquet is the per-token sidecar of <name>.parquet (probes/tokens.py)
-            if (f.suffix == ".parquet" and _visible(f) and f.is_file()
-                    and f.stem not in ("syntax_qa", "syntax_qa_paper") and not f.name.endswith(".tokens.parquet")):
+            if (f.suffix == ".parquet" and _visible(f) and f.is_file() and f.stem not in ITEM_FILES
+                    and not f.name.endswith(".tokens.parquet")):
                 paths_by_bench.setdefault(f.stem, []).append((step, f))
     if not paths_by_bench:
         qa_only = any((sd / f"{b}.parquet").is_file() for sd in evals.values() for b in ("syntax_qa", "syntax_qa_paper"))

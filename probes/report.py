@@ -21,6 +21,7 @@ from probes.aoa import AoAConfig, aoa_table
 from probes.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
 from probes.curves import GROUP_RUN, phenomenon_table, plot_line, safe_name, token_axis
 from probes.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_runs, parse_model_params
+from probes.formuse import use_sections
 from probes.human import PAPER_HUMAN_OVERALL, zhoblimp_human
 from probes.unigram import MORCELA_BETA, MORCELA_GAMMA, final_metrics
 from probes.outputs import FigureJobs, save_figure, write_csv, write_parquet, write_table, write_text
@@ -232,12 +233,14 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         write_csv(tdir / "runs.csv", runs)
         # 6. the syntax-questions probe, where runs have it (drawn here: three figures)
         qa_md, qa_figs = syntax_qa_section([(r.name, Path(r.path), r.model, r.budget) for r in ev.runs], out)
-        figs = jobs.results() + qa_figs
+        # 6b. the ELAGENT tasks (where runs have them) and the form-vs-use view (FAC²E; probes.formuse)
+        use_md, use_figs = use_sections(ev, out, metric, cfg.aoa)
+        figs = jobs.results() + qa_figs + use_figs
 
     # 7. report.md
     if notes:
         write_text(out / "problems.txt", "\n".join(notes) + "\n")
-    md = _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out, qa_md,
+    md = _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out, [*qa_md, *use_md],
                    human=(human_table, human[1]) if human else None, uni=uni, cs_md=cs_md,
                    u_evidence=u_evidence)
     write_text(out / "report.md", md)

@@ -263,7 +263,7 @@ def test_unknown_format_and_name_list_the_known_ones(tmp_path):
     (tmp_path / "notes.txt").write_text("just text\n")
     with pytest.raises(BenchmarkFormatError, match=r"notes\.txt: unknown \.txt format"):
         load(tmp_path)
-    assert set(FORMATS) == {"auto", "blimp", "zhoblimp", "climp", "sling", "babylm", "jsonl", "csv", "grammar"}
+    assert set(FORMATS) == {"auto", "blimp", "zhoblimp", "climp", "sling", "babylm", "jsonl", "csv", "grammar", "elagent"}
 
 
 def test_missing_default_location_says_how_to_set_it(tmp_path, monkeypatch):

@@ -96,13 +96,14 @@ def test_report_logs_figures_and_tables_to_wandb(tmp_path, monkeypatch):
     (path,) = (out / "wandb").glob("offline-run-*/run-*.wandb")
     logged = history_types(wandb_records(path))
     figures = {f"report/{p.stem}" for p in (out / "figures").glob("*.png")}
-    # 2 phenomenon curves, 2 heatmaps, 3 region plots, 3 syntax-question figures
-    assert len(figures) == 10 and all(logged.get(f) == "image-file" for f in figures), logged
+    # 2 phenomenon curves, 2 heatmaps, 3 region plots, 3 syntax-question figures, the form-vs-use view
+    assert len(figures) == 11 and all(logged.get(f) == "image-file" for f in figures), logged
     assert "report/syntax_qa_oa" in figures
     for table in ("ushapes", "aoa_phenomenon_summary", "difficulty_groups", "scaling_overall", "syntax_qa_final"):
         assert logged.get(f"report/{table}") == "table-file", table
     md = (out / "report.md").read_text()
     assert "## Syntax questions" in md and "](figures/syntax_qa_oa.png)" in md
+    assert "| use | `syntax_qa:FITB_acc` |" in md  # FITB feeds the use group of the form-vs-use view
     final = pd.read_csv(out / "tables" / "syntax_qa_final.csv")
     # one TF, MC and FITB item, all right: OA = (1 + 1 + (1 + 1)/2)/3
     assert final.run.tolist() == [runs[0].name] and final.step.tolist() == [4000] and final.OA.tolist() == [1.0]

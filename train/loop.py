@@ -221,7 +221,8 @@ def _build_hooks(cfg: TrainConfig, tokenizer, run_dir: Path, total_steps: int | 
                  store=None) -> list:
     """On every rank: the probe hook shards the pairs across ranks and rank 0 writes the files."""
     return probe_hooks(cfg.probes, tokenizer, run_dir, final_step=total_steps,
-                       token_store=None if store is None else store.path)
+                       token_store=None if store is None else store.path,
+                       max_positions=cfg.model.max_position_embeddings)
 
 
 def _nonfinite(cfg: TrainConfig, step: int, loss: float, grad_norm: float, skipped: list[int],

@@ -22,6 +22,58 @@ class GrammarConfig:
     pairs_per_paradigm: int = 200
 
 
+ELAGENT_TASKS = ("precedence", "babi", "predicates")  # probes/elagent: the multiple-choice tasks
+LANGUAGE_A_LEXICONS = ("tgt", "english")  # probes/elagent/language_a.py
+
+
+@dataclass
+class LanguageAConfig:
+    shots: int = 1  # demonstrations before the test sentence
+    pairs_per_paradigm: int = 50
+    seed: int = 0
+    lexicon: str = "tgt"  # tgt: the paper's tgt_<lemma> words; english: the bare lemma
+
+    def __post_init__(self) -> None:
+        if self.shots < 0:
+            raise ValueError(f"language_a.shots must be >= 0, got {self.shots}")
+        if self.pairs_per_paradigm < 1:
+            raise ValueError(f"language_a.pairs_per_paradigm must be >= 1, got {self.pairs_per_paradigm}")
+        if self.lexicon not in LANGUAGE_A_LEXICONS:
+            raise ValueError(f"language_a.lexicon must be one of {LANGUAGE_A_LEXICONS}, got {self.lexicon!r}")
+
+
+@dataclass
+class ElagentConfig:
+    enabled: bool = False
+    tasks: list[str] = field(default_factory=lambda: list(ELAGENT_TASKS))
+    items_per_paradigm: int = 20
+    shots: int = 1  # solved examples of the same paradigm before each question
+    seed: int = 0
+    # precedence (Task 1): operators per expression, digits per operand, operator set, options per item
+    n_operators: int = 3
+    digits: int = 1
+    operators: str = "+-*"
+    precedence_options: int = 2  # the value under the new and the usual rule (+ other precedences' values)
+    batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.tasks) - set(ELAGENT_TASKS))
+        if unknown or not self.tasks:
+            raise ValueError(f"probes.elagent.tasks: unknown or empty {unknown or self.tasks}; known: {list(ELAGENT_TASKS)}")
+        for key in ("items_per_paradigm", "batch_size", "digits"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"probes.elagent.{key} must be >= 1, got {getattr(self, key)}")
+        if self.shots < 0:
+            raise ValueError(f"probes.elagent.shots must be >= 0, got {self.shots}")
+        if not set(self.operators) <= set("+-*/") or len(set(self.operators)) != len(self.operators):
+            raise ValueError(f"probes.elagent.operators: distinct characters of '+-*/', got {self.operators!r}")
+        if not 2 <= self.n_operators <= len(self.operators):
+            raise ValueError(f"probes.elagent.n_operators must be 2..{len(self.operators)} (distinct operators of "
+                             f"probes.elagent.operators={self.operators!r}), got {self.n_operators}")
+        if not 2 <= self.precedence_options <= 4:
+            raise ValueError(f"probes.elagent.precedence_options must be 2..4, got {self.precedence_options}")
+
+
 @dataclass
 class BenchmarkConfig:
     name: str = "grammar"  # a registry name, or any label when path is given
@@ -35,6 +87,7 @@ class BenchmarkConfig:
     phenomenon_field: Optional[str] = None
     id_field: Optional[str] = None
     grammar: GrammarConfig = field(default_factory=GrammarConfig)  # for name=grammar / grammar_zh
+    language_a: LanguageAConfig = field(default_factory=LanguageAConfig)  # for format elagent
     # ZhoBLiMP files: recover each pair's template slots (phrase regions such as the case study's
     # NP/VP) from the generation sources (projects/ZhoBLiMP/*.json, assets/); None = look beside
     # the data (an ancestor of the data directory holding both); "" = don't
@@ -146,6 +199,8 @@ class ProbesConfig:
     per_token: bool = False
     # The syntax-questions probe (probes.syntaxqa): probes.syntax_qa.enabled=true with sources
     syntax_qa: SyntaxQAConfig = field(default_factory=SyntaxQAConfig)
+    # The ELAGENT multiple-choice probe (probes.elagent): probes.elagent.enabled=true
+    elagent: ElagentConfig = field(default_factory=ElagentConfig)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:

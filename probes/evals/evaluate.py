@@ -125,7 +125,7 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
 
 
 def probe_hooks(cfg: ProbesConfig, tokenizer, run_dir: Path, *, final_step: Optional[int] = None,
-                token_store: Optional[Path] = None) -> list:
+                token_store: Optional[Path] = None, max_positions: Optional[int] = None) -> list:
     """The checkpoint hooks of `cfg` (train.hooks.Hook), built on every rank: the probe hook shards
     the pairs across ranks and rank 0 writes the files; the syntax-question hook when enabled.
     `token_store`: the run's token store directory, for the unigram columns (cfg.unigram)."""
@@ -143,6 +143,10 @@ def probe_hooks(cfg: ProbesConfig, tokenizer, run_dir: Path, *, final_step: Opti
         from probes.syntaxqa.hook import SyntaxQAHook
 
         hooks.append(SyntaxQAHook(cfg.syntax_qa, tokenizer, run_dir))
+    if cfg.elagent.enabled:  # max_positions: the model's context, which long k-shot prompts must fit
+        from probes.elagent.hook import ElagentHook
+
+        hooks.append(ElagentHook(cfg.elagent, tokenizer, run_dir, max_positions))
     return hooks
 
 

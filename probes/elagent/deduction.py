@@ -1,0 +1,159 @@
+"""ELAGENT Tasks 5 and 6: deduction with a twist, as multiple choice over entities (paper §2.3, Tables 4-5,
+App. C.5-C.6).
+
+Task 5 (bAbI basic deduction, C.5): eight statements of two kinds, "<Name> is a <animal>." and
+"<Animals> are afraid of <animals>.", and the question "what is <Name> afraid of?"; two steps (Name -> kind ->
+the kind it fears); the options are the four animals, as the paper's multiple-choice reformulation lists them.
+Paradigms: ``babi_base`` (bAbI's animals and first names), ``babi_random`` (names and animals replaced by
+random strings of four to six letters, the paper's "Ran"), ``babi_extended`` (one step more, the paper's
+"Ext": the options are the persons, so the answer is the person who is of the feared kind). The paper's
+negation and quantifier variants turn the answer into "not enough information is provided"; a likelihood
+comparison of that phrase against one-word entities would measure length, not deduction, so they are not
+generated.
+
+Task 6 (C.6): the template "Suppose (1) X1 p X2, (2) X2 p X3, and (3) X4 p X1, what does X1 p", with the
+predicate p of one of the four types of Table 4 (transitive or not x symmetric or not); the seven fixed options
+"Only X2" ... "X2, X3, and X4". The right one is what the statements entail under the predicate's properties:
+{X2} (neither), {X2, X3} (transitive), {X2, X4} (symmetric), {X2, X3, X4} (both). Paradigms
+``predicates_<type>_ranpred`` (the predicate is a random string defined in the prompt: "'X Bbtul Y' means 'X
+runs faster than Y'", entities X1-X4, Table 12's "Ran Pred") and ``predicates_<type>_ranent`` (an English
+predicate between random-string entities, "Ran Ent"). The statements are shuffled as in Table 5's example, and
+the entity names are assigned to the template's roles at random so that an item's answer is not the
+answer of its k examples.
+"""
+from __future__ import annotations
+
+import random
+from itertools import combinations
+
+from probes.elagent.items import MCItem, Solved, distinct_names, listed, make_items, random_name
+
+# ------------------------------------------------------------------------------------------- Task 5
+
+# bAbI's basic-deduction animals (singular, plural) and some of its first names
+ANIMALS = (("mouse", "mice"), ("cat", "cats"), ("wolf", "wolves"), ("sheep", "sheep"))
+NAMES = ("Winona", "Jessica", "Emily", "Gertrude", "Bill", "Fred", "Julius", "Lily", "Brian", "Greg",
+         "Bernhard", "Mary", "John", "Sandra", "Daniel")
+BABI_PARADIGMS = ("babi_base", "babi_random", "babi_extended")
+
+
+def babi_world(rng: random.Random, random_strings: bool, bijective: bool):
+    """(kinds as (singular, plural), fears: kind index -> feared kind index, persons, kind of each person)."""
+    if random_strings:
+        kinds = [(s, s) for s in distinct_names(rng, 4)]  # a random string has no plural
+        persons = distinct_names(rng, 4)
+        while set(persons) & {k for k, _ in kinds}:
+            persons = distinct_names(rng, 4)
+    else:
+        kinds = list(ANIMALS)
+        rng.shuffle(kinds)
+        persons = rng.sample(NAMES, 4)
+    fears = [rng.choice([j for j in range(4) if j != i]) for i in range(4)]  # no kind fears itself
+    of = list(range(4)) if bijective else [rng.randrange(4) for _ in range(4)]
+    if bijective:
+        rng.shuffle(of)
+    return kinds, fears, persons, of
+
+
+def draw_babi(rng: random.Random, paradigm: str) -> Solved:
+    extended = paradigm == "babi_extended"
+    kinds, fears, persons, of = babi_world(rng, paradigm == "babi_random", bijective=extended)
+    facts = [f"{kinds[i][1].capitalize()} are afraid of {kinds[fears[i]][1]}." for i in range(4)]
+    facts += [f"{p} is a {kinds[of[k]][0]}." for k, p in enumerate(persons)]
+    rng.shuffle(facts)
+    ask = rng.randrange(4)
+    target = fears[of[ask]]
+    if extended:  # the person of the feared kind: one more step (the kinds are a bijection, so one person)
+        options, answer = tuple(persons), of.index(target)
+        question = f"Based on the above sentences, who is {persons[ask]} afraid of?"
+    else:
+        options, answer = tuple(k for k, _ in kinds), target
+        question = f"Based on the above sentences, what is {persons[ask]} afraid of?"
+    text = " ".join(f"({i + 1}) {f}" for i, f in enumerate(facts))
+    return Solved(f"{text}\n{question}\n{listed(options)}", options, answer)
+
+
+# ------------------------------------------------------------------------------------------- Task 6
+
+# Table 4's four types: (transitive, symmetric) -> predicates as (statement, question) templates. The
+# first of each is the paper's example; statement "{x} ... {y}", question about {x}.
+PREDICATES = {
+    "nt_ns": (False, False, [("{x} fears {y}", "Whom does {x} fear?"),
+                             ("{x} admires {y}", "Whom does {x} admire?"),
+                             ("{x} helps {y}", "Whom does {x} help?")]),
+    "t_ns": (True, False, [("{x} runs faster than {y}", "Who does {x} run faster than?"),
+                           ("{x} is taller than {y}", "Who is {x} taller than?"),
+                           ("{x} is older than {y}", "Who is {x} older than?")]),
+    "nt_s": (False, True, [("{x} and {y} are partially related", "Who is {x} partially related to?"),
+                           ("{x} and {y} shook hands", "Who did {x} shake hands with?"),
+                           ("{x} and {y} are neighbours", "Who is {x} a neighbour of?")]),
+    "t_s": (True, True, [("{x} and {y} have the same speed", "Who has the same speed as {x}?"),
+                         ("{x} and {y} are the same age", "Who is the same age as {x}?"),
+                         ("{x} and {y} live in the same city", "Who lives in the same city as {x}?")]),
+}
+PREDICATE_PARADIGMS = tuple(f"predicates_{t}_{v}" for t in PREDICATES for v in ("ranpred", "ranent"))
+# the template's statements over roles a (asked about), b, c, d: a p b, b p c, d p a (C.6)
+TEMPLATE = (("a", "b"), ("b", "c"), ("d", "a"))
+
+
+def entailed(statements, asked: str, transitive: bool, symmetric: bool) -> set[str]:
+    """Every y != ``asked`` with ``asked`` p y entailed by the statements and the predicate's properties."""
+    rel = set(statements)
+    while True:
+        new = set(rel)
+        if symmetric:
+            new |= {(y, x) for x, y in rel}
+        if transitive:
+            new |= {(x, z) for x, y in rel for y2, z in rel if y == y2}
+        if new == rel:
+            break
+        rel = new
+    return {y for x, y in rel if x == asked and y != asked}
+
+
+def option_texts(others: list[str]) -> list[tuple[str, frozenset]]:
+    """C.6's seven options over the three other entities, in the paper's order: singles, pairs, all three."""
+    out = [(f"Only {a}", frozenset([a])) for a in others]
+    out += [(f"{a} and {b}", frozenset([a, b])) for a, b in combinations(others, 2)]
+    a, b, c = others
+    out.append((f"{a}, {b}, and {c}", frozenset(others)))
+    return out
+
+
+def draw_predicate(rng: random.Random, paradigm: str) -> Solved:
+    _, t, s, variant = paradigm.split("_")  # predicates_<t>_<s>_<variant>
+    kind = f"{t}_{s}"
+    transitive, symmetric, preds = PREDICATES[kind]
+    statement, question = rng.choice(preds)
+    names = ["X1", "X2", "X3", "X4"] if variant == "ranpred" else distinct_names(rng, 4)
+    rng.shuffle(names)
+    role = dict(zip("abcd", names))
+    facts = [(role[x], role[y]) for x, y in TEMPLATE]
+    rng.shuffle(facts)
+    asked = role["a"]
+    gold = entailed(facts, asked, transitive, symmetric)
+    others = sorted(n for n in names if n != asked)
+    opts = option_texts(others)
+    answer = [s for _, s in opts].index(frozenset(gold))
+    if variant == "ranpred":
+        p = random_name(rng, 4, 6)
+        definition = f"'X {p} Y' means '{statement.format(x='X', y='Y')}'."
+        said = [f"{x} {p} {y}" for x, y in facts]
+        q = f"What does {asked} {p}?"
+    else:
+        definition = ""
+        said = [statement.format(x=x, y=y) for x, y in facts]
+        q = question.format(x=asked)
+    listed_facts = ", ".join(f"({i + 1}) {s}" for i, s in enumerate(said[:-1])) + f", and (3) {said[-1]}"
+    text = " ".join(filter(None, [definition, f"Suppose {listed_facts}.", q]))
+    options = tuple(t for t, _ in opts)
+    return Solved(f"{text}\n{listed(options)}", options, answer)
+
+
+def deduction_items(n: int, shots: int, seed: int) -> list[MCItem]:
+    out = []
+    for paradigm in BABI_PARADIGMS:
+        out += make_items("babi", paradigm, n, shots, seed, lambda r, p=paradigm: draw_babi(r, p))
+    for paradigm in PREDICATE_PARADIGMS:
+        out += make_items("predicates", paradigm, n, shots, seed, lambda r, p=paradigm: draw_predicate(r, p))
+    return out

@@ -1,0 +1,45 @@
+"""The ELAGENT multiple-choice probe as a checkpoint hook: items are generated once per run, scored at every
+checkpoint into ``<run>/evals/step<N>/elagent.parquet``; summaries go to the logger (as the syntax-questions
+hook does). The Language A minimal pairs are a registry benchmark (``elagent_word_order``) that the
+minimal-pair hook scores."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional
+
+from probes.elagent.score import (BENCHMARK, ElagentConfig, build_items, check_lengths, evaluate_items, item_key,
+                                  summarize)
+from probes.evals import checkpoint_dir, eval_done, eval_path, manifest_hash, pair_set
+
+
+class ElagentHook:
+    def __init__(self, cfg: ElagentConfig, tokenizer, run_dir: Path, max_positions: Optional[int] = None):
+        self.cfg, self.tokenizer, self.run_dir = cfg, tokenizer, Path(run_dir)
+        self.items = build_items(cfg)
+        check_lengths(tokenizer, self.items, max_positions)  # a too-long prompt fails now, not at step 0
+        self.pair_set = pair_set(self.items, item_key)
+
+    def post_checkpoint_saved(self, ckpt_dir: Path, step: int, tokens: int, model) -> dict[str, float]:
+        import torch.distributed as torch_dist
+
+        if torch_dist.is_available() and torch_dist.is_initialized() and torch_dist.get_rank() != 0:
+            return {}  # rank 0 scores: a few hundred items, next to thousands of minimal pairs
+        if eval_done(eval_path(self.run_dir, step, BENCHMARK), self.pair_set, manifest_hash(ckpt_dir)):
+            return {}  # a resumed run does not redo a finished checkpoint
+        was_training = model.training
+        model.eval()
+        try:
+            ev = evaluate_items(model, self.tokenizer, self.items, self.cfg, step=step, tokens=tokens,
+                                ckpt_dir=ckpt_dir, run_dir=self.run_dir)
+        finally:
+            model.train(was_training)
+        return {f"probe/{BENCHMARK}/{k}": v for k, v in summarize(ev.df).items()
+                if not math.isnan(v) and not k.endswith("n_items")}
+
+    def missing(self, step: int) -> bool:
+        return not eval_done(eval_path(self.run_dir, step, BENCHMARK), self.pair_set,
+                             manifest_hash(checkpoint_dir(self.run_dir, step)))
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,101 @@
+"""The multiple-choice item every ELAGENT generator produces, and the k-shot layout they share.
+
+An item is one prompt and several option texts; exactly one option is right. Scoring compares the
+log-probability of each option's text as the continuation of the same prompt (probes.elagent.score).
+"""
+from __future__ import annotations
+
+import random
+import string
+from dataclasses import dataclass
+from typing import Callable
+
+# The answer slot every prompt ends with; an option is scored as " " + text after it.
+ANSWER = "Answer:"
+
+
+@dataclass(frozen=True)
+class MCItem:
+    task: str  # precedence | babi | predicates
+    paradigm: str  # one item set of the task (e.g. babi_random); a curve of its own
+    item_id: str
+    prompt: str  # the k solved examples and the question, ending with ANSWER
+    options: tuple[str, ...]  # option texts, scored after the prompt
+    answer: int  # index of the right option
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.answer < len(self.options) or len(self.options) < 2:
+            raise ValueError(f"item {self.item_id}: answer {self.answer} of {len(self.options)} options")
+        if len(set(self.options)) != len(self.options):
+            raise ValueError(f"item {self.item_id}: options repeat: {self.options}")
+
+
+@dataclass(frozen=True)
+class Solved:
+    """One generated question with its options and answer, before the k-shot prompt is assembled."""
+
+    question: str  # ends with the options listed (when the task lists them), not with ANSWER
+    options: tuple[str, ...]
+    answer: int
+
+    @property
+    def gold(self) -> str:
+        return self.options[self.answer]
+
+
+def few_shot(examples: list[Solved], test: Solved, header: str = "") -> str:
+    """``header``, then each example with its answer, then the test question; blank lines between."""
+    blocks = [header] if header else []
+    blocks += [f"{e.question}\n{ANSWER} {e.gold}" for e in examples]
+    blocks.append(f"{test.question}\n{ANSWER}")
+    return "\n\n".join(blocks)
+
+
+def make_items(task: str, paradigm: str, n: int, shots: int, seed: int,
+               draw: Callable[[random.Random], Solved], header: Callable[[random.Random], str] | None = None,
+               ) -> list[MCItem]:
+    """``n`` items of one paradigm, each with ``shots`` solved examples of the same paradigm before it.
+
+    One generator per (seed, paradigm) (str seeds hash stably), so a paradigm's items do not depend on
+    which other paradigms are generated. The examples of an item never repeat its question.
+    """
+    rng = random.Random(f"elagent/{seed}/{paradigm}")
+    items = []
+    for i in range(n):
+        head = header(rng) if header else ""
+        test = draw(rng)
+        examples: list[Solved] = []
+        tries = 0
+        while len(examples) < shots:
+            e = draw(rng)
+            tries += 1
+            if e.question != test.question or tries > 100:
+                examples.append(e)
+        items.append(MCItem(task, paradigm, f"{paradigm}-{i}", few_shot(examples, test, head),
+                            test.options, test.answer))
+    return items
+
+
+def letters(n: int) -> list[str]:
+    return [f"({c})" for c in string.ascii_lowercase[:n]]
+
+
+def listed(options: tuple[str, ...]) -> str:
+    """The paper's option line: ``(a) cat (b) mouse (c) wolf``."""
+    return " ".join(f"{k} {o}" for k, o in zip(letters(len(options)), options))
+
+
+def random_name(rng: random.Random, lo: int = 4, hi: int = 6) -> str:
+    """A random string of ``lo``-``hi`` letters, capitalised (ELAGENT App. C.5: "random strings of length four
+    to six" replace names and animals)."""
+    n = rng.randint(lo, hi)
+    return rng.choice(string.ascii_uppercase) + "".join(rng.choice(string.ascii_lowercase) for _ in range(n - 1))
+
+
+def distinct_names(rng: random.Random, k: int) -> list[str]:
+    out: list[str] = []
+    while len(out) < k:
+        s = random_name(rng)
+        if s not in out:
+            out.append(s)
+    return out

@@ -1,0 +1,139 @@
+"""ELAGENT Task 1: arithmetic with redefined operator precedence, as multiple choice (paper §2.1, Fig. 1,
+Table 26, App. C.1).
+
+The paper's rules, followed here:
+* an expression has n distinct operators from + - * / joining n + 1 operands of m digits (C.1 steps 1-3);
+* precedence is a five-slot array, smaller = higher priority; the standard one puts * and / in slot 2 and
+  + and - in slot 4 (Fig. 1a); a new precedence moves one operator ("one move") or two ("two moves") of
+  the expression to other slots (Fig. 1b-c); operators in one slot are evaluated left to right;
+* an expression is kept only if its value under the new precedence differs from the standard value (C.1);
+* the prompt states the new priorities of the expression's operators ("'+' > '*' = '-'") once, then the
+  k solved examples under the same priorities ("What is the value of ...? Answer: [v]", Table 26's
+  1-shot layout), then the test question; values are given in brackets as in the paper.
+Scored by likelihood, the options are the value under the new rule (right) and under the usual rule; with
+``options > 2`` the further distractors are values under other precedences (as Task 2 picks wrong choices
+whose values differ, C.2). Division is left out by default (``operators``): the paper's decimal answers
+(``[63.67567567567567]``) would make the comparison one of 16-digit strings; ``"+-*/"`` restores it.
+"""
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+
+from probes.elagent.items import MCItem, Solved, few_shot
+
+STANDARD = {"*": 2, "/": 2, "+": 4, "-": 4}  # Fig. 1(a): slots 1-5, smaller = evaluated first
+SLOTS = (1, 2, 3, 4, 5)
+PARADIGMS = {"precedence_1move": 1, "precedence_2moves": 2}
+
+
+def apply(op: str, a: Fraction, b: Fraction) -> Fraction:
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if op == "/":
+        return a / b  # ZeroDivisionError for b == 0: the caller draws again
+    raise ValueError(f"unknown operator {op!r}")
+
+
+def evaluate(operands: list[int], ops: list[str], slots: dict[str, int]) -> Fraction:
+    """Value of ``operands[0] ops[0] operands[1] ...`` when the operator in the smallest slot goes first,
+    ties left to right (the paper's rule for operators of equal priority)."""
+    if len(operands) != len(ops) + 1:
+        raise ValueError(f"{len(operands)} operands for {len(ops)} operators")
+    vals = [Fraction(v) for v in operands]
+    ops = list(ops)
+    while ops:
+        i = min(range(len(ops)), key=lambda k: (slots[ops[k]], k))
+        vals[i:i + 2] = [apply(ops[i], vals[i], vals[i + 1])]
+        del ops[i]
+    return vals[0]
+
+
+def rule_text(ops: list[str], slots: dict[str, int]) -> str:
+    """The priorities of the expression's operators, highest first: ``'+' > '*' = '-'``."""
+    used = sorted(set(ops), key=lambda o: (slots[o], "*/+-".index(o)))  # ties as the paper writes them
+    out = f"'{used[0]}'"
+    for prev, op in zip(used, used[1:]):
+        out += (" = " if slots[op] == slots[prev] else " > ") + f"'{op}'"
+    return out
+
+
+def expression_text(operands: list[int], ops: list[str]) -> str:
+    return " ".join([str(operands[0])] + [f"{o} {v}" for o, v in zip(ops, operands[1:])])
+
+
+def value_text(v: Fraction) -> str:
+    """``[52]``; a non-integer as Python prints the float (the paper's ``[63.67567567567567]``)."""
+    return f"[{v.numerator}]" if v.denominator == 1 else f"[{float(v)!r}]"
+
+
+def _operands(rng: random.Random, n: int, digits: int) -> list[int]:
+    return [rng.randint(10 ** (digits - 1), 10 ** digits - 1) for _ in range(n)]
+
+
+def _moved(rng: random.Random, ops: list[str], moves: int) -> dict[str, int]:
+    slots = dict(STANDARD)
+    for op in rng.sample(sorted(set(ops)), moves):
+        slots[op] = rng.choice([s for s in SLOTS if s != STANDARD[op]])
+    return slots
+
+
+def draw_item(rng: random.Random, *, moves: int, n_ops: int, digits: int, operators: str, shots: int,
+              n_options: int, item_id: str, paradigm: str) -> MCItem:
+    """One item: a new precedence, a test expression whose value it changes, ``shots`` solved examples."""
+    while True:
+        ops = rng.sample(list(operators), n_ops)
+        operands = _operands(rng, n_ops + 1, digits)
+        slots = _moved(rng, ops, moves)
+        try:
+            new, std = evaluate(operands, ops, slots), evaluate(operands, ops, STANDARD)
+        except ZeroDivisionError:
+            continue
+        if new == std:  # C.1: kept only when the value depends on the precedence
+            continue
+        values = [new, std]
+        for _ in range(50):  # further distractors: the values under other precedences
+            if len(values) >= n_options:
+                break
+            try:
+                v = evaluate(operands, ops, _moved(rng, ops, rng.randint(1, len(set(ops)))))
+            except ZeroDivisionError:
+                continue
+            if v not in values:
+                values.append(v)
+        if len(values) < n_options:
+            continue
+        examples = []
+        while len(examples) < shots:
+            ex_ops = rng.sample(ops, len(ops))  # the same operators, so the stated rule covers them
+            ex_operands = _operands(rng, n_ops + 1, digits)
+            try:
+                v = evaluate(ex_operands, ex_ops, slots)
+            except ZeroDivisionError:
+                continue
+            text = f"What is the value of {expression_text(ex_operands, ex_ops)}?"
+            examples.append(Solved(text, (value_text(v),), 0))
+        order = list(range(len(values)))
+        rng.shuffle(order)
+        options = tuple(value_text(values[k]) for k in order)
+        test = Solved(f"Based on the new priorities, what is the value of {expression_text(operands, ops)}?",
+                      options, order.index(0))
+        header = f"We redefine the priorities of elementary arithmetic operators as follows: {rule_text(ops, slots)}"
+        return MCItem("precedence", paradigm, item_id, few_shot(examples, test, header), options, order.index(0))
+
+
+def precedence_items(n: int, shots: int, seed: int, *, n_ops: int = 3, digits: int = 1, operators: str = "+-*",
+                     n_options: int = 2) -> list[MCItem]:
+    """``n`` items per paradigm (one move; two moves where the expression has two operators to move)."""
+    out = []
+    for paradigm, moves in PARADIGMS.items():
+        if moves > n_ops:
+            continue
+        rng = random.Random(f"elagent/{seed}/{paradigm}")
+        out += [draw_item(rng, moves=moves, n_ops=n_ops, digits=digits, operators=operators, shots=shots,
+                          n_options=n_options, item_id=f"{paradigm}-{i}", paradigm=paradigm) for i in range(n)]
+    return out

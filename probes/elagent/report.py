@@ -1,0 +1,160 @@
+"""ELAGENT multiple-choice curves: accuracy per task against tokens, the random baseline dashed beside it.
+
+Numbers come from the summaries stored in every ``<run>/evals/step<N>/elagent.parquet`` (nothing is
+re-scored). ``elagent_table`` gives tidy rows; ``write_elagent_curves`` is the part of ``probes curves``
+(one figure per run); ``elagent_section`` is the part of ``probes report`` (seed means per model x budget,
+as the syntax-questions section). The Language A minimal pairs (benchmark ``elagent_word_order``) are
+minimal pairs: the report's learning-curve, U-shape and AoA sections draw them like every benchmark.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from probes.aggregate import seed_summary
+from probes.curves import colors, finish_legend, new_figure, plot_line, token_axis
+from probes.evalfile import META_KEY
+from probes.outputs import save_figure, write_csv
+from probes.scaling import budget_label
+from probes.elagent.score import BENCHMARK, TASKS
+
+COLUMNS = ["run", "step", "tokens", "key", "metric", "value"]
+METRICS = ("acc", "acc_mean", "acc_random")
+ABOUT = {"precedence": "redefined operator precedence (Task 1)", "babi": "bAbI deduction (Task 5)",
+         "predicates": "transitive / symmetric predicates (Task 6)"}
+Run = tuple[str, Path, str, Optional[int]]  # name, run directory, model, budget
+GROUP = ["model", "budget"]
+
+
+def elagent_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """Tidy rows: run, step, tokens, key ("all", a task or a paradigm), metric (acc, acc_mean, acc_random),
+    value."""
+    run_dirs = [Path(r) for r in run_dirs]
+    names = [r.name for r in run_dirs] if names is None else list(names)
+    rows = []
+    for run, name in zip(run_dirs, names):
+        for path in sorted((run / "evals").glob(f"step*/{BENCHMARK}.parquet")):
+            meta = json.loads(pq.read_schema(path).metadata[META_KEY])
+            for k, v in (meta.get("summary") or {}).items():
+                key, _, metric = k.rpartition("/")
+                if metric in METRICS and v is not None:
+                    rows.append({"run": name, "step": meta["step"], "tokens": meta["tokens"], "key": key,
+                                 "metric": metric, "value": float(v)})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _curve(df: pd.DataFrame, key: str, metric: str, value: str = "value") -> pd.DataFrame:
+    return df[(df.key == key) & (df.metric == metric)].sort_values("tokens")
+
+
+def draw_tasks(ax, df: pd.DataFrame, ref, value: str = "value", band: bool = False) -> int:
+    """Accuracy of each task (and of all items, black) with its random baseline dashed in the same colour."""
+    from probes.syntaxqa.curves import draw_baseline
+
+    keys = [t for t in TASKS if len(_curve(df, t, "acc"))] + ["all"]
+    n = 0
+    for key, c in zip(keys, colors(len(keys) - 1) + ["black"]):
+        d = _curve(df, key, "acc")
+        if not len(d):
+            continue
+        b = (d["lo"].clip(0, 1).to_numpy(), d["hi"].clip(0, 1).to_numpy()) if band and (d.n_seeds > 1).all() else None
+        plot_line(ax, d.tokens.to_numpy(), d[value].to_numpy(), ref, ABOUT.get(key, "all items"), c,
+                  band=b, lw=2.4 if key == "all" else 1.6)
+        r = _curve(df, key, "acc_random")
+        draw_baseline(ax, r.tokens.to_numpy(), r[value].to_numpy(), ref, c)
+        n += 1
+    return n
+
+
+def write_elagent_curves(table: pd.DataFrame, out: Path) -> list[Path]:
+    """elagent.csv, and per run one figure of task accuracies (``probes curves``)."""
+    out = Path(out)
+    written = [write_csv(out / "elagent.csv", table.sort_values(["run", "key", "metric", "step"]))]
+    for run, df in table.groupby("run"):
+        ref = df["tokens"].to_numpy()
+        fig, axes = new_figure(8.5, 4.6)
+        n = draw_tasks(axes[0, 0], df, ref)
+        token_axis(axes[0, 0], ref, ylabel="accuracy (sum log-prob of the option)", chance=False)
+        axes[0, 0].set_ylim(-0.02, 1.02)
+        axes[0, 0].set_title(f"ELAGENT tasks · run {run} (dashed: random guess, 1/options)", fontsize=10)
+        finish_legend(axes[0, 0], n)
+        written.append(save_figure(fig, out / "plots" / f"elagent_{run}.png"))
+    return written
+
+
+def seed_means(table: pd.DataFrame) -> pd.DataFrame:
+    s = seed_summary(table, [*GROUP, "key", "metric", "step"], values=("value",))
+    s = s.rename(columns={"value_mean": "mean", "value_sd": "sd", "value_lo": "lo", "value_hi": "hi"})
+    s["tokens"] = s["tokens"].round().astype("int64")
+    return s[[*GROUP, "key", "metric", "step", "tokens", "n_seeds", "mean", "sd", "lo", "hi"]]
+
+
+def with_runs(table: pd.DataFrame, runs: list[Run]) -> pd.DataFrame:
+    info = pd.DataFrame([(n, m, b) for n, _, m, b in runs], columns=["run", *GROUP])
+    return table.merge(info, on="run", how="left")
+
+
+def _fmt(v) -> str:
+    return "" if pd.isna(v) else f"{v:.3f}"
+
+
+def elagent_section(runs: list[Run], out: Path) -> tuple[list[str], list[tuple[str, Path]]]:
+    """Markdown lines and (title, png) figures of the ELAGENT probe; ([], []) where no run has its files.
+
+    Writes out/tables/elagent.csv (seed mean per model x budget x task/paradigm x metric x step),
+    out/tables/elagent_final.csv (each run's last checkpoint) and out/figures/elagent_tasks.png.
+    """
+    out = Path(out)
+    table = elagent_table([r[1] for r in runs], names=[r[0] for r in runs])
+    if table.empty:
+        return [], []
+    table = with_runs(table, runs)
+    seeds = seed_means(table)
+    last = table[table.step == table.groupby("run")["step"].transform("max")]
+    final = last.pivot_table(index=["run", "key"], columns="metric", values="value").reset_index()
+    final = last[["run", *GROUP, "step", "tokens"]].drop_duplicates("run").merge(final, on="run")
+    write_csv(out / "tables" / "elagent.csv", seeds)
+    write_csv(out / "tables" / "elagent_final.csv", final)
+
+    groups = list(seeds.groupby(GROUP, dropna=False, sort=True))
+    ncols = min(3, len(groups))
+    nrows = int(np.ceil(len(groups) / ncols))
+    fig, axes = new_figure(5.2 * ncols + 2.6, 3.9 * nrows, nrows, ncols, sharey=True)
+    ref = seeds["tokens"].to_numpy()
+    for ax, ((model, budget), g) in zip(axes.flat, groups):
+        draw_tasks(ax, g, ref, value="mean", band=True)
+        token_axis(ax, ref, ylabel="accuracy", chance=False)
+        n = int(g.n_seeds.max())
+        ax.set_title(f"{model} · {budget_label(budget)} ({n} seed{'s' if n > 1 else ''})", fontsize=9)
+        ax.set_ylim(-0.02, 1.02)
+    for ax in list(axes.flat)[len(groups):]:
+        ax.set_visible(False)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right center", fontsize=7, frameon=False)
+    fig.suptitle("ELAGENT tasks: accuracy by option likelihood (dashed: random guess; band: 95 % over seeds)",
+                 fontsize=10)
+    figs = [("ELAGENT tasks: accuracy per model × budget", save_figure(fig, out / "figures" / "elagent_tasks.png"))]
+
+    md = ["## ELAGENT tasks (generated reasoning probes)", "",
+          "New tasks generated from the rules of Li et al. (ELAGENT; `probes.elagent`), so no item can be in the "
+          "training data: arithmetic under a redefined operator precedence (Task 1; options: the value under the "
+          "new rule vs the usual rule), bAbI basic deduction with bAbI's or random names (Task 5; options: the "
+          "four animals, or the four persons one step further) and deduction with (non-)transitive / "
+          "(non-)symmetric predicates (Task 6; the paper's seven options). Each item follows k solved examples "
+          "of its paradigm; an option is scored by the log-probability of its text after the prompt, and the "
+          "item is right when the right option scores strictly highest (`acc`; `acc_mean`: per-token mean "
+          "instead). Dashed: the random baseline, 1 / number of options. Language A word order (Tasks 3-4) is "
+          "the minimal-pair benchmark `elagent_word_order` in the sections above. Every number: "
+          "`tables/elagent.csv`.", "",
+          "Last checkpoint of each run (`tables/elagent_final.csv`):", "",
+          "| run | model | budget | step | task | acc | acc_mean | random |", "|---|---|---|---|---|---|---|---|"]
+    for r in final[final.key.isin([*TASKS, "all"])].itertuples(index=False):
+        md.append(f"| {r.run} | {r.model} | {budget_label(r.budget)} | {r.step} | {r.key} | {_fmt(r.acc)} | "
+                  f"{_fmt(r.acc_mean)} | {_fmt(r.acc_random)} |")
+    md += [""] + [f"![{t}]({p.relative_to(out).as_posix()})" for t, p in figs] + [""]
+    return md, figs
