@@ -117,10 +117,9 @@ def test_unbalanced_closing_bracket_names_the_line(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def wsj():
-    if not WSJ.is_dir():
-        pytest.skip(f"{WSJ} is absent: the PTB WSJ sample lives in ../shared (non-commercial, never copied here)")
-    return WSJ
+def wsj(shared):
+    # the PTB WSJ sample is non-commercial: it lives in ../shared only, never copied here
+    return shared(*WSJ.relative_to(SHARED).parts)
 
 
 def test_wsj_0001_hand_verified(wsj):

@@ -123,9 +123,8 @@ def test_chinese_relative_clause_precedes_the_noun(tmp_path):
     assert ("ADJ", "书", "我买的", "relative") in _facts(facts, "zh1")
 
 
-def test_real_treebank_counts():
-    if not EWT_DEV.is_file() or not GSD.is_dir():
-        pytest.skip(f"{SHARED / 'treebanks'} is absent: the UD treebanks live in ../shared")
+def test_real_treebank_counts(shared):
+    shared(*EWT_DEV.relative_to(SHARED).parts), shared(*GSD.relative_to(SHARED).parts)
     _, en, en_err = read_conllu(EWT_DEV)
     zh = []
     for p in sorted(GSD.glob("*.conllu")):
