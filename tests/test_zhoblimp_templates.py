@@ -58,6 +58,9 @@ def test_readers_on_the_real_files():
     assert len(vocab.entries) == named  # blank rows and the one nameless row are dropped
     assert feat_set(vocab, "他", "gender") == {"male"}
     phrases = read_phrases(ROOT / "assets" / "zh_phrase.json")
+    # the files' own counts, by hand: zh_phrase.json has 23 keys and Person 2 alternatives (json.load); the
+    # folder projects/ZhoBLiMP holds 131 template files (more than the 118 released paradigms; the
+    # templates carry their own names, so which extra 13 they are is not read off the names)
     assert len(phrases) == 23 and len(phrases["Person"]) == 2
     assert len(template_paths(ROOT)) == 131
 
