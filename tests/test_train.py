@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer, GPTNeoXForCausalLM
 
-from trainutil import losses, tiny_cfg
+from trainutil import compose_cfg, losses, tiny_cfg
 from train.checkpoint import list_checkpoints
 from train.loop import train
 
@@ -28,7 +28,7 @@ def run(cache, run_dir, *overrides):
 @pytest.fixture(scope="module")
 def torch_run(cache, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("torch_run")
-    run(cache, run_dir)
+    run(cache, run_dir, "curves_at_end=true")  # the default, which TINY turns off for the other runs
     return run_dir
 
 
@@ -75,6 +75,29 @@ def test_every_checkpoint_is_probed_and_learning_happened(torch_run):
     assert all(lp_per_token[a] < lp_per_token[b] for a, b in zip(steps, steps[1:])), lp_per_token
     assert -lp_per_token[steps[-1]] == pytest.approx(last, abs=0.3), (lp_per_token, last)
     assert abs(accs[0] - 0.5) <= 3 * math.sqrt(0.25 / 50), accs  # chance within 3 binomial sd
+
+
+def test_curves_are_drawn_when_training_ends_by_default(torch_run):
+    from PIL import Image
+
+    assert compose_cfg([]).curves_at_end is True
+    # <run>/curves/curves.csv says what the eval files say: accuracy per paradigm and checkpoint
+    table = pd.read_csv(torch_run / "curves" / "curves.csv")
+    steps = [s for s, _ in list_checkpoints(torch_run)]
+    assert sorted(table.step.unique()) == steps and len(table) == 5 * len(steps)
+    for step in steps:
+        df = pd.read_parquet(torch_run / "evals" / f"step{step}" / "grammar.parquet")
+        want = (df.lp_good / df.ntok_good > df.lp_bad / df.ntok_bad).groupby(df.paradigm).mean()
+        got = table[table.step == step].set_index("paradigm").acc_mlp
+        assert got.sort_index().tolist() == pytest.approx(want.sort_index().tolist()), step
+    assert "verdict" in pd.read_csv(torch_run / "curves" / "ushapes.csv").columns
+    # one plot per phenomenon of the grammar (3) and the overview, each a whole PNG
+    plots = sorted(p.name for p in (torch_run / "curves" / "plots" / "grammar").glob("*.png"))
+    assert plots == ["anaphor_agreement.png", "determiner_noun_agreement.png", "overview.png",
+                     "subject_verb_agreement.png"]
+    for name in plots:
+        with Image.open(torch_run / "curves" / "plots" / "grammar" / name) as im:
+            im.verify()
 
 
 def test_saved_weights_give_the_training_models_logits(cache, tmp_path):
