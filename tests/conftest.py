@@ -9,14 +9,30 @@ SHARED = ROOT.parent / "shared"
 # W&B never reaches the network from tests; the deepspeed accelerator probe stays quiet on CPU.
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+
+def skip_or_fail_in_ci(reason: str) -> None:
+    """A test that cannot run here skips on a developer's machine; under CI=true (.ci/run's environment)
+    it fails instead, so CI never passes with the tests that matter silently left out."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true: a test that cannot run fails rather than skips)", pytrace=False)
+    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    if not SHARED.is_dir():
-        pytest.skip(f"{SHARED} is absent: the real benchmarks and corpora live there")
-    return SHARED
-os.environ.setdefault("TQDM_DISABLE", "1")
+def shared():
+    """`shared("benchmarks", "zhoblimp")` -> that path under ../shared (the real benchmarks, corpora and
+    treebanks, never copied into the repository). Absent, the test skips locally and fails under CI=true:
+    the real counts, the tokenizer's id equality on real sentences and the treebank readers run there."""
+
+    def need(*parts: str) -> Path:
+        path = SHARED.joinpath(*parts)
+        if not path.exists():
+            skip_or_fail_in_ci(f"{path} is absent: the real benchmarks, corpora and treebanks live in {SHARED}")
+        return path
+
+    return need
 
 
 def _slurm_cluster_problem() -> str | None:
@@ -47,7 +63,5 @@ def slurm_partition() -> str:
     none can be brought up (not root, no apt); under CI=true that is a failure instead."""
     problem = _slurm_cluster_problem()
     if problem is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI needs the SLURM test cluster: {problem}", pytrace=False)
-        pytest.skip(problem)
+        skip_or_fail_in_ci(problem)
     return "debug"

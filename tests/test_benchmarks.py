@@ -368,9 +368,6 @@ def test_empty_benchmark_is_an_error(tmp_path):
 
 
 def test_grammar_goes_through_probes_grammar():
-    try:
-        pairs = load_benchmark(BenchmarkConfig(name="grammar_zh", max_pairs_per_paradigm=5))
-    except NotImplementedError:
-        pytest.skip("probes.grammar.benchmark_pairs is still the stub")
+    pairs = load_benchmark(BenchmarkConfig(name="grammar_zh", max_pairs_per_paradigm=5))
     assert pairs and {p.benchmark for p in pairs} == {"grammar_zh"}
     assert describe(pairs)["n_pairs"].iloc[:-1].max() <= 5

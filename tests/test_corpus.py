@@ -3,15 +3,11 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-import probes.grammar
 from train.corpus import DataConfig, load_documents
-
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
 def _cfg(tmp_path, paths, **kw) -> DataConfig:
@@ -71,23 +67,18 @@ def test_errors_name_key_and_file(tmp_path):
         load_documents(DataConfig(source="web"))
 
 
-@pytest.mark.skipif(not (SHARED / "corpora" / "en").is_dir(), reason=f"{SHARED}/corpora/en is absent")
-def test_real_corpus_file(tmp_path):
-    f = SHARED / "corpora" / "en" / "onestopenglish" / "onestopenglish_ele.txt"
+def test_real_corpus_file(tmp_path, shared):
+    f = shared("corpora", "en", "onestopenglish", "onestopenglish_ele.txt")
     docs, _ = load_documents(_cfg(tmp_path, [f]))
     n_blocks = len([b for b in f.read_text(encoding="utf-8").split("\n\n") if b.strip()])
     assert len(docs) == n_blocks > 100
     assert docs[0]["text"].startswith("When you see the word Amazon")
 
 
-@pytest.mark.skipif(not hasattr(probes.grammar, "corpus_documents"), reason="probes.grammar.corpus_documents not written yet")
 def test_grammar_source(tmp_path):
     cfg = DataConfig(source="grammar", cache_dir=str(tmp_path))
     cfg.grammar.n_documents = 5
-    try:
-        docs, ident = load_documents(cfg)
-    except NotImplementedError:
-        pytest.skip("probes.grammar.corpus_documents is still a stub")
+    docs, ident = load_documents(cfg)
     assert 0 < len(docs) <= 5 and all(t.strip() for t in docs["text"])
     assert '"n_documents": 5' in ident
 

@@ -85,3 +85,22 @@ def test_pythia_initialisation_stds():
     # Same seed, same weights (every rank builds its own copy).
     again = build_model(cfg, seed=1)
     assert torch.equal(again.lm_head.weight, model.lm_head.weight)
+
+
+def test_hf_initialisation_is_transformers_own_and_follows_the_seed():
+    """model.init_method=hf: transformers' GPT-NeoX init, normal(0, initializer_range = 0.02, GPTNeoXConfig's
+    default) for every matrix -- the residual projections too, which Pythia's init gives 2/(L*sqrt(d)) =
+    0.125 here -- seeded like Pythia's, so step0 is the same model on every rank and every rerun."""
+    cfg = ModelConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
+                      vocab_size=4096, init_method="hf")
+    model = build_model(cfg, seed=1)
+    assert model.config.initializer_range == 0.02
+    layer = model.gpt_neox.layers[0]
+    for weight in (model.gpt_neox.embed_in.weight, layer.attention.query_key_value.weight, layer.mlp.dense_h_to_4h.weight,
+                   model.lm_head.weight, layer.attention.dense.weight, layer.mlp.dense_4h_to_h.weight):
+        assert weight.std().item() == pytest.approx(0.02, rel=0.03)
+    assert torch.all(layer.attention.dense.bias == 0) and torch.all(layer.input_layernorm.weight == 1)
+    assert torch.equal(build_model(cfg, seed=1).lm_head.weight, model.lm_head.weight)
+    assert not torch.equal(build_model(cfg, seed=2).lm_head.weight, model.lm_head.weight)
+    with pytest.raises(ValueError, match=r"model.init_method='xavier': expected 'pythia' or 'hf'"):
+        build_model(ModelConfig(init_method="xavier"), 300)

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainutil import TINY, losses, signal_after_steps, tiny_cfg
+from trainutil import TINY, losses, signal_at_step, tiny_cfg
 from train.checkpoint import list_checkpoints, read_state
 from train.lock import RunDirLocked, RunLock
 from train.loop import train
 from train.preempt import REQUEUE_EXIT
 
 ROOT = Path(__file__).resolve().parents[1]
-# ~60 steps of the tiny config: a step takes tens of ms, so a signal sent after step 10 lands mid-run.
+# ~60 steps of the tiny config, checkpoints at 20 and 40 (and 0, 60).
 EXTRA = ["schedule=custom", "schedule.points=[20,40]", "logger.log_every=1", "probes=none"]
 
 
@@ -32,6 +32,14 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """The uninterrupted run; it also builds the token store the subprocesses reuse."""
+    cache, run_dir = tmp_path_factory.mktemp("cache"), tmp_path_factory.mktemp("straight")
+    train(tiny_cfg(cache, *EXTRA), run_dir)
+    return cache, run_dir
+
+
 def records(run_dir: Path) -> list[dict]:
     lines = (run_dir / "logs" / "train.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if "train/loss" in r]
@@ -41,29 +49,33 @@ def command(run_dir: Path, cache: Path) -> list[str]:
     return [sys.executable, "-m", "train", *TINY, *EXTRA, f"data.cache_dir={cache}", f"hydra.run.dir={run_dir}"]
 
 
-def test_sigusr1_mid_run_then_rerun_gives_the_uninterrupted_trajectory(tmp_path):
-    cache, straight, broken = tmp_path / "cache", tmp_path / "straight", tmp_path / "broken"
-    train(tiny_cfg(cache, *EXTRA), straight)  # also builds the token store the subprocesses reuse
+# 13: off the schedule, so the preemption writes a resume-only checkpoint; 20: on it, so the scheduled
+# checkpoint is the resume checkpoint and nothing else is written.
+@pytest.mark.parametrize("signalled", [13, 20])
+def test_sigusr1_mid_run_then_rerun_gives_the_uninterrupted_trajectory(straight, tmp_path, signalled):
+    cache, straight = straight
+    broken = tmp_path / "broken"
     total = read_state(list_checkpoints(straight)[-1][1])["total_steps"]
-    assert total > 50
+    assert total == 60
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
-    returncode, err = signal_after_steps(command(broken, cache), broken, tmp_path, env)
+    returncode, err = signal_at_step(command(broken, cache), env, signalled)
     assert returncode == REQUEUE_EXIT, err[-3000:]
-    assert "preempted by SIGUSR1" in err
-    stopped = max(r["step"] for r in records(broken))
-    assert 10 <= stopped < total
-    # The resume checkpoint at the step it stopped: whole, with resume state, and -- off the schedule --
-    # no hooks ran on it (a scheduled checkpoint logs a record of its own, without train/loss).
+    assert f"preempted by SIGUSR1 after step {signalled}: resume checkpoint saved" in err
+    # The signal arrived during step `signalled`: that step finishes, then the run stops.
+    assert max(r["step"] for r in records(broken)) == signalled
     steps = [s for s, _ in list_checkpoints(broken)]
-    if stopped not in (20, 40):
-        assert steps[-1] == stopped and read_state(list_checkpoints(broken)[-1][1])["preempted"] is True
-        text = (broken / "logs" / "train.jsonl").read_text().splitlines()
-        assert [json.loads(line)["step"] for line in text].count(stopped) == 1
-    assert (list_checkpoints(broken)[-1][1] / "resume").is_dir()
+    assert steps == [0, signalled]
+    last = list_checkpoints(broken)[-1][1]
+    assert (last / "resume").is_dir()
+    # Off the schedule no hooks ran on it and no checkpoint record was logged (a scheduled checkpoint
+    # logs a record of its own, without train/loss).
+    assert read_state(last)["preempted"] is (signalled == 13)
+    text = (broken / "logs" / "train.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in text].count(signalled) == (1 if signalled == 13 else 2)
 
     # The requeued job: the same config and run directory (in-process here, which spares an interpreter
-    # start; the preempted run above was a real process receiving a real signal).
+    # start; the preempted run above was a real process handling a real signal).
     train(tiny_cfg(cache, *EXTRA), broken)
     # Every step trained exactly once across the two processes: nothing replayed, nothing skipped.
     a, b = records(straight), records(broken)
@@ -73,7 +85,7 @@ def test_sigusr1_mid_run_then_rerun_gives_the_uninterrupted_trajectory(tmp_path)
     for step in range(1, total + 1):
         assert lb[step] == pytest.approx(la[step], abs=1e-6), step
     # The preemption's resume-only checkpoint is gone once later checkpoints are whole.
-    assert [s for s, _ in list_checkpoints(broken)] == [s for s, _ in list_checkpoints(straight)]
+    assert [s for s, _ in list_checkpoints(broken)] == [s for s, _ in list_checkpoints(straight)] == [0, 20, 40, 60]
 
 
 def test_a_second_job_on_the_same_run_directory_is_refused(tmp_path):

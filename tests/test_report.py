@@ -63,6 +63,26 @@ def test_report_on_a_grid(tmp_path, capsys):
     assert "tables/ushape_regions" in md and (out / "tables" / "ushape_regions.csv").is_file()
 
 
+def test_report_metric_sum_uses_summed_log_probs(tmp_path):
+    """--metric sum: every analysis reads lp_good > lp_bad. Hand-made pairs where the two metrics disagree:
+    three pairs -6/2 tokens vs -8/4 (MLP -3 < -2: wrong; sum -6 > -8: right) and one -4/2 vs -3/2 (wrong
+    under both), so sum-LP accuracy is 3/4 and MLP accuracy 0 at every checkpoint."""
+    from test_curves import config, pair, write_eval
+
+    run = tmp_path / "run"
+    config(run)
+    rows = [pair("agr", i, -6.0, 2, -8.0, 4) for i in range(3)] + [pair("agr", 3, -4.0, 2, -3.0, 2)]
+    for step in (0, 1, 2, 4, 8, 16):
+        write_eval(run, step, step * 1000, rows, convention="start_token_all_tokens_v2")
+    out = tmp_path / "rep"
+    assert report.main([str(run), "--out", str(out), "--n-boot", "20", "--metric", "sum"]) == 0
+    grid = pd.read_csv(out / "tables" / "scaling_overall.csv")
+    assert "acc_mlp" not in grid and grid.acc_sum.tolist() == [0.75]
+    aoa = pd.read_csv(out / "tables" / "aoa.csv")
+    assert set(aoa.metric) == {"acc_sum"} and aoa.final_acc.tolist() == [0.75, 0.75]  # paradigm, phenomenon
+    assert "accuracy = sum of log-probs, ties wrong" in (out / "report.md").read_text()
+
+
 def test_report_says_too_few_checkpoints(tmp_path, capsys):
     runs = make_grid(tmp_path / "runs", models=("pythia-14m",), seeds=(1,), n_steps=4, pairs=50)
     out = tmp_path / "rep"

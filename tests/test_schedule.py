@@ -43,6 +43,21 @@ def test_warmup_then_cosine_to_min_lr():
     assert lr_at(cfg, 110, 110) == pytest.approx(1e-4)
 
 
+def test_warmup_then_linear_or_constant():
+    # 10 warmup steps, then 100 decay steps: progress at step s is (s - 10) / 100
+    linear = OptimConfig(lr=1e-3, warmup_steps=10, min_lr_ratio=0.1, decay="linear")
+    assert lr_at(linear, 0, 110) == pytest.approx(1e-4)  # warmup is the same for every decay
+    assert lr_at(linear, 10, 110) == pytest.approx(1e-3)
+    assert lr_at(linear, 35, 110) == pytest.approx(1e-3 - 0.25 * 9e-4)  # 7.75e-4 (cosine: 8.68e-4)
+    assert lr_at(linear, 60, 110) == pytest.approx(5.5e-4)
+    assert lr_at(linear, 110, 110) == pytest.approx(1e-4)  # down to min_lr_ratio x lr
+    constant = OptimConfig(lr=1e-3, warmup_steps=10, min_lr_ratio=0.1, decay="constant")
+    assert lr_at(constant, 0, 110) == pytest.approx(1e-4)
+    assert [lr_at(constant, s, 110) for s in (10, 60, 109, 110)] == pytest.approx([1e-3] * 4)
+    with pytest.raises(ValueError, match="optim.decay='step': expected cosine, linear or constant"):
+        OptimConfig(decay="step")
+
+
 def test_pythia_warmup_is_one_percent():
     cfg = OptimConfig(lr=1e-3, warmup_ratio=0.01)
     assert lr_at(cfg, 1428, 143_000) < 1e-3 and lr_at(cfg, 1429, 143_000) == pytest.approx(1e-3)

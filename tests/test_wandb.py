@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainutil import TINY, signal_after_steps, tiny_cfg
+from trainutil import TINY, signal_at_step, tiny_cfg
 from wandbutil import history_steps, wandb_records
 from train.checkpoint import list_checkpoints, read_state
 from train.loop import train
@@ -37,9 +37,10 @@ def test_a_requeued_run_continues_the_same_wandb_run(tmp_path, one_thread):
     train(tiny_cfg(cache, "probes=none"), tmp_path / "warm")  # builds the token store for the subprocess
     cmd = [sys.executable, "-m", "train", *TINY, *EXTRA, f"data.cache_dir={cache}", f"hydra.run.dir={run}"]
     env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
-    returncode, err = signal_after_steps(cmd, run, tmp_path, env)
+    returncode, err = signal_at_step(cmd, env, 10)
     assert returncode == REQUEUE_EXIT, err[-3000:]
     stopped = read_state(list_checkpoints(run)[-1][1])["step"]
+    assert stopped == 10
     time.sleep(1.1)  # wandb names an offline run's directory by its start second; a requeue takes longer
     train(tiny_cfg(cache, *EXTRA), run)  # the requeued job (in-process: spares an interpreter start)
 

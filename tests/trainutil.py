@@ -40,23 +40,15 @@ def losses(run_dir: Path) -> dict[int, float]:
     return out
 
 
-def signal_after_steps(cmd: list[str], run_dir: Path, tmp_path: Path, env: dict, *, steps: int = 10,
-                       timeout: float = 120) -> tuple[int, str]:
-    """Starts `python -m train …`, sends SIGUSR1 once `steps` losses are logged, waits; returns the exit
-    status and stderr. stderr goes to a file: a full pipe would stall the run before the signal."""
-    import signal
+def signal_at_step(cmd: list[str], env: dict, step: int, *, timeout: float = 120) -> tuple[int, str]:
+    """Runs `python -m train …` and has it send itself SIGUSR1 during step `step` (train/faults.py), as
+    SLURM would before a time limit; returns the exit status and stderr. Deterministic: the signal lands
+    in that step whatever the machine's load."""
     import subprocess
-    import time
+
+    from train.faults import ENV
 
     root = Path(__file__).resolve().parents[1]
-    with open(tmp_path / "stderr.txt", "w") as stderr:
-        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
-    log = Path(run_dir) / "logs" / "train.jsonl"
-    deadline = time.time() + timeout
-    while time.time() < deadline and proc.poll() is None:
-        if log.exists() and log.read_text().count("train/loss") >= steps:
-            proc.send_signal(signal.SIGUSR1)
-            break
-        time.sleep(0.01)
-    proc.wait(timeout=timeout)
-    return proc.returncode, (tmp_path / "stderr.txt").read_text()
+    proc = subprocess.run(cmd, cwd=root, env={**env, ENV: f"mid_step:step{step}:SIGUSR1"},
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    return proc.returncode, proc.stderr

@@ -1,5 +1,7 @@
-"""Fault injection for the crash tests: SYNTAX_DYNAMICS_FAULT=<point>:step<N> kills this process with
-SIGKILL when it reaches <point> for step N. Unset (always, outside the tests) nothing happens.
+"""Fault injection for the crash and preemption tests: SYNTAX_DYNAMICS_FAULT=<point>:step<N> kills this
+process with SIGKILL when it reaches <point> for step N; <point>:step<N>:<SIGNAL> (e.g. SIGUSR1) sends that
+signal instead, so a preemption lands at a named step rather than whenever a test's poll catches up. Unset
+(always, outside the tests) nothing happens.
 
 The points (where each call sits):
   mid_step          the loop, after the backward passes of step N, before the optimizer update
@@ -18,5 +20,10 @@ POINTS = ("mid_step", "checkpoint_write", "after_rename", "eval_write")
 
 def fault_point(point: str, step: int) -> None:
     spec = os.environ.get(ENV)
-    if spec and spec == f"{point}:step{step}":
-        os.kill(os.getpid(), signal.SIGKILL)
+    if not spec:
+        return
+    where, at, *sig = spec.split(":")
+    if (where, at) == (point, f"step{step}"):
+        # a handled signal runs its Python handler before the next bytecode: the step then finishes as
+        # it would after a signal from outside
+        os.kill(os.getpid(), signal.Signals[sig[0]] if sig else signal.SIGKILL)

@@ -89,7 +89,9 @@ def build_model(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None, *, seed
                 bos_token_id=None, eos_token_id=None, device: str | torch.device = "cpu") -> GPTNeoXForCausalLM:
     """A freshly initialised model; the same seed gives the same weights on every rank."""
     config = hf_config(cfg, tokenizer_vocab, bos_token_id=bos_token_id, eos_token_id=eos_token_id)
-    with torch.device(device):
+    with torch.device(device), torch.random.fork_rng(devices=[], enabled=cfg.init_method == "hf"):
+        if cfg.init_method == "hf":  # transformers initialises in the constructor: seed it there
+            torch.manual_seed(seed)
         model = GPTNeoXForCausalLM(config)
     if str(device) != "meta":
         if cfg.init_method == "pythia":
