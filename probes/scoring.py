@@ -42,7 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -57,15 +57,6 @@ CONVENTION = "start_token_all_tokens_v2"
 REGION_NAMES = ("prefix", "critical", "suffix")
 # How sentence text is encoded, everywhere ids are compared with the scored ones.
 ENCODE = {"add_special_tokens": False, "split_special_tokens": True}
-
-# Named reductions over one sentence's per-token natural-log probabilities.
-REDUCTIONS: dict[str, Callable[[np.ndarray], float]] = {
-    "sum": lambda lp: float(np.sum(lp)),
-    "mean": lambda lp: float(np.mean(lp)) if len(lp) else float("nan"),
-    "surprisal": lambda lp: float(-np.sum(lp)),  # total surprisal in nats
-    "max_surprisal": lambda lp: float(-np.min(lp)) if len(lp) else float("nan"),
-}
-
 
 def start_id(tokenizer) -> int:
     """The id prepended to every sentence (module docstring; train/start_token.py decides it)."""
