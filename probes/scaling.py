@@ -166,7 +166,7 @@ def heatmap(ax, data: np.ndarray, rows: list[str], cols: list[str], title: str, 
 
 
 def plot_grid_overall(overall: pd.DataFrame, benchmark: str, metric: str, out_dir):
-    from probes.curves import new_figure
+    from probes.plotting import new_figure
     from probes.outputs import save_figure
 
     o = overall[overall.benchmark == benchmark]
@@ -182,7 +182,7 @@ def plot_grid_overall(overall: pd.DataFrame, benchmark: str, metric: str, out_di
 
 
 def plot_grid_phenomena(overall: pd.DataFrame, per_phen: pd.DataFrame, benchmark: str, metric: str, out_dir):
-    from probes.curves import new_figure
+    from probes.plotting import new_figure
     from probes.outputs import save_figure
 
     o = overall[overall.benchmark == benchmark]  # model and budget order as in the overall heatmap

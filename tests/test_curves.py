@@ -325,3 +325,17 @@ def test_end_of_run_u_list_applies_the_reports_rule(tmp_path, capsys):
     want = rep[rep.accepted][keys].fillna("").astype(str).sort_values(keys).reset_index(drop=True)
     pd.testing.assert_frame_equal(got, want)
     assert set(got.paradigm) == {"attr", "shallow", ""} and (listed[listed.accepted].n_seeds == 2).all()
+
+
+
+def test_plot_helpers_and_syntax_qa_curves_do_not_load_the_curves_cli():
+    # probes.curves is a CLI drawing with probes.plotting and the syntax-question curves; those must
+    # not import it back (the two curve modules once imported each other). A fresh interpreter: this
+    # test process has long imported probes.curves.
+    import subprocess
+    import sys
+
+    code = "import sys, probes.plotting, probes.syntaxqa.curves; print('probes.curves' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+    assert out == "False"

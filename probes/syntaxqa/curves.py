@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from probes.curves import colors, finish_legend, new_figure, plot_line, token_axis
+from probes.plotting import colors, finish_legend, new_figure, plot_line, token_axis
 from probes.evalfile import META_KEY
 from probes.evalset import log_tokens
 from probes.outputs import save_figure, write_csv
