@@ -8,7 +8,7 @@ mean of its paradigms' accuracies (each paradigm resampled within itself, i.e. a
 bootstrap); its bootstrap variance is exactly sum_j p_j(1-p_j)/n_j / K^2, and we report the
 normal interval with that variance (exact percentiles of a sum of binomials would need a
 convolution per row and change the interval by far less than its width at n >= 100 pairs).
-The paired bootstrap of a U's drop, where pair identities matter, is in probes.ushape_stats.
+The paired bootstrap of a U's drop, where pair identities matter, is in probes.ushape (analyse_curve).
 """
 from __future__ import annotations
 
@@ -18,21 +18,16 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
-# Two-sided 95 % Student-t quantiles by degrees of freedom (scipy is not a dependency).
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-         9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120,
-         17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000,
-         120: 1.980}
-Z975 = 1.959964
+Z975 = float(stats.norm.ppf(0.975))
 
 
-def t975(df: int) -> float:
-    """Two-sided 95 % t quantile; between tabulated values the next smaller df (conservative)."""
-    if df < 1:
-        return float("nan")
-    keys = [k for k in _T975 if k <= df]
-    return _T975[max(keys)] if df <= 120 else Z975
+def t975(df):
+    """Two-sided 95 % Student-t quantile for `df` degrees of freedom (scalar or array); NaN below 1."""
+    df = np.asarray(df, dtype=float)
+    q = stats.t.ppf(0.975, np.where(df >= 1, df, np.nan))
+    return float(q) if q.ndim == 0 else q
 
 
 def seed_summary(table: pd.DataFrame, keys: Sequence[str], values: Sequence[str] = ("acc_mlp", "acc_sum"),
@@ -44,10 +39,10 @@ def seed_summary(table: pd.DataFrame, keys: Sequence[str], values: Sequence[str]
     """
     g = table.groupby(list(keys), dropna=False, sort=True)
     out = g.agg(n_seeds=("run", "nunique"), tokens=("tokens", "mean"))
-    t_by_n = {n: t975(n - 1) for n in out["n_seeds"].unique()}  # a dict maps in C; a lambda per row does not
+    t = t975(out["n_seeds"].to_numpy() - 1)
     for v in values:
         m, sd = g[v].mean(), g[v].std(ddof=1)
-        half = sd / np.sqrt(out["n_seeds"]) * out["n_seeds"].map(t_by_n)
+        half = sd / np.sqrt(out["n_seeds"]) * t
         out[f"{v}_mean"], out[f"{v}_sd"] = m, sd
         out[f"{v}_lo"], out[f"{v}_hi"] = m - half, m + half
     return out.reset_index()
@@ -104,8 +99,3 @@ def bootstrap_phenomenon_intervals(table: pd.DataFrame, keys: Sequence[str],
         out[f"{v}_boot_hi"] = (out[v] + Z975 * se).clip(0, 1)
     return out.reset_index()
 
-
-def resample_accuracy(correct: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """Plain resampling bootstrap of a 0/1 vector's mean (reference for the exact shortcut above)."""
-    idx = rng.integers(0, len(correct), size=(n_boot, len(correct)))
-    return correct[idx].mean(axis=1)

@@ -229,7 +229,7 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
                     metric: str = "acc_mlp") -> Path:
     """Figure 6 of the paper: accuracy (top) and each region's Δ (bottom) against tokens, log x;
     lines are seed means, bands the 95 % interval over seeds (none with one seed)."""
-    from probes.curves import new_figure, plot_line, token_axis
+    from probes.plotting import new_figure, plot_line, token_axis
     from probes.outputs import save_figure
 
     c = s.sort_values("step")
@@ -290,7 +290,7 @@ def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metri
                        ) -> tuple[list, list[str]]:
     """Tables under out/tables, figures submitted to ``jobs``; returns (markdown blocks, notes): a
     block is a line, a DataFrame (a table) or ("figures", title prefix) for the figures drawn."""
-    from probes.curves import safe_name
+    from probes.plotting import safe_name
     from probes.outputs import write_csv
     from probes.scaling import budget_label
 

@@ -15,7 +15,6 @@ marker, and the x label says so.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -23,11 +22,12 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from probes.evalset import EvalInputError, EvalSet, load_runs, log_tokens
+from probes.evalset import EvalInputError, EvalSet, load_runs
 from probes.outputs import save_figure, write_csv, write_table, write_text
+from probes.plotting import colors, finish_legend, new_figure, plot_line, safe_name, short_label, token_axis
+from probes.syntaxqa.curves import syntax_qa_table, write_syntax_qa_curves
 from probes.ushape import UShapeConfig, find_u_shapes_in_runs
 
-CHANCE = 0.5
 TIDY_COLUMNS = ["run", "model", "budget", "seed", "step", "tokens", "benchmark", "phenomenon",
                 "paradigm", "n_pairs", "acc_mlp", "acc_sum"]
 GROUP_RUN = ["run", "model", "budget", "seed"]
@@ -47,91 +47,6 @@ def phenomenon_table(table: pd.DataFrame) -> pd.DataFrame:
 
 # ---------------------------------------------------------------------------------------- plots
 
-def safe_name(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.\-]+", "_", str(s)).strip("_") or "unnamed"
-
-
-def new_figure(width: float = 7.5, height: float = 4.5, nrows: int = 1, ncols: int = 1,
-               layout: str | None = "constrained", **kw):
-    """A Figure with an Agg canvas, without pyplot's global state (safe in threads and tests).
-
-    layout=None for figures drawn by the dozen whose margins are known: constrained layout draws
-    every figure twice (once to measure)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), layout=layout)
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
-    return fig, axes
-
-
-def human_tokens(v: float) -> str:
-    """1e6 -> '1M', 3e9 -> '3B'; the token counts of the x axes."""
-    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if v >= scale:
-            return f"{v / scale:g}{unit}"
-    return f"{v:g}"
-
-
-def token_axis(ax, all_tokens: np.ndarray, ylabel: str = "accuracy (MLP)", chance: bool = True) -> None:
-    """Log-token x axis with the step-0 position explained, chance line, labels."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
-
-    ax.set_xscale("log")
-    # Plain "10M"-style labels and no minor ticks: mathtext 10^x labels and hundreds of minor
-    # ticks made drawing a grid report's figures take minutes.
-    ax.xaxis.set_major_locator(LogLocator(base=10, numticks=12))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human_tokens(v)))
-    ax.xaxis.set_minor_locator(NullLocator())
-    pos = np.asarray(all_tokens)[np.asarray(all_tokens) > 0]
-    label = "tokens seen (log scale)"
-    if len(pos) < len(all_tokens):
-        label += "; hollow marker = step 0, drawn 1 decade left"
-    ax.set_xlabel(label)
-    ax.set_ylabel(ylabel)
-    if chance:
-        ax.axhline(CHANCE, color="0.4", lw=1, ls="--", zorder=0)
-        ax.text(0.995, CHANCE, "chance ", transform=ax.get_yaxis_transform(), va="bottom",
-                ha="right", fontsize=8, color="0.35")
-    ax.grid(True, which="major", alpha=0.3)
-
-
-def plot_line(ax, tokens: np.ndarray, y: np.ndarray, ref_tokens: np.ndarray, label: str, color,
-              band: Optional[tuple[np.ndarray, np.ndarray]] = None, lw: float = 1.6) -> None:
-    x = 10 ** log_tokens(tokens, ref_tokens)
-    order = np.argsort(x, kind="stable")
-    x, y = x[order], np.asarray(y, dtype=float)[order]
-    ax.plot(x, y, color=color, lw=lw, marker="o", ms=3, label=label)
-    init = np.asarray(tokens)[order] == 0
-    if init.any():
-        ax.plot(x[init], y[init], ls="none", marker="o", ms=7, mfc="white", mec=color, mew=1.5)
-    if band is not None:
-        lo, hi = (np.asarray(b, dtype=float)[order] for b in band)
-        ax.fill_between(x, lo, hi, color=color, alpha=0.18, lw=0)
-
-
-def colors(n: int):
-    from matplotlib import colormaps
-
-    cmap = colormaps["tab10" if n <= 10 else "tab20"]
-    return [cmap(i % cmap.N) for i in range(n)]
-
-
-def finish_legend(ax, n: int, title: Optional[str] = None) -> None:
-    if n == 0:
-        return
-    if n <= 6:
-        ax.legend(fontsize=8, loc="best", title=title, title_fontsize=8)
-    else:  # many lines: outside on the right so the curves stay visible
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title=title,
-                  title_fontsize=8, ncol=1 if n <= 24 else 2, frameon=False)
-
-
-def _short(label: str, limit: int = 40) -> str:
-    return label if len(label) <= limit else label[: limit - 1] + "…"
-
-
 def plot_phenomenon(table: pd.DataFrame, phen_table: pd.DataFrame, benchmark: str, phenomenon: str,
                     path: Path, metric: str = "acc_mlp") -> Path:
     sub = table[(table.benchmark == benchmark) & (table.phenomenon == phenomenon)]
@@ -147,7 +62,7 @@ def plot_phenomenon(table: pd.DataFrame, phen_table: pd.DataFrame, benchmark: st
         groups = list(ph.groupby("run", sort=True))
         legend_title = "run"
     for (name, cur), c in zip(groups, colors(len(groups))):
-        plot_line(ax, cur["tokens"].to_numpy(), cur[metric].to_numpy(), ref, _short(str(name)), c)
+        plot_line(ax, cur["tokens"].to_numpy(), cur[metric].to_numpy(), ref, short_label(str(name)), c)
     token_axis(ax, ref, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})")
     ax.set_ylim(-0.02, 1.02)
     who = f"run {runs[0]}" if len(runs) == 1 else f"{len(runs)} runs"
@@ -171,7 +86,7 @@ def plot_overview(phen_table: pd.DataFrame, benchmark: str, path: Path, metric: 
         for ph in phens:
             c = cur[cur.phenomenon == ph].groupby("step").agg(tokens=("tokens", "mean"), y=(metric, "mean"))
             if len(c):
-                plot_line(ax, c["tokens"].to_numpy(), c["y"].to_numpy(), ref, _short(ph, 28), cmap[ph], lw=1.3)
+                plot_line(ax, c["tokens"].to_numpy(), c["y"].to_numpy(), ref, short_label(ph, 28), cmap[ph], lw=1.3)
         token_axis(ax, ref, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})")
         n_seeds = cur["run"].nunique()
         ax.set_title(f"{model}, budget {budget} ({n_seeds} run{'s' if n_seeds > 1 else ''})", fontsize=9)
@@ -246,8 +161,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for msg in ev.problems:
         print(f"warning: {msg}", file=sys.stderr)
     written = write_curves(ev, args.out, args.delta, f"acc_{args.metric}")
-    from probes.syntaxqa.curves import syntax_qa_table, write_syntax_qa_curves
-
     qa = syntax_qa_table(args.run_dirs)
     if len(qa):  # runs probed with probes.syntax_qa.enabled=true
         written["plots"] += [p for p in write_syntax_qa_curves(qa, args.out) if p.suffix == ".png"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -38,17 +38,6 @@ class PairOutcomes:
     row_paradigm: np.ndarray  # (n_rows,) int32
     pair_ids: np.ndarray  # (n_rows,) object
     correct: np.ndarray  # (n_steps, n_rows) uint8, bits MLP | SUM | MISSING
-
-    def matrix(self, paradigm: str | Sequence[str], metric: str = "mlp") -> np.ndarray:
-        """(n_steps, n_pairs) float array: 1 correct, 0 wrong, NaN where the pair is missing."""
-        names = [paradigm] if isinstance(paradigm, str) else list(paradigm)
-        codes = [self.paradigms.index(p) for p in names if p in self.paradigms]
-        cols = np.flatnonzero(np.isin(self.row_paradigm, codes))
-        block = self.correct[:, cols]
-        bit = MLP if metric == "mlp" else SUM
-        out = ((block & bit) > 0).astype(np.float64)
-        out[(block & MISSING) > 0] = np.nan
-        return out
 
 
 def _trainer_tokens(run_dir: Path, step: int) -> Optional[int]:

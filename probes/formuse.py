@@ -28,7 +28,7 @@ import pandas as pd
 
 from probes.aggregate import seed_summary
 from probes.aoa import AoAConfig, aoa_from_fit, fit_sigmoids
-from probes.curves import new_figure, plot_line, token_axis
+from probes.plotting import new_figure, plot_line, token_axis
 from probes.evalset import ALL_SUFFIX, EvalSet, log_tokens
 from probes.outputs import save_figure, write_csv
 from probes.scaling import budget_label

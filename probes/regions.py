@@ -101,7 +101,7 @@ def u_region_table(ushapes: pd.DataFrame, par_curves: pd.DataFrame, phen_curves:
 def plot_regions(curve: pd.DataFrame, title: str, path, ushapes: pd.DataFrame | None = None,
                  metric: str = "acc_mlp"):
     """Accuracy (top) and mean region deltas (bottom) against tokens, U windows shaded."""
-    from probes.curves import new_figure, plot_line, token_axis
+    from probes.plotting import new_figure, plot_line, token_axis
     from probes.outputs import save_figure
 
     c = curve.sort_values("step")

@@ -19,7 +19,8 @@ import pandas as pd
 from probes.aggregate import bootstrap_paradigm_intervals, bootstrap_phenomenon_intervals, seed_summary
 from probes.aoa import AoAConfig, aoa_table
 from probes.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
-from probes.curves import GROUP_RUN, phenomenon_table, plot_line, safe_name, token_axis
+from probes.curves import GROUP_RUN, phenomenon_table
+from probes.plotting import plot_line, safe_name, token_axis
 from probes.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_runs, parse_model_params
 from probes.formuse import use_sections
 from probes.human import PAPER_HUMAN_OVERALL, zhoblimp_human

@@ -165,14 +165,8 @@ def heatmap(ax, data: np.ndarray, rows: list[str], cols: list[str], title: str, 
     return im
 
 
-def plot_grid(overall: pd.DataFrame, per_phen: pd.DataFrame, benchmark: str, metric: str, out_dir):
-    """Two PNGs: model x budget (overall), phenomenon x model (one column block per budget)."""
-    return [plot_grid_overall(overall, benchmark, metric, out_dir),
-            plot_grid_phenomena(overall, per_phen, benchmark, metric, out_dir)]
-
-
 def plot_grid_overall(overall: pd.DataFrame, benchmark: str, metric: str, out_dir):
-    from probes.curves import new_figure
+    from probes.plotting import new_figure
     from probes.outputs import save_figure
 
     o = overall[overall.benchmark == benchmark]
@@ -188,7 +182,7 @@ def plot_grid_overall(overall: pd.DataFrame, benchmark: str, metric: str, out_di
 
 
 def plot_grid_phenomena(overall: pd.DataFrame, per_phen: pd.DataFrame, benchmark: str, metric: str, out_dir):
-    from probes.curves import new_figure
+    from probes.plotting import new_figure
     from probes.outputs import save_figure
 
     o = overall[overall.benchmark == benchmark]  # model and budget order as in the overall heatmap

@@ -55,14 +55,14 @@ log = logging.getLogger(__name__)
 # How sentence text is encoded, everywhere ids are compared with the scored ones.
 ENCODE = {"add_special_tokens": False, "split_special_tokens": True}
 
-# Named reductions over one sentence's per-token natural-log probabilities.
+# Named reductions over one sentence's (or option's) per-token natural-log probabilities: the ELAGENT
+# probe scores its options with them (probes/elagent/score.py).
 REDUCTIONS: dict[str, Callable[[np.ndarray], float]] = {
     "sum": lambda lp: float(np.sum(lp)),
     "mean": lambda lp: float(np.mean(lp)) if len(lp) else float("nan"),
     "surprisal": lambda lp: float(-np.sum(lp)),  # total surprisal in nats
     "max_surprisal": lambda lp: float(-np.min(lp)) if len(lp) else float("nan"),
 }
-
 
 def start_id(tokenizer) -> int:
     """The id prepended to every sentence (module docstring; train/start_token.py decides it)."""

@@ -179,7 +179,7 @@ def _labeller(pieces: list[str]):
 
 def draw(points: list[dict], title: str, out: Path) -> Path:
     """Good and bad side by side: one line per token position, surprisal (nats) over tokens seen."""
-    from probes.curves import new_figure, plot_line, token_axis
+    from probes.plotting import new_figure, plot_line, token_axis
     from probes.outputs import save_figure
 
     table = surprisal_table(points)

@@ -1,4 +1,5 @@
-"""Reader of the real ZhoBLiMP generation sources, run by our template engine (``probes.generator``).
+"""Reader of the real ZhoBLiMP generation sources for our template engine (``probes.generator``), and
+the recovery of template slots on the released pairs (``attach_slots``, called by probes.benchmarks).
 
 Sources (github.com/sjtu-compling/ZhoBLiMP, copied under ``../shared/benchmarks/zhoblimp``):
 ``projects/ZhoBLiMP/*.json`` (one paradigm each: ``good_rule``/``bad_rule`` lists in the rule
@@ -6,29 +7,17 @@ notation, ``sep``, ``strict_MP``, ``phenomenon``, ``uid``), ``assets/zh_phrase.j
 alternatives of ``{"type": Lexical|Direct|Matched|Phrase, "rule": ...}`` lists) and
 ``assets/zh_vocab_saved.tsv`` (multi-values split on ``/``, blank rows, one row without expression).
 
-Generated pairs use benchmark ``"zhoblimp_generated"`` and the file stem as paradigm (three templates
-share the uid ``existential_there_subject_raising``).  Their phenomenon is the template's, an older
-name than the released data's; map it with the data files when comparing.
+A template's name is its file stem; three templates share the uid ``existential_there_subject_raising``.
+Their phenomenon is the template's, an older name than the released data's.
 """
 from __future__ import annotations
 
 import json
-import random
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
 from probes.generator import Direct, Engine, GrammarError, Lexical, Matched, PhraseRef, Slot, Template, Vocabulary
 from probes.pairs import Pair
-
-BENCHMARK = "zhoblimp_generated"
-
-
-@dataclass
-class ZhoblimpTemplatesConfig:
-    root: str = "../shared/benchmarks/zhoblimp"  # holds projects/ZhoBLiMP, assets/
-    seed: int = 0
-    pairs_per_paradigm: int = 300
 
 
 def read_vocabulary(path: Union[str, Path]) -> Vocabulary:
@@ -97,24 +86,6 @@ def load_engine(root: Union[str, Path]) -> Engine:
 
 def template_paths(root: Union[str, Path]) -> list[Path]:
     return sorted((Path(root) / "projects" / "ZhoBLiMP").glob("*.json"))
-
-
-def generate(engine: Engine, template: Template, n: int, seed: int, allow_fewer: bool = False) -> list[Pair]:
-    rng = random.Random(f"zhoblimp:{template.name}:{seed}")
-    return engine.pairs(template, n, rng, BENCHMARK, allow_fewer=allow_fewer)
-
-
-def generate_all(cfg: ZhoblimpTemplatesConfig) -> tuple[list[Pair], dict[str, str]]:
-    """Pairs for every template that works, and ``{template file: reason}`` for those that do not."""
-    engine = load_engine(cfg.root)
-    pairs: list[Pair] = []
-    failed: dict[str, str] = {}
-    for path in template_paths(cfg.root):
-        try:
-            pairs.extend(generate(engine, read_template(path), cfg.pairs_per_paradigm, cfg.seed))
-        except GrammarError as e:
-            failed[path.name] = str(e)
-    return pairs, failed
 
 
 def templates_by_uid(root: Union[str, Path]) -> dict[str, list[Template]]:

@@ -1,6 +1,8 @@
 """A word-level tokenizer and a tiny GPT-NeoX shared by the probe tests (real objects, built in ms)."""
 from __future__ import annotations
 
+import random
+
 import torch
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
@@ -26,3 +28,8 @@ def tiny_neox(vocab: int = len(WORDS) + 3, seed: int = 0) -> GPTNeoXForCausalLM:
     with torch.no_grad():  # a sharper output layer: lps of different sentences differ clearly
         model.get_output_embeddings().weight.mul_(30.0)
     return model
+
+
+def generate_pairs(engine, template, n: int, seed: int, benchmark: str = "zhoblimp_generated"):
+    """n pairs of one template, reproducible per (template, seed): the real engine, seeded as a test wants."""
+    return engine.pairs(template, n, random.Random(f"zhoblimp:{template.name}:{seed}"), benchmark)

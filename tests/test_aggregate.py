@@ -5,27 +5,36 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from probes.aggregate import (bootstrap_paradigm_intervals, bootstrap_phenomenon_intervals,
-                              resample_accuracy, seed_summary, t975)
+from probes.aggregate import bootstrap_paradigm_intervals, bootstrap_phenomenon_intervals, seed_summary, t975
+
+
+def resample_accuracy(correct: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Plain resampling bootstrap of a 0/1 vector's mean: the reference for the exact shortcut."""
+    idx = rng.integers(0, len(correct), size=(n_boot, len(correct)))
+    return correct[idx].mean(axis=1)
 
 
 def test_seed_summary_t_interval_by_hand():
     t = pd.DataFrame({"run": ["a", "b", "c"], "model": "m", "step": 10, "tokens": 100,
                       "acc_mlp": [0.6, 0.7, 0.8], "acc_sum": [0.5, 0.5, 0.5]})
     s = seed_summary(t, ["model", "step"]).iloc[0]
-    # mean 0.7, sd 0.1, t(2) = 4.303 -> half width 4.303 * 0.1 / sqrt(3) = 0.24843
+    # mean 0.7, sd 0.1, t(2) = 4.30265 -> half width 4.30265 * 0.1 / sqrt(3) = 0.248414
+    # (a 3-decimal t table's 4.303 gives 0.248434: off by 2e-5)
     assert s.n_seeds == 3 and s.acc_mlp_mean == pytest.approx(0.7)
-    assert s.acc_mlp_lo == pytest.approx(0.7 - 0.248434, abs=1e-5)
-    assert s.acc_mlp_hi == pytest.approx(0.7 + 0.248434, abs=1e-5)
+    assert s.acc_mlp_lo == pytest.approx(0.7 - 0.248414, abs=2e-6)
+    assert s.acc_mlp_hi == pytest.approx(0.7 + 0.248414, abs=2e-6)
     assert s.acc_sum_lo == pytest.approx(0.5)
     one = seed_summary(t.iloc[:1], ["model", "step"]).iloc[0]
     assert np.isnan(one.acc_mlp_lo)  # a single seed has no seed interval
 
 
 def test_t_quantiles():
-    assert t975(1) == pytest.approx(12.706)
-    assert t975(22) == pytest.approx(2.086)  # between table rows: the smaller df (conservative)
-    assert t975(10_000) == pytest.approx(1.96, abs=1e-3)
+    # published two-sided 95 % values (4-decimal t tables): 12.7062, 4.3027, 2.0739, 1.9600 at df = inf
+    assert t975(1) == pytest.approx(12.7062, abs=1e-4)
+    assert t975(22) == pytest.approx(2.0739, abs=1e-4)  # exact for every df, not the next table row
+    assert t975(10_000) == pytest.approx(1.9602, abs=1e-4)
+    assert np.isnan(t975(0))  # one seed: no interval
+    assert t975(np.array([0, 2])) == pytest.approx([np.nan, 4.3027], abs=1e-4, nan_ok=True)
 
 
 def test_exact_pair_bootstrap_matches_resampling():

@@ -69,3 +69,21 @@ def test_aoa_table_on_a_curve():
     assert row.status == "ok" and row.fit_mid == pytest.approx(6.5, abs=0.01)
     assert row.aoa_log10_tokens == pytest.approx(6.5, abs=0.05)
     assert row.final_acc == pytest.approx(acc[-1]) and row.forgettability == pytest.approx(0, abs=1e-3)
+
+
+def test_fit_is_the_previous_solvers_optimum_and_stays_in_its_box():
+    # Regression pin: the curves of test_noisy_batch_fit_and_statuses that have a well-defined optimum
+    # (0: acquired, 2: decreasing), as fitted by the batched Levenberg-Marquardt this module had before
+    # scipy (30 iterations, converged on these two). scipy's fit must land on the same point.
+    rng = np.random.default_rng(0)
+    clean = sigmoid(X, np.r_[0.5, 0.52, 0.9, 0.8], np.r_[0.95, 0.52, 0.6, 0.95], np.r_[9.0, 8.0, 7.5, 4.0],
+                    np.r_[3.0, 1.0, 3.0, 2.0])
+    fit = fit_sigmoids(X, clean + rng.normal(0, 0.01, clean.shape))
+    before = {"lo": [0.5005914076709436, 0.8984378220206939], "hi": [0.9451581395875644, 0.60247856879684],
+              "mid": [8.995175408210056, 7.50977261867454], "slope": [3.3412482810519775, 3.1790328599815023]}
+    for k, v in before.items():
+        assert fit[k][[0, 2]] == pytest.approx(v, abs=1e-6), k
+    # curve 1 is flat noise: its least-squares optimum is a step far from the data; the slope is held
+    # at 200 / span (40 here) and mid within a span of the observed x
+    assert fit["slope"][1] == pytest.approx(40.0, abs=1e-6)
+    assert (fit["slope"] <= 40.0 + 1e-9).all() and (np.abs(fit["mid"] - 8.5) <= 7.5 + 1e-9).all()

@@ -49,6 +49,19 @@ def test_the_cli_prints_the_runs_totals_and_assumptions(capsys):
     assert "10M: 22, 100M: 32, 1B: 42, 3B: 47" in capsys.readouterr().out
 
 
+
+def test_a_launch_command_line_with_m_plans_the_same_sweep(capsys):
+    # `python -m train -m OVERRIDES` -> `python -m train.plan -m OVERRIDES`: the flag is taken, not an
+    # argparse usage error, and the sweep (12 runs of the laptop grid, 2 of the comma axis) is planned
+    for argv in (["-m", "experiment=zhoblimp_mini"], ["experiment=zhoblimp_mini", "--multirun"],
+                 ["experiment=zhoblimp_mini"]):
+        assert main(argv) == 0
+        assert "total: 12 runs" in capsys.readouterr().out
+    assert main(["-m", "experiment=zhoblimp_mini", "model=mini-0.41m,mini-1.6m", "seed=0", "budget=2M"]) == 0
+    out = capsys.readouterr().out
+    assert "total: 2 runs" in out and "mini-0.41m-b2000000-s0" in out and "mini-1.6m-b2000000-s0" in out
+
+
 def test_an_unknown_budget_is_a_clear_error_from_the_command_line():
     proc = subprocess.run([sys.executable, "-m", "train.plan", "experiment=zhoblimp_grid", "budget=7M"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)

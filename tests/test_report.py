@@ -1,7 +1,9 @@
 """`probes report`: a whole tiny grid end to end, and the bad inputs the issue names."""
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -100,27 +102,38 @@ def test_report_bad_input(tmp_path, capsys):
     assert not (tmp_path / "o" / "report.md").exists()
 
 
+def wandb_media(run_dir: Path, kind: str, key: str) -> list[Path]:
+    """The files wandb itself wrote for a logged key: `<run>/files/media/<kind>/<key>_<step>_<hash>.<ext>`
+    (kind "images" for wandb.Image, "table" for wandb.Table): what `wandb sync` uploads."""
+    folder, stem = (run_dir / "files" / "media" / kind / key).parent, Path(key).name
+    return [f for f in folder.glob(f"{stem}_*") if re.fullmatch(rf"{re.escape(stem)}_\d+_[0-9a-f]+\..+", f.name)]
+
+
 def test_report_logs_figures_and_tables_to_wandb(tmp_path, monkeypatch):
-    from wandbutil import history_types, wandb_records
+    from PIL import Image
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     runs = make_grid(tmp_path / "runs", models=("pythia-14m",), seeds=(1,), n_steps=8, pairs=50)
     _add_syntax_qa(runs[0], [0, 4000])
     out = tmp_path / "rep"
     assert report.main([str(runs[0]), "--out", str(out), "--n-boot", "50", "--wandb"]) == 0
-    # finish() returns before the W&B service has surely closed the run's file (a CI run once read it
-    # with no history yet); the CLI's process exit shuts the service down, and so does teardown()
+    # finish() returns before the W&B service has surely written the run's files (a CI run once read
+    # the run with no history yet); the CLI's process exit shuts the service down, and so does teardown()
     import wandb
 
     wandb.teardown()
-    (path,) = (out / "wandb").glob("offline-run-*/run-*.wandb")
-    logged = history_types(wandb_records(path))
-    figures = {f"report/{p.stem}" for p in (out / "figures").glob("*.png")}
+    (run_dir,) = (out / "wandb").glob("offline-run-*")
+    figures = sorted((out / "figures").glob("*.png"))
     # 2 phenomenon curves, 2 heatmaps, 3 region plots, 3 syntax-question figures, the form-vs-use view
-    assert len(figures) == 11 and all(logged.get(f) == "image-file" for f in figures), logged
-    assert "report/syntax_qa_oa" in figures
+    assert len(figures) == 11 and "syntax_qa_oa" in {f.stem for f in figures}
+    for fig in figures:  # every figure went to W&B as an image (media/images), the same picture
+        (logged,) = wandb_media(run_dir, "images", f"report/{fig.stem}")
+        with Image.open(logged) as im, Image.open(fig) as mine:
+            assert im.format == "PNG" and im.size == mine.size, fig
     for table in ("ushapes", "aoa_phenomenon_summary", "difficulty_groups", "scaling_overall", "syntax_qa_final"):
-        assert logged.get(f"report/{table}") == "table-file", table
+        (logged,) = wandb_media(run_dir, "table", f"report/{table}")  # a wandb.Table (media/table)
+        mine = pd.read_csv(out / "tables" / f"{table}.csv")
+        assert json.loads(logged.read_text())["columns"] == list(mine.columns), table
     md = (out / "report.md").read_text()
     assert "## Syntax questions" in md and "](figures/syntax_qa_oa.png)" in md
     assert "| use | `syntax_qa:FITB_acc` |" in md  # FITB feeds the use group of the form-vs-use view

@@ -7,7 +7,8 @@ import pytest
 
 from probes.evalset import RunInfo, parse_model_params
 from probes.regions import RegionConfig, first_mover
-from probes.scaling import ScalingConfig, difficulty_groups, final_accuracy, grid_tables, pearson_r, plot_grid
+from probes.scaling import (ScalingConfig, difficulty_groups, final_accuracy, grid_tables, pearson_r,
+                            plot_grid_overall, plot_grid_phenomena)
 
 
 def test_pearson_r_by_hand():
@@ -53,7 +54,8 @@ def test_final_accuracy_uses_last_checkpoint_and_seed_mean(tmp_path):
     assert f.acc_mlp.tolist() == pytest.approx([0.7]) and f.n_seeds.tolist() == [2]
     assert f.model_params.tolist() == [14e6]
     overall, per = grid_tables(f)
-    paths = plot_grid(overall, per, "zh", "acc_mlp", tmp_path)
+    paths = [plot_grid_overall(overall, "zh", "acc_mlp", tmp_path),  # model x budget
+             plot_grid_phenomena(overall, per, "zh", "acc_mlp", tmp_path)]  # phenomenon x model
     from PIL import Image
 
     for p in paths:

@@ -12,7 +12,7 @@ from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerF
 
 from probes.evals import ids_fingerprint
 from probes.pairs import Pair, Region
-from probes.scoring import REDUCTIONS, accuracy, bos_id, correct, score_pairs, sentence_ids, token_logprobs
+from probes.scoring import accuracy, bos_id, correct, score_pairs, sentence_ids, token_logprobs
 
 WORDS = "the a cat cats dog dogs runs run sees see who that and . ,".split()
 
@@ -90,13 +90,6 @@ def test_token_logprobs_edge_cases(tok, model):
         token_logprobs(model, [[1, 2], []])
     with pytest.raises(ValueError, match="max_position_embeddings=64"):
         token_logprobs(model, [[1] * 65])
-
-def test_reductions():
-    lp = np.array([-1.0, -2.0, -0.5])
-    assert REDUCTIONS["sum"](lp) == -3.5
-    assert REDUCTIONS["mean"](lp) == pytest.approx(-3.5 / 3)
-    assert REDUCTIONS["surprisal"](lp) == 3.5
-    assert REDUCTIONS["max_surprisal"](lp) == 2.0
 
 def test_score_pairs_lp_regions_and_dedup(tok, model):
     pairs = [

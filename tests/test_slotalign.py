@@ -20,8 +20,8 @@ from probes.generator import Engine, Template
 from probes.pairs import Pair
 from probes.slotalign import SlotParser
 from probes.vocabulary import Vocabulary
-from probes.zhoblimp_templates import generate, load_engine, read_template
-from tests.probeutil import tiny_neox
+from probes.zhoblimp_templates import load_engine, read_template
+from tests.probeutil import generate_pairs as generate, tiny_neox
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 ZHO = SHARED / "benchmarks" / "zhoblimp"

@@ -96,6 +96,25 @@ def test_the_cli_requires_a_partition_and_writes_both_files(tmp_path, capsys):
     assert main(["experiment=zhoblimp_grid", "seed=0", "--out", str(tmp_path), "--partition", "a100"]) == 0
     assert len((tmp_path / "grid.txt").read_text().splitlines()) == 20
     assert "#SBATCH --partition=a100" in (tmp_path / "array.sbatch").read_text()
+    # a `python -m train -m ...` command line works as it is (argparse used to refuse -m)
+    assert main(["-m", "experiment=zhoblimp_grid", "seed=0", "--out", str(tmp_path / "m"), "--partition", "a100"]) == 0
+    assert (tmp_path / "m" / "grid.txt").read_text() == (tmp_path / "grid.txt").read_text()
+
+
+def test_a_placeholder_render_does_not_fill_is_named(tmp_path, monkeypatch):
+    import train.slurm
+
+    template = tmp_path / "array.sbatch.in"
+    template.write_text("#!/bin/bash\n#SBATCH --partition=@@PARTITION@@\n#SBATCH --gres=@@GRES@@\n"
+                        'echo "${OVERRIDES[@]}" "$@" user@@host\n')
+    monkeypatch.setattr(train.slurm, "TEMPLATE", template)
+    with pytest.raises(RuntimeError, match=r"array\.sbatch\.in: placeholder @@GRES@@ is not one render\(\) fills"):
+        render([["seed=0"]], SbatchOptions.from_launcher_yaml(partition="gpu"), tmp_path / "out", "test")
+    assert not (tmp_path / "out" / "array.sbatch").exists()
+    template.write_text(template.read_text().replace("#SBATCH --gres=@@GRES@@\n", ""))
+    _, sbatch = render([["seed=0"]], SbatchOptions.from_launcher_yaml(partition="gpu"), tmp_path / "out", "test")
+    # bash's own $ and @ pass through untouched; only @@KEY@@ is a placeholder
+    assert sbatch.read_text().endswith('#SBATCH --partition=gpu\necho "${OVERRIDES[@]}" "$@" user@@host\n')
 
 
 @pytest.mark.parametrize("flag, value, message", [("--cpus-per-task", "0", "cpus_per_task=0: must be at least 1"),

@@ -205,8 +205,9 @@ def test_cli_paper_mode_end_to_end(tiny, capsys):
 
     d, items, tok, model = tiny
     out = d / "evals" / "step0" / "syntax_qa_paper.parquet"
-    rc = main(["--model", str(d / "model"), "--out", str(out), "--source", str(d / "hand.mrg"), "--mode", "paper",
-               "--kp", "GS", "IO", "MVP", "--k", "1", "--shots", "2", "--shot-seeds", "2", "--batch-size", "8"])
+    rc = main(["--model", str(d / "model"), "--out", str(out), "--sources", str(d / "hand.mrg"), "--mode", "paper",
+               "--knowledge-points", "GS", "IO", "MVP", "--k-per-tuple", "1", "--paper-shots", "2",
+               "--paper-shot-seeds", "2", "--batch-size", "8"])
     assert rc == 0 and f"syntax_qa_paper: {len(items)} items (paper mode)" in capsys.readouterr().out
     df = pd.read_parquet(out)
     meta = json.loads(pq.read_schema(out).metadata[b"syntax_dynamics"])

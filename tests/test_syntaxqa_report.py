@@ -9,7 +9,7 @@ from probeutil import word_tokenizer
 from probes.syntaxqa.report import syntax_qa_section
 from probes.syntaxqa.score import SyntaxQAConfig, write_items
 
-T975_1 = 12.706  # two-sided 95 % t quantile, 1 degree of freedom (two seeds)
+T975_1 = 12.7062  # two-sided 95 % t quantile, 1 degree of freedom (two seeds)
 
 
 def _items(scores: dict[str, tuple[float, float, float, float]]) -> pd.DataFrame:

@@ -148,8 +148,9 @@ def test_cli_end_to_end(setup, capsys):
     d, _, items, _, _ = setup
     out = d / "evals" / "step0" / "syntax_qa.parquet"
     with pytest.warns(EmptyKnowledgePointWarning):
-        rc = main(["--model", str(d / "model"), "--out", str(out), "--source", str(d / "hand.mrg"),
-                   "--source", str(d / "zh_hand.conllu"), "--kp", "GS", "ADJ", "DO", "PPA", "--k", "2",
+        rc = main(["--model", str(d / "model"), "--out", str(out), "--sources", str(d / "hand.mrg"),
+                   "--sources", str(d / "zh_hand.conllu"), "--knowledge-points", "GS", "ADJ", "DO", "PPA",
+                   "--k-per-tuple", "2",
                    "--max-new-tokens", "6", "--shots", "1", "--shot-seeds", "2"])
     assert rc == 0
     df = pd.read_parquet(out)
@@ -169,14 +170,35 @@ def test_cli_end_to_end(setup, capsys):
     assert "total" in printed and "syntax_qa:" in printed
 
 
+def test_cli_flags_are_the_config_fields():
+    """`--k-per-tuple` is SyntaxQAConfig.k_per_tuple (probes.syntax_qa.k_per_tuple in training); no
+    flag renames a field, and a flag not given leaves the field's default."""
+    import dataclasses
+
+    from probes.syntaxqa.score import CLI_ONLY, build_parser
+
+    parser = build_parser()
+    flags = {a.dest: a.option_strings for a in parser._actions if a.dest != "help"}
+    fields = {f.name for f in dataclasses.fields(SyntaxQAConfig)} - {"enabled"}
+    assert set(flags) == fields | set(CLI_ONLY)
+    for name in fields:
+        assert f"--{name.replace('_', '-')}" in flags[name], (name, flags[name])
+    given = parser.parse_args(["--model", "m", "--out", "o.parquet", "--sources", "a", "b", "--sources", "c",
+                               "--max-items", "7", "--no-generate"])
+    assert {k: v for k, v in vars(given).items() if k not in CLI_ONLY} == {
+        "sources": ["a", "b", "c"], "max_items": 7, "generate": False}
+    cfg = SyntaxQAConfig(**{k: v for k, v in vars(given).items() if k not in CLI_ONLY})
+    assert cfg.k_per_tuple == SyntaxQAConfig().k_per_tuple and cfg.generate is False
+
+
 def test_cli_errors_name_the_flag_or_file(setup, tmp_path, capsys):
     d = setup[0]
-    rc = main(["--model", str(tmp_path), "--out", str(tmp_path / "x.parquet"), "--source", str(d / "hand.mrg")])
+    rc = main(["--model", str(tmp_path), "--out", str(tmp_path / "x.parquet"), "--sources", str(d / "hand.mrg")])
     assert rc == 2 and "--model" in capsys.readouterr().err
-    rc = main(["--model", str(d / "model"), "--out", str(tmp_path / "x.parquet"), "--source", str(tmp_path / "nope.mrg")])
+    rc = main(["--model", str(d / "model"), "--out", str(tmp_path / "x.parquet"), "--sources", str(tmp_path / "nope.mrg")])
     assert rc == 2 and "nope.mrg: no such file" in capsys.readouterr().err
-    rc = main(["--model", str(d / "model"), "--out", str(tmp_path / "x.parquet"), "--source", str(d / "hand.mrg"),
-               "--kp", "XX"])
+    rc = main(["--model", str(d / "model"), "--out", str(tmp_path / "x.parquet"), "--sources", str(d / "hand.mrg"),
+               "--knowledge-points", "XX"])
     assert rc == 2 and "syntax_qa.knowledge_points" in capsys.readouterr().err
     assert not (tmp_path / "x.parquet").exists()
 

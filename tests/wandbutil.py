@@ -1,7 +1,12 @@
-"""Read what wandb wrote offline: the records of a run's .wandb file, as the W&B service would."""
+"""Read what wandb wrote offline: the records of a run's .wandb file, as the W&B service would.
+
+Only for what exists nowhere else: an offline run's id, project, group and tags, its metric definitions
+and its history steps live in the .wandb file alone (wandb 0.31 writes no summary, config or history
+file offline), and wandb no longer ships a Python reader for it (wandb.sdk.internal.datastore went with
+the move of its internals to the Go service). Media are files of their own: tests read those
+(`<run>/files/media/...`, tests/test_report.py)."""
 from __future__ import annotations
 
-import json
 import struct
 from pathlib import Path
 
@@ -32,17 +37,3 @@ def wandb_records(path: Path) -> list:
 def history_steps(records) -> list[int]:
     return [r.history.step.num for r in records if r.WhichOneof("record_type") == "history"]
 
-
-def history_types(records) -> dict[str, str]:
-    """Every key logged with run.log(...) in these records -> its media type ("image-file",
-    "table-file"; "" for plain numbers). Media are stored as nested items (key, field)."""
-    out: dict[str, str] = {}
-    for r in records:
-        if r.WhichOneof("record_type") != "history":
-            continue
-        for item in r.history.item:
-            key = item.key or item.nested_key[0]
-            out.setdefault(key, "")
-            if list(item.nested_key[1:]) == ["_type"]:
-                out[key] = json.loads(item.value_json)
-    return out

@@ -1,7 +1,8 @@
 """`python -m train.plan <overrides>`: what a run or a grid would cost, printed, nothing launched.
 
 Takes the same overrides as `python -m train -m ...` (the grid is expanded by train/grid.py exactly as
-the launcher expands it) and prints, per run: parameters, optimizer steps, tokens trained on, scheduled
+the launcher expands it; `-m`/`--multirun` may be given and changes nothing: a plan is always of the
+sweep, so a launch command becomes its plan by writing `train.plan` for `train`) and prints, per run: parameters, optimizer steps, tokens trained on, scheduled
 checkpoints, estimated GPU-hours and checkpoint storage; then the grid's totals.
 
 Assumptions (printed with the table):
@@ -207,6 +208,8 @@ def _format_memory(plans: list[RunPlan], hw: Hardware) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.plan", description=__doc__.split("\n")[0])
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m train -m")
+    parser.add_argument("-m", "--multirun", action="store_true",
+                        help="accepted as in python -m train -m; the plan always expands the sweep")
     parser.add_argument("--mfu", type=float, default=DEFAULT_MFU, help="model FLOPs utilisation (0-1)")
     parser.add_argument("--peak-tflops", type=float, default=A100_BF16_PEAK_TFLOPS)
     parser.add_argument("--gpu", default="A100 (bf16)", help="name printed with the assumptions")
@@ -214,12 +217,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.mfu <= 1:
         parser.error(f"--mfu={args.mfu}: expected a fraction in (0, 1]")
-    overrides = [o for o in args.overrides if o not in ("-m", "--multirun")]
     if args.gpus < 1:
         parser.error(f"--gpus={args.gpus}: expected at least 1")
     hw = Hardware(gpu=args.gpu, peak_tflops=args.peak_tflops, mfu=args.mfu, gpus=args.gpus)
     try:
-        plans = plan(overrides, hw)
+        plans = plan(args.overrides, hw)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import string
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,6 +113,20 @@ class SbatchOptions:
         return cls(**{**launcher_defaults(), **{k: v for k, v in given.items() if v is not None}})
 
 
+class SbatchTemplate(string.Template):
+    """slurm/array.sbatch.in: `@@KEY@@` placeholders, so bash's own `$VAR`, `${A[@]}` and `$@` need no
+    escaping. A `@@KEY_LINES@@` placeholder fills whole lines: its newline goes with it, and its value
+    carries one newline per line, so none given leaves no blank line in the #SBATCH block (sbatch stops
+    reading directives at the first line that is not one)."""
+
+    flags = 0  # placeholders are upper case; the pattern is compiled verbose
+    pattern = r"""@@(?:
+        (?P<braced>[A-Z_]+_LINES)@@\n |   # a placeholder line: its value ends its own lines
+        (?P<named>[A-Z_]+)@@ |             # an inline value
+        (?P<escaped>(?!)) | (?P<invalid>(?!))
+    )"""
+
+
 def grid_lines(runs: Sequence[Sequence[str]]) -> list[str]:
     return [" ".join(shlex.quote(o) for o in run) for run in runs]
 
@@ -132,23 +147,20 @@ def render(runs: Sequence[Sequence[str]], opts: SbatchOptions, out: Path, comman
     values = {
         "COMMAND": command, "JOB_NAME": opts.job_name, "LAST_TASK": str(len(runs) - 1),
         "ARRAY_PARALLELISM": str(opts.array_parallelism), "PARTITION": opts.partition,
-        "OPTIONAL_LINES": "\n".join(optional), "NODES": str(opts.nodes),
+        "NODES": str(opts.nodes),
         # srun: one task per training process; torchrun/deepspeed: one launcher per node that starts them
         "TASKS_PER_NODE": str(procs if opts.launcher == "srun" else 1),
         "PROCS_PER_NODE": str(procs), "CPUS_PER_TASK": str(opts.cpus_per_task),
         "MEM_GB": str(opts.mem_gb), "TIME": f"{hours:02d}:{minutes:02d}:00",
         "SIGNAL_DELAY_S": str(opts.signal_delay_s), "LOG_DIR": shlex.quote(str(out / "logs")),
         "GRID_FILE": shlex.quote(str(grid)), "REPO": shlex.quote(str(ROOT)),
-        "SETUP_LINES": "\n".join(opts.setup), "LAUNCHER": opts.launcher,
+        "SETUP_LINES": "".join(f"{line}\n" for line in opts.setup), "LAUNCHER": opts.launcher,
     }
-    script = TEMPLATE.read_text()
-    for key in ("OPTIONAL_LINES", "SETUP_LINES"):  # a line of its own: none given leaves no blank line
-        if not values[key]:
-            script = script.replace(f"@@{key}@@\n", "")
-    for key, value in values.items():
-        script = script.replace(f"@@{key}@@", value)
-    if "@@" in script:
-        raise RuntimeError(f"{TEMPLATE} has a placeholder render() does not fill")
+    values["OPTIONAL_LINES"] = "".join(f"{line}\n" for line in optional)
+    try:
+        script = SbatchTemplate(TEMPLATE.read_text()).substitute(values)
+    except KeyError as e:
+        raise RuntimeError(f"{TEMPLATE}: placeholder @@{e.args[0]}@@ is not one render() fills") from e
     (out / "logs").mkdir(exist_ok=True)
     write_text_atomic(grid, "\n".join(grid_lines(runs)) + "\n")
     sbatch = out / "array.sbatch"
@@ -162,6 +174,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m train.slurm", description=__doc__.split("\n")[0])
     p.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m train -m")
+    p.add_argument("-m", "--multirun", action="store_true",
+                   help="accepted as in python -m train -m; the grid is always expanded")
     p.add_argument("--out", required=True, type=Path, help="directory for grid.txt and array.sbatch")
     p.add_argument("--partition", required=True)
     p.add_argument("--account")
@@ -174,12 +188,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = p.parse_args(argv)
     try:
         opts = SbatchOptions.from_launcher_yaml(**{k: v for k, v in vars(args).items()
-                                                   if k not in ("overrides", "out")})
+                                                   if k not in ("overrides", "out", "multirun")})
     except ValueError as e:
         p.error(str(e))
-    overrides = [o for o in args.overrides if o not in ("-m", "--multirun")]
     try:
-        runs = expand(overrides)
+        runs = expand(args.overrides)
     except GridError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

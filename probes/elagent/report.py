@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from probes.aggregate import seed_summary
-from probes.curves import colors, finish_legend, new_figure, plot_line, token_axis
+from probes.plotting import colors, finish_legend, new_figure, plot_line, token_axis
 from probes.evalfile import META_KEY
 from probes.outputs import save_figure, write_csv
 from probes.scaling import budget_label

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from probes.curves import colors, finish_legend, new_figure, plot_line, token_axis
 from probes.evals import read_meta
+from probes.plotting import colors, finish_legend, new_figure, plot_line, token_axis
 from probes.evalset import log_tokens
 from probes.outputs import save_figure, write_csv
 from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS, PAPER_BENCHMARK

@@ -306,31 +306,41 @@ def write_items(df: pd.DataFrame, path: Path, *, step: int, tokens: int, model_d
 # ---------------------------------------------------------------- CLI
 
 
+# Each flag is a SyntaxQAConfig field (`--max-items` is max_items, as probes.syntax_qa.max_items in a
+# training config), every field but the in-loop `enabled`. A flag not given leaves the field's default:
+# the defaults live in the dataclass only.
+CLI_ONLY = ("model", "out", "device")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m probes syntax-qa",
+    d = SyntaxQAConfig()
+    p = argparse.ArgumentParser(prog="python -m probes syntax-qa", argument_default=argparse.SUPPRESS,
                                 description="Ask a causal LM questions about the syntax of treebank sentences.")
     p.add_argument("--model", required=True, type=Path, metavar="DIR", help="HF model directory")
     p.add_argument("--out", required=True, type=Path, metavar="FILE.parquet", help="per-item rows")
-    p.add_argument("--source", action="append", required=True, metavar="PATH",
-                   help=".mrg/.conllu file or directory; repeat for several")
-    p.add_argument("--kp", nargs="+", default=list(KNOWLEDGE_POINTS), help="knowledge points")
-    p.add_argument("--types", nargs="+", default=list(QUESTION_TYPES), help="question types")
-    p.add_argument("--k", type=int, default=5, help="items per (type, knowledge point, answer category)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--mode", choices=MODES, default="likelihood",
-                   help="likelihood: our wording, TF/MC by likelihood (default); paper: the paper's prompts, "
-                        "exemplars and generated answers")
-    p.add_argument("--shots", type=int, default=None, help="exemplars per prompt (default: likelihood 0, paper 5)")
-    p.add_argument("--shot-seeds", type=int, default=3)
-    p.add_argument("--exemplar-k", type=int, default=2, help="paper: exemplar-set questions per tuple")
-    p.add_argument("--max-items", type=int, default=None)
-    p.add_argument("--max-sentences", type=int, default=None)
-    p.add_argument("--no-generate", action="store_true", help="skip fill-in-the-blank generation")
-    p.add_argument("--max-new-tokens", type=int, default=32, help="likelihood: FITB generation budget")
-    p.add_argument("--max-new-tokens-choice", type=int, default=10, help="paper: TF/MC generation budget")
-    p.add_argument("--max-new-tokens-fitb", type=int, default=256, help="paper: FITB generation budget")
-    p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--device", default=None)
+    p.add_argument("--sources", nargs="+", action="extend", required=True, metavar="PATH",
+                   help=".mrg/.conllu files or directories (the flag may be repeated)")
+    p.add_argument("--knowledge-points", nargs="+", metavar="KP", help=f"default: all of {' '.join(d.knowledge_points)}")
+    p.add_argument("--question-types", nargs="+", metavar="TYPE", help=f"default: all of {' '.join(d.question_types)}")
+    p.add_argument("--k-per-tuple", type=int,
+                   help=f"items per (question type, knowledge point, answer category) (default {d.k_per_tuple})")
+    for name, what in (("seed", "sampling, distractors, option order, exemplars"),
+                       ("shots", "few-shot exemplars per prompt"), ("shot_seeds", "exemplar sets per item"),
+                       ("max_items", "cap after balanced sampling"), ("max_sentences", "per source"),
+                       ("max_new_tokens", "fill-in-the-blank answer length"), ("batch_size", "prompts per forward")):
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, help=f"{what} (default {getattr(d, name)})")
+    p.add_argument("--generate", action=argparse.BooleanOptionalAction,
+                   help="fill-in-the-blank generation (--no-generate skips it; OA is then NaN)")
+    p.add_argument("--mode", choices=MODES, help="likelihood: our wording, TF/MC by likelihood (default); "
+                                                 "paper: the paper's prompts, exemplars and generated answers")
+    dp = d.paper  # syntax_qa.paper.<field> is --paper-<field>
+    for name, what in (("shots", "exemplars per prompt"), ("shot_seeds", "exemplar draws per question"),
+                       ("exemplar_k", "exemplar-set questions per tuple"),
+                       ("max_new_tokens_choice", "TF/MC generation budget"),
+                       ("max_new_tokens_fitb", "FITB generation budget")):
+        p.add_argument(f"--paper-{name.replace('_', '-')}", type=int, dest=f"paper.{name}",
+                       help=f"mode=paper: {what} (default {getattr(dp, name)})")
     return p
 
 
@@ -338,20 +348,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from probes.outputs import check_output_file
 
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    paper = args.mode == "paper"
     try:
-        cfg = SyntaxQAConfig(
-            sources=[str(s) for s in args.source], knowledge_points=args.kp, question_types=args.types,
-            k_per_tuple=args.k, seed=args.seed, mode=args.mode, shots=0 if paper else (args.shots or 0),
-            shot_seeds=args.shot_seeds, max_items=args.max_items, max_sentences=args.max_sentences,
-            generate=not args.no_generate, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-            paper=PaperConfig(shots=5 if args.shots is None else args.shots, shot_seeds=args.shot_seeds,
-                              exemplar_k=args.exemplar_k, max_new_tokens_choice=args.max_new_tokens_choice,
-                              max_new_tokens_fitb=args.max_new_tokens_fitb))
+        given = {k: v for k, v in vars(args).items() if k not in CLI_ONLY and not k.startswith("paper.")}
+        paper_fields = {k.removeprefix("paper."): v for k, v in vars(args).items() if k.startswith("paper.")}
+        cfg = SyntaxQAConfig(**given, paper=PaperConfig(**paper_fields))
         if not (args.model / "config.json").is_file():
             raise ValueError(f"--model {args.model}: no config.json; not a Hugging Face model directory")
         check_output_file(args.out)
-        if paper:
+        if cfg.mode == "paper":
             from probes.syntaxqa.paper_score import build_paper_items_and_reports
 
             items, _, reports = build_paper_items_and_reports(cfg)

@@ -1,0 +1,102 @@
+"""Plot helpers every figure of the suite uses: a pyplot-free Figure, the log-token x axis with step 0
+and chance marked, curve lines with bands, colours, legends, file-safe names.
+
+`probes curves`, `probes report` and the syntax-question figures all draw with these, so their axes
+look and read the same; no module here imports a CLI.
+"""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import numpy as np
+
+from probes.evalset import log_tokens
+
+CHANCE = 0.5
+
+
+def safe_name(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.\-]+", "_", str(s)).strip("_") or "unnamed"
+
+
+def new_figure(width: float = 7.5, height: float = 4.5, nrows: int = 1, ncols: int = 1,
+               layout: str | None = "constrained", **kw):
+    """A Figure with an Agg canvas, without pyplot's global state (safe in threads and tests).
+
+    layout=None for figures drawn by the dozen whose margins are known: constrained layout draws
+    every figure twice (once to measure)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout=layout)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
+    return fig, axes
+
+
+def human_tokens(v: float) -> str:
+    """1e6 -> '1M', 3e9 -> '3B'; the token counts of the x axes."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if v >= scale:
+            return f"{v / scale:g}{unit}"
+    return f"{v:g}"
+
+
+def token_axis(ax, all_tokens: np.ndarray, ylabel: str = "accuracy (MLP)", chance: bool = True) -> None:
+    """Log-token x axis with the step-0 position explained, chance line, labels."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+
+    ax.set_xscale("log")
+    # Plain "10M"-style labels and no minor ticks: mathtext 10^x labels and hundreds of minor
+    # ticks made drawing a grid report's figures take minutes.
+    ax.xaxis.set_major_locator(LogLocator(base=10, numticks=12))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human_tokens(v)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    pos = np.asarray(all_tokens)[np.asarray(all_tokens) > 0]
+    label = "tokens seen (log scale)"
+    if len(pos) < len(all_tokens):
+        label += "; hollow marker = step 0, drawn 1 decade left"
+    ax.set_xlabel(label)
+    ax.set_ylabel(ylabel)
+    if chance:
+        ax.axhline(CHANCE, color="0.4", lw=1, ls="--", zorder=0)
+        ax.text(0.995, CHANCE, "chance ", transform=ax.get_yaxis_transform(), va="bottom",
+                ha="right", fontsize=8, color="0.35")
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def plot_line(ax, tokens: np.ndarray, y: np.ndarray, ref_tokens: np.ndarray, label: str, color,
+              band: Optional[tuple[np.ndarray, np.ndarray]] = None, lw: float = 1.6) -> None:
+    x = 10 ** log_tokens(tokens, ref_tokens)
+    order = np.argsort(x, kind="stable")
+    x, y = x[order], np.asarray(y, dtype=float)[order]
+    ax.plot(x, y, color=color, lw=lw, marker="o", ms=3, label=label)
+    init = np.asarray(tokens)[order] == 0
+    if init.any():
+        ax.plot(x[init], y[init], ls="none", marker="o", ms=7, mfc="white", mec=color, mew=1.5)
+    if band is not None:
+        lo, hi = (np.asarray(b, dtype=float)[order] for b in band)
+        ax.fill_between(x, lo, hi, color=color, alpha=0.18, lw=0)
+
+
+def colors(n: int):
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def finish_legend(ax, n: int, title: Optional[str] = None) -> None:
+    if n == 0:
+        return
+    if n <= 6:
+        ax.legend(fontsize=8, loc="best", title=title, title_fontsize=8)
+    else:  # many lines: outside on the right so the curves stay visible
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title=title,
+                  title_fontsize=8, ncol=1 if n <= 24 else 2, frameon=False)
+
+
+def short_label(label: str, limit: int = 40) -> str:
+    """A legend label cut to `limit` characters (long paradigm names push the curves aside)."""
+    return label if len(label) <= limit else label[: limit - 1] + "…"
