@@ -175,14 +175,19 @@ def test_cli_flags_are_the_config_fields():
     flag renames a field, and a flag not given leaves the field's default."""
     import dataclasses
 
+    from probes.evals.config import PaperConfig
     from probes.syntaxqa.score import CLI_ONLY, build_parser
 
     parser = build_parser()
     flags = {a.dest: a.option_strings for a in parser._actions if a.dest != "help"}
-    fields = {f.name for f in dataclasses.fields(SyntaxQAConfig)} - {"enabled"}
-    assert set(flags) == fields | set(CLI_ONLY)
+    fields = {f.name for f in dataclasses.fields(SyntaxQAConfig)} - {"enabled", "paper"}
+    # the nested paper settings: syntax_qa.paper.<field> is --paper-<field>, dest "paper.<field>"
+    paper = {f"paper.{f.name}" for f in dataclasses.fields(PaperConfig)}
+    assert set(flags) == fields | paper | set(CLI_ONLY)
     for name in fields:
         assert f"--{name.replace('_', '-')}" in flags[name], (name, flags[name])
+    for name in paper:
+        assert f"--{name.replace('.', '-').replace('_', '-')}" in flags[name], (name, flags[name])
     given = parser.parse_args(["--model", "m", "--out", "o.parquet", "--sources", "a", "b", "--sources", "c",
                                "--max-items", "7", "--no-generate"])
     assert {k: v for k, v in vars(given).items() if k not in CLI_ONLY} == {
