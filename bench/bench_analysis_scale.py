@@ -21,13 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-from probes.aggregate import bootstrap_paradigm_intervals, seed_summary
-from probes.aoa import aoa_table
-from probes.curves import phenomenon_table
-from probes.evalset import load_runs, log_tokens, refresh_cache
-from probes.report import ReportConfig, build_report
-from probes.synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
-from probes.ushape import find_u_shapes_in_runs
+from probes.analysis.aggregate import bootstrap_paradigm_intervals, seed_summary
+from probes.analysis.aoa import aoa_table
+from probes.analysis.curves import phenomenon_table
+from probes.analysis.evalset import load_runs, log_tokens, refresh_cache
+from probes.analysis.report import ReportConfig, build_report
+from probes.analysis.synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
+from probes.analysis.ushape import find_u_shapes_in_runs
 
 MODELS = ["pythia-14m", "pythia-70m", "pythia-160m", "pythia-410m", "pythia-1.4b"]
 BUDGETS = [10**7, 10**8, 10**9, 3 * 10**9]

@@ -1,4 +1,4 @@
-"""Scoring speed and agreement: probes.scoring vs minicons, same model, same sentences, one run.
+"""Scoring speed and agreement: probes.scoring.primitive vs minicons, same model, same sentences, one run.
 
     python bench/bench_scoring.py [--sentences 1000] [--batch-size 64] [--repeats 3] [--threads N]
 
@@ -13,7 +13,7 @@ Measured per repeat, alternating (the CPU is shared; the median of the repeats i
   minicons   scorer.IncrementalLMScorer(model, "cpu", tokenizer).sequence_score(batch,
              bos_token=True, reduction=lambda x: x.sum(0).item()) over batches in input order
   forward    a plain batched ``model(ids).logits`` over the same batches (the reference cost)
-  ours       probes.scoring.token_logprobs(model, sentence_ids(tokenizer, sentences)), tokenizing
+  ours       probes.scoring.primitive.token_logprobs(model, sentence_ids(tokenizer, sentences)), tokenizing
              included; also with bf16=True (its lp error vs fp32 is printed, not used for the ratio)
 Prints sentences/s of each, ours/minicons and the max |lp difference| per sentence.
 
@@ -91,7 +91,7 @@ def pythia_14m(seed: int = 0):
 
 
 def blimp_sentences(n: int) -> list[str]:
-    from probes.benchmarks import BenchmarkConfig, load_benchmark
+    from probes.benchmarks.registry import BenchmarkConfig, load_benchmark
 
     pairs = load_benchmark(BenchmarkConfig(name="blimp", max_pairs_per_paradigm=8))
     return [t for p in pairs for t in (p.good, p.bad)][:n]
@@ -106,7 +106,7 @@ def run_minicons(scorer, sentences: list[str], batch_size: int) -> list[float]:
 
 
 def run_forward(model, tokenizer, sentences: list[str], batch_size: int) -> None:
-    from probes.scoring import sentence_ids
+    from probes.scoring.primitive import sentence_ids
 
     ids = sentence_ids(tokenizer, sentences)
     with torch.inference_mode():
@@ -122,7 +122,7 @@ def run_forward(model, tokenizer, sentences: list[str], batch_size: int) -> None
 
 
 def run_ours(model, tokenizer, sentences: list[str], batch_size: int, bf16: bool = False) -> list[float]:
-    from probes.scoring import sentence_ids, token_logprobs
+    from probes.scoring.primitive import sentence_ids, token_logprobs
 
     lps = token_logprobs(model, sentence_ids(tokenizer, sentences), batch_size=batch_size, bf16=bf16)
     return [float(x.sum()) for x in lps]
@@ -244,7 +244,7 @@ def main() -> None:
         model = pythia_14m()
         sentences = blimp_sentences(args.sentences)
 
-        from probes.scoring import sentence_ids
+        from probes.scoring.primitive import sentence_ids
 
         ntok = [len(s) - 1 for s in sentence_ids(tokenizer, sentences)]
         print(f"model: pythia-14m architecture, {sum(p.numel() for p in model.parameters()):,} "

@@ -19,7 +19,7 @@ import torch
 from omegaconf import OmegaConf
 from transformers import AutoModelForCausalLM
 
-from probes.scoring import accuracy, sentence_ids, token_logprobs
+from probes.scoring.primitive import accuracy, sentence_ids, token_logprobs
 from train.sequences import SequenceStream
 from train.start_token import document_tokens, read_record
 from train.token_store import TokenStore

@@ -12,15 +12,15 @@ Each planted curve is a sigmoid on log10 tokens (0.5 -> 0.75..0.95) minus a Gaus
 each clean curve is the sigmoid alone; each flat curve stays at chance (a paradigm never learned:
 the hardest null, every checkpoint has the largest binomial noise). Per seed and checkpoint the
 outcomes of `pairs` pairs are drawn with persistent per-pair difficulties
-(probes.synthetic.sample_correct).
+(probes.analysis.synthetic.sample_correct).
 Truth is what a reader sees in the noise-free curve at the checkpoints: its deepest geometric U at
-delta = 0.05 (probes.ushape.find_u_shapes); visible depth = min(drop, recovery); span = checkpoints
+delta = 0.05 (probes.analysis.ushape.find_u_shapes); visible depth = min(drop, recovery); span = checkpoints
 strictly between its peak and its first recovery point. A planted U is found when an accepted U
 has its trough strictly between the true peak and the true recovery. Rows: depth band x span (1;
 2-4 = the narrow dips smoothing flattens; >= 5 checkpoints). The target: recall >= 0.90 for depth
 >= 0.10 spanning >= 2 checkpoints, FPR <= 0.05.
-At 1 seed every U is also held to the one-seed minimum of pairs (probes.ushape.min_pairs).
-The detector is probes.ushape.analyse_curve with UShapeConfig defaults (n_boot 400 for speed).
+At 1 seed every U is also held to the one-seed minimum of pairs (probes.analysis.ushape.min_pairs).
+The detector is probes.analysis.ushape.analyse_curve with UShapeConfig defaults (n_boot 400 for speed).
 """
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ import time
 
 import numpy as np
 
-from probes.evalset import log_tokens
-from probes.synthetic import planted_dip, sample_correct, sigmoid_curve
-from probes.ushape import UShapeConfig, analyse_curve, find_u_shapes
+from probes.analysis.evalset import log_tokens
+from probes.analysis.synthetic import planted_dip, sample_correct, sigmoid_curve
+from probes.analysis.ushape import UShapeConfig, analyse_curve, find_u_shapes
 from train.schedule import ScheduleConfig, checkpoint_steps
 
 TOKENS_PER_STEP = 2048 * 1024

@@ -2,7 +2,7 @@
 that reads models.
 
 ``score``, ``score-run`` and ``watch`` parse their arguments here (the last two run
-``probes.watch``); the other commands are imported only when called, so scoring does
+``probes.scoring.watch``); the other commands are imported only when called, so scoring does
 not pay for plotting imports and vice versa.
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ def build_score_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, type=Path, metavar="DIR",
                    help="HF model directory (config.json + weights + tokenizer files)")
     p.add_argument("--benchmark", required=True, metavar="NAME_OR_PATH",
-                   help="a benchmark name known to probes.benchmarks, or a benchmark file/folder")
+                   help="a benchmark name known to probes.benchmarks.registry, or a benchmark file/folder")
     p.add_argument("--format", default="auto",
                    help="benchmark reader for a path (default: sniffed per file)")
     p.add_argument("--out", required=True, type=Path, metavar="FILE.parquet")
@@ -59,7 +59,7 @@ def build_score_parser() -> argparse.ArgumentParser:
     p.add_argument("--bf16", action="store_true",
                    help="bfloat16 autocast (faster on GPUs; lps move by ~1e-2 nats)")
     p.add_argument("--per-token", action="store_true",
-                   help="also write every token's lp to OUT's sidecar <stem>.tokens.parquet (probes/tokens.py)")
+                   help="also write every token's lp to OUT's sidecar <stem>.tokens.parquet (probes/scoring/tokens.py)")
     return p
 
 
@@ -106,7 +106,7 @@ def run_main(command: str, argv: Sequence[str]) -> int:
 
 def _score_run(command: str, args) -> int:
     from probes.evals import CorruptCheckpointError
-    from probes.watch import ScoreOptions, score_run, watch
+    from probes.scoring.watch import ScoreOptions, score_run, watch
     from train.lock import EVAL_LOCK, RunDirLocked, RunLock
 
     if args.batch_size < 1:
@@ -159,7 +159,7 @@ def _check_model_dir(d: Path) -> None:
 
 def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int]) -> tuple[str, list]:
     """(name, pairs) of the benchmark a user named: a registry name, or a file or folder."""
-    from probes.benchmarks import FORMATS, REGISTRY, BenchmarkConfig, load_benchmark
+    from probes.benchmarks.registry import FORMATS, REGISTRY, BenchmarkConfig, load_benchmark
 
     if fmt not in FORMATS:
         raise CliError(f"--format {fmt}: unknown; known: {', '.join(FORMATS)}")
@@ -187,7 +187,7 @@ def score_main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _score(args) -> int:
-    from probes.outputs import check_output_file
+    from probes.analysis.outputs import check_output_file
 
     if args.batch_size < 1:
         raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -212,8 +212,8 @@ def _score(args) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from probes.scoring import accuracy
-    from probes.watch import check_vocabulary
+    from probes.scoring.primitive import accuracy
+    from probes.scoring.watch import check_vocabulary
     from train.errors import reading
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -256,19 +256,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if command in ("score-run", "watch"):
         return run_main(command, rest)
     if command == "tokens":
-        from probes.tokens import main as tokens_main
+        from probes.scoring.tokens import main as tokens_main
 
         return tokens_main(rest)
     if command == "curves":
-        from probes.curves import main as curves_main
+        from probes.analysis.curves import main as curves_main
 
         return curves_main(rest)
     if command == "report":
-        from probes.report import main as report_main
+        from probes.analysis.report import main as report_main
 
         return report_main(rest)
     if command == "benchmarks":
-        from probes.benchmarks import main as benchmarks_main
+        from probes.benchmarks.registry import main as benchmarks_main
 
         return benchmarks_main(rest)
     if command == "syntax-qa":

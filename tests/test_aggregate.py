@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from probes.aggregate import bootstrap_paradigm_intervals, bootstrap_phenomenon_intervals, seed_summary, t975
+from probes.analysis.aggregate import bootstrap_paradigm_intervals, bootstrap_phenomenon_intervals, seed_summary, t975
 
 
 def resample_accuracy(correct: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:

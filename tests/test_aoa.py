@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from probes.aoa import AoAConfig, aoa_from_fit, aoa_table, fit_sigmoids, forgettability, sigmoid
+from probes.analysis.aoa import AoAConfig, aoa_from_fit, aoa_table, fit_sigmoids, forgettability, sigmoid
 
 X = np.linspace(6.0, 11.0, 30)
 

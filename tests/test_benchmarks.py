@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from probes.benchmarks import (
+from probes.benchmarks.registry import (
     DEDUP_RULE,
     ENV_VAR,
     FORMATS,
@@ -18,8 +18,8 @@ from probes.benchmarks import (
     main,
     subsample,
 )
-from probes.formats import BenchmarkFormatError, sniff_format
-from probes.pairs import Pair
+from probes.benchmarks.formats import BenchmarkFormatError, sniff_format
+from probes.benchmarks.pairs import Pair
 
 
 def write_jsonl(path: Path, records: list[dict], newline: str = "\n") -> Path:
@@ -198,7 +198,7 @@ def test_identical_dropped_duplicates_kept_once_counted_and_warned(tmp_path, cap
         blimp_rec("p", "2", "A b.", "A c."),  # duplicate of 0: dropped, 0 kept
         blimp_rec("p", "3", "A c.", "A b."),  # the reverse pair is a different pair
     ])
-    with caplog.at_level(logging.WARNING, logger="probes.benchmarks"):
+    with caplog.at_level(logging.WARNING, logger="probes.benchmarks.registry"):
         pairs = load(tmp_path, name="mine")
     assert [p.pair_id for p in pairs] == ["0", "3"]
     assert (pairs.report.n_read, pairs.report.n_identical, pairs.report.n_duplicates) == (4, 1, 1)

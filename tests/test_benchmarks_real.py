@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from probes.benchmarks import REGISTRY, BenchmarkConfig, describe, load_benchmark, main
+from probes.benchmarks.registry import REGISTRY, BenchmarkConfig, describe, load_benchmark, main
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 ROOT = SHARED / "benchmarks"

@@ -1,15 +1,15 @@
 """The case study (ZhoBLiMP §5.4, Figure 6): phrase regions from template slots, mean-per-token deltas.
 
-Eval files are written with probes.store.write_pairs (the contract a probed run writes), read back
+Eval files are written with probes.scoring.store.write_pairs (the contract a probed run writes), read back
 by the analysis the way a report reads real runs."""
 import numpy as np
 import pandas as pd
 import pytest
 
-from probes.casestudy import CaseStudyConfig, case_study_runs, load_phrase_regions, pick_paradigms
-from probes.evalset import EvalInputError, load_runs
-from probes.report import ReportConfig, build_report
-from probes.store import write_pairs
+from probes.analysis.casestudy import CaseStudyConfig, case_study_runs, load_phrase_regions, pick_paradigms
+from probes.analysis.evalset import EvalInputError, load_runs
+from probes.analysis.report import ReportConfig, build_report
+from probes.scoring.store import write_pairs
 
 P = "npi_renhe_wh_question_subj"
 SLOTS = [f"slot{i}" for i in range(7)]
@@ -127,7 +127,7 @@ def test_case_study_choice(tmp_path):
 
 
 def test_cli_refuses_a_paradigm_no_run_has(tmp_path, capsys):
-    from probes.report import main
+    from probes.analysis.report import main
 
     d = _run(tmp_path, "r1", 1, {0: ROWS})
     assert main([str(d), "--out", str(tmp_path / "out"), "--case-study", "no_such_paradigm"]) == 2

@@ -10,10 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from probes import curves
-from probes.evalfile import MISSING, MLP
-from probes.evalset import EvalInputError, load_runs, log_tokens
-from probes.ushape import above_chance, find_u_shapes
+from probes.analysis import curves
+from probes.analysis.evalfile import MISSING, MLP
+from probes.analysis.evalset import EvalInputError, load_runs, log_tokens
+from probes.analysis.ushape import above_chance, find_u_shapes
 
 CONV = "bos_all_tokens_v1"
 
@@ -233,8 +233,8 @@ def test_int_pair_ids_and_tokens_from_trainer_state(tmp_path):
 
 
 def test_reduced_cache_is_reused_and_invalidated(run, monkeypatch):
-    import probes.evalfile as F
-    from probes.evalcache import cache_path
+    import probes.analysis.evalfile as F
+    from probes.analysis.evalcache import cache_path
 
     first = load_runs([run])
     cache = cache_path(run, "grammar")
@@ -292,9 +292,9 @@ def test_run_given_as_dot_is_named_after_its_directory(run, monkeypatch):
 def test_end_of_run_u_list_applies_the_reports_rule(tmp_path, capsys):
     # Issue 11: a one-seed run scored at 10 pairs per paradigm listed "170 U-shapes at delta = 0.1"
     # at the end of training (every geometric dip of a noisy curve). The list must be the report's.
-    from probes.report import ReportConfig
-    from probes.synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
-    from probes.ushape import find_u_shapes_in_runs
+    from probes.analysis.report import ReportConfig
+    from probes.analysis.synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
+    from probes.analysis.ushape import find_u_shapes_in_runs
 
     rng = np.random.default_rng(7)
     steps = log_spaced_steps(47, 20000)
@@ -329,13 +329,13 @@ def test_end_of_run_u_list_applies_the_reports_rule(tmp_path, capsys):
 
 
 def test_plot_helpers_and_syntax_qa_curves_do_not_load_the_curves_cli():
-    # probes.curves is a CLI drawing with probes.plotting and the syntax-question curves; those must
+    # probes.analysis.curves is a CLI drawing with probes.analysis.plotting and the syntax-question curves; those must
     # not import it back (the two curve modules once imported each other). A fresh interpreter: this
-    # test process has long imported probes.curves.
+    # test process has long imported probes.analysis.curves.
     import subprocess
     import sys
 
-    code = "import sys, probes.plotting, probes.syntaxqa.curves; print('probes.curves' in sys.modules)"
+    code = "import sys, probes.analysis.plotting, probes.syntaxqa.curves; print('probes.analysis.curves' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1]).stdout.strip()
     assert out == "False"

@@ -5,7 +5,7 @@ from fractions import Fraction
 
 import pytest
 
-from probes.benchmarks import BenchmarkConfig, load_benchmark
+from probes.benchmarks.registry import BenchmarkConfig, load_benchmark
 from probes.elagent.deduction import TEMPLATE, deduction_items, entailed
 from probes.elagent.language_a import NP, PP, Clause, LanguageAConfig, Translator, benchmark_pairs, english
 from probes.elagent.precedence import STANDARD, evaluate, precedence_items, rule_text

@@ -9,8 +9,8 @@ from transformers import AutoTokenizer, GPTNeoXForCausalLM
 
 from trainutil import tiny_cfg
 from probes.elagent.score import ElagentConfig, build_items, option_sequences, score_items
-from probes.scoring import correct
-from probes.store import read_pairs
+from probes.scoring.primitive import correct
+from probes.scoring.store import read_pairs
 from train.checkpoint import list_checkpoints
 from train.loop import _build_hooks, train
 
@@ -70,7 +70,8 @@ def test_a_prompt_longer_than_the_model_is_refused_at_start(run, tmp_path):
 
 
 def test_report_shows_the_elagent_tasks_and_the_form_use_view(run, tmp_path, capsys):
-    from probes import curves, report
+    from probes.analysis import curves
+    from probes.analysis import report
 
     _, d = run
     out = tmp_path / "rep"

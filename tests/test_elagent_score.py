@@ -9,7 +9,7 @@ import torch
 from probeutil import tiny_neox, word_tokenizer
 from probes.elagent.items import MCItem
 from probes.elagent.score import option_sequences, score_items, summarize
-from probes.scoring import sentence_ids, token_logprobs
+from probes.scoring.primitive import sentence_ids, token_logprobs
 
 WORDS = "the a cat cats dog dogs runs run sees see . Answer :".split()
 

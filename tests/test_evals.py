@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from probeutil import tiny_neox, word_tokenizer
-from probes.benchmarks import load_benchmark
+from probes.benchmarks.registry import load_benchmark
 from probes.evals import (BenchmarkConfig, EvalInputError, ProbesConfig, ScoreOptions, atomic_open, eval_done,
                           eval_path, manifest_hash, pair_set, read_meta, read_trainer_state)
-from probes.scoring import score_pairs
-from probes.store import read_pairs
-from probes.watch import pending, score_run
+from probes.scoring.primitive import score_pairs
+from probes.scoring.store import read_pairs
+from probes.scoring.watch import pending, score_run
 from train.checkpoint import weights_to_bf16, write_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,7 +94,7 @@ def test_a_replaced_checkpoint_is_probed_again_and_nothing_else(tmp_path, bench)
 
 
 def test_the_hooks_catch_up_reprobes_a_replaced_checkpoint(tmp_path, bench):
-    from probes.hook import ProbeHook
+    from probes.scoring.hook import ProbeHook
 
     _, benchmarks = bench
     run = tmp_path / "run"
@@ -140,7 +140,7 @@ def test_eval_done_reads_only_the_schema_and_names_a_bad_file(tmp_path, bench):
 
 def test_every_writer_records_the_same_metadata(tmp_path, bench, capsys):
     from probes.__main__ import main as probes_main
-    from probes.hook import ProbeHook
+    from probes.scoring.hook import ProbeHook
     from probes.syntaxqa.hook import SyntaxQAHook
     from probes.evals import SyntaxQAConfig
 

@@ -7,8 +7,8 @@ import numpy as np
 import torch
 
 from probeutil import tiny_neox, word_tokenizer
-from probes.hook import ProbeHook, ProbesConfig
-from probes.store import eval_path, read_pairs
+from probes.scoring.hook import ProbeHook, ProbesConfig
+from probes.scoring.store import eval_path, read_pairs
 
 WORDS = [("cat", "runs", "run"), ("cats", "run", "runs"), ("dog", "sees", "see"), ("dogs", "see", "sees")]
 
@@ -38,7 +38,7 @@ def test_the_last_checkpoint_scores_every_pair_the_others_a_sample(tmp_path):
     assert np.allclose(merged.lp_good_x, merged.lp_good_y, atol=1e-4)  # one model (batches differ)
     assert not eval_path(run, 10, "b_all").exists() and not eval_path(run, 0, "b_all").exists()
     # the analysis reads both; "b_all" lacking at earlier steps is by design, not a problem in the input
-    from probes.evalset import load_runs
+    from probes.analysis.evalset import load_runs
 
     ev = load_runs([run])
     assert set(ev.table.benchmark) == {"b", "b_all"} and not [p for p in ev.problems if "b_all" in p]

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from probes.evalset import TABLE_COLUMNS, EvalSet, RunInfo
-from probes.formuse import formuse_section, group_aoa, group_curves, probe_curves
+from probes.analysis.evalset import TABLE_COLUMNS, EvalSet, RunInfo
+from probes.analysis.formuse import formuse_section, group_aoa, group_curves, probe_curves
 
 X = np.linspace(3, 7, 9)  # log10 tokens of the trained checkpoints; step 0 has 0 tokens
 TOKENS = np.concatenate([[0], 10 ** X]).round().astype(int)

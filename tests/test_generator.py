@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from probes.generator import Engine, GrammarError, Template, Vocabulary, join, parse_rule, Direct, Lexical, Matched, PhraseRef
+from probes.benchmarks.generator import Engine, GrammarError, Template, Vocabulary, join, parse_rule, Direct, Lexical, Matched, PhraseRef
 
 VOCAB = """expression\tpos\tnum\tlemma\tgender
 cat\tN\tsg\tcat\tn

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from probes.generator import GrammarError
-from probes.grammar import GrammarConfig, benchmark_pairs, corpus_documents, load_grammar
+from probes.benchmarks.generator import GrammarError
+from probes.benchmarks.grammar import GrammarConfig, benchmark_pairs, corpus_documents, load_grammar
 
-GRAMMARS = Path(__file__).resolve().parents[1] / "probes" / "grammars"
+GRAMMARS = Path(__file__).resolve().parents[1] / "probes" / "benchmarks" / "grammars"
 SMALL = GrammarConfig(n_documents=30, sentences_per_document=5, pairs_per_paradigm=60)
 N_PARADIGMS = {"en": 5, "zh": 4}
 

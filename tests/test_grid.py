@@ -75,7 +75,7 @@ def test_the_laptop_grid_has_the_papers_shape_at_small_scale():
 
 def test_the_mini_model_names_carry_their_parameter_counts():
     from train.model import build_model, count_parameters
-    from probes.evalset import parse_model_params
+    from probes.analysis.evalset import parse_model_params
 
     for name in ("mini-0.41m", "mini-0.87m", "mini-1.6m"):
         cfg, _ = compose_run(["experiment=zhoblimp_mini", f"model={name}"])

@@ -241,10 +241,10 @@ RECORDS = [{"sentence_good": f"the {n} {v} .", "sentence_bad": f"the {n} {w} .",
 
 def test_score_run_and_watch_on_a_neox_run(tmp_path):
     from probes.__main__ import main as probes_main
-    from probes.benchmarks import BenchmarkConfig, load_benchmark
-    from probes.scoring import score_pairs
-    from probes.store import eval_path, read_pairs
-    from probes.watch import ScoreOptions, run_finished, watch
+    from probes.benchmarks.registry import BenchmarkConfig, load_benchmark
+    from probes.scoring.primitive import score_pairs
+    from probes.scoring.store import eval_path, read_pairs
+    from probes.scoring.watch import ScoreOptions, run_finished, watch
 
     torch.set_num_threads(1)
     model, text, _ = neox_run(tmp_path)

@@ -12,9 +12,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from probeutil import tiny_neox, word_tokenizer
-from probes.hook import ProbeHook, ProbesConfig
-from probes.pairs import Pair, Region
-from probes.store import eval_path, read_pairs
+from probes.scoring.hook import ProbeHook, ProbesConfig
+from probes.benchmarks.pairs import Pair, Region
+from probes.scoring.store import eval_path, read_pairs
 
 SUBJECTS = [("cat", "runs", "run"), ("cats", "run", "runs"), ("dog", "sees", "see"),
             ("dogs", "see", "sees"), ("cat", "sees", "see"), ("dogs", "run", "runs")]

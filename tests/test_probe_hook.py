@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from probeutil import tiny_neox as tiny_model, word_tokenizer as tiny_tokenizer
-from probes.benchmarks import BenchmarkConfig
-from probes.hook import ProbeHook, ProbesConfig
-from probes.pairs import Pair
-from probes.scoring import accuracy, correct, score_pairs
-from probes.store import eval_path, read_pairs
+from probes.benchmarks.registry import BenchmarkConfig
+from probes.scoring.hook import ProbeHook, ProbesConfig
+from probes.benchmarks.pairs import Pair
+from probes.scoring.primitive import accuracy, correct, score_pairs
+from probes.scoring.store import eval_path, read_pairs
 
 PAIRS = {
     "agr": [
@@ -70,16 +70,16 @@ def test_hook_writes_scores_and_skips_existing(tmp_path, monkeypatch):
     # the hook kept the analysis cache current: a report reads no eval file, and sees both steps
     import numpy as np
 
-    import probes.evalfile
-    from probes.evalcache import cache_path
-    from probes.evalset import load_runs
+    import probes.analysis.evalfile
+    from probes.analysis.evalcache import cache_path
+    from probes.analysis.evalset import load_runs
 
     assert np.load(cache_path(run, "agr"))["steps"].tolist() == [0, 1]
 
     def no_reads(*a):
         raise AssertionError(f"read {a[0]}")
 
-    monkeypatch.setattr(probes.evalfile, "read_eval_file", no_reads)
+    monkeypatch.setattr(probes.analysis.evalfile, "read_eval_file", no_reads)
     ev = load_runs([run])
     acc = ev.table[(ev.table.benchmark == "agr") & (ev.table.paradigm == "sv")].sort_values("step").acc_mlp
     assert acc.tolist() == pytest.approx([correct(ref, "mlp").iloc[:4].mean(), correct(ref1, "mlp").iloc[:4].mean()])

@@ -13,9 +13,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from probeutil import tiny_neox, word_tokenizer
 from probes.__main__ import main
-from probes.benchmarks import BenchmarkConfig, load_benchmark
-from probes.scoring import score_pairs
-from probes.store import read_pairs
+from probes.benchmarks.registry import BenchmarkConfig, load_benchmark
+from probes.scoring.primitive import score_pairs
+from probes.scoring.store import read_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = [  # BLiMP's published schema
@@ -125,10 +125,10 @@ def test_dispatches_to_benchmarks_and_curves(capsys):
 
 
 def test_out_that_cannot_be_written_fails_before_scoring(model_dir, bench_file, tmp_path, capsys, monkeypatch):
-    import probes.scoring
+    import probes.scoring.primitive
 
     scored = []
-    monkeypatch.setattr(probes.scoring, "score_pairs", lambda *a, **k: scored.append(1))
+    monkeypatch.setattr(probes.scoring.primitive, "score_pairs", lambda *a, **k: scored.append(1))
     afile = tmp_path / "afile"
     afile.write_text("not a directory")
     out = afile / "scores.parquet"

@@ -5,9 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from probes.evalset import RunInfo, parse_model_params
-from probes.regions import RegionConfig, first_mover
-from probes.scaling import (ScalingConfig, difficulty_groups, final_accuracy, grid_tables, pearson_r,
+from probes.analysis.evalset import RunInfo, parse_model_params
+from probes.analysis.regions import RegionConfig, first_mover
+from probes.analysis.scaling import (ScalingConfig, difficulty_groups, final_accuracy, grid_tables, pearson_r,
                             plot_grid_overall, plot_grid_phenomena)
 
 
@@ -91,6 +91,6 @@ def test_difficulty_groups_use_the_largest_budget_by_default():
     # a whole-corpus run (budget null) is the largest: every budget is a prefix of it
     full = difficulty_groups(pd.concat([small, large.assign(budget=None)], ignore_index=True))
     assert full.budget.isna().all() and len(full) == 2
-    from probes.scaling import PAPER_GROUPS
+    from probes.analysis.scaling import PAPER_GROUPS
     assert PAPER_GROUPS == {"Easy": 80, "Medium": 15, "Difficult": 13, "Other": 10}
     assert sum(PAPER_GROUPS.values()) == 118

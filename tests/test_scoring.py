@@ -11,8 +11,8 @@ from tokenizers.pre_tokenizers import Whitespace
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
 
 from probes.evals import ids_fingerprint
-from probes.pairs import Pair, Region
-from probes.scoring import accuracy, bos_id, correct, score_pairs, sentence_ids, token_logprobs
+from probes.benchmarks.pairs import Pair, Region
+from probes.scoring.primitive import accuracy, bos_id, correct, score_pairs, sentence_ids, token_logprobs
 
 WORDS = "the a cat cats dog dogs runs run sees see who that and . ,".split()
 
@@ -177,7 +177,7 @@ def test_fingerprint_tracks_vocabulary(tok):
 
 
 def test_prefix_nodes_share_equal_prefixes():
-    from probes.scoring import _prefix_nodes
+    from probes.scoring.primitive import _prefix_nodes
 
     nodes, n = _prefix_nodes([[0, 5, 6, 7], [0, 5, 8], [0, 5, 6, 7], [0], [1, 5]])
     assert [x.tolist() for x in nodes] == [[0, 1, 2], [0, 1], [0, 1, 2], [], [3]]
@@ -197,7 +197,7 @@ def _other_architectures(vocab: int):
 
 
 def test_head_only_where_needed_and_plain_path_agree(tok, model):
-    from probes.scoring import _split_head
+    from probes.scoring.primitive import _split_head
 
     texts = ["the cat runs .", "the cat run .", "the cats run , and a dog sees the cat .", "cats"]
     seqs = sentence_ids(tok, texts)
@@ -234,7 +234,7 @@ def test_bf16_autocast_is_close(tok, model):
 def test_cpu_head_blocks_match_logsumexp():
     # the CPU path of the output layer: addmm blocks of a transposed weight, bias included, a
     # vocabulary of several blocks and a partial last one, more rows than one chunk
-    from probes.scoring import _HEAD_CHUNK, _HEAD_VOCAB_BLOCK, _HeadLSE
+    from probes.scoring.primitive import _HEAD_CHUNK, _HEAD_VOCAB_BLOCK, _HeadLSE
 
     torch.manual_seed(0)
     vocab, rows = 2 * _HEAD_VOCAB_BLOCK + 5, _HEAD_CHUNK["cpu"] + 7

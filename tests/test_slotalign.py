@@ -12,15 +12,15 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Split
 from transformers import PreTrainedTokenizerFast
 
-from probes import grammar
-from probes.benchmarks import BenchmarkConfig, load_benchmark
-from probes.casestudy import load_phrase_regions, pair_deltas, region_spec
-from probes.scoring import score_pairs, sentence_ids, token_logprobs
-from probes.generator import Engine, Template
-from probes.pairs import Pair
-from probes.slotalign import SlotParser
-from probes.vocabulary import Vocabulary
-from probes.zhoblimp_templates import load_engine, read_template
+from probes.benchmarks import grammar
+from probes.benchmarks.registry import BenchmarkConfig, load_benchmark
+from probes.analysis.casestudy import load_phrase_regions, pair_deltas, region_spec
+from probes.scoring.primitive import score_pairs, sentence_ids, token_logprobs
+from probes.benchmarks.generator import Engine, Template
+from probes.benchmarks.pairs import Pair
+from probes.benchmarks.slotalign import SlotParser
+from probes.benchmarks.vocabulary import Vocabulary
+from probes.benchmarks.zhoblimp_templates import load_engine, read_template
 from tests.probeutil import generate_pairs as generate, tiny_neox
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"

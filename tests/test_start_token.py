@@ -16,8 +16,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from probeutil import word_tokenizer
 from trainutil import tiny_cfg
 from probes.__main__ import main as probes_main
-from probes.evalset import EvalInputError, load_runs
-from probes.scoring import CONVENTION, sentence_ids, token_logprobs
+from probes.analysis.evalset import EvalInputError, load_runs
+from probes.scoring.primitive import CONVENTION, sentence_ids, token_logprobs
 from train.checkpoint import list_checkpoints
 from train.corpus import load_documents
 from train.loop import train

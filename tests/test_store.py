@@ -9,7 +9,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from probes.store import eval_path, read_pairs, write_pairs
+from probes.scoring.store import eval_path, read_pairs, write_pairs
 
 
 def rows() -> pd.DataFrame:

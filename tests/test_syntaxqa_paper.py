@@ -201,7 +201,7 @@ def tiny(treebank):
 
 
 def test_cli_paper_mode_end_to_end(tiny, capsys):
-    from probes.scoring import sentence_ids
+    from probes.scoring.primitive import sentence_ids
 
     d, items, tok, model = tiny
     out = d / "evals" / "step0" / "syntax_qa_paper.parquet"
@@ -242,8 +242,8 @@ def test_cli_paper_mode_end_to_end(tiny, capsys):
 
 
 def test_hook_writes_both_modes_and_curves_and_report_label_them(tiny, tmp_path):
-    from probes.evalfile import EvalInputError
-    from probes.evalset import load_runs
+    from probes.analysis.evalfile import EvalInputError
+    from probes.analysis.evalset import load_runs
     from probes.syntaxqa.curves import syntax_qa_table, write_syntax_qa_curves
     from probes.syntaxqa.hook import SyntaxQAHook
     from probes.syntaxqa.report import syntax_qa_section

@@ -209,7 +209,7 @@ def test_cli_errors_name_the_flag_or_file(setup, tmp_path, capsys):
 
 
 def test_hook_writes_every_checkpoint_once_and_curves_read_them(setup, tmp_path):
-    from probes.store import read_pairs
+    from probes.scoring.store import read_pairs
     from probes.syntaxqa.curves import syntax_qa_table, write_syntax_qa_curves
     from probes.syntaxqa.hook import SyntaxQAHook
 
@@ -240,7 +240,7 @@ def test_enabled_without_sources_names_the_key():
 
 
 def test_options_share_one_forward_of_the_prompt_with_the_same_scores(setup, monkeypatch):
-    from probes import scoring
+    from probes.scoring import primitive as scoring
     from probes.syntaxqa import prompts as P
     from probes.syntaxqa.score import _likelihood_scores
 
@@ -275,7 +275,7 @@ def test_options_share_one_forward_of_the_prompt_with_the_same_scores(setup, mon
 
 
 def test_next_token_logprobs_equal_the_last_token_of_the_whole_sequence(setup):
-    from probes.scoring import next_token_logprobs, token_logprobs
+    from probes.scoring.primitive import next_token_logprobs, token_logprobs
 
     _, _, _, tok, model = setup
     contexts = [[0, 5, 9, 11, 3], [0, 7], [0, 5, 9]]  # different lengths: padding in one batch

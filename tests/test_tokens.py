@@ -1,4 +1,4 @@
-"""Per-token sidecars (probes/tokens.py) on real tiny checkpoints: sums, resume, readers, CLI."""
+"""Per-token sidecars (probes/scoring/tokens.py) on real tiny checkpoints: sums, resume, readers, CLI."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,8 @@ import torch
 
 from probeutil import tiny_neox, word_tokenizer
 from probes.__main__ import main
-from probes.store import eval_path, read_pairs, write_pairs
-from probes.tokens import pair_tokens, read_tokens, tokens_path
+from probes.scoring.store import eval_path, read_pairs, write_pairs
+from probes.scoring.tokens import pair_tokens, read_tokens, tokens_path
 from test_watch import RECORDS, save_checkpoint
 
 STEPS = (0, 1, 3)
@@ -45,10 +45,10 @@ def test_sidecar_sums_are_the_eval_lp(run):
     assert main(["score-run", str(run), "--benchmark", str(f), "--per-token"]) == 0
     from transformers import AutoTokenizer
 
-    from probes.scoring import start_id
+    from probes.scoring.primitive import start_id
 
     tok = AutoTokenizer.from_pretrained(run / "checkpoints" / "step0")
-    start = start_id(tok)  # the start token is probes.scoring's business; scored tokens are the text's
+    start = start_id(tok)  # the start token is probes.scoring.primitive's business; scored tokens are the text's
     for step in STEPS:
         df, meta = read_pairs(eval_path(run, step, "mini"))
         assert not any(c.startswith(("ids_", "pieces_", "lps_")) for c in df.columns)  # eval file stays lean
@@ -91,7 +91,7 @@ def test_rerun_adds_missing_sidecars_and_rescoring_drops_stale_ones(run, capsys)
 
 
 def test_analysis_reads_a_run_with_sidecars(run):
-    from probes.evalset import load_runs
+    from probes.analysis.evalset import load_runs
 
     run, f = run
     assert main(["score-run", str(run), "--benchmark", str(f), "--per-token"]) == 0
@@ -145,8 +145,8 @@ def test_tokens_cli_without_sidecars(run, capsys):
 
 
 def test_score_and_hook_write_sidecars(run, tmp_path):
-    from probes.hook import ProbeHook, ProbesConfig
-    from probes.pairs import Pair
+    from probes.scoring.hook import ProbeHook, ProbesConfig
+    from probes.benchmarks.pairs import Pair
 
     run, f = run
     out = tmp_path / "one.parquet"
@@ -172,7 +172,7 @@ def test_score_and_hook_write_sidecars(run, tmp_path):
 
 
 def test_cjk_pieces_are_never_drawn_as_empty_boxes():
-    from probes.tokens import _labeller
+    from probes.scoring.tokens import _labeller
 
     assert _labeller(["the", "▁cat"])[0] is None
     family, label = _labeller(["▁那个", "人"])

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from probeutil import word_tokenizer
-from probes import unigram
-from probes.benchmarks import benchmarks_root
-from probes.scoring import correct as lp_correct
+from probes.scoring import unigram
+from probes.benchmarks.registry import benchmarks_root
+from probes.scoring.primitive import correct as lp_correct
 
 
 def test_slor_and_morcela_by_hand():
@@ -32,7 +32,7 @@ def test_slor_and_morcela_by_hand():
     assert (unigram.score(df, "good", "morcela", beta=1, gamma=0) == unigram.score(df, "good", "slor")).all()
     tie = df.assign(lp_bad=-15.0, ntok_bad=3, ulp_bad=-30.0)
     assert not unigram.correct(tie, "slor")[0]
-    with pytest.raises(ValueError, match="python -m probes.unigram"):
+    with pytest.raises(ValueError, match="python -m probes.scoring.unigram"):
         unigram.correct(df.drop(columns=["ulp_bad"]), "slor")
 
 
@@ -66,7 +66,7 @@ def test_columns_sum_the_scored_tokens_and_refuse_another_tokenizer():
 def test_a_run_stores_unigram_columns_from_its_own_token_store(tmp_path):
     from trainutil import tiny_cfg
     from train.loop import train
-    from probes.store import read_pairs
+    from probes.scoring.store import read_pairs
 
     cache = tmp_path / "cache"
     run = tmp_path / "run"
@@ -86,9 +86,9 @@ def test_a_run_stores_unigram_columns_from_its_own_token_store(tmp_path):
     want = sum(math.log((counts[i] if i < len(counts) and counts[i] else 1) / len(ids))
                for i in tok(row.good, add_special_tokens=False)["input_ids"])
     assert row.ulp_good == pytest.approx(want)
-    # the same columns added after the fact, without the model (python -m probes.unigram)
+    # the same columns added after the fact, without the model (python -m probes.scoring.unigram)
     stripped = df.drop(columns=["ulp_good", "ulp_bad"])
-    from probes.store import write_pairs
+    from probes.scoring.store import write_pairs
 
     write_pairs(stripped, files[-1], {k: v for k, v in m.items() if k != "unigram"})
     assert unigram.main([str(run), "--cache-dir", str(cache)]) == 0
@@ -97,7 +97,7 @@ def test_a_run_stores_unigram_columns_from_its_own_token_store(tmp_path):
     acc = unigram.accuracy_table(again)
     assert {"acc_mlp", "acc_sum", "acc_slor", "acc_morcela"} <= set(acc.columns)
     # the report's SLOR / MORCELA section reads these columns at the last checkpoint
-    from probes import report
+    from probes.analysis import report
 
     out = tmp_path / "rep"
     assert report.main([str(run), "--out", str(out), "--n-boot", "20"]) == 0
@@ -116,9 +116,9 @@ def test_the_probe_hook_writes_unigram_columns(tmp_path):
     import torch
 
     from probeutil import tiny_neox
-    from probes.hook import ProbeHook, ProbesConfig
-    from probes.pairs import Pair
-    from probes.store import eval_path, read_pairs
+    from probes.scoring.hook import ProbeHook, ProbesConfig
+    from probes.benchmarks.pairs import Pair
+    from probes.scoring.store import eval_path, read_pairs
 
     torch.set_num_threads(1)
     tok = word_tokenizer()

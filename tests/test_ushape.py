@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from probes.evalset import load_runs, log_tokens
-from probes.synthetic import RunSpec, log_spaced_steps, planted_dip, sample_correct, sigmoid_curve, write_run
-from probes.ushape import (UShapeConfig, analyse_curve, find_u_shapes_in_runs, min_pairs, noise_threshold,
+from probes.analysis.evalset import load_runs, log_tokens
+from probes.analysis.synthetic import RunSpec, log_spaced_steps, planted_dip, sample_correct, sigmoid_curve, write_run
+from probes.analysis.ushape import (UShapeConfig, analyse_curve, find_u_shapes_in_runs, min_pairs, noise_threshold,
                            onset_index, smoothing_matrix)
 
 X = np.linspace(6.0, 11.0, 40)  # log10 tokens of 40 checkpoints

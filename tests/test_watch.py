@@ -15,10 +15,10 @@ import torch
 
 from probeutil import tiny_neox, word_tokenizer
 from probes.__main__ import main
-from probes.benchmarks import BenchmarkConfig, load_benchmark
-from probes.scoring import score_pairs
-from probes.store import eval_path, read_pairs
-from probes.watch import ScoreOptions, pending, run_finished, score_run, watch, whole_checkpoints
+from probes.benchmarks.registry import BenchmarkConfig, load_benchmark
+from probes.scoring.primitive import score_pairs
+from probes.scoring.store import eval_path, read_pairs
+from probes.scoring.watch import ScoreOptions, pending, run_finished, score_run, watch, whole_checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = [  # BLiMP's published schema
@@ -75,7 +75,7 @@ def test_score_run_scores_whole_checkpoints_once(tmp_path, bench):
     assert not run_finished(run)
     written = score_run(run, benchmarks, OPTS, quiet)
     assert written == [eval_path(run, 0, "mini"), eval_path(run, 2, "mini")]
-    # the step dirs, and the analysis cache refreshed after each eval (probes.evalset.refresh_cache)
+    # the step dirs, and the analysis cache refreshed after each eval (probes.analysis.evalset.refresh_cache)
     assert sorted(os.listdir(run / "evals")) == [".reduced-mini.npz", "step0", "step2"]
     df, meta = read_pairs(eval_path(run, 2, "mini"))
     assert (meta["step"], meta["tokens"], meta["n_pairs"]) == (2, 512, 4)

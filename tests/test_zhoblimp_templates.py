@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from probes.generator import GrammarError
-from probes.zhoblimp_templates import load_engine, read_phrases, read_template, read_vocabulary, template_paths
+from probes.benchmarks.generator import GrammarError
+from probes.benchmarks.zhoblimp_templates import load_engine, read_phrases, read_template, read_vocabulary, template_paths
 from tests.probeutil import generate_pairs as generate
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"

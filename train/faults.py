@@ -7,7 +7,7 @@ The points (where each call sits):
   mid_step          the loop, after the backward passes of step N, before the optimizer update
   checkpoint_write  train.checkpoint.save_checkpoint, with checkpoints/.tmp-step<N>/ half written
   after_rename      the loop, once checkpoints/step<N> is whole, before any hook ran on it
-  eval_write        probes.store.write_pairs, with the eval file of step N under its temporary name
+  eval_write        probes.scoring.store.write_pairs, with the eval file of step N under its temporary name
 """
 from __future__ import annotations
 

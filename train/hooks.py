@@ -4,7 +4,7 @@ A hook has `post_checkpoint_saved(ckpt_dir, step, tokens, model) -> dict` return
 (may be empty), `missing(step) -> bool` (its output for that checkpoint is absent -- a crash came
 between the checkpoint and the hook -- or was made from a checkpoint since replaced under that step's
 name, so the resumed or finishing run must run it) and `close()`. The probe hook
-(probes.hook.ProbeHook) is the main one.
+(probes.scoring.hook.ProbeHook) is the main one.
 """
 from __future__ import annotations
 

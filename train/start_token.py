@@ -2,7 +2,7 @@
 every sentence, so a scored sentence starts from a context the model was trained in.
 
 One rule decides it for training (train/sequences.py via `document_tokens`) and for scoring
-(probes/scoring.py via `scoring_start_id`):
+(probes/scoring/primitive.py via `scoring_start_id`):
 
 * start = the tokenizer's BOS, else its EOS. Tokenizers trained here have one piece, ``<|endoftext|>``,
   that is BOS, EOS and padding at once (Pythia/GPT-NeoX style), so the stream reads

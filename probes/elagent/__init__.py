@@ -15,6 +15,6 @@ base model can be asked by likelihood are generated here, seeded, from the paper
                    demonstrations. A registry benchmark (``elagent_word_order``) scored like every minimal pair.
 
 ``items`` holds the multiple-choice record and the few-shot layout; ``score`` scores items by the likelihood of
-each option's text (``probes.scoring``'s one primitive), summarises and writes
+each option's text (``probes.scoring.primitive``'s one primitive), summarises and writes
 ``<run>/evals/step<N>/elagent.parquet``; ``hook`` runs that at every checkpoint; ``report`` draws the curves.
 """

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from probes.evals.config import LANGUAGE_A_LEXICONS as LEXICONS, LanguageAConfig  # noqa: F401
-from probes.pairs import Pair
+from probes.benchmarks.pairs import Pair
 
 PHENOMENON = "language_a_word_order"
 # paradigm -> the syntactic rules the bad sentence breaks

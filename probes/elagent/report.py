@@ -16,11 +16,11 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from probes.aggregate import seed_summary
-from probes.plotting import colors, finish_legend, new_figure, plot_line, token_axis
-from probes.evalfile import META_KEY
-from probes.outputs import save_figure, write_csv
-from probes.scaling import budget_label
+from probes.analysis.aggregate import seed_summary
+from probes.analysis.plotting import colors, finish_legend, new_figure, plot_line, token_axis
+from probes.analysis.evalfile import META_KEY
+from probes.analysis.outputs import save_figure, write_csv
+from probes.analysis.scaling import budget_label
 from probes.elagent.score import BENCHMARK, TASKS
 
 COLUMNS = ["run", "step", "tokens", "key", "metric", "value"]

@@ -1,9 +1,9 @@
 """Score ELAGENT multiple-choice items by likelihood; summarise; write ``evals/step<N>/elagent.parquet``.
 
 An item's options are scored as continuations of the same prompt with the one scoring primitive
-(``probes.scoring.token_logprobs``): the prompt and each prompt + " " + option are tokenised whole (as the
+(``probes.scoring.primitive.token_logprobs``): the prompt and each prompt + " " + option are tokenised whole (as the
 model would read them), the context is the token prefix all of them share, and an option's score is the
-named reduction (``probes.scoring.REDUCTIONS``) of its remaining tokens' log-probs: ``sum`` (the option's
+named reduction (``probes.scoring.primitive.REDUCTIONS``) of its remaining tokens' log-probs: ``sum`` (the option's
 log-probability; the accuracy the curves show) and ``mean`` (per token, the length-normalised variant).
 Right = the right option scores strictly higher than every other one (a tie is wrong, as for minimal pairs).
 The random baseline of an item is 1 / number of options.
@@ -21,7 +21,7 @@ from probes.elagent.deduction import deduction_items
 from probes.evals.config import ELAGENT_TASKS as TASKS, ElagentConfig  # the config lives with the eval contract
 from probes.elagent.items import MCItem
 from probes.elagent.precedence import precedence_items
-from probes.scoring import ENCODE, REDUCTIONS, start_id, token_logprobs
+from probes.scoring.primitive import ENCODE, REDUCTIONS, start_id, token_logprobs
 
 BENCHMARK = "elagent"  # the eval file's name: evals/step<N>/elagent.parquet
 

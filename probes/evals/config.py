@@ -14,7 +14,7 @@ from probes.syntaxqa.records import KNOWLEDGE_POINTS, QUESTION_TYPES
 
 @dataclass
 class GrammarConfig:
-    """The built-in grammar (probes/grammars/): one seed gives a training corpus and minimal pairs."""
+    """The built-in grammar (probes/benchmarks/grammars/): one seed gives a training corpus and minimal pairs."""
     variant: str = "en"  # en | zh
     seed: int = 0
     n_documents: int = 2000
@@ -193,9 +193,9 @@ class ProbesConfig:
     # as benchmark "<name>_all" (one checkpoint per run). The sample is a subset of the full set.
     final_all_pairs: bool = False
     # true: every eval file also gets ulp_good / ulp_bad, the sentences' unigram log-probs from the run's
-    # token store, so SLOR and MORCELA can be computed without the model (probes/unigram.py)
+    # token store, so SLOR and MORCELA can be computed without the model (probes/scoring/unigram.py)
     unigram: bool = True
-    # true: every eval file also gets a sidecar <name>.tokens.parquet with each token's lp (probes/tokens.py)
+    # true: every eval file also gets a sidecar <name>.tokens.parquet with each token's lp (probes/scoring/tokens.py)
     per_token: bool = False
     # The syntax-questions probe (probes.syntaxqa): probes.syntax_qa.enabled=true with sources
     syntax_qa: SyntaxQAConfig = field(default_factory=SyntaxQAConfig)
@@ -218,7 +218,7 @@ class ProbesConfig:
         from omegaconf.errors import OmegaConfBaseException
 
         # the registry check needs the benchmark registry, loaded only when there is something to check
-        from probes.benchmarks import benchmark_configs
+        from probes.benchmarks.registry import benchmark_configs
 
         out = []
         for i, entry in enumerate(self.benchmarks):

@@ -27,7 +27,7 @@ class ScoreOptions:
     bf16: bool = False  # bfloat16 autocast: faster on GPUs, lps move by ~1e-2 nats
     trust_remote_code: bool = False
     progress: bool = False
-    per_token: bool = False  # also the per-token sidecar <name>.tokens.parquet (probes/tokens.py)
+    per_token: bool = False  # also the per-token sidecar <name>.tokens.parquet (probes/scoring/tokens.py)
 
 
 @dataclass
@@ -49,7 +49,7 @@ def ids_fingerprint(tokenizer) -> str:
     import hashlib
     import json
 
-    from probes.scoring import sentence_ids
+    from probes.scoring.primitive import sentence_ids
 
     probe = "The cat ran, didn't it? 那个人会做什么？ Ｆｕｌｌ　ｗｉｄｔｈ 123"
     h = hashlib.sha256()
@@ -66,7 +66,7 @@ def weights_dtype(model) -> Optional[str]:
 
 
 def _score_pairs(model, tokenizer, pairs, opts: ScoreOptions):
-    from probes.scoring import score_pairs
+    from probes.scoring.primitive import score_pairs
 
     return score_pairs(model, tokenizer, pairs, batch_size=opts.batch_size, device=opts.device,
                        progress=opts.progress, bf16=opts.bf16, per_token=opts.per_token)
@@ -82,7 +82,7 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
 
     The file goes to ``out`` or else ``<run_dir>/evals/step<step>/<name>.parquet``; in a run directory
     the reduced cache of `name` is refreshed after it (``cache=False``: not a minimal-pair table).
-    `score(model, tokenizer, pairs, opts)` returns the rows (default: probes.scoring.score_pairs), or
+    `score(model, tokenizer, pairs, opts)` returns the rows (default: probes.scoring.primitive.score_pairs), or
     None on a rank that does not write (then nothing is written and None is returned); `key` names
     what identifies one pair or item in the pair set; `describe(df)` adds metadata known only after
     scoring; `unigram` = (log unigram probabilities per id, source) adds ulp_good / ulp_bad; `extra`
@@ -101,7 +101,7 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
                      bf16=opts.bf16, manifest=manifest, n_pairs=len(df),
                      pair_set=pair_set(pairs, key), seconds=round(time.perf_counter() - t0, 3), **extra)
     if unigram is not None:
-        from probes.unigram import add_unigram_columns
+        from probes.scoring.unigram import add_unigram_columns
 
         df = add_unigram_columns(df, tokenizer, unigram[0])
         meta["unigram"] = unigram[1]
@@ -111,11 +111,11 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
     if describe is not None:
         meta.update(describe(df))
 
-    from probes.tokens import write_eval
+    from probes.scoring.tokens import write_eval
 
     write_eval(df, path, meta)  # and the per-token sidecar when df has its columns
     if out is None and cache:
-        from probes.evalset import refresh_cache
+        from probes.analysis.evalset import refresh_cache
 
         refresh_cache(run_dir, name)  # so the report reads one small file, not every eval
     return Evaluation(df, path, meta)
@@ -131,11 +131,11 @@ def probe_hooks(cfg: ProbesConfig, tokenizer, run_dir: Path, *, final_step: Opti
     `token_store`: the run's token store directory, for the unigram columns (cfg.unigram)."""
     if not cfg.enabled:
         return []
-    from probes.hook import ProbeHook
+    from probes.scoring.hook import ProbeHook
 
     unigram = None
     if cfg.unigram and token_store is not None:  # SLOR / MORCELA need the corpus's own unigram counts
-        from probes.unigram import from_token_store
+        from probes.scoring.unigram import from_token_store
 
         unigram = (from_token_store(token_store, len(tokenizer)), f"token_store:{Path(token_store).name}")
     hooks = [ProbeHook(cfg, tokenizer, run_dir, final_step=final_step, unigram=unigram)]
@@ -151,14 +151,14 @@ def probe_hooks(cfg: ProbesConfig, tokenizer, run_dir: Path, *, final_step: Opti
 
 
 def grammar_documents(cfg: GrammarConfig) -> list[str]:
-    """The built-in grammar's training documents (probes.grammar), the corpus of ``data=grammar``."""
-    from probes.grammar import corpus_documents
+    """The built-in grammar's training documents (probes.benchmarks.grammar), the corpus of ``data=grammar``."""
+    from probes.benchmarks.grammar import corpus_documents
 
     return list(corpus_documents(cfg))
 
 
 def write_curves(run_dir: Path) -> int:
     """``probes curves RUN --out RUN/curves``: the learning curves a run draws when it ends."""
-    from probes.curves import main as curves_main
+    from probes.analysis.curves import main as curves_main
 
     return curves_main([str(run_dir), "--out", str(Path(run_dir) / "curves")])

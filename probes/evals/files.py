@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Callable, Iterable, Iterator, Optional
 
 META_KEY = b"syntax_dynamics"  # parquet schema-metadata key of an eval file's JSON metadata
-CONVENTION = "start_token_all_tokens_v2"  # the scoring convention (probes/scoring.py documents it)
+CONVENTION = "start_token_all_tokens_v2"  # the scoring convention (probes/scoring/primitive.py documents it)
 REGIONS = ("prefix", "critical", "suffix")  # the generic per-pair regions of every eval file
 ALL_SUFFIX = "_all"  # probes.final_all_pairs: every pair of <name> at the last checkpoint, as "<name>_all"
 STEP_DIR = re.compile(r"^step(\d+)$")  # checkpoints/step<N>, evals/step<N>: N = optimizer steps done
@@ -266,7 +266,7 @@ def read_meta(path: Path) -> dict:
     return meta
 
 
-TOKENS_SUFFIX = ".tokens.parquet"  # the per-token sidecar beside an eval file (probes/tokens.py)
+TOKENS_SUFFIX = ".tokens.parquet"  # the per-token sidecar beside an eval file (probes/scoring/tokens.py)
 
 
 def tokens_path(eval_file: Path) -> Path:

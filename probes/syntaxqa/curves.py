@@ -18,9 +18,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from probes.evals import read_meta
-from probes.plotting import colors, finish_legend, new_figure, plot_line, token_axis
-from probes.evalset import log_tokens
-from probes.outputs import save_figure, write_csv
+from probes.analysis.plotting import colors, finish_legend, new_figure, plot_line, token_axis
+from probes.analysis.evalset import log_tokens
+from probes.analysis.outputs import save_figure, write_csv
 from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS, PAPER_BENCHMARK
 
 PARTS = ("OA", "OA_random", "TF_acc", "MC_acc", "FITB_acc", "FITB_F1")

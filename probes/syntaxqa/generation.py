@@ -1,7 +1,7 @@
 """Greedy generation for the syntax questions: transformers' ``generate`` with ``do_sample=False``.
 
 Greedy decoding is temperature 0 (the paper's setting). Each prompt starts with the scoring start
-token (``probes.scoring.sentence_ids``), like every scored sentence; rows are left-padded in batches
+token (``probes.scoring.primitive.sentence_ids``), like every scored sentence; rows are left-padded in batches
 (sorted by length) so that every row's last prompt token sits where generation starts, with the
 tokenizer's pad id (else the start id) under an attention mask of 0. A row stops at the tokenizer's
 EOS, at its own token budget, or once its text contains one of ``stops``; the returned text is the
@@ -34,7 +34,7 @@ def greedy_generate(model, tokenizer, prompts: Sequence[str], max_new_tokens: in
     import torch
     from transformers import StoppingCriteriaList
 
-    from probes.scoring import sentence_ids, start_id
+    from probes.scoring.primitive import sentence_ids, start_id
 
     budgets = [int(max_new_tokens)] * len(prompts) if isinstance(max_new_tokens, int) else [int(b) for b in max_new_tokens]
     if len(budgets) != len(prompts):

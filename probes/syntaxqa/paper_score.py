@@ -58,7 +58,7 @@ def build_paper_items_and_reports(cfg: SyntaxQAConfig) -> tuple[list[PaperItem],
 
 def _budgets(model, tokenizer, items: list[PaperItem], cfg: SyntaxQAConfig) -> list[list[int]]:
     """Per item and prompt: the paper's budget, cut to the model's positions (module doc)."""
-    from probes.scoring import sentence_ids
+    from probes.scoring.primitive import sentence_ids
 
     limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     out, cut = [], 0

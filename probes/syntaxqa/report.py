@@ -17,10 +17,10 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from probes.aggregate import seed_summary
-from probes.plotting import colors, finish_legend, new_figure, plot_line, token_axis
-from probes.outputs import save_figure, write_csv
-from probes.scaling import budget_label
+from probes.analysis.aggregate import seed_summary
+from probes.analysis.plotting import colors, finish_legend, new_figure, plot_line, token_axis
+from probes.analysis.outputs import save_figure, write_csv
+from probes.analysis.scaling import budget_label
 from probes.syntaxqa.curves import (PARTS, draw_baseline, draw_knowledge_points, draw_question_types,
                                     score_limits, syntax_qa_table)
 

@@ -86,7 +86,7 @@ def continuation_ids(tokenizer, prefix: str, conts: list[str]) -> tuple[list[int
     See the module docstring: the context is the token prefix shared by the prefix and all the
     prefix+continuation strings, so every candidate is scored on the same context.
     """
-    from probes.scoring import bos_id
+    from probes.scoring.primitive import bos_id
 
     enc = tokenizer([prefix] + [prefix + c for c in conts], add_special_tokens=False)["input_ids"]
     p_ids, fulls = list(enc[0]), [list(e) for e in enc[1:]]
@@ -114,7 +114,7 @@ def _likelihood_scores(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig,
     and each option is one log-prob at its last position (``next_token_logprobs``). Otherwise, and
     for every prompt with share_context=False, each context + option runs as its own sequence.
     """
-    from probes.scoring import next_token_logprobs, token_logprobs
+    from probes.scoring.primitive import next_token_logprobs, token_logprobs
 
     seqs: list[list[int]] = []
     where: list[tuple[int, int, int, int]] = []  # (item, prompt, option, context length)
@@ -345,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from probes.outputs import check_output_file
+    from probes.analysis.outputs import check_output_file
 
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:

@@ -9,7 +9,7 @@ pairs. Per pair that is
     sum  Δ_R = lp_good_R − lp_bad_R                                 (nats; also in every table)
 
 where lp_*_R / ntok_*_R add up the eval file's per-slot columns (``lp_good_slot_<slot>`` …, written
-by probes.scoring for pairs with template slots) over the slots that probes/phrase_regions.json
+by probes.scoring.primitive for pairs with template slots) over the slots that probes/benchmarks/phrase_regions.json
 groups into R. A paradigm not in that file shows one region per slot. Pairs without slot columns
 fall back to the generic split of the eval file (shared prefix / critical span / shared suffix),
 and every figure and table says which regions it shows and for how many pairs.
@@ -32,11 +32,11 @@ import pandas as pd
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from probes.aggregate import seed_summary
-from probes.evalfile import REGIONS as GENERIC
-from probes.evalset import EvalInputError, EvalSet
+from probes.analysis.aggregate import seed_summary
+from probes.analysis.evalfile import REGIONS as GENERIC
+from probes.analysis.evalset import EvalInputError, EvalSet
 
-PHRASE_REGIONS = Path(__file__).with_name("phrase_regions.json")
+PHRASE_REGIONS = Path(__file__).parents[1] / "benchmarks" / "phrase_regions.json"
 # --case-study auto: the paper's paradigm (real or generated pairs), else the built-in grammar's
 # attractor paradigm (the demo), first present wins
 DEFAULT_PARADIGMS = ("npi_renhe_wh_question_subj", "npi_renhe_wh_question_subj_yikang",
@@ -54,7 +54,7 @@ _GENERIC_COL = re.compile(r"^(?:lp|ntok)_(?:good|bad)_(?:prefix|critical|suffix)
 class CaseStudyConfig:
     paradigm: str = "auto"  # a paradigm name, "auto" (DEFAULT_PARADIGMS) or "none"
     quantity: str = "mean"  # mean | sum: what the figure draws (tables carry both)
-    phrase_regions: Optional[str] = None  # JSON file of slot groupings; None = probes/phrase_regions.json
+    phrase_regions: Optional[str] = None  # JSON file of slot groupings; None = probes/benchmarks/phrase_regions.json
     max_plots: int = 6  # figures (one per model x budget; largest models first)
 
 
@@ -229,8 +229,8 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
                     metric: str = "acc_mlp") -> Path:
     """Figure 6 of the paper: accuracy (top) and each region's Δ (bottom) against tokens, log x;
     lines are seed means, bands the 95 % interval over seeds (none with one seed)."""
-    from probes.plotting import new_figure, plot_line, token_axis
-    from probes.outputs import save_figure
+    from probes.analysis.plotting import new_figure, plot_line, token_axis
+    from probes.analysis.outputs import save_figure
 
     c = s.sort_values("step")
     tok = c["tokens"].to_numpy()
@@ -278,7 +278,7 @@ def pick_paradigms(ev: EvalSet, name: str) -> list[tuple[str, str]]:
 
 
 def _largest_first(s: pd.DataFrame) -> list[tuple]:
-    from probes.evalset import parse_model_params
+    from probes.analysis.evalset import parse_model_params
 
     keys = s[["model", "budget"]].drop_duplicates()
     order = sorted(keys.itertuples(index=False), key=lambda k: (-(parse_model_params(k.model) or 0),
@@ -290,9 +290,9 @@ def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metri
                        ) -> tuple[list, list[str]]:
     """Tables under out/tables, figures submitted to ``jobs``; returns (markdown blocks, notes): a
     block is a line, a DataFrame (a table) or ("figures", title prefix) for the figures drawn."""
-    from probes.plotting import safe_name
-    from probes.outputs import write_csv
-    from probes.scaling import budget_label
+    from probes.analysis.plotting import safe_name
+    from probes.analysis.outputs import write_csv
+    from probes.analysis.scaling import budget_label
 
     if cfg.quantity not in QUANTITIES:
         raise EvalInputError(f"case study quantity {cfg.quantity!r}: expected one of {sorted(QUANTITIES)}")

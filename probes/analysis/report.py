@@ -16,21 +16,21 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from probes.aggregate import bootstrap_paradigm_intervals, bootstrap_phenomenon_intervals, seed_summary
-from probes.aoa import AoAConfig, aoa_table
-from probes.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
-from probes.curves import GROUP_RUN, phenomenon_table
-from probes.plotting import plot_line, safe_name, token_axis
-from probes.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_runs, parse_model_params
-from probes.formuse import use_sections
-from probes.human import PAPER_HUMAN_OVERALL, zhoblimp_human
-from probes.unigram import MORCELA_BETA, MORCELA_GAMMA, final_metrics
-from probes.outputs import FigureJobs, save_figure, write_csv, write_parquet, write_table, write_text
-from probes.regions import RegionConfig, group_region_curves, plot_regions, u_region_table
-from probes.scaling import (PAPER_GROUPS, ScalingConfig, budget_label, difficulty_groups, final_accuracy,
+from probes.analysis.aggregate import bootstrap_paradigm_intervals, bootstrap_phenomenon_intervals, seed_summary
+from probes.analysis.aoa import AoAConfig, aoa_table
+from probes.analysis.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
+from probes.analysis.curves import GROUP_RUN, phenomenon_table
+from probes.analysis.plotting import plot_line, safe_name, token_axis
+from probes.analysis.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_runs, parse_model_params
+from probes.analysis.formuse import use_sections
+from probes.analysis.human import PAPER_HUMAN_OVERALL, zhoblimp_human
+from probes.scoring.unigram import MORCELA_BETA, MORCELA_GAMMA, final_metrics
+from probes.analysis.outputs import FigureJobs, save_figure, write_csv, write_parquet, write_table, write_text
+from probes.analysis.regions import RegionConfig, group_region_curves, plot_regions, u_region_table
+from probes.analysis.scaling import (PAPER_GROUPS, ScalingConfig, budget_label, difficulty_groups, final_accuracy,
                             grid_tables, plot_grid_overall, plot_grid_phenomena)
 from probes.syntaxqa.report import syntax_qa_section
-from probes.ushape import UShapeConfig, find_u_shapes_in_runs
+from probes.analysis.ushape import UShapeConfig, find_u_shapes_in_runs
 
 
 @dataclass
@@ -100,7 +100,7 @@ def plot_phenomenon_bands(s: pd.DataFrame, boot: pd.DataFrame, ref, benchmark: s
             label = f"{model} ({n} seed{'s' if n > 1 else ''})"
             plot_line(ax, g.tokens.to_numpy(), g[f"{metric}_mean"].to_numpy(), ref, label, color[model], band=band)
             handles.setdefault(model, ax.lines[-1 if not (g.tokens == 0).any() else -2])
-        if human is not None and human == human:  # the human baseline of this phenomenon (probes/human.py)
+        if human is not None and human == human:  # the human baseline of this phenomenon (probes/analysis/human.py)
             ax.axhline(human, color="0.3", ls=":", lw=1.2)
             handles.setdefault("human", ax.lines[-1])
             handles["human"].set_label(f"human {100 * human:.1f} % (validation CSV)")
@@ -234,7 +234,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         write_csv(tdir / "runs.csv", runs)
         # 6. the syntax-questions probe, where runs have it (drawn here: three figures)
         qa_md, qa_figs = syntax_qa_section([(r.name, Path(r.path), r.model, r.budget) for r in ev.runs], out)
-        # 6b. the ELAGENT tasks (where runs have them) and the form-vs-use view (FAC²E; probes.formuse)
+        # 6b. the ELAGENT tasks (where runs have them) and the form-vs-use view (FAC²E; probes.analysis.formuse)
         use_md, use_figs = use_sections(ev, out, metric, cfg.aoa)
         figs = jobs.results() + qa_figs + use_figs
 
@@ -255,7 +255,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
 def _human_table(human, per_phen: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Per ZhoBLiMP phenomenon: human accuracy (the CSV, our reading; the paper's Table 4) beside the final
     accuracy of every model on the largest budget (the grid's best-trained models)."""
-    from probes.scaling import largest_budget
+    from probes.analysis.scaling import largest_budget
 
     h = human[0][["phenomenon", "n_paradigms", "human_acc", "human_acc_paper"]]
     # the full benchmark at the last checkpoint (probes.final_all_pairs) where runs have it, else the sample
@@ -323,7 +323,7 @@ def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes
         L += ["## Unigram-normalised metrics at the last checkpoint (SLOR, MORCELA)", "",
               f"Mean over paradigms and seeds (as the scaling grid); SLOR = (lp - ulp)/ntok, MORCELA = (lp - {MORCELA_BETA} ulp + "
               f"{MORCELA_GAMMA})/ntok (beta, gamma: our choice, the middle of the ZhoBLiMP authors' sweep; "
-              "probes/unigram.py), ulp = the sentence's unigram log-prob from the run's own token counts "
+              "probes/scoring/unigram.py), ulp = the sentence's unigram log-prob from the run's own token counts "
               "(or the table named in tables/unigram_metrics_final.csv). Every other section uses "
               f"{'MLP' if cfg.metric == 'mlp' else 'sum-LP'}.", "", _md_table(summ, 40), ""]
     s = cfg.scaling
@@ -341,7 +341,7 @@ def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes
           f"accuracy and log10 model size, as the ZhoBLiMP paper (§5.3) defines the groups: Easy best >= "
           f"{s.easy_min_best}; Medium best >= {s.medium_min_best}; Difficult near chance with r >= "
           f"{s.difficult_min_r}; Other near chance otherwise (also when fewer than {s.min_sizes_for_r} model "
-          "sizes make r meaningless). The thresholds are OUR documented defaults (probes/scaling.py): the "
+          "sizes make r meaningless). The thresholds are OUR documented defaults (probes/analysis/scaling.py): the "
           "paper's numbers did not survive in its text. Last row: the paper's outcome, 80 / 15 / 13 / 10 of "
           "118 paradigms.", "",
           _md_table(counts) if len(counts) else "_(none)_", "",
@@ -420,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="region delta drawn: 'mean' = difference in mean log-prob per token (the paper's), "
                         "'sum' = difference in summed log-prob (tables carry both)")
     p.add_argument("--phrase-regions", default=None, metavar="JSON",
-                   help="slot grouping per paradigm (default probes/phrase_regions.json)")
+                   help="slot grouping per paradigm (default probes/benchmarks/phrase_regions.json)")
     p.add_argument("--wandb", action="store_true", help="also log figures and tables to W&B (offline by default)")
     return p
 

@@ -2,7 +2,7 @@
 
 Every reader takes one file and the root the user pointed at (paradigms that repeat across folders
 are keyed by their path below that root) and returns the file's pairs in file order, *before* the
-identical/duplicate rule (that rule lives in `probes.benchmarks`, applied once for every format).
+identical/duplicate rule (that rule lives in `probes.benchmarks.registry`, applied once for every format).
 
 Formats (what each author published; see each folder's SOURCE.txt/README in ../shared/benchmarks):
   blimp     jsonl; `sentence_good`/`sentence_bad`, paradigm = `UID`, phenomenon = `linguistics_term`
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from probes.pairs import Pair
+from probes.benchmarks.pairs import Pair
 
 DATA_SUFFIXES = (".jsonl", ".csv", ".txt")
 SUPPLEMENT_FIELDS = ("contrast", "template", "quad", "fragment", "row")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from probes.evalset import RunInfo, parse_model_params
+from probes.analysis.evalset import RunInfo, parse_model_params
 
 GROUPS = ("Easy", "Medium", "Difficult", "Other")
 # ZhoBLiMP §5.3: "Out of the 118 paradigms, 80 and 15 paradigms are of easy and medium level [...]
@@ -166,8 +166,8 @@ def heatmap(ax, data: np.ndarray, rows: list[str], cols: list[str], title: str, 
 
 
 def plot_grid_overall(overall: pd.DataFrame, benchmark: str, metric: str, out_dir):
-    from probes.plotting import new_figure
-    from probes.outputs import save_figure
+    from probes.analysis.plotting import new_figure
+    from probes.analysis.outputs import save_figure
 
     o = overall[overall.benchmark == benchmark]
     models, budgets = _model_order(o), _budget_order(o.budget)
@@ -182,8 +182,8 @@ def plot_grid_overall(overall: pd.DataFrame, benchmark: str, metric: str, out_di
 
 
 def plot_grid_phenomena(overall: pd.DataFrame, per_phen: pd.DataFrame, benchmark: str, metric: str, out_dir):
-    from probes.plotting import new_figure
-    from probes.outputs import save_figure
+    from probes.analysis.plotting import new_figure
+    from probes.analysis.outputs import save_figure
 
     o = overall[overall.benchmark == benchmark]  # model and budget order as in the overall heatmap
     models, budgets = _model_order(o), _budget_order(o.budget)

@@ -6,7 +6,7 @@
 
 Where the real benchmarks live: `<repo>/../shared/benchmarks/<relpath>` (REGISTRY below), or under
 $SYNTAX_DYNAMICS_BENCHMARKS (a directory laid out like shared/benchmarks), or `BenchmarkConfig.path`.
-The per-format readers are in `probes.formats`.
+The per-format readers are in `probes.benchmarks.formats`.
 
 ONE rule for identical and duplicate pairs, applied to every source (real files, generic files,
 the built-in grammar), after reading and before subsampling:
@@ -42,10 +42,10 @@ from typing import Iterable, Optional
 
 import pandas as pd
 
-from probes import grammar
+from probes.benchmarks import grammar
 from probes.evals.config import BenchmarkConfig
-from probes.formats import READERS, BenchmarkFormatError, FieldMap, data_files, sniff_format
-from probes.pairs import Pair
+from probes.benchmarks.formats import READERS, BenchmarkFormatError, FieldMap, data_files, sniff_format
+from probes.benchmarks.pairs import Pair
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +74,8 @@ REGISTRY: dict[str, RegistryEntry] = {
     "babylm_supplement": RegistryEntry(
         "babylm", "babylm_2025_full_eval/evaluation_data/full_eval/supplement_filtered", "BabyLM 2025 BLiMP supplement (en)"
     ),
-    "grammar": RegistryEntry("grammar", None, "built-in grammar, English (probes.grammar)"),
-    "grammar_zh": RegistryEntry("grammar", None, "built-in grammar, Chinese (probes.grammar)"),
+    "grammar": RegistryEntry("grammar", None, "built-in grammar, English (probes.benchmarks.grammar)"),
+    "grammar_zh": RegistryEntry("grammar", None, "built-in grammar, Chinese (probes.benchmarks.grammar)"),
     # generated, no files: ELAGENT's Language A word order after k demonstrations (probes.elagent.language_a)
     "elagent_word_order": RegistryEntry("elagent", None, "ELAGENT Language A word order (generated)"),
 }
@@ -119,7 +119,7 @@ def benchmarks_root() -> Path:
     env = os.environ.get(ENV_VAR)
     if env:
         return Path(env).expanduser()
-    return Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
+    return Path(__file__).resolve().parents[3] / "shared" / "benchmarks"
 
 
 def default_path(name: str) -> Path:
@@ -177,7 +177,7 @@ def load_benchmark(cfg: BenchmarkConfig) -> BenchmarkPairs:
         fmt = REGISTRY[cfg.name].format
 
     if fmt == "grammar":
-        raw, source, formats = _load_grammar(cfg), f"probes.grammar({_grammar_cfg(cfg)})", {"grammar": 1}
+        raw, source, formats = _load_grammar(cfg), f"probes.benchmarks.grammar({_grammar_cfg(cfg)})", {"grammar": 1}
     elif fmt == "elagent":
         from probes.elagent.language_a import benchmark_pairs
 
@@ -216,7 +216,7 @@ def zhoblimp_templates_root(cfg: BenchmarkConfig, source: Path) -> Optional[Path
 
 
 def _attach_zhoblimp_slots(cfg: BenchmarkConfig, pairs: list[Pair], report: LoadReport):
-    from probes.zhoblimp_templates import attach_slots  # reads the vocabulary: only for ZhoBLiMP
+    from probes.benchmarks.zhoblimp_templates import attach_slots  # reads the vocabulary: only for ZhoBLiMP
 
     root = zhoblimp_templates_root(cfg, Path(report.source))
     if root is None:

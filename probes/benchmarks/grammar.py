@@ -1,7 +1,7 @@
 """Built-in grammar: one set of templates and a vocabulary give both a training corpus and minimal pairs.
 
-The grammars are package data (``probes/grammars/<variant>.json`` + a vocabulary TSV) run by the
-template engine in ``probes.generator``, the same engine that reads the real ZhoBLiMP templates.
+The grammars are package data (``probes/benchmarks/grammars/<variant>.json`` + a vocabulary TSV) run by the
+template engine in ``probes.benchmarks.generator``, the same engine that reads the real ZhoBLiMP templates.
 
 Paradigms (benchmark "grammar"): subject-verb agreement plain, across a PP attractor and across an
 object-relative-clause attractor (the nearest noun disagrees with the head), determiner-noun and
@@ -23,8 +23,8 @@ from functools import lru_cache
 from importlib import resources
 
 from probes.evals.config import GrammarConfig
-from probes.generator import Engine, GrammarError, Template, Vocabulary, parse_rule
-from probes.pairs import Pair
+from probes.benchmarks.generator import Engine, GrammarError, Template, Vocabulary, parse_rule
+from probes.benchmarks.pairs import Pair
 
 VARIANTS = ("en", "zh")
 
@@ -47,14 +47,14 @@ def _phrases(raw: dict, source: str) -> dict:
 
 @lru_cache(maxsize=None)
 def load_grammar(variant: str) -> Grammar:
-    """Read ``probes/grammars/<variant>.json`` and its vocabulary; every template is checked here."""
+    """Read ``probes/benchmarks/grammars/<variant>.json`` and its vocabulary; every template is checked here."""
     if variant not in VARIANTS:
         raise GrammarError(f"grammar.variant: unknown variant '{variant}' (choose from {', '.join(VARIANTS)})")
-    folder = resources.files("probes").joinpath("grammars")
-    source = f"probes/grammars/{variant}.json"
+    folder = resources.files("probes.benchmarks").joinpath("grammars")
+    source = f"probes/benchmarks/grammars/{variant}.json"
     raw = json.loads(folder.joinpath(f"{variant}.json").read_text(encoding="utf-8"))
     vocab_name = raw["vocabulary"]
-    vocab = Vocabulary.from_tsv(f"probes/grammars/{vocab_name}", folder.joinpath(vocab_name).read_text(encoding="utf-8"))
+    vocab = Vocabulary.from_tsv(f"probes/benchmarks/grammars/{vocab_name}", folder.joinpath(vocab_name).read_text(encoding="utf-8"))
     engine = Engine(vocab, _phrases(raw.get("phrases", {}), source))
     sep = raw.get("sep", " ")
     paradigms = [

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from probes.evalset import log_tokens
-from probes.ushape import smoothing_matrix
+from probes.analysis.evalset import log_tokens
+from probes.analysis.ushape import smoothing_matrix
 
 
 @dataclass

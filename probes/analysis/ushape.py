@@ -433,8 +433,8 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
     What one seed can show (thin_note, per group) goes to `evidence` if given, else to the notes."""
     import pandas as pd
 
-    from probes.evalfile import MISSING, MLP, SUM
-    from probes.evalset import log_tokens
+    from probes.analysis.evalfile import MISSING, MLP, SUM
+    from probes.analysis.evalset import log_tokens
 
     cfg = cfg or UShapeConfig()
     rng = np.random.default_rng(cfg.seed)

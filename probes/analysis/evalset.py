@@ -10,7 +10,7 @@ Per-pair rows are reduced at read time to one byte per pair and checkpoint (MLP 
 correctness) plus per-paradigm accuracies and mean region deltas, so a whole scaling grid
 (60 runs x 47 checkpoints x 35k pairs) stays in a few hundred MB and bootstrap intervals can still be
 drawn from the pairs later without rerunning a model. One file's reading and the alignment across
-checkpoints: probes.evalfile; the reduced copy kept in each run: probes.evalcache.
+checkpoints: probes.analysis.evalfile; the reduced copy kept in each run: probes.analysis.evalcache.
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from probes.evalcache import read_benchmark
-from probes.evalfile import PairOutcomes
+from probes.analysis.evalcache import read_benchmark
+from probes.analysis.evalfile import PairOutcomes
 from probes.evals.files import ALL_SUFFIX, REGIONS, EvalInputError, step_dirs
 
 # eval files of question items, not minimal pairs: their own readers (probes.syntaxqa.curves, probes.elagent.report)
@@ -121,7 +121,7 @@ def _load_run(d: Path, name: str, cache: bool = True):
     for step, sd in sorted(evals.items()):
         for f in sorted(sd.iterdir()):
             # ITEM_FILES hold question items, not minimal pairs (their own readers)
-            # <name>.tokens.parquet is the per-token sidecar of <name>.parquet (probes/tokens.py)
+            # <name>.tokens.parquet is the per-token sidecar of <name>.parquet (probes/scoring/tokens.py)
             if (f.suffix == ".parquet" and _visible(f) and f.is_file() and f.stem not in ITEM_FILES
                     and not f.name.endswith(".tokens.parquet")):
                 paths_by_bench.setdefault(f.stem, []).append((step, f))
@@ -172,7 +172,7 @@ def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cac
     """Read every eval file of every run directory. Raises EvalInputError naming what is wrong.
 
     workers: runs read at once by threads; default: the number of CPUs, at most 4.
-    cache: reuse / write the reduced form in <run>/evals/.reduced-<benchmark>.npz (see probes.evalcache).
+    cache: reuse / write the reduced form in <run>/evals/.reduced-<benchmark>.npz (see probes.analysis.evalcache).
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -210,7 +210,7 @@ def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cac
             all_outcomes[(info.name, bench)] = out
         frames += dfs
     if len(conventions) > 1:
-        # Numbers scored in different contexts are not comparable (probes/scoring.py: v1 conditioned
+        # Numbers scored in different contexts are not comparable (probes/scoring/primitive.py: v1 conditioned
         # on an untrained BOS): name the runs on each side so the older ones can be rescored.
         listed = "; ".join(f"{c!r}: run(s) {', '.join(runs_by_convention[c])} (e.g. {p})"
                            for c, p in sorted(conventions.items()))

@@ -30,7 +30,7 @@ _COLUMNS = ("UID", "correct", "total")
 
 
 def default_path() -> Path:
-    from probes.benchmarks import benchmarks_root
+    from probes.benchmarks.registry import benchmarks_root
 
     return benchmarks_root() / HUMAN_CSV
 

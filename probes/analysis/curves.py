@@ -4,7 +4,7 @@ Outputs under DIR:
     curves.csv / curves.parquet      one row per run x step x benchmark x paradigm (acc_mlp, acc_sum)
     phenomena.csv / .parquet         the same per phenomenon (mean over its paradigms)
     ushapes.csv                      U-shape candidates and verdicts by the report's rule (runs of one
-                                     model x budget are its seeds; probes.ushape.find_u_shapes_in_runs);
+                                     model x budget are its seeds; probes.analysis.ushape.find_u_shapes_in_runs);
                                      only rows with accepted=True are U-shapes
     problems.txt                     missing checkpoints / benchmarks (only when there are any)
     plots/<benchmark>/<phenomenon>.png   x = tokens seen (log); lines per paradigm (one run) or per run
@@ -22,11 +22,11 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from probes.evalset import EvalInputError, EvalSet, load_runs
-from probes.outputs import save_figure, write_csv, write_table, write_text
-from probes.plotting import colors, finish_legend, new_figure, plot_line, safe_name, short_label, token_axis
+from probes.analysis.evalset import EvalInputError, EvalSet, load_runs
+from probes.analysis.outputs import save_figure, write_csv, write_table, write_text
+from probes.analysis.plotting import colors, finish_legend, new_figure, plot_line, safe_name, short_label, token_axis
 from probes.syntaxqa.curves import syntax_qa_table, write_syntax_qa_curves
-from probes.ushape import UShapeConfig, find_u_shapes_in_runs
+from probes.analysis.ushape import UShapeConfig, find_u_shapes_in_runs
 
 TIDY_COLUMNS = ["run", "model", "budget", "seed", "step", "tokens", "benchmark", "phenomenon",
                 "paradigm", "n_pairs", "acc_mlp", "acc_sum"]
@@ -105,7 +105,7 @@ def plot_overview(phen_table: pd.DataFrame, benchmark: str, path: Path, metric: 
 def write_curves(ev: EvalSet, out: Path, delta: float = UShapeConfig.delta,
                  metric: str = "acc_mlp") -> dict[str, list]:
     """Tables and plots under `out`; returns the paths written ("tables", "plots") and what one seed
-    can show about U-shapes ("notes", see probes.ushape.thin_note)."""
+    can show about U-shapes ("notes", see probes.analysis.ushape.thin_note)."""
     out.mkdir(parents=True, exist_ok=True)
     table = ev.table
     phen = phenomenon_table(table)

@@ -1,7 +1,7 @@
 """Regions over training: accuracy and per-region delta (summed lp good - lp bad, mean over pairs).
 
 The generic, diff-based view of every paradigm (the paper's phrase-region case study, NP/VP from
-template slots with mean-per-token deltas, is probes.casestudy): the critical span (where good and
+template slots with mean-per-token deltas, is probes.analysis.casestudy): the critical span (where good and
 bad tokens differ) and the spillover suffix are followed checkpoint by checkpoint next to the accuracy, and for each detected
 U-shape we say which region's delta moves first. "Moves" is measured inside the U's window (peak
 to recovery): a region's onset is the first checkpoint at which its delta has changed by
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from probes.evalset import REGIONS
+from probes.analysis.evalset import REGIONS
 
 REGION_COLORS = {"prefix": "tab:gray", "critical": "tab:red", "suffix": "tab:blue", "total": "black"}
 
@@ -101,8 +101,8 @@ def u_region_table(ushapes: pd.DataFrame, par_curves: pd.DataFrame, phen_curves:
 def plot_regions(curve: pd.DataFrame, title: str, path, ushapes: pd.DataFrame | None = None,
                  metric: str = "acc_mlp"):
     """Accuracy (top) and mean region deltas (bottom) against tokens, U windows shaded."""
-    from probes.plotting import new_figure, plot_line, token_axis
-    from probes.outputs import save_figure
+    from probes.analysis.plotting import new_figure, plot_line, token_axis
+    from probes.analysis.outputs import save_figure
 
     c = curve.sort_values("step")
     tok = c["tokens"].to_numpy()

@@ -3,7 +3,7 @@
     python -m probes score-run RUN_DIR --benchmark blimp [--benchmark zhoblimp ...]
     python -m probes watch RUN_DIR --benchmark blimp --poll 60 --timeout 86400
 
-Both write ``<run>/evals/step<N>/<benchmark>.parquet`` (``probes.store``) for every whole
+Both write ``<run>/evals/step<N>/<benchmark>.parquet`` (``probes.scoring.store``) for every whole
 checkpoint, the same files the in-loop probe hook writes, and are idempotent:
 
 * only directories named ``checkpoints/step<N>`` are read (the trainer assembles a checkpoint
@@ -30,7 +30,7 @@ from typing import Callable, Optional
 from probes.evals import (IncompleteCheckpointError, ScoreOptions, eval_done, eval_path, evaluate_checkpoint,
                           ids_fingerprint, list_checkpoints, manifest_hash, pair_set, read_meta,
                           read_trainer_state, verify_checkpoint)
-from probes.pairs import Pair
+from probes.benchmarks.pairs import Pair
 from train.errors import InputFileError, reading
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from probes.hook import summary_metrics
+    from probes.scoring.hook import summary_metrics
     from train.weights import load_causal_lm
 
     state = read_trainer_state(ckpt_dir)

@@ -10,10 +10,10 @@ the eval file ``<benchmark>.parquet``, keyed by ``paradigm`` + ``pair_id``:
     ids_good, ids_bad        list<int32>    the scored token ids (the start token is not scored)
     pieces_good, pieces_bad  list<string>   the tokenizer's pieces of those ids
     lps_good, lps_bad        list<float32>  natural-log probability of each token (convention of
-                                            probes/scoring.py)
+                                            probes/scoring/primitive.py)
 
 The lps are the float32 values the model produced, so their float64 sum is bit for bit the eval
-file's ``lp_good`` / ``lp_bad``. The schema metadata is the eval file's (``probes.store``). The
+file's ``lp_good`` / ``lp_bad``. The schema metadata is the eval file's (``probes.scoring.store``). The
 sidecar is written before its eval file, with the shared atomic writer; an eval file rescored
 without per-token removes its old sidecar first, so a sidecar never outlives the scores it explains
 (and ``pair_tokens`` checks the sums against the eval file anyway).
@@ -44,7 +44,7 @@ def is_tokens_file(path: Path) -> bool:
 
 def frame_columns(tokenizer, pairs, ids: list[list[int]], lps: list[np.ndarray],
                   index: dict[str, int]) -> dict[str, list]:
-    """The per-token columns of ``pairs`` (``FRAME_COLUMNS``) from probes.scoring's per-sentence
+    """The per-token columns of ``pairs`` (``FRAME_COLUMNS``) from probes.scoring.primitive's per-sentence
     ids (start token first) and lps; pieces are looked up once per distinct sentence."""
     pieces: dict[int, list[str]] = {}
     out: dict[str, list] = {c: [] for c in FRAME_COLUMNS}
@@ -55,7 +55,7 @@ def frame_columns(tokenizer, pairs, ids: list[list[int]], lps: list[np.ndarray],
                 pieces[k] = tokenizer.convert_ids_to_tokens(ids[k][1:])
             out[f"ids_{side}"].append(np.asarray(ids[k][1:], dtype=np.int32))
             out[f"pieces_{side}"].append(pieces[k])
-            # lossless: the lps are float32 values widened to float64 (probes.scoring)
+            # lossless: the lps are float32 values widened to float64 (probes.scoring.primitive)
             out[f"lps_{side}"].append(np.asarray(lps[k], dtype=np.float32))
     return out
 
@@ -72,9 +72,9 @@ def split_frame(df):
 
 
 def write_eval(df, path: Path, meta: dict) -> None:
-    """Write an eval file (``probes.store.write_pairs``) and, when ``df`` has the per-token
+    """Write an eval file (``probes.scoring.store.write_pairs``) and, when ``df`` has the per-token
     columns, its sidecar first; without them an old sidecar is removed first (module doc)."""
-    from probes.store import write_pairs
+    from probes.scoring.store import write_pairs
 
     df, table = split_frame(df)
     side = tokens_path(path)
@@ -86,7 +86,7 @@ def write_eval(df, path: Path, meta: dict) -> None:
 
 
 def write_tokens(table: pa.Table, path: Path, meta: dict) -> None:
-    """The sidecar, atomically (probes.outputs.atomic_open), with the eval file's metadata."""
+    """The sidecar, atomically (probes.analysis.outputs.atomic_open), with the eval file's metadata."""
     from probes.evals.files import META_KEY, atomic_open
 
     blob = json.dumps({**meta, "kind": "per_token"}, default=str).encode()
@@ -103,7 +103,7 @@ def write_tokens(table: pa.Table, path: Path, meta: dict) -> None:
 
 def read_tokens(path: Path, paradigm: Optional[str] = None, pair_id: Optional[str] = None):
     """(rows as a list of dicts, metadata) of a sidecar; filtered to one paradigm / pair when given."""
-    from probes.store import META_KEY
+    from probes.scoring.store import META_KEY
 
     filters = [(k, "=", v) for k, v in (("paradigm", paradigm), ("pair_id", pair_id)) if v is not None]
     table = pq.read_table(path, filters=filters or None)
@@ -179,8 +179,8 @@ def _labeller(pieces: list[str]):
 
 def draw(points: list[dict], title: str, out: Path) -> Path:
     """Good and bad side by side: one line per token position, surprisal (nats) over tokens seen."""
-    from probes.plotting import new_figure, plot_line, token_axis
-    from probes.outputs import save_figure
+    from probes.analysis.plotting import new_figure, plot_line, token_axis
+    from probes.analysis.outputs import save_figure
 
     table = surprisal_table(points)
     all_tokens = np.array(sorted({pt["tokens"] for pt in points}), dtype=float)
@@ -245,7 +245,7 @@ def _main(args) -> int:
     elif bench not in have:
         raise ValueError(f"--benchmark {bench}: no per-token files of it in {evals} (have: {', '.join(have)})")
     if args.out is not None:
-        from probes.outputs import check_output_file
+        from probes.analysis.outputs import check_output_file
 
         check_output_file(args.out)
     points = pair_tokens(args.run_dir, bench, args.paradigm, args.pair)

@@ -11,7 +11,7 @@ from typing import Optional
 
 import numpy as np
 
-from probes.evalset import log_tokens
+from probes.analysis.evalset import log_tokens
 
 CHANCE = 0.5
 

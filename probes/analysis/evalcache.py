@@ -21,8 +21,8 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from probes import evalfile
-from probes.evalfile import PairOutcomes
+from probes.analysis import evalfile
+from probes.analysis.evalfile import PairOutcomes
 from probes.evals.files import REGIONS, atomic_open
 
 CACHE_VERSION = 2

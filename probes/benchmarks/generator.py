@@ -28,8 +28,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
-from probes.pairs import Pair, Region
-from probes.vocabulary import Entry, GrammarError, Query, Vocabulary
+from probes.benchmarks.pairs import Pair, Region
+from probes.benchmarks.vocabulary import Entry, GrammarError, Query, Vocabulary
 
 # Punctuation that attaches to the previous word when words are joined by a space.
 _NO_SPACE_BEFORE = frozenset({".", ",", "?", "!", ";", ":"})

@@ -8,7 +8,7 @@ mean of its paradigms' accuracies (each paradigm resampled within itself, i.e. a
 bootstrap); its bootstrap variance is exactly sum_j p_j(1-p_j)/n_j / K^2, and we report the
 normal interval with that variance (exact percentiles of a sum of binomials would need a
 convolution per row and change the interval by far less than its width at n >= 100 pairs).
-The paired bootstrap of a U's drop, where pair identities matter, is in probes.ushape (analyse_curve).
+The paired bootstrap of a U's drop, where pair identities matter, is in probes.analysis.ushape (analyse_curve).
 """
 from __future__ import annotations
 

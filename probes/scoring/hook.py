@@ -17,12 +17,12 @@ from typing import Optional
 
 import pandas as pd
 
-from probes.benchmarks import load_benchmark
+from probes.benchmarks.registry import load_benchmark
 from probes.evals import (ALL_SUFFIX, ProbesConfig, ScoreOptions, checkpoint_dir, eval_done, eval_path,
                           evaluate_checkpoint, ids_fingerprint, manifest_hash, pair_set)
-from probes.pairs import Pair
-from probes.scoring import accuracy, correct, score_pairs
-from probes.store import read_pairs
+from probes.benchmarks.pairs import Pair
+from probes.scoring.primitive import accuracy, correct, score_pairs
+from probes.scoring.store import read_pairs
 
 __all__ = ["ProbeHook", "ProbesConfig", "score_sharded", "summary_metrics"]
 

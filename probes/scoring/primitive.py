@@ -47,7 +47,7 @@ import pandas as pd
 import torch
 
 from probes.evals.files import CONVENTION, REGIONS as REGION_NAMES  # defined by the eval contract
-from probes.pairs import Pair
+from probes.benchmarks.pairs import Pair
 from train.start_token import scoring_start_id
 
 log = logging.getLogger(__name__)
@@ -385,8 +385,8 @@ def score_pairs(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64, de
     """One row per pair with lp/ntok of good and bad and their prefix/critical/suffix region sums.
 
     Each unique sentence is scored once (benchmarks repeat sentences across pairs).
-    ``per_token``: also the list columns of ``probes.tokens.FRAME_COLUMNS`` (ids, pieces and lps
-    of every token), which ``probes.tokens.write_eval`` moves to the per-token sidecar.
+    ``per_token``: also the list columns of ``probes.scoring.tokens.FRAME_COLUMNS`` (ids, pieces and lps
+    of every token), which ``probes.scoring.tokens.write_eval`` moves to the per-token sidecar.
     """
     texts = list(dict.fromkeys(t for p in pairs for t in (p.good, p.bad)))
     for p in pairs:
@@ -443,7 +443,7 @@ def score_pairs(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64, de
                 for name in REGION_NAMES]
     df = pd.DataFrame(rows, columns=columns + slot_columns)
     if per_token:
-        from probes.tokens import frame_columns
+        from probes.scoring.tokens import frame_columns
 
         for name, values in frame_columns(tokenizer, pairs, ids, lps, index).items():
             df[name] = pd.Series(values, index=df.index, dtype=object)  # one list per pair

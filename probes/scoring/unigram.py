@@ -15,7 +15,7 @@ here; the defaults (MORCELA_BETA, MORCELA_GAMMA) are the middle of that sweep: o
 
 Per-pair columns (eval-file contract, checkpoints.md): ``ulp_good``, ``ulp_bad`` (float, nats), and the
 eval file's meta ``unigram`` names the table. They need no model, so they are added to existing eval
-files too: ``python -m probes.unigram RUN_DIR... [--table FILE]``.
+files too: ``python -m probes.scoring.unigram RUN_DIR... [--table FILE]``.
 
 Where the unigram probabilities come from:
 * our runs: the counts of every id in the run's token store (``<cache_dir>/stores/<fp>/tokens.bin``, the
@@ -120,13 +120,13 @@ def correct(df: pd.DataFrame, metric: str, **params) -> pd.Series:
     """Per-pair correctness under SLOR / MORCELA, strict (a tie is wrong); NaN-free rows required."""
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
-        raise ValueError(f"no {', '.join(missing)} columns: add them with python -m probes.unigram RUN_DIR")
+        raise ValueError(f"no {', '.join(missing)} columns: add them with python -m probes.scoring.unigram RUN_DIR")
     return score(df, "good", metric, **params) > score(df, "bad", metric, **params)
 
 
 def accuracy_table(df: pd.DataFrame, **params) -> pd.DataFrame:
     """Per paradigm: accuracy under MLP, sum-LP, SLOR and MORCELA (rows of one eval file)."""
-    from probes.scoring import correct as lp_correct
+    from probes.scoring.primitive import correct as lp_correct
 
     t = df[["phenomenon", "paradigm"]].copy()
     t["acc_mlp"], t["acc_sum"] = lp_correct(df, "mlp"), lp_correct(df, "sum")
@@ -141,7 +141,7 @@ def add_to_run(run_dir: Union[str, Path], table: Optional[Union[str, Path]] = No
     The unigram table: ``table`` (an authors'-style JSON), else the run's own token store, found from
     its config (data.cache_dir) and the tokenizer saved in its checkpoints."""
     from probes.evals import list_checkpoints
-    from probes.store import read_pairs, write_pairs
+    from probes.scoring.store import read_pairs, write_pairs
     from train.tokenizer import load_tokenizer
 
     run_dir = Path(run_dir)
@@ -186,7 +186,7 @@ def _run_store(run_dir: Path, ckpt: Path, cache_dir) -> Path:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m probes.unigram",
+    p = argparse.ArgumentParser(prog="python -m probes.scoring.unigram",
                                 description="Add unigram log-prob columns (ulp_good, ulp_bad) to a run's eval files.")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--table", help="an {id: probability} JSON (e.g. zhoblimp/unigram/chinese-llama.json); "
@@ -211,7 +211,7 @@ def final_metrics(runs, **params) -> pd.DataFrame:
     """Per run x benchmark x paradigm at each run's last checkpoint: accuracy under MLP, sum-LP, SLOR
     and MORCELA, from the eval files that carry ulp columns (others are skipped: no unigram table)."""
     from probes.evals import step_dirs
-    from probes.store import read_pairs
+    from probes.scoring.store import read_pairs
 
     rows = []
     for r in runs:

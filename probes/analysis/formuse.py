@@ -15,7 +15,7 @@ does one lag? The probes of a run fall into two groups:
 A probe's accuracy is the mean over its paradigms (minimal pairs: the report's metric, chance 0.5) or the
 stored task accuracy with its random baseline (ELAGENT: 1/options; FITB: a random phrase of the sentence).
 A group's curve is the mean over its probes at each checkpoint, its chance the mean of theirs. The age of
-acquisition of each group's curve is the report's (``probes.aoa``: a sigmoid on log10 tokens, halfway
+acquisition of each group's curve is the report's (``probes.analysis.aoa``: a sigmoid on log10 tokens, halfway
 between chance and the best fitted accuracy), fitted per run with the group's chance, averaged over seeds.
 """
 from __future__ import annotations
@@ -26,12 +26,12 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from probes.aggregate import seed_summary
-from probes.aoa import AoAConfig, aoa_from_fit, fit_sigmoids
-from probes.plotting import new_figure, plot_line, token_axis
-from probes.evalset import ALL_SUFFIX, EvalSet, log_tokens
-from probes.outputs import save_figure, write_csv
-from probes.scaling import budget_label
+from probes.analysis.aggregate import seed_summary
+from probes.analysis.aoa import AoAConfig, aoa_from_fit, fit_sigmoids
+from probes.analysis.plotting import new_figure, plot_line, token_axis
+from probes.analysis.evalset import ALL_SUFFIX, EvalSet, log_tokens
+from probes.analysis.outputs import save_figure, write_csv
+from probes.analysis.scaling import budget_label
 
 USE_BENCHMARKS = ("elagent_word_order",)  # minimal-pair benchmarks that are generated tasks, not knowledge
 COLORS = {"form": "tab:blue", "use": "tab:orange"}
@@ -77,7 +77,7 @@ def group_curves(probes: pd.DataFrame) -> pd.DataFrame:
 
 
 def group_aoa(groups: pd.DataFrame, cfg: Optional[AoAConfig] = None) -> pd.DataFrame:
-    """AoA of each run's form and use curve (probes.aoa's fit and rule, the group's own chance)."""
+    """AoA of each run's form and use curve (probes.analysis.aoa's fit and rule, the group's own chance)."""
     cfg = cfg or AoAConfig()
     rows = []
     for (run, group), d in groups.groupby(["run", "group"], sort=True):
@@ -158,7 +158,7 @@ def formuse_section(ev: EvalSet, out: Path, metric: str = "acc_mlp", elagent: Op
           "tasks that need a rule applied to new material (ELAGENT: Language A word order after demonstrations, "
           "redefined precedence, deduction) and fill-in-the-blank syntax questions where present. Each group's "
           "curve is the mean of its probes' accuracies (a probe: mean over its paradigms), drawn with the mean of "
-          "their chance levels (dashed) and its age of acquisition (dotted; `probes.aoa`'s sigmoid rule with the "
+          "their chance levels (dashed) and its age of acquisition (dotted; `probes.analysis.aoa`'s sigmoid rule with the "
           "group's chance). A use curve that stays at chance while form rises, or an AoA gap, is the "
           "dissociation. Numbers: `tables/formuse*.csv`.", "",
           "Which probes feed which group:", "", "| group | probe | chance | runs |", "|---|---|---|---|"]

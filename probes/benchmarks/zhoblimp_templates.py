@@ -1,5 +1,5 @@
-"""Reader of the real ZhoBLiMP generation sources for our template engine (``probes.generator``), and
-the recovery of template slots on the released pairs (``attach_slots``, called by probes.benchmarks).
+"""Reader of the real ZhoBLiMP generation sources for our template engine (``probes.benchmarks.generator``), and
+the recovery of template slots on the released pairs (``attach_slots``, called by probes.benchmarks.registry).
 
 Sources (github.com/sjtu-compling/ZhoBLiMP, copied under ``../shared/benchmarks/zhoblimp``):
 ``projects/ZhoBLiMP/*.json`` (one paradigm each: ``good_rule``/``bad_rule`` lists in the rule
@@ -16,8 +16,8 @@ import json
 from pathlib import Path
 from typing import Union
 
-from probes.generator import Direct, Engine, GrammarError, Lexical, Matched, PhraseRef, Slot, Template, Vocabulary
-from probes.pairs import Pair
+from probes.benchmarks.generator import Direct, Engine, GrammarError, Lexical, Matched, PhraseRef, Slot, Template, Vocabulary
+from probes.benchmarks.pairs import Pair
 
 
 def read_vocabulary(path: Union[str, Path]) -> Vocabulary:
@@ -100,10 +100,10 @@ def templates_by_uid(root: Union[str, Path]) -> dict[str, list[Template]]:
 
 def attach_slots(pairs: list[Pair], root: Union[str, Path]) -> tuple[list[Pair], dict[str, tuple[int, int]]]:
     """Released ZhoBLiMP pairs with their template slots (``slot<i>`` regions) where the sentences
-    parse against a template of their paradigm (probes.slotalign); ``{paradigm: (aligned, pairs)}``.
+    parse against a template of their paradigm (probes.benchmarks.slotalign); ``{paradigm: (aligned, pairs)}``.
 
     Pairs of a paradigm without a template, or that do not parse, are returned unchanged."""
-    from probes.slotalign import SlotParser
+    from probes.benchmarks.slotalign import SlotParser
 
     parser = SlotParser(load_engine(root))
     templates = templates_by_uid(root)

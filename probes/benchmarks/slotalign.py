@@ -1,6 +1,6 @@
 """Recover a template's slots in a sentence the template produced (a released ZhoBLiMP pair, say).
 
-The released ZhoBLiMP data holds only the sentences; the generator (probes.generator) records the
+The released ZhoBLiMP data holds only the sentences; the generator (probes.benchmarks.generator) records the
 slot of every word, but only for the pairs it draws itself.  Phrase regions (NP / VP of the case
 study) need slots on the real pairs too, so each real sentence is parsed against its own template:
 a slot matches a substring that one of its alternatives can produce (a literal, a vocabulary word
@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from probes.generator import Direct, Engine, Lexical, Matched, PhraseRef, Slot, Template, parse_rule
-from probes.pairs import Pair, Region
+from probes.benchmarks.generator import Direct, Engine, Lexical, Matched, PhraseRef, Slot, Template, parse_rule
+from probes.benchmarks.pairs import Pair, Region
 
 Span = tuple[int, int]
 
