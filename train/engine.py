@@ -148,6 +148,11 @@ class TorchEngine:
         self.optimizer = build_optimizer(optim, self.module)
         self._micro = 0
 
+    def release(self) -> None:
+        """Drops DDP's wrapper (and with it the reducer's hold on the process group) before the group
+        is destroyed (train.loop._destroy_group)."""
+        self.ddp, self.model = None, self.module
+
     def loss(self, batch: torch.Tensor) -> torch.Tensor:
         last = self._micro == self.accum - 1
         # DDP all-reduces on every backward; skip it until the last micro-batch of the step.

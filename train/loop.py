@@ -9,6 +9,7 @@ hash), cuts the log back to the checkpoint's step, and probes every saved checkp
 prevented; the end of every run checks that again. A non-finite loss or grad norm stops the run."""
 from __future__ import annotations
 
+import gc
 import math
 import os
 import sys
@@ -209,11 +210,11 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         hook.close()
     logger.close()
     if preempt.signum is not None and done < total_steps:
-        _destroy_group(dist)
+        _destroy_group(dist, engine)
         preempt.exit(done)  # raises: the process exits for requeue
     if dist.main and cfg.curves_at_end and cfg.probes.enabled:
         write_curves(run_dir)
-    _destroy_group(dist)
+    _destroy_group(dist, engine)
     return run_dir
 
 
@@ -258,9 +259,20 @@ def _broadcast(value, dist):
     return box[0]
 
 
-def _destroy_group(dist) -> None:
+def _destroy_group(dist, engine=None) -> None:
+    """Leaves the process group cleanly. A lone process keeps its one-member group: DeepSpeed caches it
+    for the next run in-process."""
     if dist.world > 1:
-        # A lone process keeps its one-member group: DeepSpeed caches it for the next run in-process.
+        # Every rank finishes its collectives before any rank tears down, and DDP's reducer, which
+        # holds the gloo group, lets go of it here rather than when the frame or the interpreter ends.
+        # Otherwise ProcessGroupGloo's destructor joins worker threads still waiting on a peer that
+        # has gone: a 2-rank SLURM job hung after training until its time limit, and a torchrun job
+        # aborted at exit ("terminate called without an active exception").
+        dist.barrier()
+        release = getattr(engine, "release", None)
+        if release is not None:
+            release()
+        gc.collect()
         torch.distributed.destroy_process_group()
 
 
