@@ -125,10 +125,13 @@ def test_every_rendered_launcher_variant_runs_on_the_cluster(cluster):
         script = (out / "array.sbatch").read_text()
         assert all(line in script for line in present) and not any(text in script for text in absent)
         jobs[variant] = (submit(cluster, out), out)
-    for variant, (job, out) in jobs.items():
-        assert_completed(wait_done(job, 240), 1, out)
-        last = read_state(list_checkpoints(out / "runs" / "s0")[-1][1])
-        assert last["step"] == last["total_steps"] and last["world_size"] == max(VARIANTS[variant][1], 1), variant
+    try:
+        for variant, (job, out) in jobs.items():
+            assert_completed(wait_done(job, 240), 1, out)
+            last = read_state(list_checkpoints(out / "runs" / "s0")[-1][1])
+            assert last["step"] == last["total_steps"] and last["world_size"] == max(VARIANTS[variant][1], 1), variant
+    finally:  # a job that failed this test must not hold the one node while the next tests wait for it
+        subprocess.run(["scancel", *(job for job, _ in jobs.values())], capture_output=True, timeout=60)
 
 
 def test_the_submitit_launcher_trains_the_same_grid_on_a_cpu_partition(cluster):
