@@ -158,9 +158,13 @@ def paradigm_point(df: pd.DataFrame, spec: RegionSpec) -> dict:
     row["n_region_pairs"] = int(have.sum())
     row["n_straddle_pairs"] = (straddling(df, spec)[have].sum(min_count=1) if spec.source == "template slots"
                                else np.nan)
+    # standard errors over pairs: the pair-bootstrap band where there are too few seeds for a t-band
+    for a in ("acc_mlp", "acc_sum"):
+        row[f"{a}_se"] = float(np.sqrt(row[a] * (1 - row[a]) / max(len(df), 1)))
     for c in d.columns:
         v = d[c] if c.endswith("_total") else d.loc[have, c]
         row[c] = float(v.mean()) if v.notna().any() else np.nan
+        row[f"{c}_se"] = float(v.std(ddof=1) / np.sqrt(v.notna().sum())) if v.notna().sum() > 1 else np.nan
     return row
 
 
@@ -218,11 +222,28 @@ def case_study_runs(ev: EvalSet, benchmark: str, paradigm: str,
 
 
 def summarize(runs: pd.DataFrame, spec: RegionSpec) -> pd.DataFrame:
-    """Mean and 95 % t-interval over seeds per model x budget x checkpoint."""
-    values = ["acc_mlp", "acc_sum", "mean_total", "sum_total",
-              *[f"{q}_{r}" for r in spec.regions for q in ("mean", "sum")], "n_region_pairs", "n_straddle_pairs",
-              "n_pairs"]
-    return seed_summary(runs, ["model", "budget", "benchmark", "paradigm", "step"], values)
+    """Mean over seeds per model x budget x checkpoint, with the band of probes.analysis.bands: the 95 %
+    t-interval over seeds with >= 3 seeds, else the pair-bootstrap interval of the seed mean
+    (normal, variance sum of the seeds' squared standard errors over pairs / S^2); column `band`."""
+    from probes.analysis.aggregate import Z975
+    from probes.analysis.bands import MIN_SEEDS_T
+
+    curves = ["acc_mlp", "acc_sum", "mean_total", "sum_total", *[f"{q}_{r}" for r in spec.regions for q in ("mean", "sum")]]
+    keys = ["model", "budget", "benchmark", "paradigm", "step"]
+    s = seed_summary(runs, keys, [*curves, "n_region_pairs", "n_straddle_pairs", "n_pairs"])
+    few = s["n_seeds"].to_numpy() < MIN_SEEDS_T
+    var = runs.assign(**{f"{v}_v": runs[f"{v}_se"] ** 2 for v in curves if f"{v}_se" in runs})
+    vsum = var.groupby(keys, dropna=False, sort=True)[[f"{v}_v" for v in curves if f"{v}_se" in runs]].sum(min_count=1)
+    vsum = vsum.reset_index(drop=True)
+    for v in curves:
+        if f"{v}_v" not in vsum:
+            continue
+        half = Z975 * np.sqrt(vsum[f"{v}_v"].to_numpy(dtype=float)) / s["n_seeds"].to_numpy()
+        m = s[f"{v}_mean"].to_numpy(dtype=float)
+        s[f"{v}_lo"] = np.where(few, m - half, s[f"{v}_lo"])
+        s[f"{v}_hi"] = np.where(few, m + half, s[f"{v}_hi"])
+    s["band"] = np.where(few, "pair-bootstrap", "t")
+    return s
 
 
 def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, quantity: str = "mean",
@@ -237,7 +258,7 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
     n_seeds = int(c["n_seeds"].min())
 
     def band(col):
-        return (c[f"{col}_lo"].to_numpy(), c[f"{col}_hi"].to_numpy()) if n_seeds > 1 else None
+        return c[f"{col}_lo"].to_numpy(), c[f"{col}_hi"].to_numpy()
 
     fig, axes = new_figure(7.5, 6.2, 2, 1, layout=None, sharex=True)
     fig.subplots_adjust(left=0.12, right=0.97, bottom=0.09, top=0.9, hspace=0.08)
@@ -255,7 +276,8 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
     token_axis(bottom, tok, ylabel=QUANTITIES[quantity].replace(" (good", "\n(good"), chance=False)
     bottom.axhline(0, color="0.4", lw=1, ls="--", zorder=0)
     bottom.legend(fontsize=8, loc="best", title="region", title_fontsize=8)
-    bands = f"bands: 95 % interval over {n_seeds} seeds" if n_seeds > 1 else "1 seed: no band"
+    bands = (f"bands: 95 % t-interval over {n_seeds} seeds" if (c["band"] == "t").all() else
+             f"{n_seeds} seed{'s' if n_seeds > 1 else ''}: bands are the 95 % pair-bootstrap interval of the seed mean")
     n = int(c["n_region_pairs_mean"].min()), int(c["n_pairs_mean"].max())
     fig.suptitle(f"{title}\n{spec.source} ({n[0]} of {n[1]} pairs) · {quantity} Δ · {bands}", fontsize=9)
     return save_figure(fig, path)
@@ -296,7 +318,10 @@ def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metri
 
     if cfg.quantity not in QUANTITIES:
         raise EvalInputError(f"case study quantity {cfg.quantity!r}: expected one of {sorted(QUANTITIES)}")
-    targets = pick_paradigms(ev, cfg.paradigm)
+    from probes.evals.files import ALL_SUFFIX
+
+    # "<benchmark>_all" holds only the last checkpoint: a case study needs a curve
+    targets = [t for t in pick_paradigms(ev, cfg.paradigm) if not t[0].endswith(ALL_SUFFIX)]
     if not targets:
         why = "turned off" if cfg.paradigm == "none" else \
             f"none of the default paradigms {list(DEFAULT_PARADIGMS)} is in these runs; choose one with --case-study"
@@ -323,15 +348,23 @@ def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metri
               "pairs (final checkpoint, summed over runs). Figures draw the "
               f"{'difference in MLP per region: mean log-prob per token of the region, good − bad' if cfg.quantity == 'mean' else 'summed log-prob of the region, good − bad'}"
               f" ({QUANTITIES[cfg.quantity]}), averaged over the paradigm's pairs; accuracy "
-              f"({'MLP' if metric == 'acc_mlp' else 'sum-LP'}) over all its pairs. Lines: mean over seeds; bands: 95 % "
-              f"t-interval over seeds. Both quantities (mean_<region>, sum_<region>) are in `tables/{stem}.csv` "
+              f"({'MLP' if metric == 'acc_mlp' else 'sum-LP'}) over all its pairs. Lines: mean over seeds; bands: "
+              + ("95 % t-interval over seeds" if (s["band"] == "t").all() else "95 % pair-bootstrap interval of the "
+                 "seed mean (fewer than 3 seeds: a t-interval would span most of the axis)")
+              + f". Both quantities (mean_<region>, sum_<region>) are in `tables/{stem}.csv` "
               f"(per run: `tables/{stem}_runs.csv`).", ""]
-        for model, budget in _largest_first(s)[:cfg.max_plots]:
+        drawn = 0
+        for model, budget in _largest_first(s):
             sel = s[(s.model == model) & (s.budget.isna() if pd.isna(budget) else s.budget == budget)]
+            if sel.step.nunique() < 2 or drawn >= cfg.max_plots:
+                continue  # never a one-point figure
+            # the largest model on the largest budget in the main flow, the others in the appendix
+            where = "figures" if drawn == 0 else "appendix"
             title = f"Case study, {paradigm} ({model} · {budget_label(budget)})"
             jobs.submit(title, plot_case_study, sel, spec, f"{bench} · {paradigm} · {model} · {budget_label(budget)}",
-                        out / "figures" / f"{stem}_{safe_name(model)}_{budget_label(budget)}.png",
+                        out / where / f"{stem}_{safe_name(model)}_{budget_label(budget)}.png",
                         cfg.quantity, metric)
+            drawn += 1
         if spec.source == "template slots":
             if pd.isna(n_cross):
                 L += ["Tokens straddling a region boundary: not recorded in these eval files (written before "
