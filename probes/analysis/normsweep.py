@@ -150,20 +150,20 @@ def sweep_markdown(summary: pd.DataFrame) -> str:
          "MORCELA β,γ: range (β_γ at ends) | at β=1,γ=0 | paradigms moving > " + move_col.rsplit("_", 1)[1]
          + " (max) |", "|---|---|---:|---:|---|---:|---:|---|---:|---|"]
     for (model, budget, bench), g in summary.groupby(["model", "budget", "benchmark"], dropna=False, sort=True):
-        m = {r.metric: r for r in g.itertuples(index=False)}
+        m = {r["metric"]: r for r in g.to_dict("records")}
         pc = lambda v: "" if v is None or pd.isna(v) else f"{100 * v:.1f}"  # noqa: E731
 
         def rng(k, strip):
             r = m.get(k)
             if r is None:
                 return "n/a (no unigram columns)"
-            return (f"{pc(r.acc_min)}–{pc(r.acc_max)} ({r.point_min.removeprefix(strip)} → "
-                    f"{r.point_max.removeprefix(strip)})")
+            return (f"{pc(r['acc_min'])}–{pc(r['acc_max'])} ({r['point_min'].removeprefix(strip)} → "
+                    f"{r['point_max'].removeprefix(strip)})")
 
         mc = m.get("morcela")
-        moving = f"{getattr(mc, move_col)} of {mc.n_paradigms} ({pc(mc.max_paradigm_move)})" if mc is not None else ""
-        L.append(f"| {model} · {budget_label(budget)} | {bench} | {pc(m['mlp'].acc_min)} | {pc(m['sum'].acc_min)} | "
-                 f"{rng('pow', 'pow')} | {pc(m['pow'].acc_at_default)} | "
-                 f"{pc(m['slor'].acc_min) if 'slor' in m else 'n/a'} | {rng('morcela', 'morcela_')} | "
-                 f"{pc(mc.acc_at_default) if mc is not None else 'n/a'} | {moving} |")
+        moving = f"{mc[move_col]} of {mc['n_paradigms']} ({pc(mc['max_paradigm_move'])})" if mc is not None else ""
+        L.append(f"| {model} · {budget_label(budget)} | {bench} | {pc(m['mlp']['acc_min'])} | {pc(m['sum']['acc_min'])} | "
+                 f"{rng('pow', 'pow')} | {pc(m['pow']['acc_at_default'])} | "
+                 f"{pc(m['slor']['acc_min']) if 'slor' in m else 'n/a'} | {rng('morcela', 'morcela_')} | "
+                 f"{pc(mc['acc_at_default']) if mc is not None else 'n/a'} | {moving} |")
     return "\n".join(L) + "\n"
