@@ -153,3 +153,27 @@ def test_normalised_sweeps_by_hand(tmp_path):
     assert s.loc["pow", "acc_at_default"] == 0.5 and s.loc["morcela", "paradigms_moving_over_0.2"] == 1
     # gamma = 0 with beta = 0.1 is right, gamma = 20 wrong: the first right point and the first wrong one
     assert s.loc["morcela", "point_max"] == "morcela_0.1_0" and s.loc["pow", "point_min"] == "pow0.1"
+
+
+def test_the_papers_u_shapes_detected_absent_or_not_detectable(tmp_path):
+    """Runs to 3B tokens: BA with a planted 0.2 dip at ~100M tokens is detected; FCI, rising without a dip,
+    at a noise floor below 0.05 is absent; the NPI case-study paradigm is not in these runs."""
+    from probes.analysis.evalset import load_runs
+    from probes.analysis.paper_ushapes import paper_u_table
+    from probes.analysis.synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
+    from probes.analysis.ushape import UShapeConfig
+
+    rng = np.random.default_rng(3)
+    steps = log_spaced_steps(24, 1500)
+    x = np.log10(np.maximum(steps, 1) * 2e6)
+    rise = sigmoid_curve(x, 0.5, 0.9, 7.0, 4.0)
+    curves = np.clip(np.stack([rise - planted_dip(x, 0.2, 8.1, 0.15)] * 2 + [rise] * 2, axis=1), 0, 1)
+    runs = [write_run(tmp_path / f"s{s}", RunSpec(budget=3 * 10**9, seed=s, tokens_per_step=2 * 10**6, steps=list(steps),
+                                                 benchmark="zhoblimp"), curves, ["BA_a", "BA_b", "fci_a", "fci_b"],
+                      ["BA", "BA", "fci_licensing", "fci_licensing"], 300, rng) for s in (1, 2)]
+    t = paper_u_table(load_runs(runs), UShapeConfig(n_boot=400)).set_index("paper_u")
+    assert t.loc["BA near 100M tokens", "status"] == "detected", t.loc["BA near 100M tokens", "why"]
+    assert "2/2" in t.loc["BA near 100M tokens", "why"]
+    fci = t.loc["FCI near 100M tokens"]
+    assert fci.status == "absent" and fci.min_detectable_depth < 0.05
+    assert t.loc["NPI case study, early dip", "status"] == "not detectable here"

@@ -136,14 +136,14 @@ def paper_u_table(ev, cfg: UShapeConfig, benchmark: str = "zhoblimp", paper_us=P
                 row |= {"status": "detected", "why": f"accepted U, depth {u['u_depth']:.3f} > noise {c:.3f}, "
                         f"seeds {round(u['seed_agreement'] * S)}/{S}" + (" (with 2 seeds the 50 % rule is one seed)"
                                                                         if S == 2 else "")}
-            elif tokens.max() < pu.recovery_by:
-                row |= {"status": "not detectable here",
-                        "why": f"runs end at {tokens.max():.3g} tokens; the paper's U recovers by ~{pu.recovery_by:.0e}"}
-            elif c >= REFERENCE_DEPTH:
+            elif tokens.max() < pu.recovery_by or c >= REFERENCE_DEPTH:
                 more = (f"{need_pairs} pairs per paradigm per seed" if need_pairs <= BENCHMARK_PAIRS
                         else f"{need_seeds} seeds at {n_pp:.0f} pairs (more pairs than the benchmark's {BENCHMARK_PAIRS})")
-                row |= {"status": "not detectable here",
-                        "why": f"smallest detectable dip {c:.3f} > {REFERENCE_DEPTH}; a {REFERENCE_DEPTH} dip needs {more}"}
+                why = [f"runs end at {tokens.max():.2g} tokens, the paper's U recovers by ~{pu.recovery_by:.0e}"
+                       ] if tokens.max() < pu.recovery_by else []
+                if c >= REFERENCE_DEPTH:
+                    why.append(f"smallest detectable dip {c:.2f} > {REFERENCE_DEPTH}: a {REFERENCE_DEPTH} dip needs {more}")
+                row |= {"status": "not detectable here", "why": "; ".join(why)}
             else:
                 row |= {"status": "absent", "why": f"no accepted dip deeper than {c:.3f} with its trough in "
                         f"{pu.trough_lo:.0e}–{pu.trough_hi:.0e} tokens"}
@@ -155,14 +155,19 @@ def paper_u_table(ev, cfg: UShapeConfig, benchmark: str = "zhoblimp", paper_us=P
 
 
 def paper_u_markdown(t: pd.DataFrame) -> str:
+    """One line per paper U and status (a 60-run grid gives 3-9 lines, not 60): the model x budget groups,
+    the range of their smallest detectable depth, one group's reason, and our accepted U's on those curves."""
     from probes.analysis.scaling import budget_label
 
     if t.empty:
         return "_(no ZhoBLiMP curves in these runs)_\n"
-    L = ["| paper's U | model · corpus | status | smallest detectable depth | why / what it would need | "
-         "our accepted U's on this curve |", "|---|---|---|---:|---|---|"]
-    for r in t.to_dict("records"):
-        c = r.get("min_detectable_depth")
-        L.append(f"| {r['paper_u']} | {r['model']} · {budget_label(r['budget'])} | **{r['status']}** | "
-                 f"{'' if c is None or pd.isna(c) else f'{c:.3f}'} | {r['why']} | {r.get('accepted_us') or '—'} |")
+    L = ["| paper's U | status | model · corpus | smallest detectable depth | why / what it would need (first group) | "
+         "our accepted U's on these curves |", "|---|---|---|---|---|---|"]
+    t = t.assign(group=[f"{m} · {budget_label(b)}" for m, b in zip(t.model, t.budget)])
+    for (name, status), g in t.groupby(["paper_u", "status"], sort=False):
+        c = g["min_detectable_depth"].dropna() if "min_detectable_depth" in g else pd.Series(dtype=float)
+        depth = "" if c.empty else (f"{c.min():.3f}" if c.min() == c.max() else f"{c.min():.3f}–{c.max():.3f}")
+        ours = [f"{grp}: {u}" for grp, u in zip(g.group, g.get("accepted_us", [""] * len(g))) if isinstance(u, str) and u]
+        L.append(f"| {name} | **{status}** | {', '.join(g.group)} | {depth} | {g.why.iloc[0]} | "
+                 f"{'; '.join(ours) or '—'} |")
     return "\n".join(L) + "\n"
