@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from probes.analysis.aggregate import seed_summary
 from probes.analysis.evalfile import REGIONS as GENERIC
-from probes.analysis.evalset import EvalInputError, EvalSet
+from probes.analysis.evalset import EvalInputError, EvalSet, log_tokens
 
 PHRASE_REGIONS = Path(__file__).parents[1] / "benchmarks" / "phrase_regions.json"
 # --case-study auto: the paper's paradigm (real or generated pairs), else the built-in grammar's
@@ -247,7 +247,7 @@ def summarize(runs: pd.DataFrame, spec: RegionSpec) -> pd.DataFrame:
 
 
 def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, quantity: str = "mean",
-                    metric: str = "acc_mlp") -> Path:
+                    metric: str = "acc_mlp", runs: Optional[pd.DataFrame] = None) -> Path:
     """Figure 6 of the paper: accuracy (top) and each region's Δ (bottom) against tokens, log x;
     lines are seed means, bands the 95 % interval over seeds (none with one seed)."""
     from probes.analysis.plotting import new_figure, plot_line, token_axis
@@ -264,6 +264,10 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
     fig.subplots_adjust(left=0.12, right=0.97, bottom=0.09, top=0.9, hspace=0.08)
     top, bottom = axes[0, 0], axes[1, 0]
     plot_line(top, tok, c[f"{metric}_mean"].to_numpy(), tok, "accuracy", "0.35", band=band(metric))
+    seeds = list(runs.groupby("run", sort=True)) if runs is not None and runs["run"].nunique() > 1 else []
+    for _, r in seeds:  # each seed as a thin line beside the mean (the band is not over seeds below 3)
+        r = r.sort_values("step")
+        top.plot(10 ** log_tokens(r.tokens.to_numpy(), tok), r[metric].to_numpy(), color="0.35", lw=0.6, alpha=0.5)
     token_axis(top, tok, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})")
     top.set_ylim(-0.02, 1.02)
     top.set_xlabel("")
@@ -273,11 +277,16 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
         if np.isfinite(y).any():
             label = r if spec.source == "generic split" or r == slots[0] else f"{r} ({' + '.join(slots)})"
             plot_line(bottom, tok, y, tok, label, color, band=band(f"{quantity}_{r}"))
+            for _, rr in seeds:
+                rr = rr.sort_values("step")
+                bottom.plot(10 ** log_tokens(rr.tokens.to_numpy(), tok), rr[f"{quantity}_{r}"].to_numpy(), color=color,
+                            lw=0.6, alpha=0.5)
     token_axis(bottom, tok, ylabel=QUANTITIES[quantity].replace(" (good", "\n(good"), chance=False)
     bottom.axhline(0, color="0.4", lw=1, ls="--", zorder=0)
     bottom.legend(fontsize=8, loc="best", title="region", title_fontsize=8)
     bands = (f"bands: 95 % t-interval over {n_seeds} seeds" if (c["band"] == "t").all() else
-             f"{n_seeds} seed{'s' if n_seeds > 1 else ''}: bands are the 95 % pair-bootstrap interval of the seed mean")
+             f"{n_seeds} seed{'s' if n_seeds > 1 else ''}: bands are the 95 % pair-bootstrap interval of the seed mean"
+             + ("; thin lines: each seed" if seeds else ""))
     n = int(c["n_region_pairs_mean"].min()), int(c["n_pairs_mean"].max())
     fig.suptitle(f"{title}\n{spec.source} ({n[0]} of {n[1]} pairs) · {quantity} Δ · {bands}", fontsize=9)
     return save_figure(fig, path)
@@ -363,7 +372,8 @@ def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metri
             title = f"Case study, {paradigm} ({model} · {budget_label(budget)})"
             jobs.submit(title, plot_case_study, sel, spec, f"{bench} · {paradigm} · {model} · {budget_label(budget)}",
                         out / where / f"{stem}_{safe_name(model)}_{budget_label(budget)}.png",
-                        cfg.quantity, metric)
+                        cfg.quantity, metric,
+                        runs[(runs.model == model) & (runs.budget.isna() if pd.isna(budget) else runs.budget == budget)])
             drawn += 1
         if spec.source == "template slots":
             if pd.isna(n_cross):

@@ -70,9 +70,9 @@ def _finish(fig, axes, n_used: int, title: str, legend_ax) -> None:
     for ax in list(axes.flat)[n_used:]:
         ax.set_visible(False)
     handles, labels = legend_ax.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right upper", fontsize=8, frameon=False, title="model",
-               title_fontsize=8)
-    fig.suptitle(title, fontsize=10)
+    # below the panels: beside them it collides with a long title on a one-panel figure
+    fig.legend(handles, labels, loc="outside lower center", fontsize=8, frameon=False, ncol=min(len(labels), 4))
+    fig.suptitle(title, fontsize=9)
 
 
 def plot_overall(bands: pd.DataFrame, units: pd.DataFrame, path: Path, ylabel: str) -> Path:
@@ -80,7 +80,9 @@ def plot_overall(bands: pd.DataFrame, units: pd.DataFrame, path: Path, ylabel: s
     benches, budgets = sorted(bands.benchmark.unique()), budget_order(bands)
     models = model_order(bands)
     colors = _colors(models)
-    fig, axes = new_figure(3.6 * len(budgets) + 2.4, 3.2 * len(benches) + 0.6, len(benches), len(budgets),
+    # zoomed to the data (chance included): an overall rise of 0.1 is the finding, not a sliver of [0, 1]
+    ylim = (max(0.0, min(0.45, units.acc.min() - 0.05)), min(1.0, max(0.6, units.acc.max() + 0.05, bands.hi.max() + 0.02)))
+    fig, axes = new_figure(max(3.6 * len(budgets) + 1.0, 7.0), 3.2 * len(benches) + 1.2, len(benches), len(budgets),
                            sharey=True)
     for i, bench in enumerate(benches):
         ref = pick(bands, benchmark=bench).tokens.to_numpy()
@@ -89,9 +91,10 @@ def plot_overall(bands: pd.DataFrame, units: pd.DataFrame, path: Path, ylabel: s
             b = pick(bands, benchmark=bench, budget=budget)
             draw_model_lines(ax, b, pick(units, benchmark=bench, budget=budget), ref, colors)
             token_axis(ax, ref, ylabel=f"{bench}: {ylabel}" if j == 0 else "")
-            ax.set_ylim(-0.02, 1.02)
+            ax.set_ylim(*ylim)
             ax.set_title(f"{bench} · corpus {_budget(budget)}", fontsize=9)
-    _finish(fig, axes, axes.size, f"Overall accuracy over training (mean of all paradigms)\n{band_caption(bands)}",
+    _finish(fig, axes, axes.size, f"Overall accuracy over training (mean of all paradigms; y axis zoomed)\n"
+            f"{band_caption(bands)}",
             axes[0, -1])
     return save_figure(fig, path)
 
@@ -105,7 +108,7 @@ def plot_all_phenomena(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str,
     ncols = min(ncols, len(phens))
     nrows = -(-len(phens) // ncols)
     colors = _colors(model_order(b))
-    fig, axes = new_figure(2.7 * ncols + 2.2, 2.3 * nrows + 0.9, nrows, ncols, sharex=True, sharey=True)
+    fig, axes = new_figure(max(2.7 * ncols + 0.6, 7.0), 2.3 * nrows + 1.4, nrows, ncols, sharex=True, sharey=True)
     ref = b.tokens.to_numpy()
     for ax, ph in zip(axes.flat, phens):
         draw_model_lines(ax, b[b.phenomenon == ph], u[u.phenomenon == ph], ref, colors)
@@ -129,7 +132,7 @@ def plot_phenomenon(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str, ph
     """One phenomenon, one panel per corpus budget (appendix)."""
     budgets = budget_order(bands)
     colors = _colors(model_order(bands))
-    fig, axes = new_figure(3.4 * len(budgets) + 2.4, 3.6, 1, len(budgets), sharey=True)
+    fig, axes = new_figure(max(3.4 * len(budgets) + 1.0, 7.0), 4.2, 1, len(budgets), sharey=True)
     ref = bands.tokens.to_numpy()
     for ax, budget in zip(axes.flat, budgets):
         draw_model_lines(ax, pick(bands, budget=budget), pick(units, budget=budget), ref, colors)
