@@ -177,3 +177,16 @@ def test_the_papers_u_shapes_detected_absent_or_not_detectable(tmp_path):
     fci = t.loc["FCI near 100M tokens"]
     assert fci.status == "absent" and fci.min_detectable_depth < 0.05
     assert t.loc["NPI case study, early dip", "status"] == "not detectable here"
+
+
+def test_case_study_band_with_two_seeds(tmp_path):
+    """The case study's accuracy band with 2 seeds is the pair bootstrap (by hand), and its text says so."""
+    out = tmp_path / "rep"
+    assert report.main([*map(str, grid(tmp_path)), "--out", str(out), "--n-boot", "50", "--case-study", "agr"]) == 0
+    s = pd.read_csv(out / "tables" / "case_study_grammar_agr.csv")
+    r = s[s.step == 1].iloc[0]  # agr 3/4 in both seeds: se sqrt(0.75 * 0.25 / 4) each
+    half = Z * math.sqrt(2 * 0.75 * 0.25 / 4) / 2
+    assert r.band == "pair-bootstrap" and (r.acc_mlp_lo, r.acc_mlp_hi) == pytest.approx((0.75 - half, 0.75 + half))
+    md = (out / "report.md").read_text()
+    case = md.split("## Case study")[1].split("\n## ")[0]
+    assert "bands: 95 % pair-bootstrap interval of the seed mean" in case and "t-interval over seeds" not in case
