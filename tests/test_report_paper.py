@@ -104,16 +104,16 @@ def test_table4_reads_all_pairs_and_quotes_the_paper(tmp_path):
 
 
 def test_main_flow_does_not_grow_with_paradigms(tmp_path):
-    """40 paradigms in 8 phenomena: the appendix grows, the main flow stays at its fixed figures."""
+    """40 paradigms in 16 phenomena: the appendix grows, the main flow stays at its fixed figures."""
     run = tmp_path / "r"
     config(run)
     for i in range(3):
-        rows = [r for p in range(40) for r in pairs(f"p{p}", f"ph{p % 8}", (p + i) % 5)]
+        rows = [r for p in range(40) for r in pairs(f"p{p}", f"ph{p % 16}", (p + i) % 5)]
         write_eval(run, i, 1000 * i, rows)
     md = run_report([run], tmp_path / "rep")
     main, appendix = md.split("## Appendix")
     assert len(re.findall(r"!\[", main)) <= 12
-    assert len(re.findall(r"\]\(appendix/curve_", appendix)) == 8
+    assert len(re.findall(r"\]\(appendix/curve_", appendix)) == 16
 
 
 def test_normalised_sweeps_by_hand(tmp_path):
