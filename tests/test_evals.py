@@ -14,8 +14,11 @@ import torch
 
 from probeutil import tiny_neox, word_tokenizer
 from probes.benchmarks.registry import load_benchmark
-from probes.evals import (BenchmarkConfig, EvalInputError, ProbesConfig, ScoreOptions, atomic_open, eval_done,
-                          eval_path, manifest_hash, pair_set, read_meta, read_trainer_state)
+from probes.evals.config import BenchmarkConfig
+from probes.evals.files import EvalInputError, eval_done, eval_path, pair_set, read_meta
+from probes.scoring.hook import ProbesConfig
+from probes.scoring.evaluate import ScoreOptions
+from train.files import atomic_open, manifest_hash, read_trainer_state
 from probes.scoring.primitive import score_pairs
 from probes.scoring.store import read_pairs
 from probes.scoring.watch import pending, score_run
@@ -142,7 +145,7 @@ def test_every_writer_records_the_same_metadata(tmp_path, bench, capsys):
     from probes.__main__ import main as probes_main
     from probes.scoring.hook import ProbeHook
     from probes.syntaxqa.hook import SyntaxQAHook
-    from probes.evals import SyntaxQAConfig
+    from probes.syntaxqa.config import SyntaxQAConfig
 
     f, benchmarks = bench
     run = tmp_path / "run"

@@ -23,7 +23,8 @@ import pandas as pd
 
 from probes.analysis import evalfile
 from probes.analysis.evalfile import PairOutcomes
-from probes.evals.files import REGIONS, atomic_open
+from probes.evals.files import REGIONS
+from train.files import atomic_open
 
 CACHE_VERSION = 2
 _CACHE_FRAME = ("step", "tokens", "n_pairs", "acc_mlp", "acc_sum", *[f"delta_{r}" for r in ("total", *REGIONS)])

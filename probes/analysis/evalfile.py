@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from probes.evals.files import META_KEY, REGIONS, EvalInputError, read_trainer_state
+from probes.evals.files import META_KEY, REGIONS, EvalInputError
+from train.files import read_trainer_state
 
 # Bits of PairOutcomes.correct; MISSING marks a pair absent at one checkpoint.
 MLP, SUM, MISSING = 1, 2, 4

@@ -11,7 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from probes.evals.files import atomic_open
+from train.files import atomic_open
 
 __all__ = ["FigureJobs", "atomic_open", "check_output_file", "save_figure", "write_csv", "write_parquet", "write_table",
            "write_text"]

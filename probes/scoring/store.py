@@ -14,7 +14,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from probes.evals.files import CONVENTION, META_KEY, atomic_open, eval_path, read_meta, versions
+from probes.evals.files import CONVENTION, META_KEY, eval_path, read_meta
+from train.files import atomic_open, versions
 from train.faults import fault_point
 
 __all__ = ["META_KEY", "eval_path", "read_pairs", "write_pairs"]

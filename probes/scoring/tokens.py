@@ -87,7 +87,8 @@ def write_eval(df, path: Path, meta: dict) -> None:
 
 def write_tokens(table: pa.Table, path: Path, meta: dict) -> None:
     """The sidecar, atomically (probes.analysis.outputs.atomic_open), with the eval file's metadata."""
-    from probes.evals.files import META_KEY, atomic_open
+    from probes.evals.files import META_KEY
+    from train.files import atomic_open
 
     blob = json.dumps({**meta, "kind": "per_token"}, default=str).encode()
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: blob})

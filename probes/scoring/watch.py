@@ -27,9 +27,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from probes.evals import (IncompleteCheckpointError, ScoreOptions, eval_done, eval_path, evaluate_checkpoint,
-                          ids_fingerprint, list_checkpoints, manifest_hash, pair_set, read_meta,
-                          read_trainer_state, verify_checkpoint)
+from probes.evals.files import eval_done, eval_path, pair_set, read_meta
+from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint, ids_fingerprint
+from train.files import (IncompleteCheckpointError, list_checkpoints, manifest_hash, read_trainer_state, verify_checkpoint)
 from probes.benchmarks.pairs import Pair
 from train.errors import InputFileError, reading
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from probes.evals import read_meta
+from probes.evals.files import read_meta
 from probes.analysis.plotting import colors, finish_legend, new_figure, plot_line, token_axis
 from probes.analysis.evalset import log_tokens
 from probes.analysis.outputs import save_figure, write_csv
