@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from train.errors import InputFileError
-from train.files import versions
+from train.files import STEP_DIR, read_trainer_state, versions
 
 META_KEY = b"syntax_dynamics"  # parquet schema-metadata key of an eval file's JSON metadata
 CONVENTION = "start_token_all_tokens_v2"  # the scoring convention (probes/scoring/primitive.py documents it)
@@ -95,6 +95,51 @@ def read_meta(path: Path) -> dict:
         raise EvalInputError(f"{path}: {META_KEY.decode()!r} metadata is not valid JSON: {e}") from None
     if not isinstance(meta, dict):
         raise EvalInputError(f"{path}: {META_KEY.decode()!r} metadata is not a JSON object")
+    return meta
+
+
+def eval_file_meta(path: Path, schema_meta: Optional[dict] = None) -> dict:
+    """The metadata of an eval file by the one rule every reader (analysis, scoring, the report) uses.
+
+    A file that carries it (META_KEY) gives it, checked: step, tokens, benchmark and convention. A file
+    without it (another tool's, or from before metadata existed) is read only where its place says what
+    it is: ``<run>/evals/step<N>/<name>.parquet`` beside ``<run>/checkpoints/step<N>/trainer_state.json``
+    gives step N, that checkpoint's tokens, benchmark <name> and convention "unknown". Anything else
+    raises EvalInputError naming the file. `schema_meta`: the schema metadata when the caller holds it.
+    """
+    path = Path(path)
+    if schema_meta is None:
+        import pyarrow.parquet as pq
+
+        try:
+            schema_meta = pq.read_schema(path).metadata or {}
+        except Exception as e:  # pyarrow's errors for a torn or foreign file are of several types
+            raise EvalInputError(f"{path}: not a readable parquet file ({type(e).__name__}: {e})") from None
+    in_step = STEP_DIR.match(path.parent.name)
+    dir_step = int(in_step.group(1)) if in_step and path.parent.parent.name == "evals" else None
+    if META_KEY in schema_meta:
+        try:
+            meta = json.loads(schema_meta[META_KEY])
+        except ValueError as e:
+            raise EvalInputError(f"{path}: {META_KEY.decode()!r} metadata is not valid JSON: {e}") from None
+        if not isinstance(meta, dict):
+            raise EvalInputError(f"{path}: {META_KEY.decode()!r} metadata is not a JSON object")
+    elif dir_step is None:
+        raise EvalInputError(f"{path}: parquet has no {META_KEY.decode()!r} schema metadata and is not in a "
+                             f"run's evals/step<N>/ directory; not an eval file")
+    else:
+        ckpt = path.parents[2] / "checkpoints" / f"step{dir_step}"
+        state = read_trainer_state(ckpt, missing_ok=True)
+        if "tokens" not in state:
+            raise EvalInputError(f"{path}: no {META_KEY.decode()!r} metadata and no 'tokens' in "
+                                 f"{ckpt / 'trainer_state.json'} to say how far training was")
+        meta = {"step": dir_step, "tokens": state["tokens"], "benchmark": path.stem, "convention": "unknown"}
+    for key, typ in (("step", int), ("tokens", int), ("benchmark", str), ("convention", str)):
+        # bool is an int subclass; a True step is a bug, not a step
+        if not isinstance(meta.get(key), typ) or isinstance(meta.get(key), bool):
+            raise EvalInputError(f"{path}: metadata key {key!r} must be {typ.__name__}, got {meta.get(key)!r}")
+    if dir_step is not None and meta["step"] != dir_step:
+        raise EvalInputError(f"{path}: metadata step {meta['step']} != directory step{dir_step}")
     return meta
 
 

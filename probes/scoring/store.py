@@ -14,7 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from probes.evals.files import CONVENTION, META_KEY, eval_path, read_meta
+from probes.evals.files import CONVENTION, META_KEY, EvalInputError, eval_file_meta, eval_path
 from train.files import atomic_open, versions
 from train.faults import fault_point
 
@@ -66,10 +66,13 @@ def _bad(o):
 
 
 def read_pairs(path: Path) -> tuple[pd.DataFrame, dict]:
-    """The per-pair rows and the metadata dict of an eval file written by ``write_pairs``."""
+    """The per-pair rows and the metadata dict of an eval file (probes.evals.files.eval_file_meta: the
+    same rule as analysis, files without metadata included). EvalInputError names a file it refuses."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such eval file")
-    meta = read_meta(path)  # EvalInputError (a ValueError) naming the file when it is not an eval file
-    _check_meta(meta, str(path))
-    return pq.read_table(path).to_pandas(), meta
+        raise EvalInputError(f"{path}: no such eval file")
+    meta = eval_file_meta(path)
+    try:
+        return pq.read_table(path).to_pandas(), meta
+    except Exception as e:  # pyarrow's errors for a torn file are of several types
+        raise EvalInputError(f"{path}: the rows do not read ({type(e).__name__}: {e})") from None
