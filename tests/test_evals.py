@@ -12,7 +12,7 @@ import torch
 from probeutil import tiny_neox, word_tokenizer
 from probes.benchmarks.registry import load_benchmark
 from probes.evals.config import BenchmarkConfig
-from probes.evals.files import EvalInputError, eval_done, eval_path, pair_set, read_meta
+from probes.evals.files import EvalInputError, eval_done, eval_file_meta, eval_path, pair_set
 from probes.scoring.hook import ProbesConfig
 from probes.scoring.evaluate import ScoreOptions
 from train.errors import InputFileError
@@ -132,7 +132,7 @@ def test_eval_done_reads_only_the_schema_and_names_a_bad_file(tmp_path, bench):
     path.write_bytes(path.read_bytes()[:100])  # torn (not by us: our writer never leaves one)
     assert not eval_done(path, pair_set(benchmarks["mini"]), manifest_hash(ckpt))
     with pytest.raises(EvalInputError, match=f"{path}: not a readable parquet file"):
-        read_meta(path)
+        eval_file_meta(path)
 
 
 # ---------------------------------------------------------------- one metadata for every writer

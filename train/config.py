@@ -117,7 +117,7 @@ def typed_section(node, key: str):
     try:
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), node))
     except OmegaConfBaseException as e:
-        raise ConfigError(f"{key}.{getattr(e, 'full_key', '')}: {getattr(e, 'msg', e)}") from None
+        raise ConfigError(f"{key}.{getattr(e, 'full_key', '')}: {str(e).splitlines()[0]}") from None
 
 
 def _refuse_unknown_keys(node, schema: type, prefix: str = "") -> None:

@@ -7,7 +7,7 @@ it) together with the step, size and mtime of every eval file it came from. All 
 used as is. Only new checkpoints after its first one (a run still training; the probe hook
 refreshes it after every eval): those files alone are read and added. Anything else -- a
 rewritten or deleted file, an eval before its first checkpoint -- means a fresh read. Plain
-numpy arrays only (no pickle). Written atomically (probes.evals.atomic_open); a read-only run
+numpy arrays only (no pickle). Written atomically (train.files.atomic_open); a read-only run
 directory just goes uncached.
 """
 from __future__ import annotations

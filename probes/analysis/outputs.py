@@ -1,5 +1,5 @@
 """Analysis outputs (tables, figures, text), each written through the one atomic writer
-(probes.evals.atomic_open): a crash or a full disk leaves either the old file or no file, never a
+(train.files.atomic_open): a crash or a full disk leaves either the old file or no file, never a
 half-written one that a later reader would trust.
 """
 from __future__ import annotations

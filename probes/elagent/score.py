@@ -116,7 +116,7 @@ def item_key(item) -> tuple:
 
 def evaluate_items(model, tokenizer, items: list[MCItem], cfg: ElagentConfig, *, step: int, tokens: int,
                    ckpt_dir, run_dir: Path):
-    """Score `items` and write ``evals/step<N>/elagent.parquet`` through probes.evals.evaluate_checkpoint
+    """Score `items` and write ``evals/step<N>/elagent.parquet`` through probes.scoring.evaluate.evaluate_checkpoint
     (the metadata of every eval file, plus config, reduction and summary); returns the Evaluation."""
     from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint
 

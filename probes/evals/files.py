@@ -78,26 +78,6 @@ def eval_meta(*, step: int, tokens: int, benchmark: str, model_dir: Optional[Pat
             "n_pairs": int(n_pairs), "pair_set": pair_set, "versions": versions(), **extra}
 
 
-def read_meta(path: Path) -> dict:
-    """The metadata dict of an eval file, from its parquet schema alone (no rows read).
-    Raises EvalInputError naming the file when it is not one of ours or does not read."""
-    import pyarrow.parquet as pq
-
-    try:
-        blob = (pq.read_schema(path).metadata or {}).get(META_KEY)
-    except Exception as e:  # pyarrow's errors for a torn or foreign file are of several types
-        raise EvalInputError(f"{path}: not a readable parquet file ({type(e).__name__}: {e})") from None
-    if blob is None:
-        raise EvalInputError(f"{path}: parquet has no {META_KEY.decode()!r} schema metadata; not an eval file")
-    try:
-        meta = json.loads(blob)
-    except json.JSONDecodeError as e:
-        raise EvalInputError(f"{path}: {META_KEY.decode()!r} metadata is not valid JSON: {e}") from None
-    if not isinstance(meta, dict):
-        raise EvalInputError(f"{path}: {META_KEY.decode()!r} metadata is not a JSON object")
-    return meta
-
-
 def eval_file_meta(path: Path, schema_meta: Optional[dict] = None) -> dict:
     """The metadata of an eval file by the one rule every reader (analysis, scoring, the report) uses.
 
@@ -160,7 +140,7 @@ def eval_done(path: Path, pairs_hash: str, manifest: Optional[str], per_token: b
     if not Path(path).is_file() or (per_token and not tokens_path(path).is_file()):
         return False
     try:
-        meta = read_meta(path)
+        meta = eval_file_meta(path)  # without metadata: convention 'unknown', never done
     except EvalInputError as e:  # a foreign or damaged file: scoring again replaces it
         logging.getLogger(__name__).warning("%s; it will be scored again", e)
         return False

@@ -38,8 +38,8 @@ def write_pairs(df: pd.DataFrame, path: Path, meta: dict) -> None:
     """Write ``df`` to ``path`` atomically with ``meta`` in the schema metadata.
 
     ``convention`` defaults to the current scoring convention and ``versions`` to the installed
-    package versions (probes.evals.eval_meta builds the whole metadata of an eval file). The file
-    appears under its final name only when complete (probes.evals.atomic_open).
+    package versions (probes.evals.files.eval_meta builds the whole metadata of an eval file). The file
+    appears under its final name only when complete (train.files.atomic_open).
     """
     path = Path(path)
     meta = dict(meta)

@@ -38,10 +38,6 @@ FRAME_COLUMNS = tuple(f"{k}_{side}" for k in ("ids", "pieces", "lps") for side i
 _TYPES = {"ids": pa.list_(pa.int32()), "pieces": pa.list_(pa.string()), "lps": pa.list_(pa.float32())}
 
 
-def is_tokens_file(path: Path) -> bool:
-    return Path(path).name.endswith(TOKENS_SUFFIX)
-
-
 def frame_columns(tokenizer, pairs, ids: list[list[int]], lps: list[np.ndarray],
                   index: dict[str, int]) -> dict[str, list]:
     """The per-token columns of ``pairs`` (``FRAME_COLUMNS``) from probes.scoring.primitive's per-sentence

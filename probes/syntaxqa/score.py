@@ -277,7 +277,7 @@ def evaluate_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, rep
                    step: int, tokens: int, ckpt_dir: Optional[Path], run_dir: Optional[Path] = None,
                    out: Optional[Path] = None, device=None):
     """Score `items` and write them as ``evals/step<N>/syntax_qa.parquet`` of `run_dir` (or `out`) through
-    probes.evals.evaluate_checkpoint: the metadata of every eval file, plus config, summary and sources."""
+    probes.scoring.evaluate.evaluate_checkpoint: the metadata of every eval file, plus config, summary and sources."""
     from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint
 
     if cfg.mode == "paper":
