@@ -78,6 +78,16 @@ def eval_meta(*, step: int, tokens: int, benchmark: str, model_dir: Optional[Pat
             "n_pairs": int(n_pairs), "pair_set": pair_set, "versions": versions(), **extra}
 
 
+def check_meta(meta: dict, where: str) -> None:
+    """The keys every eval file's metadata holds, and their types (the writer and the reader check)."""
+    for key, typ in (("step", int), ("tokens", int), ("benchmark", str), ("convention", str)):
+        if key not in meta:
+            raise EvalInputError(f"{where}: metadata lacks required key {key!r}")
+        # bool is an int subclass; a True step is a bug, not a step
+        if not isinstance(meta[key], typ) or isinstance(meta[key], bool):
+            raise EvalInputError(f"{where}: metadata key {key!r} must be {typ.__name__}, got {meta[key]!r}")
+
+
 def eval_file_meta(path: Path, schema_meta: Optional[dict] = None) -> dict:
     """The metadata of an eval file by the one rule every reader (analysis, scoring, the report) uses.
 
@@ -114,10 +124,7 @@ def eval_file_meta(path: Path, schema_meta: Optional[dict] = None) -> dict:
             raise EvalInputError(f"{path}: no {META_KEY.decode()!r} metadata and no 'tokens' in "
                                  f"{ckpt / 'trainer_state.json'} to say how far training was")
         meta = {"step": dir_step, "tokens": state["tokens"], "benchmark": path.stem, "convention": "unknown"}
-    for key, typ in (("step", int), ("tokens", int), ("benchmark", str), ("convention", str)):
-        # bool is an int subclass; a True step is a bug, not a step
-        if not isinstance(meta.get(key), typ) or isinstance(meta.get(key), bool):
-            raise EvalInputError(f"{path}: metadata key {key!r} must be {typ.__name__}, got {meta.get(key)!r}")
+    check_meta(meta, str(path))
     if dir_step is not None and meta["step"] != dir_step:
         raise EvalInputError(f"{path}: metadata step {meta['step']} != directory step{dir_step}")
     return meta

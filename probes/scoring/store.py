@@ -14,26 +14,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from probes.evals.files import CONVENTION, META_KEY, EvalInputError, eval_file_meta, eval_path
+from probes.evals.files import CONVENTION, META_KEY, EvalInputError, check_meta, eval_file_meta, eval_path
 from train.files import atomic_open, versions
 from train.faults import fault_point
 
 __all__ = ["META_KEY", "eval_path", "read_pairs", "write_pairs"]
-_REQUIRED = {"step": int, "tokens": int, "benchmark": str, "convention": str}
-
-
-def _check_meta(meta: dict, where: str) -> None:
-    for key, typ in _REQUIRED.items():
-        if key not in meta:
-            raise ValueError(f"{where}: metadata lacks required key {key!r}")
-        value = meta[key]
-        # bool is an int subclass; a True step is a bug, not a step
-        if not isinstance(value, typ) or isinstance(value, bool):
-            raise ValueError(
-                f"{where}: metadata key {key!r} must be {typ.__name__}, got {value!r}"
-            )
-
-
 def write_pairs(df: pd.DataFrame, path: Path, meta: dict) -> None:
     """Write ``df`` to ``path`` atomically with ``meta`` in the schema metadata.
 
@@ -45,7 +30,7 @@ def write_pairs(df: pd.DataFrame, path: Path, meta: dict) -> None:
     meta = dict(meta)
     meta.setdefault("convention", CONVENTION)
     meta.setdefault("versions", versions())
-    _check_meta(meta, str(path))
+    check_meta(meta, str(path))
     try:
         blob = json.dumps(meta, default=lambda o: str(o) if isinstance(o, os.PathLike) else _bad(o))
     except TypeError as e:
