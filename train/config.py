@@ -103,7 +103,7 @@ def typed_section(node, key: str):
 
     if node is None or len(node) == 0:
         return None
-    node = OmegaConf.create(OmegaConf.to_container(node), flags={"struct": False})
+    node = OmegaConf.create(OmegaConf.to_container(node, resolve=True), flags={"struct": False})
     target = node.pop("_target_", None)
     if not isinstance(target, str):
         raise ConfigError(f"{key}._target_ is missing: name the dataclass that types the {key!r} section")
