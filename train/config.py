@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import json
 import typing
 from dataclasses import dataclass, field
@@ -99,17 +100,16 @@ def typed_section(node, key: str):
     """A section named by its `_target_` (a dataclass import path, as Hydra's instantiate takes) as that
     dataclass: every key checked against it (a misspelt one fails naming `key.<name>`), its
     __post_init__ run. None for an empty section (a TrainConfig built in code has no hooks)."""
-    from hydra.utils import get_class
-
     if node is None or len(node) == 0:
         return None
     node = OmegaConf.create(OmegaConf.to_container(node, resolve=True), flags={"struct": False})
     target = node.pop("_target_", None)
     if not isinstance(target, str):
         raise ConfigError(f"{key}._target_ is missing: name the dataclass that types the {key!r} section")
+    module, _, name = target.rpartition(".")
     try:
-        schema = get_class(target)
-    except Exception as e:  # noqa: BLE001 - hydra raises ImportError or ValueError, both about the path
+        schema = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as e:
         raise ConfigError(f"{key}._target_={target!r} cannot be imported: {e}") from None
     if not dataclasses.is_dataclass(schema):
         raise ConfigError(f"{key}._target_={target!r} is not a dataclass")
