@@ -5,7 +5,7 @@ contract's metadata (probes.evals.files.eval_meta) and refreshes the run's reduc
 ``score-run``/``watch``, ``probes score`` and the syntax-question scorer all call it, so dtype, bf16,
 model_dir and "already done" mean one thing in every eval file.
 
-It composes the scorer, the unigram columns, the writer and the cache, so it sits above them, here with
+It composes the scorer, the writer and the cache, so it sits above them, here with
 the scorer; the contract it writes by (probes.evals.files) sits below everything.
 """
 from __future__ import annotations
@@ -75,8 +75,7 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
                         ckpt_dir: Optional[Path], run_dir: Optional[Path] = None, out: Optional[Path] = None,
                         opts: ScoreOptions = ScoreOptions(), fingerprint: Optional[str] = None,
                         score: Optional[Callable] = None, key: Callable = pair_key,
-                        describe: Optional[Callable[[Any], dict]] = None, unigram=None,
-                        cache: bool = True, **extra) -> Optional[Evaluation]:
+                        describe: Optional[Callable[[Any], dict]] = None, cache: bool = True, **extra) -> Optional[Evaluation]:
     """Score `pairs` with `model` (the weights of `ckpt_dir`), write the eval file, refresh the cache.
 
     The file goes to ``out`` or else ``<run_dir>/evals/step<step>/<name>.parquet``; in a run directory
@@ -84,8 +83,8 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
     `score(model, tokenizer, pairs, opts)` returns the rows (default: probes.scoring.primitive.score_pairs), or
     None on a rank that does not write (then nothing is written and None is returned); `key` names
     what identifies one pair or item in the pair set; `describe(df)` adds metadata known only after
-    scoring; `unigram` = (log unigram probabilities per id, source) adds ulp_good / ulp_bad; `extra`
-    goes into the metadata as is. `fingerprint`: the tokenizer's ids_fingerprint when already known.
+    scoring (columns beyond the scorer's, such as the unigram ones, come from the caller's `score`);
+    `extra` goes into the metadata as is. `fingerprint`: the tokenizer's ids_fingerprint when already known.
     """
     if out is None and run_dir is None:
         raise ValueError("evaluate_checkpoint needs run_dir (an eval file of a run) or out (a file)")
@@ -99,11 +98,6 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
                      tokenizer=fingerprint or ids_fingerprint(tokenizer), dtype=weights_dtype(model),
                      bf16=opts.bf16, manifest=manifest, n_pairs=len(df),
                      pair_set=pair_set(pairs, key), seconds=round(time.perf_counter() - t0, 3), **extra)
-    if unigram is not None:
-        from probes.scoring.unigram import add_unigram_columns
-
-        df = add_unigram_columns(df, tokenizer, unigram[0])
-        meta["unigram"] = unigram[1]
     report = getattr(pairs, "report", None)  # load_benchmark says where pairs came from
     if report is not None:
         meta["source"] = report.source

@@ -220,11 +220,20 @@ class ProbeHook:
                 continue
             ev = evaluate_checkpoint(model, self.tokenizer, pairs, name=name, step=step, tokens=tokens,
                                      ckpt_dir=ckpt_dir, run_dir=self.run_dir, opts=opts,
-                                     fingerprint=self.fingerprint, score=_score_sharded, unigram=self.unigram,
-                                     world_size=world)
+                                     fingerprint=self.fingerprint, score=self._score, world_size=world,
+                                     **({} if self.unigram is None else {"unigram": self.unigram[1]}))
             if ev is not None:  # rank 0
                 metrics.update(summary_metrics(ev.df, name))
         return metrics
+
+    def _score(self, model, tokenizer, pairs: list[Pair], opts: ScoreOptions) -> Optional[pd.DataFrame]:
+        """The pairs scored across ranks; with ``unigram`` also ulp_good / ulp_bad (SLOR, MORCELA)."""
+        df = _score_sharded(model, tokenizer, pairs, opts)
+        if df is None or self.unigram is None:
+            return df
+        from probes.scoring.unigram import add_unigram_columns
+
+        return add_unigram_columns(df, tokenizer, self.unigram[0])
 
     def missing(self, step: int) -> bool:
         """Some benchmark's eval file of checkpoint `step` is not done for the checkpoint now on disk
