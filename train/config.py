@@ -103,7 +103,7 @@ def typed_section(node, key: str):
     if node is None or len(node) == 0:
         return None
     node = OmegaConf.create(OmegaConf.to_container(node, resolve=True), flags={"struct": False})
-    target = node.pop("_target_", None)
+    target = node.get("_target_")
     if not isinstance(target, str):
         raise ConfigError(f"{key}._target_ is missing: name the dataclass that types the {key!r} section")
     module, _, name = target.rpartition(".")
@@ -113,6 +113,8 @@ def typed_section(node, key: str):
         raise ConfigError(f"{key}._target_={target!r} cannot be imported: {e}") from None
     if not dataclasses.is_dataclass(schema):
         raise ConfigError(f"{key}._target_={target!r} is not a dataclass")
+    if "_target_" not in {f.name for f in dataclasses.fields(schema)}:  # else it records itself
+        node.pop("_target_")
     _refuse_unknown_keys(node, schema, key + ".")
     try:
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), node))

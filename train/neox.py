@@ -244,7 +244,11 @@ def run_config(run_dir: Path):
         raise InputFileError(f"--run {run_dir}: no config.yaml (not a run directory of `python -m train`)")
     register()
     with reading(f, "the run's config"):
-        cfg = to_typed(OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(f)))
+        saved = OmegaConf.load(f)
+        if saved.get("probes") and "_target_" not in saved.probes:  # written before the section named its type
+            default = Path(__file__).resolve().parents[1] / "configs" / "config.yaml"
+            saved.probes._target_ = OmegaConf.load(default).probes._target_
+        cfg = to_typed(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved))
     ckpts = list_checkpoints(run_dir)
     if not ckpts:
         raise InputFileError(f"--run {run_dir}: no checkpoints yet; its total_steps is known from the first one")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from train.errors import InputFileError
-from train.files import STEP_DIR, read_trainer_state, versions
+from train.files import STEP_DIR, TRAINER_STATE, read_trainer_state, versions
 
 META_KEY = b"syntax_dynamics"  # parquet schema-metadata key of an eval file's JSON metadata
 CONVENTION = "start_token_all_tokens_v2"  # the scoring convention (probes/scoring/primitive.py documents it)
@@ -91,11 +91,13 @@ def check_meta(meta: dict, where: str) -> None:
 def eval_file_meta(path: Path, schema_meta: Optional[dict] = None) -> dict:
     """The metadata of an eval file by the one rule every reader (analysis, scoring, the report) uses.
 
-    A file that carries it (META_KEY) gives it, checked: step, tokens, benchmark and convention. A file
-    without it (another tool's, or from before metadata existed) is read only where its place says what
-    it is: ``<run>/evals/step<N>/<name>.parquet`` beside ``<run>/checkpoints/step<N>/trainer_state.json``
-    gives step N, that checkpoint's tokens, benchmark <name> and convention "unknown". Anything else
-    raises EvalInputError naming the file. `schema_meta`: the schema metadata when the caller holds it.
+    The JSON under META_KEY gives it. Where a file lacks it, or lacks some of its keys (another tool's
+    file, or one from before metadata existed), its place fills them in, and only there:
+    ``<run>/evals/step<N>/<name>.parquet`` gives step N, benchmark <name>, convention "unknown", and
+    tokens from ``<run>/checkpoints/step<N>/trainer_state.json``. Then step, tokens, benchmark and
+    convention must be there with their types (check_meta), and a step must match its directory.
+    Anything else raises EvalInputError naming the file. `schema_meta`: the schema metadata when the
+    caller already holds it.
     """
     path = Path(path)
     if schema_meta is None:
@@ -107,6 +109,7 @@ def eval_file_meta(path: Path, schema_meta: Optional[dict] = None) -> dict:
             raise EvalInputError(f"{path}: not a readable parquet file ({type(e).__name__}: {e})") from None
     in_step = STEP_DIR.match(path.parent.name)
     dir_step = int(in_step.group(1)) if in_step and path.parent.parent.name == "evals" else None
+    meta: dict = {}
     if META_KEY in schema_meta:
         try:
             meta = json.loads(schema_meta[META_KEY])
@@ -117,13 +120,15 @@ def eval_file_meta(path: Path, schema_meta: Optional[dict] = None) -> dict:
     elif dir_step is None:
         raise EvalInputError(f"{path}: parquet has no {META_KEY.decode()!r} schema metadata and is not in a "
                              f"run's evals/step<N>/ directory; not an eval file")
-    else:
-        ckpt = path.parents[2] / "checkpoints" / f"step{dir_step}"
-        state = read_trainer_state(ckpt, missing_ok=True)
-        if "tokens" not in state:
-            raise EvalInputError(f"{path}: no {META_KEY.decode()!r} metadata and no 'tokens' in "
-                                 f"{ckpt / 'trainer_state.json'} to say how far training was")
-        meta = {"step": dir_step, "tokens": state["tokens"], "benchmark": path.stem, "convention": "unknown"}
+    if dir_step is not None:
+        meta = {"step": dir_step, "benchmark": path.stem, "convention": "unknown", **meta}
+        if "tokens" not in meta:
+            state = path.parents[2] / "checkpoints" / f"step{dir_step}" / TRAINER_STATE
+            tokens = read_trainer_state(state.parent, missing_ok=True).get("tokens")
+            if tokens is None:
+                raise EvalInputError(f"{path}: no 'tokens' in its metadata, nor in {state}, to say how far "
+                                     f"training was")
+            meta["tokens"] = tokens
     check_meta(meta, str(path))
     if dir_step is not None and meta["step"] != dir_step:
         raise EvalInputError(f"{path}: metadata step {meta['step']} != directory step{dir_step}")

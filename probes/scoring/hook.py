@@ -54,6 +54,8 @@ class ProbesConfig:
     ``resolved_benchmarks()`` gives the list of ``BenchmarkConfig`` that is loaded; it is checked when
     the config is built.
     """
+    # what the run's config.yaml records, so the section names its type wherever it is read back
+    _target_: str = f"{__name__}.ProbesConfig"
     enabled: bool = True
     # each entry: a registry name (str) or a mapping of BenchmarkConfig fields (see above);
     # Any because OmegaConf lists hold one element type and users type bare names

@@ -55,7 +55,7 @@ def read_pairs(path: Path) -> tuple[pd.DataFrame, dict]:
     same rule as analysis, files without metadata included). EvalInputError names a file it refuses."""
     path = Path(path)
     if not path.is_file():
-        raise EvalInputError(f"{path}: no such eval file")
+        raise FileNotFoundError(f"{path}: no such eval file")
     meta = eval_file_meta(path)
     try:
         return pq.read_table(path).to_pandas(), meta
