@@ -65,7 +65,7 @@ def pair_correct(df: pd.DataFrame) -> tuple[np.ndarray, list[tuple[str, str, flo
 
 def _final_file(run_path: Path) -> list[Path]:
     """The last checkpoint's eval files of a run, the all-pairs file in place of its sample."""
-    from probes.evals import step_dirs
+    from train.files import step_dirs
     from probes.evals.files import ALL_SUFFIX
 
     steps = step_dirs(run_path / "evals")

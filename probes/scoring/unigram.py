@@ -141,7 +141,7 @@ def add_to_run(run_dir: Union[str, Path], table: Optional[Union[str, Path]] = No
 
     The unigram table: ``table`` (an authors'-style JSON), else the run's own token store, found from
     its config (data.cache_dir) and the tokenizer saved in its checkpoints."""
-    from probes.evals import list_checkpoints
+    from train.files import list_checkpoints
     from probes.scoring.store import read_pairs, write_pairs
     from train.tokenizer import load_tokenizer
 
