@@ -142,7 +142,7 @@ def paper_u_table(ev, cfg: UShapeConfig, benchmark: str = "zhoblimp", paper_us=P
                 why = [f"runs end at {tokens.max():.2g} tokens, the paper's U recovers by ~{pu.recovery_by:.0e}"
                        ] if tokens.max() < pu.recovery_by else []
                 if c >= REFERENCE_DEPTH:
-                    why.append(f"smallest detectable dip {c:.2f} > {REFERENCE_DEPTH}: a {REFERENCE_DEPTH} dip needs {more}")
+                    why.append(f"smallest detectable dip {c:.3f} > {REFERENCE_DEPTH}: a {REFERENCE_DEPTH} dip needs {more}")
                 row |= {"status": "not detectable here", "why": "; ".join(why)}
             else:
                 row |= {"status": "absent", "why": f"no accepted dip deeper than {c:.3f} with its trough in "

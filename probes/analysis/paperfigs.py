@@ -91,8 +91,10 @@ def plot_overall(bands: pd.DataFrame, units: pd.DataFrame, path: Path, ylabel: s
             b = pick(bands, benchmark=bench, budget=budget)
             draw_model_lines(ax, b, pick(units, benchmark=bench, budget=budget), ref, colors)
             token_axis(ax, ref, ylabel=f"{bench}: {ylabel}" if j == 0 else "")
+            ax.set_xlabel("")  # said once below: the panel-wide label overlaps its neighbours
             ax.set_ylim(*ylim)
             ax.set_title(f"{bench} · corpus {_budget(budget)}", fontsize=9)
+    fig.supxlabel("tokens seen (log scale); hollow marker = step 0, drawn 1 decade left", fontsize=9)
     _finish(fig, axes, axes.size, f"Overall accuracy over training (mean of all paradigms; y axis zoomed)\n"
             f"{band_caption(bands)}",
             axes[0, -1])
