@@ -94,8 +94,8 @@ def plot_overall(bands: pd.DataFrame, units: pd.DataFrame, path: Path, ylabel: s
             ax.set_xlabel("")  # said once below: the panel-wide label overlaps its neighbours
             ax.set_ylim(*ylim)
             ax.set_title(f"{bench} · corpus {_budget(budget)}", fontsize=9)
-    fig.supxlabel("tokens seen (log scale); hollow marker = step 0, drawn 1 decade left", fontsize=9)
-    _finish(fig, axes, axes.size, f"Overall accuracy over training (mean of all paradigms; y axis zoomed)\n"
+    _finish(fig, axes, axes.size, f"Overall accuracy over training (mean of all paradigms; y axis zoomed); "
+            "x: tokens seen (log), hollow marker = step 0\n"
             f"{band_caption(bands)}",
             axes[0, -1])
     return save_figure(fig, path)
@@ -122,10 +122,10 @@ def plot_all_phenomena(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str,
         ax.set_ylim(-0.02, 1.02)
         ax.set_title(f"{ph} ({int(b[b.phenomenon == ph].n_pairs.max())} pairs/seed)", fontsize=8)
         ax.tick_params(labelsize=7)
-    fig.supxlabel("tokens seen (log); hollow marker = step 0", fontsize=8)
     fig.supylabel(ylabel, fontsize=8)
+    # the x label goes in the title: at the bottom it collides with the legend
     _finish(fig, axes, len(phens), f"{benchmark}: every phenomenon over training, corpus {_budget(budget)} "
-            f"(as ZhoBLiMP Figure 5)\n{band_caption(b)}", axes.flat[0])
+            f"(as ZhoBLiMP Figure 5); x: tokens seen (log), hollow marker = step 0\n{band_caption(b)}", axes.flat[0])
     return save_figure(fig, path)
 
 
