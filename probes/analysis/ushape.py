@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 
 @dataclass(frozen=True)
@@ -430,7 +431,16 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
     """Statistical U's for every model x budget group (its runs are the seeds), benchmark, and
     phenomenon/paradigm of an EvalSet. Returns (DataFrame of STAT_COLUMNS, list of notes).
     Every candidate is a row; only rows with accepted=True are U-shapes (verdict says why not).
-    What one seed can show (thin_note, per group) goes to `evidence` if given, else to the notes."""
+    What one seed can show (thin_note, per group) goes to `evidence` if given, else to the notes.
+
+    One BLAS thread: the detector's products are small (4,000 x 47 noise draws times a 47 x 47
+    smoother, per unit), where OpenBLAS's threads cost 10x the arithmetic in start-up and spinning on
+    a shared CPU; the same products give the same bits on one thread (bench/compare_report_tables.py)."""
+    with threadpool_limits(1, user_api="blas"):
+        return _find_u_shapes_in_runs(ev, cfg, levels, evidence)
+
+
+def _find_u_shapes_in_runs(ev, cfg: UShapeConfig | None, levels, evidence: list[str] | None):
     import pandas as pd
 
     from probes.analysis.evalfile import MISSING, MLP, SUM
