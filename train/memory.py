@@ -29,6 +29,9 @@ differs, and the difference is what the uncalibrated plan missed (it was 15-19 %
 * Autocast copies: under autocast every matmul weight is cast to bf16 once per forward and kept (the
   autocast cache, and backward's saved tensors) until the backward has passed its layer: 2 B per
   parameter that is not the input embedding (a lookup, not cast).
+* Chunked loss (engine.loss_chunk = c tokens, train/loss.py): one chunk's logits (bf16, fp32, its bf16
+  gradient: (2e + 4) cV), the head weight's fp32 gradient 4Vh and the hidden states' gradient and bf16
+  copy (r + e) sbh replace both loss terms.
 * Activation checkpointing: each layer keeps only its input (r sbh); the peak is the larger of the
   forward's end (every autocast copy still cached, head forward) and the loss backward (the head's
   copy only); one layer recomputed at a time adds less than the loss backward's 12sbV frees.
@@ -74,7 +77,7 @@ def state_bytes_per_param(engine_kind: str, zero_stage: int, bf16: bool, gpus: i
 
 def activation_bytes(*, params: int = 0, layers: int, hidden: int, heads: int, vocab: int, seq_len: int,
                      micro_batch: int, checkpointing: bool, attn_implementation: str, compute_bytes: int = 2,
-                     residual_bytes: int = 2, autocast: bool = False) -> float:
+                     residual_bytes: int = 2, autocast: bool = False, loss_chunk: int = 0) -> float:
     """Peak bytes beyond the model states in one training step (module docstring)."""
     s, b, h, a, e, r = seq_len, micro_batch, hidden, heads, compute_bytes, residual_bytes
     sbh, sbV = s * b * h, s * b * vocab
@@ -85,6 +88,8 @@ def activation_bytes(*, params: int = 0, layers: int, hidden: int, heads: int, v
     head = (r + e) * sbh
     loss_fwd = (e + 4 + (4 if e < 4 else 0)) * sbV  # logits, their fp32 copy (a no-op in fp32), log-softmax
     loss_bwd = 12 * sbV
+    if loss_chunk:
+        loss_fwd = loss_bwd = (2 * e + 4) * min(loss_chunk, s * b) * vocab + 4 * vocab * h + (r + e) * sbh
     casts = 2 * (params - vocab * hidden) if autocast else 0  # bf16 copies of every matmul weight
     if checkpointing:
         kept = layers * r * sbh + head
@@ -94,11 +99,12 @@ def activation_bytes(*, params: int = 0, layers: int, hidden: int, heads: int, v
 
 def estimate(*, params: int, layers: int, hidden: int, heads: int, vocab: int, seq_len: int, micro_batch: int,
              engine_kind: str, zero_stage: int, bf16: bool, gpus: int, checkpointing: bool,
-             attn_implementation: str) -> Memory:
+             attn_implementation: str, loss_chunk: int = 0) -> Memory:
     w, g, o = state_bytes_per_param(engine_kind, zero_stage, bf16, gpus)
     autocast = bf16 and engine_kind == "torch"  # fp32 weights, bf16 compute; DeepSpeed bf16 holds bf16 weights
     act = activation_bytes(params=params, layers=layers, hidden=hidden, heads=heads, vocab=vocab,
                            seq_len=seq_len, micro_batch=micro_batch, checkpointing=checkpointing,
                            attn_implementation=attn_implementation, compute_bytes=2 if bf16 else 4,
-                           residual_bytes=4 if (autocast or not bf16) else 2, autocast=autocast)
+                           residual_bytes=4 if (autocast or not bf16) else 2, autocast=autocast,
+                           loss_chunk=loss_chunk if engine_kind == "torch" else 0)
     return Memory(weights=w * params, grads=g * params, optimizer=o * params, activations=act)
