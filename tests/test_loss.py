@@ -74,3 +74,19 @@ def test_bad_chunk_settings_are_config_errors():
         EngineConfig(loss_chunk=-1)
     with pytest.raises(ValueError, match="engine.loss_chunk"):
         EngineConfig(kind="deepspeed", loss_chunk=1024)
+
+
+def test_compile_wraps_the_chunked_loss_and_follows_the_eager_trajectory():
+    def run(cfg: EngineConfig) -> list[float]:
+        engine = TorchEngine(cfg, OptimConfig(global_batch=4, micro_batch=4), build_model(ModelConfig(**SMALL), seed=0), CPU)
+        out = []
+        for step in range(2):
+            loss = engine.loss(batch(step))
+            engine.backward(loss)
+            engine.step(1e-2)
+            out.append(loss.item())
+        return out
+
+    eager = run(EngineConfig(loss_chunk=8))
+    compiled = run(EngineConfig(loss_chunk=8, compile=True, compile_backend="aot_eager"))
+    assert compiled == pytest.approx(eager, abs=1e-6)
