@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import GPTNeoXForCausalLM
 
+from conftest import skip_or_fail_in_ci
 from trainutil import TINY, tiny_cfg
 from train.errors import DiskFullError, InputFileError, is_user_error, writing
 from train.loop import train
@@ -163,7 +164,7 @@ def test_torch_save_unexpected_pos_is_named_as_a_full_disk(tmp_path):
 @pytest.fixture()
 def mount(tmp_path):
     """mount(size, ro=False): a tmpfs at a fresh directory (a full disk or a read-only one that really
-    refuses root); skipped where mounting is not allowed."""
+    refuses root); skipped where mounting is not allowed, and a failure there under CI=true."""
     points = []
 
     def make(size: str, ro: bool = False) -> Path:
@@ -171,7 +172,7 @@ def mount(tmp_path):
         point.mkdir()
         if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point)],
                           capture_output=True).returncode != 0:
-            pytest.skip("cannot mount a tmpfs here (needs root)")
+            skip_or_fail_in_ci("cannot mount a tmpfs here (needs root)")
         points.append(point)
         (point / "run").mkdir()
         if ro:

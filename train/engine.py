@@ -127,8 +127,11 @@ def to_device(batch: torch.Tensor, device: torch.device, pin_memory: bool) -> to
 def _lm_loss(model, batch: torch.Tensor) -> torch.Tensor:
     # batch rows hold seq_len + 1 ids: inputs are [:-1], targets [1:] (one overlapping token).
     # No KV cache in training (it also conflicts with activation checkpointing).
+    # The loss in float32 at least (bf16 logits lose digits in the log-softmax); a float64 model keeps
+    # float64, so the tests can check accumulation and clipping against hand arithmetic exactly.
     logits = model(input_ids=batch[:, :-1], use_cache=False).logits
-    return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)),
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)),
                                              batch[:, 1:].reshape(-1))
 
 
