@@ -28,3 +28,21 @@ def sum_tol(magnitude: float, terms: int, eps: float = F32_EPS) -> float:
     """The largest difference between two sums of the same `terms` addends (sum of |addend| at most
     `magnitude`) computed in different orders in a format with machine epsilon `eps`."""
     return terms * eps * magnitude
+
+
+def lm_terms(config, tokens: int) -> int:
+    """The longest chain of additions behind a sentence log-prob of `tokens` tokens from a GPT-NeoX-like
+    `config`: per layer the attention projections (hidden), the attention over the context (tokens), the
+    output projection and the MLP's two matmuls (hidden, intermediate); then the output layer's dot
+    product (hidden), the logsumexp over the vocabulary, and the sum over the tokens."""
+    hidden, inner = config.hidden_size, config.intermediate_size
+    per_layer = 2 * hidden + tokens + inner + inner
+    return config.num_hidden_layers * per_layer + hidden + config.vocab_size + tokens
+
+
+def lp_tol(lp, ntok, config):
+    """Per-row tolerance for sentence log-probs `lp` of `ntok` tokens (arrays) computed twice by one model
+    in different batch shapes or processes: sum_tol with |lp| as the magnitude (every token's log-prob
+    is <= 0, so |lp| is the sum of their sizes)."""
+    lp, ntok = np.abs(np.asarray(lp, dtype=np.float64)), np.asarray(ntok)
+    return np.array([sum_tol(m, lm_terms(config, int(n))) for m, n in zip(lp, ntok)])

@@ -196,3 +196,10 @@ def test_a_read_only_run_dir_is_named(cache, mount, monkeypatch, capsys):
     run_dir = mount("1m", ro=True)
     line = train_cli(cache, f"hydra.run.dir={run_dir}", monkeypatch=monkeypatch, capsys=capsys)
     assert line == f"error: hydra.run.dir {run_dir} is not writable: Read-only file system ({run_dir})"
+
+
+def test_a_read_only_sweep_dir_is_named_under_multirun(cache, mount, monkeypatch, capsys):
+    """`-m` skips on_run_start: the sweep directory is checked before the launcher creates it."""
+    sweep = mount("1m", ro=True)
+    line = train_cli(cache, "-m", f"hydra.sweep.dir={sweep}", "seed=0,1", monkeypatch=monkeypatch, capsys=capsys)
+    assert line == f"error: hydra.sweep.dir {sweep} is not writable: Read-only file system ({sweep})"
