@@ -28,8 +28,9 @@ def train_cli(cache: Path, *overrides: str, monkeypatch, capsys) -> str:
     fails the test."""
     import runpy
 
-    args = [*TINY, *SMALL, f"data.cache_dir={cache}", "hydra/job_logging=none",
-            "hydra/hydra_logging=none", *overrides]
+    flags = [o for o in overrides if o.startswith("-")]  # before the overrides, as argparse wants them
+    args = [*flags, *TINY, *SMALL, f"data.cache_dir={cache}", "hydra/job_logging=none",
+            "hydra/hydra_logging=none", *(o for o in overrides if not o.startswith("-"))]
     monkeypatch.setattr(sys, "argv", ["train", *args])
     with pytest.raises(SystemExit) as end:  # as `python -m train` (Hydra finds configs/ from the file)
         runpy.run_module("train", run_name="__main__", alter_sys=True)
