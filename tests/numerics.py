@@ -17,6 +17,8 @@ moves these quantities by 1e-2 and more.
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 
@@ -40,9 +42,13 @@ def lm_terms(config, tokens: int) -> int:
     return config.num_hidden_layers * per_layer + hidden + config.vocab_size + tokens
 
 
-def lp_tol(lp, ntok, config):
-    """Per-row tolerance for sentence log-probs `lp` of `ntok` tokens (arrays) computed twice by one model
-    in different batch shapes or processes: sum_tol with |lp| as the magnitude (every token's log-prob
-    is <= 0, so |lp| is the sum of their sizes)."""
-    lp, ntok = np.abs(np.asarray(lp, dtype=np.float64)), np.asarray(ntok)
-    return np.array([sum_tol(m, lm_terms(config, int(n))) for m, n in zip(lp, ntok)])
+def sentence_lp_tol(model, ids: list[int]) -> float:
+    """How far two float32 computations of one sentence log-prob (token ids `ids`, start token first) may
+    differ: sum_tol over the additions behind it (lm_terms). The magnitude is that of the logits, not
+    of the log-prob: a token predicted with near certainty has lp ~ 0 from z_y - logsumexp(z) with both
+    terms large, and each carries rounding of its own size. Per token |z_y| + |logsumexp(z)| is at
+    most 2 max|z| + log(vocab); the model's logits are computed once here, in float64."""
+    with torch.no_grad():
+        z = copy.deepcopy(model).double()(input_ids=torch.tensor([ids])).logits[0, :-1]
+    magnitude = float((2 * z.abs().amax(-1) + np.log(z.shape[-1])).sum())
+    return sum_tol(magnitude, lm_terms(model.config, len(ids) - 1))
