@@ -17,6 +17,7 @@ from typing import Optional
 import torch
 import torch.distributed as torch_dist
 
+from train.digest import torch_save_hashed
 from train.errors import reading
 from train.optim import OptimConfig, accumulation_steps, build_optimizer, set_lr
 
@@ -194,7 +195,8 @@ class TorchEngine:
         # from the checkpoint's fp32 model.safetensors.
         if self.dist.main:
             path.mkdir(parents=True, exist_ok=True)
-            torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
+            # hashed on its way to disk: the manifest does not read the largest file back (train.digest)
+            torch_save_hashed(self.optimizer.state_dict(), path / "optimizer.pt")
 
     def load_resume(self, ckpt_dir: Path) -> None:
         # from_pretrained maps the on-disk names (transformers writes lm_head as embed_out) back to
