@@ -17,7 +17,6 @@ SENTENCES = [("the cat runs .", "the cat run ."), ("the dogs see a cat .", "the 
 
 
 def test_minicons_with_bos_token_gives_our_sentence_log_probs():
-    torch.set_num_threads(1)
     tok, model = word_tokenizer(), tiny_neox().eval()
     pairs = [Pair("m", "p", "x", str(i), good, bad) for i, (good, bad) in enumerate(SENTENCES)]
     ours = score_pairs(model, tok, pairs, batch_size=3)
