@@ -13,8 +13,8 @@ import yaml
 from probeutil import tiny_neox, word_tokenizer
 from probes.__main__ import main as probes_main
 from probes.benchmarks.registry import load_benchmark
-from probes.evals import CONVENTION, BenchmarkConfig, eval_path, pair_set
-from probes.evals.config import LanguageAConfig
+from probes.evals.files import CONVENTION, eval_path, pair_set
+from probes.evals.config import BenchmarkConfig, LanguageAConfig
 from probes.scoring.primitive import score_pairs
 from probes.scoring.store import read_pairs, write_pairs
 from train.checkpoint import write_manifest
