@@ -17,6 +17,7 @@ from typing import Optional
 import torch
 import torch.distributed as torch_dist
 
+from train.digest import torch_save_hashed
 from train.errors import reading
 from train.loss import ChunkedLMLoss
 from train.optim import OptimConfig, accumulation_steps, build_optimizer, set_lr
@@ -134,8 +135,11 @@ def to_device(batch: torch.Tensor, device: torch.device, pin_memory: bool) -> to
 def _lm_loss(model, batch: torch.Tensor) -> torch.Tensor:
     # batch rows hold seq_len + 1 ids: inputs are [:-1], targets [1:] (one overlapping token).
     # No KV cache in training (it also conflicts with activation checkpointing).
+    # The loss in float32 at least (bf16 logits lose digits in the log-softmax); a float64 model keeps
+    # float64, so the tests can check accumulation and clipping against hand arithmetic exactly.
     logits = model(input_ids=batch[:, :-1], use_cache=False).logits
-    return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)),
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)),
                                              batch[:, 1:].reshape(-1))
 
 
@@ -202,7 +206,8 @@ class TorchEngine:
         # from the checkpoint's fp32 model.safetensors.
         if self.dist.main:
             path.mkdir(parents=True, exist_ok=True)
-            torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
+            # hashed on its way to disk: the manifest does not read the largest file back (train.digest)
+            torch_save_hashed(self.optimizer.state_dict(), path / "optimizer.pt")
 
     def load_resume(self, ckpt_dir: Path) -> None:
         # from_pretrained maps the on-disk names (transformers writes lm_head as embed_out) back to
