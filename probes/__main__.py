@@ -1,4 +1,4 @@
-"""``python -m probes {score,score-run,watch,tokens,curves,report,benchmarks,syntax-qa} ...``: one entry point for everything
+"""``python -m probes {score,score-run,watch,tokens,curves,report,compare,benchmarks,syntax-qa} ...``: one entry point for everything
 that reads models.
 
 ``score``, ``score-run`` and ``watch`` parse their arguments here (the last two run
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-USAGE = """usage: python -m probes {score,score-run,watch,tokens,curves,report,benchmarks,syntax-qa} [-h] ...
+USAGE = """usage: python -m probes {score,score-run,watch,tokens,curves,report,compare,benchmarks,syntax-qa} [-h] ...
 
   score       score one HF causal LM directory on one benchmark, write per-pair parquet
   score-run   score every whole checkpoint of a run directory (skips finished files)
@@ -20,6 +20,7 @@ USAGE = """usage: python -m probes {score,score-run,watch,tokens,curves,report,b
   tokens      one pair's per-token surprisal over a run's checkpoints (table; --out draws it)
   curves      learning curves and U-shapes from the eval files of run directories
   report      report.md + figures + tables: seeds, U-shapes, AoA, scaling grid, case study, regions
+  compare     paired statistics of two runs or checkpoints (McNemar, paired bootstrap, BH q) -> compare.csv
   benchmarks  list / inspect / check benchmarks
   syntax-qa   ask a causal LM questions about treebank sentences (TF / MC / FITB, OA)
 
@@ -267,6 +268,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from probes.analysis.report import main as report_main
 
         return report_main(rest)
+    if command == "compare":
+        from probes.analysis.compare import main as compare_main
+
+        return compare_main(rest)
     if command == "benchmarks":
         from probes.benchmarks.registry import main as benchmarks_main
 
