@@ -28,6 +28,7 @@ import pandas as pd
 from probes.analysis.evalcache import read_benchmark
 from probes.analysis.evalfile import PairOutcomes
 from probes.evals.files import ALL_SUFFIX, REGIONS, EvalInputError, step_dirs
+from probes.scoring.hub import hub_warnings
 
 # eval files of question items, not minimal pairs: their own readers (probes.syntaxqa.curves, probes.elagent.report)
 ITEM_FILES = ("syntax_qa", "syntax_qa_paper", "elagent")
@@ -130,6 +131,7 @@ def _load_run(d: Path, name: str, cache: bool = True):
         raise EvalInputError(
             f"run directory {d} has no minimal-pair eval files (expected evals/step<N>/<benchmark>.parquet)"
             + ("; it has syntax-question evals only, which the analysis reads beside minimal pairs" if qa_only else ""))
+    problems += hub_warnings(d)  # a public suite's checkpoints that are not what their names say
     ckpts = set(step_dirs(d / "checkpoints"))
     outs, frames = {}, []
     for bench, paths in sorted(paths_by_bench.items()):
