@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from trainutil import tiny_cfg
 
+from probes.__main__ import main as probes_main
 from probes.evals import step_dirs
 from probes.scoring.hub import PYTHIA_STEPS, distance, sanity_warnings
 
-ROOT = Path(__file__).resolve().parents[1]
 NAME = "tinyorg/tiny-suite"
 HF_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json")
 BENCH = ["--benchmark", "grammar", "--max-pairs-per-paradigm", "10", "--device", "cpu"]
@@ -56,11 +53,24 @@ def build_hub(cache: Path, serve: dict[str, Path]) -> Path:
     return cache
 
 
-def score_run(cache: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1",
-           "HF_HUB_DISABLE_TELEMETRY": "1"}
-    return subprocess.run([sys.executable, "-m", "probes", "score-run", "--hub", NAME, *args, *BENCH],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+@pytest.fixture
+def offline(monkeypatch):
+    """HF_HUB_OFFLINE as a user sets it; huggingface_hub reads its constants at import, so they are set too."""
+    import huggingface_hub.constants as hc
+
+    def use(cache: Path) -> None:
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+        monkeypatch.setattr(hc, "HF_HUB_OFFLINE", True)
+        monkeypatch.setattr(hc, "HF_HUB_CACHE", str(cache))
+    return use
+
+
+def score_run(capsys, *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = probes_main(["score-run", "--hub", NAME, *args, *BENCH])
+    out, err = capsys.readouterr()
+    return rc, out, err
 
 
 def test_pythia_revisions_are_its_154_checkpoints():
@@ -68,14 +78,15 @@ def test_pythia_revisions_are_its_154_checkpoints():
     assert PYTHIA_STEPS[-1] == 143000
 
 
-def test_three_revisions_score_like_probes_score_and_a_rerun_does_nothing(demo_run, tmp_path):
+def test_three_revisions_score_like_probes_score_and_a_rerun_does_nothing(demo_run, tmp_path, offline, capsys):
     ck = demo_run / "checkpoints"
     cache = build_hub(tmp_path / "hub", {"step0": ck / "step0", "step4": ck / "step4", "step60": ck / "step60"})
+    offline(cache)
     out = tmp_path / "pythia_like"
-    proc = score_run(cache, "--revisions", "step0,step4,step60", "--out", str(out), "--tokens-per-step", "1000")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    rc, _, err = score_run(capsys, "--revisions", "step0,step4,step60", "--out", str(out), "--tokens-per-step", "1000")
+    assert rc == 0, err[-3000:]
     assert sorted(step_dirs(out / "evals")) == [0, 4, 60]
-    assert "warning" not in proc.stderr
+    assert "warning" not in err
     rec = json.loads((out / "hub.json").read_text())
     assert rec["start_token"] == "<|endoftext|>" and rec["reference"] == "step0"
     d = [rec["revisions"][r]["distance"] for r in ("step0", "step4", "step60")]
@@ -83,9 +94,7 @@ def test_three_revisions_score_like_probes_score_and_a_rerun_does_nothing(demo_r
     for step in (0, 4, 60):
         snap = cache / f"models--{NAME.replace('/', '--')}" / "snapshots" / rec["revisions"][f"step{step}"]["commit"]
         ref = tmp_path / f"ref{step}.parquet"
-        p = subprocess.run([sys.executable, "-m", "probes", "score", "--model", str(snap), "--out", str(ref),
-                            *BENCH], cwd=ROOT, capture_output=True, text=True, timeout=300)
-        assert p.returncode == 0, p.stderr[-2000:]
+        assert probes_main(["score", "--model", str(snap), "--out", str(ref), *BENCH]) == 0
         got = pd.read_parquet(out / "evals" / f"step{step}" / "grammar.parquet")
         want = pd.read_parquet(ref)
         cols = ["pair_id", "paradigm", "lp_good", "lp_bad", "ntok_good", "ntok_bad"]
@@ -94,39 +103,35 @@ def test_three_revisions_score_like_probes_score_and_a_rerun_does_nothing(demo_r
 
         meta = json.loads(pq.read_schema(out / "evals" / f"step{step}" / "grammar.parquet").metadata[b"syntax_dynamics"])
         assert meta["tokens"] == step * 1000 and meta["hub_revision"] == f"step{step}"
-    again = score_run(cache, "--revisions", "step0,step4,step60", "--out", str(out), "--tokens-per-step", "1000")
-    assert again.returncode == 0 and "0 eval files written" in again.stdout, again.stderr[-2000:]
+    rc, again, err = score_run(capsys, "--revisions", "step0,step4,step60", "--out", str(out), "--tokens-per-step", "1000")
+    assert rc == 0 and "0 eval files written" in again, err[-2000:]
     # the report draws the suite beside one of our own runs (probed in the loop), on one tokens axis
-    rep = subprocess.run([sys.executable, "-m", "probes", "report", str(out), str(demo_run), "--out",
-                          str(tmp_path / "rep"), "--n-boot", "20"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=600)
-    assert rep.returncode == 0, rep.stderr[-3000:]
+    assert probes_main(["report", str(out), str(demo_run), "--out", str(tmp_path / "rep"), "--n-boot", "20"]) == 0
     table = pd.read_parquet(tmp_path / "rep" / "tables" / "accuracy_paradigm.parquet")
     assert {"pythia_like", demo_run.name} <= set(table.run)
     assert set(table[table.run == "pythia_like"].tokens) == {0, 4000, 60000}
 
 
-def test_a_revision_serving_another_revisions_weights_is_named(demo_run, tmp_path):
+def test_a_revision_serving_another_revisions_weights_is_named(demo_run, tmp_path, offline, capsys):
     ck = demo_run / "checkpoints"
     # step15 serves step60's files and step60 step15's: the same blobs twice, and the distance from
     # step0 falls from step15 to step60
     cache = build_hub(tmp_path / "hub", {"step0": ck / "step0", "step4": ck / "step4", "step15": ck / "step60",
                                          "step60": ck / "step15", "step61": ck / "step60"})
+    offline(cache)
     out = tmp_path / "suite"
-    proc = score_run(cache, "--revisions", "step0,step4,step15,step60,step61,step99", "--out", str(out),
-                     "--delete-after")
-    assert proc.returncode == 2  # step99 is not in the offline cache
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    rc, _, err = score_run(capsys, "--revisions", "step0,step4,step15,step60,step61,step99", "--out", str(out),
+                           "--delete-after")
+    assert rc == 2  # step99 is not in the offline cache
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "step99" in errors[0] and "HF_HUB_OFFLINE" in errors[0]
-    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
     assert any("step61" in w and "step15" in w and "same weight files" in w for w in warnings), warnings
     assert any("revision step60 is closer" in w and "step15" in w for w in warnings), warnings
     assert sorted(step_dirs(out / "evals")) == [0, 4, 15, 60, 61]  # scoring went on
     snaps = cache / f"models--{NAME.replace('/', '--')}" / "snapshots"
     assert len(list(snaps.iterdir())) == 1  # --delete-after kept only the reference, step0
-    rep = subprocess.run([sys.executable, "-m", "probes", "report", str(out), "--out", str(tmp_path / "rep"),
-                          "--n-boot", "20"], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert rep.returncode == 0, rep.stderr[-3000:]
+    assert probes_main(["report", str(out), "--out", str(tmp_path / "rep"), "--n-boot", "20"]) == 0
     assert "revision step60 is closer" in (tmp_path / "rep" / "report.md").read_text()
 
 
