@@ -15,7 +15,7 @@ from trainutil import tiny_cfg
 
 from probes.__main__ import main as probes_main
 from probes.analysis.compare import COLUMNS, compare, paired_stats
-from probes.evals import step_dirs
+from train.files import step_dirs
 
 CONV = "start_token_all_tokens_v2"
 

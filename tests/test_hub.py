@@ -13,7 +13,7 @@ import pytest
 from trainutil import tiny_cfg
 
 from probes.__main__ import main as probes_main
-from probes.evals import step_dirs
+from train.files import step_dirs
 from probes.scoring.hub import PYTHIA_STEPS, distance, sanity_warnings
 
 NAME = "tinyorg/tiny-suite"

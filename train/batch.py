@@ -104,7 +104,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _main(args) -> int:
-    from probes.evals import atomic_open
+    from train.files import atomic_open
 
     if args.out is not None and args.out.suffix != ".npy":
         raise ConfigError(f"--out {args.out}: name a .npy file")

@@ -35,7 +35,8 @@ from scipy.stats import binomtest, false_discovery_control
 
 from probes.analysis.evalfile import MLP, SUM, read_eval_file, strings
 from probes.analysis.evalset import ITEM_FILES, _read_run_info
-from probes.evals.files import EvalInputError, step_dirs
+from probes.evals.files import EvalInputError
+from train.files import step_dirs
 
 COLUMNS = ["benchmark", "level", "phenomenon", "paradigm", "n", "b", "c", "acc_a", "acc_b",
            "p_mcnemar", "ci_lo", "ci_hi", "q_bh"]

@@ -19,7 +19,7 @@ Checkpoint sanity (Pythia issues 83, 195, 206): a revision whose weight files ar
 another revision's (the cache names blobs by their sha256, so this costs nothing), and a revision
 whose weights are closer to step 0's than an earlier revision's were (distance from the reference
 revision, read tensor by tensor from the two files), are named in warnings with both revisions; the
-warnings go to RUN_DIR/hub.json, which `probes report` reads. Scoring goes on.
+warnings go to RUN_DIR/hub.json, which `probes report` reads (probes.analysis.evalset). Scoring goes on.
 """
 from __future__ import annotations
 
@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from probes.benchmarks.pairs import Pair
-from probes.evals import (CONVENTION, ScoreOptions, eval_done, eval_path, evaluate_checkpoint, ids_fingerprint,
-                          pair_set, read_meta, write_json_atomic)
-from probes.evals.files import EvalInputError
+from probes.evals.files import CONVENTION, EvalInputError, eval_done, eval_file_meta, eval_path, pair_set
+from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint, ids_fingerprint
+from train.files import write_json_atomic, write_text_atomic
 
 PYTHIA_TOKENS_PER_STEP = 1024 * 2048  # Pythia's global batch: 1,024 sequences of 2,048 tokens
 # Pythia's 154 revisions: step0, the log-spaced 1..512, then every 1,000 steps to 143,000
@@ -194,7 +194,7 @@ def _read_record(out_dir: Path, opts: HubOptions) -> dict:
 def _done(out_dir: Path, step: int, rev: str, benchmarks: dict[str, str]) -> bool:
     for bench, pairs_hash in benchmarks.items():
         path = eval_path(out_dir, step, bench)
-        if not eval_done(path, pairs_hash, None) or read_meta(path).get("hub_revision") != rev:
+        if not eval_done(path, pairs_hash, None) or eval_file_meta(path).get("hub_revision") != rev:
             return False
     return True
 
@@ -279,23 +279,10 @@ def score_hub(out_dir: Path, opts: HubOptions, benchmarks: dict[str, list[Pair]]
 
 def _write_run_config(out_dir: Path, name: str) -> None:
     """config.yaml as the analysis reads it (model name -> size, experiment): the run is labelled by the suite."""
-    from probes.evals import write_text_atomic
-
     path = out_dir / "config.yaml"
     if not path.is_file():
         write_text_atomic(path, f"experiment: hub\nmodel:\n  name: {name}\nseed: null\n")
 
 
-def hub_warnings(run_dir: Path) -> list[str]:
-    """The sanity warnings a scored suite recorded (read by probes.analysis.evalset for the report)."""
-    path = Path(run_dir) / RECORD
-    if not path.is_file():
-        return []
-    try:
-        return list(json.loads(path.read_text()).get("warnings", []))
-    except (OSError, json.JSONDecodeError) as e:
-        return [f"{path}: unreadable ({e})"]
-
-
 __all__ = ["HubOptions", "PYTHIA_STEPS", "PYTHIA_TOKENS_PER_STEP", "RevisionError", "distance", "fetch",
-           "hub_warnings", "parse_revisions", "sanity_warnings", "score_hub"]
+           "parse_revisions", "sanity_warnings", "score_hub"]
