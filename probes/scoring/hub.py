@@ -166,7 +166,8 @@ def sanity_warnings(name: str, revisions: dict[str, dict]) -> list[str]:
         d = r.get("distance")
         if d is None:
             continue
-        if d == 0 and rev != r["reference"]:
+        ref_weights = revisions.get(r["reference"], {}).get("weights")
+        if d == 0 and rev != r["reference"] and r["weights"] != ref_weights:  # same blobs: named above
             out.append(f"{name}: revision {rev} holds the same weights as {r['reference']} (distance 0)")
         elif best_rev is not None and d < best * (1 - BACKWARDS_TOLERANCE):
             out.append(f"{name}: revision {rev} is closer to {r['reference']}'s weights ({d:.6g}) than revision "
@@ -227,6 +228,7 @@ def score_hub(out_dir: Path, opts: HubOptions, benchmarks: dict[str, list[Pair]]
     device = score_opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
     written, errors = [], []
     ref_rev = opts.revisions[0] if "reference" not in rec else rec["reference"]
+    ref_snap: Optional[Path] = None
     for rev in opts.revisions:
         step = int(rev[4:])
         if rev in rec["revisions"] and _done(out_dir, step, rev, sets):
@@ -239,6 +241,9 @@ def score_hub(out_dir: Path, opts: HubOptions, benchmarks: dict[str, list[Pair]]
         tokenizer = AutoTokenizer.from_pretrained(snap)
         start, _ = document_tokens(tokenizer)
         start_piece = tokenizer.convert_ids_to_tokens(start)
+        if "start_token" not in rec:
+            say(f"{opts.name}: every sentence is scored after {start_piece!r} (id {start}), the token its "
+                f"training put between documents (its tokenizer adds no BOS of its own to our ids)")
         if rec.setdefault("start_token", start_piece) != start_piece:
             errors.append(f"{opts.name} revision {rev}: its tokenizer starts documents with {start_piece!r}, "
                           f"the earlier revisions with {rec['start_token']!r}: not one suite")
@@ -250,13 +255,13 @@ def score_hub(out_dir: Path, opts: HubOptions, benchmarks: dict[str, list[Pair]]
         entry = {"step": step, "commit": snap.name, "weights": blob_ids(snap), "reference": ref_rev}
         if rev == ref_rev:
             entry["distance"] = 0.0
-            rec["reference"] = ref_rev
+            rec["reference"], ref_snap = ref_rev, snap
         else:
-            ref = rec["revisions"].get(ref_rev)
-            try:
-                ref_snap = fetch(opts.name, ref_rev) if ref else None
-            except RevisionError:
-                ref_snap = None
+            if ref_snap is None and ref_rev in rec["revisions"]:
+                try:
+                    ref_snap = fetch(opts.name, ref_rev)
+                except RevisionError:
+                    pass  # no distances without it; the blob check still runs
             entry["distance"] = distance(weight_files(snap), weight_files(ref_snap)) if ref_snap else None
         for bench, pairs in benchmarks.items():
             ev = evaluate_checkpoint(model, tokenizer, pairs, name=bench, step=step,
