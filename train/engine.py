@@ -18,6 +18,7 @@ import torch
 import torch.distributed as torch_dist
 
 from train.errors import reading
+from train.loss import ChunkedLMLoss
 from train.optim import OptimConfig, accumulation_steps, build_optimizer, set_lr
 
 # How to get past a damaged resume checkpoint: the previous one (schedule.keep_resume) is whole.
@@ -45,6 +46,9 @@ class EngineConfig:
     # On CUDA: copy each micro-batch from page-locked host memory without blocking the host, so the
     # copy overlaps queued GPU work. No effect on CPU.
     pin_memory: bool = True
+    # torch engine: tokens per chunk of the fused output-layer + cross-entropy (train/loss.py); 0 = the
+    # plain loss over the whole micro-batch's logits. Chunking frees the 12 B/token/vocab-row loss peak.
+    loss_chunk: int = 0
 
     def __post_init__(self):
         if self.kind not in ("torch", "deepspeed"):
@@ -53,6 +57,9 @@ class EngineConfig:
             raise ValueError(f"engine.zero_stage={self.zero_stage}: expected 0, 1, 2 or 3")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"engine.precision={self.precision!r}: expected auto, fp32 or bf16")
+        if self.loss_chunk < 0 or (self.loss_chunk and self.kind != "torch"):
+            raise ValueError(f"engine.loss_chunk={self.loss_chunk}: expected 0 (off) or tokens per chunk, "
+                             "torch engine only")
 
 
 @dataclass
@@ -138,8 +145,11 @@ class TorchEngine:
         self.module = model.to(dist.device)
         self.accum = accumulation_steps(optim, dist.world)
         self.bf16 = _use_bf16(cfg, dist)
-        self.ddp = torch.nn.parallel.DistributedDataParallel(self.module) if dist.world > 1 else None
-        self.model = self.ddp or self.module
+        # with a chunked loss, DDP and compile wrap the loss module (the model's parameters, its forward)
+        self.chunked = ChunkedLMLoss(self.module, cfg.loss_chunk) if cfg.loss_chunk else None
+        inner = self.chunked or self.module
+        self.ddp = torch.nn.parallel.DistributedDataParallel(inner) if dist.world > 1 else None
+        self.model = self.ddp or inner
         if cfg.compile:
             # Compile the DDP wrapper, not the module inside it: DDP's hooks then bucket the compiled
             # graph's gradients (PyTorch's DDP + torch.compile notes). self.module stays uncompiled
@@ -159,7 +169,8 @@ class TorchEngine:
         sync = nullcontext() if (last or self.ddp is None) else self.ddp.no_sync()
         autocast = torch.autocast(self.dist.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
         with sync, autocast:
-            return _lm_loss(self.model, to_device(batch, self.dist.device, self.pin))
+            batch = to_device(batch, self.dist.device, self.pin)
+            return self.model(batch) if self.chunked is not None else _lm_loss(self.model, batch)
 
     def backward(self, loss: torch.Tensor) -> None:
         # The forward pass under no_sync already told DDP whether this backward all-reduces.
