@@ -1,4 +1,4 @@
-"""``python -m probes {score,score-run,watch,tokens,curves,report,benchmarks,syntax-qa} ...``: one entry point for everything
+"""``python -m probes {score,score-run,watch,tokens,curves,report,compare,benchmarks,syntax-qa} ...``: one entry point for everything
 that reads models.
 
 ``score``, ``score-run`` and ``watch`` parse their arguments here (the last two run
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-USAGE = """usage: python -m probes {score,score-run,watch,tokens,curves,report,benchmarks,syntax-qa} [-h] ...
+USAGE = """usage: python -m probes {score,score-run,watch,tokens,curves,report,compare,benchmarks,syntax-qa} [-h] ...
 
   score       score one HF causal LM directory on one benchmark, write per-pair parquet
   score-run   score every whole checkpoint of a run directory (skips finished files)
@@ -20,6 +20,7 @@ USAGE = """usage: python -m probes {score,score-run,watch,tokens,curves,report,b
   tokens      one pair's per-token surprisal over a run's checkpoints (table; --out draws it)
   curves      learning curves and U-shapes from the eval files of run directories
   report      report.md + figures + tables: seeds, U-shapes, AoA, scaling grid, case study, regions
+  compare     paired statistics of two runs or checkpoints (McNemar, paired bootstrap, BH q) -> compare.csv
   benchmarks  list / inspect / check benchmarks
   syntax-qa   ask a causal LM questions about treebank sentences (TF / MC / FITB, OA)
 
@@ -74,7 +75,7 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
                     f"the same pairs scored on the same checkpoint (its manifest hash) is never redone "
                     f"(so a killed job can be restarted); only checkpoints/step<N> directories with "
                     f"every file are read.")
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", nargs="?" if command == "score-run" else None)
     p.add_argument("--benchmark", required=True, action="append", metavar="NAME_OR_PATH",
                    help="a benchmark name or file/folder; repeat for several")
     p.add_argument("--format", default="auto", help="benchmark reader for a path")
@@ -87,6 +88,15 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
                    help="also store every token's lp: evals/step<N>/<benchmark>.tokens.parquet")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow the model directory's own Python code (off by default)")
+    if command == "score-run":  # a public suite instead of a run directory (probes/scoring/hub.py)
+        p.add_argument("--hub", metavar="ORG/NAME", help="score the revisions of a hub model (e.g. EleutherAI/pythia-160m)")
+        p.add_argument("--revisions", metavar="pythia|step0,step1000,...",
+                       help="with --hub: 'pythia' (its 154 checkpoints) or a comma-separated list of step<N>")
+        p.add_argument("--out", type=Path, metavar="RUN_DIR", help="with --hub: the run directory to write")
+        p.add_argument("--tokens-per-step", type=int, default=None, metavar="N",
+                       help="with --hub: tokens per optimizer step (default: Pythia's 2,097,152)")
+        p.add_argument("--delete-after", action="store_true",
+                       help="with --hub: drop each revision's files from the cache once scored (not the reference)")
     if command == "watch":
         p.add_argument("--poll", type=float, default=60.0, metavar="SECONDS",
                        help="seconds between looks at the run directory (default 60)")
@@ -117,7 +127,8 @@ def _score_run(command: str, args) -> int:
         raise CliError(f"--poll must be > 0 seconds, got {args.poll}")
     from train.neox_ckpt import is_neox_run
 
-    if command == "score-run" and not (args.run_dir / "checkpoints").is_dir() and not is_neox_run(args.run_dir):
+    hub = command == "score-run" and _hub_args(args)
+    if command == "score-run" and not hub and not (args.run_dir / "checkpoints").is_dir() and not is_neox_run(args.run_dir):
         raise CliError(f"{args.run_dir}: no checkpoints/ directory; not a run directory "
                        f"(nor a gpt-neox save directory with global_step<N>)")
     benchmarks: dict = {}
@@ -136,6 +147,8 @@ def _score_run(command: str, args) -> int:
         benchmarks[name] = pairs
     opts = ScoreOptions(batch_size=args.batch_size, device=args.device, bf16=args.bf16,
                         trust_remote_code=args.trust_remote_code, per_token=args.per_token)
+    if hub:
+        return _score_hub(args, benchmarks, opts)
     lock = RunLock(args.run_dir, name=EVAL_LOCK,
                    why="another score-run or watch is scoring this run; wait for it to finish")
     try:
@@ -148,6 +161,51 @@ def _score_run(command: str, args) -> int:
                               timeout_s=args.timeout) else 3
     except (OSError, ValueError, RunDirLocked, CorruptCheckpointError) as e:  # messages name the checkpoint or file
         raise CliError(str(e)) from None
+
+
+def _hub_args(args) -> bool:
+    """True for `score-run --hub`; the flags that go with it checked."""
+    hub_only = [f for f, v in (("--revisions", args.revisions), ("--out", args.out),
+                               ("--tokens-per-step", args.tokens_per_step), ("--delete-after", args.delete_after)) if v]
+    if args.hub is None:
+        if hub_only:
+            raise CliError(f"{hub_only[0]} goes with --hub ORG/NAME")
+        if args.run_dir is None:
+            raise CliError("score-run needs RUN_DIR (or --hub ORG/NAME --revisions ... --out RUN_DIR)")
+        return False
+    if args.run_dir is not None:
+        raise CliError(f"--hub writes to --out; RUN_DIR {args.run_dir} is not read")
+    if args.revisions is None or args.out is None:
+        raise CliError("--hub needs --revisions (pythia, or step0,step1000,...) and --out RUN_DIR")
+    if args.tokens_per_step is not None and args.tokens_per_step < 1:
+        raise CliError(f"--tokens-per-step must be >= 1, got {args.tokens_per_step}")
+    return True
+
+
+def _score_hub(args, benchmarks: dict, opts) -> int:
+    from probes.evals.files import EvalInputError
+    from probes.scoring.hub import PYTHIA_TOKENS_PER_STEP, HubOptions, parse_revisions, score_hub
+    from train.lock import EVAL_LOCK, RunDirLocked, RunLock
+    from train.weights import WeightsMismatchError
+
+    try:
+        revisions = parse_revisions(args.revisions)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    hub = HubOptions(args.hub, revisions, args.tokens_per_step or PYTHIA_TOKENS_PER_STEP, args.delete_after)
+    args.out.mkdir(parents=True, exist_ok=True)
+    try:
+        with RunLock(args.out, name=EVAL_LOCK, why="another score-run is scoring this directory"):
+            written, warnings, errors = score_hub(args.out, hub, benchmarks, opts)
+    except (OSError, ValueError, RunDirLocked, EvalInputError, WeightsMismatchError) as e:
+        raise CliError(str(e)) from None
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    print(f"{args.out}: {len(written)} eval files written ({len(revisions) - len(errors)} of {len(revisions)} "
+          f"revisions scored or already done)")
+    for e in errors:
+        print(f"error: {e}", file=sys.stderr)
+    return 2 if errors else 0
 
 
 def _check_model_dir(d: Path) -> None:
@@ -303,6 +361,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from probes.analysis.report import main as report_main
 
         return report_main(rest)
+    if command == "compare":
+        from probes.analysis.compare import main as compare_main
+
+        return compare_main(rest)
     if command == "benchmarks":
         from probes.benchmarks.registry import main as benchmarks_main
 

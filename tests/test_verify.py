@@ -362,3 +362,16 @@ def test_a_checkpoint_is_hashed_while_written_not_read_back(tmp_path, monkeypatc
     assert sorted(read) == sorted(set(read)) and "model.safetensors" in read  # each read file once
     for rel, digest in manifest["files"].items():
         assert digest == sha256_file(path / rel) and manifest["sizes"][rel] == (path / rel).stat().st_size, rel
+
+
+def test_a_final_checkpoint_closer_to_step0_than_an_earlier_one_is_named(run, capsys):
+    """The last checkpoint has no next neighbour for the detour rule: here it holds step10's weights, each
+    nudged by a relative 1e-6 (so no file or tensor is identical), and is named by its distance from step 0
+    falling below step33's."""
+    weights = {k: (v * (1 + 1e-6)).contiguous() for k, v in load_file(ckpt(run, 10) / "model.safetensors").items()}
+    save_file(weights, ckpt(run, 60) / "model.safetensors", metadata={"format": "pt"})
+    rehash(ckpt(run, 60), "model.safetensors")
+    rc, lines, _ = verify(capsys, run)
+    assert rc == 1
+    back = [line for line in findings(lines) if "is closer to step0's weights" in line]
+    assert len(back) == 1 and back[0].startswith(f"{ckpt(run, 60)}: step60 is closer") and "than step" in back[0], lines
