@@ -51,4 +51,8 @@ if __name__ == "__main__":
         from train.verify import main as verify
 
         sys.exit(verify(sys.argv[2:]))
+    from train.overrides import check_overrides
+
+    # typos and wrong types named in one line before Hydra composes (train/overrides.py)
+    sys.argv[1:] = exit_on_user_error(lambda: check_overrides(sys.argv[1:]))
     main()

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from probes.evals import ProbesConfig  # the light eval contract: no probe module loads with the schema
 from train.corpus import DataConfig
 from train.engine import EngineConfig
-from train.errors import ConfigError
+from train.errors import ConfigError, did_you_mean
 from train.logger import LoggerConfig
 from train.model import ModelConfig
 from train.optim import OptimConfig
@@ -46,6 +46,7 @@ class TrainConfig:
     max_skipped_batches: int = 0
 
     def __post_init__(self):
+        _check_seeds(self)
         # Checks across sections (each section checks its own keys in its own __post_init__). One
         # method: a second __post_init__ in a class body silently replaces the first.
         if self.max_skipped_batches < 0:
@@ -56,6 +57,14 @@ class TrainConfig:
         if self.data.seq_len is not None and self.data.seq_len > self.model.max_position_embeddings:
             raise ConfigError(f"data.seq_len={self.data.seq_len} is larger than model.max_position_embeddings="
                               f"{self.model.max_position_embeddings}: positions beyond it have no embedding")
+
+
+def _check_seeds(cfg: TrainConfig) -> None:
+    """Seeds feed torch/numpy generators that take only non-negative integers; refused before the
+    run directory is written into, so the corrected command is not refused as a changed config."""
+    for key, value in (("seed", cfg.seed), ("data.seed", cfg.data.seed), ("data.order_seed", cfg.data.order_seed)):
+        if value < 0:
+            raise ConfigError(f"{key}={value}: seeds must be >= 0")
 
 
 # Sections that define the training trajectory: a resumed run must agree on them exactly.
@@ -87,8 +96,8 @@ def _refuse_unknown_keys(node, schema: type, prefix: str = "") -> None:
     for key in node.keys():
         name = f"{prefix}{key}"
         if key not in fields:
-            raise ConfigError(f"unknown config key {name!r}: not a field of {schema.__name__} "
-                              f"({', '.join(fields)}); check its spelling (keys added with + are checked too)")
+            raise ConfigError(f"unknown config key {name!r}: not a field of {schema.__name__}"
+                              f"{did_you_mean(key, fields)} ({', '.join(fields)}); check its spelling (keys added with + are checked too)")
         child, kind = node[key], fields[key].type
         kind = _HINTS.setdefault(schema, typing.get_type_hints(schema)).get(key, kind)
         if dataclasses.is_dataclass(kind) and OmegaConf.is_dict(child):

@@ -19,7 +19,7 @@ from typing import Optional
 import datasets
 
 from probes.evals import GrammarConfig
-from train.errors import InputFileError
+from train.errors import ConfigError, InputFileError
 
 _EXTENSIONS = {"text": (".txt", ".text"), "jsonl": (".jsonl", ".json"), "parquet": (".parquet",)}
 _BUILDER = {"text": "text", "jsonl": "json", "parquet": "parquet"}
@@ -43,6 +43,15 @@ class DataConfig:
     # same files into the same cache) and on its worker pool. Past this many seconds the run stops,
     # naming the lock's holder and any .incomplete build; null waits forever.
     load_timeout_s: Optional[float] = 1800
+
+    def __post_init__(self):
+        if self.epochs < 1:
+            raise ConfigError(f"data.epochs={self.epochs}: must be at least 1")
+        if self.budget_tokens is not None and self.budget_tokens < 1:
+            raise ConfigError(f"data.budget_tokens={self.budget_tokens}: must be a positive number of tokens "
+                              f"(or null: the whole corpus)")
+        if self.num_proc < 1:
+            raise ConfigError(f"data.num_proc={self.num_proc}: must be at least 1")
 
 
 def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
