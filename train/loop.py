@@ -31,12 +31,13 @@ from train.faults import fault_point
 from train.hooks import hooks_missing, run_hooks
 from train.lock import RunLock
 from train.logger import Logger, NullLogger, logged_steps
-from train.model import build_model
+from train.model import build_model, count_parameters
 from train.optim import lr_at
 from train.preempt import Preemption, drop_unscheduled
 from train.schedule import checkpoint_steps, warn_points_beyond_end
 from train.sequences import SequenceStream
 from train.slurm import export_distributed_env
+from train.summary import recipe_warnings, startup_summary, warn_early
 from train.start_token import RECORD, document_tokens, read_record
 from train.token_store import build_or_load
 from train.tokenizer import load_tokenizer, pipeline_fingerprint, prepare_tokenizer
@@ -73,6 +74,8 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         _write_config(run_dir, resolved)
         if on_accepted is not None:
             on_accepted()
+
+    warned_for = warn_early(cfg) if dist.main else None  # a toy budget is named before the corpus is read
 
     # Data: rank 0 trains the tokenizer and builds the token store; the others then hit the cache.
     cache_dir = Path(cfg.data.cache_dir).expanduser()
@@ -115,6 +118,9 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
                      resume_step=start_step if resume_from is not None else None)
               if dist.main else NullLogger())
     hooks = _build_hooks(cfg, tokenizer, run_dir, total_steps, store)
+    if dist.main:
+        _print_summary(cfg, run_dir, engine, tokenizer, tokenizer_dir, total_steps, seq_len, save_steps, hooks,
+                       start_step, warned_for)
 
     def checkpoint(step: int, loss: float | None, lr: float, *, scheduled: bool = True) -> None:
         state = {"step": step, "tokens": step * tokens_per_step, "total_steps": total_steps,
@@ -216,6 +222,18 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         write_curves(run_dir)
     _destroy_group(dist, engine)
     return run_dir
+
+
+def _print_summary(cfg, run_dir, engine, tokenizer, tokenizer_dir, total_steps, seq_len, save_steps, hooks,
+                   start_step, warned_for) -> None:
+    """The start-up summary (train/summary.py), and the too-short warnings unless the early check
+    already gave them for the same step count."""
+    print(startup_summary(cfg, run_dir=run_dir, params=count_parameters(engine.module), tokenizer=tokenizer,
+                          tokenizer_dir=tokenizer_dir, total_steps=total_steps, seq_len=seq_len,
+                          save_steps=save_steps, hooks=hooks, start_step=start_step), flush=True)
+    if warned_for != total_steps:
+        for line in recipe_warnings(cfg, total_steps, seq_len):
+            print(f"warning: {line}", file=sys.stderr, flush=True)
 
 
 def _build_hooks(cfg: TrainConfig, tokenizer, run_dir: Path, total_steps: int | None = None,

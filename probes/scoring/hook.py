@@ -102,6 +102,13 @@ class ProbeHook:
                 metrics.update(summary_metrics(ev.df, name))
         return metrics
 
+    def describe(self) -> str:
+        """What each checkpoint is probed on, for the trainer's start-up summary."""
+        parts = [f"{name} ({len(pairs):,} pairs)" for name, pairs in self.benchmarks.items()]
+        if self.cfg.final_all_pairs and self.benchmarks:
+            parts.append("all pairs at the last checkpoint (probes.final_all_pairs)")
+        return ", ".join(parts) or "nothing (no benchmark)"
+
     def missing(self, step: int) -> bool:
         """Some benchmark's eval file of checkpoint `step` is not done for the checkpoint now on disk
         (absent, or scored on a checkpoint since replaced): the trainer probes it again."""

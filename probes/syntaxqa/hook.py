@@ -38,6 +38,10 @@ class SyntaxQAHook:
             return score_paper_items(model, self.tokenizer, self.items, self.cfg)
         return score_items(model, self.tokenizer, self.items, self.cfg)
 
+    def describe(self) -> str:
+        """What each checkpoint is probed on, for the trainer's start-up summary."""
+        return f"syntax questions, {self.benchmark} ({len(self.items):,} items)"
+
     def post_checkpoint_saved(self, ckpt_dir: Path, step: int, tokens: int, model) -> dict[str, float]:
         import torch.distributed as torch_dist
 
