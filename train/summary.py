@@ -8,7 +8,7 @@ recipe that cannot mean much is named in warnings that say which keys to change:
 * warm-up of fewer than MIN_WARMUP updates (optim.warmup_ratio / optim.warmup_steps): Pythia's 1 % of
   143,000 steps is 1,430 updates; 1 % of 476 is 5, and the peak lr then lands almost at once;
 * fewer checkpoints than the schedule promises (schedule.n_log log-spaced points collapse onto the
-  same steps when the run has few steps; Pythia's 1, 2, 4 ... 512 need 512 steps).
+  same steps when the run has few steps: a fifth of them lost; Pythia's 1, 2, 4 ... 512 need 512 steps).
 The warnings are computed from the config alone where the budget is set (before the corpus is read, so
 they come first) and again from the real step count once the data is ready.
 """
@@ -60,7 +60,9 @@ def recipe_warnings(cfg, total_steps: int, seq_len: int) -> list[str]:
                         f"optim.warmup_steps, or train more steps")
     have = len(checkpoint_steps(cfg.schedule, total_steps, tokens_per_step))
     promised = promised_checkpoints(cfg.schedule, total_steps, tokens_per_step)
-    if promised is not None and have < promised:
+    # log-spaced points always merge a little near step 1 (47 points over 143,000 steps give 46
+    # checkpoints); a fifth lost means the run is too short for the schedule
+    if promised is not None and have < (0.8 * promised if cfg.schedule.kind == "log" else promised):
         key = (f"schedule.n_log={cfg.schedule.n_log}" if cfg.schedule.kind == "log"
                else f"schedule.points ({promised} positions with step 0 and the end)")
         warnings.append(f"{have} checkpoints where {key} asks for {promised}: {total_steps} steps cannot hold "
