@@ -81,8 +81,11 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
     cache_dir = Path(cfg.data.cache_dir).expanduser()
     for turn in ("main", "others"):
         if dist.main == (turn == "main"):
+            preempt.stage = "reading the corpus"  # a signal in set-up stops at once, naming the stage
             docs, corpus_id = load_documents(cfg.data)
+            preempt.stage = "preparing the tokenizer"
             tokenizer_dir = prepare_tokenizer(cfg.tokenizer, docs, corpus_id, cache_dir)
+            preempt.stage = "building the token store"
             store = build_or_load(docs, tokenizer_dir, corpus_id, cache_dir, num_proc=cfg.data.num_proc)
         dist.barrier()
     tokenizer = load_tokenizer(tokenizer_dir)
@@ -103,6 +106,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         warn_points_beyond_end(cfg.schedule, total_steps, tokens_per_step)
 
     # Model and engine. Every rank draws the same initial weights from cfg.seed.
+    preempt.stage = "building the model"
     model = build_model(cfg.model, len(tokenizer), seed=cfg.seed, bos_token_id=tokenizer.bos_token_id,
                         eos_token_id=tokenizer.eos_token_id)
     engine = build_engine(cfg.engine, cfg.optim, model, dist)
@@ -117,6 +121,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
     logger = (Logger(cfg.logger, run_dir, config=resolved, name=run_dir.name, run_id=wandb_id,
                      resume_step=start_step if resume_from is not None else None)
               if dist.main else NullLogger())
+    preempt.stage = "loading the probes"
     hooks = _build_hooks(cfg, tokenizer, run_dir, total_steps, store)
     if dist.main:
         _print_summary(cfg, run_dir, engine, tokenizer, tokenizer_dir, total_steps, seq_len, save_steps, hooks,
@@ -167,6 +172,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
                 logger.log({"tokens": tokens, **metrics}, step, event="checkpoint")
             dist.barrier()
 
+    preempt.training()  # from here a signal is honoured after the step, with a resume checkpoint
     if resume_from is not None:
         probe_missed(start_step)
         # after probing: the RNG continues exactly where the checkpoint left it
