@@ -65,6 +65,10 @@ def register_resolvers() -> None:
 
     if not OmegaConf.has_resolver("procs_per_node"):
         OmegaConf.register_new_resolver("procs_per_node", procs_per_node)
+    if not OmegaConf.has_resolver("budget_tag"):  # configs/config.yaml's run directory names
+        from train.grid import budget_tag
+
+        OmegaConf.register_new_resolver("budget_tag", budget_tag)
 
 
 def launcher_defaults() -> dict:

@@ -229,7 +229,7 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
                     metric: str = "acc_mlp") -> Path:
     """Figure 6 of the paper: accuracy (top) and each region's Δ (bottom) against tokens, log x;
     lines are seed means, bands the 95 % interval over seeds (none with one seed)."""
-    from probes.analysis.plotting import new_figure, plot_line, token_axis
+    from probes.analysis.plotting import accuracy_label, new_figure, plot_line, token_axis
     from probes.analysis.outputs import save_figure
 
     c = s.sort_values("step")
@@ -243,7 +243,7 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
     fig.subplots_adjust(left=0.12, right=0.97, bottom=0.09, top=0.9, hspace=0.08)
     top, bottom = axes[0, 0], axes[1, 0]
     plot_line(top, tok, c[f"{metric}_mean"].to_numpy(), tok, "accuracy", "0.35", band=band(metric))
-    token_axis(top, tok, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})")
+    token_axis(top, tok, ylabel=accuracy_label(metric))
     top.set_ylim(-0.02, 1.02)
     top.set_xlabel("")
     for i, (r, slots) in enumerate(spec.regions.items()):  # a template has up to 14 slots

@@ -20,7 +20,7 @@ from probes.analysis.aggregate import bootstrap_paradigm_intervals, bootstrap_ph
 from probes.analysis.aoa import AoAConfig, aoa_table
 from probes.analysis.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
 from probes.analysis.curves import GROUP_RUN, phenomenon_table
-from probes.analysis.plotting import plot_line, safe_name, token_axis
+from probes.analysis.plotting import accuracy_label, plot_line, safe_name, token_axis
 from probes.analysis.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_runs, parse_model_params
 from probes.analysis.formuse import use_sections
 from probes.analysis.human import PAPER_HUMAN_OVERALL, zhoblimp_human
@@ -104,7 +104,7 @@ def plot_phenomenon_bands(s: pd.DataFrame, boot: pd.DataFrame, ref, benchmark: s
             ax.axhline(human, color="0.3", ls=":", lw=1.2)
             handles.setdefault("human", ax.lines[-1])
             handles["human"].set_label(f"human {100 * human:.1f} % (validation CSV)")
-        token_axis(ax, ref, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})" if ax in axes[:, 0] else "")
+        token_axis(ax, ref, ylabel=accuracy_label(metric) if ax in axes[:, 0] else "")
         xlabel = ax.get_xlabel()
         ax.set_xlabel("")  # said once for the figure: the panels are narrow
         ax.set_ylim(-0.02, 1.02)
