@@ -22,12 +22,13 @@ from typing import Callable, Iterable
 # SIGINT: the shell's convention, 128 + 2; the preemption signals keep the requeue status (nothing lost,
 # the same command starts the run again).
 INTERRUPT_EXIT = 130
+# EX_TEMPFAIL (sysexits.h): "temporary failure, the user is invited to retry" -- the sbatch template
+# requeues the task on exactly this status (train/preempt.py).
+REQUEUE_EXIT = 75
 
 
 class Interrupted(BaseException):
     def __init__(self, signum: int, stage: str, during_training: bool = False):
-        from train.preempt import REQUEUE_EXIT
-
         super().__init__(signum, stage)
         self.signum, self.stage, self.during_training = signum, stage, during_training
         self.code = INTERRUPT_EXIT if signum == signal.SIGINT else REQUEUE_EXIT

@@ -23,9 +23,8 @@ from typing import Iterable
 
 import torch
 
-# EX_TEMPFAIL (sysexits.h): "temporary failure, the user is invited to retry" -- the sbatch template
-# requeues the task on exactly this status.
-REQUEUE_EXIT = 75
+from train.interrupt import REQUEUE_EXIT, Interrupted, kill_children
+
 SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 
 
@@ -78,8 +77,6 @@ class Preemption:
             self.signum = signum
         if self._raised or not (self.setup or (not first and signum == signal.SIGINT)):
             return
-        from train.interrupt import Interrupted, kill_children
-
         self._raised = True  # raised once: a further signal while unwinding is only recorded
         kill_children()
         raise Interrupted(signum, self.stage, during_training=not self.setup)
