@@ -227,6 +227,8 @@ def _corpus_files(corpus_id: str) -> str:
         files = [f[0] for f in json.loads(corpus_id).get("files", [])]
     except (ValueError, AttributeError, TypeError, IndexError):
         files = []
+    if len(files) > 3:  # a corpus of 57 files is named by its directory, not 57 paths on one line
+        return f"({len(files)} files under {os.path.commonpath(files)})"
     return f"({', '.join(files)})" if files else "(data.paths)"
 
 
