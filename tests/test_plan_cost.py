@@ -54,3 +54,12 @@ def test_checkpoints_md_storage_equals_the_plan(monkeypatch):
     total = sum(p.storage_bytes for p in plan(grid)) / 1e12
     total_bf16 = sum(p.storage_bytes for p in plan(grid + ["schedule.weights_dtype=bf16"])) / 1e12
     assert (fp32, bf16) == (round(total, 1), round(total_bf16, 1))
+
+
+def test_the_plan_warns_about_a_toy_recipe_naming_the_keys(capsys):
+    # issue 27's trap: optim=pythia schedule=pythia at 10M tokens is 4 steps with 1 warm-up update
+    assert main(["model=pythia-14m", "optim=pythia", "schedule=pythia", "data.seq_len=2048",
+                 "data.budget_tokens=10000000"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: pythia-14m-b10000000-s0: only 4 optimizer steps: data.budget_tokens=10,000,000" in err
+    assert "optim.global_batch=1024" in err and "warm-up of 1 update (optim.warmup_ratio=0.01" in err

@@ -38,6 +38,7 @@ from train.grid import compose_run, expand
 from train.memory import GiB, Memory, estimate
 from train.plan_cost import H100_BF16_PEAK_TFLOPS, TOKENS_PER_PAIR, Utilisation, parse_mfu, probe_flops
 from train.schedule import checkpoint_steps
+from train.summary import recipe_warnings
 
 GB = 1e9
 
@@ -77,6 +78,7 @@ class RunPlan:
     mfu: float = 0.0
     mfu_source: str = ""
     probes_left_out: tuple = ()  # benchmarks whose size the plan does not know
+    warnings: tuple = ()  # recipes too short to mean anything, naming the keys (train/summary.py)
 
 
 def planned_steps(cfg: TrainConfig) -> int:
@@ -134,7 +136,7 @@ def plan_run(overrides: Sequence[str], hw: Hardware, _params_cache: Optional[dic
                    tokens=tokens, checkpoints=n_ckpt, gpu_hours=gpu_hours,
                    storage_bytes=storage_bytes(cfg, params, n_ckpt), memory=memory, setup=setup,
                    probe_hours=probing / per_hour, probe_pairs=probe_pairs, mfu=mfu, mfu_source=mfu_source,
-                   probes_left_out=tuple(left_out))
+                   probes_left_out=tuple(left_out), warnings=tuple(recipe_warnings(cfg, steps, seq_len)))
 
 
 def memory_per_gpu(cfg: TrainConfig, params: int, seq_len: int, gpus: int) -> tuple[Memory, str]:
@@ -264,7 +266,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_plan(plans, hw))
+    for line in plan_warnings(plans):
+        print(line, file=sys.stderr)
     return 0
+
+
+def plan_warnings(plans: list[RunPlan]) -> list[str]:
+    """The start-up warnings each run would print (train/summary.py), one line per message with the runs
+    that get it."""
+    runs: dict[str, list[str]] = {}
+    for p in plans:
+        for message in p.warnings:
+            runs.setdefault(message, []).append(p.name)
+    return [f"warning: {', '.join(names)}: {message}" for message, names in runs.items()]
 
 
 if __name__ == "__main__":
