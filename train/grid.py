@@ -109,11 +109,6 @@ def compose_run(overrides: Sequence[str]) -> tuple[TrainConfig, dict]:
 
 def run_subdir(cfg: TrainConfig) -> str:
     """The run's directory under the sweep dir (configs/config.yaml, hydra.sweep.subdir)."""
+    from train.config import budget_tag
+
     return f"{cfg.model.name}-b{budget_tag(cfg.data.budget_tokens)}-s{cfg.seed}"
-
-
-def budget_tag(budget) -> str:
-    """The budget in a run directory's name: the token count, or `full` for the whole corpus (null),
-    as the plots say "budget full" (configs/config.yaml's ${budget_tag:...}). Runs started before this
-    name are under `-bNone-`: resume one with hydra.run.dir=<that directory>."""
-    return "full" if budget is None or str(budget) == "None" else str(budget)

@@ -107,7 +107,8 @@ def startup_summary(cfg, *, run_dir: Path, params: int, tokenizer, tokenizer_dir
     """The lines printed before the first step (rank 0)."""
     tokens_per_step = cfg.optim.global_batch * seq_len
     warm = warmup_steps(cfg.optim, total_steps)
-    probes = [getattr(h, "describe", lambda h=h: type(h).__name__)() for h in hooks]
+    # a hook that probes says what (describe()); others (the end-of-run curves) are not probes
+    probes = [d for d in (getattr(h, "describe", lambda: None)() for h in hooks) if d]
     steps = sorted(save_steps)
     shown = ", ".join(map(str, steps)) if len(steps) <= 8 else \
         f"{', '.join(map(str, steps[:4]))} ... {', '.join(map(str, steps[-2:]))}"
