@@ -69,3 +69,19 @@ def test_cli_toy_budget_warns_before_reading_the_corpus(tmp_path):
     first = p.stderr.splitlines()[0]
     assert first.startswith("warning: only 0 optimizer steps: data.budget_tokens=5,000 / (optim.global_batch=1024"), p.stderr
     assert "data.seq_len=128" in first  # the tiny model's positions
+
+
+def test_run_directory_of_the_whole_corpus_says_full():
+    """`tiny-bNone-s0` said None where the plots say "budget full"."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+
+    from train.config import register
+
+    register()
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=demo"], return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        assert (cfg.hydra.run.dir, cfg.hydra.sweep.subdir) == ("runs/demo/tiny-bfull-s0", "tiny-bfull-s0")
+        cfg = compose("config", overrides=["experiment=demo", "data.budget_tokens=1000"], return_hydra_config=True)
+        assert cfg.hydra.run.dir == "runs/demo/tiny-b1000-s0"
