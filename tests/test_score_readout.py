@@ -74,3 +74,21 @@ def test_unseen_and_byte_pieces_are_counted():
     cov = coverage(tok, pairs, np.asarray(counts))
     assert cov["pieces"] == 8 and cov["unknown"] == 0 and cov["unseen"] == pytest.approx(1 / 8)
     assert cov["byte_fallback"] == 0
+
+
+def test_curve_labels_spell_out_mlp():
+    """Plots said "accuracy (MLP)", which a linguist reads as a multilayer perceptron."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from probes.analysis.plotting import accuracy_label, token_axis
+
+    assert "mean log-prob" in accuracy_label("acc_mlp") and "per token" in accuracy_label("acc_mlp")
+    assert "summed" in accuracy_label("acc_sum")
+    fig, ax = plt.subplots()
+    token_axis(ax, np.array([1e3, 1e4]))  # the default label of every accuracy axis
+    assert "mean log-prob" in ax.get_ylabel()
+    plt.close(fig)
