@@ -24,7 +24,7 @@ def test_a_slice_of_the_grid_is_planned_from_the_budget_without_the_corpus(monke
     assert (p.steps, p.tokens) == (610, 610 * 16384) and p.tokens <= 10**7
     # Pythia-14m with the grid's 8,000-piece tokenizer: 8,064 embedding rows (not 50,304), untied head
     assert p.params == 14_067_712 - 2 * (50304 - 8064) * 128
-    assert p.gpu_hours == pytest.approx(6 * p.params * p.tokens / (312e12 * 0.5) / 3600)
+    assert p.gpu_hours == pytest.approx(6 * p.params * p.tokens / (989e12 * 0.5) / 3600)
     # Token-positioned checkpoints: points 10^(k/10), k = 50..94, rounded up to whole steps of 16,384
     # tokens, those within the run, plus step 0 and the last step.
     points = {math.ceil(round(10 ** (k / 10)) / 16384) for k in range(50, 95)}
@@ -43,7 +43,7 @@ def test_the_cli_prints_the_runs_totals_and_assumptions(capsys):
     runs, memory = out.split("memory per GPU")
     assert runs.count("pythia-14m-b10000000-s") == 3 and "total: 3 runs" in runs
     assert memory.count("pythia-14m-b10000000-s") == 3  # one memory row per run
-    assert "6*N*D FLOPs at 40% MFU" in out and "312 TFLOP/s" in out
+    assert "pythia-14m 40.0% (--mfu)" in out and "989 TFLOP/s" in out
     assert "checkpoints per run by budget (step 0 and the last step included): 10M: 22" in out
     assert main(["experiment=zhoblimp_grid", "model=pythia-14m", "seed=0"]) == 0
     assert "10M: 22, 100M: 32, 1B: 42, 3B: 47" in capsys.readouterr().out

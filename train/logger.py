@@ -32,6 +32,8 @@ class LoggerConfig:
     def __post_init__(self):
         if self.mode not in ("offline", "online", "disabled"):
             raise ValueError(f"logger.mode={self.mode!r}: expected offline, online or disabled")
+        if self.log_every < 1:  # the loop takes the step modulo it
+            raise ValueError(f"logger.log_every={self.log_every}: must be at least 1 (steps)")
 
 
 class Logger:
