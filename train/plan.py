@@ -7,7 +7,7 @@ checkpoints, estimated GPU-hours and checkpoint storage; then the grid's totals.
 
 Assumptions (printed with the table):
 * Steps come from the budget alone, as train/sequences.py cuts it: a view of ceil(budget/epochs) tokens
-  in sequences of seq_len+1 tokens overlapping by one, the last partial batch dropped. The corpus need
+  (+1, the last label) in sequences of seq_len+1 tokens overlapping by one, the last partial batch dropped. The corpus need
   not exist; it must hold at least the budget (the run checks that at start). A run without a budget
   (data.budget_tokens=null: the whole corpus) cannot be planned.
 * Compute = 6 * N * D FLOPs (N = all parameters, embeddings included; D = tokens trained on) at a stated
@@ -73,8 +73,8 @@ def planned_steps(cfg: TrainConfig) -> int:
         raise ValueError("data.budget_tokens is null (the whole corpus): the plan needs a budget to count "
                          "steps without the corpus; set data.budget_tokens or budget=<10M|100M|1B|3B>")
     seq_len = cfg.data.seq_len or cfg.model.max_position_embeddings
-    view = math.ceil(cfg.data.budget_tokens / cfg.data.epochs)
-    sequences = max(0, (view - 1) // seq_len) * cfg.data.epochs
+    view = math.ceil(cfg.data.budget_tokens / cfg.data.epochs)  # + 1 label token: windows overlap by one
+    sequences = view // seq_len * cfg.data.epochs
     return sequences // cfg.optim.global_batch
 
 

@@ -5,7 +5,7 @@ run's seed), each preceded by the start token and, when the tokenizer has a dist
 it (train/start_token.py: ``<|endoftext|> doc <|endoftext|> doc ...`` for the tokenizers trained here,
 ``<s> doc </s> <s> doc </s>`` for a Llama-style one). The first document gets its start token too, so
 every document, like every scored sentence, is read after the start token. A budget of B tokens over
-E epochs trains on the first ceil(B/E) tokens of that stream -- the *view* -- so the view of a 10M
+E epochs trains on the first ceil(B/E) tokens of that stream (plus one: the last label) -- the *view* -- so the view of a 10M
 budget is a prefix of the 100M one and runs of different sizes see the same text first. The view is cut into sequences of seq_len+1 tokens that
 overlap by one token (inputs = s[:-1], labels = s[1:], so every view token but the first is predicted
 once per epoch; a tail shorter than a sequence is dropped). Epoch e visits the sequences in a
@@ -48,12 +48,18 @@ class SequenceStream:
         if budget_tokens is None:
             self.view_tokens = self.stream_tokens
         else:
-            self.view_tokens = math.ceil(budget_tokens / epochs)
-            if self.view_tokens > self.stream_tokens:
+            # A budget counts tokens trained on (inputs, each predicting the next one), as Pythia's 143,000 steps
+            # x 1024 x 2048 = 299,892,736,000 tokens do: B tokens in windows of seq_len+1 that overlap by one
+            # need B + 1 stream tokens (the last label), so a budget of whole batches gives whole steps
+            # (tests/test_sequences.py). Where the corpus ends exactly at the budget, the last label is missing
+            # and the last window is dropped.
+            per_epoch = math.ceil(budget_tokens / epochs)
+            if per_epoch > self.stream_tokens:
                 raise ValueError(
                     f"data.budget_tokens={budget_tokens} over data.epochs={epochs} needs a view of "
-                    f"{self.view_tokens} tokens, but the corpus has only {self.stream_tokens} tokens "
+                    f"{per_epoch} tokens, but the corpus has only {self.stream_tokens} tokens "
                     f"(start/end tokens included); lower data.budget_tokens or raise data.epochs")
+            self.view_tokens = min(per_epoch + 1, self.stream_tokens)
         self.sequences_per_epoch = (self.view_tokens - 1) // seq_len
         if self.sequences_per_epoch < 1:
             raise ValueError(f"the view of {self.view_tokens} tokens is shorter than one sequence of "
