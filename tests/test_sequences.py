@@ -102,6 +102,35 @@ def test_budget_views_are_prefixes_and_independent_of_seed(store):
     assert any(not np.array_equal(small.window(j), other_order.window(j)) for j in range(10))
 
 
+def test_nested_streams_train_a_larger_budget_first_on_the_smaller_runs_sequences(store):
+    # budgets 20 and 60 tokens in windows of 4: 5 and 15 sequences. Nested, the 60-token run's first 5
+    # sequences are the 20-token run's 5, in the same order (the same text at the same steps); then the rest of
+    # its view, each window once.
+    nest = [20, 60]
+    small = _stream(store, budget_tokens=20, seed=3, nested_budgets=nest)
+    big = _stream(store, budget_tokens=60, seed=3, nested_budgets=nest)
+    assert (small.num_sequences, big.num_sequences) == (5, 15)
+    first = [big.sequence(k).tolist() for k in range(5)]
+    assert first == [small.sequence(k).tolist() for k in range(5)]
+    assert sorted(big.sequence(k).tolist() for k in range(15)) == sorted(big.window(j).tolist() for j in range(15))
+    assert first != sorted(first)  # still shuffled within the block
+    # Not nested (the default): one shuffle over the whole view, so the larger run's first 5 sequences mostly
+    # come from beyond the smaller view (what "larger budgets see the same text first" did not say)
+    plain = _stream(store, budget_tokens=60, seed=3)
+    small_windows = {tuple(small.window(j)) for j in range(5)}
+    assert sum(tuple(plain.sequence(k)) in small_windows for k in range(5)) < 5
+
+
+def test_nested_budgets_are_checked_naming_the_key():
+    from train.corpus import DataConfig
+
+    with pytest.raises(ValueError, match=r"data.nested_budgets must be distinct positive.*\[100, 10\]"):
+        DataConfig(nested_budgets=[100, 10], budget_tokens=10)
+    with pytest.raises(ValueError, match=r"data.budget_tokens=50 is not one of data.nested_budgets=\[10, 100\]"):
+        DataConfig(nested_budgets=[10, 100], budget_tokens=50)
+    assert DataConfig(nested_budgets=[10, 100], budget_tokens=100).nested_budgets == [10, 100]
+
+
 def test_every_view_token_once_per_epoch_and_seeds_permute(store):
     s = _stream(store, budget_tokens=2 * 80, epochs=2, seed=0)
     assert (s.view_tokens, s.sequences_per_epoch, s.num_sequences) == (81, 20, 40)

@@ -89,7 +89,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
     seq_len = cfg.data.seq_len or cfg.model.max_position_embeddings
     stream = SequenceStream(store, seq_len=seq_len, budget_tokens=cfg.data.budget_tokens,
                             epochs=cfg.data.epochs, order_seed=cfg.data.order_seed, seed=cfg.data.seed,
-                            start_id=doc_start, end_id=doc_end)
+                            start_id=doc_start, end_id=doc_end, nested_budgets=cfg.data.nested_budgets)
     total_steps = stream.steps(cfg.optim.global_batch)
     if total_steps < 1:
         raise ValueError(f"the data view has {stream.view_tokens} tokens: not one optimizer step of "
