@@ -56,6 +56,7 @@ class RunPlan:
     preset: str
     budget: int  # data.budget_tokens
     params: int
+    tokenizer: str  # beside the size name: the parameter count depends on it (vocab_size: null)
     seq_len: int
     global_batch: int
     steps: int
@@ -76,6 +77,13 @@ def planned_steps(cfg: TrainConfig) -> int:
     view = math.ceil(cfg.data.budget_tokens / cfg.data.epochs)  # + 1 label token: windows overlap by one
     sequences = view // seq_len * cfg.data.epochs
     return sequences // cfg.optim.global_batch
+
+
+def tokenizer_of(cfg: TrainConfig) -> str:
+    from train.tokenizer import tokenizer_label, tokenizer_length
+
+    t = cfg.tokenizer
+    return tokenizer_label(t.kind, t.vocab_size, t.path, t.model_type, tokenizer_length(t))
 
 
 def parameter_count(cfg: TrainConfig) -> int:
@@ -116,7 +124,7 @@ def plan_run(overrides: Sequence[str], hw: Hardware, _params_cache: Optional[dic
     gpu_hours = flops / (hw.peak_tflops * 1e12 * hw.mfu) / 3600.0
     memory, setup = memory_per_gpu(cfg, params, seq_len, hw.gpus)
     return RunPlan(name=run_subdir(cfg), overrides=list(overrides), preset=choices.get("optim", "?"),
-                   budget=cfg.data.budget_tokens, params=params, seq_len=seq_len, global_batch=cfg.optim.global_batch, steps=steps,
+                   budget=cfg.data.budget_tokens, params=params, tokenizer=tokenizer_of(cfg), seq_len=seq_len, global_batch=cfg.optim.global_batch, steps=steps,
                    tokens=tokens, checkpoints=n_ckpt, gpu_hours=gpu_hours,
                    storage_bytes=storage_bytes(cfg, params, n_ckpt), memory=memory, setup=setup)
 
@@ -156,15 +164,15 @@ def _si(n: float) -> str:
 
 
 def format_plan(plans: list[RunPlan], hw: Hardware) -> str:
-    head = f"{'run':<28} {'preset':<9} {'params':>7} {'batch':>9} {'steps':>9} {'tokens':>8} " \
+    head = f"{'run':<28} {'preset':<9} {'params':>13} {'tokenizer':<26} {'batch':>9} {'steps':>9} {'tokens':>8} " \
            f"{'ckpts':>5} {'GPU-h':>9} {'storage':>10}"
     lines = [head, "-" * len(head)]
     for p in plans:
-        lines.append(f"{p.name:<28} {p.preset:<9} {_si(p.params):>7} {f'{p.global_batch}x{p.seq_len}':>9} "
+        lines.append(f"{p.name:<28} {p.preset:<9} {p.params:>13,} {p.tokenizer:<26} {f'{p.global_batch}x{p.seq_len}':>9} "
                      f"{p.steps:>9,} {_si(p.tokens):>8} {p.checkpoints:>5} {p.gpu_hours:>9.2f} "
                      f"{p.storage_bytes / GB:>8.1f}GB")
     lines.append("-" * len(head))
-    lines.append(f"{'total: ' + str(len(plans)) + ' runs':<38} {'':>9} {sum(p.steps for p in plans):>9,} "
+    lines.append(f"{'total: ' + str(len(plans)) + ' runs':<38} {'':>51} {sum(p.steps for p in plans):>9,} "
                  f"{_si(sum(p.tokens for p in plans)):>8} {sum(p.checkpoints for p in plans):>5} "
                  f"{sum(p.gpu_hours for p in plans):>9.1f} "
                  f"{sum(p.storage_bytes for p in plans) / GB:>8.1f}GB")
