@@ -2,6 +2,8 @@
 `probes curves` on it (the ELAGENT section and the form-vs-use view)."""
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 import torch
@@ -78,6 +80,9 @@ def test_report_shows_the_elagent_tasks_and_the_pairs_vs_tasks_view(run, tmp_pat
     assert report.main([str(d), "--out", str(out), "--n-boot", "50"]) == 0
     md = (out / "report.md").read_text()
     assert "## ELAGENT tasks (generated reasoning probes)" in md and "](figures/elagent_tasks.png)" in md
+    # the run table: the actual parameter count (the checkpoints' manifest) and the tokenizer beside the size name
+    params = json.loads((list_checkpoints(d)[-1][1] / "manifest.json").read_text())["param_count"]
+    assert "| model | model_params | tokenizer |" in md and f"| tiny | {params:,} | sentencepiece-unigram 400 |" in md
     assert "## Minimal pairs vs generated tasks (chance-corrected)" in md and "](figures/formuse.png)" in md
     for line in ("| minimal_pairs | `grammar` |", "| generated_tasks | `elagent_word_order` |",
                  "| generated_tasks | `elagent:babi` |", "| generated_tasks | `elagent:precedence` |",

@@ -277,7 +277,8 @@ def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes
          f"{len(ev.runs)} run(s); scoring convention `{ev.convention}`; accuracy = "
          f"{'mean log-prob per token (MLP)' if cfg.metric == 'mlp' else 'sum of log-probs'}, ties wrong; "
          "chance 0.5. Tokens on log axes; step 0 is drawn one decade left of the first trained checkpoint.", "",
-         "## Runs", "", _md_table(runs[["name", "model", "model_params", "tokenizer", "budget", "seed", "experiment", "path"]], 60)]
+         "## Runs", "", _md_table(runs.assign(model_params=runs.model_params.map(lambda v: "" if pd.isna(v) else f"{int(v):,}"))[
+             ["name", "model", "model_params", "tokenizer", "budget", "seed", "experiment", "path"]], 60)]
     if notes:
         L += ["## Problems in the input (the data that is there was used)", ""]
         L += [f"- {n}" for n in notes[:40]] + ([f"- … {len(notes) - 40} more in problems.txt"] if len(notes) > 40 else [])
