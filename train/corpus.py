@@ -62,8 +62,19 @@ class DataConfig:
     # same files into the same cache) and on its worker pool. Past this many seconds the run stops,
     # naming the lock's holder and any .incomplete build; null waits forever.
     load_timeout_s: Optional[float] = 1800
+    # Nested streams (train/sequences.py): budgets, in tokens, at which the view's shuffled order is split, so
+    # that a run of one of these budgets trains first on exactly the sequences of the smaller ones' runs (same
+    # seed, one epoch). Empty: one shuffle over the whole view.
+    nested_budgets: list[int] = field(default_factory=list)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
+        if any(b < 1 for b in self.nested_budgets) or sorted(set(self.nested_budgets)) != list(self.nested_budgets):
+            raise ConfigError(f"data.nested_budgets must be distinct positive token counts in increasing order, "
+                             f"got {self.nested_budgets}")
+        if self.nested_budgets and self.budget_tokens not in self.nested_budgets:
+            raise ConfigError(f"data.budget_tokens={self.budget_tokens} is not one of data.nested_budgets="
+                             f"{self.nested_budgets}: its run would not nest with theirs; add it, or set "
+                             "data.nested_budgets=[] for one shuffle over the whole view")
         if self.epochs < 1:
             raise ConfigError(f"data.epochs={self.epochs}: must be at least 1")
         if self.budget_tokens is not None and self.budget_tokens < 1:

@@ -40,7 +40,7 @@ from train.slurm import export_distributed_env
 from train.summary import recipe_warnings, startup_summary, warn_early
 from train.start_token import RECORD, document_tokens, read_record
 from train.token_store import build_or_load
-from train.tokenizer import load_tokenizer, pipeline_fingerprint, prepare_tokenizer
+from train.tokenizer import load_tokenizer, pipeline_fingerprint, prepare_tokenizer, tokenizer_label
 
 
 class NonFiniteError(RuntimeError):
@@ -118,7 +118,10 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         start_step, wandb_id = resumed["step"], resumed.get("wandb_run_id")
         skipped = list(resumed.get("skipped_steps", []))
     # The steps after the resumed checkpoint are trained (and logged) again: their records go first.
-    logger = (Logger(cfg.logger, run_dir, config=resolved, name=run_dir.name, run_id=wandb_id,
+    described = {**resolved, "params": sum(p.numel() for p in model.parameters()),  # W&B config and tags
+                 "tokenizer_label": tokenizer_label(cfg.tokenizer.kind, cfg.tokenizer.vocab_size, cfg.tokenizer.path,
+                                                    cfg.tokenizer.model_type, len(tokenizer))}
+    logger = (Logger(cfg.logger, run_dir, config=described, name=run_dir.name, run_id=wandb_id,
                      resume_step=start_step if resume_from is not None else None)
               if dist.main else NullLogger())
     preempt.stage = "loading the probes"

@@ -7,7 +7,7 @@ checkpoints, estimated GPU-hours and checkpoint storage; then the grid's totals.
 
 Assumptions (printed with the table):
 * Steps come from the budget alone, as train/sequences.py cuts it: a view of ceil(budget/epochs) tokens
-  in sequences of seq_len+1 tokens overlapping by one, the last partial batch dropped. The corpus need
+  (+1, the last label) in sequences of seq_len+1 tokens overlapping by one, the last partial batch dropped. The corpus need
   not exist; it must hold at least the budget (the run checks that at start). A run without a budget
   (data.budget_tokens=null: the whole corpus) cannot be planned.
 * Compute = 6 * N * D FLOPs (N = all parameters, embeddings included; D = tokens trained on) at the
@@ -64,6 +64,7 @@ class RunPlan:
     preset: str
     budget: int  # data.budget_tokens
     params: int
+    tokenizer: str  # beside the size name: the parameter count depends on it (vocab_size: null)
     seq_len: int
     global_batch: int
     steps: int
@@ -87,9 +88,16 @@ def planned_steps(cfg: TrainConfig) -> int:
         raise ValueError("data.budget_tokens is null (the whole corpus): the plan needs a budget to count "
                          "steps without the corpus; set data.budget_tokens or budget=<10M|100M|1B|3B>")
     seq_len = cfg.data.seq_len or cfg.model.max_position_embeddings
-    view = math.ceil(cfg.data.budget_tokens / cfg.data.epochs)
-    sequences = max(0, (view - 1) // seq_len) * cfg.data.epochs
+    view = math.ceil(cfg.data.budget_tokens / cfg.data.epochs)  # + 1 label token: windows overlap by one
+    sequences = view // seq_len * cfg.data.epochs
     return sequences // cfg.optim.global_batch
+
+
+def tokenizer_of(cfg: TrainConfig) -> str:
+    from train.tokenizer import tokenizer_label, tokenizer_length
+
+    t = cfg.tokenizer
+    return tokenizer_label(t.kind, t.vocab_size, t.path, t.model_type, tokenizer_length(t))
 
 
 def parameter_count(cfg: TrainConfig) -> int:
@@ -132,7 +140,7 @@ def plan_run(overrides: Sequence[str], hw: Hardware, _params_cache: Optional[dic
     probing, probe_pairs, left_out = probe_flops(params, cfg.probes, n_ckpt)
     memory, setup = memory_per_gpu(cfg, params, seq_len, hw.gpus)
     return RunPlan(name=run_subdir(cfg), overrides=list(overrides), preset=choices.get("optim", "?"),
-                   budget=cfg.data.budget_tokens, params=params, seq_len=seq_len, global_batch=cfg.optim.global_batch, steps=steps,
+                   budget=cfg.data.budget_tokens, params=params, tokenizer=tokenizer_of(cfg), seq_len=seq_len, global_batch=cfg.optim.global_batch, steps=steps,
                    tokens=tokens, checkpoints=n_ckpt, gpu_hours=gpu_hours,
                    storage_bytes=storage_bytes(cfg, params, n_ckpt), memory=memory, setup=setup,
                    probe_hours=probing / per_hour, probe_pairs=probe_pairs, mfu=mfu, mfu_source=mfu_source,
@@ -175,15 +183,15 @@ def _si(n: float) -> str:
 
 
 def format_plan(plans: list[RunPlan], hw: Hardware) -> str:
-    head = f"{'run':<28} {'preset':<9} {'params':>7} {'batch':>9} {'steps':>9} {'tokens':>8} " \
+    head = f"{'run':<28} {'preset':<9} {'params':>13} {'tokenizer':<26} {'batch':>9} {'steps':>9} {'tokens':>8} " \
            f"{'ckpts':>5} {'MFU':>6} {'train-h':>9} {'probe-h':>8} {'storage':>10}"
     lines = [head, "-" * len(head)]
     for p in plans:
-        lines.append(f"{p.name:<28} {p.preset:<9} {_si(p.params):>7} {f'{p.global_batch}x{p.seq_len}':>9} "
+        lines.append(f"{p.name:<28} {p.preset:<9} {p.params:>13,} {p.tokenizer:<26} {f'{p.global_batch}x{p.seq_len}':>9} "
                      f"{p.steps:>9,} {_si(p.tokens):>8} {p.checkpoints:>5} {p.mfu:>6.1%} {p.gpu_hours:>9.2f} "
                      f"{p.probe_hours:>8.2f} {p.storage_bytes / GB:>8.1f}GB")
     lines.append("-" * len(head))
-    lines.append(f"{'total: ' + str(len(plans)) + ' runs':<38} {'':>9} {sum(p.steps for p in plans):>9,} "
+    lines.append(f"{'total: ' + str(len(plans)) + ' runs':<38} {'':>51} {sum(p.steps for p in plans):>9,} "
                  f"{_si(sum(p.tokens for p in plans)):>8} {sum(p.checkpoints for p in plans):>5} {'':>6} "
                  f"{sum(p.gpu_hours for p in plans):>9.1f} {sum(p.probe_hours for p in plans):>8.1f} "
                  f"{sum(p.storage_bytes for p in plans) / GB:>8.1f}GB")

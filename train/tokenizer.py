@@ -147,6 +147,17 @@ def tokenizer_length(cfg: TokenizerConfig) -> int:
     return cfg.vocab_size
 
 
+def tokenizer_label(kind: str, vocab_size: Optional[int] = None, path: Optional[str] = None,
+                    model_type: str = "unigram", length: Optional[int] = None) -> str:
+    """What a size name stands beside (plan, W&B tags, report): ``sentencepiece-unigram 49,953`` or
+    ``<directory name> 49,953`` for a pretrained one (its length, when known)."""
+    if kind == "pretrained":
+        name = Path(str(path)).name if path else "pretrained"
+        return f"{name} {length:,}" if length else name
+    n = length if length is not None else vocab_size
+    return f"sentencepiece-{model_type} {n:,}" if n else f"sentencepiece-{model_type}"
+
+
 def load_tokenizer(path: Path) -> transformers.PreTrainedTokenizerBase:
     """THE one way to load the run's tokenizer (from a prepared directory or a checkpoint)."""
     path = Path(path)
