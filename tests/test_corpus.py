@@ -76,7 +76,7 @@ def test_real_corpus_file(tmp_path, shared):
 
 
 def test_grammar_source(tmp_path):
-    cfg = DataConfig(source="grammar", cache_dir=str(tmp_path))
+    cfg = DataConfig(source="grammar", cache_dir=str(tmp_path), generator="probes.benchmarks.grammar.corpus_documents")
     cfg.grammar.n_documents = 5
     docs, ident = load_documents(cfg)
     assert 0 < len(docs) <= 5 and all(t.strip() for t in docs["text"])
