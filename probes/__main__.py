@@ -133,7 +133,7 @@ def _score_run(command: str, args) -> int:
                        f"(nor a gpt-neox save directory with global_step<N>)")
     benchmarks: dict = {}
     for spec in args.benchmark:  # all loaded first: a bad one fails before any model is read
-        own = _run_benchmark_config(args.run_dir, spec)
+        own = None if args.run_dir is None else _run_benchmark_config(args.run_dir, spec)  # --hub: no run config
         if own is not None:
             if args.max_pairs_per_paradigm is not None:
                 own.max_pairs_per_paradigm = args.max_pairs_per_paradigm
