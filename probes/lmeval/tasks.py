@@ -81,16 +81,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="where the YAMLs and jsonl files go "
                                                                          "(lm-eval --include_path DIR)")
     args = p.parse_args(argv)
-    from probes.__main__ import CliError, _load_pairs
+    from probes.benchmarks.registry import FORMATS, REGISTRY, BenchmarkConfig, load_benchmark
 
     try:
+        if args.format not in FORMATS:
+            raise ValueError(f"--format {args.format}: unknown; known: {', '.join(FORMATS)}")
         for spec in args.benchmark:
-            name, pairs = _load_pairs(spec, args.format, args.max_pairs_per_paradigm)
+            if spec in REGISTRY:
+                cfg = BenchmarkConfig(name=spec, format=args.format)
+            elif Path(spec).exists():
+                cfg = BenchmarkConfig(name=Path(spec).stem, path=spec, format=args.format)
+            else:
+                raise ValueError(f"--benchmark {spec}: unknown benchmark, and no such file or folder; "
+                                 f"known names: {', '.join(sorted(REGISTRY))}")
+            cfg.max_pairs_per_paradigm = args.max_pairs_per_paradigm
+            try:
+                pairs = load_benchmark(cfg)
+            except (ValueError, FileNotFoundError) as e:  # loader messages name the file and line
+                raise ValueError(f"--benchmark {spec}: {e}") from None
             if not pairs:
-                raise CliError(f"--benchmark {spec}: no pairs")
-            path = write_task(pairs, name, args.out)
-            print(f"{path}: task {TASK_PREFIX}{name}, {len(pairs)} pairs")
-    except (CliError, OSError, ValueError) as e:
+                raise ValueError(f"--benchmark {spec}: no pairs")
+            path = write_task(pairs, cfg.name, args.out)
+            print(f"{path}: task {TASK_PREFIX}{cfg.name}, {len(pairs)} pairs")
+    except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"run: lm_eval --model hf --model_args pretrained=MODEL_DIR,prefix_token_id=<start_token_id> "
