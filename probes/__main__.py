@@ -1,4 +1,4 @@
-"""``python -m probes {score,score-run,watch,tokens,curves,report,benchmarks,syntax-qa,lm-eval-tasks} ...``: one entry point for everything
+"""``python -m probes {score,score-run,watch,tokens,curves,report,compare,benchmarks,syntax-qa,lm-eval-tasks} ...``: one entry point for everything
 that reads models.
 
 ``score``, ``score-run`` and ``watch`` parse their arguments here (the last two run
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-USAGE = """usage: python -m probes {score,score-run,watch,tokens,curves,report,benchmarks,syntax-qa,lm-eval-tasks} [-h] ...
+USAGE = """usage: python -m probes {score,score-run,watch,tokens,curves,report,compare,benchmarks,syntax-qa,lm-eval-tasks} [-h] ...
 
   score       score one HF causal LM directory on one benchmark, write per-pair parquet
   score-run   score every whole checkpoint of a run directory (skips finished files)
@@ -20,6 +20,7 @@ USAGE = """usage: python -m probes {score,score-run,watch,tokens,curves,report,b
   tokens      one pair's per-token surprisal over a run's checkpoints (table; --out draws it)
   curves      learning curves and U-shapes from the eval files of run directories
   report      report.md + figures + tables: seeds, U-shapes, AoA, scaling grid, case study, regions
+  compare     paired statistics of two runs or checkpoints (McNemar, paired bootstrap, BH q) -> compare.csv
   benchmarks  list / inspect / check benchmarks
   syntax-qa   ask a causal LM questions about treebank sentences (TF / MC / FITB, OA)
   lm-eval-tasks  write lm-eval task YAMLs of our benchmarks (our scoring convention; docs/lm_eval.md)
@@ -75,7 +76,7 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
                     f"the same pairs scored on the same checkpoint (its manifest hash) is never redone "
                     f"(so a killed job can be restarted); only checkpoints/step<N> directories with "
                     f"every file are read.")
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", nargs="?" if command == "score-run" else None)
     p.add_argument("--benchmark", action="append", default=[], metavar="NAME_OR_PATH",
                    help="a benchmark name or file/folder; repeat for several")
     p.add_argument("--lm-eval-task", action="append", default=[], metavar="TASK",
@@ -93,6 +94,15 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
                    help="also store every token's lp: evals/step<N>/<benchmark>.tokens.parquet")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow the model directory's own Python code (off by default)")
+    if command == "score-run":  # a public suite instead of a run directory (probes/scoring/hub.py)
+        p.add_argument("--hub", metavar="ORG/NAME", help="score the revisions of a hub model (e.g. EleutherAI/pythia-160m)")
+        p.add_argument("--revisions", metavar="pythia|step0,step1000,...",
+                       help="with --hub: 'pythia' (its 154 checkpoints) or a comma-separated list of step<N>")
+        p.add_argument("--out", type=Path, metavar="RUN_DIR", help="with --hub: the run directory to write")
+        p.add_argument("--tokens-per-step", type=int, default=None, metavar="N",
+                       help="with --hub: tokens per optimizer step (default: Pythia's 2,097,152)")
+        p.add_argument("--delete-after", action="store_true",
+                       help="with --hub: drop each revision's files from the cache once scored (not the reference)")
     if command == "watch":
         p.add_argument("--poll", type=float, default=60.0, metavar="SECONDS",
                        help="seconds between looks at the run directory (default 60)")
@@ -125,12 +135,18 @@ def _score_run(command: str, args) -> int:
         raise CliError("nothing to score: give --benchmark and/or --lm-eval-task")
     from train.neox_ckpt import is_neox_run
 
-    if command == "score-run" and not (args.run_dir / "checkpoints").is_dir() and not is_neox_run(args.run_dir):
+    hub = command == "score-run" and _hub_args(args)
+    if command == "score-run" and not hub and not (args.run_dir / "checkpoints").is_dir() and not is_neox_run(args.run_dir):
         raise CliError(f"{args.run_dir}: no checkpoints/ directory; not a run directory "
                        f"(nor a gpt-neox save directory with global_step<N>)")
     benchmarks: dict = {}
     for spec in args.benchmark:  # all loaded first: a bad one fails before any model is read
-        name, pairs = _load_pairs(spec, args.format, args.max_pairs_per_paradigm)
+        own = _run_benchmark_config(args.run_dir, spec)
+        if own is not None:
+            if args.max_pairs_per_paradigm is not None:
+                own.max_pairs_per_paradigm = args.max_pairs_per_paradigm
+            print(f"--benchmark {spec}: generated with the run's own settings ({args.run_dir / 'config.yaml'})")
+        name, pairs = _load_pairs(spec, args.format, args.max_pairs_per_paradigm, own)
         if name in benchmarks:
             raise CliError(f"--benchmark {spec}: a second benchmark named {name!r} (the eval "
                            f"file's name); rename the file")
@@ -138,6 +154,8 @@ def _score_run(command: str, args) -> int:
             raise CliError(f"--benchmark {spec}: no pairs")
         benchmarks[name] = pairs
     lm_eval = None
+    if args.lm_eval_task and hub:
+        raise CliError("--lm-eval-task scores the checkpoints of a run directory, not hub checkpoints")
     if args.lm_eval_task:  # checked before any model is read: lm-eval installed, every task known
         from probes.lmeval.config import LmEvalConfig
         from probes.lmeval.hook import LmEvalProbe
@@ -150,6 +168,8 @@ def _score_run(command: str, args) -> int:
                            .replace("probes.lm_eval.include_path", "--lm-eval-include-path")) from None
     opts = ScoreOptions(batch_size=args.batch_size, device=args.device, bf16=args.bf16,
                         trust_remote_code=args.trust_remote_code, per_token=args.per_token)
+    if hub:
+        return _score_hub(args, benchmarks, opts)
     lock = RunLock(args.run_dir, name=EVAL_LOCK,
                    why="another score-run or watch is scoring this run; wait for it to finish")
     try:
@@ -164,6 +184,51 @@ def _score_run(command: str, args) -> int:
         raise CliError(str(e)) from None
 
 
+def _hub_args(args) -> bool:
+    """True for `score-run --hub`; the flags that go with it checked."""
+    hub_only = [f for f, v in (("--revisions", args.revisions), ("--out", args.out),
+                               ("--tokens-per-step", args.tokens_per_step), ("--delete-after", args.delete_after)) if v]
+    if args.hub is None:
+        if hub_only:
+            raise CliError(f"{hub_only[0]} goes with --hub ORG/NAME")
+        if args.run_dir is None:
+            raise CliError("score-run needs RUN_DIR (or --hub ORG/NAME --revisions ... --out RUN_DIR)")
+        return False
+    if args.run_dir is not None:
+        raise CliError(f"--hub writes to --out; RUN_DIR {args.run_dir} is not read")
+    if args.revisions is None or args.out is None:
+        raise CliError("--hub needs --revisions (pythia, or step0,step1000,...) and --out RUN_DIR")
+    if args.tokens_per_step is not None and args.tokens_per_step < 1:
+        raise CliError(f"--tokens-per-step must be >= 1, got {args.tokens_per_step}")
+    return True
+
+
+def _score_hub(args, benchmarks: dict, opts) -> int:
+    from probes.evals.files import EvalInputError
+    from probes.scoring.hub import PYTHIA_TOKENS_PER_STEP, HubOptions, parse_revisions, score_hub
+    from train.lock import EVAL_LOCK, RunDirLocked, RunLock
+    from train.weights import WeightsMismatchError
+
+    try:
+        revisions = parse_revisions(args.revisions)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    hub = HubOptions(args.hub, revisions, args.tokens_per_step or PYTHIA_TOKENS_PER_STEP, args.delete_after)
+    args.out.mkdir(parents=True, exist_ok=True)
+    try:
+        with RunLock(args.out, name=EVAL_LOCK, why="another score-run is scoring this directory"):
+            written, warnings, errors = score_hub(args.out, hub, benchmarks, opts)
+    except (OSError, ValueError, RunDirLocked, EvalInputError, WeightsMismatchError) as e:
+        raise CliError(str(e)) from None
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    print(f"{args.out}: {len(written)} eval files written ({len(revisions) - len(errors)} of {len(revisions)} "
+          f"revisions scored or already done)")
+    for e in errors:
+        print(f"error: {e}", file=sys.stderr)
+    return 2 if errors else 0
+
+
 def _check_model_dir(d: Path) -> None:
     if not d.is_dir():
         raise CliError(f"--model {d}: not a directory")
@@ -176,12 +241,42 @@ def _check_model_dir(d: Path) -> None:
                        f"scores need the tokenizer the model was trained with")
 
 
-def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int]) -> tuple[str, list]:
-    """(name, pairs) of the benchmark a user named: a registry name, or a file or folder."""
+def _run_benchmark_config(run_dir: Path, spec: str):
+    """The BenchmarkConfig a run probed a generated benchmark with (its pairs come from settings, not
+    files: grammar, elagent_word_order), from the run's config.yaml; None for a benchmark with files, a
+    run without config.yaml (a gpt-neox save directory) or one whose probes did not list it. Scoring with
+    the defaults instead would write other pairs under the same eval name as the in-loop files."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from probes.benchmarks.registry import REGISTRY
+    from probes.scoring.hook import ProbesConfig
+
+    path = Path(run_dir) / "config.yaml"
+    if spec not in REGISTRY or REGISTRY[spec].relpath is not None or not path.is_file():
+        return None
+    try:
+        probes = OmegaConf.load(path).get("probes")
+        if probes is None:
+            return None
+        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ProbesConfig), probes))
+        return next((bc for bc in cfg.resolved_benchmarks() if bc.name == spec), None)
+    except (OmegaConfBaseException, ValueError, OSError) as e:
+        raise CliError(f"{path}: its probes settings cannot be read ({e}); they define --benchmark {spec}") from None
+
+
+def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int], cfg=None) -> tuple[str, list]:
+    """(name, pairs) of the benchmark a user named: a registry name, or a file or folder; `cfg`, when
+    given, is the BenchmarkConfig to load it with (a run's own settings)."""
     from probes.benchmarks.registry import FORMATS, REGISTRY, BenchmarkConfig, load_benchmark
 
     if fmt not in FORMATS:
         raise CliError(f"--format {fmt}: unknown; known: {', '.join(FORMATS)}")
+    if cfg is not None:
+        try:
+            return cfg.name, load_benchmark(cfg)
+        except (ValueError, FileNotFoundError) as e:
+            raise CliError(f"--benchmark {spec}: {e}") from None
     if spec in REGISTRY:
         cfg = BenchmarkConfig(name=spec, format=fmt)
     elif Path(spec).exists():
@@ -287,6 +382,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from probes.analysis.report import main as report_main
 
         return report_main(rest)
+    if command == "compare":
+        from probes.analysis.compare import main as compare_main
+
+        return compare_main(rest)
     if command == "benchmarks":
         from probes.benchmarks.registry import main as benchmarks_main
 

@@ -1,5 +1,6 @@
 """`python -m train [overrides]`: one run, its directory = Hydra's output dir (hydra.run.dir=...).
 `python -m train verify RUN_DIR …`: checks a run's checkpoints (train/verify.py); Hydra never sees it.
+`python -m train batch RUN_DIR --step N …`: the exact global batch of optimizer step N (train/batch.py).
 
 A user error (a config key, a corpus file, a damaged checkpoint, a full disk) is printed as one line
 `error: …` with exit status 2; a bug keeps its traceback (train/cli.py).
@@ -51,4 +52,8 @@ if __name__ == "__main__":
         from train.verify import main as verify
 
         sys.exit(verify(sys.argv[2:]))
+    if sys.argv[1:2] == ["batch"]:
+        from train.batch import main as batch
+
+        sys.exit(batch(sys.argv[2:]))
     main()

@@ -72,8 +72,8 @@ class Logger:
         record = {"step": step, "event": event, **metrics}
         self._jsonl.write(json.dumps(record) + "\n")
         self._jsonl.flush()
-        if self.wandb_run is not None:
-            self.wandb_run.log(metrics, step=step)
+        if self.wandb_run is not None:  # W&B charts numbers; a hash (batch_sha256) stays in train.jsonl
+            self.wandb_run.log({k: v for k, v in metrics.items() if not isinstance(v, str)}, step=step)
 
     def close(self) -> None:
         self._jsonl.close()

@@ -20,12 +20,13 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
+from train.batch import batch_sha256, stream_of
 from train.checkpoint import (latest_resumable, list_checkpoints, load_rng, prune_resume_states, read_manifest,
                               save_checkpoint, verify_manifest)
 from train.config import TrainConfig, config_hash, trajectory_diff
 from train.corpus import load_documents
 from train.engine import RESUME_HINT, build_engine, init_distributed
-from train.errors import reading, writing
+from train.errors import InputFileError, writing
 from train.faults import fault_point
 from train.files import read_trainer_state, versions, write_text_atomic
 from train.hooks import HookContext, build_hooks, hooks_missing, run_hooks, run_post_train
@@ -35,7 +36,6 @@ from train.model import build_model
 from train.optim import lr_at
 from train.preempt import Preemption, drop_unscheduled
 from train.schedule import checkpoint_steps, warn_points_beyond_end
-from train.sequences import SequenceStream
 from train.slurm import export_distributed_env
 from train.start_token import RECORD, document_tokens, read_record
 from train.token_store import build_or_load
@@ -62,8 +62,10 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
     resume_from = _check_run_dir(cfg, resolved, run_hash, run_dir)
     resumed = None
     if resume_from is not None:
-        with reading(resume_from / "trainer_state.json", "the trainer state", RESUME_HINT.format(resume_from)):
+        try:
             resumed = read_trainer_state(resume_from)
+        except InputFileError as e:  # the reader names the file; the loop knows the way out
+            raise InputFileError(f"{e}; {RESUME_HINT.format(resume_from)}") from None
     dist.barrier()
     if dist.main:
         if resumed is not None:
@@ -87,9 +89,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
     if resume_from is not None:
         _check_resume_tokenizer(resume_from, tokenizer_dir, doc_start)
     seq_len = cfg.data.seq_len or cfg.model.max_position_embeddings
-    stream = SequenceStream(store, seq_len=seq_len, budget_tokens=cfg.data.budget_tokens,
-                            epochs=cfg.data.epochs, order_seed=cfg.data.order_seed, seed=cfg.data.seed,
-                            start_id=doc_start, end_id=doc_end)
+    stream = stream_of(cfg, store, tokenizer)  # the one definition `train batch` rebuilds batches from
     total_steps = stream.steps(cfg.optim.global_batch)
     if total_steps < 1:
         raise ValueError(f"the data view has {stream.view_tokens} tokens: not one optimizer step of "
@@ -188,13 +188,14 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         bar.update(1)
         if not math.isfinite(loss) or (grad_norm is not None and not math.isfinite(grad_norm)):
             _nonfinite(cfg, done, loss, grad_norm, skipped, run_dir)
-            logger.log({"tokens": done * tokens_per_step, "train/skipped_batches": len(skipped)}, done,
-                       event="skipped")
+            logger.log({"tokens": done * tokens_per_step, "train/skipped_batches": len(skipped),
+                        "batch_sha256": _global_sha(batch, dist)}, done, event="skipped")
         elif done % cfg.logger.log_every == 0 or done == total_steps:
             tokens_per_s = window_tokens / (time.perf_counter() - window_start)
             logger.log({"tokens": done * tokens_per_step, "train/loss": loss, "train/lr": lr,
                         "train/grad_norm": float("nan") if grad_norm is None else grad_norm,
-                        "train/tokens_per_s": tokens_per_s}, done)
+                        "train/tokens_per_s": tokens_per_s,
+                        "batch_sha256": _global_sha(batch, dist)}, done)
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_s:,.0f}")
             window_start, window_tokens = time.perf_counter(), 0
         if done in save_steps:
@@ -225,6 +226,20 @@ def _build_hooks(cfg: TrainConfig, tokenizer, run_dir: Path, total_steps: int | 
     return build_hooks(cfg.probes, HookContext(tokenizer, run_dir, final_step=total_steps,
                                                token_store=None if store is None else store.path,
                                                max_positions=cfg.model.max_position_embeddings))
+
+
+def _global_sha(batch: torch.Tensor, dist) -> str | None:
+    """batch_sha256 (train/batch.py) of the step's global batch as the ranks trained on it. Rank r holds
+    rows r, r+W, ... so the gathered (rows/W, W, L) stack read in C order is the global batch. Every rank
+    takes part (the condition to log is the same on all); rank 0 returns the hash, the others None."""
+    if dist.world == 1:
+        return batch_sha256(batch)
+    import torch.distributed as torch_dist
+
+    mine = batch.to(dist.device)  # NCCL gathers GPU tensors only
+    parts = [torch.empty_like(mine) for _ in range(dist.world)]
+    torch_dist.all_gather(parts, mine)
+    return batch_sha256(torch.stack(parts, dim=1).reshape(-1, mine.shape[1]).cpu()) if dist.main else None
 
 
 def _nonfinite(cfg: TrainConfig, step: int, loss: float, grad_norm: float, skipped: list[int],

@@ -11,7 +11,8 @@ damage, in every checkpoint under RUN_DIR/checkpoints:
 * weights (train/trajectory.py): a checkpoint with the same weights as another step (byte-identical
   files, or every tensor equal), in particular as step 0 or as the final model; a tensor with another
   step's values (a swapped shard or tensor); a tensor off the run's path (values from an unsaved step or
-  another run: its detour ratio exceeds DETOUR_LIMIT).
+  another run: its detour ratio exceeds DETOUR_LIMIT); a checkpoint closer to step 0's weights than an
+  earlier one (the whole model's distance from step 0 going backwards, BACKWARDS_TOLERANCE).
 
 One line per finding, naming the checkpoint's file, then a summary line per run. Exit status 0 when
 clean, 1 on any finding, 2 on a usage error (`error: …`). `--json` prints one JSON document instead.
@@ -39,6 +40,10 @@ from train.trajectory import GROUP_MIN_ELEMENTS, Trajectory, Weights, identical_
 # in 15 runs measured (train/trajectory.py), and bf16 rounding noise alone gives about 2. A tensor from a
 # distant step makes the ratio grow with that distance; 3 leaves room on both sides.
 DETOUR_LIMIT = 3.0
+# A drop of the whole model's distance from step 0 below an earlier checkpoint's, relative: float32
+# sums of squares over millions of elements carry ~1e-6 relative error, so 1e-3 is far above noise and
+# far below a jump to another step's weights (the demo's consecutive checkpoints differ by > 1 %).
+BACKWARDS_TOLERANCE = 1e-3
 STATE = "trainer_state.json"
 
 
@@ -81,7 +86,20 @@ class _Checkpoint:
         self.weights: Optional[Weights] = None  # None: unreadable, not traced
 
 
-def _check_files(ck: _Checkpoint, report: RunReport) -> None:
+def _sizes_as_hashes(path: Path, manifest: dict) -> dict[str, str]:
+    """`verify --fast`: name -> the manifest's sha256 for every present file whose size is the recorded
+    one (trusted, not read), else a marker that differs from it. Without recorded sizes (manifests
+    before sizes were kept) only presence is checked."""
+    sizes = manifest.get("sizes") or {}
+    out = {}
+    for rel in checkpoint_files(path):
+        size = (path / rel).stat().st_size
+        want = sizes.get(rel)
+        out[rel] = manifest["files"].get(rel, "") if want is None or want == size else f"{size:,} bytes"
+    return out
+
+
+def _check_files(ck: _Checkpoint, report: RunReport, fast: bool = False) -> None:
     def find(file: str, kind: str, message: str) -> None:
         report.findings.append(Finding(ck.step, str(ck.path / file), kind, message))
 
@@ -95,8 +113,14 @@ def _check_files(ck: _Checkpoint, report: RunReport) -> None:
     except CorruptCheckpointError as e:
         find(MANIFEST, "bad-manifest", str(e).removeprefix(f"{ck.path / MANIFEST} "))
     if ck.manifest is not None:
-        ck.hashes = {rel: sha256_file(ck.path / rel) for rel in checkpoint_files(ck.path)}
+        if fast:
+            ck.hashes = _sizes_as_hashes(ck.path, ck.manifest)
+        else:
+            ck.hashes = {rel: sha256_file(ck.path / rel) for rel in checkpoint_files(ck.path)}
         for rel, kind, what in manifest_problems(ck.path, ck.manifest, ck.hashes):
+            if fast and kind == "changed":
+                what = (f"is {ck.hashes[rel]}, {MANIFEST} records {ck.manifest['sizes'][rel]:,}: the file "
+                        f"was damaged or replaced after it was written")
             find(rel, f"{kind}-file", what)
         if ck.manifest.get("step") != ck.step:
             find(MANIFEST, "wrong-step", f"records step {ck.manifest.get('step')} in directory step{ck.step}: "
@@ -273,6 +297,28 @@ def _check_tensors(cks: list[_Checkpoint], traj: Trajectory, report: RunReport) 
             ratio[row - 1:row + 2] = np.nan
 
 
+def _check_distance_backwards(traj: Trajectory, report: RunReport, paths: dict[int, Path]) -> None:
+    """A checkpoint closer to step 0 than an earlier one was (Pythia #206: an intermediate step holding part
+    of the final model, then a step that jumps back). The whole model moves away from its initialisation at
+    every checkpoint (train/trajectory.py), so a drop beyond float32 summation noise (BACKWARDS_TOLERANCE,
+    relative) is named, with both steps; rows another finding already blames are not judged again. Rows
+    stored in bf16 are left out: their rounding (2^-8 relative per element) moves the distance by as much."""
+    d = traj.model_distance(traj.d_init)
+    blamed = {f.step for f in report.findings}
+    bf16 = [any(traj.bf16[n][r] for n in traj.names) for r in range(len(traj.steps))]
+    best, best_row = -1.0, None
+    for row, step in enumerate(traj.steps):
+        if bf16[row] or step in blamed:
+            continue
+        if best_row is not None and d[row] < best * (1 - BACKWARDS_TOLERANCE):
+            report.findings.append(Finding(
+                step, str(paths[step]), "distance-backwards",
+                f"step{step} is closer to step{traj.steps[0]}'s weights (|θ-θ0| {d[row]:.6g}) than step"
+                f"{traj.steps[best_row]} was ({best:.6g}): one of the two holds another step's weights"))
+        if d[row] > best:
+            best, best_row = float(d[row]), row
+
+
 def _file_of(ck: _Checkpoint, name: str) -> Path:
     return ck.weights.files.get(name, ck.path) if ck.weights else ck.path
 
@@ -291,13 +337,18 @@ def _check_tensor_sets(cks: list[_Checkpoint], report: RunReport) -> None:
                                                f"{what} {len(names)} tensors of step{cks[0].step}: {_names(names)}"))
 
 
-def verify_run(run_dir: Path) -> RunReport:
-    """Every check on one run directory (which must hold checkpoints/step<N>/)."""
+def verify_run(run_dir: Path, fast: bool = False) -> RunReport:
+    """Every check on one run directory (which must hold checkpoints/step<N>/). fast: files are checked
+    against the manifest's names and sizes, not hashed (the weights are still read once, for the
+    weight checks)."""
     run_dir = Path(run_dir)
     report = RunReport(str(run_dir))
     cks = [_Checkpoint(step, path) for step, path in list_checkpoints(run_dir)]
+    if fast:
+        report.notes.append(f"{run_dir}: --fast: files checked against {MANIFEST}'s names and sizes, not "
+                            f"hashed; a changed byte that keeps the size is not seen")
     for ck in cks:
-        _check_files(ck, report)
+        _check_files(ck, report, fast)
     if cks and cks[0].step != 0:
         report.notes.append(f"{run_dir}: no step0 checkpoint: distances are from step{cks[0].step}")
     _check_config_hashes(run_dir, cks, report)
@@ -317,6 +368,8 @@ def verify_run(run_dir: Path) -> RunReport:
             break
         traced = [ck for ck in traced if ck.step not in same]
         traj = None
+    if traj is not None:
+        _check_distance_backwards(traj, report, {ck.step: ck.path for ck in cks})
     d_init = traj.model_distance(traj.d_init) if traj else None
     d_final = traj.model_distance(traj.d_final) if traj else None
     row = {s: r for r, s in enumerate(traj.steps)} if traj else {}
@@ -344,6 +397,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON document: findings, notes, distances")
     parser.add_argument("--distances", action="store_true",
                         help="print each checkpoint's distance from step 0 and from the final model")
+    parser.add_argument("--fast", action="store_true",
+                        help="trust manifest.json: check every file's presence and size, hash none")
     args = parser.parse_args(argv)
     for run in args.runs:
         if not Path(run).is_dir():
@@ -352,7 +407,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not list_checkpoints(Path(run)):
             print(f"error: {run}: no checkpoints/step<N> directories (not a run directory?)", file=sys.stderr)
             return 2
-    reports = [verify_run(Path(run)) for run in args.runs]
+    reports = [verify_run(Path(run), fast=args.fast) for run in args.runs]
     if args.json:
         print(json.dumps({"runs": [asdict(r) for r in reports],
                           "findings": sum(len(r.findings) for r in reports)}, indent=2))

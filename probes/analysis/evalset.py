@@ -133,6 +133,7 @@ def _load_run(d: Path, name: str, cache: bool = True):
         raise EvalInputError(
             f"run directory {d} has no minimal-pair eval files (expected evals/step<N>/<benchmark>.parquet)"
             + ("; it has syntax-question evals only, which the analysis reads beside minimal pairs" if qa_only else ""))
+    problems += _hub_warnings(d)  # a public suite's checkpoints that are not what their names say
     ckpts = set(step_dirs(d / "checkpoints"))
     outs, frames = {}, []
     for bench, paths in sorted(paths_by_bench.items()):
@@ -148,6 +149,20 @@ def _load_run(d: Path, name: str, cache: bool = True):
         df["run"], df["model"], df["budget"], df["seed"] = name, info.model, info.budget, info.seed
         frames.append(df)
     return info, outs, frames, conventions, problems
+
+
+def _hub_warnings(run_dir: Path) -> list[str]:
+    """The checkpoint-sanity warnings `score-run --hub` (probes/scoring/hub.py) recorded in <run>/hub.json;
+    read here, not imported from there: scoring sits below analysis and imports its cache refresh."""
+    import json
+
+    path = run_dir / "hub.json"
+    if not path.is_file():
+        return []
+    try:
+        return [str(w) for w in json.loads(path.read_text()).get("warnings", [])]
+    except (OSError, ValueError, AttributeError) as e:
+        return [f"{path}: unreadable ({e})"]
 
 
 def refresh_cache(run_dir: str | Path, benchmark: str) -> bool:

@@ -1,0 +1,260 @@
+"""`python -m probes compare A B --out DIR`: paired statistics of two runs or two checkpoints.
+
+Both sides scored the same minimal pairs, so each pair gives two decisions, one per side: the
+question "is B better than A" is a paired one. lm-eval's model comparison applies an unpaired
+z-test to such results; here, per benchmark x paradigm and per benchmark x phenomenon:
+
+* ``b`` pairs A gets right and B wrong, ``c`` the reverse; ``p_mcnemar`` is McNemar's exact test,
+  the two-sided binomial test of b successes in b + c trials at 1/2 (scipy.stats.binomtest);
+* ``ci_lo``, ``ci_hi``: a 95 % paired-bootstrap interval of acc_b - acc_a, resampling pairs (the same
+  pair on both sides, and for seed groups the same pair in every seed at once);
+* ``q_bh``: Benjamini-Hochberg adjusted p over all rows of the file
+  (scipy.stats.false_discovery_control), since a table of 100 paradigms at p < .05 holds ~5 by chance.
+
+A side is a run directory (its last scored checkpoint), ``RUN:STEP``, or a folder of run directories
+(seeds; config.yaml's ``seed``), each optionally with ``:STEP``. Seed groups are paired seed by seed
+where both sides have the seed; two single runs are paired whatever their seeds. Decisions use the
+report's metric: MLP (lp/ntok, ties wrong) unless ``--metric sum``.
+
+The report calls :func:`paired_stats` (two outcome matrices in hand, e.g. a U's peak and trough
+checkpoints from PairOutcomes) or :func:`compare` (two sides by name).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy.stats import binomtest, false_discovery_control
+
+from probes.analysis.evalfile import MLP, SUM, read_eval_file, strings
+from probes.analysis.evalset import ITEM_FILES, _read_run_info
+from probes.evals.files import EvalInputError
+from train.files import step_dirs
+
+COLUMNS = ["benchmark", "level", "phenomenon", "paradigm", "n", "b", "c", "acc_a", "acc_b",
+           "p_mcnemar", "ci_lo", "ci_hi", "q_bh"]
+_STEP = re.compile(r"^(.*):(?:step)?(\d+)$")
+
+
+@dataclass
+class Side:
+    """One side of a comparison: one run, or several seeds of one configuration."""
+    spec: str  # as the user gave it
+    runs: list[Path]
+    step: Optional[int] = None  # None: each run's last scored checkpoint
+    seeds: list[Optional[int]] = field(default_factory=list)
+
+
+def parse_side(spec: str) -> Side:
+    """RUN, RUN:STEP (also RUN:step<N>), or a folder whose subfolders are runs (seeds)."""
+    path, step = spec, None
+    m = _STEP.match(spec)
+    if m and not Path(spec).exists():
+        path, step = m.group(1), int(m.group(2))
+    d = Path(path)
+    if not d.is_dir():
+        raise EvalInputError(f"{spec}: no such run directory")
+    if (d / "evals").is_dir():
+        runs = [d]
+    else:
+        runs = sorted(s for s in d.iterdir() if (s / "evals").is_dir())
+        if not runs:
+            raise EvalInputError(f"{spec}: neither a run directory (no evals/) nor a folder of run directories")
+    return Side(spec, runs, step, [_read_run_info(r).seed for r in runs])
+
+
+def _step_of(run: Path, step: Optional[int], spec: str) -> int:
+    steps = step_dirs(run / "evals")
+    if not steps:
+        raise EvalInputError(f"{spec}: {run} has no evals/step<N> directories")
+    if step is None:
+        return max(steps)
+    if step not in steps:
+        raise EvalInputError(f"{spec}: {run} has no evals/step{step} (scored steps: "
+                             f"{', '.join(map(str, sorted(steps)[:12]))}{' …' if len(steps) > 12 else ''})")
+    return step
+
+
+def _decisions(run: Path, step: int, metric: str) -> dict[str, tuple[pd.DataFrame, str, int]]:
+    """{benchmark: (frame of paradigm, phenomenon, pair_id, ok; convention; tokens)} at one checkpoint."""
+    bit = MLP if metric == "mlp" else SUM
+    out = {}
+    for f in sorted((run / "evals" / f"step{step}").glob("*.parquet")):
+        if f.name.startswith(".") or ".tmp" in f.name or f.stem in ITEM_FILES or f.name.endswith(".tokens.parquet"):
+            continue
+        r = read_eval_file(f, step, run)
+        df = pd.DataFrame({"paradigm": strings(r.paradigm), "phenomenon": strings(r.phenomenon),
+                           "pair_id": strings(r.pair_id), "ok": (r.bits & bit) > 0})
+        if df.duplicated(["paradigm", "pair_id"]).any():
+            raise EvalInputError(f"{f}: a (paradigm, pair_id) occurs twice; pairs cannot be matched")
+        out[f.stem] = (df, r.convention, r.tokens)
+    return out
+
+
+def paired_stats(a: np.ndarray, b: np.ndarray, n_boot: int = 2000,
+                 rng: Optional[np.random.Generator] = None, level: float = 0.95) -> dict:
+    """Paired statistics of two 0/1 outcome matrices (seeds, pairs), the same pair in each column.
+
+    Returns n, b, c, acc_a, acc_b, p_mcnemar, ci_lo, ci_hi. The bootstrap resamples columns (pairs,
+    every seed at once). A column's difference sum_s (b_s - a_s) takes one of 2S + 1 values, so a
+    resample is a multinomial draw over those values: exact, and O(S) memory per draw whatever n.
+    """
+    a = np.atleast_2d(np.asarray(a, dtype=bool))
+    bb = np.atleast_2d(np.asarray(b, dtype=bool))
+    if a.shape != bb.shape:
+        raise ValueError(f"outcome matrices differ in shape: {a.shape} vs {bb.shape}")
+    rng = rng or np.random.default_rng(0)
+    n = a.size
+    n_b, n_c = int((a & ~bb).sum()), int((~a & bb).sum())
+    p = binomtest(n_b, n_b + n_c, 0.5).pvalue if n_b + n_c else 1.0
+    lo = hi = np.nan
+    if n:
+        d = bb.sum(axis=0).astype(np.int64) - a.sum(axis=0)  # per pair, summed over seeds
+        values, counts = np.unique(d, return_counts=True)
+        draws = rng.multinomial(a.shape[1], counts / counts.sum(), size=n_boot)  # (n_boot, values)
+        boot = draws @ values / n
+        lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    return {"n": n, "b": n_b, "c": n_c, "acc_a": a.mean() if n else np.nan, "acc_b": bb.mean() if n else np.nan,
+            "p_mcnemar": float(p), "ci_lo": float(lo), "ci_hi": float(hi)}
+
+
+@dataclass
+class Comparison:
+    table: pd.DataFrame  # COLUMNS
+    meta: dict  # what was compared: runs, steps, tokens, seeds, metric
+    notes: list[str]
+
+
+def _pairs_of_runs(a: Side, b: Side) -> list[tuple[Path, Path]]:
+    if len(a.runs) == 1 and len(b.runs) == 1:
+        return [(a.runs[0], b.runs[0])]
+    for s in (a, b):
+        if None in s.seeds or len(set(s.seeds)) != len(s.seeds):
+            raise EvalInputError(f"{s.spec}: a seed group needs a distinct config.yaml 'seed' in every run "
+                                 f"(found {s.seeds})")
+    common = sorted(set(a.seeds) & set(b.seeds))
+    if not common:
+        raise EvalInputError(f"{a.spec} (seeds {sorted(a.seeds)}) and {b.spec} (seeds {sorted(b.seeds)}) "
+                             f"share no seed; compare single runs instead")
+    ra, rb = dict(zip(a.seeds, a.runs)), dict(zip(b.seeds, b.runs))
+    return [(ra[s], rb[s]) for s in common]
+
+
+def compare(a: str | Side, b: str | Side, metric: str = "mlp", n_boot: int = 2000, seed: int = 0) -> Comparison:
+    """Paired comparison of side B against side A (each a spec string or a Side). Raises EvalInputError."""
+    if metric not in ("mlp", "sum"):
+        raise ValueError(f"metric must be 'mlp' or 'sum', got {metric!r}")
+    a, b = (parse_side(s) if isinstance(s, str) else s for s in (a, b))
+    notes: list[str] = []
+    run_pairs = _pairs_of_runs(a, b)
+    for side, runs in ((a, [p[0] for p in run_pairs]), (b, [p[1] for p in run_pairs])):
+        left = [str(r) for r in side.runs if r not in runs]
+        if left:
+            notes.append(f"{side.spec}: run(s) {', '.join(left)} have no seed on the other side; left out")
+    meta: dict = {"metric": metric, "n_boot": n_boot, "bootstrap_seed": seed, "a": [], "b": []}
+    per_pair = []  # for each seed pair: {benchmark: merged frame}
+    conventions: dict[str, str] = {}
+    for ra, rb in run_pairs:
+        sides = []
+        for key, side, run in (("a", a, ra), ("b", b, rb)):
+            step = _step_of(run, side.step, side.spec)
+            dec = _decisions(run, step, metric)
+            toks = sorted({t for _, _, t in dec.values()})
+            meta[key].append({"run": str(run), "step": step, "tokens": toks[0] if len(toks) == 1 else toks,
+                              "seed": _read_run_info(run).seed})
+            for bench, (_, conv, _) in dec.items():
+                conventions.setdefault(conv, f"{run}/evals/step{step}/{bench}.parquet")
+            sides.append(dec)
+        merged = {}
+        for bench in sorted(set(sides[0]) & set(sides[1])):
+            fa, fb = sides[0][bench][0], sides[1][bench][0]
+            m = fa.merge(fb[["paradigm", "pair_id", "ok"]], on=["paradigm", "pair_id"], suffixes=("_a", "_b"))
+            if len(m) < max(len(fa), len(fb)):
+                notes.append(f"{bench}: {ra} has {len(fa)} pairs and {rb} {len(fb)}; the {len(m)} in both are compared")
+            merged[bench] = m
+        for bench in sorted(set(sides[0]) ^ set(sides[1])):
+            notes.append(f"{bench}: scored on one side only ({ra} vs {rb}); not compared")
+        per_pair.append(merged)
+    if len(conventions) > 1:
+        raise EvalInputError("refusing to compare scores of different conventions: " +
+                             "; ".join(f"{c!r} (e.g. {f})" for c, f in sorted(conventions.items())))
+    rng = np.random.default_rng(seed)
+    rows = []
+    for bench in sorted(set.intersection(*(set(m) for m in per_pair))):
+        # a pair enters when every seed pair scored it, so a bootstrap column is one pair in all seeds
+        frames = [m[bench].set_index(["paradigm", "pair_id"]) for m in per_pair]
+        keys = frames[0].index
+        for f in frames[1:]:
+            keys = keys.intersection(f.index)
+        keys = keys.sort_values()
+        ok_a = np.stack([f.loc[keys, "ok_a"].to_numpy() for f in frames])
+        ok_b = np.stack([f.loc[keys, "ok_b"].to_numpy() for f in frames])
+        par = keys.get_level_values("paradigm").to_numpy()
+        phen = frames[0].loc[keys, "phenomenon"].to_numpy()
+        for level, names, col in (("paradigm", par, "paradigm"), ("phenomenon", phen, "phenomenon")):
+            for name in sorted(set(names)):
+                sel = names == name
+                row = {"benchmark": bench, "level": level,
+                       "phenomenon": phen[sel][0] if level == "paradigm" else name,
+                       "paradigm": name if level == "paradigm" else ""}
+                row.update(paired_stats(ok_a[:, sel], ok_b[:, sel], n_boot, rng))
+                rows.append(row)
+    table = pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "q_bh"])
+    table["q_bh"] = false_discovery_control(table["p_mcnemar"].to_numpy(), method="bh") if len(table) else []
+    meta["convention"] = next(iter(conventions), None)
+    return Comparison(table[COLUMNS], meta, notes)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m probes compare",
+        description="Paired comparison of B against A on the pairs both scored: per benchmark x paradigm and "
+                    "x phenomenon, b (A right, B wrong), c (A wrong, B right), McNemar's exact p, a paired-"
+                    "bootstrap 95%% interval of acc_b - acc_a, Benjamini-Hochberg q over the rows.")
+    p.add_argument("a", metavar="A", help="RUN_DIR (its last scored checkpoint), RUN_DIR:STEP, or a folder of "
+                                          "seed runs (optionally :STEP)")
+    p.add_argument("b", metavar="B", help="the same forms as A")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="writes DIR/compare.csv and DIR/compare.json")
+    p.add_argument("--metric", choices=("mlp", "sum"), default="mlp",
+                   help="per-pair decision: mean log-prob per token (default) or summed log-prob")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--seed", type=int, default=0, help="of the bootstrap generator")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from probes.analysis.outputs import write_csv, write_text
+
+    args = build_parser().parse_args(argv)
+    try:
+        if args.n_boot < 1:
+            raise EvalInputError(f"--n-boot must be >= 1, got {args.n_boot}")
+        if args.out.exists() and not args.out.is_dir():
+            raise EvalInputError(f"--out {args.out}: exists and is not a directory")
+        res = compare(args.a, args.b, args.metric, args.n_boot, args.seed)
+        if res.table.empty:
+            raise EvalInputError(f"{args.a} and {args.b} share no scored pair")
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_csv(args.out / "compare.csv", res.table)
+        write_text(args.out / "compare.json", json.dumps({**res.meta, "notes": res.notes}, indent=1) + "\n")
+    except (EvalInputError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for n in res.notes:
+        print(f"warning: {n}", file=sys.stderr)
+    t = res.table
+    sig = t[(t.level == "paradigm") & (t.q_bh < 0.05)]
+    print(f"{len(t)} rows ({(t.level == 'paradigm').sum()} paradigms); {len(sig)} paradigm(s) differ at q < 0.05 "
+          f"({(sig.c > sig.b).sum()} better in B, {(sig.b > sig.c).sum()} worse) -> {args.out / 'compare.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

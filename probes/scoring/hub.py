@@ -1,0 +1,293 @@
+"""`python -m probes score-run --hub ORG/NAME --revisions pythia|step0,step1000,… --out RUN_DIR`: a public
+checkpoint suite (Pythia, PolyPythias) scored into a run directory like our own runs.
+
+Each revision is fetched with huggingface_hub's snapshot_download, which honours HF_HUB_OFFLINE and the
+local cache (models--ORG--NAME/refs/<revision> -> snapshots/<commit>/ -> blobs/), and the model is
+loaded with from_pretrained from that snapshot (the files from_pretrained(name, revision=…) resolves
+to) through train.weights.load_causal_lm, so a weight that does not fit is an error, not a random
+tensor. Scores go through the eval contract (evaluate_checkpoint) into RUN_DIR/evals/step<N>/
+<benchmark>.parquet with tokens = N x tokens per step (Pythia: 1,024 sequences x 2,048 tokens =
+2,097,152), so `probes report RUN_DIR our_runs…` draws both on one tokens axis.
+
+First token: Pythia's tokenizer adds no BOS; its training stream (GPT-NeoX preprocessing of the Pile)
+put `<|endoftext|>` (id 0, its BOS and EOS at once) after every document, so every document but the
+very first was read after `<|endoftext|>`. That is the token the scorer puts before each sentence
+(train/start_token.py: BOS, else EOS; Pythia's BOS is `<|endoftext|>`), recorded as ``start_token`` in
+RUN_DIR/hub.json and checked against the tokenizer at every revision.
+
+Checkpoint sanity (Pythia issues 83, 195, 206): a revision whose weight files are the same blobs as
+another revision's (the cache names blobs by their sha256, so this costs nothing), and a revision
+whose weights are closer to step 0's than an earlier revision's were (distance from the reference
+revision, read tensor by tensor from the two files), are named in warnings with both revisions; the
+warnings go to RUN_DIR/hub.json, which `probes report` reads (probes.analysis.evalset). Scoring goes on.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Optional
+
+from probes.benchmarks.pairs import Pair
+from probes.evals.files import CONVENTION, EvalInputError, eval_done, eval_file_meta, eval_path, pair_set
+from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint, ids_fingerprint
+from train.files import write_json_atomic, write_text_atomic
+
+PYTHIA_TOKENS_PER_STEP = 1024 * 2048  # Pythia's global batch: 1,024 sequences of 2,048 tokens
+# Pythia's 154 revisions: step0, the log-spaced 1..512, then every 1,000 steps to 143,000
+PYTHIA_STEPS = [0] + [2 ** i for i in range(10)] + list(range(1000, 143001, 1000))
+RECORD = "hub.json"
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+# Relative drop of the distance from the reference revision below an earlier revision's that is named:
+# training moves away from its initialisation at every checkpoint (train/trajectory.py, measured on the
+# demo), and the reading is exact up to float32 summation (~1e-6 relative), so 1e-3 is far above noise.
+BACKWARDS_TOLERANCE = 1e-3
+
+
+class RevisionError(Exception):
+    """A revision that cannot be had (not on the hub, not in the offline cache, no weights)."""
+
+
+def parse_revisions(spec: str) -> list[str]:
+    if spec == "pythia":
+        return [f"step{s}" for s in PYTHIA_STEPS]
+    revs = [r.strip() for r in spec.split(",") if r.strip()]
+    if not revs:
+        raise ValueError(f"--revisions {spec!r}: no revision named")
+    for r in revs:
+        if not re.fullmatch(r"step\d+", r):
+            raise ValueError(f"--revisions: {r!r} is not step<N> (the step gives the tokens axis)")
+    if len(set(revs)) != len(revs):
+        raise ValueError(f"--revisions {spec!r}: a revision is named twice")
+    return sorted(revs, key=lambda r: int(r[4:]))
+
+
+@dataclass
+class HubOptions:
+    name: str  # ORG/NAME on the hub
+    revisions: list[str]
+    tokens_per_step: int = PYTHIA_TOKENS_PER_STEP
+    delete_after: bool = False  # drop a revision from the cache once scored (the reference is kept)
+
+
+def fetch(name: str, revision: str) -> Path:
+    """The revision's snapshot directory (downloaded unless cached; only the cache under HF_HUB_OFFLINE=1)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "tokenizer*"]
+    try:
+        snap = Path(snapshot_download(name, revision=revision, allow_patterns=patterns))
+        if not weight_files(snap):  # an older revision with pytorch_model.bin only
+            snap = Path(snapshot_download(name, revision=revision, allow_patterns=patterns + ["*.bin"]))
+    except (LocalEntryNotFoundError, RepositoryNotFoundError, HfHubHTTPError, OSError, ValueError) as e:
+        offline = " (HF_HUB_OFFLINE is set: only the local cache is read)" if _offline() else ""
+        raise RevisionError(f"{name} revision {revision}: cannot be had{offline}: {type(e).__name__}: "
+                            f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    if not weight_files(snap):
+        raise RevisionError(f"{name} revision {revision}: {snap} holds no weights (*.safetensors, *.bin)")
+    return snap
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def weight_files(snap: Path) -> list[Path]:
+    """The weight files from_pretrained reads: safetensors when there are any, else .bin."""
+    files = sorted(p for p in snap.iterdir() if p.suffix == ".safetensors")
+    return files or sorted(p for p in snap.iterdir() if p.suffix == ".bin" and "training" not in p.name)
+
+
+def blob_ids(snap: Path) -> dict[str, str]:
+    """{weight file: the cache's blob name} -- the sha256 of the file for LFS files, so equal names are
+    equal bytes without reading them. Outside a hub cache (no symlinks) the files are hashed."""
+    out = {}
+    for f in weight_files(snap):
+        target = f.resolve()
+        if target != f.absolute() and target.parent.name == "blobs":
+            out[f.name] = target.name
+        else:
+            from train.checkpoint import sha256_file
+
+            out[f.name] = sha256_file(f)
+    return out
+
+
+def _tensors(files: list[Path]):
+    """name -> a zero-argument loader of that tensor, over every file (lazy: one tensor in memory at once)."""
+    import torch
+    from safetensors import safe_open
+
+    out = {}
+    for f in files:
+        if f.suffix == ".safetensors":
+            h = safe_open(f, framework="pt")
+            for k in h.keys():
+                out[k] = (lambda h=h, k=k: h.get_tensor(k))
+        else:
+            sd = torch.load(f, map_location="cpu", mmap=True, weights_only=True)
+            for k, v in sd.items():
+                out[k] = (lambda v=v: v)
+    return out
+
+
+def distance(a: list[Path], b: list[Path]) -> float:
+    """|θ_a − θ_b| over the tensors both hold, in float32, one tensor at a time."""
+    import torch
+
+    ta, tb = _tensors(a), _tensors(b)
+    total = 0.0
+    for k in sorted(set(ta) & set(tb)):
+        x, y = ta[k](), tb[k]()
+        if x.shape == y.shape and x.is_floating_point():
+            total += float(torch.linalg.vector_norm(x.float() - y.float())) ** 2
+    return math.sqrt(total)
+
+
+def sanity_warnings(name: str, revisions: dict[str, dict]) -> list[str]:
+    """Warnings naming both revisions: the same weight blobs, and distance from the reference going back."""
+    out = []
+    ordered = sorted(revisions.items(), key=lambda kv: kv[1]["step"])
+    seen: dict[tuple, str] = {}
+    for rev, r in ordered:
+        key = tuple(sorted(r["weights"].items()))
+        if key in seen:
+            out.append(f"{name}: revision {rev} serves the same weight files as revision {seen[key]} "
+                       f"(blob {next(iter(r['weights'].values()))[:12]}…): one of them is not the checkpoint "
+                       f"its name says")
+        else:
+            seen[key] = rev
+    best, best_rev = -1.0, None
+    for rev, r in ordered:
+        d = r.get("distance")
+        if d is None:
+            continue
+        ref_weights = revisions.get(r["reference"], {}).get("weights")
+        if d == 0 and rev != r["reference"] and r["weights"] != ref_weights:  # same blobs: named above
+            out.append(f"{name}: revision {rev} holds the same weights as {r['reference']} (distance 0)")
+        elif best_rev is not None and d < best * (1 - BACKWARDS_TOLERANCE):
+            out.append(f"{name}: revision {rev} is closer to {r['reference']}'s weights ({d:.6g}) than revision "
+                       f"{best_rev} was ({best:.6g}): training moves away from its start, so one of the two "
+                       f"holds another step's weights")
+        if d > best:
+            best, best_rev = d, rev
+    return out
+
+
+def _read_record(out_dir: Path, opts: HubOptions) -> dict:
+    path = out_dir / RECORD
+    if not path.is_file():
+        return {"hub": opts.name, "tokens_per_step": opts.tokens_per_step, "revisions": {}}
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise EvalInputError(f"{path}: unreadable ({e}); delete it to rebuild the record") from None
+    if rec.get("hub") != opts.name or rec.get("tokens_per_step") != opts.tokens_per_step:
+        raise EvalInputError(f"{path}: holds {rec.get('hub')} at {rec.get('tokens_per_step')} tokens per step, "
+                             f"not {opts.name} at {opts.tokens_per_step}; use another --out")
+    return rec
+
+
+def _done(out_dir: Path, step: int, rev: str, benchmarks: dict[str, str]) -> bool:
+    for bench, pairs_hash in benchmarks.items():
+        path = eval_path(out_dir, step, bench)
+        if not eval_done(path, pairs_hash, None) or eval_file_meta(path).get("hub_revision") != rev:
+            return False
+    return True
+
+
+def _delete(name: str, commit: str) -> None:
+    from huggingface_hub import scan_cache_dir
+
+    info = scan_cache_dir()
+    for repo in info.repos:
+        if repo.repo_id == name:
+            info.delete_revisions(commit).execute()
+            return
+
+
+def score_hub(out_dir: Path, opts: HubOptions, benchmarks: dict[str, list[Pair]], score_opts: ScoreOptions,
+              say: Callable[[str], None] = print) -> tuple[list[Path], list[str], list[str]]:
+    """Score every revision not yet done; returns (files written, warnings, errors). An unavailable revision
+    is an error naming it; the others are scored."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from probes.scoring.watch import check_vocabulary
+    from train.start_token import document_tokens
+    from train.weights import load_causal_lm
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rec = _read_record(out_dir, opts)
+    _write_run_config(out_dir, opts.name)
+    sets = {n: pair_set(p) for n, p in benchmarks.items()}
+    device = score_opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    written, errors = [], []
+    ref_rev = opts.revisions[0] if "reference" not in rec else rec["reference"]
+    ref_snap: Optional[Path] = None
+    for rev in opts.revisions:
+        step = int(rev[4:])
+        if rev in rec["revisions"] and _done(out_dir, step, rev, sets):
+            continue
+        try:
+            snap = fetch(opts.name, rev)
+        except RevisionError as e:
+            errors.append(str(e))
+            continue
+        tokenizer = AutoTokenizer.from_pretrained(snap)
+        start, _ = document_tokens(tokenizer)
+        start_piece = tokenizer.convert_ids_to_tokens(start)
+        if "start_token" not in rec:
+            say(f"{opts.name}: every sentence is scored after {start_piece!r} (id {start}), the token its "
+                f"training put between documents (its tokenizer adds no BOS of its own to our ids)")
+        if rec.setdefault("start_token", start_piece) != start_piece:
+            errors.append(f"{opts.name} revision {rev}: its tokenizer starts documents with {start_piece!r}, "
+                          f"the earlier revisions with {rec['start_token']!r}: not one suite")
+            continue
+        model = load_causal_lm(snap, AutoModelForCausalLM)
+        check_vocabulary(snap, tokenizer, model)
+        model.to(device)
+        fingerprint = ids_fingerprint(tokenizer)
+        entry = {"step": step, "commit": snap.name, "weights": blob_ids(snap), "reference": ref_rev}
+        if rev == ref_rev:
+            entry["distance"] = 0.0
+            rec["reference"], ref_snap = ref_rev, snap
+        else:
+            if ref_snap is None and ref_rev in rec["revisions"]:
+                try:
+                    ref_snap = fetch(opts.name, ref_rev)
+                except RevisionError:
+                    pass  # no distances without it; the blob check still runs
+            entry["distance"] = distance(weight_files(snap), weight_files(ref_snap)) if ref_snap else None
+        for bench, pairs in benchmarks.items():
+            ev = evaluate_checkpoint(model, tokenizer, pairs, name=bench, step=step,
+                                     tokens=step * opts.tokens_per_step, ckpt_dir=snap, run_dir=out_dir,
+                                     opts=replace(score_opts, device=device),
+                                     fingerprint=fingerprint, hub=opts.name, hub_revision=rev, hub_commit=snap.name)
+            say(f"{rev} {bench}: {len(ev.df)} pairs -> {ev.path}")
+            written.append(ev.path)
+        rec["revisions"][rev] = entry
+        rec["warnings"] = sanity_warnings(opts.name, rec["revisions"])
+        write_json_atomic(out_dir / RECORD, rec)
+        del model
+        if opts.delete_after and rev != ref_rev:
+            _delete(opts.name, snap.name)
+    rec["warnings"] = sanity_warnings(opts.name, rec["revisions"])
+    rec["convention"] = CONVENTION
+    write_json_atomic(out_dir / RECORD, rec)
+    return written, rec["warnings"], errors
+
+
+def _write_run_config(out_dir: Path, name: str) -> None:
+    """config.yaml as the analysis reads it (model name -> size, experiment): the run is labelled by the suite."""
+    path = out_dir / "config.yaml"
+    if not path.is_file():
+        write_text_atomic(path, f"experiment: hub\nmodel:\n  name: {name}\nseed: null\n")
+
+
+__all__ = ["HubOptions", "PYTHIA_STEPS", "PYTHIA_TOKENS_PER_STEP", "RevisionError", "distance", "fetch",
+           "parse_revisions", "sanity_warnings", "score_hub"]
