@@ -357,7 +357,24 @@ def _score(args) -> int:
         raise CliError(str(e)) from None
     print(f"{name}: {len(df)} pairs, {df['paradigm'].nunique()} paradigms  "
           f"acc_mlp={accuracy(df, 'mlp'):.4f}  acc_sum={accuracy(df, 'sum'):.4f}  -> {args.out}")
+    _readout(name, df, tokenizer, pairs, Path(args.model))
     return 0
+
+
+def _readout(name: str, df, tokenizer, pairs, model_dir: Path) -> None:
+    """Accuracy per phenomenon (MLP: mean log-prob per token, good > bad; sum-LP: summed log-prob), and a
+    warning when the tokenizer reads the benchmark badly (probes/scoring/readout.py)."""
+    from probes.scoring.readout import coverage, coverage_warning, phenomenon_table, run_token_counts
+
+    print(phenomenon_table(df))
+    counts, store = run_token_counts(model_dir, len(tokenizer))
+    cov = coverage(tokenizer, pairs, counts)
+    print(f"tokenizer coverage of {name}: {cov['unknown']:.1%} unknown, {cov['byte_fallback']:.1%} byte-fallback"
+          + (f", {cov['unseen']:.1%} never seen in the run's corpus" if "unseen" in cov else "")
+          + f" of {int(cov['pieces']):,} pieces")
+    warning = coverage_warning(name, cov, store)
+    if warning:
+        print(warning, file=sys.stderr)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -22,7 +22,7 @@ def test_a_sweep_runs_in_one_process_with_the_basic_launcher(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert proc.stdout.count("run directory:") == 2
     runs = sorted(p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
-    assert [p.name for p in runs] == ["tiny-bNone-s0", "tiny-bNone-s1"]
+    assert [p.name for p in runs] == ["tiny-bfull-s0", "tiny-bfull-s1"]
     for run in runs:
         steps = [s for s, _ in list_checkpoints(run)]
         assert steps[0] == 0 and len(steps) >= 4

@@ -43,19 +43,23 @@ def test_generated_precedence_items_by_hand():
     item = first[0]
     assert item.prompt == (
         "We redefine the priorities of elementary arithmetic operators as follows: '*' > '+' > '-'\n\n"
-        "What is the value of 4 - 8 * 3 + 4?\nAnswer: [-24]\n\n"  # 8*3 = 24, 24 + 4 = 28, 4 - 28
-        "Based on the new priorities, what is the value of 3 - 2 * 6 + 3?\nAnswer:")
+        # new rule: 8*3 = 24, 24 + 4 = 28, 4 - 28 = -24; usual rule: 4 - 24 + 4 = -16
+        "What is the value of 4 - 8 * 3 + 4?\n(a) [-16] (b) [-24]\nAnswer: (b)\n\n"
+        "Based on the new priorities, what is the value of 3 - 2 * 6 + 3?\n(a) [-12] (b) [-6]\nAnswer:")
     # new rule: 2 * 6 = 12, 12 + 3 = 15, 3 - 15 = -12; usual rule: 3 - 12 + 3 = -6
-    assert item.options == ("[-6]", "[-12]") and item.answer == 1
+    assert item.options == ("[-12]", "[-6]") and item.answer == 0 and item.labels == ("(a)", "(b)")
     two = [it for it in first if it.paradigm == "precedence_2moves"][0]
     assert two.prompt.startswith("We redefine the priorities of elementary arithmetic operators as follows: "
-                                 "'+' = '-' > '*'")
-    assert two.prompt.endswith("what is the value of 4 * 8 - 8 + 9?\nAnswer:")
+                                 "'+' = '-' > '*'\n\nWhat is the value of 9 * 5 + 1 - 5?\n(a) [9] (b) [41]\n"
+                                 "Answer: (a)")  # 5 + 1 = 6, 6 - 5 = 1, 9 * 1 = 9; usual 45 + 1 - 5 = 41
+    assert two.prompt.endswith("what is the value of 4 * 8 - 8 + 9?\n(a) [33] (b) [36]\nAnswer:")
     # new rule: 8 - 8 = 0, 0 + 9 = 9, 4 * 9 = 36; usual: 32 - 8 + 9 = 33
-    assert two.options[two.answer] == "[36]" and set(two.options) == {"[36]", "[33]"}
-    # every generated item: the right option is the new rule's value, and it differs from the usual one
+    assert two.options[two.answer] == "[36]" and two.answer == 1
+    # every generated item: the right option is the new rule's value, and it differs from the usual one; every
+    # question (examples too) lists its options and is answered by a letter
     for it in precedence_items(20, 2, seed=3, n_options=3):
-        assert len(set(it.options)) == 3 and it.prompt.count("Answer: [") == 2
+        assert len(set(it.options)) == 3 and it.prompt.count("(c) [") == 3
+        assert sum(f"Answer: ({c})" in it.prompt for c in "abc") >= 1 and it.prompt.count("Answer: (") == 2
 
 
 def test_babi_items_by_hand():
@@ -68,6 +72,8 @@ def test_babi_items_by_hand():
                     "(a) sheep (b) wolf (c) mouse (d) cat\nAnswer:")
     # Gertrude is a cat, cats are afraid of mice
     assert base.options == ("sheep", "wolf", "mouse", "cat") and base.options[base.answer] == "mouse"
+    assert base.labels[base.answer] == "(c)" and base.prompt.split("\n\n")[-2].endswith(("Answer: (a)", "Answer: (b)",
+                                                                                      "Answer: (c)", "Answer: (d)"))
     ext = items["babi_extended"]  # one step more: the answer is the person of the feared kind
     assert ext.prompt.split("\n\n")[-1] == (
         "(1) Mice are afraid of sheep. (2) Mary is a mouse. (3) Julius is a cat. (4) Sheep are afraid of cats. "
@@ -88,9 +94,10 @@ def test_predicate_items_by_hand():
     items = {it.paradigm: it for it in deduction_items(1, 1, seed=0) if it.task == "predicates"}
     fears = items["predicates_nt_ns_ranpred"]
     last = fears.prompt.split("\n\n")[-1]
-    assert last.startswith("'X Jegjc Y' means 'X fears Y'. Suppose (1) X4 Jegjc X3, (2) X3 Jegjc X2, and "
-                           "(3) X2 Jegjc X1. What does X3 Jegjc?\n(a) Only X1 (b) Only X2 (c) Only X4 (d) X1 and X2")
-    assert fears.options[fears.answer] == "Only X2"  # fearing is neither transitive nor symmetric
+    assert last == ("'X Eaic Y' means 'X fears Y'. Suppose (1) X4 Eaic X3, (2) X3 Eaic X2, and (3) X2 Eaic X1. "
+                    "What does X3 Eaic?\n(a) X2 and X4 (b) Only X1 (c) X1, X2, and X4 (d) X1 and X4 (e) Only X2 "
+                    "(f) Only X4 (g) X1 and X2\nAnswer:")  # the paper's seven options, in this item's order
+    assert fears.options[fears.answer] == "Only X2" and fears.labels[fears.answer] == "(e)"  # fearing: neither
     taller = items["predicates_t_ns_ranent"]
     assert "Suppose (1) Fnuzx is taller than Uott, (2) Jfxloo is taller than Tqkcx, and (3) Tqkcx is taller " \
            "than Fnuzx. Who is Tqkcx taller than?" in taller.prompt

@@ -2,6 +2,8 @@
 `probes curves` on it (the ELAGENT section and the form-vs-use view)."""
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 import torch
@@ -69,7 +71,7 @@ def test_a_prompt_longer_than_the_model_is_refused_at_start(run, tmp_path):
     assert len(ctx) + max(map(len, tails)) > 64
 
 
-def test_report_shows_the_elagent_tasks_and_the_form_use_view(run, tmp_path, capsys):
+def test_report_shows_the_elagent_tasks_and_the_pairs_vs_tasks_view(run, tmp_path, capsys):
     from probes.analysis import curves
     from probes.analysis import report
 
@@ -78,26 +80,31 @@ def test_report_shows_the_elagent_tasks_and_the_form_use_view(run, tmp_path, cap
     assert report.main([str(d), "--out", str(out), "--n-boot", "50"]) == 0
     md = (out / "report.md").read_text()
     assert "## ELAGENT tasks (generated reasoning probes)" in md and "](figures/elagent_tasks.png)" in md
-    assert "## Form vs use (FAC²E's knowledge-versus-use view)" in md and "](figures/formuse.png)" in md
-    for line in ("| form | `grammar` |", "| use | `elagent_word_order` |", "| use | `elagent:babi` |",
-                 "| use | `elagent:precedence` |", "| use | `elagent:predicates` |"):
+    # the run table: the actual parameter count (the checkpoints' manifest) and the tokenizer beside the size name
+    params = json.loads((list_checkpoints(d)[-1][1] / "manifest.json").read_text())["param_count"]
+    assert "| model | model_params | tokenizer |" in md and f"| tiny | {params:,} | sentencepiece-unigram 400 |" in md
+    assert "## Minimal pairs vs generated tasks (chance-corrected)" in md and "](figures/formuse.png)" in md
+    for line in ("| minimal_pairs | `grammar` |", "| generated_tasks | `elagent_word_order` |",
+                 "| generated_tasks | `elagent:babi` |", "| generated_tasks | `elagent:precedence` |",
+                 "| generated_tasks | `elagent:predicates` |"):
         assert line in md, line
     assert (out / "appendix" / "curve_elagent_word_order_language_a_word_order.png").is_file()
-    # the use curve at the last checkpoint, by hand from the eval files: the word-order pairs' MLP accuracy
-    # (mean over its paradigms) and the three tasks' accuracies, averaged; form: the grammar's paradigms
+    # the generated-tasks curve at the last checkpoint, by hand from the eval files: the word-order pairs' MLP
+    # accuracy (mean over its paradigms) and the three tasks' accuracies, each as (acc - chance) / (1 - chance),
+    # averaged; minimal pairs: the grammar's paradigms, (acc - 0.5) / 0.5
     step = list_checkpoints(d)[-1][0]
     pairs, _ = read_pairs(d / "evals" / f"step{step}" / "elagent_word_order.parquet")
     items, _ = read_pairs(d / "evals" / f"step{step}" / "elagent.parquet")
     grammar, _ = read_pairs(d / "evals" / f"step{step}" / "grammar.parquet")
     word_order = correct(pairs, "mlp").groupby(pairs.paradigm).mean().mean()
     tasks = items.groupby("task").correct_sum.mean()
-    use = (word_order + tasks.sum()) / 4
-    chance = (0.5 + items.groupby("task").rand_acc.mean().sum()) / 4
-    form = correct(grammar, "mlp").groupby(grammar.paradigm).mean().mean()
+    rand = items.groupby("task").rand_acc.mean()
+    use = ((word_order - 0.5) / 0.5 + ((tasks - rand) / (1 - rand)).sum()) / 4
+    form = (correct(grammar, "mlp").groupby(grammar.paradigm).mean().mean() - 0.5) / 0.5
     s = pd.read_csv(out / "tables" / "formuse.csv")
     last = s[s.step == step].set_index("group")
-    assert last.loc["use", "acc_mean"] == pytest.approx(use) and last.loc["use", "chance_mean"] == pytest.approx(chance)
-    assert last.loc["form", "acc_mean"] == pytest.approx(form)
+    assert last.loc["generated_tasks", "score_mean"] == pytest.approx(use)
+    assert last.loc["minimal_pairs", "score_mean"] == pytest.approx(form)
     el = pd.read_csv(out / "tables" / "elagent_final.csv").set_index("key")
     assert el.loc["babi", "acc"] == pytest.approx(tasks["babi"]) and el.loc["predicates", "acc_random"] == pytest.approx(1 / 7)
 

@@ -1,5 +1,5 @@
-"""Multiple-choice scoring by option likelihood: the option's log-prob against the primitive, strict ties,
-the sum and mean reductions, the summary."""
+"""Multiple-choice scoring by likelihood of the answer letter: the letter's log-prob against the primitive,
+strict ties, the sum and mean reductions, the summary."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +11,7 @@ from probes.elagent.items import MCItem
 from probes.elagent.score import option_sequences, score_items, summarize
 from probes.scoring.primitive import sentence_ids, token_logprobs
 
-WORDS = "the a cat cats dog dogs runs run sees see . Answer :".split()
+WORDS = "the a b c cat cats dog dogs runs run sees see . Answer : ( )".split()
 
 
 def _items():
@@ -20,18 +20,19 @@ def _items():
             MCItem("predicates", "predicates_t_s_ranpred", "i2", "the dogs see .\nAnswer:", ("cats", "a cat"), 1)]
 
 
-def test_an_options_lp_is_its_tokens_after_the_prompt():
+def test_an_options_lp_is_its_letters_tokens_after_the_prompt():
     torch.set_num_threads(1)
     tok = word_tokenizer(WORDS)
     model = tiny_neox(len(tok), seed=3)
     df = score_items(model, tok, _items(), batch_size=2)
     for it, row in zip(_items(), df.itertuples()):
         (prompt,) = sentence_ids(tok, [it.prompt])
-        for k, opt in enumerate(it.options):
-            (full,) = sentence_ids(tok, [f"{it.prompt} {opt}"])
+        assert row.labels == ["(a)", "(b)", "(c)"][:len(it.options)]
+        for k, letter in enumerate(row.labels):
+            (full,) = sentence_ids(tok, [f"{it.prompt} {letter}"])
             n = len(full) - len(prompt)  # the word tokenizer never merges across the space
             lp = token_logprobs(model, [full])[0]
-            assert row.ntok[k] == n == len(opt.split())
+            assert row.ntok[k] == n == 3  # "(", "a", ")": Whitespace splits punctuation from the letter
             assert row.lp[k] == pytest.approx(lp[-n:].sum(), abs=1e-5)  # the option's own tokens, nothing of the prompt
         sums = np.array(row.lp)
         means = sums / np.array(row.ntok)
@@ -54,7 +55,7 @@ def test_a_tie_is_wrong():
 
 
 def test_options_the_tokenizer_cannot_tell_apart_are_refused():
-    tok = word_tokenizer(WORDS)
-    item = MCItem("precedence", "precedence_1move", "p0", "the cat .\nAnswer:", ("[52]", "[1]"), 0)
-    with pytest.raises(ValueError, match=r"item p0: the tokenizer cannot tell its options"):
-        option_sequences(tok, item)  # both options are [UNK] pieces
+    tok = word_tokenizer([w for w in WORDS if w not in ("b", "c")])
+    item = MCItem("precedence", "precedence_1move", "p0", "the cat .\nAnswer:", ("[52]", "[1]", "[7]"), 0)
+    with pytest.raises(ValueError, match=r"item p0: the tokenizer cannot tell its answer letters"):
+        option_sequences(tok, item)  # (b) and (c) are both ( [UNK] )

@@ -26,7 +26,7 @@ def test_two_runs_through_submitit_local_finish_with_checkpoints_and_evals(tmp_p
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
     runs = sorted(p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
-    assert [p.name for p in runs] == ["tiny-bNone-s0", "tiny-bNone-s1"]
+    assert [p.name for p in runs] == ["tiny-bfull-s0", "tiny-bfull-s1"]
     for run in runs:
         steps = [s for s, _ in list_checkpoints(run)]
         assert steps[0] == 0 and len(steps) >= 4

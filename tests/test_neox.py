@@ -17,7 +17,7 @@ from transformers import AutoTokenizer, GPTNeoXForCausalLM
 from train.errors import ConfigError, InputFileError
 from train.grid import compose_run, hydra_context
 from train.model import build_model
-from train.neox import main as neox_main, neox_config, render_yaml
+from train.neox import compare_config, main as neox_main, neox_config, render_yaml
 from train.neox_read import from_neox, save_steps
 from train.neox_ckpt import LAYER_FILE, import_step, sync_run, write_neox_checkpoint
 from train.optim import lr_at
@@ -89,13 +89,57 @@ PYTHIA_70M = {"pipe_parallel_size": 1, "model_parallel_size": 1, "num_layers": 6
               "tokenizer_type": "HFTokenizer"}
 
 
-def test_pythia_70m_recipe_exports_to_pythias_own_config():
-    with hydra_context():  # 143,000 steps of 1024 x 2048 tokens (+1 for the last sequence's target)
-        cfg, _ = compose_run(["model=pythia-70m", "optim=pythia", "schedule=pythia", "data.seq_len=2048",
-                              f"data.budget_tokens={143000 * 1024 * 2048 + 1}"])
-    c = neox_config(cfg, world_size=32).config
+# The whole of EleutherAI/gpt-neox configs/pythia/70M.yml, as published (its own spelling)
+PYTHIA_70M_YML = {
+    "pipe-parallel-size": 1, "model-parallel-size": 1, "num-layers": 6, "hidden-size": 512, "num-attention-heads": 8,
+    "seq-length": 2048, "max-position-embeddings": 2048, "pos-emb": "rotary", "rotary-pct": 0.25,
+    "no-weight-tying": True, "gpt-j-residual": True, "output-layer-parallelism": "column",
+    "attention-config": [[["flash"], 6]], "scaled-upper-triang-masked-softmax-fusion": True, "bias-gelu-fusion": True,
+    "init_method": "small_init", "output_layer_init_method": "wang_init",
+    "optimizer": {"type": "Adam", "params": {"lr": 0.001, "betas": [0.9, 0.95], "eps": 1.0e-8}}, "min_lr": 0.0001,
+    "zero_optimization": {"stage": 1, "allgather_partitions": True, "allgather_bucket_size": 500000000,
+                          "overlap_comm": True, "reduce_scatter": True, "reduce_bucket_size": 500000000,
+                          "contiguous_gradients": True, "cpu_offload": False},
+    "train_micro_batch_size_per_gpu": 32, "gas": 1, "data-impl": "mmap", "num_workers": 1,
+    "checkpoint-activations": True, "checkpoint-num-layers": 1, "partition-activations": True,
+    "synchronize-each-layer": True, "gradient_clipping": 1.0, "weight-decay": 0.1, "hidden-dropout": 0,
+    "attention-dropout": 0,
+    "fp16": {"fp16": True, "enabled": True, "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 12,
+             "hysteresis": 2, "min_loss_scale": 1},
+    "train-iters": 143000, "lr-decay-iters": 143000, "distributed-backend": "nccl", "lr-decay-style": "cosine",
+    "warmup": 0.01, "checkpoint-factor": 1000, "extra-save-iters": [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
+    "eval-interval": 100000, "eval-iters": 10, "log-interval": 10, "steps_per_print": 10, "wall_clock_breakdown": True,
+    "tokenizer-type": "HFTokenizer"}
+
+
+def test_pythia_70m_recipe_exports_to_pythias_own_config(tmp_path, capsys):
+    argv = ["model=pythia-70m", "optim=pythia", "schedule=pythia", "data.seq_len=2048",
+            f"data.budget_tokens={143000 * 1024 * 2048}"]  # Pythia's tokens: 143,000 steps of 1024 x 2048
+    with hydra_context():
+        cfg, _ = compose_run(argv)
+    exp = neox_config(cfg, world_size=32)
+    c = exp.config
     assert {k: c[k] for k in PYTHIA_70M} == PYTHIA_70M
     assert c["train_batch_size"] == 1024 and len(save_steps(c)) == 154  # Pythia's 154 revisions
+    # every key both configs set, none chosen: 31 shared (counted by hand from the YAML), exactly these differ
+    shared, differ = compare_config(c, PYTHIA_70M_YML)
+    assert len(shared) == 31
+    assert {k: (a, b) for k, a, b in differ} == {
+        "attention_config": ([[["global"], 6]], [[["flash"], 6]]),  # the same math, flash is a kernel
+        "bias_gelu_fusion": (False, True),  # exact GELU vs the tanh approximation
+        "gradient_accumulation_steps": (2, 1),  # "gas"; micro 16 x 2 = their 32 x 1 per GPU: same batch
+        "train_micro_batch_size_per_gpu": (16, 32),
+        "zero_optimization": ({"stage": 1}, PYTHIA_70M_YML["zero_optimization"])}  # bucket sizes: speed only
+    # bf16, where Pythia used fp16 with loss scaling: said in the header, and fp32 gradient accumulation
+    assert c["bf16"] == {"enabled": True} and c["data_types"] == {"grad_accum_dtype": "fp32"} and "fp16" not in c
+    text = render_yaml(exp, argv)
+    assert "#  - precision: bf16" in text and "Pythia trained in fp16 with dynamic loss scaling" in text
+    # the CLI lists them too
+    yml = tmp_path / "70M.yml"
+    yml.write_text(yaml.safe_dump(PYTHIA_70M_YML))
+    assert neox_main([*argv, "--world-size", "32", "--out", str(tmp_path / "out"), "--compare", str(yml)]) == 0
+    out = capsys.readouterr().out
+    assert f"compared with {yml}: 31 keys in both, 5 differ:" in out and "  bias_gelu_fusion: ours False, theirs True" in out
 
 
 def test_export_log_schedule_and_batch_split():

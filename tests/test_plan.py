@@ -19,22 +19,52 @@ def test_a_slice_of_the_grid_is_planned_from_the_budget_without_the_corpus(monke
     assert [p.name for p in plans] == [f"pythia-14m-b{b}-s0" for b in (10**7, 10**8, 10**9, 3 * 10**9)]
     p = plans[0]
     # The paper's batch, "256 x 64 tokens": 256 sequences of 64 (+1 overlapping) tokens = 16,384 per step.
-    # 10M tokens: (10^7 - 1) // 64 = 156,249 sequences -> 610 steps.
+    # 10M tokens: 10^7 // 64 = 156,250 sequences (the view holds one more token, the last label) -> 610 steps.
     assert (p.global_batch, p.seq_len) == (256, 64)
     assert (p.steps, p.tokens) == (610, 610 * 16384) and p.tokens <= 10**7
-    # Pythia-14m with the grid's 8,000-piece tokenizer: 8,064 embedding rows (not 50,304), untied head
-    assert p.params == 14_067_712 - 2 * (50304 - 8064) * 128
-    assert p.gpu_hours == pytest.approx(6 * p.params * p.tokens / (312e12 * 0.5) / 3600)
+    # Pythia-14m with the grid's tokenizer of chinese-llama's size, 49,953 pieces: 50,048 embedding rows (Pythia:
+    # 50,304), untied head -- 2 x 256 x 128 parameters below Pythia's count
+    assert p.params == 14_067_712 - 2 * (50304 - 50048) * 128 and p.tokenizer == "sentencepiece-unigram 49,953"
+    assert p.gpu_hours == pytest.approx(6 * p.params * p.tokens / (989e12 * 0.5) / 3600)
     # Token-positioned checkpoints: points 10^(k/10), k = 50..94, rounded up to whole steps of 16,384
     # tokens, those within the run, plus step 0 and the last step.
     points = {math.ceil(round(10 ** (k / 10)) / 16384) for k in range(50, 95)}
     assert p.checkpoints == len({s for s in points if s <= 610} | {0, 610}) == 22
     # The paper's 3B run: 46 saved checkpoints (§4.2), probed at 47 with step 0 (§5.4: 47 x 5 x 3 = 705).
     assert [q.checkpoints for q in plans] == [22, 32, 42, 47]
-    assert plans[-1].steps == (3 * 10**9 - 1) // 64 // 256 == 183_105
+    assert plans[-1].steps == 3 * 10**9 // 64 // 256 == 183_105
     # DeepSpeed: fp32 weights on every checkpoint, 14 B/param resume state on keep_resume=2 of them.
     assert p.storage_bytes == p.checkpoints * 4 * p.params + 2 * 14 * p.params
     assert [q.steps for q in plans] == sorted(q.steps for q in plans)
+
+
+PYTHIA = {"pythia-14m": 14_067_712, "pythia-70m": 70_426_624, "pythia-160m": 162_322_944,
+          "pythia-410m": 405_334_016, "pythia-1.4b": 1_414_647_808}  # Biderman et al. 2023, 50,304 rows
+
+
+def test_the_grids_pythia_sizes_are_pythias_and_the_plan_says_with_which_tokenizer(capsys, monkeypatch):
+    # By default the grid trains a tokenizer of chinese-llama's size (the paper's, 49,953 pieces); an
+    # 8,000-piece one made "pythia-14m" 3.25M parameters
+    monkeypatch.setenv("SYNTAX_DYNAMICS_CORPUS", "/nonexistent/corpus")  # never read
+    plans = plan(["experiment=zhoblimp_grid", "seed=0", "budget=10M"], Hardware())
+    assert len(plans) == 5
+    for p in plans:
+        size = p.name.split("-b")[0]
+        assert abs(p.params - PYTHIA[size]) <= 0.02 * PYTHIA[size], (size, p.params)
+    assert main(["experiment=zhoblimp_grid", "seed=0", "budget=10M"]) == 0
+    out = capsys.readouterr().out
+    for p in plans:  # the actual count and the tokenizer beside each size name
+        assert f"{p.params:,} sentencepiece-unigram 49,953" in out
+
+
+def test_pythias_token_count_ends_at_pythias_last_step(capsys):
+    # Pythia: 143,000 steps x 1024 sequences x 2048 tokens = 299,892,736,000 tokens, checkpoints up to step143000
+    # (154 of them). A budget counts tokens trained on; the view's extra label token must not cost a step
+    # (it did: 142,999 steps, last checkpoint step142999).
+    argv = ["model=pythia-14m", "optim=pythia", "schedule=pythia", "data.budget_tokens=299892736000"]
+    (p,) = plan(argv, Hardware())
+    assert (p.steps, p.tokens, p.checkpoints) == (143_000, 299_892_736_000, 154)
+    assert main(argv) == 0 and "143,000" in capsys.readouterr().out
 
 
 def test_the_cli_prints_the_runs_totals_and_assumptions(capsys):
@@ -43,7 +73,7 @@ def test_the_cli_prints_the_runs_totals_and_assumptions(capsys):
     runs, memory = out.split("memory per GPU")
     assert runs.count("pythia-14m-b10000000-s") == 3 and "total: 3 runs" in runs
     assert memory.count("pythia-14m-b10000000-s") == 3  # one memory row per run
-    assert "6*N*D FLOPs at 40% MFU" in out and "312 TFLOP/s" in out
+    assert "pythia-14m 40.0% (--mfu)" in out and "989 TFLOP/s" in out
     assert "checkpoints per run by budget (step 0 and the last step included): 10M: 22" in out
     assert main(["experiment=zhoblimp_grid", "model=pythia-14m", "seed=0"]) == 0
     assert "10M: 22, 100M: 32, 1B: 42, 3B: 47" in capsys.readouterr().out

@@ -94,3 +94,32 @@ def test_difficulty_groups_use_the_largest_budget_by_default():
     from probes.analysis.scaling import PAPER_GROUPS
     assert PAPER_GROUPS == {"Easy": 80, "Medium": 15, "Difficult": 13, "Other": 10}
     assert sum(PAPER_GROUPS.values()) == 118
+
+
+def test_size_correlation_uses_each_runs_actual_parameter_count(tmp_path):
+    # Three runs named by Pythia sizes but trained with an 8,000-piece tokenizer: their checkpoints' manifests
+    # say 3.25M, 27.2M and 97.4M parameters, not 14M, 70M and 160M. The difficulty groups' r(acc, log10 size)
+    # must use those counts.
+    import json
+
+    from probes.analysis.evalset import _read_run_info
+
+    counts = {"pythia-14m": 3_254_272, "pythia-70m": 27_170_816, "pythia-160m": 97_443_840}
+    runs = []
+    for name, n in counts.items():
+        d = tmp_path / name
+        (d / "checkpoints" / "step9").mkdir(parents=True)
+        (d / "config.yaml").write_text(f"model:\n  name: {name}\ntokenizer:\n  kind: sentencepiece\n"
+                                       f"  vocab_size: 8000\n  model_type: unigram\ndata:\n  budget_tokens: 100\n")
+        (d / "checkpoints" / "step9" / "manifest.json").write_text(json.dumps({"step": 9, "param_count": n}))
+        runs.append(_read_run_info(d))
+    assert [r.model_params for r in runs] == list(counts.values())
+    assert {r.tokenizer for r in runs} == {"sentencepiece-unigram 8,000"}
+    accs = [0.50, 0.58, 0.60]
+    t = pd.DataFrame({"run": list(counts), "model": list(counts), "budget": 100, "seed": 0, "step": 9, "tokens": 90,
+                      "benchmark": "zh", "phenomenon": "ph", "paradigm": "p", "n_pairs": 10, "acc_mlp": accs,
+                      "acc_sum": accs})
+    g = difficulty_groups(final_accuracy(t, runs), ScalingConfig())
+    r = g.pearson_r_log_size.iloc[0]
+    assert r == pytest.approx(pearson_r(np.log10(list(counts.values())), accs))
+    assert abs(r - pearson_r(np.log10([14e6, 70e6, 160e6]), accs)) > 0.005  # the names would give another r

@@ -49,8 +49,11 @@ def test_hand_computed_single_document(tmp_path):
     s = _stream(store, seq_len=2)  # stream START 5 6 7 8 9: two windows overlapping by one token
     assert (s.view_tokens, s.sequences_per_epoch) == (6, 2)
     assert sorted(s.sequence(k).tolist() for k in range(2)) == [[START, 5, 6], [6, 7, 8]]
+    # a budget counts tokens trained on: 4 tokens = 2 windows of 2 inputs, the view one more (the last label)
     s = _stream(store, seq_len=2, budget_tokens=4)
-    assert s.view_tokens == 4 and s.sequence(0).tolist() == [START, 5, 6]
+    assert (s.view_tokens, s.sequences_per_epoch) == (5, 2) and s.window(1).tolist() == [6, 7, 8]
+    s = _stream(store, seq_len=2, budget_tokens=3)
+    assert (s.view_tokens, s.sequences_per_epoch) == (4, 1) and s.sequence(0).tolist() == [START, 5, 6]
     s = _stream(store, seq_len=5)
     assert s.sequence(0).tolist() == [START, 5, 6, 7, 8, 9] and s.sequence(0).dtype == np.int64
     two = write_token_store(tmp_path / "two", [[5, 6], [7]])
@@ -90,24 +93,53 @@ def test_every_document_is_preceded_by_the_start_token(docs, store, end):
 
 
 def test_budget_views_are_prefixes_and_independent_of_seed(store):
-    small = _stream(store, budget_tokens=41, seed=0)
+    small = _stream(store, budget_tokens=40, seed=0)
     big = _stream(store, budget_tokens=97, seed=5)
     assert (small.view_tokens, small.sequences_per_epoch) == (41, 10)
     for j in range(small.sequences_per_epoch):
         assert np.array_equal(small.window(j), big.window(j))
-    other_order = _stream(store, budget_tokens=41, order_seed=99)
+    other_order = _stream(store, budget_tokens=40, order_seed=99)
     assert any(not np.array_equal(small.window(j), other_order.window(j)) for j in range(10))
 
 
+def test_nested_streams_train_a_larger_budget_first_on_the_smaller_runs_sequences(store):
+    # budgets 20 and 60 tokens in windows of 4: 5 and 15 sequences. Nested, the 60-token run's first 5
+    # sequences are the 20-token run's 5, in the same order (the same text at the same steps); then the rest of
+    # its view, each window once.
+    nest = [20, 60]
+    small = _stream(store, budget_tokens=20, seed=3, nested_budgets=nest)
+    big = _stream(store, budget_tokens=60, seed=3, nested_budgets=nest)
+    assert (small.num_sequences, big.num_sequences) == (5, 15)
+    first = [big.sequence(k).tolist() for k in range(5)]
+    assert first == [small.sequence(k).tolist() for k in range(5)]
+    assert sorted(big.sequence(k).tolist() for k in range(15)) == sorted(big.window(j).tolist() for j in range(15))
+    assert first != sorted(first)  # still shuffled within the block
+    # Not nested (the default): one shuffle over the whole view, so the larger run's first 5 sequences mostly
+    # come from beyond the smaller view (what "larger budgets see the same text first" did not say)
+    plain = _stream(store, budget_tokens=60, seed=3)
+    small_windows = {tuple(small.window(j)) for j in range(5)}
+    assert sum(tuple(plain.sequence(k)) in small_windows for k in range(5)) < 5
+
+
+def test_nested_budgets_are_checked_naming_the_key():
+    from train.corpus import DataConfig
+
+    with pytest.raises(ValueError, match=r"data.nested_budgets must be distinct positive.*\[100, 10\]"):
+        DataConfig(nested_budgets=[100, 10], budget_tokens=10)
+    with pytest.raises(ValueError, match=r"data.budget_tokens=50 is not one of data.nested_budgets=\[10, 100\]"):
+        DataConfig(nested_budgets=[10, 100], budget_tokens=50)
+    assert DataConfig(nested_budgets=[10, 100], budget_tokens=100).nested_budgets == [10, 100]
+
+
 def test_every_view_token_once_per_epoch_and_seeds_permute(store):
-    s = _stream(store, budget_tokens=2 * 81, epochs=2, seed=0)
+    s = _stream(store, budget_tokens=2 * 80, epochs=2, seed=0)
     assert (s.view_tokens, s.sequences_per_epoch, s.num_sequences) == (81, 20, 40)
     windows = sorted(s.window(j).tolist() for j in range(20))
     epochs = [[s.sequence(k).tolist() for k in range(e * 20, e * 20 + 20)] for e in range(2)]
     for seqs in epochs:
         assert sorted(seqs) == windows  # each window once: each view token predicted once
     assert epochs[0] != epochs[1]  # a fresh order each epoch
-    t = _stream(store, budget_tokens=2 * 81, epochs=2, seed=1)
+    t = _stream(store, budget_tokens=2 * 80, epochs=2, seed=1)
     other = [t.sequence(k).tolist() for k in range(20)]
     assert other != epochs[0] and sorted(other) == windows
     with pytest.raises(IndexError, match="40 sequences"):

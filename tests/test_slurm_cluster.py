@@ -154,7 +154,7 @@ def test_the_submitit_launcher_trains_the_same_grid_on_a_cpu_partition(cluster, 
     # gpus_per_node=0 alone made it one task per node (configs/hydra/launcher/slurm.yaml).
     assert "#SBATCH --ntasks-per-node=1" in submission and "#SBATCH --partition=debug" in submission
     runs = sorted(p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
-    assert [p.name for p in runs] == ["tiny-bNone-s0", "tiny-bNone-s1"]
+    assert [p.name for p in runs] == ["tiny-bfull-s0", "tiny-bfull-s1"]
     for run in runs:
         last = read_state(list_checkpoints(run)[-1][1])
         assert last["step"] == last["total_steps"]

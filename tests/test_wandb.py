@@ -3,6 +3,7 @@ directory), its steps continue where the checkpoint left off, tags and group nam
 metrics are defined against tokens seen. Checked by reading the .wandb files wandb wrote."""
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoTokenizer
 
 from trainutil import TINY, signal_at_step, tiny_cfg
 from wandbutil import history_steps, wandb_records
@@ -52,7 +54,11 @@ def test_a_requeued_run_continues_the_same_wandb_run(tmp_path, one_thread):
     for records in (first, second):
         (meta,) = [r.run for r in records if r.WhichOneof("record_type") == "run"][:1]
         assert meta.run_id == run_id and meta.project == "grid-test" and meta.run_group == "wb"
-        assert list(meta.tags) == ["model=tiny", "budget=None", "seed=0", "preset=test"]
+        # the actual parameter count and tokenizer stand beside the size name
+        params = json.loads((list_checkpoints(run)[-1][1] / "manifest.json").read_text())["param_count"]
+        n_tok = len(AutoTokenizer.from_pretrained(list_checkpoints(run)[-1][1]))
+        assert list(meta.tags) == ["model=tiny", f"params={params}", f"tokenizer_label=sentencepiece-unigram {n_tok:,}",
+                                   "budget=None", "seed=0", "preset=test"]
         metrics = {r.metric.glob_name or r.metric.name: r.metric.step_metric
                    for r in records if r.WhichOneof("record_type") == "metric"}
         assert metrics.get("train/*") == "tokens" and metrics.get("probe/*") == "tokens"

@@ -12,8 +12,20 @@ files are written here once the trainer has accepted the run directory.
 """
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
+
+
+def _interrupted_early(signum, frame) -> None:
+    # Ctrl-C while Python imports or Hydra composes: one line, not a KeyboardInterrupt traceback. The
+    # trainer installs its own handler once the run starts (train/preempt.py, train/interrupt.py).
+    print("interrupted by SIGINT before the run started: nothing was written", file=sys.stderr, flush=True)
+    raise SystemExit(130)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, _interrupted_early)
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -56,4 +68,8 @@ if __name__ == "__main__":
         from train.batch import main as batch
 
         sys.exit(batch(sys.argv[2:]))
+    from train.overrides import check_overrides
+
+    # typos and wrong types named in one line before Hydra composes (train/overrides.py)
+    sys.argv[1:] = exit_on_user_error(lambda: check_overrides(sys.argv[1:]))
     main()

@@ -80,7 +80,8 @@ def stream_of(cfg, store, tokenizer):
     doc_start, doc_end = document_tokens(tokenizer)
     return SequenceStream(store, seq_len=cfg.data.seq_len or cfg.model.max_position_embeddings,
                           budget_tokens=cfg.data.budget_tokens, epochs=cfg.data.epochs,
-                          order_seed=cfg.data.order_seed, seed=cfg.data.seed, start_id=doc_start, end_id=doc_end)
+                          order_seed=cfg.data.order_seed, seed=cfg.data.seed, start_id=doc_start, end_id=doc_end,
+                          nested_budgets=cfg.data.nested_budgets)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,6 +3,7 @@
 written refused before Hydra writes into it."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -16,8 +17,16 @@ T = TypeVar("T")
 
 
 def exit_on_user_error(fn: Callable[[], T]) -> T:
+    from train.interrupt import Interrupted
+
     try:
         return fn()
+    except Interrupted as e:  # a signal in set-up (or a second Ctrl-C): one line, not a traceback
+        print(e, file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        # The temporary files are gone and the run lock released (their `finally`s ran on the way
+        # here); the interpreter's own teardown (torch, a pool's atexit join) only delays the exit.
+        os._exit(e.code)
     except Exception as e:
         # a full disk anywhere (an eval file, the log) is the user's to fix, not a bug
         message = e if is_user_error(e) else disk_full_error(e)

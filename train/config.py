@@ -19,7 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from train.corpus import DataConfig
 from train.engine import EngineConfig
-from train.errors import ConfigError
+from train.errors import ConfigError, did_you_mean
 from train.logger import LoggerConfig
 from train.model import ModelConfig
 from train.optim import OptimConfig
@@ -52,6 +52,7 @@ class TrainConfig:
     max_skipped_batches: int = 0
 
     def __post_init__(self):
+        _check_seeds(self)
         # Checks across sections (each section checks its own keys in its own __post_init__). One
         # method: a second __post_init__ in a class body silently replaces the first.
         if self.max_skipped_batches < 0:
@@ -62,6 +63,14 @@ class TrainConfig:
         if self.data.seq_len is not None and self.data.seq_len > self.model.max_position_embeddings:
             raise ConfigError(f"data.seq_len={self.data.seq_len} is larger than model.max_position_embeddings="
                               f"{self.model.max_position_embeddings}: positions beyond it have no embedding")
+
+
+def _check_seeds(cfg: TrainConfig) -> None:
+    """Seeds feed torch/numpy generators that take only non-negative integers; refused before the
+    run directory is written into, so the corrected command is not refused as a changed config."""
+    for key, value in (("seed", cfg.seed), ("data.seed", cfg.data.seed), ("data.order_seed", cfg.data.order_seed)):
+        if value < 0:
+            raise ConfigError(f"{key}={value}: seeds must be >= 0")
 
 
 # Sections that define the training trajectory: a resumed run must agree on them exactly.
@@ -79,10 +88,19 @@ def procs_per_node(gpus_per_node) -> int:
     return max(int(gpus_per_node or 0), 1)
 
 
+def budget_tag(budget) -> str:
+    """The budget in a run directory's name: the token count, or `full` for the whole corpus (null), as
+    the plots say "budget full" (configs/config.yaml's ${budget_tag:...}, train/grid.py). Runs started
+    before this name are under `-bNone-`: resume one with hydra.run.dir=<that directory>."""
+    return "full" if budget is None or str(budget) == "None" else str(budget)
+
+
 def register() -> None:
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
     if not OmegaConf.has_resolver("procs_per_node"):  # configs/hydra/launcher/slurm.yaml's ${procs_per_node:...}
         OmegaConf.register_new_resolver("procs_per_node", procs_per_node)
+    if not OmegaConf.has_resolver("budget_tag"):  # configs/config.yaml's run directory names
+        OmegaConf.register_new_resolver("budget_tag", budget_tag)
 
 
 def to_typed(cfg) -> TrainConfig:
@@ -128,8 +146,8 @@ def _refuse_unknown_keys(node, schema: type, prefix: str = "") -> None:
     for key in node.keys():
         name = f"{prefix}{key}"
         if key not in fields:
-            raise ConfigError(f"unknown config key {name!r}: not a field of {schema.__name__} "
-                              f"({', '.join(fields)}); check its spelling (keys added with + are checked too)")
+            raise ConfigError(f"unknown config key {name!r}: not a field of {schema.__name__}"
+                              f"{did_you_mean(key, fields)} ({', '.join(fields)}); check its spelling (keys added with + are checked too)")
         child, kind = node[key], fields[key].type
         kind = _HINTS.setdefault(schema, typing.get_type_hints(schema)).get(key, kind)
         if dataclasses.is_dataclass(kind) and OmegaConf.is_dict(child):

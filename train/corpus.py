@@ -10,6 +10,7 @@ import codecs
 import hashlib
 import _thread
 import json
+import os
 import threading
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from train.errors import ConfigError, InputFileError
+from train.faults import stuck_worker
+from train.interrupt import kill_children, open_files
 
 if TYPE_CHECKING:
     import datasets
@@ -59,6 +62,26 @@ class DataConfig:
     # same files into the same cache) and on its worker pool. Past this many seconds the run stops,
     # naming the lock's holder and any .incomplete build; null waits forever.
     load_timeout_s: Optional[float] = 1800
+    # Nested streams (train/sequences.py): budgets, in tokens, at which the view's shuffled order is split, so
+    # that a run of one of these budgets trains first on exactly the sequences of the smaller ones' runs (same
+    # seed, one epoch). Empty: one shuffle over the whole view.
+    nested_budgets: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if any(b < 1 for b in self.nested_budgets) or sorted(set(self.nested_budgets)) != list(self.nested_budgets):
+            raise ConfigError(f"data.nested_budgets must be distinct positive token counts in increasing order, "
+                             f"got {self.nested_budgets}")
+        if self.nested_budgets and self.budget_tokens not in self.nested_budgets:
+            raise ConfigError(f"data.budget_tokens={self.budget_tokens} is not one of data.nested_budgets="
+                             f"{self.nested_budgets}: its run would not nest with theirs; add it, or set "
+                             "data.nested_budgets=[] for one shuffle over the whole view")
+        if self.epochs < 1:
+            raise ConfigError(f"data.epochs={self.epochs}: must be at least 1")
+        if self.budget_tokens is not None and self.budget_tokens < 1:
+            raise ConfigError(f"data.budget_tokens={self.budget_tokens}: must be a positive number of tokens "
+                              f"(or null: the whole corpus)")
+        if self.num_proc < 1:
+            raise ConfigError(f"data.num_proc={self.num_proc}: must be at least 1")
 
 
 def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
@@ -96,9 +119,9 @@ def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
             _check_file(f, fmt, cfg.text_field, Path(cfg.cache_dir).expanduser())
         kwargs = {"sample_by": "paragraph"} if fmt == "text" else {}
         with bounded_wait(cfg.load_timeout_s, Path(cache), files):
+            stuck_worker("load_dataset", str(files[0]))  # tests only: a worker that ignores SIGTERM
             ds = datasets.load_dataset(_BUILDER[fmt], data_files=[str(f) for f in files], split="train",
-                                       cache_dir=cache, num_proc=max(1, min(cfg.num_proc, len(files))),
-                                       **kwargs)
+                                       cache_dir=cache, num_proc=_workers(cfg.num_proc, files), **kwargs)
         col = "text" if fmt == "text" else cfg.text_field
         ds = ds.select_columns([col])
         if col != "text":
@@ -120,6 +143,17 @@ def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
     return docs, ident
 
 
+# Below this many bytes per worker a pool of processes costs more than it saves (forking, pickling the
+# builder) and brings the one way a load can hang forever: a worker that dies or stops answering.
+POOL_MIN_BYTES_PER_WORKER = 256 * 2**20
+
+
+def _workers(num_proc: int, files: list[Path]) -> int:
+    """datasets' num_proc for these files: data.num_proc, but no pool where it does not pay."""
+    size = sum(f.stat().st_size for f in files)
+    return max(1, min(num_proc, len(files), size // POOL_MIN_BYTES_PER_WORKER))
+
+
 @contextmanager
 def bounded_wait(timeout_s: Optional[float], cache: Path, files: list[Path]):
     """Stops a load_dataset call that has not returned after timeout_s, saying what it waits on.
@@ -132,10 +166,12 @@ def bounded_wait(timeout_s: Optional[float], cache: Path, files: list[Path]):
     if timeout_s is None:
         yield
         return
-    fired = threading.Event()
+    fired, reading = threading.Event(), []
 
     def interrupt():
+        reading.append(_reading(files))  # before the workers holding them open are stopped
         fired.set()
+        kill_children()  # a stuck worker would hold the pool's teardown forever
         _thread.interrupt_main()
 
     timer = threading.Timer(timeout_s, interrupt)
@@ -143,13 +179,23 @@ def bounded_wait(timeout_s: Optional[float], cache: Path, files: list[Path]):
     timer.start()
     try:
         yield
-    except KeyboardInterrupt:
+    except BaseException:  # KeyboardInterrupt, or Interrupted where the trainer handles SIGINT
         if not fired.is_set():
             raise
-        raise TimeoutError(f"datasets.load_dataset of {[str(f) for f in files]} did not finish in "
-                           f"data.load_timeout_s={timeout_s} s. {_stuck(cache)}") from None
+        raise TimeoutError(f"datasets.load_dataset did not finish in data.load_timeout_s={timeout_s} s. "
+                           f"{_stuck(cache)} {reading[0] if reading else ''}") from None
     finally:
         timer.cancel()
+
+
+def _reading(files: list[Path]) -> str:
+    """The corpus file open when the load stopped, else how many files under which directory."""
+    open_now = open_files(files)
+    if open_now:
+        return f"It was reading {', '.join(map(str, open_now))}."
+    if len(files) == 1:
+        return f"It was reading {files[0]}."
+    return f"It was reading {len(files)} files under {os.path.commonpath([str(f) for f in files])}."
 
 
 def _stuck(cache: Path) -> str:

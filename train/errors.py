@@ -185,3 +185,11 @@ def check_writable(directory: Path, what: str) -> None:
                                f"({existing})") from None
     os.close(fd)
     os.unlink(probe)
+
+
+def did_you_mean(name: str, options) -> str:
+    """' (did you mean X?)' for the closest of `options` to a misspelt `name`, else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(options), n=2, cutoff=0.6)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""

@@ -8,11 +8,18 @@ The points (where each call sits):
   checkpoint_write  train.checkpoint.save_checkpoint, with checkpoints/.tmp-step<N>/ half written
   after_rename      the loop, once checkpoints/step<N> is whole, before any hook ran on it
   eval_write        probes.scoring.store.write_pairs, with the eval file of step N under its temporary name
+
+SYNTAX_DYNAMICS_FAULT=<point>:stall makes a set-up point hang as a stuck C call or worker does: signals
+blocked, asleep for an hour (stall_point), after printing `fault: stalled at <point> (pid N)` on stderr.
+  tokenizer_training  inside sentencepiece's training call (train/tokenizer.py)
+  load_dataset        a worker process of the corpus load, holding the first corpus file open (train/corpus.py)
 """
 from __future__ import annotations
 
 import os
 import signal
+import sys
+import time
 
 ENV = "SYNTAX_DYNAMICS_FAULT"
 POINTS = ("mid_step", "checkpoint_write", "after_rename", "eval_write")
@@ -27,3 +34,31 @@ def fault_point(point: str, step: int) -> None:
         # a handled signal runs its Python handler before the next bytecode: the step then finishes as
         # it would after a signal from outside
         os.kill(os.getpid(), signal.Signals[sig[0]] if sig else signal.SIGKILL)
+
+
+def stall_requested(point: str) -> bool:
+    return os.environ.get(ENV) == f"{point}:stall"
+
+
+def stall_point(point: str, hold_open: str | None = None) -> None:
+    """Hangs here, deaf to SIGINT/SIGTERM, when SYNTAX_DYNAMICS_FAULT=<point>:stall (tests only)."""
+    if not stall_requested(point):
+        return
+    handle = open(hold_open, "rb") if hold_open else None  # noqa: SIM115 - held open while stalled
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2})
+    print(f"fault: stalled at {point} (pid {os.getpid()})", file=sys.stderr, flush=True)
+    time.sleep(3600)
+    if handle is not None:
+        handle.close()
+
+
+def stuck_worker(point: str, hold_open: str) -> None:
+    """A worker process that stalls (stall_point) and is waited on, as datasets' pool waits on its
+    workers, when SYNTAX_DYNAMICS_FAULT=<point>:stall."""
+    if not stall_requested(point):
+        return
+    import multiprocessing
+
+    proc = multiprocessing.get_context("fork").Process(target=stall_point, args=(point, hold_open))
+    proc.start()
+    proc.join()

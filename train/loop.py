@@ -32,14 +32,15 @@ from train.files import read_trainer_state, versions, write_text_atomic
 from train.hooks import HookContext, build_hooks, hooks_missing, run_hooks, run_post_train
 from train.lock import RunLock
 from train.logger import Logger, NullLogger, logged_steps
-from train.model import build_model
+from train.model import build_model, count_parameters
 from train.optim import lr_at
 from train.preempt import Preemption, drop_unscheduled
 from train.schedule import checkpoint_steps, warn_points_beyond_end
 from train.slurm import export_distributed_env
+from train.summary import recipe_warnings, startup_summary, warn_early
 from train.start_token import RECORD, document_tokens, read_record
 from train.token_store import build_or_load
-from train.tokenizer import load_tokenizer, pipeline_fingerprint, prepare_tokenizer
+from train.tokenizer import load_tokenizer, pipeline_fingerprint, prepare_tokenizer, tokenizer_label
 
 
 class NonFiniteError(RuntimeError):
@@ -76,12 +77,17 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         if on_accepted is not None:
             on_accepted()
 
+    warned_for = warn_early(cfg) if dist.main else None  # a toy budget is named before the corpus is read
+
     # Data: rank 0 trains the tokenizer and builds the token store; the others then hit the cache.
     cache_dir = Path(cfg.data.cache_dir).expanduser()
     for turn in ("main", "others"):
         if dist.main == (turn == "main"):
+            preempt.stage = "reading the corpus"  # a signal in set-up stops at once, naming the stage
             docs, corpus_id = load_documents(cfg.data)
+            preempt.stage = "preparing the tokenizer"
             tokenizer_dir = prepare_tokenizer(cfg.tokenizer, docs, corpus_id, cache_dir)
+            preempt.stage = "building the token store"
             store = build_or_load(docs, tokenizer_dir, corpus_id, cache_dir, num_proc=cfg.data.num_proc)
         dist.barrier()
     tokenizer = load_tokenizer(tokenizer_dir)
@@ -100,6 +106,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         warn_points_beyond_end(cfg.schedule, total_steps, tokens_per_step)
 
     # Model and engine. Every rank draws the same initial weights from cfg.seed.
+    preempt.stage = "building the model"
     model = build_model(cfg.model, len(tokenizer), seed=cfg.seed, bos_token_id=tokenizer.bos_token_id,
                         eos_token_id=tokenizer.eos_token_id)
     engine = build_engine(cfg.engine, cfg.optim, model, dist)
@@ -111,10 +118,17 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         start_step, wandb_id = resumed["step"], resumed.get("wandb_run_id")
         skipped = list(resumed.get("skipped_steps", []))
     # The steps after the resumed checkpoint are trained (and logged) again: their records go first.
-    logger = (Logger(cfg.logger, run_dir, config=resolved, name=run_dir.name, run_id=wandb_id,
+    described = {**resolved, "params": sum(p.numel() for p in model.parameters()),  # W&B config and tags
+                 "tokenizer_label": tokenizer_label(cfg.tokenizer.kind, cfg.tokenizer.vocab_size, cfg.tokenizer.path,
+                                                    cfg.tokenizer.model_type, len(tokenizer))}
+    logger = (Logger(cfg.logger, run_dir, config=described, name=run_dir.name, run_id=wandb_id,
                      resume_step=start_step if resume_from is not None else None)
               if dist.main else NullLogger())
+    preempt.stage = "loading the probes"
     hooks = _build_hooks(cfg, tokenizer, run_dir, total_steps, store)
+    if dist.main:
+        _print_summary(cfg, run_dir, engine, tokenizer, tokenizer_dir, total_steps, seq_len, save_steps, hooks,
+                       start_step, warned_for)
 
     def checkpoint(step: int, loss: float | None, lr: float, *, scheduled: bool = True) -> None:
         state = {"step": step, "tokens": step * tokens_per_step, "total_steps": total_steps,
@@ -161,6 +175,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
                 logger.log({"tokens": tokens, **metrics}, step, event="checkpoint")
             dist.barrier()
 
+    preempt.training()  # from here a signal is honoured after the step, with a resume checkpoint
     if resume_from is not None:
         probe_missed(start_step)
         # after probing: the RNG continues exactly where the checkpoint left it
@@ -217,6 +232,18 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         run_post_train(hooks, run_dir)  # the end-of-run curves (probes.analysis.curves.CurvesHook)
     _destroy_group(dist, engine)
     return run_dir
+
+
+def _print_summary(cfg, run_dir, engine, tokenizer, tokenizer_dir, total_steps, seq_len, save_steps, hooks,
+                   start_step, warned_for) -> None:
+    """The start-up summary (train/summary.py), and the too-short warnings unless the early check
+    already gave them for the same step count."""
+    print(startup_summary(cfg, run_dir=run_dir, params=count_parameters(engine.module), tokenizer=tokenizer,
+                          tokenizer_dir=tokenizer_dir, total_steps=total_steps, seq_len=seq_len,
+                          save_steps=save_steps, hooks=hooks, start_step=start_step), flush=True)
+    if warned_for != total_steps:
+        for line in recipe_warnings(cfg, total_steps, seq_len):
+            print(f"warning: {line}", file=sys.stderr, flush=True)
 
 
 def _build_hooks(cfg: TrainConfig, tokenizer, run_dir: Path, total_steps: int | None = None,

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from train.errors import ConfigError, InputFileError, reading
-from train.neox_read import EOD, save_steps
+from train.neox_read import EOD, normalize_keys, save_steps
 
 NEOX_COMMIT = "ea7aefd8f8e183256992d9fede4d7c71a46d67a5"  # EleutherAI/gpt-neox main, 2026-05-19
 DEFAULT_WORLD_SIZE = 8  # GPUs the batch split assumes unless --world-size says otherwise (one A100 node)
@@ -138,7 +138,12 @@ def neox_config(cfg, *, world_size: int = DEFAULT_WORLD_SIZE, vocab_file: Option
     if save_dir is not None:  # gpt-neox saves nothing without `save`; `load` makes a rerun resume
         c["save"] = c["load"] = save_dir
     if precision == "bfloat16":
+        # fp32 gradient accumulation: gpt-neox warns "pp>0, zero1, and bf16 will break without fp32 grads"
         c["bf16"] = {"enabled": True}
+        c["data_types"] = {"grad_accum_dtype": "fp32"}
+        diffs.append("precision: bf16 (bf16 weights/activations, fp32 master weights and gradient accumulation); "
+                     "Pythia trained in fp16 with dynamic loss scaling (its configs' fp16 block: loss_scale 0, "
+                     "initial_scale_power 12), which this run does not reproduce")
     if vocab_file is not None:
         c["vocab_file"] = vocab_file
     else:
@@ -217,6 +222,17 @@ def render_yaml(export: NeoxExport, overrides: Sequence[str]) -> str:
     return "\n".join(head) + "\n" + body
 
 
+_ALIASES = {"gas": "gradient_accumulation_steps"}  # DeepSpeed's short name, used by Pythia's configs
+
+
+def compare_config(ours: dict, theirs: dict) -> tuple[list[str], list[tuple[str, object, object]]]:
+    """(the keys both gpt-neox configs set, [(key, ours, theirs)] for every one of them that differs). Every
+    shared key is compared, a nested block (zero_optimization, optimizer) as a whole: no key is chosen."""
+    a, b = ({_ALIASES.get(k, k): v for k, v in normalize_keys(c).items()} for c in (ours, theirs))
+    shared = sorted(set(a) & set(b))
+    return shared, [(k, a[k], b[k]) for k in shared if a[k] != b[k]]
+
+
 def _tokenizer_json(cfg, tokenizer: Optional[Path]) -> Optional[Path]:
     """The run's tokenizer.json: --tokenizer DIR, else a pretrained tokenizer's directory."""
     if tokenizer is not None:
@@ -259,7 +275,8 @@ def run_config(run_dir: Path):
 
 
 def export(overrides: Sequence[str], out_dir: Path, *, world_size: int = DEFAULT_WORLD_SIZE,
-           tokenizer: Optional[Path] = None, run: Optional[Path] = None, say=print) -> Path:
+           tokenizer: Optional[Path] = None, run: Optional[Path] = None, compare: Optional[Path] = None,
+           say=print) -> Path:
     """Writes OUT/<experiment>.yml (and OUT/tokenizer.json when one is known); returns the YAML path.
     The config comes from Hydra `overrides`, or from a started `run` directory (which also gives the
     number of steps and the tokenizer)."""
@@ -303,6 +320,14 @@ def export(overrides: Sequence[str], out_dir: Path, *, world_size: int = DEFAULT
     say("not reproduced by gpt-neox (also in the file's header):")
     for d in exp.differences:
         say(f"  - {d}")
+    if compare is not None:
+        import yaml
+
+        shared, differ = compare_config(c, yaml.safe_load(Path(compare).read_text()) or {})
+        say(f"compared with {compare}: {len(shared)} keys in both, {len(differ)} differ"
+            + (":" if differ else ""))
+        for k, a, b in differ:
+            say(f"  {k}: ours {a!r}, theirs {b!r}")
     return path
 
 
@@ -322,6 +347,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              "(every global_step<N> into NEOX_DIR/checkpoints/step<N>)")
     parser.add_argument("--run", type=Path, default=None, metavar="RUN_DIR",
                         help="export: take the config, step count and tokenizer from a started run directory")
+    parser.add_argument("--compare", type=Path, default=None, metavar="YAML",
+                        help="export: list every key the export shares with this gpt-neox config that differs "
+                             "(e.g. gpt-neox's configs/pythia/70M.yml)")
     parser.add_argument("--config", type=Path, default=None,
                         help="import: the run's gpt-neox YAML (default: global_step<N>/configs/*.yml)")
     args = parser.parse_args(argv)
@@ -336,7 +364,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.run is not None and args.overrides:
         parser.error("--run takes the run's own config.yaml; give either --run or overrides")
     exit_on_user_error(lambda: export(args.overrides, args.out, world_size=args.world_size,
-                                      tokenizer=args.tokenizer, run=args.run))
+                                      tokenizer=args.tokenizer, run=args.run, compare=args.compare))
     return 0
 
 

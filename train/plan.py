@@ -7,11 +7,13 @@ checkpoints, estimated GPU-hours and checkpoint storage; then the grid's totals.
 
 Assumptions (printed with the table):
 * Steps come from the budget alone, as train/sequences.py cuts it: a view of ceil(budget/epochs) tokens
-  in sequences of seq_len+1 tokens overlapping by one, the last partial batch dropped. The corpus need
+  (+1, the last label) in sequences of seq_len+1 tokens overlapping by one, the last partial batch dropped. The corpus need
   not exist; it must hold at least the budget (the run checks that at start). A run without a budget
   (data.budget_tokens=null: the whole corpus) cannot be planned.
-* Compute = 6 * N * D FLOPs (N = all parameters, embeddings included; D = tokens trained on) at a stated
-  model-FLOPs utilisation of a stated GPU's peak; probing and checkpoint time are not included.
+* Compute = 6 * N * D FLOPs (N = all parameters, embeddings included; D = tokens trained on) at the
+  model-FLOPs utilisation measured for the size on an H100 (train/plan_cost.py; --mfu overrides), plus
+  the in-loop probing of every checkpoint (forward passes over the sampled pairs); checkpoint I/O is
+  not included.
 * Storage under the checkpoint policy (checkpoints.md): every scheduled checkpoint keeps its weights
   (fp32 safetensors, 4 bytes/parameter; 2 for checkpoints without resume state when
   schedule.weights_dtype=bf16); the newest schedule.keep_resume also keep resume state:
@@ -28,25 +30,31 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from train.config import TrainConfig
 from train.grid import compose_run, expand
 from train.memory import GiB, Memory, estimate
+from train.plan_cost import H100_BF16_PEAK_TFLOPS, TOKENS_PER_PAIR, Utilisation, parse_mfu, probe_flops
 from train.schedule import checkpoint_steps
+from train.summary import recipe_warnings
 
-A100_BF16_PEAK_TFLOPS = 312.0  # NVIDIA A100 dense bf16 tensor-core peak
-DEFAULT_MFU = 0.40  # a typical achieved utilisation for GPT-NeoX training at these sizes
 GB = 1e9
 
 
 @dataclass
 class Hardware:
-    gpu: str = "A100 (bf16)"
-    peak_tflops: float = A100_BF16_PEAK_TFLOPS
-    mfu: float = DEFAULT_MFU
+    gpu: str = "H100 (bf16)"  # the GPU the utilisation table was measured on (train/plan_cost.py)
+    peak_tflops: float = H100_BF16_PEAK_TFLOPS
+    mfu: Optional[float] = None  # one utilisation for every size; None: the per-size table
     gpus: int = 1  # GPUs (ranks) per run: ZeRO shards over them
+    mfu_table: dict = field(default_factory=dict)  # model name -> MFU, over the measured defaults
+
+    def utilisation(self) -> Utilisation:
+        util = Utilisation(everything=self.mfu)
+        util.table.update(self.mfu_table)
+        return util
 
 
 @dataclass
@@ -56,15 +64,22 @@ class RunPlan:
     preset: str
     budget: int  # data.budget_tokens
     params: int
+    tokenizer: str  # beside the size name: the parameter count depends on it (vocab_size: null)
     seq_len: int
     global_batch: int
     steps: int
     tokens: int  # tokens trained on = steps x global batch x seq_len
     checkpoints: int
-    gpu_hours: float
+    gpu_hours: float  # training
     storage_bytes: int
     memory: Memory  # per GPU
     setup: str  # engine, ZeRO stage, micro-batch, checkpointing: what the memory depends on
+    probe_hours: float = 0.0  # in-loop probing of every checkpoint (train/plan_cost.py)
+    probe_pairs: int = 0  # pairs scored at each checkpoint
+    mfu: float = 0.0
+    mfu_source: str = ""
+    probes_left_out: tuple = ()  # benchmarks whose size the plan does not know
+    warnings: tuple = ()  # recipes too short to mean anything, naming the keys (train/summary.py)
 
 
 def planned_steps(cfg: TrainConfig) -> int:
@@ -73,9 +88,16 @@ def planned_steps(cfg: TrainConfig) -> int:
         raise ValueError("data.budget_tokens is null (the whole corpus): the plan needs a budget to count "
                          "steps without the corpus; set data.budget_tokens or budget=<10M|100M|1B|3B>")
     seq_len = cfg.data.seq_len or cfg.model.max_position_embeddings
-    view = math.ceil(cfg.data.budget_tokens / cfg.data.epochs)
-    sequences = max(0, (view - 1) // seq_len) * cfg.data.epochs
+    view = math.ceil(cfg.data.budget_tokens / cfg.data.epochs)  # + 1 label token: windows overlap by one
+    sequences = view // seq_len * cfg.data.epochs
     return sequences // cfg.optim.global_batch
+
+
+def tokenizer_of(cfg: TrainConfig) -> str:
+    from train.tokenizer import tokenizer_label, tokenizer_length
+
+    t = cfg.tokenizer
+    return tokenizer_label(t.kind, t.vocab_size, t.path, t.model_type, tokenizer_length(t))
 
 
 def parameter_count(cfg: TrainConfig) -> int:
@@ -112,13 +134,17 @@ def plan_run(overrides: Sequence[str], hw: Hardware, _params_cache: Optional[dic
                          f"step of optim.global_batch={cfg.optim.global_batch} x seq_len={seq_len}")
     tokens = steps * cfg.optim.global_batch * seq_len
     n_ckpt = len(checkpoint_steps(cfg.schedule, steps, cfg.optim.global_batch * seq_len))
-    flops = 6.0 * params * tokens
-    gpu_hours = flops / (hw.peak_tflops * 1e12 * hw.mfu) / 3600.0
+    mfu, mfu_source = hw.utilisation().of(cfg.model.name, params)
+    per_hour = hw.peak_tflops * 1e12 * mfu * 3600.0
+    gpu_hours = 6.0 * params * tokens / per_hour
+    probing, probe_pairs, left_out = probe_flops(params, cfg.probes, n_ckpt)
     memory, setup = memory_per_gpu(cfg, params, seq_len, hw.gpus)
     return RunPlan(name=run_subdir(cfg), overrides=list(overrides), preset=choices.get("optim", "?"),
-                   budget=cfg.data.budget_tokens, params=params, seq_len=seq_len, global_batch=cfg.optim.global_batch, steps=steps,
+                   budget=cfg.data.budget_tokens, params=params, tokenizer=tokenizer_of(cfg), seq_len=seq_len, global_batch=cfg.optim.global_batch, steps=steps,
                    tokens=tokens, checkpoints=n_ckpt, gpu_hours=gpu_hours,
-                   storage_bytes=storage_bytes(cfg, params, n_ckpt), memory=memory, setup=setup)
+                   storage_bytes=storage_bytes(cfg, params, n_ckpt), memory=memory, setup=setup,
+                   probe_hours=probing / per_hour, probe_pairs=probe_pairs, mfu=mfu, mfu_source=mfu_source,
+                   probes_left_out=tuple(left_out), warnings=tuple(recipe_warnings(cfg, steps, seq_len)))
 
 
 def memory_per_gpu(cfg: TrainConfig, params: int, seq_len: int, gpus: int) -> tuple[Memory, str]:
@@ -157,17 +183,17 @@ def _si(n: float) -> str:
 
 
 def format_plan(plans: list[RunPlan], hw: Hardware) -> str:
-    head = f"{'run':<28} {'preset':<9} {'params':>7} {'batch':>9} {'steps':>9} {'tokens':>8} " \
-           f"{'ckpts':>5} {'GPU-h':>9} {'storage':>10}"
+    head = f"{'run':<28} {'preset':<9} {'params':>13} {'tokenizer':<26} {'batch':>9} {'steps':>9} {'tokens':>8} " \
+           f"{'ckpts':>5} {'MFU':>6} {'train-h':>9} {'probe-h':>8} {'storage':>10}"
     lines = [head, "-" * len(head)]
     for p in plans:
-        lines.append(f"{p.name:<28} {p.preset:<9} {_si(p.params):>7} {f'{p.global_batch}x{p.seq_len}':>9} "
-                     f"{p.steps:>9,} {_si(p.tokens):>8} {p.checkpoints:>5} {p.gpu_hours:>9.2f} "
-                     f"{p.storage_bytes / GB:>8.1f}GB")
+        lines.append(f"{p.name:<28} {p.preset:<9} {p.params:>13,} {p.tokenizer:<26} {f'{p.global_batch}x{p.seq_len}':>9} "
+                     f"{p.steps:>9,} {_si(p.tokens):>8} {p.checkpoints:>5} {p.mfu:>6.1%} {p.gpu_hours:>9.2f} "
+                     f"{p.probe_hours:>8.2f} {p.storage_bytes / GB:>8.1f}GB")
     lines.append("-" * len(head))
-    lines.append(f"{'total: ' + str(len(plans)) + ' runs':<38} {'':>9} {sum(p.steps for p in plans):>9,} "
-                 f"{_si(sum(p.tokens for p in plans)):>8} {sum(p.checkpoints for p in plans):>5} "
-                 f"{sum(p.gpu_hours for p in plans):>9.1f} "
+    lines.append(f"{'total: ' + str(len(plans)) + ' runs':<38} {'':>51} {sum(p.steps for p in plans):>9,} "
+                 f"{_si(sum(p.tokens for p in plans)):>8} {sum(p.checkpoints for p in plans):>5} {'':>6} "
+                 f"{sum(p.gpu_hours for p in plans):>9.1f} {sum(p.probe_hours for p in plans):>8.1f} "
                  f"{sum(p.storage_bytes for p in plans) / GB:>8.1f}GB")
     by_budget: dict[int, set[int]] = {}
     for p in plans:
@@ -177,14 +203,31 @@ def format_plan(plans: list[RunPlan], hw: Hardware) -> str:
     lines += ["", _format_memory(plans, hw)]
     lines += [
         "",
-        f"GPU-hours: 6*N*D FLOPs at {hw.mfu:.0%} MFU of a {hw.gpu} ({hw.peak_tflops:g} TFLOP/s peak); "
-        "probing and checkpoint I/O not included.",
+        _format_cost(plans, hw),
         "steps: from each budget (tokens trained on = steps x batch x seq_len <= budget); the corpus is "
         "not read and must hold the budget.",
         "storage: every checkpoint's weights (fp32; bf16 off the last keep_resume with "
         "schedule.weights_dtype=bf16) + resume state (optimizer, RNG) on the last schedule.keep_resume only.",
     ]
     return "\n".join(lines)
+
+
+def _format_cost(plans: list[RunPlan], hw: Hardware) -> str:
+    """The GPU-hour assumptions: MFU per size and where each figure comes from, and the probing."""
+    sizes = {}
+    for p in plans:
+        sizes.setdefault(p.name.split("-b")[0], (p.mfu, p.mfu_source))
+    mfu = ", ".join(f"{name} {m:.1%} ({src})" for name, (m, src) in sizes.items())
+    pairs = sorted({p.probe_pairs for p in plans})
+    left_out = sorted({b for p in plans for b in p.probes_left_out})
+    return (f"train-h: 6*N*D FLOPs at the MFU per size of a {hw.gpu} ({hw.peak_tflops:g} TFLOP/s peak): {mfu}. "
+            f"Defaults measured by bench/bench_gpu.py on one H100 (pythia-160m 20.7 %, 410m 28.8 %, 1.4b 41.6 %); "
+            f"--mfu 0.35 or --mfu NAME=0.3 overrides. probe-h: a forward pass over both sentences of "
+            f"{'/'.join(f'{n:,}' for n in pairs)} pairs at every checkpoint (+ every pair at the last with "
+            f"probes.final_all_pairs), {TOKENS_PER_PAIR:.1f} tokens per pair, at the training MFU (a lower bound: "
+            f"short sentences in batches of probes.batch_size run below it)"
+            + (f"; not counted: {', '.join(left_out)} (size unknown to the plan)" if left_out else "")
+            + ". Checkpoint I/O not included.")
 
 
 def _format_memory(plans: list[RunPlan], hw: Hardware) -> str:
@@ -212,23 +255,40 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m train -m")
     parser.add_argument("-m", "--multirun", action="store_true",
                         help="accepted as in python -m train -m; the plan always expands the sweep")
-    parser.add_argument("--mfu", type=float, default=DEFAULT_MFU, help="model FLOPs utilisation (0-1)")
-    parser.add_argument("--peak-tflops", type=float, default=A100_BF16_PEAK_TFLOPS)
-    parser.add_argument("--gpu", default="A100 (bf16)", help="name printed with the assumptions")
+    parser.add_argument("--mfu", action="append", default=[], metavar="[NAME=]FRACTION",
+                        help="model FLOPs utilisation: one figure for every size, or NAME=fraction for one "
+                             "model (repeatable); default: measured per size on an H100 (train/plan_cost.py)")
+    parser.add_argument("--peak-tflops", type=float, default=H100_BF16_PEAK_TFLOPS)
+    parser.add_argument("--gpu", default="H100 (bf16)", help="name printed with the assumptions")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs per run (ZeRO shards states over them)")
     args = parser.parse_args(argv)
-    if not 0 < args.mfu <= 1:
-        parser.error(f"--mfu={args.mfu}: expected a fraction in (0, 1]")
+    try:
+        util = parse_mfu(args.mfu)
+    except ValueError as e:
+        parser.error(str(e))
     if args.gpus < 1:
         parser.error(f"--gpus={args.gpus}: expected at least 1")
-    hw = Hardware(gpu=args.gpu, peak_tflops=args.peak_tflops, mfu=args.mfu, gpus=args.gpus)
+    hw = Hardware(gpu=args.gpu, peak_tflops=args.peak_tflops, mfu=util.everything, gpus=args.gpus,
+                  mfu_table={k: v for k, v in util.table.items()})
     try:
         plans = plan(args.overrides, hw)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_plan(plans, hw))
+    for line in plan_warnings(plans):
+        print(line, file=sys.stderr)
     return 0
+
+
+def plan_warnings(plans: list[RunPlan]) -> list[str]:
+    """The start-up warnings each run would print (train/summary.py), one line per message with the runs
+    that get it."""
+    runs: dict[str, list[str]] = {}
+    for p in plans:
+        for message in p.warnings:
+            runs.setdefault(message, []).append(p.name)
+    return [f"warning: {', '.join(names)}: {message}" for message, names in runs.items()]
 
 
 if __name__ == "__main__":

@@ -23,10 +23,9 @@ from typing import Iterable
 
 import torch
 
-# EX_TEMPFAIL (sysexits.h): "temporary failure, the user is invited to retry" -- the sbatch template
-# requeues the task on exactly this status.
-REQUEUE_EXIT = 75
-SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
+from train.interrupt import REQUEUE_EXIT, Interrupted, kill_children
+
+SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 
 
 class Preempted(SystemExit):
@@ -42,10 +41,21 @@ class Preempted(SystemExit):
 
 
 class Preemption:
+    """Until training() is called (set-up: corpus, tokenizer, token store, model, probes), a signal stops
+    the process at once (train/interrupt.py); from then on it is recorded and honoured after the step.
+    Ctrl-C (SIGINT) counts as a preemption too; a second Ctrl-C during a step stops at once."""
+
     def __init__(self, signals: Iterable[int] = SIGNALS):
         self.signals = tuple(signals)
         self.signum: int | None = None
         self._previous: dict[int, object] = {}
+        self.setup = True
+        self._raised = False
+        self.stage = "starting"  # what set-up is doing, for the one-line message
+
+    def training(self) -> None:
+        """Steps begin: signals are recorded from here on (a checkpoint can then be saved)."""
+        self.setup = False
 
     def install(self) -> "Preemption":
         # Python only lets the main thread set handlers; elsewhere (a notebook thread) there is no
@@ -62,8 +72,14 @@ class Preemption:
         self.uninstall()
 
     def _record(self, signum: int, frame) -> None:
-        if self.signum is None:
+        first = self.signum is None
+        if first:
             self.signum = signum
+        if self._raised or not (self.setup or (not first and signum == signal.SIGINT)):
+            return
+        self._raised = True  # raised once: a further signal while unwinding is only recorded
+        kill_children()
+        raise Interrupted(signum, self.stage, during_training=not self.setup)
 
     def requested(self, dist) -> bool:
         """Whether any rank got a signal: collective, so every rank stops after the same step."""

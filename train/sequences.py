@@ -5,16 +5,24 @@ run's seed), each preceded by the start token and, when the tokenizer has a dist
 it (train/start_token.py: ``<|endoftext|> doc <|endoftext|> doc ...`` for the tokenizers trained here,
 ``<s> doc </s> <s> doc </s>`` for a Llama-style one). The first document gets its start token too, so
 every document, like every scored sentence, is read after the start token. A budget of B tokens over
-E epochs trains on the first ceil(B/E) tokens of that stream -- the *view* -- so the view of a 10M
-budget is a prefix of the 100M one and runs of different sizes see the same text first. The view is cut into sequences of seq_len+1 tokens that
-overlap by one token (inputs = s[:-1], labels = s[1:], so every view token but the first is predicted
-once per epoch; a tail shorter than a sequence is dropped). Epoch e visits the sequences in a
-permutation drawn from (seed, e). Nothing is materialised: a sequence is gathered from the memmap.
+E epochs trains on the first ceil(B/E) tokens of that stream (plus one: the last label) -- the *view* -- so the
+view of a 10M budget is a prefix of the 100M one: the larger budget trains on all of the smaller one's text.
+The view is cut into sequences of seq_len+1 tokens that overlap by one token (inputs = s[:-1], labels = s[1:],
+so every view token but the first is predicted once per epoch; a tail shorter than a sequence is dropped).
+Epoch e visits the sequences in a permutation drawn from (seed, e) over the whole view, so by default a larger
+budget does *not* see the smaller one's text first: its first steps draw from its whole view (of a 100M run's
+first 10M tokens, about a tenth come from the 10M view).
+
+Nested streams (``data.nested_budgets``, e.g. [10M, 100M, 1B, 3B]): the view's windows are split at those
+budgets into blocks, and each block is shuffled on its own (generator (seed, epoch, block)) and visited in
+order. A run whose budget is one of them then trains, step for step, on exactly the sequences of the smaller
+budgets' runs first: the 10M run and the first 10M tokens of the 100M run (same seed, one epoch) saw the same
+text in the same order. Nothing is materialised: a sequence is gathered from the memmap.
 """
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
@@ -24,7 +32,8 @@ from train.token_store import TokenStore
 
 class SequenceStream:
     def __init__(self, store: TokenStore, *, seq_len: int, budget_tokens: Optional[int], epochs: int,
-                 order_seed: int, seed: int, start_id: int, end_id: Optional[int] = None):
+                 order_seed: int, seed: int, start_id: int, end_id: Optional[int] = None,
+                 nested_budgets: Sequence[int] = ()):
         if seq_len < 1:
             raise ValueError(f"data.seq_len must be >= 1, got {seq_len}")
         if epochs < 1:
@@ -48,17 +57,27 @@ class SequenceStream:
         if budget_tokens is None:
             self.view_tokens = self.stream_tokens
         else:
-            self.view_tokens = math.ceil(budget_tokens / epochs)
-            if self.view_tokens > self.stream_tokens:
+            # A budget counts tokens trained on (inputs, each predicting the next one), as Pythia's 143,000 steps
+            # x 1024 x 2048 = 299,892,736,000 tokens do: B tokens in windows of seq_len+1 that overlap by one
+            # need B + 1 stream tokens (the last label), so a budget of whole batches gives whole steps
+            # (tests/test_sequences.py). Where the corpus ends exactly at the budget, the last label is missing
+            # and the last window is dropped.
+            per_epoch = math.ceil(budget_tokens / epochs)
+            if per_epoch > self.stream_tokens:
                 raise ValueError(
                     f"data.budget_tokens={budget_tokens} over data.epochs={epochs} needs a view of "
-                    f"{self.view_tokens} tokens, but the corpus has only {self.stream_tokens} tokens "
+                    f"{per_epoch} tokens, but the corpus has only {self.stream_tokens} tokens "
                     f"(start/end tokens included); lower data.budget_tokens or raise data.epochs")
+            self.view_tokens = min(per_epoch + 1, self.stream_tokens)
         self.sequences_per_epoch = (self.view_tokens - 1) // seq_len
         if self.sequences_per_epoch < 1:
             raise ValueError(f"the view of {self.view_tokens} tokens is shorter than one sequence of "
                              f"data.seq_len+1={seq_len + 1} tokens")
         self.num_sequences = self.sequences_per_epoch * epochs
+        # block edges in windows: a budget B ends after ceil(B/E) // seq_len windows, as its own run's view does
+        inner = {math.ceil(b / epochs) // seq_len for b in nested_budgets}
+        self.nested = bool(nested_budgets)
+        self._edges = [0, *sorted(e for e in inner if 0 < e < self.sequences_per_epoch), self.sequences_per_epoch]
         self._perm_epoch = -1
         self._perm = np.empty(0, dtype=np.int64)
 
@@ -97,7 +116,11 @@ class SequenceStream:
     def _epoch_perm(self, epoch: int) -> np.ndarray:
         # One epoch's permutation is cached: consecutive steps almost always stay in the same epoch.
         if epoch != self._perm_epoch:
-            self._perm = np.random.default_rng([self.seed, epoch]).permutation(self.sequences_per_epoch)
+            if not self.nested:
+                self._perm = np.random.default_rng([self.seed, epoch]).permutation(self.sequences_per_epoch)
+            else:  # nested: each block shuffled on its own, blocks in order (module docstring)
+                self._perm = np.concatenate([lo + np.random.default_rng([self.seed, epoch, k]).permutation(hi - lo)
+                                             for k, (lo, hi) in enumerate(zip(self._edges, self._edges[1:]))])
             self._perm_epoch = epoch
         return self._perm
 

@@ -40,6 +40,8 @@ import transformers
 
 from train.files import fsync_tree
 from train.errors import InputFileError
+from train.faults import stall_point
+from train.interrupt import run_in_child
 from train.start_token import write_record
 
 log = logging.getLogger(__name__)
@@ -145,6 +147,17 @@ def tokenizer_length(cfg: TokenizerConfig) -> int:
     return cfg.vocab_size
 
 
+def tokenizer_label(kind: str, vocab_size: Optional[int] = None, path: Optional[str] = None,
+                    model_type: str = "unigram", length: Optional[int] = None) -> str:
+    """What a size name stands beside (plan, W&B tags, report): ``sentencepiece-unigram 49,953`` or
+    ``<directory name> 49,953`` for a pretrained one (its length, when known)."""
+    if kind == "pretrained":
+        name = Path(str(path)).name if path else "pretrained"
+        return f"{name} {length:,}" if length else name
+    n = length if length is not None else vocab_size
+    return f"sentencepiece-{model_type} {n:,}" if n else f"sentencepiece-{model_type}"
+
+
 def load_tokenizer(path: Path) -> transformers.PreTrainedTokenizerBase:
     """THE one way to load the run's tokenizer (from a prepared directory or a checkpoint)."""
     path = Path(path)
@@ -204,7 +217,9 @@ def _train_sentencepiece(cfg: TokenizerConfig, docs: datasets.Dataset, out_dir: 
                f"sentencepiece's max_sentence_length ({SPM_MAX_SENTENCE_BYTES} bytes; the longest has "
                f"{longest}) and are skipped when the tokenizer is trained") if too_long else ""
     try:
-        _spm_train(spm, cfg, lines_file, out_dir)
+        # in a child process: sentencepiece's trainer never returns to Python until done, so a signal
+        # could not stop it here (train/interrupt.py)
+        run_in_child(_spm_train, spm, cfg, lines_file, out_dir)
     except RuntimeError as e:
         if skipped:
             raise InputFileError(f"sentencepiece training failed: {skipped}; break the text into lines of "
@@ -223,10 +238,13 @@ def _corpus_files(corpus_id: str) -> str:
         files = [f[0] for f in json.loads(corpus_id).get("files", [])]
     except (ValueError, AttributeError, TypeError, IndexError):
         files = []
+    if len(files) > 3:  # a corpus of 57 files is named by its directory, not 57 paths on one line
+        return f"({len(files)} files under {os.path.commonpath(files)})"
     return f"({', '.join(files)})" if files else "(data.paths)"
 
 
 def _spm_train(spm, cfg: TokenizerConfig, lines_file: Path, out_dir: Path) -> None:
+    stall_point("tokenizer_training")
     spm.SentencePieceTrainer.train(
         input=str(lines_file),
         model_prefix=str(out_dir / "tokenizer"),

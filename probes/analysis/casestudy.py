@@ -250,7 +250,7 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
                     metric: str = "acc_mlp", runs: Optional[pd.DataFrame] = None) -> Path:
     """Figure 6 of the paper: accuracy (top) and each region's Δ (bottom) against tokens, log x;
     lines are seed means, bands the 95 % interval over seeds (none with one seed)."""
-    from probes.analysis.plotting import new_figure, plot_line, token_axis
+    from probes.analysis.plotting import accuracy_label, new_figure, plot_line, token_axis
     from probes.analysis.outputs import save_figure
 
     c = s.sort_values("step")
@@ -268,7 +268,7 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
     for _, r in seeds:  # each seed as a thin line beside the mean (the band is not over seeds below 3)
         r = r.sort_values("step")
         top.plot(10 ** log_tokens(r.tokens.to_numpy(), tok), r[metric].to_numpy(), color="0.35", lw=0.6, alpha=0.5)
-    token_axis(top, tok, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})")
+    token_axis(top, tok, ylabel=accuracy_label(metric))
     top.set_ylim(-0.02, 1.02)
     top.set_xlabel("")
     for i, (r, slots) in enumerate(spec.regions.items()):  # a template has up to 14 slots

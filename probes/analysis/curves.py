@@ -24,7 +24,7 @@ import pandas as pd
 
 from probes.analysis.evalset import EvalInputError, EvalSet, load_runs
 from probes.analysis.outputs import save_figure, write_csv, write_table, write_text
-from probes.analysis.plotting import colors, finish_legend, new_figure, plot_line, safe_name, short_label, token_axis
+from probes.analysis.plotting import accuracy_label, colors, finish_legend, new_figure, plot_line, safe_name, short_label, token_axis
 from probes.syntaxqa.curves import syntax_qa_table, write_syntax_qa_curves
 from probes.analysis.ushape import UShapeConfig, find_u_shapes_in_runs
 
@@ -63,7 +63,7 @@ def plot_phenomenon(table: pd.DataFrame, phen_table: pd.DataFrame, benchmark: st
         legend_title = "run"
     for (name, cur), c in zip(groups, colors(len(groups))):
         plot_line(ax, cur["tokens"].to_numpy(), cur[metric].to_numpy(), ref, short_label(str(name)), c)
-    token_axis(ax, ref, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})")
+    token_axis(ax, ref, ylabel=accuracy_label(metric))
     ax.set_ylim(-0.02, 1.02)
     who = f"run {runs[0]}" if len(runs) == 1 else f"{len(runs)} runs"
     ax.set_title(f"{benchmark} · {phenomenon} ({who})", fontsize=10)
@@ -87,7 +87,7 @@ def plot_overview(phen_table: pd.DataFrame, benchmark: str, path: Path, metric: 
             c = cur[cur.phenomenon == ph].groupby("step").agg(tokens=("tokens", "mean"), y=(metric, "mean"))
             if len(c):
                 plot_line(ax, c["tokens"].to_numpy(), c["y"].to_numpy(), ref, short_label(ph, 28), cmap[ph], lw=1.3)
-        token_axis(ax, ref, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})")
+        token_axis(ax, ref, ylabel=accuracy_label(metric))
         n_seeds = cur["run"].nunique()
         ax.set_title(f"{model}, budget {budget} ({n_seeds} run{'s' if n_seeds > 1 else ''})", fontsize=9)
         ax.set_ylim(-0.02, 1.02)

@@ -14,6 +14,7 @@ checkpoints: probes.analysis.evalfile; the reduced copy kept in each run: probes
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -43,7 +44,10 @@ class RunInfo:
     budget: Optional[int] = None  # tokens of the corpus budget; None = whole corpus
     seed: Optional[int] = None
     experiment: str = ""
-    model_params: Optional[float] = None  # parsed from the model name ("pythia-160m" -> 1.6e8)
+    # the run's actual parameter count (its checkpoints' manifest.json), else parsed from the model name
+    # ("pythia-160m" -> 1.6e8): a size name is not a size (8,000 pieces made "pythia-14m" 3.25M parameters)
+    model_params: Optional[float] = None
+    tokenizer: str = ""  # train.tokenizer.tokenizer_label of config.yaml's tokenizer section
 
 
 @dataclass
@@ -94,8 +98,28 @@ def _read_run_info(run_dir: Path) -> RunInfo:
     seed = cfg.get("seed")
     info.seed = int(seed) if isinstance(seed, int) else None
     info.experiment = str(cfg.get("experiment", "") or "")
-    info.model_params = parse_model_params(info.model)
+    info.model_params = _param_count(run_dir) or parse_model_params(info.model)
+    tok = cfg.get("tokenizer")
+    if isinstance(tok, dict):
+        from train.tokenizer import tokenizer_label
+
+        info.tokenizer = tokenizer_label(str(tok.get("kind", "")), tok.get("vocab_size"), tok.get("path"),
+                                         str(tok.get("model_type", "unigram")))
     return info
+
+
+def _param_count(run_dir: Path) -> Optional[int]:
+    """param_count of the newest checkpoint's manifest.json (checkpoints.md), None without one."""
+    manifests = sorted((run_dir / "checkpoints").glob("step*/manifest.json"),
+                       key=lambda p: int(p.parent.name[4:]) if p.parent.name[4:].isdigit() else -1)
+    for path in reversed(manifests):
+        try:
+            n = json.loads(path.read_text()).get("param_count")
+        except (OSError, ValueError):
+            continue
+        if isinstance(n, int) and n > 0:
+            return n
+    return None
 
 
 def _unique_names(dirs: list[Path]) -> list[str]:

@@ -1,22 +1,27 @@
-"""Form vs use over training: FAC²E's knowledge-versus-use view (Wang et al., "FAC²E: Better Understanding Large
-Language Model Capabilities by Dissociating Language and Cognition", ../shared/papers/003_*.txt, §2).
+"""Minimal pairs vs generated tasks over training, each probe on one chance-corrected scale.
 
-FAC²E separates linguistic knowledge (grammaticality: agreement, licensing, long-distance dependencies, §2.1)
-from the use of knowledge to solve a problem (its crystallized vs fluid steps, §2.2), and finds the two only
-weakly correlated across models (§3.1). Over training the question becomes: are they acquired together, or
-does one lag? The probes of a run fall into two groups:
+Which is learnt first: telling a grammatical sentence from its minimal-pair twin, or solving a task generated
+from rules the model has not seen (after k solved examples)? The probes of a run fall into two groups:
 
-* ``form``: every minimal-pair benchmark (knowledge of the grammar: grammar, BLiMP, ZhoBLiMP, ...), except
-  the generated ELAGENT one below and the last-checkpoint-only ``<name>_all`` copies;
-* ``use``: the generated reasoning tasks (ELAGENT's Language A word order ``elagent_word_order``, and the
-  multiple-choice tasks precedence, bAbI, predicates), and fill-in-the-blank of the syntax questions
-  (``FITB_acc``: the model has to produce the phrase, not only recognise it) where runs have them.
+* ``minimal_pairs``: every minimal-pair benchmark (grammar, BLiMP, ZhoBLiMP, ...), except the generated
+  ELAGENT one below and the last-checkpoint-only ``<name>_all`` copies;
+* ``generated_tasks``: the generated ELAGENT tasks (Language A word order ``elagent_word_order`` as minimal
+  pairs, and the multiple-choice tasks precedence, bAbI, predicates), and fill-in-the-blank of the syntax
+  questions (``FITB_acc``: the model produces the phrase) where runs have them.
 
-A probe's accuracy is the mean over its paradigms (minimal pairs: the report's metric, chance 0.5) or the
-stored task accuracy with its random baseline (ELAGENT: 1/options; FITB: a random phrase of the sentence).
-A group's curve is the mean over its probes at each checkpoint, its chance the mean of theirs. The age of
-acquisition of each group's curve is the report's (``probes.analysis.aoa``: a sigmoid on log10 tokens, halfway
-between chance and the best fitted accuracy), fitted per run with the group's chance, averaged over seeds.
+What this is not: FAC²E's language-vs-cognition or knowledge-vs-use measure (Wang et al., ../shared/papers/003_*).
+FAC²E scores, *within one item*, the elicited rationale of recalling the knowledge (crystallized step) apart
+from applying it (fluid step), by instruction following -- which these small base models cannot do -- and its
+taxonomy puts grammaticality *and* numeric, logical and deductive reasoning on the same, language side. So the
+comparison is named for what it is, not for FAC²E.
+
+One scale: the probes have different chance levels (minimal pairs 0.5, bAbI 1/4, predicates 1/7, FITB a random
+phrase of the sentence), so a mean of raw accuracies would move with whichever probe moves and its chance line
+would be a mixture. Each probe's accuracy is first put on ``score = (acc - chance) / (1 - chance)``: 0 at chance,
+1 at perfect, negative below chance. A group's curve is the mean score of its probes at each checkpoint (a probe
+without a known chance level is listed and left out). The age of acquisition of each group's curve is the
+report's (``probes.analysis.aoa``: a sigmoid on log10 tokens, halfway between chance -- 0 here -- and the best
+fitted score), fitted per run, averaged over seeds.
 """
 from __future__ import annotations
 
@@ -34,26 +39,33 @@ from probes.analysis.evalset import ALL_SUFFIX, EvalSet, log_tokens
 from probes.analysis.outputs import save_figure, write_csv
 from probes.analysis.scaling import budget_label
 
-USE_BENCHMARKS = ("elagent_word_order",)  # minimal-pair benchmarks that are generated tasks, not knowledge
-COLORS = {"form": "tab:blue", "use": "tab:orange"}
-PROBE_COLUMNS = ["run", "step", "tokens", "group", "probe", "acc", "chance"]
+PAIRS, TASKS = "minimal_pairs", "generated_tasks"
+USE_BENCHMARKS = ("elagent_word_order",)  # minimal-pair benchmarks that are generated tasks
+COLORS = {PAIRS: "tab:blue", TASKS: "tab:orange"}
+PROBE_COLUMNS = ["run", "step", "tokens", "group", "probe", "acc", "chance", "score"]
+
+
+def chance_corrected(acc, chance):
+    """(acc - chance) / (1 - chance): 0 at chance, 1 at perfect; NaN where the chance level is unknown."""
+    return (acc - chance) / (1 - chance)
 
 
 def probe_curves(ev: EvalSet, metric: str = "acc_mlp", elagent: Optional[pd.DataFrame] = None,
                  syntax_qa: Optional[pd.DataFrame] = None) -> pd.DataFrame:
-    """One row per run x step x probe: group, accuracy and chance (module docstring)."""
+    """One row per run x step x probe: group, accuracy, chance and the chance-corrected score (module
+    docstring)."""
     t = ev.table[~ev.table.benchmark.astype(str).str.endswith(ALL_SUFFIX)]
     mp = t.groupby(["run", "step", "benchmark"], sort=True).agg(tokens=("tokens", "first"), acc=(metric, "mean"))
     mp = mp.reset_index().rename(columns={"benchmark": "probe"})
-    mp["group"] = np.where(mp.probe.isin(USE_BENCHMARKS), "use", "form")
+    mp["group"] = np.where(mp.probe.isin(USE_BENCHMARKS), TASKS, PAIRS)
     mp["chance"] = 0.5
     frames = [mp]
     if elagent is not None and len(elagent):
-        from probes.elagent.score import TASKS
+        from probes.elagent.score import TASKS as ELAGENT_TASKS
 
-        e = elagent[elagent.key.isin(TASKS)]
+        e = elagent[elagent.key.isin(ELAGENT_TASKS)]
         e = e.pivot_table(index=["run", "step", "tokens", "key"], columns="metric", values="value").reset_index()
-        frames.append(pd.DataFrame({"run": e.run, "step": e.step, "tokens": e.tokens, "group": "use",
+        frames.append(pd.DataFrame({"run": e.run, "step": e.step, "tokens": e.tokens, "group": TASKS,
                                     "probe": "elagent:" + e.key, "acc": e.acc, "chance": e.acc_random}))
     if syntax_qa is not None and len(syntax_qa):
         q = syntax_qa[(syntax_qa.kp == "all") & syntax_qa.metric.isin(["FITB_acc", "FITB_acc_random"])]
@@ -63,32 +75,36 @@ def probe_curves(ev: EvalSet, metric: str = "acc_mlp", elagent: Optional[pd.Data
                                             values="value").reset_index()
         if "FITB_acc" in q:  # absent where generation was skipped
             probe = np.where(q["mode"] == "likelihood", "syntax_qa:FITB_acc", "syntax_qa_" + q["mode"] + ":FITB_acc")
-            frames.append(pd.DataFrame({"run": q.run, "step": q.step, "tokens": q.tokens, "group": "use",
+            frames.append(pd.DataFrame({"run": q.run, "step": q.step, "tokens": q.tokens, "group": TASKS,
                                         "probe": probe, "acc": q.FITB_acc,
                                         "chance": q.get("FITB_acc_random", np.nan)}))
-    out = pd.concat(frames, ignore_index=True)[PROBE_COLUMNS]
+    out = pd.concat(frames, ignore_index=True)
+    out["score"] = chance_corrected(out.acc.astype(float), out.chance.astype(float))
+    out = out[PROBE_COLUMNS]
     return out.sort_values(["run", "group", "probe", "step"], ignore_index=True)
 
 
 def group_curves(probes: pd.DataFrame) -> pd.DataFrame:
-    """Per run x step x group: acc and chance averaged over the group's probes, n_probes."""
-    g = probes.groupby(["run", "step", "group"], sort=True)
-    return g.agg(tokens=("tokens", "first"), acc=("acc", "mean"), chance=("chance", "mean"),
-                 n_probes=("probe", "nunique")).reset_index()
+    """Per run x step x group: the mean chance-corrected score of the group's probes (chance 0 on that
+    scale), n_probes (those with a known chance level; the others are left out)."""
+    g = probes[np.isfinite(probes.score)].groupby(["run", "step", "group"], sort=True)
+    out = g.agg(tokens=("tokens", "first"), score=("score", "mean"), n_probes=("probe", "nunique")).reset_index()
+    out["chance"] = 0.0
+    return out
 
 
 def group_aoa(groups: pd.DataFrame, cfg: Optional[AoAConfig] = None) -> pd.DataFrame:
-    """AoA of each run's form and use curve (probes.analysis.aoa's fit and rule, the group's own chance)."""
+    """AoA of each run's group curves (probes.analysis.aoa's fit and rule on the chance-corrected score)."""
     cfg = cfg or AoAConfig()
     rows = []
     for (run, group), d in groups.groupby(["run", "group"], sort=True):
         d = d[d.tokens > 0].sort_values("tokens")  # the initialisation has no place on a log axis
         row = {"run": run, "group": group, "chance": float(d.chance.mean()) if len(d) else np.nan,
-               "n_points": len(d), "final_acc": float(d.acc.iloc[-1]) if len(d) else np.nan,
+               "n_points": len(d), "final_score": float(d.score.iloc[-1]) if len(d) else np.nan,
                "aoa_log10_tokens": np.nan, "status": "too_few_checkpoints"}
         if len(d) >= cfg.min_points:
             x = log_tokens(d.tokens.to_numpy(dtype=float))
-            fit = fit_sigmoids(x, d.acc.to_numpy(dtype=float)[None, :])
+            fit = fit_sigmoids(x, d.score.to_numpy(dtype=float)[None, :])
             aoa, _best, status = aoa_from_fit(x, fit, row["chance"], cfg.min_gain, cfg.min_rise_rmse)
             row["aoa_log10_tokens"], row["status"] = float(aoa[0]), str(status[0])
         rows.append(row)
@@ -98,7 +114,8 @@ def group_aoa(groups: pd.DataFrame, cfg: Optional[AoAConfig] = None) -> pd.DataF
 
 
 def _plot(seeds: pd.DataFrame, aoa: pd.DataFrame, path: Path) -> Path:
-    """One panel per model x budget: form and use (seed mean, band over seeds), chance dashed, AoA dotted."""
+    """One panel per model x budget: both groups' scores (seed mean, band over seeds), chance (0) dashed, AoA
+    dotted."""
     from probes.syntaxqa.curves import draw_baseline
 
     panels = list(seeds.groupby(["model", "budget"], dropna=False, sort=True))
@@ -111,22 +128,23 @@ def _plot(seeds: pd.DataFrame, aoa: pd.DataFrame, path: Path) -> Path:
             d = d.sort_values("tokens")
             n = int(d.n_seeds.max())
             # a t-band from 2 seeds spans the axis (probes.analysis.bands): drawn from 3 seeds on
-            band = (d.acc_lo.clip(0, 1).to_numpy(), d.acc_hi.clip(0, 1).to_numpy()) if n >= MIN_SEEDS_T else None
-            plot_line(ax, d.tokens.to_numpy(), d.acc_mean.to_numpy(), ref, group, COLORS[group], band=band)
-            draw_baseline(ax, d.tokens.to_numpy(), d.chance_mean.to_numpy(), ref, COLORS[group])
+            band = (d.score_lo.clip(-1, 1).to_numpy(), d.score_hi.clip(-1, 1).to_numpy()) if n >= MIN_SEEDS_T else None
+            plot_line(ax, d.tokens.to_numpy(), d.score_mean.to_numpy(), ref, group.replace("_", " "), COLORS[group],
+                      band=band)
+            draw_baseline(ax, d.tokens.to_numpy(), np.zeros(len(d)), ref, COLORS[group])
             a = aoa[(aoa.model == model) & (aoa.group == group)
                     & (aoa.budget.isna() if pd.isna(budget) else aoa.budget == budget)]
             if len(a) and np.isfinite(a.aoa_log10_tokens.iloc[0]):
                 ax.axvline(10 ** a.aoa_log10_tokens.iloc[0], color=COLORS[group], ls=":", lw=1.4,
                            label=f"AoA {group}")
-        token_axis(ax, ref, ylabel="accuracy", chance=False)
-        ax.set_ylim(-0.02, 1.02)
+        token_axis(ax, ref, ylabel="(acc − chance) / (1 − chance)", chance=False)
+        ax.set_ylim(min(-0.05, float(g.score_mean.min()) - 0.05), 1.02)
         n = int(g.n_seeds.max())
         ax.set_title(f"{model} · {budget_label(budget)} ({n} seed{'s' if n > 1 else ''})", fontsize=9)
         ax.legend(fontsize=7, loc="best")
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
-    fig.suptitle("form (minimal pairs) vs use (generated tasks): dashed = chance of the group, "
+    fig.suptitle("minimal pairs vs generated tasks, chance-corrected: dashed = chance (0), "
                  "dotted = age of acquisition", fontsize=10)
     return save_figure(fig, path)
 
@@ -134,7 +152,7 @@ def _plot(seeds: pd.DataFrame, aoa: pd.DataFrame, path: Path) -> Path:
 def formuse_section(ev: EvalSet, out: Path, metric: str = "acc_mlp", elagent: Optional[pd.DataFrame] = None,
                     syntax_qa: Optional[pd.DataFrame] = None, aoa_cfg: Optional[AoAConfig] = None,
                     ) -> tuple[list[str], list[tuple[str, Path]]]:
-    """Markdown and figures of the form-vs-use view; writes tables/formuse_probes.csv (every probe's curve),
+    """Markdown and figures of the minimal-pairs-vs-generated-tasks view; writes tables/formuse_probes.csv (every probe's curve),
     tables/formuse.csv (group curves, seed means), tables/formuse_aoa.csv (per run) and figures/formuse.png.
 
     ``elagent`` / ``syntax_qa``: the tidy tables of probes.elagent.report / probes.syntaxqa.curves, with run
@@ -144,47 +162,49 @@ def formuse_section(ev: EvalSet, out: Path, metric: str = "acc_mlp", elagent: Op
     info = pd.DataFrame([(r.name, r.model, r.budget) for r in ev.runs], columns=["run", "model", "budget"])
     info["budget"] = info["budget"].astype("Int64")
     groups = group_curves(probes).merge(info, on="run", how="left")
-    seeds = seed_summary(groups, ["model", "budget", "group", "step"], values=("acc", "chance"))
+    seeds = seed_summary(groups, ["model", "budget", "group", "step"], values=("score",))
     aoa = group_aoa(groups, aoa_cfg).merge(info, on="run", how="left")
     aoa_seeds = aoa.groupby(["model", "budget", "group"], dropna=False).agg(
         n_runs=("run", "nunique"), aoa_log10_tokens=("aoa_log10_tokens", "mean"),
-        acquired_runs=("aoa_log10_tokens", "count"), chance=("chance", "mean"),
-        final_acc=("final_acc", "mean")).reset_index()
+        acquired_runs=("aoa_log10_tokens", "count"), final_score=("final_score", "mean")).reset_index()
     write_csv(out / "tables" / "formuse_probes.csv", probes.merge(info, on="run", how="left"))
     write_csv(out / "tables" / "formuse.csv", seeds)
     write_csv(out / "tables" / "formuse_aoa.csv", aoa)
     members = probes.groupby(["group", "probe"]).agg(chance=("chance", "mean"), runs=("run", "nunique")).reset_index()
-    md = ["## Form vs use (FAC²E's knowledge-versus-use view)", "",
-          "FAC²E (Wang et al., §2) dissociates linguistic knowledge from using knowledge to solve a problem. Here "
-          "**form** = the minimal-pair benchmarks (does the model know the grammar) and **use** = the generated "
-          "tasks that need a rule applied to new material (ELAGENT: Language A word order after demonstrations, "
-          "redefined precedence, deduction) and fill-in-the-blank syntax questions where present. Each group's "
-          "curve is the mean of its probes' accuracies (a probe: mean over its paradigms), drawn with the mean of "
-          "their chance levels (dashed) and its age of acquisition (dotted; `probes.analysis.aoa`'s sigmoid rule with the "
-          "group's chance). A use curve that stays at chance while form rises, or an AoA gap, is the "
-          "dissociation. Numbers: `tables/formuse*.csv`.", "",
+    md = ["## Minimal pairs vs generated tasks (chance-corrected)", "",
+          "Which comes first over training: preferring the grammatical sentence of a minimal pair, or solving a "
+          "task generated from new rules after k solved examples? **minimal pairs** = the minimal-pair "
+          "benchmarks; **generated tasks** = ELAGENT (Language A word order after demonstrations, redefined "
+          "precedence, deduction) and fill-in-the-blank syntax questions where present. The probes' chance levels "
+          "differ (0.5, 1/4, 1/7, ...), so each probe's accuracy is put on one scale first, "
+          "(acc − chance) / (1 − chance): 0 at chance, 1 at perfect. A group's curve is the mean of its probes' "
+          "scores (a probe: mean over its paradigms), drawn with chance (0, dashed) and its age of acquisition "
+          "(dotted; `probes.analysis.aoa`'s sigmoid rule). This is not FAC²E's knowledge-vs-use measure, which "
+          "scores recalling and applying knowledge within one item from elicited rationales (small base models "
+          "cannot give them) and counts grammar and numeric/logical/deductive reasoning alike as language. "
+          "Numbers: `tables/formuse*.csv`.", "",
           "Which probes feed which group:", "", "| group | probe | chance | runs |", "|---|---|---|---|"]
     md += [f"| {r.group} | `{r.probe}` | {r.chance:.3f} | {r.runs} |" for r in members.itertuples(index=False)]
     md += [""]
-    if not (probes.group == "use").any() or not (probes.group == "form").any():
-        missing = "use" if not (probes.group == "use").any() else "form"
+    if not (probes.group == TASKS).any() or not (probes.group == PAIRS).any():
+        missing = "generated-task" if not (probes.group == TASKS).any() else "minimal-pair"
         md += [f"_No {missing} probe in these runs (enable `probes.elagent`, add `elagent_word_order` to "
                "`probes.benchmarks`, or a minimal-pair benchmark): only one group is drawn._", ""]
     md += ["Age of acquisition per model × budget (mean over seeds that acquired it; `tables/formuse_aoa.csv` "
            "has each run's fit status):", "",
-           "| model | budget | group | AoA (tokens) | acquired / runs | chance | final acc |", "|---|---|---|---|---|---|---|"]
+           "| model | budget | group | AoA (tokens) | acquired / runs | final score |", "|---|---|---|---|---|---|"]
     for r in aoa_seeds.itertuples(index=False):
         a = "" if pd.isna(r.aoa_log10_tokens) else f"{10 ** r.aoa_log10_tokens:,.0f}"
         md.append(f"| {r.model} | {budget_label(r.budget)} | {r.group} | {a} | {r.acquired_runs} / {r.n_runs} | "
-                  f"{r.chance:.3f} | {r.final_acc:.3f} |")
-    figs = [("Form vs use per model × budget", _plot(seeds, aoa, out / "figures" / "formuse.png"))]
+                  f"{r.final_score:.3f} |")
+    figs = [("Minimal pairs vs generated tasks per model × budget", _plot(seeds, aoa, out / "figures" / "formuse.png"))]
     md += ["", f"![{figs[0][0]}]({figs[0][1].relative_to(out).as_posix()})", ""]
     return md, figs
 
 
 def use_sections(ev: EvalSet, out: Path, metric: str = "acc_mlp", aoa_cfg: Optional[AoAConfig] = None,
                  ) -> tuple[list[str], list[tuple[str, Path]]]:
-    """The report's ELAGENT section (where runs have its files) and the form-vs-use view, in that order."""
+    """The report's ELAGENT section (where runs have its files) and the minimal-pairs-vs-generated-tasks view."""
     from probes.elagent.report import elagent_section, elagent_table
     from probes.syntaxqa.curves import syntax_qa_table
 

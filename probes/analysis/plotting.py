@@ -43,7 +43,15 @@ def human_tokens(v: float) -> str:
     return f"{v:g}"
 
 
-def token_axis(ax, all_tokens: np.ndarray, ylabel: str = "accuracy (MLP)", chance: bool = True) -> None:
+def accuracy_label(metric: str = "acc_mlp") -> str:
+    """The y label of an accuracy curve, with the scoring rule spelt out: a linguist reads "MLP" as a
+    multilayer perceptron, not as the mean log-prob per token that decides each pair."""
+    if metric == "acc_mlp":
+        return "accuracy (MLP: mean log-prob\nper token, good > bad)"
+    return "accuracy (sum-LP: summed\nlog-prob, good > bad)"
+
+
+def token_axis(ax, all_tokens: np.ndarray, ylabel: str = accuracy_label(), chance: bool = True) -> None:
     """Log-token x axis with the step-0 position explained, chance line, labels."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 

@@ -101,7 +101,7 @@ def u_region_table(ushapes: pd.DataFrame, par_curves: pd.DataFrame, phen_curves:
 def plot_regions(curve: pd.DataFrame, title: str, path, ushapes: pd.DataFrame | None = None,
                  metric: str = "acc_mlp"):
     """Accuracy (top) and mean region deltas (bottom) against tokens, U windows shaded."""
-    from probes.analysis.plotting import new_figure, plot_line, token_axis
+    from probes.analysis.plotting import accuracy_label, new_figure, plot_line, token_axis
     from probes.analysis.outputs import save_figure
 
     c = curve.sort_values("step")
@@ -110,7 +110,7 @@ def plot_regions(curve: pd.DataFrame, title: str, path, ushapes: pd.DataFrame | 
     fig.subplots_adjust(left=0.11, right=0.97, bottom=0.09, top=0.92, hspace=0.08)
     top, bottom = axes[0, 0], axes[1, 0]
     plot_line(top, tok, c[metric].to_numpy(), tok, "accuracy", "tab:green")
-    token_axis(top, tok, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})")
+    token_axis(top, tok, ylabel=accuracy_label(metric))
     top.set_ylim(-0.02, 1.02)
     top.set_xlabel("")
     for r in (*REGIONS, "total"):

@@ -29,7 +29,7 @@ from probes.analysis.normsweep import sweep_paradigms, sweep_summary
 from probes.analysis.outputs import FigureJobs, write_csv, write_parquet, write_table, write_text
 from probes.analysis.paper_ushapes import paper_u_table
 from probes.analysis.paperfigs import budget_order, plot_all_phenomena, plot_overall, plot_phenomenon
-from probes.analysis.plotting import safe_name
+from probes.analysis.plotting import accuracy_label, safe_name
 from probes.analysis.regions import RegionConfig, group_region_curves, plot_regions, u_region_table
 from probes.analysis.scaling import (ScalingConfig, budget_label, difficulty_groups, final_accuracy, grid_tables,
                                      plot_grid_overall, plot_grid_phenomena)
@@ -121,7 +121,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         (out / sub).mkdir(exist_ok=True)
     tdir, fdir, adir = out / "tables", out / "figures", out / "appendix"
     metric = f"acc_{cfg.metric}"
-    ylabel = f"accuracy ({'MLP' if cfg.metric == 'mlp' else 'sum-LP'})"
+    ylabel = accuracy_label(metric)
     n_curves, alpha = u_levels_alpha(ev, cfg)
     cfg.ushape = dataclasses.replace(cfg.ushape, alpha=alpha, n_boot=max(cfg.ushape.n_boot, math.ceil(10 / alpha)),
                                      n_null=max(cfg.ushape.n_null, math.ceil(40 / alpha)))

@@ -94,7 +94,9 @@ def markdown(R: dict, out: Path) -> tuple[str, list[Path]]:
             L.append(block)
 
     L += _groups_md(R, cfg) + _aoa_md(R, cfg) + _ushape_md(R, cfg, embed) + _sweep_md(R)
-    L += ["## Runs", "", md_table(runs[["name", "model", "budget", "seed", "experiment", "path"]], 60)]
+    params = runs.model_params.map(lambda v: "" if pd.isna(v) else f"{int(v):,}")  # the count, not the size's name
+    L += ["## Runs", "", md_table(runs.assign(model_params=params)[
+        ["name", "model", "model_params", "tokenizer", "budget", "seed", "experiment", "path"]], 60)]
     notes = R["notes"]
     if notes:
         L += ["## Problems in the input (the data that is there was used)", ""]

@@ -138,6 +138,12 @@ def largest_budget(final: pd.DataFrame) -> pd.DataFrame:
     return final[b == b.groupby(final["benchmark"]).transform("max")]
 
 
+def _model_labels(df: pd.DataFrame, models: list[str]) -> list[str]:
+    """Each size name with the parameter count it stands for in these runs ("pythia-14m (14.0M)")."""
+    p = df.drop_duplicates("model").set_index("model")["model_params"]
+    return [f"{m} ({p[m] / 1e6:.3g}M)" if pd.notna(p.get(m)) else m for m in models]
+
+
 def _model_order(df: pd.DataFrame) -> list[str]:
     m = df[["model", "model_params"]].drop_duplicates("model")
     m = m.assign(_p=m.model_params.fillna(np.inf)).sort_values(["_p", "model"])
@@ -175,7 +181,7 @@ def plot_grid_overall(overall: pd.DataFrame, benchmark: str, metric: str, out_di
     for _, r in o.iterrows():
         data[models.index(r.model), budgets.index(r.budget)] = r[metric]
     fig, axes = new_figure(2.2 + 1.1 * len(budgets), 1.6 + 0.45 * len(models))
-    im = heatmap(axes[0, 0], data, models, [budget_label(b) for b in budgets],
+    im = heatmap(axes[0, 0], data, _model_labels(o, models), [budget_label(b) for b in budgets],
                  f"{benchmark}: final accuracy (%)", "corpus budget (tokens)", "model")
     fig.colorbar(im, ax=axes[0, 0], label="accuracy")
     return save_figure(fig, f"{out_dir}/scaling_{benchmark}_overall.png")

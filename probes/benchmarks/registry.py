@@ -44,6 +44,7 @@ import pandas as pd
 
 from probes.benchmarks import grammar
 from probes.evals.config import BenchmarkConfig
+from train.corpus import GrammarConfig
 from probes.benchmarks.formats import READERS, BenchmarkFormatError, FieldMap, data_files, sniff_format
 from probes.benchmarks.pairs import Pair
 

@@ -14,7 +14,8 @@ base model can be asked by likelihood are generated here, seeded, from the paper
                    translation that follows Language A vs the same words in English order, after k
                    demonstrations. A registry benchmark (``elagent_word_order``) scored like every minimal pair.
 
-``items`` holds the multiple-choice record and the few-shot layout; ``score`` scores items by the likelihood of
-each option's text (``probes.scoring.primitive``'s one primitive), summarises and writes
+``items`` holds the multiple-choice record and the few-shot layout (options listed with letters, answered by the
+letter); ``score`` scores items by the likelihood of each option's letter (``probes.scoring.primitive``'s one
+primitive; length-neutral, so the 1 / options baseline is what no knowledge scores), summarises and writes
 ``<run>/evals/step<N>/elagent.parquet``; ``hook`` runs that at every checkpoint; ``report`` draws the curves.
 """

@@ -7,14 +7,18 @@ the kind it fears); the options are the four animals, as the paper's multiple-ch
 Paradigms: ``babi_base`` (bAbI's animals and first names), ``babi_random`` (names and animals replaced by
 random strings of four to six letters, the paper's "Ran"), ``babi_extended`` (one step more, the paper's
 "Ext": the options are the persons, so the answer is the person who is of the feared kind). The paper's
-negation and quantifier variants turn the answer into "not enough information is provided"; a likelihood
-comparison of that phrase against one-word entities would measure length, not deduction, so they are not
-generated.
+negation and quantifier variants turn the answer into "not enough information is provided"; they are not
+generated (they were left out when options were scored by their text, where that long phrase against one-word
+entities measured length; answered by letter they could be added).
+
+Every item is answered with the letter of its option (``items.py`` says why: the option texts differ in length).
 
 Task 6 (C.6): the template "Suppose (1) X1 p X2, (2) X2 p X3, and (3) X4 p X1, what does X1 p", with the
 predicate p of one of the four types of Table 4 (transitive or not x symmetric or not); the seven fixed options
 "Only X2" ... "X2, X3, and X4". The right one is what the statements entail under the predicate's properties:
-{X2} (neither), {X2, X3} (transitive), {X2, X4} (symmetric), {X2, X3, X4} (both). Paradigms
+{X2} (neither), {X2, X3} (transitive), {X2, X4} (symmetric), {X2, X3, X4} (both); the options are listed in
+a random order per item (the paper keeps one order; answered by letter, a fixed order would put the right
+letter in the same place throughout a type). Paradigms
 ``predicates_<type>_ranpred`` (the predicate is a random string defined in the prompt: "'X Bbtul Y' means 'X
 runs faster than Y'", entities X1-X4, Table 12's "Ran Pred") and ``predicates_<type>_ranent`` (an English
 predicate between random-string entities, "Ran Ent"). The statements are shuffled as in Table 5's example, and
@@ -134,6 +138,10 @@ def draw_predicate(rng: random.Random, paradigm: str) -> Solved:
     gold = entailed(facts, asked, transitive, symmetric)
     others = sorted(n for n in names if n != asked)
     opts = option_texts(others)
+    # The paper lists the seven options in one fixed order for all four types, so the right one is always at
+    # the same letter within a type ((g) for transitive-and-symmetric); answered by letter, a model that
+    # prefers a letter would score 0 or 1. Shuffled per item, the right letter is uniform (items.py).
+    rng.shuffle(opts)
     answer = [s for _, s in opts].index(frozenset(gold))
     if variant == "ranpred":
         p = random_name(rng, 4, 6)

@@ -21,6 +21,10 @@ class ElagentHook:
         check_lengths(tokenizer, self.items, max_positions)  # a too-long prompt fails now, not at step 0
         self.pair_set = pair_set(self.items, item_key)
 
+    def describe(self) -> str:
+        """What each checkpoint is probed on, for the trainer's start-up summary."""
+        return f"ELAGENT tasks ({len(self.items):,} items)"
+
     def post_checkpoint_saved(self, ckpt_dir: Path, step: int, tokens: int, model) -> dict[str, float]:
         import torch.distributed as torch_dist
 

@@ -1,7 +1,14 @@
 """The multiple-choice item every ELAGENT generator produces, and the k-shot layout they share.
 
-An item is one prompt and several option texts; exactly one option is right. Scoring compares the
-log-probability of each option's text as the continuation of the same prompt (probes.elagent.score).
+An item is one prompt and several option texts; exactly one option is right. Every question lists its options
+with letters, ``(a) cat (b) mouse ...`` (the paper's multiple-choice layout), and is answered with the letter:
+solved examples end ``Answer: (b)``, and scoring compares the log-probability of each *letter* as the
+continuation of the same prompt (probes.elagent.score). Why letters and not the option texts: the texts differ
+in length and the log-probability of a text falls with its token count, so an untrained model picks the
+shortest text (ELAGENT Task 6's right option is the longest of the seven in every transitive-and-symmetric
+item). The letters are the same for every item of a paradigm, and the generators put the right option at a
+uniformly random letter, so a model that does not use the item's content -- length, position or any fixed
+preference -- is right with probability 1 / options: the baseline the summaries draw.
 """
 from __future__ import annotations
 
@@ -23,6 +30,11 @@ class MCItem:
     options: tuple[str, ...]  # option texts, scored after the prompt
     answer: int  # index of the right option
 
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """What is scored after the prompt: the options' letters, ``(a)`` ..."""
+        return tuple(letters(len(self.options)))
+
     def __post_init__(self) -> None:
         if not 0 <= self.answer < len(self.options) or len(self.options) < 2:
             raise ValueError(f"item {self.item_id}: answer {self.answer} of {len(self.options)} options")
@@ -34,13 +46,14 @@ class MCItem:
 class Solved:
     """One generated question with its options and answer, before the k-shot prompt is assembled."""
 
-    question: str  # ends with the options listed (when the task lists them), not with ANSWER
+    question: str  # ends with the options listed (``listed(options)``), not with ANSWER
     options: tuple[str, ...]
     answer: int
 
     @property
     def gold(self) -> str:
-        return self.options[self.answer]
+        """The answer as a solved example writes it: the right option's letter."""
+        return letters(len(self.options))[self.answer]
 
 
 def few_shot(examples: list[Solved], test: Solved, header: str = "") -> str:

@@ -8,11 +8,13 @@ The paper's rules, followed here:
   the expression to other slots (Fig. 1b-c); operators in one slot are evaluated left to right;
 * an expression is kept only if its value under the new precedence differs from the standard value (C.1);
 * the prompt states the new priorities of the expression's operators ("'+' > '*' = '-'") once, then the
-  k solved examples under the same priorities ("What is the value of ...? Answer: [v]", Table 26's
-  1-shot layout), then the test question; values are given in brackets as in the paper.
-Scored by likelihood, the options are the value under the new rule (right) and under the usual rule; with
+  k solved examples under the same priorities, then the test question (Table 26's 1-shot layout); values are
+  given in brackets as in the paper.
+Asked as multiple choice: every question, examples included, lists the value under the new rule (right) and
+under the usual rule, in a random order, "(a) [52] (b) [1]", and is answered by the letter ("Answer: (a)";
+items.py says why not by the value: the two value strings differ in length in ~30 % of items); with
 ``options > 2`` the further distractors are values under other precedences (as Task 2 picks wrong choices
-whose values differ, C.2). Division is left out by default (``operators``): the paper's decimal answers
+whose values differ, C.2). The paper's Task 1 asks for the value itself, generated. Division is left out by default (``operators``): the paper's decimal answers
 (``[63.67567567567567]``) would make the comparison one of 16-digit strings; ``"+-*/"`` restores it.
 """
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import random
 from fractions import Fraction
 
-from probes.elagent.items import MCItem, Solved, few_shot
+from probes.elagent.items import MCItem, Solved, few_shot, listed
 
 STANDARD = {"*": 2, "/": 2, "+": 4, "-": 4}  # Fig. 1(a): slots 1-5, smaller = evaluated first
 SLOTS = (1, 2, 3, 4, 5)
@@ -82,48 +84,59 @@ def _moved(rng: random.Random, ops: list[str], moves: int) -> dict[str, int]:
     return slots
 
 
+def _values(rng: random.Random, operands: list[int], ops: list[str], slots: dict[str, int],
+            n_options: int) -> list[Fraction] | None:
+    """[value under ``slots``, value under the usual rule, further values under other precedences] -- all
+    distinct, ``n_options`` of them -- or None when the expression does not allow it (C.1 keeps an expression
+    only if the new precedence changes its value)."""
+    try:
+        values = [evaluate(operands, ops, slots), evaluate(operands, ops, STANDARD)]
+    except ZeroDivisionError:
+        return None
+    if values[0] == values[1]:
+        return None
+    for _ in range(50):  # further distractors: the values under other precedences (as Task 2's wrong choices)
+        if len(values) >= n_options:
+            break
+        try:
+            v = evaluate(operands, ops, _moved(rng, ops, rng.randint(1, len(set(ops)))))
+        except ZeroDivisionError:
+            continue
+        if v not in values:
+            values.append(v)
+    return values if len(values) >= n_options else None
+
+
+def _question(rng: random.Random, text: str, values: list[Fraction]) -> Solved:
+    """The question with its values listed in a random order (the right one, values[0], at a uniform letter)."""
+    order = list(range(len(values)))
+    rng.shuffle(order)
+    options = tuple(value_text(values[k]) for k in order)
+    return Solved(f"{text}\n{listed(options)}", options, order.index(0))
+
+
 def draw_item(rng: random.Random, *, moves: int, n_ops: int, digits: int, operators: str, shots: int,
               n_options: int, item_id: str, paradigm: str) -> MCItem:
-    """One item: a new precedence, a test expression whose value it changes, ``shots`` solved examples."""
+    """One item: a new precedence, a test expression whose value it changes, ``shots`` solved examples (each
+    with its own options, answered by the letter of its value under the new rule)."""
     while True:
         ops = rng.sample(list(operators), n_ops)
         operands = _operands(rng, n_ops + 1, digits)
         slots = _moved(rng, ops, moves)
-        try:
-            new, std = evaluate(operands, ops, slots), evaluate(operands, ops, STANDARD)
-        except ZeroDivisionError:
-            continue
-        if new == std:  # C.1: kept only when the value depends on the precedence
-            continue
-        values = [new, std]
-        for _ in range(50):  # further distractors: the values under other precedences
-            if len(values) >= n_options:
-                break
-            try:
-                v = evaluate(operands, ops, _moved(rng, ops, rng.randint(1, len(set(ops)))))
-            except ZeroDivisionError:
-                continue
-            if v not in values:
-                values.append(v)
-        if len(values) < n_options:
-            continue
-        examples = []
-        while len(examples) < shots:
-            ex_ops = rng.sample(ops, len(ops))  # the same operators, so the stated rule covers them
-            ex_operands = _operands(rng, n_ops + 1, digits)
-            try:
-                v = evaluate(ex_operands, ex_ops, slots)
-            except ZeroDivisionError:
-                continue
-            text = f"What is the value of {expression_text(ex_operands, ex_ops)}?"
-            examples.append(Solved(text, (value_text(v),), 0))
-        order = list(range(len(values)))
-        rng.shuffle(order)
-        options = tuple(value_text(values[k]) for k in order)
-        test = Solved(f"Based on the new priorities, what is the value of {expression_text(operands, ops)}?",
-                      options, order.index(0))
-        header = f"We redefine the priorities of elementary arithmetic operators as follows: {rule_text(ops, slots)}"
-        return MCItem("precedence", paradigm, item_id, few_shot(examples, test, header), options, order.index(0))
+        values = _values(rng, operands, ops, slots, n_options)
+        if values is not None:
+            break
+    examples = []
+    while len(examples) < shots:
+        ex_ops = rng.sample(ops, len(ops))  # the same operators, so the stated rule covers them
+        ex_operands = _operands(rng, n_ops + 1, digits)
+        ex_values = _values(rng, ex_operands, ex_ops, slots, n_options)
+        if ex_values is not None:
+            examples.append(_question(rng, f"What is the value of {expression_text(ex_operands, ex_ops)}?", ex_values))
+    test = _question(rng, f"Based on the new priorities, what is the value of {expression_text(operands, ops)}?",
+                     values)
+    header = f"We redefine the priorities of elementary arithmetic operators as follows: {rule_text(ops, slots)}"
+    return MCItem("precedence", paradigm, item_id, few_shot(examples, test, header), test.options, test.answer)
 
 
 def precedence_items(n: int, shots: int, seed: int, *, n_ops: int = 3, digits: int = 1, operators: str = "+-*",

@@ -80,7 +80,7 @@ def write_elagent_curves(table: pd.DataFrame, out: Path) -> list[Path]:
         ref = df["tokens"].to_numpy()
         fig, axes = new_figure(8.5, 4.6)
         n = draw_tasks(axes[0, 0], df, ref)
-        token_axis(axes[0, 0], ref, ylabel="accuracy (sum log-prob of the option)", chance=False)
+        token_axis(axes[0, 0], ref, ylabel="accuracy (log-prob of the answer letter)", chance=False)
         axes[0, 0].set_ylim(-0.02, 1.02)
         axes[0, 0].set_title(f"ELAGENT tasks · run {run} (dashed: random guess, 1/options)", fontsize=10)
         finish_legend(axes[0, 0], n)
@@ -137,7 +137,7 @@ def elagent_section(runs: list[Run], out: Path) -> tuple[list[str], list[tuple[s
         ax.set_visible(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right center", fontsize=7, frameon=False)
-    fig.suptitle("ELAGENT tasks: accuracy by option likelihood (dashed: random guess; band: 95 % t over seeds where 3+)",
+    fig.suptitle("ELAGENT tasks: accuracy by answer-letter likelihood (dashed: random guess; band: 95 % t over seeds where 3+)",
                  fontsize=10)
     figs = [("ELAGENT tasks: accuracy per model × budget", save_figure(fig, out / "figures" / "elagent_tasks.png"))]
 
@@ -147,9 +147,12 @@ def elagent_section(runs: list[Run], out: Path) -> tuple[list[str], list[tuple[s
           "new rule vs the usual rule), bAbI basic deduction with bAbI's or random names (Task 5; options: the "
           "four animals, or the four persons one step further) and deduction with (non-)transitive / "
           "(non-)symmetric predicates (Task 6; the paper's seven options). Each item follows k solved examples "
-          "of its paradigm; an option is scored by the log-probability of its text after the prompt, and the "
-          "item is right when the right option scores strictly highest (`acc`; `acc_mean`: per-token mean "
-          "instead). Dashed: the random baseline, 1 / number of options. Language A word order (Tasks 3-4) is "
+          "of its paradigm; every question lists its options as (a), (b), ... in a random order and is answered "
+          "by the letter: a letter is scored by its log-probability after the prompt, and the item is right when "
+          "the right letter scores strictly highest (`acc`; `acc_mean`: per-token mean instead). Scoring the "
+          "letter, not the option's text, keeps length out of the score: a model without the knowledge is right "
+          "1 / number of options of the time, the dashed baseline (an untrained model scores it). These are "
+          "likelihood choices, not comparable to the paper's accuracies of generated answers. Language A word order (Tasks 3-4) is "
           "the minimal-pair benchmark `elagent_word_order` in the sections above. Every number: "
           "`tables/elagent.csv`.", "",
           "Last checkpoint of each run (`tables/elagent_final.csv`):", "",

@@ -1,12 +1,18 @@
 """Score ELAGENT multiple-choice items by likelihood; summarise; write ``evals/step<N>/elagent.parquet``.
 
-An item's options are scored as continuations of the same prompt with the one scoring primitive
-(``probes.scoring.primitive.token_logprobs``): the prompt and each prompt + " " + option are tokenised whole (as the
-model would read them), the context is the token prefix all of them share, and an option's score is the
-named reduction (``probes.scoring.primitive.REDUCTIONS``) of its remaining tokens' log-probs: ``sum`` (the option's
-log-probability; the accuracy the curves show) and ``mean`` (per token, the length-normalised variant).
-Right = the right option scores strictly higher than every other one (a tie is wrong, as for minimal pairs).
-The random baseline of an item is 1 / number of options.
+Every question lists its options with letters and is answered by the letter (probes.elagent.items): an item's
+letters ``(a)``, ``(b)`` ... are scored as continuations of the same prompt with the one scoring primitive
+(``probes.scoring.primitive.token_logprobs``): the prompt and each prompt + " " + letter are tokenised whole (as
+the model would read them), the context is the token prefix all of them share, and a letter's score is the
+named reduction (``probes.scoring.primitive.REDUCTIONS``) of its remaining tokens' log-probs: ``sum`` (the
+accuracy the curves show) and ``mean`` (per token). Right = the right letter scores strictly higher than every
+other one (a tie is wrong, as for minimal pairs).
+
+The rule is length-neutral: what is scored is a letter, not the option's text, and the right option sits at a
+uniformly random letter, so a model without the knowledge -- one whose scores ignore the item's content, or
+follow its lengths -- is right with probability 1 / options. That is the baseline drawn (``acc_random``); at
+step 0 an untrained model scores it (tests/test_elagent_chance.py). Scoring the texts, an untrained model's
+accuracy ran from 0.00 to 0.46 against these baselines (it picks the shortest text).
 """
 from __future__ import annotations
 
@@ -44,14 +50,14 @@ def _lcp(a: list[int], b: list[int]) -> int:
 
 
 def option_sequences(tokenizer, item: MCItem) -> tuple[list[int], list[list[int]]]:
-    """(context ids with the start token, the ids of each option after it): context + tail_k is exactly the
-    tokenisation of prompt + " " + option_k, and every option continues the same context."""
-    texts = [item.prompt] + [f"{item.prompt} {o}" for o in item.options]
+    """(context ids with the start token, the ids of each option's letter after it): context + tail_k is
+    exactly the tokenisation of prompt + " " + letter_k, and every letter continues the same context."""
+    texts = [item.prompt] + [f"{item.prompt} {o}" for o in item.labels]
     enc = [list(map(int, e)) for e in tokenizer(texts, **ENCODE)["input_ids"]]
     n = min([len(enc[0])] + [_lcp(enc[0], e) for e in enc[1:]])
     tails = [e[n:] for e in enc[1:]]
     if any(not t for t in tails) or len({tuple(t) for t in tails}) != len(tails):
-        raise ValueError(f"elagent item {item.item_id}: the tokenizer cannot tell its options {item.options} apart")
+        raise ValueError(f"elagent item {item.item_id}: the tokenizer cannot tell its answer letters {item.labels} apart")
     return [start_id(tokenizer)] + enc[0][:n], tails
 
 
@@ -69,8 +75,8 @@ def check_lengths(tokenizer, items: list[MCItem], max_positions: int | None) -> 
 
 
 def score_items(model, tokenizer, items: list[MCItem], *, batch_size: int = 32, device=None) -> pd.DataFrame:
-    """One row per item: options, answer, per-option lp (sum) and ntok, predictions and correctness under
-    the ``sum`` and ``mean`` reductions, the random baseline."""
+    """One row per item: options, their letters, answer, per-letter lp (sum) and ntok, predictions and
+    correctness under the ``sum`` and ``mean`` reductions, the random baseline (1 / options)."""
     seqs, where = [], []
     for k, it in enumerate(items):
         ctx, tails = option_sequences(tokenizer, it)
@@ -80,11 +86,11 @@ def score_items(model, tokenizer, items: list[MCItem], *, batch_size: int = 32, 
     lps = token_logprobs(model, seqs, batch_size=batch_size, device=device)
     per_item: list[list[np.ndarray]] = [[] for _ in items]
     for (k, _j, n), lp in zip(where, lps):
-        per_item[k].append(lp[-n:])  # the option's own tokens: the last n positions
+        per_item[k].append(lp[-n:])  # the letter's own tokens: the last n positions
     rows = []
     for it, opt_lps in zip(items, per_item):
         row = {"task": it.task, "paradigm": it.paradigm, "item_id": it.item_id, "prompt": it.prompt,
-               "options": list(it.options), "answer": it.answer, "n_options": len(it.options),
+               "options": list(it.options), "labels": list(it.labels), "answer": it.answer, "n_options": len(it.options),
                "lp": [REDUCTIONS["sum"](x) for x in opt_lps], "ntok": [len(x) for x in opt_lps],
                "rand_acc": 1.0 / len(it.options)}
         for name in ("sum", "mean"):
@@ -121,7 +127,7 @@ def evaluate_items(model, tokenizer, items: list[MCItem], cfg: ElagentConfig, *,
     from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint
 
     def describe(df: pd.DataFrame) -> dict:
-        return {"kind": "elagent_items", "config": asdict(cfg), "reduction": "sum",
+        return {"kind": "elagent_items", "config": asdict(cfg), "reduction": "sum", "scored": "letter",
                 "summary": {k: (None if math.isnan(v) else v) for k, v in summarize(df).items()}}
 
     return evaluate_checkpoint(

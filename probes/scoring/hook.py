@@ -235,6 +235,13 @@ class ProbeHook:
                 metrics.update(summary_metrics(ev.df, name))
         return metrics
 
+    def describe(self) -> str:
+        """What each checkpoint is probed on, for the trainer's start-up summary."""
+        parts = [f"{name} ({len(pairs):,} pairs)" for name, pairs in self.benchmarks.items()]
+        if self.cfg.final_all_pairs and self.benchmarks:
+            parts.append("all pairs at the last checkpoint (probes.final_all_pairs)")
+        return ", ".join(parts) or "nothing (no benchmark)"
+
     def _score(self, model, tokenizer, pairs: list[Pair], opts: ScoreOptions) -> Optional[pd.DataFrame]:
         """The pairs scored across ranks; with ``unigram`` also ulp_good / ulp_bad (SLOR, MORCELA)."""
         df = _score_sharded(model, tokenizer, pairs, opts)

@@ -55,6 +55,11 @@ def from_counts(counts: np.ndarray, vocab_size: int) -> np.ndarray:
 
 def from_token_store(store_dir: Union[str, Path], vocab_size: int) -> np.ndarray:
     """Log unigram probabilities from a token store's tokens.bin (counted in chunks: no full copy)."""
+    return from_counts(token_counts(store_dir, vocab_size), vocab_size)
+
+
+def token_counts(store_dir: Union[str, Path], vocab_size: int) -> np.ndarray:
+    """How often each id occurs in a token store's tokens.bin (counted in chunks: no full copy)."""
     store_dir = Path(store_dir)
     meta = json.loads((store_dir / "meta.json").read_text())
     tokens = np.memmap(store_dir / "tokens.bin", dtype=np.dtype(meta["dtype"]), mode="r")
@@ -62,7 +67,7 @@ def from_token_store(store_dir: Union[str, Path], vocab_size: int) -> np.ndarray
     for a in range(0, len(tokens), 1 << 24):
         chunk = np.asarray(tokens[a:a + (1 << 24)], dtype=np.int64)
         counts += np.bincount(chunk, minlength=len(counts))[: len(counts)]
-    return from_counts(counts, vocab_size)
+    return counts
 
 
 def from_json(path: Union[str, Path], vocab_size: int) -> np.ndarray:

@@ -32,6 +32,10 @@ class SyntaxQAHook:
             raise ValueError(f"probes.syntax_qa: no items from sources {cfg.sources}")
         self.pair_set = pair_set(self.items, item_key)
 
+    def describe(self) -> str:
+        """What each checkpoint is probed on, for the trainer's start-up summary."""
+        return f"syntax questions, {self.benchmark} ({len(self.items):,} items)"
+
     def post_checkpoint_saved(self, ckpt_dir: Path, step: int, tokens: int, model) -> dict[str, float]:
         import torch.distributed as torch_dist
 

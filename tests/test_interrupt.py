@@ -1,0 +1,93 @@
+"""A signal during set-up (corpus, dataset loading, tokenizer training) stops the run within seconds with
+one line and leaves no temporary file or worker behind (issue 29 item 3, issue 25 item 11's SIGINT).
+
+The stalls are planted with SYNTAX_DYNAMICS_FAULT=<point>:stall (train/faults.py): the stalled code
+blocks SIGINT/SIGTERM and sleeps, as sentencepiece's C++ trainer or a stuck datasets worker does."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _corpus(tmp_path: Path) -> Path:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (corpus / name).write_text("".join(f"the dog {i} runs . the cat sees the dog .\n\n" for i in range(40)))
+    return corpus
+
+
+def _start(tmp_path: Path, fault: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="offline", SYNTAX_DYNAMICS_FAULT=fault)
+    args = [sys.executable, "-m", "train", "experiment=demo", "data=files", f"data.paths={_corpus(tmp_path)}",
+            "tokenizer.vocab_size=100", "logger=none", f"hydra.run.dir={tmp_path / 'run'}",
+            f"data.cache_dir={tmp_path / 'cache'}"]
+    return subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _stalled_pid(proc: subprocess.Popen) -> tuple[int, list[str]]:
+    lines = []
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith("fault: stalled at"):
+            return int(line.rsplit("pid ", 1)[1].rstrip(")\n")), lines
+    proc.kill()
+    pytest.fail("the planted stall was never reached:\n" + "".join(lines) + proc.stdout.read())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.parametrize("point,stage,sig,code", [
+    ("tokenizer_training", "preparing the tokenizer", signal.SIGTERM, 75),
+    ("load_dataset", "reading the corpus", signal.SIGTERM, 75),
+    ("load_dataset", "reading the corpus", signal.SIGINT, 130),
+])
+def test_a_signal_in_setup_stops_within_seconds_with_one_line(tmp_path, point, stage, sig, code):
+    proc = _start(tmp_path, f"{point}:stall")
+    stalled, _ = _stalled_pid(proc)
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    try:
+        _, rest = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        os.kill(stalled, signal.SIGKILL)
+        pytest.fail(f"{sig.name} during {point}: still running 10 s later")
+    took = time.monotonic() - sent
+    lines = [line for line in rest.splitlines() if line.strip()]
+    assert proc.returncode == code and took < 10
+    assert len(lines) == 1 and lines[0].startswith(f"interrupted by {sig.name} while {stage}: stopped before "
+                                                   f"training"), rest
+    assert not _alive(stalled)  # the stuck worker was stopped, not left behind
+    cache = tmp_path / "cache"
+    assert not [p for p in cache.rglob("*") if ".tmp-" in p.name]  # no half-built tokenizer or store
+    assert not (cache / "tokenizers").exists() or not any((cache / "tokenizers").iterdir())
+
+
+def test_a_stuck_load_times_out_naming_the_file_it_reads(tmp_path, monkeypatch):
+    from train.corpus import DataConfig, load_documents
+
+    corpus = _corpus(tmp_path)
+    monkeypatch.setenv("SYNTAX_DYNAMICS_FAULT", "load_dataset:stall")
+    cfg = DataConfig(source="files", paths=[str(corpus)], cache_dir=str(tmp_path / "cache"), load_timeout_s=2)
+    with pytest.raises(TimeoutError) as err:
+        load_documents(cfg)
+    message = str(err.value)
+    # the file the stuck worker holds open, not every path of the corpus
+    assert message.endswith(f"It was reading {corpus / 'a.txt'}.") and str(corpus / "b.txt") not in message

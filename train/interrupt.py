@@ -1,0 +1,134 @@
+"""Stopping promptly during set-up: corpus checks, dataset loading, tokenizer training, token store.
+
+Once steps run, a signal is recorded and honoured after the step (train/preempt.py: a resume checkpoint,
+exit 75). Before the first step there is nothing to save, so waiting only delays: a SIGTERM used to be
+held through tokenizer training and the first step (~40 s; a run under `timeout 120` hung 41 minutes on a
+dataset worker that ignored SIGTERM). In set-up the handler instead stops the process's own worker
+processes with SIGKILL (a pool's teardown would otherwise wait on a stuck one) and raises Interrupted at
+once; every cache is built under a temporary name and removed by a `finally` (train/tokenizer.py,
+train/token_store.py), so nothing half-written stays. Interrupted derives from BaseException so that no
+`except Exception` in a library swallows it; the entry point prints it as one line.
+
+Work that runs in C without returning to Python (sentencepiece's trainer) would keep the handler from
+running at all, so it runs in a forked child the parent waits on in Python (run_in_child).
+"""
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Callable, Iterable
+
+# SIGINT: the shell's convention, 128 + 2; the preemption signals keep the requeue status (nothing lost,
+# the same command starts the run again).
+INTERRUPT_EXIT = 130
+# EX_TEMPFAIL (sysexits.h): "temporary failure, the user is invited to retry" -- the sbatch template
+# requeues the task on exactly this status (train/preempt.py).
+REQUEUE_EXIT = 75
+
+
+class Interrupted(BaseException):
+    def __init__(self, signum: int, stage: str, during_training: bool = False):
+        super().__init__(signum, stage)
+        self.signum, self.stage, self.during_training = signum, stage, during_training
+        self.code = INTERRUPT_EXIT if signum == signal.SIGINT else REQUEUE_EXIT
+
+    def __str__(self) -> str:
+        name = signal.Signals(self.signum).name
+        if self.during_training:  # a second Ctrl-C: no resume checkpoint of this step
+            return (f"interrupted by a second {name} during a step: stopped without saving it; rerun the same "
+                    f"command to resume from the last checkpoint (exit status {self.code})")
+        return (f"interrupted by {name} while {self.stage}: stopped before training, nothing half-written "
+                f"was kept; rerun the same command to start again (exit status {self.code})")
+
+
+def children(pid: int | None = None) -> list[int]:
+    """Direct child processes of `pid` (default: this process), from /proc."""
+    pid = os.getpid() if pid is None else pid
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")"
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def kill_children() -> None:
+    """SIGKILL this process's children and theirs (dataset workers, a tokenizer trainer): a worker that
+    ignores SIGTERM cannot make the parent wait."""
+    for child in children():
+        for grandchild in children(child):
+            _kill(grandchild)
+        _kill(child)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def open_files(among: Iterable[Path]) -> list[Path]:
+    """Which of `among` this process or its children have open now (/proc/<pid>/fd): the file a stuck
+    load is reading, named instead of every path of the corpus."""
+    wanted = {str(Path(p).resolve()): Path(p) for p in among}
+    hits = []
+    for pid in [os.getpid(), *children()]:
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target in wanted and wanted[target] not in hits:
+                hits.append(wanted[target])
+    return hits
+
+
+def run_in_child(fn: Callable, *args) -> None:
+    """fn(*args) in a forked child, waited on in Python so that a signal's handler runs in the parent at
+    once (Interrupted, after kill_children). An exception in the child comes back as RuntimeError with
+    its message; the child's exit without one (killed, out of memory) as RuntimeError naming the status."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")  # the child needs the parent's imports, not a fresh interpreter
+    reader, writer = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(writer, fn, args), daemon=True)
+    proc.start()
+    writer.close()
+    try:
+        while proc.is_alive() and not reader.poll(0.2):
+            pass
+        message = reader.recv() if reader.poll() else None
+        proc.join()
+    finally:
+        if proc.is_alive():
+            _kill(proc.pid)
+            proc.join()
+        reader.close()
+    if message:
+        raise RuntimeError(message)
+    if proc.exitcode != 0:
+        raise RuntimeError(f"the child process ended with status {proc.exitcode}")
+
+
+def _child(writer, fn: Callable, args) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_DFL)  # the parent's handlers do not belong here
+    try:
+        fn(*args)
+        writer.send("")
+    except BaseException as e:  # noqa: BLE001 - everything goes back to the parent as text
+        writer.send(f"{e}" or type(e).__name__)
+    finally:
+        writer.close()

@@ -1,0 +1,127 @@
+"""What a run is about to do, printed before its first step, and the recipes too short to mean anything.
+
+A budget of 5,000 tokens with the default 1,024-sequence batch trains 0 steps, 1M tokens train 7, and
+their curves look like results. So every run prints where it writes, the model and its parameter count,
+the tokenizer, steps x tokens per step, warm-up updates, checkpoints and what is probed at each; and a
+recipe that cannot mean much is named in warnings that say which keys to change:
+* fewer than MIN_STEPS optimizer steps (data.budget_tokens / optim.global_batch / data.seq_len);
+* warm-up of fewer than MIN_WARMUP updates (optim.warmup_ratio / optim.warmup_steps): Pythia's 1 % of
+  143,000 steps is 1,430 updates; 1 % of 476 is 5, and the peak lr then lands almost at once;
+* fewer checkpoints than the schedule promises (schedule.n_log log-spaced points collapse onto the
+  same steps when the run has few steps: a fifth of them lost; Pythia's 1, 2, 4 ... 512 need 512 steps).
+The warnings are computed from the config alone where the budget is set (before the corpus is read, so
+they come first) and again from the real step count once the data is ready.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Optional
+
+from train.optim import warmup_steps
+from train.schedule import checkpoint_steps
+
+MIN_STEPS = 100
+MIN_WARMUP = 20
+PYTHIA_LOG_STEPS = 512  # the last power of two of Pythia's schedule (train/schedule.py)
+
+
+def promised_checkpoints(schedule, total_steps: int, tokens_per_step: int) -> Optional[int]:
+    """How many checkpoints the schedule's own keys ask for (step 0 and the last step included), or None
+    where it promises no count (Pythia's, which is cut short only by a run under 512 steps). Custom
+    points beyond the run's end are not promised (train/schedule.py warns about those)."""
+    if schedule.kind == "log":
+        return schedule.n_log + 1  # n_log log-spaced points from step 1, plus step 0
+    if schedule.kind == "custom":
+        end = total_steps * tokens_per_step if schedule.unit == "tokens" else total_steps
+        return len({p for p in schedule.points if p <= end} | {0, end})
+    return None
+
+
+def recipe_warnings(cfg, total_steps: int, seq_len: int) -> list[str]:
+    """One line per reason the run is too short to mean anything, each naming the keys that set it."""
+    warnings = []
+    tokens_per_step = cfg.optim.global_batch * seq_len
+    budget = cfg.data.budget_tokens
+    if total_steps < MIN_STEPS:
+        where = (f"data.budget_tokens={budget:,}" if budget is not None else "the whole corpus (data.budget_tokens=null)")
+        warnings.append(
+            f"only {total_steps} optimizer step{'s' if total_steps != 1 else ''}: {where} / (optim.global_batch="
+            f"{cfg.optim.global_batch} sequences x data.seq_len={seq_len} tokens = {tokens_per_step:,} tokens per "
+            f"step); curves from fewer than {MIN_STEPS} steps are a toy. Raise data.budget_tokens or lower "
+            f"optim.global_batch (e.g. experiment=demo_text's 16 x 256)")
+    warm = warmup_steps(cfg.optim, total_steps)
+    if 0 < warm < MIN_WARMUP or (warm == 0 and cfg.optim.warmup_steps is None and cfg.optim.warmup_ratio > 0):
+        key = (f"optim.warmup_steps={cfg.optim.warmup_steps}" if cfg.optim.warmup_steps is not None
+               else f"optim.warmup_ratio={cfg.optim.warmup_ratio} of {total_steps} steps")
+        warnings.append(f"warm-up of {warm} update{'s' if warm != 1 else ''} ({key}): fewer than {MIN_WARMUP}, "
+                        f"so the peak lr is reached almost at once; raise optim.warmup_ratio or set "
+                        f"optim.warmup_steps, or train more steps")
+    have = len(checkpoint_steps(cfg.schedule, total_steps, tokens_per_step))
+    promised = promised_checkpoints(cfg.schedule, total_steps, tokens_per_step)
+    # log-spaced points always merge a little near step 1 (47 points over 143,000 steps give 46
+    # checkpoints); a fifth lost means the run is too short for the schedule
+    if promised is not None and have < (0.8 * promised if cfg.schedule.kind == "log" else promised):
+        key = (f"schedule.n_log={cfg.schedule.n_log}" if cfg.schedule.kind == "log"
+               else f"schedule.points ({promised} positions with step 0 and the end)")
+        warnings.append(f"{have} checkpoints where {key} asks for {promised}: {total_steps} steps cannot hold "
+                        f"them (points fall on the same step or beyond the end); lower {key.split('=')[0].split(' ')[0]} "
+                        f"or train more steps")
+    if cfg.schedule.kind == "pythia" and total_steps < PYTHIA_LOG_STEPS:
+        warnings.append(f"schedule=pythia's checkpoints 1, 2, 4 ... {PYTHIA_LOG_STEPS} need {PYTHIA_LOG_STEPS} steps; "
+                        f"this run has {total_steps} ({have} checkpoints): use schedule=log (schedule.n_log) "
+                        f"for a short run")
+    return warnings
+
+
+def planned_steps_of(cfg) -> Optional[int]:
+    """Steps from the budget alone (as train.plan counts them), or None without a budget."""
+    if cfg.data.budget_tokens is None:
+        return None
+    seq_len = cfg.data.seq_len or cfg.model.max_position_embeddings
+    view = math.ceil(cfg.data.budget_tokens / cfg.data.epochs)
+    return max(0, (view - 1) // seq_len) * cfg.data.epochs // cfg.optim.global_batch
+
+
+def warn_early(cfg) -> Optional[int]:
+    """The warnings that follow from the config alone (a set budget), printed before the corpus is read;
+    returns the step count they were computed for (None: nothing could be computed)."""
+    steps = planned_steps_of(cfg)
+    if steps is None:
+        return None
+    for line in recipe_warnings(cfg, steps, cfg.data.seq_len or cfg.model.max_position_embeddings):
+        print(f"warning: {line}", file=sys.stderr, flush=True)
+    return steps
+
+
+def _si(n: float) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:g}"
+
+
+def startup_summary(cfg, *, run_dir: Path, params: int, tokenizer, tokenizer_dir: Path, total_steps: int,
+                    seq_len: int, save_steps, hooks, start_step: int = 0) -> str:
+    """The lines printed before the first step (rank 0)."""
+    tokens_per_step = cfg.optim.global_batch * seq_len
+    warm = warmup_steps(cfg.optim, total_steps)
+    # a hook that probes says what (describe()); others (the end-of-run curves) are not probes
+    probes = [d for d in (getattr(h, "describe", lambda: None)() for h in hooks) if d]
+    steps = sorted(save_steps)
+    shown = ", ".join(map(str, steps)) if len(steps) <= 8 else \
+        f"{', '.join(map(str, steps[:4]))} ... {', '.join(map(str, steps[-2:]))}"
+    lines = [
+        f"run directory: {run_dir}",
+        f"model: {cfg.model.name}, {params:,} parameters ({_si(params)}; {cfg.model.num_hidden_layers} layers, "
+        f"hidden {cfg.model.hidden_size})",
+        f"tokenizer: {cfg.tokenizer.kind}, {len(tokenizer):,} ids ({tokenizer_dir})",
+        f"steps: {total_steps:,} x {tokens_per_step:,} tokens (optim.global_batch={cfg.optim.global_batch} x "
+        f"seq_len {seq_len}) = {_si(total_steps * tokens_per_step)} tokens"
+        + (f"; resuming at step {start_step:,}" if start_step else ""),
+        f"warm-up: {warm:,} update{'s' if warm != 1 else ''}, then {cfg.optim.decay} decay of lr {cfg.optim.lr:g}",
+        f"checkpoints: {len(steps)} (schedule={cfg.schedule.kind}: {shown})",
+        f"probes at every checkpoint: {'; '.join(probes) if probes else 'none (probes=none)'}",
+    ]
+    return "\n".join(lines)
