@@ -1,4 +1,4 @@
-"""``python -m probes {score,score-run,watch,tokens,curves,report,compare,benchmarks,syntax-qa} ...``: one entry point for everything
+"""``python -m probes {score,score-run,watch,tokens,curves,report,compare,benchmarks,syntax-qa,lm-eval-tasks} ...``: one entry point for everything
 that reads models.
 
 ``score``, ``score-run`` and ``watch`` parse their arguments here (the last two run
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-USAGE = """usage: python -m probes {score,score-run,watch,tokens,curves,report,compare,benchmarks,syntax-qa} [-h] ...
+USAGE = """usage: python -m probes {score,score-run,watch,tokens,curves,report,compare,benchmarks,syntax-qa,lm-eval-tasks} [-h] ...
 
   score       score one HF causal LM directory on one benchmark, write per-pair parquet
   score-run   score every whole checkpoint of a run directory (skips finished files)
@@ -23,6 +23,7 @@ USAGE = """usage: python -m probes {score,score-run,watch,tokens,curves,report,c
   compare     paired statistics of two runs or checkpoints (McNemar, paired bootstrap, BH q) -> compare.csv
   benchmarks  list / inspect / check benchmarks
   syntax-qa   ask a causal LM questions about treebank sentences (TF / MC / FITB, OA)
+  lm-eval-tasks  write lm-eval task YAMLs of our benchmarks (our scoring convention; docs/lm_eval.md)
 
 run `python -m probes COMMAND -h` for a command's options"""
 
@@ -76,8 +77,13 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
                     f"(so a killed job can be restarted); only checkpoints/step<N> directories with "
                     f"every file are read.")
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", nargs="?" if command == "score-run" else None)
-    p.add_argument("--benchmark", required=True, action="append", metavar="NAME_OR_PATH",
+    p.add_argument("--benchmark", action="append", default=[], metavar="NAME_OR_PATH",
                    help="a benchmark name or file/folder; repeat for several")
+    p.add_argument("--lm-eval-task", action="append", default=[], metavar="TASK",
+                   help="an lm-eval task, written as evals/step<N>/lmeval_<task>.parquet; repeat for several "
+                        "(needs `pip install -e .[lm-eval]`; docs/lm_eval.md)")
+    p.add_argument("--lm-eval-include-path", default=None, metavar="DIR",
+                   help="local lm-eval task YAMLs (e.g. from `python -m probes lm-eval-tasks`)")
     p.add_argument("--format", default="auto", help="benchmark reader for a path")
     p.add_argument("--max-pairs-per-paradigm", type=int, default=None, metavar="N",
                    help="a fixed-seed sample of N pairs per paradigm (default: every pair)")
@@ -125,6 +131,8 @@ def _score_run(command: str, args) -> int:
         raise CliError(f"--max-pairs-per-paradigm must be >= 1, got {args.max_pairs_per_paradigm}")
     if command == "watch" and args.poll <= 0:
         raise CliError(f"--poll must be > 0 seconds, got {args.poll}")
+    if not args.benchmark and not args.lm_eval_task:
+        raise CliError("nothing to score: give --benchmark and/or --lm-eval-task")
     from train.neox_ckpt import is_neox_run
 
     hub = command == "score-run" and _hub_args(args)
@@ -145,6 +153,19 @@ def _score_run(command: str, args) -> int:
         if not pairs:
             raise CliError(f"--benchmark {spec}: no pairs")
         benchmarks[name] = pairs
+    lm_eval = None
+    if args.lm_eval_task and hub:
+        raise CliError("--lm-eval-task scores the checkpoints of a run directory, not hub checkpoints")
+    if args.lm_eval_task:  # checked before any model is read: lm-eval installed, every task known
+        from probes.lmeval.config import LmEvalConfig
+        from probes.lmeval.hook import LmEvalProbe
+
+        try:
+            lm_eval = LmEvalProbe(LmEvalConfig(tasks=args.lm_eval_task, include_path=args.lm_eval_include_path,
+                                               batch_size=args.batch_size), args.run_dir)
+        except ValueError as e:
+            raise CliError(str(e).replace("probes.lm_eval.tasks", "--lm-eval-task")
+                           .replace("probes.lm_eval.include_path", "--lm-eval-include-path")) from None
     opts = ScoreOptions(batch_size=args.batch_size, device=args.device, bf16=args.bf16,
                         trust_remote_code=args.trust_remote_code, per_token=args.per_token)
     if hub:
@@ -154,11 +175,11 @@ def _score_run(command: str, args) -> int:
     try:
         with lock:
             if command == "score-run":
-                written = score_run(args.run_dir, benchmarks, opts)
+                written = score_run(args.run_dir, benchmarks, opts, lm_eval=lm_eval)
                 print(f"{args.run_dir}: {len(written)} eval files written")
                 return 0
             return 0 if watch(args.run_dir, benchmarks, opts, poll_s=args.poll,
-                              timeout_s=args.timeout) else 3
+                              timeout_s=args.timeout, lm_eval=lm_eval) else 3
     except (OSError, ValueError, RunDirLocked, CorruptCheckpointError) as e:  # messages name the checkpoint or file
         raise CliError(str(e)) from None
 
@@ -390,6 +411,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from probes.syntaxqa.score import main as syntax_qa_main
 
         return syntax_qa_main(rest)
+    if command == "lm-eval-tasks":
+        from probes.lmeval.tasks import main as lm_eval_tasks_main
+
+        return lm_eval_tasks_main(rest)
     print(f"error: unknown command {command!r}\n{USAGE}", file=sys.stderr)
     return 2
 

@@ -169,6 +169,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     el = elagent_table(args.run_dirs)
     if len(el):  # runs probed with probes.elagent.enabled=true
         written["plots"] += [p for p in write_elagent_curves(el, args.out) if p.suffix == ".png"]
+    from probes.lmeval.report import lmeval_table, write_lmeval_curves
+
+    lm = lmeval_table(args.run_dirs)
+    if len(lm):  # runs probed with probes.lm_eval.tasks
+        written["plots"] += [p for p in write_lmeval_curves(lm, args.out) if p.suffix == ".png"]
     us = pd.read_csv(args.out / "ushapes.csv")
     print(f"{len(ev.runs)} run(s), {len(ev.table)} paradigm x checkpoint rows, convention {ev.convention}")
     print(f"tables: {args.out}/curves.csv, phenomena.csv, ushapes.csv ({u_summary(us, args.delta)})")

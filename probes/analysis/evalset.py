@@ -33,6 +33,7 @@ from train.files import step_dirs
 
 # eval files of question items, not minimal pairs: their own readers (probes.syntaxqa.curves, probes.elagent.report)
 ITEM_FILES = ("syntax_qa", "syntax_qa_paper", "elagent")
+ITEM_PREFIXES = ("lmeval_",)  # lm-eval task results (probes/lmeval/hook.py; read by probes.lmeval.report)
 
 
 @dataclass
@@ -148,6 +149,7 @@ def _load_run(d: Path, name: str, cache: bool = True):
             # ITEM_FILES hold question items, not minimal pairs (their own readers)
             # <name>.tokens.parquet is the per-token sidecar of <name>.parquet (probes/scoring/tokens.py)
             if (f.suffix == ".parquet" and _visible(f) and f.is_file() and f.stem not in ITEM_FILES
+                    and not f.stem.startswith(ITEM_PREFIXES)
                     and not f.name.endswith(".tokens.parquet")):
                 paths_by_bench.setdefault(f.stem, []).append((step, f))
     if not paths_by_bench:

@@ -213,4 +213,7 @@ def use_sections(ev: EvalSet, out: Path, metric: str = "acc_mlp", aoa_cfg: Optio
     names, dirs = [r.name for r in ev.runs], [Path(r.path) for r in ev.runs]
     fu_md, fu_figs = formuse_section(ev, out, metric, elagent_table(dirs, names), syntax_qa_table(dirs, names),
                                      aoa_cfg)
-    return el_md + fu_md, el_figs + fu_figs
+    from probes.lmeval.report import lmeval_section
+
+    lm_md, lm_figs = lmeval_section(runs, out)  # lm-eval tasks, where runs have them
+    return el_md + lm_md + fu_md, el_figs + lm_figs + fu_figs

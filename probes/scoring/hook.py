@@ -23,6 +23,7 @@ import pandas as pd
 
 from probes.benchmarks.registry import benchmark_configs, load_benchmark
 from probes.elagent.config import ElagentConfig
+from probes.lmeval.config import LmEvalConfig
 from probes.evals.config import BenchmarkConfig
 from probes.syntaxqa.config import SyntaxQAConfig
 from probes.evals.files import ALL_SUFFIX, eval_done, eval_path, pair_set
@@ -78,6 +79,8 @@ class ProbesConfig:
     syntax_qa: SyntaxQAConfig = field(default_factory=SyntaxQAConfig)
     # The ELAGENT multiple-choice probe (probes.elagent): probes.elagent.enabled=true
     elagent: ElagentConfig = field(default_factory=ElagentConfig)
+    # lm-evaluation-harness tasks (probes.lmeval, docs/lm_eval.md): probes.lm_eval.tasks=[...] (+ include_path)
+    lm_eval: LmEvalConfig = field(default_factory=LmEvalConfig)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -148,6 +151,10 @@ class ProbesConfig:
             from probes.elagent.hook import ElagentHook
 
             hooks.append(ElagentHook(self.elagent, ctx.tokenizer, ctx.run_dir, ctx.max_positions))
+        if self.lm_eval.tasks:
+            from probes.lmeval.hook import LmEvalHook
+
+            hooks.append(LmEvalHook(self.lm_eval, ctx.tokenizer, ctx.run_dir))
         from probes.analysis.curves import CurvesHook
 
         return hooks + [CurvesHook()]

@@ -25,7 +25,7 @@ import logging
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from probes.evals.files import eval_done, eval_file_meta, eval_path, pair_set
 from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint, ids_fingerprint
@@ -111,9 +111,11 @@ def pending(run_dir: Path, benchmarks: dict[str, list[Pair]],
 
 
 def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[str, list[Pair]],
-                     opts: ScoreOptions, say: Callable[[str], None] = print) -> list[Path]:
+                     opts: ScoreOptions, say: Callable[[str], None] = print, lm_eval=None,
+                     lm_tasks: Sequence[str] = ()) -> list[Path]:
     """Score ``benchmarks`` on one checkpoint with the model and tokenizer saved in it; write
-    one eval file per benchmark; return their paths."""
+    one eval file per benchmark; return their paths. ``lm_eval`` (a probes.lmeval.hook.LmEvalProbe) runs
+    ``lm_tasks`` on the same loaded model."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -140,24 +142,37 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
         acc = summary_metrics(ev.df, name)[f"probe/{name}/acc"]
         say(f"step{step} {name}: {len(ev.df)} pairs acc_mlp={acc:.4f} -> {ev.path}")
         written.append(ev.path)
+    if lm_tasks:
+        for key, value in lm_eval.evaluate(model, tokenizer, ckpt_dir, step, int(state.get("tokens", -1)),
+                                           tasks=list(lm_tasks), fingerprint=fingerprint).items():
+            say(f"step{step} {key.removeprefix('probe/')}={value:.4f}")
+        written += [eval_path(run_dir, step, lm_eval.file_name(t)) for t in lm_tasks]
     return written
 
 
 def score_run(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptions,
-              say: Callable[[str], None] = print) -> list[Path]:
-    """Score every whole checkpoint of a run on every benchmark not yet done; the files written."""
+              say: Callable[[str], None] = print, lm_eval=None) -> list[Path]:
+    """Score every whole checkpoint of a run on every benchmark (and lm-eval task of ``lm_eval``, a
+    probes.lmeval.hook.LmEvalProbe) not yet done; the files written."""
     from train.neox_ckpt import sync_run
 
     sync_run(run_dir, say=say)  # a gpt-neox save directory: new global_step<N> -> checkpoints/step<N>
+    work = {step: (ckpt, todo, []) for step, ckpt, todo in pending(run_dir, benchmarks, opts.per_token)}
+    if lm_eval is not None:
+        for step, ckpt in whole_checkpoints(run_dir):
+            tasks = lm_eval.todo(step, manifest_hash(ckpt))
+            if tasks:
+                work.setdefault(step, (ckpt, [], []))[2].extend(tasks)
     written = []
-    for step, ckpt, todo in pending(run_dir, benchmarks, opts.per_token):
-        written += score_checkpoint(ckpt, run_dir, step, {n: benchmarks[n] for n in todo}, opts, say)
+    for step, (ckpt, todo, tasks) in sorted(work.items()):
+        written += score_checkpoint(ckpt, run_dir, step, {n: benchmarks[n] for n in todo}, opts, say,
+                                    lm_eval=lm_eval, lm_tasks=tasks)
     return written
 
 
 def watch(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptions, *,
           poll_s: float = 60.0, timeout_s: Optional[float] = None,
-          say: Callable[[str], None] = print) -> bool:
+          say: Callable[[str], None] = print, lm_eval=None) -> bool:
     """Follow a run: score checkpoints as they become whole until the run has finished (True) or
     ``timeout_s`` has passed (False). The run directory need not exist yet."""
     if poll_s <= 0:
@@ -168,7 +183,7 @@ def watch(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptions, 
         # the next pass before the loop ends
         finished = run_finished(run_dir)
         try:
-            score_run(run_dir, benchmarks, opts, say)
+            score_run(run_dir, benchmarks, opts, say, lm_eval=lm_eval)
         except OSError as e:  # e.g. a rerun replacing a checkpoint while it was read: try again
             say(f"warning: {e}; trying again in {poll_s:g}s")
             finished = False

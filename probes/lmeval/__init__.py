@@ -1,0 +1,3 @@
+"""lm-evaluation-harness beside our probes: its tasks as checkpoint probes (hook.py, run.py), our minimal
+pairs as its tasks (tasks.py), its curves in our report (report.py). lm-eval is an optional extra
+(``pip install -e .[lm-eval]``); only run.py imports it, when a task is run. docs/lm_eval.md."""

@@ -1,0 +1,113 @@
+"""lm-eval task curves: each task's metrics (lm-eval's aggregate, stored in every
+``<run>/evals/step<N>/lmeval_<task>.parquet``) against tokens, for ``probes curves`` and ``probes report``.
+
+Nothing is re-scored. ``lmeval_table`` gives tidy rows; ``write_lmeval_curves`` is the part of ``probes curves``
+(lm_eval.csv + one figure per run); ``lmeval_section`` is the part of ``probes report`` (seed means per
+model x budget, one line per task, beside the minimal-pair learning curves).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+import pandas as pd
+
+from probes.analysis.outputs import save_figure, write_csv
+from probes.analysis.plotting import colors, finish_legend, new_figure, plot_line, token_axis
+from probes.analysis.scaling import budget_label
+from probes.evals.files import EvalInputError, eval_file_meta
+from probes.lmeval.hook import KIND, PREFIX
+
+COLUMNS = ["run", "step", "tokens", "task", "metric", "value"]
+PLOTTED = "acc"  # the metric drawn (every metric is in the tables)
+
+
+def lmeval_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    run_dirs = [Path(r) for r in run_dirs]
+    names = [r.name for r in run_dirs] if names is None else list(names)
+    rows = []
+    for run, name in zip(run_dirs, names):
+        for path in sorted((run / "evals").glob(f"step*/{PREFIX}*.parquet")):
+            if path.name.startswith(".") or path.name.endswith(".tokens.parquet"):
+                continue
+            try:
+                meta = eval_file_meta(path)
+            except EvalInputError:  # a torn file is rescored by the hook / score-run; nothing to draw
+                continue
+            if meta.get("kind") != KIND:
+                continue
+            for metric, v in (meta.get("summary") or {}).items():
+                if metric != "sample_len" and v is not None:
+                    rows.append({"run": name, "step": meta["step"], "tokens": meta["tokens"],
+                                 "task": meta.get("task", path.stem[len(PREFIX):]), "metric": metric,
+                                 "value": float(v)})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _draw(ax, df: pd.DataFrame, ref, value: str = "value") -> int:
+    d = df[df.metric == PLOTTED]
+    tasks = sorted(d.task.unique())
+    for task, c in zip(tasks, colors(len(tasks))):
+        t = d[d.task == task].sort_values("tokens")
+        plot_line(ax, t.tokens.to_numpy(), t[value].to_numpy(), ref, task, c)
+    return len(tasks)
+
+
+def write_lmeval_curves(table: pd.DataFrame, out: Path) -> list[Path]:
+    """lm_eval.csv, and per run one figure of its tasks' accuracy (``probes curves``)."""
+    out = Path(out)
+    written = [write_csv(out / "lm_eval.csv", table.sort_values(["run", "task", "metric", "step"]))]
+    for run, df in table.groupby("run"):
+        ref = df["tokens"].to_numpy()
+        fig, axes = new_figure(8.5, 4.6)
+        n = _draw(axes[0, 0], df, ref)
+        token_axis(axes[0, 0], ref, ylabel=f"lm-eval {PLOTTED}", chance=False)
+        axes[0, 0].set_ylim(-0.02, 1.02)
+        axes[0, 0].set_title(f"lm-eval tasks · run {run}", fontsize=10)
+        finish_legend(axes[0, 0], n)
+        written.append(save_figure(fig, out / "plots" / f"lm_eval_{run}.png"))
+    return written
+
+
+def lmeval_section(runs: list[tuple[str, Path, str, Optional[int]]], out: Path
+                   ) -> tuple[list[str], list[tuple[str, Path]]]:
+    """Markdown lines and (title, png) of the lm-eval tasks; ([], []) where no run has their files.
+    Writes out/tables/lm_eval.csv (mean over seeds per model x budget x task x metric x step) and
+    out/figures/lm_eval_tasks.png."""
+    out = Path(out)
+    table = lmeval_table([r[1] for r in runs], names=[r[0] for r in runs])
+    if table.empty:
+        return [], []
+    info = pd.DataFrame([(n, m, b) for n, _, m, b in runs], columns=["run", "model", "budget"])
+    table = table.merge(info, on="run", how="left")
+    keys = ["model", "budget", "task", "metric", "step"]
+    means = (table.groupby(keys, dropna=False).agg(tokens=("tokens", "mean"), value=("value", "mean"),
+                                                   n_seeds=("run", "nunique")).reset_index())
+    write_csv(out / "tables" / "lm_eval.csv", means)
+    groups = list(means.groupby(["model", "budget"], dropna=False, sort=True))
+    fig, axes = new_figure(5.2 * len(groups) + 2.6, 3.9, 1, len(groups), sharey=True)
+    ref = means["tokens"].to_numpy()
+    n = 0
+    for ax, ((model, budget), g) in zip(axes.flat, groups):
+        n = _draw(ax, g, ref)
+        token_axis(ax, ref, ylabel=f"lm-eval {PLOTTED}", chance=False)
+        ax.set_title(f"{model} · {budget_label(budget)}", fontsize=9)
+        ax.set_ylim(-0.02, 1.02)
+    finish_legend(axes.flat[0], n)
+    fig.suptitle(f"lm-eval tasks ({PLOTTED}, mean over seeds)", fontsize=10)
+    png = save_figure(fig, out / "figures" / "lm_eval_tasks.png")
+    last = table[table.step == table.groupby("run")["step"].transform("max")]
+    final = last.pivot_table(index=["run", "task"], columns="metric", values="value").reset_index()
+    md = ["## lm-eval tasks (lm-evaluation-harness at every checkpoint)", "",
+          "Each task's aggregate as lm-eval computes it (`probes.lm_eval.tasks`; per-sample log-likelihoods in "
+          "evals/step<N>/lmeval_<task>.parquet; docs/lm_eval.md). Tasks of `probes lm-eval-tasks` score our "
+          "pairs with our convention: their `acc` is the sum-LP accuracy.", "",
+          f"![lm-eval tasks]({png.relative_to(out).as_posix()})", "",
+          "Last checkpoint of each run:", "", *_md(final), ""]
+    return md, [("lm-eval tasks", png)]
+
+
+def _md(df: pd.DataFrame) -> list[str]:
+    cell = lambda v: f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
+    return (["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
+            + ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)])

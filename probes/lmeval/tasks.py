@@ -1,0 +1,111 @@
+"""``python -m probes lm-eval-tasks --benchmark NAME --out DIR``: our minimal pairs as lm-eval tasks.
+
+One task per benchmark, written as ``DIR/<task>.yaml`` + ``DIR/<task>.jsonl`` (the pairs, one per line),
+loaded by lm-eval's ``json`` dataset builder from that local file (no hub). The YAML scores each pair
+the way ``probes score`` does (convention start_token_all_tokens_v2, probes/scoring/primitive.py):
+
+* empty context: lm-eval then conditions the continuation on the model's prefix token alone
+  (``HFLM.prefix_token_id``); give it our start token with ``--model_args ...,prefix_token_id=<id>``
+  (``start_token_id`` of the model directory's start_token.json; our in-loop hook does it itself);
+* ``target_delimiter: ""``: no space before the sentence (lm-eval's default " " changes the first token);
+* choices ``[bad, good]``, target 1: lm-eval's ``acc`` takes the first of tied options, so a tie counts
+  wrong, as our sum-LP accuracy does. ``acc`` is then our sum-LP accuracy; the per-sample log-likelihoods
+  (``--log_samples``) are our ``lp_bad``, ``lp_good``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from train.files import write_text_atomic
+
+TASK_PREFIX = "sd_"  # our tasks' names: sd_<benchmark>, apart from lm-eval's own blimp etc.
+
+
+def task_yaml(task: str, data_file: Path) -> str:
+    """The task's YAML (module doc); `data_file` is written as an absolute path: lm-eval hands
+    data_files to datasets.load_dataset, which reads relative paths from the working directory."""
+    return "\n".join([
+        f"# {task}: written by `python -m probes lm-eval-tasks`; scores pairs as `probes score` does",
+        f"# (run with --model_args pretrained=DIR,prefix_token_id=<start_token_id of DIR/start_token.json>)",
+        f"task: {task}",
+        "dataset_path: json",
+        "dataset_kwargs:",
+        "  data_files:",
+        f"    test: {json.dumps(str(Path(data_file).resolve()))}",
+        "test_split: test",
+        "output_type: multiple_choice",
+        'doc_to_text: ""',
+        'target_delimiter: ""',
+        'doc_to_choice: "{{[sentence_bad, sentence_good]}}"',
+        "doc_to_target: 1",
+        "metric_list:",
+        "  - metric: acc",
+        "    aggregation: mean",
+        "    higher_is_better: true",
+        "metadata:",
+        "  version: 1.0",
+        "",
+    ])
+
+
+def pair_record(p) -> dict:
+    return {"benchmark": p.benchmark, "paradigm": p.paradigm, "phenomenon": p.phenomenon,
+            "pair_id": str(p.pair_id), "sentence_good": p.good, "sentence_bad": p.bad}
+
+
+def write_task(pairs, name: str, out: Path) -> Path:
+    """DIR/sd_<name>.jsonl and DIR/sd_<name>.yaml (atomic writes); the YAML's path."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    task = f"{TASK_PREFIX}{name}"
+    data = out / f"{task}.jsonl"
+    write_text_atomic(data, "".join(json.dumps(pair_record(p), ensure_ascii=False) + "\n" for p in pairs))
+    yaml = out / f"{task}.yaml"
+    write_text_atomic(yaml, task_yaml(task, data))
+    return yaml
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m probes lm-eval-tasks",
+                                description="Write lm-eval task YAMLs (+ local jsonl data) for our benchmarks, "
+                                            "scored with our convention (start token, no delimiter, ties wrong).")
+    p.add_argument("--benchmark", required=True, action="append", metavar="NAME_OR_PATH",
+                   help="a registry benchmark (zhoblimp, blimp, climp, sling, grammar) or a benchmark path; repeatable")
+    p.add_argument("--format", default="auto", help="benchmark reader for a path")
+    p.add_argument("--max-pairs-per-paradigm", type=int, default=None, metavar="N",
+                   help="a fixed-seed sample of N pairs per paradigm (default: every pair)")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="where the YAMLs and jsonl files go "
+                                                                         "(lm-eval --include_path DIR)")
+    args = p.parse_args(argv)
+    from probes.benchmarks.registry import FORMATS, REGISTRY, BenchmarkConfig, load_benchmark
+
+    try:
+        if args.format not in FORMATS:
+            raise ValueError(f"--format {args.format}: unknown; known: {', '.join(FORMATS)}")
+        for spec in args.benchmark:
+            if spec in REGISTRY:
+                cfg = BenchmarkConfig(name=spec, format=args.format)
+            elif Path(spec).exists():
+                cfg = BenchmarkConfig(name=Path(spec).stem, path=spec, format=args.format)
+            else:
+                raise ValueError(f"--benchmark {spec}: unknown benchmark, and no such file or folder; "
+                                 f"known names: {', '.join(sorted(REGISTRY))}")
+            cfg.max_pairs_per_paradigm = args.max_pairs_per_paradigm
+            try:
+                pairs = load_benchmark(cfg)
+            except (ValueError, FileNotFoundError) as e:  # loader messages name the file and line
+                raise ValueError(f"--benchmark {spec}: {e}") from None
+            if not pairs:
+                raise ValueError(f"--benchmark {spec}: no pairs")
+            path = write_task(pairs, cfg.name, args.out)
+            print(f"{path}: task {TASK_PREFIX}{cfg.name}, {len(pairs)} pairs")
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"run: lm_eval --model hf --model_args pretrained=MODEL_DIR,prefix_token_id=<start_token_id> "
+          f"--include_path {args.out} --tasks {TASK_PREFIX}<name> --log_samples --output_path OUT")
+    return 0
