@@ -43,7 +43,8 @@ def test_the_command_line_refuses_it_in_one_line(tmp_path):
                           timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "error: unknown config key 'probes.syntax_qa.enabeld': not a field of SyntaxQAConfig (enabled, mode, "
+        "error: unknown config key 'probes.syntax_qa.enabeld': not a field of SyntaxQAConfig (did you mean "
+        "enabled?) (enabled, mode, "
         "sources, knowledge_points, question_types, k_per_tuple, seed, shots, shot_seeds, max_items, "
         "max_sentences, generate, max_new_tokens, batch_size, paper); check its spelling (keys added with + are "
         "checked too)"]
