@@ -66,7 +66,7 @@ def test_the_laptop_grid_has_the_papers_shape_at_small_scale():
         cfg, choices = compose_run(run)
         assert cfg.data.paths[0].endswith("shared/corpora/zh") and cfg.data.epochs == 1
         assert (cfg.data.seq_len, cfg.optim.global_batch, cfg.optim.warmup_ratio) == (64, 64, 0.1)
-        assert cfg.probes.benchmarks == ["zhoblimp"] and cfg.probes.max_pairs_per_paradigm == 10
+        assert cfg.probes.benchmarks == ["zhoblimp"] and cfg.probes.max_pairs_per_paradigm == 30
         assert cfg.probes.final_all_pairs and cfg.probes.unigram and cfg.engine.kind == "torch"
         sizes[cfg.model.name] = cfg.model.hidden_size
         assert cfg.data.budget_tokens in (500_000, 2_000_000) and cfg.seed in (0, 1)

@@ -137,7 +137,7 @@ def test_report_logs_figures_and_tables_to_wandb(tmp_path, monkeypatch):
         assert json.loads(logged.read_text())["columns"] == list(mine.columns), table
     md = (out / "report.md").read_text()
     assert "## Syntax questions" in md and "](figures/syntax_qa_oa.png)" in md
-    assert "| use | `syntax_qa:FITB_acc` |" in md  # FITB feeds the use group of the form-vs-use view
+    assert "| generated_tasks | `syntax_qa:FITB_acc` |" in md  # FITB feeds the generated-tasks group
     final = pd.read_csv(out / "tables" / "syntax_qa_final.csv")
     # one TF, MC and FITB item, all right: OA = (1 + 1 + (1 + 1)/2)/3
     assert final.run.tolist() == [runs[0].name] and final.step.tolist() == [4000] and final.OA.tolist() == [1.0]
