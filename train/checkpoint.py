@@ -33,7 +33,7 @@ from train.faults import fault_point
 from train.start_token import write_record
 
 read_state = read_trainer_state  # the name train/ and its tests use
-__all__ = ["MANIFEST", "REQUIRED_FILES", "CorruptCheckpointError", "IncompleteCheckpointError", "checkpoint_dir",
+__all__ = ["DEEPSPEED_GLOBALS", "MANIFEST", "REQUIRED_FILES", "CorruptCheckpointError", "IncompleteCheckpointError", "checkpoint_dir",
            "latest_resumable", "list_checkpoints", "load_rng", "prune_resume_states", "read_manifest",
            "read_state", "refuse_unsafe_pickles", "save_checkpoint", "sha256_file", "verify_checkpoint",
            "verify_manifest", "weights_to_bf16", "write_json_atomic", "write_manifest", "write_text_atomic"]
@@ -219,17 +219,30 @@ def weights_to_bf16(path: Path) -> None:
     write_text_atomic(config_path, text)
 
 
-def refuse_unsafe_pickles(directory: Path, allowed_prefixes: tuple[str, ...] = ("deepspeed.",)) -> None:
+# Every global DeepSpeed's own resume shards name beyond torch's weights_only list, read from real shards
+# (engine=deepspeed on CPU, zero_stage 0-3: tests/test_attack.py re-reads them) and from DeepSpeed's
+# state_dict code for bf16 (the same three: BF16_Optimizer's slice mappings, the ZeRO optimizers' static
+# loss scaler and stage enum). fp16's DynamicLossScaler is absent: engine.precision has no fp16.
+# Exact names only: a prefix ("deepspeed.") admits `deepspeed.launcher.runner.os.system`, which a
+# protocol-4 GLOBAL resolves through the module's `os` attribute to os.system.
+DEEPSPEED_GLOBALS = frozenset({
+    "deepspeed.runtime.fp16.loss_scaler.LossScaler",
+    "deepspeed.runtime.zero.config.ZeroStageEnum",
+    "deepspeed.utils.tensor_fragment.fragment_address",
+})
+
+
+def refuse_unsafe_pickles(directory: Path, allowed: frozenset[str] = DEEPSPEED_GLOBALS) -> None:
     """DeepSpeed unpickles its resume shards in full (its own torch.load(weights_only=False)); before it
     does, every *.pt under `directory` is scanned without running it. A global outside torch's
-    weights_only list and outside `allowed_prefixes` (DeepSpeed's own config enums, loss scaler and
-    fragment records) is refused: a planted payload (os.system, pathlib, builtins.exec, ...) never runs."""
+    weights_only list and not named in `allowed` (DeepSpeed's own records) is refused: a planted payload
+    (os.system, pathlib, builtins.exec, ...) never runs."""
     for f in sorted(Path(directory).rglob("*.pt")):
         try:
             names = torch.serialization.get_unsafe_globals_in_checkpoint(f)
         except Exception as e:  # not a torch zip file: nothing DeepSpeed should be handed either
             raise CorruptCheckpointError(f"{f} is not a readable torch file ({e})") from None
-        bad = sorted(n for n in names if not n.startswith(allowed_prefixes))
+        bad = sorted(n for n in names if n not in allowed)
         if bad:
             raise CorruptCheckpointError(f"{f} names code that loading it would run ({', '.join(bad)}); "
                                          f"refused: only tensors and DeepSpeed's own records belong there")
