@@ -25,6 +25,7 @@ from train.checkpoint import (latest_resumable, list_checkpoints, load_rng, prun
                               save_checkpoint, verify_manifest)
 from train.config import TrainConfig, config_hash, trajectory_diff
 from train.corpus import load_documents
+from train.dataid import KEY as DATA_KEY, check_resume_data, data_record
 from train.engine import RESUME_HINT, build_engine, init_distributed
 from train.errors import reading, writing
 from train.faults import fault_point
@@ -85,6 +86,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
     tokenizer = load_tokenizer(tokenizer_dir)
     doc_start, doc_end = document_tokens(tokenizer)  # the scorer's start token too (train/start_token.py)
     if resume_from is not None:
+        check_resume_data(resume_from, resumed, corpus_id, store)  # first: a changed corpus is named as such
         _check_resume_tokenizer(resume_from, tokenizer_dir, doc_start)
     seq_len = cfg.data.seq_len or cfg.model.max_position_embeddings
     stream = SequenceStream(store, seq_len=seq_len, budget_tokens=cfg.data.budget_tokens,
@@ -126,7 +128,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
                  "gradient_checkpointing": engine.module.is_activation_checkpointing,
                  "compile": cfg.engine.compile, "wandb_run_id": logger.run_id, "time": time.time(),
                  "versions": versions(), "preempted": not scheduled, "skipped_steps": skipped,
-                 "config_hash": run_hash, "config": resolved}
+                 "config_hash": run_hash, "config": resolved, DATA_KEY: data_record(corpus_id, store)}
         with writing(run_dir / "checkpoints"):  # a full disk is named with the file it cut short
             path = save_checkpoint(run_dir, step, engine, tokenizer, state, dist, with_resume=True)
         if dist.main:

@@ -177,6 +177,33 @@ def _check_config_hashes(run_dir: Path, cks: list[_Checkpoint], report: RunRepor
                                        f"({expected[:12]}…): config.yaml edited or from another run"))
 
 
+def _check_token_store(cks: list[_Checkpoint], report: RunReport) -> None:
+    """The token store the newest checkpoint records (trainer_state "data", train/dataid.py), hashed in
+    full against its build-time sha256 and against the run's record. A store no longer in the cache is a
+    note: a rerun rebuilds it from the corpus, and a resume checks it then."""
+    from train.token_store import TokenStore
+
+    ck = next((c for c in reversed(cks) if isinstance((c.state or {}).get("data"), dict)), None)
+    if ck is None:
+        return
+    record, state_file = ck.state["data"], str(ck.path / STATE)
+    path = Path(record.get("store", ""))
+    if not (path / "meta.json").is_file():
+        report.notes.append(f"{state_file}: its token store {path} is not there (deleted from the cache?): "
+                            f"not checked")
+        return
+    try:
+        store = TokenStore(path)
+        store.check(full=True)
+    except Exception as e:  # noqa: BLE001 - a damaged store is a finding, whatever it raised
+        report.findings.append(Finding(None, str(path), "damaged-store", str(e).removeprefix(f"{path}/")))
+        return
+    if record.get("store_sha256") not in (None, store.content_hash):
+        report.findings.append(Finding(None, str(path), "other-store",
+                                       f"is not the token store {state_file} was trained on (its sha256 "
+                                       f"differs): rebuilt from a changed corpus?"))
+
+
 def _check_identical_files(cks: list[_Checkpoint], report: RunReport) -> None:
     """Byte-identical weight files at different steps, from the sha256 already computed (equal to the
     manifest's when the files match it; computed for checkpoints without one)."""
@@ -301,6 +328,7 @@ def verify_run(run_dir: Path) -> RunReport:
     if cks and cks[0].step != 0:
         report.notes.append(f"{run_dir}: no step0 checkpoint: distances are from step{cks[0].step}")
     _check_config_hashes(run_dir, cks, report)
+    _check_token_store(cks, report)
     _check_identical_files(cks, report)
     # A copy of another step is reported once and left out of the trace: as a neighbour it would
     # bend the path of the checkpoints beside it.
