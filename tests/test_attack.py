@@ -140,3 +140,22 @@ def test_a_corpus_changed_under_a_resumed_run_is_refused_naming_the_file(tmp_pat
     # the same bytes again (a new mtime): the same store, the resume goes through
     (corpus / "a.txt").write_text(text)
     train(tiny_cfg(tmp_path / "c", *files, *extra), run_dir)
+
+
+@pytest.mark.parametrize("name", [".lock", ".eval.lock"])
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_a_lock_file_linked_to_another_file_is_refused_and_the_file_kept(tmp_path, name, link):
+    """Item 4: <run>/.lock symlinked to another file had `pid … on host` written over that file."""
+    from train.lock import RunDirLocked, RunLock
+
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (os.symlink if link == "symlink" else os.link)(victim, run_dir / name)
+    with pytest.raises(RunDirLocked, match=rf"{name} is (a symbolic link|not a plain file of its own)"):
+        RunLock(run_dir, name=name).acquire()
+    assert victim.read_text() == "keep me\n"
+    (run_dir / name).unlink()
+    with RunLock(run_dir, name=name):  # a plain lock file still works
+        assert (run_dir / name).read_text().startswith(f"pid {os.getpid()} on ")
