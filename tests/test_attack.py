@@ -159,3 +159,52 @@ def test_a_lock_file_linked_to_another_file_is_refused_and_the_file_kept(tmp_pat
     (run_dir / name).unlink()
     with RunLock(run_dir, name=name):  # a plain lock file still works
         assert (run_dir / name).read_text().startswith(f"pid {os.getpid()} on ")
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except FileNotFoundError:
+        return []
+
+
+def alive(pid: int) -> bool:
+    try:  # a zombie (state Z) has died; only its parent's wait is missing
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
+def test_killing_report_kills_its_figure_workers_and_closes_the_pipe(tmp_path):
+    """Item 5: the forked figure workers outlived a killed `probes report` (ppid 1, blocked for 45+ min),
+    and `probes report … | cat` never returned."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from test_report import make_grid
+
+    runs = make_grid(tmp_path / "runs")
+    proc = subprocess.Popen([sys.executable, "-m", "probes", "report", *map(str, runs), "--out",
+                             str(tmp_path / "rep"), "--n-boot", "200"], cwd=Path(__file__).resolve().parents[1],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        deadline, workers = time.monotonic() + 120, []
+        while not workers and time.monotonic() < deadline and proc.poll() is None:
+            workers = children(proc.pid)
+            time.sleep(0.02)
+        assert workers, "the report ended before any figure worker was seen"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while any(alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [w for w in workers if alive(w)]
+        assert proc.stdout.read() is not None  # EOF: no worker holds the pipe (`| cat` returns)
+    finally:
+        for w in workers:
+            if alive(w):
+                os.kill(w, signal.SIGKILL)

@@ -83,7 +83,23 @@ def fork_pool(workers: int):
         return None
     from concurrent.futures import ProcessPoolExecutor
 
-    return ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"))
+    return ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_die_with_parent,
+                               initargs=(os.getpid(),))
+
+
+def _die_with_parent(parent: int) -> None:
+    """In each worker: SIGKILL when the parent dies (Linux PR_SET_PDEATHSIG). A killed `probes report`
+    otherwise left its workers blocked on the task queue for good (ppid 1), and `report | cat` waited
+    on the stdout they inherited. A parent already gone by now is caught by the ppid check."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the shutdown in FigureJobs.close() is all there is
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 class FigureJobs:
