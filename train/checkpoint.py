@@ -34,7 +34,8 @@ from train.start_token import write_record
 
 read_state = read_trainer_state  # the name train/ and its tests use
 __all__ = ["DEEPSPEED_GLOBALS", "MANIFEST", "REQUIRED_FILES", "CorruptCheckpointError", "IncompleteCheckpointError", "checkpoint_dir",
-           "latest_resumable", "list_checkpoints", "load_rng", "prune_resume_states", "read_manifest",
+           "latest_resumable", "list_checkpoints", "load_rng", "missing_manifest", "prune_resume_states",
+           "read_manifest",
            "read_state", "refuse_unsafe_pickles", "save_checkpoint", "sha256_file", "verify_checkpoint",
            "verify_manifest", "weights_to_bf16", "write_json_atomic", "write_manifest", "write_text_atomic"]
 
@@ -129,6 +130,23 @@ def _drop_from_manifest(path: Path, prefix: str = "", updates: Optional[dict] = 
     if derived:
         out["derived"] = derived
     write_json_atomic(Path(path) / MANIFEST, out)
+
+
+def missing_manifest(path: Path) -> Optional[str]:
+    """Why a checkpoint without manifest.json is damaged, or None when it has one or predates them.
+    trainer_state.json's config_hash came with manifests (the same change): a checkpoint that records
+    one was written with a manifest, and lost it since (deleted to slip a changed file through)."""
+    path = Path(path)
+    if (path / MANIFEST).exists():
+        return None
+    try:
+        state = read_trainer_state(path, missing_ok=True)
+    except ValueError:
+        return None  # an unreadable trainer state is reported as such
+    if "config_hash" not in state:
+        return None
+    return (f"{path / MANIFEST} is missing, but {path / 'trainer_state.json'} shows a version that writes one "
+            f"wrote this checkpoint: deleted since, so its files cannot be trusted")
 
 
 def latest_resumable(run_dir: Path) -> Optional[Path]:

@@ -21,8 +21,9 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from probes.evals import probe_hooks, read_trainer_state, versions, write_curves, write_text_atomic
-from train.checkpoint import (latest_resumable, list_checkpoints, load_rng, prune_resume_states, read_manifest,
-                              save_checkpoint, verify_manifest)
+from train.checkpoint import (CorruptCheckpointError, latest_resumable, list_checkpoints, load_rng,
+                              missing_manifest, prune_resume_states, read_manifest, save_checkpoint,
+                              verify_manifest)
 from train.config import TrainConfig, config_hash, trajectory_diff
 from train.corpus import load_documents
 from train.dataid import KEY as DATA_KEY, check_resume_data, data_record
@@ -298,6 +299,8 @@ def _check_run_dir(cfg: TrainConfig, resolved: dict, run_hash: str, run_dir: Pat
     if path is None:
         return None
     manifest = read_manifest(path)
+    if manifest is None and missing_manifest(path):
+        raise CorruptCheckpointError(f"{missing_manifest(path)}; resume from another checkpoint (delete {path})")
     if manifest is None:
         # written before checkpoints carried manifests: only config.yaml can vouch for the config
         if not saved_path.exists():

@@ -31,7 +31,7 @@ from omegaconf import OmegaConf
 from safetensors import SafetensorError, safe_open
 
 from train.checkpoint import (MANIFEST, CorruptCheckpointError, checkpoint_files, list_checkpoints,
-                              manifest_problems, read_manifest, sha256_file)
+                              manifest_problems, missing_manifest, read_manifest, sha256_file)
 from train.config import config_hash
 from train.trajectory import GROUP_MIN_ELEMENTS, Trajectory, Weights, identical_pairs, same_values, trace
 
@@ -103,7 +103,10 @@ def _check_files(ck: _Checkpoint, report: RunReport) -> None:
                                          f"a checkpoint copied from another step?")
     else:
         ck.hashes = {f.name: sha256_file(f) for f in weight_files(ck.path)}
-        if not any(f.kind == "bad-manifest" for f in report.findings if f.step == ck.step):
+        lost = missing_manifest(ck.path)
+        if lost:
+            find(MANIFEST, "missing-manifest", lost.removeprefix(f"{ck.path / MANIFEST} "))
+        elif not any(f.kind == "bad-manifest" for f in report.findings if f.step == ck.step):
             report.notes.append(f"{ck.path}: no {MANIFEST} (written before manifests existed): its files "
                                 f"cannot be checked, only its weights compared")
     if (ck.path / STATE).is_file():
