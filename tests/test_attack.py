@@ -17,8 +17,8 @@ from train.checkpoint import (DEEPSPEED_GLOBALS, CorruptCheckpointError, list_ch
 from train.loop import train
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():  # module scope: before the module's fixtures train (oversubscribed threads crawl)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -226,3 +226,59 @@ def test_deleting_the_manifest_does_not_let_damaged_weights_through(cache, tmp_p
         train(tiny_cfg(cache, "probes=none", "schedule=custom", "schedule.points=[5]"), run_dir)
     found = verify_run(run_dir).findings
     assert ("missing-manifest", str(ckpt / "manifest.json")) in [(f.kind, f.file) for f in found]
+
+
+@pytest.fixture(scope="module")
+def probed(cache, tmp_path_factory):
+    """A tiny run with its eval files and per-token sidecars at steps 0 and 5 (and the last)."""
+    run_dir = tmp_path_factory.mktemp("probed") / "run"
+    train(tiny_cfg(cache, "schedule=custom", "schedule.points=[5]", "probes.per_token=true"), run_dir)
+    return run_dir
+
+
+def silent_flip(path: Path) -> None:
+    """Flips one bit of lp_good's first value where it is stored raw (parquet keeps float64 plain or in a
+    dictionary page): pyarrow reads the file back without complaint, with another value."""
+    import pyarrow.parquet as pq
+
+    before = pq.read_table(path)
+    data = bytearray(path.read_bytes())
+    off = data.find(struct.pack("<d", before["lp_good"][0].as_py()))
+    assert off >= 0
+    data[off + 6] ^= 0x10  # an exponent bit: the value moves by orders of magnitude
+    path.write_bytes(bytes(data))
+    after = pq.read_table(path)  # reads, silently other
+    assert after["lp_good"][0].as_py() != before["lp_good"][0].as_py()
+
+
+def test_a_flipped_bit_in_an_eval_file_or_sidecar_is_refused_by_every_reader_and_verify(probed, tmp_path):
+    """Item 7: a single-bit flip read back silently in report, verify and score-run."""
+    from probes.analysis.evalfile import read_eval_file
+    from probes.evals.files import EvalInputError, eval_done, read_meta
+    from probes.scoring.store import read_pairs
+    from probes.scoring.tokens import read_tokens
+    from train.verify import verify_run
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(probed, run_dir)
+    assert verify_run(run_dir).findings == []
+    ev = run_dir / "evals" / "step5" / "grammar.parquet"
+    side = run_dir / "evals" / "step5" / "grammar.tokens.parquet"
+    assert (ev.parent / "grammar.parquet.sha256").read_text().endswith("  grammar.parquet\n")
+    meta = read_meta(ev)
+    silent_flip(ev)
+    flip(side, [side.stat().st_size // 2])
+    damaged = r"does not match its sha256 in grammar(.tokens)?.parquet.sha256: damaged"
+    for reader in (read_pairs, read_meta, lambda p: read_eval_file(p, 5, run_dir)):
+        with pytest.raises(EvalInputError, match=damaged):
+            reader(ev)
+    with pytest.raises(EvalInputError, match=damaged):
+        read_tokens(side)
+    assert not eval_done(ev, meta["pair_set"], meta["manifest"])  # score-run and the hook score it again
+    found = {(f.kind, Path(f.file).name) for f in verify_run(run_dir).findings}
+    assert found == {("eval-file", "grammar.parquet"), ("eval-file", "grammar.tokens.parquet")}
+    # deleting the .sha256 does not make the file unchecked
+    ok = run_dir / "evals" / "step0" / "grammar.parquet"
+    (ok.parent / "grammar.parquet.sha256").unlink()
+    with pytest.raises(EvalInputError, match=r"grammar.parquet: its grammar.parquet.sha256 is missing"):
+        read_pairs(ok)

@@ -207,6 +207,20 @@ def _check_token_store(cks: list[_Checkpoint], report: RunReport) -> None:
                                        f"differs): rebuilt from a changed corpus?"))
 
 
+def _check_eval_files(run_dir: Path, report: RunReport) -> None:
+    """Every eval file and per-token sidecar under evals/step<N>/ against its .sha256 (train/evalsums.py)."""
+    from train.evalsums import sum_problem
+
+    for path in sorted((run_dir / "evals").glob("step*/*.parquet")):
+        if path.name.startswith("."):
+            continue
+        problem = sum_problem(path)
+        if problem:
+            step = path.parent.name[4:]
+            report.findings.append(Finding(int(step) if step.isdigit() else None, str(path), "eval-file",
+                                           problem.removeprefix(f"{path}: ").removeprefix(f"{path} ")))
+
+
 def _check_identical_files(cks: list[_Checkpoint], report: RunReport) -> None:
     """Byte-identical weight files at different steps, from the sha256 already computed (equal to the
     manifest's when the files match it; computed for checkpoints without one)."""
@@ -332,6 +346,7 @@ def verify_run(run_dir: Path) -> RunReport:
         report.notes.append(f"{run_dir}: no step0 checkpoint: distances are from step{cks[0].step}")
     _check_config_hashes(run_dir, cks, report)
     _check_token_store(cks, report)
+    _check_eval_files(run_dir, report)
     _check_identical_files(cks, report)
     # A copy of another step is reported once and left out of the trace: as a neighbour it would
     # bend the path of the checkpoints beside it.

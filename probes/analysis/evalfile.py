@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from probes.evals.files import META_KEY, REGIONS, EvalInputError, read_trainer_state
+from train.evalsums import sum_problem
 
 # Bits of PairOutcomes.correct; MISSING marks a pair absent at one checkpoint.
 MLP, SUM, MISSING = 1, 2, 4
@@ -82,6 +83,9 @@ def read_eval_file(path: Path, step: int, run_dir: Path) -> FileResult:
             meta = json.loads(schema.metadata[META_KEY])
         except ValueError as exc:
             raise EvalInputError(f"{path}: schema metadata '{META_KEY.decode()}' is not JSON") from exc
+    problem = sum_problem(path, meta)  # its .sha256 (train/evalsums.py)
+    if problem:
+        raise EvalInputError(problem)
     tokens = meta.get("tokens")
     if tokens is None:
         tokens = _trainer_tokens(run_dir, step)

@@ -251,6 +251,10 @@ def read_meta(path: Path) -> dict:
     Raises EvalInputError naming the file when it is not one of ours or does not read."""
     import pyarrow.parquet as pq
 
+    from train.evalsums import sum_path
+
+    if sum_path(path).is_file():  # first: a damaged file is named as such, whatever it reads as
+        _check_sum(path)
     try:
         blob = (pq.read_schema(path).metadata or {}).get(META_KEY)
     except Exception as e:  # pyarrow's errors for a torn or foreign file are of several types
@@ -263,7 +267,18 @@ def read_meta(path: Path) -> dict:
         raise EvalInputError(f"{path}: {META_KEY.decode()!r} metadata is not valid JSON: {e}") from None
     if not isinstance(meta, dict):
         raise EvalInputError(f"{path}: {META_KEY.decode()!r} metadata is not a JSON object")
+    if not sum_path(path).is_file():
+        _check_sum(path, meta)
     return meta
+
+
+def _check_sum(path: Path, meta: Optional[dict] = None) -> None:
+    """Raises EvalInputError when the file does not match its .sha256, or lost it (train/evalsums.py)."""
+    from train.evalsums import sum_problem
+
+    problem = sum_problem(path, meta)
+    if problem:
+        raise EvalInputError(problem)
 
 
 TOKENS_SUFFIX = ".tokens.parquet"  # the per-token sidecar beside an eval file (probes/scoring/tokens.py)
@@ -284,6 +299,8 @@ def eval_done(path: Path, pairs_hash: str, manifest: Optional[str], per_token: b
         return False
     try:
         meta = read_meta(path)
+        if per_token:  # a damaged or cut-short sidecar is scored again too
+            _check_sum(tokens_path(path))
     except EvalInputError as e:  # a foreign or damaged file: scoring again replaces it
         logging.getLogger(__name__).warning("%s; it will be scored again", e)
         return False

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from probes.evals.files import CONVENTION, META_KEY, atomic_open, eval_path, read_meta, versions
+from train.evalsums import CHECKSUM, CHECKSUM_KEY, write_sum
 from train.faults import fault_point
 
 __all__ = ["META_KEY", "eval_path", "read_pairs", "write_pairs"]
@@ -44,6 +45,7 @@ def write_pairs(df: pd.DataFrame, path: Path, meta: dict) -> None:
     meta = dict(meta)
     meta.setdefault("convention", CONVENTION)
     meta.setdefault("versions", versions())
+    meta[CHECKSUM_KEY] = CHECKSUM  # written with a .sha256 (train/evalsums.py): a missing one is damage
     _check_meta(meta, str(path))
     try:
         blob = json.dumps(meta, default=lambda o: str(o) if isinstance(o, os.PathLike) else _bad(o))
@@ -58,6 +60,7 @@ def write_pairs(df: pd.DataFrame, path: Path, meta: dict) -> None:
     with atomic_open(path, "wb") as f:
         pq.write_table(table, f)
         fault_point("eval_write", meta["step"])  # the crash tests' kill point; nothing otherwise
+    write_sum(path)
 
 
 def _bad(o):
