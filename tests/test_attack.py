@@ -282,3 +282,49 @@ def test_a_flipped_bit_in_an_eval_file_or_sidecar_is_refused_by_every_reader_and
     (ok.parent / "grammar.parquet.sha256").unlink()
     with pytest.raises(EvalInputError, match=r"grammar.parquet: its grammar.parquet.sha256 is missing"):
         read_pairs(ok)
+
+
+def test_two_copies_of_one_run_are_refused_not_counted_as_two_seeds(tmp_path):
+    """Item 8: a copied run directory gave n_seeds=2 and a zero-width band, with no problem listed."""
+    from probes.analysis.evalset import load_runs
+    from probes.evals.files import EvalInputError
+    from test_report import make_grid
+
+    runs = make_grid(tmp_path / "runs", models=("pythia-14m",), seeds=(1, 2), n_steps=4, pairs=10)
+    copy = tmp_path / "copy"
+    shutil.copytree(runs[0], copy)
+    assert len(load_runs(runs, cache=False).runs) == 2  # two seeds of one model: fine
+    with pytest.raises(EvalInputError, match=rf"run directories {runs[0]} and {copy} hold the same run "
+                                             rf"\(config hash [0-9a-f]{{12}}…, seed 1\)"):
+        load_runs([*runs, copy], cache=False)
+
+
+def log_keys(run_dir: Path) -> list[tuple[int, str]]:
+    from train.logger import read_log
+
+    return [(r["step"], r["event"]) for r in read_log(run_dir / "logs" / "train.jsonl")]
+
+
+def test_a_resume_logs_each_step_and_checkpoint_once(cache, tmp_path):
+    """Item 9: a resume from step 0 logged checkpoint(0) again; a resume from an earlier checkpoint,
+    the later one kept without its resume/, logged (60, checkpoint) twice."""
+    overrides = ("probes=none", "schedule=custom", "schedule.points=[5]", "schedule.keep_resume=3")
+    straight = tmp_path / "straight"
+    train(tiny_cfg(cache, *overrides), straight)
+    expected = log_keys(straight)
+    assert (0, "checkpoint") in expected and len(set(expected)) == len(expected)
+
+    from_zero = tmp_path / "from-zero"
+    shutil.copytree(straight, from_zero)
+    for step, path in list_checkpoints(from_zero)[1:]:
+        shutil.rmtree(path)
+    train(tiny_cfg(cache, *overrides), from_zero)
+    assert log_keys(from_zero) == expected
+
+    from_five = tmp_path / "from-five"
+    shutil.copytree(straight, from_five)
+    last = list_checkpoints(from_five)[-1][1]
+    shutil.rmtree(last / "resume")
+    write_manifest(last, read_state(last), 0)
+    train(tiny_cfg(cache, *overrides), from_five)
+    assert log_keys(from_five) == expected

@@ -150,8 +150,10 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         todo = []
         if dist.main:
             logged = logged_steps(logger.path, "checkpoint")
+            # only up to `current`: a later checkpoint (kept without its resume state) is written, probed
+            # and logged again when training reaches it; probing it now too logged it twice
             todo = [(s, p) for s, p in list_checkpoints(run_dir)
-                    if s in save_steps and (s not in logged or hooks_missing(hooks, s))]
+                    if s <= current and s in save_steps and (s not in logged or hooks_missing(hooks, s))]
         for step, path in _broadcast(todo, dist):
             if dist.main:
                 print(f"probing checkpoint {path}: its evals were not written before the last stop",
@@ -168,7 +170,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         probe_missed(start_step)
         # after probing: the RNG continues exactly where the checkpoint left it
         load_rng(resume_from / "resume", dist.rank)
-    if start_step == 0 and 0 in save_steps:
+    if resume_from is None and 0 in save_steps:  # a resume from step 0 has it (probe_missed saw to its hooks)
         checkpoint(0, None, 0.0)
     bar = tqdm(total=total_steps, initial=start_step, desc="train", unit="step",
                disable=not dist.main or os.environ.get("TQDM_DISABLE") == "1")
