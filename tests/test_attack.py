@@ -328,3 +328,31 @@ def test_a_resume_logs_each_step_and_checkpoint_once(cache, tmp_path):
     write_manifest(last, read_state(last), 0)
     train(tiny_cfg(cache, *overrides), from_five)
     assert log_keys(from_five) == expected
+
+
+def test_a_bf16_rewrite_cut_short_is_finished_by_the_next_run_and_never_damage(cache, tmp_path):
+    """Item 10: a kill between the bf16 weights' rename and the manifest update was never repaired;
+    verify reported a sha256 mismatch and score-run scored the checkpoint anyway."""
+    import subprocess
+    import sys
+
+    from train.faults import ENV
+    from train.verify import verify_run
+    from trainutil import TINY
+
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "train", *TINY, f"data.cache_dir={cache}", f"hydra.run.dir={run_dir}", "probes=none",
+           "schedule=custom", "schedule.points=[1,2,5]", "schedule.keep_resume=1", "schedule.weights_dtype=bf16"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", ENV: "bf16_rewrite:step1"}
+    proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    step1 = run_dir / "checkpoints" / "step1"
+    assert '"dtype": "float32"' in (step1 / "config.json").read_text()  # cut short: weights bf16, config not
+    assert verify_run(run_dir).findings == []  # each file is one the manifest vouches for
+    env.pop(ENV)
+    proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert '"dtype": "bfloat16"' in (step1 / "config.json").read_text()
+    assert verify_run(run_dir).findings == []

@@ -87,11 +87,17 @@ def manifest_problems(path: Path, manifest: dict, actual: Optional[dict] = None)
             continue
         if rel not in actual:
             problems.append((rel, "missing", f"listed in {MANIFEST} but missing"))
-        elif actual[rel] != digest:
+        elif actual[rel] != digest and actual[rel] != _unfinished_rewrite(manifest, rel):
             problems.append((rel, "changed", f"does not match its sha256 in {MANIFEST}: the file was damaged "
                                              f"or replaced after it was written"))
     problems += [(rel, "unlisted", f"not listed in {MANIFEST}") for rel in actual if rel not in manifest["files"]]
     return problems
+
+
+def _unfinished_rewrite(manifest: dict, rel: str) -> Optional[str]:
+    """The sha256 `rel` had before weights_to_bf16 recorded its rewrite: still the file on disk while
+    that rewrite is unfinished (weights_to_bf16 finishes it), so not damage."""
+    return ((manifest.get("derived") or {}).get(rel) or {}).get("from")
 
 
 def verify_manifest(path: Path, manifest: dict) -> None:
@@ -211,9 +217,12 @@ def prune_resume_states(run_dir: Path, keep: int, weights_dtype: str = "fp32") -
 
 
 def weights_to_bf16(path: Path) -> None:
-    """Rewrites a probe-only checkpoint's model.safetensors in bf16, atomically. config.json's dtype is
-    updated last and marks the work done, so a crash in between is redone by the next call. Resume
-    checkpoints keep fp32 weights: the run continues from them exactly."""
+    """Rewrites a probe-only checkpoint's model.safetensors in bf16, atomically. The manifest learns the
+    new files first (each recorded as derived from the one it replaces), then the weights and config.json
+    are replaced; config.json's dtype marks the work done. At every point between, each file is either
+    the one written or its bf16 rewrite, both of which the manifest vouches for (manifest_problems), and
+    the next call finishes the work. Resume checkpoints keep fp32 weights: the run continues from them.
+    Weights that are neither (damaged) are refused, not converted and vouched for."""
     from safetensors import safe_open
     from safetensors.torch import save
 
@@ -222,18 +231,23 @@ def weights_to_bf16(path: Path) -> None:
     if config.get("dtype") == "bfloat16":
         return
     weights = Path(path) / "model.safetensors"
+    manifest = read_manifest(path)
+    if manifest is not None:
+        problems = [p for p in manifest_problems(path, manifest) if p[0] in ("model.safetensors", "config.json")]
+        if problems:
+            raise CorruptCheckpointError(f"{path / problems[0][0]} {problems[0][2]}; not rewritten in bf16")
     with safe_open(weights, framework="pt") as f:
         metadata = f.metadata()
         tensors = {k: f.get_tensor(k) for k in f.keys()}
     tensors = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in tensors.items()}
-    with atomic_open(weights, "wb") as f:
-        f.write(save(tensors, metadata=metadata))
+    blob = save(tensors, metadata=metadata)
     config["dtype"] = "bfloat16"
     text = json.dumps(config, indent=2, sort_keys=True)
-    # The manifest learns both new files before config.json marks the work done: a crash in between
-    # is redone (same bytes) by the next call.
-    _drop_from_manifest(path, updates={"model.safetensors": sha256_file(weights),
+    _drop_from_manifest(path, updates={"model.safetensors": hashlib.sha256(blob).hexdigest(),
                                        "config.json": hashlib.sha256(text.encode()).hexdigest()})
+    with atomic_open(weights, "wb") as f:
+        f.write(blob)
+    fault_point("bf16_rewrite", read_trainer_state(path).get("step", -1))
     write_text_atomic(config_path, text)
 
 

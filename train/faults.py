@@ -8,6 +8,7 @@ The points (where each call sits):
   checkpoint_write  train.checkpoint.save_checkpoint, with checkpoints/.tmp-step<N>/ half written
   after_rename      the loop, once checkpoints/step<N> is whole, before any hook ran on it
   eval_write        probes.scoring.store.write_pairs, with the eval file of step N under its temporary name
+  bf16_rewrite      train.checkpoint.weights_to_bf16, step N's bf16 weights renamed in, config.json not yet
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import os
 import signal
 
 ENV = "SYNTAX_DYNAMICS_FAULT"
-POINTS = ("mid_step", "checkpoint_write", "after_rename", "eval_write")
+POINTS = ("mid_step", "checkpoint_write", "after_rename", "eval_write", "bf16_rewrite")
 
 
 def fault_point(point: str, step: int) -> None:

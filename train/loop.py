@@ -73,6 +73,8 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
                   flush=True)
         lock.announce()
         _write_config(run_dir, resolved)
+        # finishes a bf16 rewrite a kill cut short (a finished run saves no checkpoint that would)
+        prune_resume_states(run_dir, cfg.schedule.keep_resume, cfg.schedule.weights_dtype)
         if on_accepted is not None:
             on_accepted()
 
