@@ -356,3 +356,43 @@ def test_a_bf16_rewrite_cut_short_is_finished_by_the_next_run_and_never_damage(c
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert '"dtype": "bfloat16"' in (step1 / "config.json").read_text()
     assert verify_run(run_dir).findings == []
+
+
+def test_what_a_killed_writer_left_under_a_temporary_name_is_removed_by_the_next_write(tmp_path):
+    """Item 13 (and issue 21): SIGKILL left .tmp files (eval files, train.jsonl, tokenizer and store
+    caches) that nothing cleaned, though atomic_open said a crash leaves none."""
+    import socket
+    import subprocess
+    import sys
+
+    from train.faults import ENV
+    from trainutil import TINY
+
+    cache, run_dir = tmp_path / "cache", tmp_path / "run"
+    cmd = [sys.executable, "-m", "train", *TINY, f"data.cache_dir={cache}", f"hydra.run.dir={run_dir}",
+           "schedule=custom", "schedule.points=[5]"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1", ENV: "eval_write:step5"}
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    left = sorted(p.name for p in run_dir.rglob("*.tmp"))
+    assert left and all(n.startswith(".grammar.parquet.") for n in left), left
+    # a build of the token store and a tokenizer training killed too: their directories, from a dead
+    # process of this host and in the older format (no writer named)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    planted = []
+    for kind in ("stores", "tokenizers"):
+        (final,) = [p for p in (cache / kind).iterdir() if not p.name.startswith(".")]
+        shutil.rmtree(final)  # so that the rerun builds it again
+        for name in (f".{final.name}.tmp-{dead.pid}@{socket.gethostname()}-ab_12cd3", f".{final.name}.tmp-zz9_ab12"):
+            (cache / kind / name).mkdir()
+            planted.append(cache / kind / name)
+    alive = cache / "tokenizers" / f".{final.name}.tmp-{os.getpid()}@{socket.gethostname()}-live0001"
+    alive.mkdir()
+    env.pop(ENV)
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [p for p in run_dir.rglob("*") if ".tmp" in p.name] == []
+    assert [p for p in planted if p.exists()] == []
+    assert alive.is_dir()  # a live writer's (this test's pid) is never touched

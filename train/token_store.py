@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from probes.evals import fsync_tree
 from train.errors import InputFileError, reading
+from train.staletmp import clear_stale, tag
 from train.tokenizer import load_tokenizer, pipeline_fingerprint
 
 _CHUNK_DOCS = 10_000  # documents per write: memory stays flat however large the corpus
@@ -104,7 +105,8 @@ def build_or_load(docs: datasets.Dataset, tokenizer_dir: Path, corpus_id: str, c
     if (final / "meta.json").is_file():
         return TokenStore(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{fp}.tmp-", dir=final.parent))
+    clear_stale(final.parent, f".{fp}.tmp-", "-")  # a build a kill cut short
+    tmp = Path(tempfile.mkdtemp(prefix=f".{fp}.tmp-{tag()}-", dir=final.parent))
     try:
         _build(docs, Path(tokenizer_dir), corpus_id, fp, tmp, num_proc)
         try:

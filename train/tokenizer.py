@@ -40,6 +40,7 @@ import transformers
 
 from probes.evals import fsync_tree
 from train.errors import InputFileError
+from train.staletmp import clear_stale, tag
 from train.start_token import write_record
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,8 @@ def prepare_tokenizer(cfg: TokenizerConfig, docs: datasets.Dataset, corpus_id: s
     if (final / "tokenizer.json").is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-", dir=final.parent))
+    clear_stale(final.parent, f".{key}.tmp-", "-")  # a training a kill cut short
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-{tag()}-", dir=final.parent))
     try:
         _train_sentencepiece(cfg, docs, tmp, corpus_id)
         hf = _fast_from_spm(tmp / SPM_FILE)
