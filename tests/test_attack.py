@@ -396,3 +396,27 @@ def test_what_a_killed_writer_left_under_a_temporary_name_is_removed_by_the_next
     assert [p for p in run_dir.rglob("*") if ".tmp" in p.name] == []
     assert [p for p in planted if p.exists()] == []
     assert alive.is_dir()  # a live writer's (this test's pid) is never touched
+
+
+def test_a_full_disk_names_the_file_and_its_filesystem(cache, tmp_path, monkeypatch, capsys):
+    """Item 12: a write that filled another filesystem than the run directory's (here the log's) was
+    reported as 'disk full while writing a file (66141.4 MiB left …)': no file, the wrong filesystem."""
+    import subprocess
+
+    from test_train_errors import train_cli
+
+    point = tmp_path / "small"
+    point.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(point)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        (point / "filler").write_bytes(b"\0" * 64 * 1024)  # full
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        (run_dir / "logs").symlink_to(point)
+        line = train_cli(cache, f"hydra.run.dir={run_dir}", "probes=none", monkeypatch=monkeypatch, capsys=capsys)
+        assert line == (f"error: disk full while writing {run_dir}/logs/train.jsonl (0.0 MiB left on its filesystem): "
+                        f"free some space and rerun the same command (a write cut short is never used)")
+    finally:
+        subprocess.run(["umount", "-l", str(point)], check=True)
