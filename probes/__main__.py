@@ -105,7 +105,7 @@ def run_main(command: str, argv: Sequence[str]) -> int:
 
 
 def _score_run(command: str, args) -> int:
-    from probes.evals import CorruptCheckpointError
+    from train.files import CorruptCheckpointError
     from probes.scoring.watch import ScoreOptions, score_run, watch
     from train.lock import EVAL_LOCK, RunDirLocked, RunLock
 
@@ -199,7 +199,8 @@ def _score(args) -> int:
     except ValueError as e:
         raise CliError(str(e)) from None
     name, pairs = _load_pairs(args.benchmark, args.format, args.max_pairs_per_paradigm)
-    from probes.evals import CorruptCheckpointError, ScoreOptions, evaluate_checkpoint, read_trainer_state
+    from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint
+    from train.files import CorruptCheckpointError, read_trainer_state
 
     try:
         # {}: a model directory that is not one of our checkpoints does not know its step/tokens (-1)

@@ -108,10 +108,10 @@ def test_a_damaged_token_store_is_refused_on_open_and_found_by_verify(cache, tmp
 
 
 def grammar_corpus(path: Path, n: int = 80) -> None:
-    from probes.evals import grammar_documents
+    from probes.benchmarks.grammar import corpus_documents
     from train.corpus import GrammarConfig
 
-    docs = [d for d in grammar_documents(GrammarConfig(n_documents=n, sentences_per_document=10)) if d.strip()]
+    docs = [d for d in corpus_documents(GrammarConfig(n_documents=n, sentences_per_document=10)) if d.strip()]
     path.write_text("\n\n".join(docs) + "\n")
 
 
@@ -254,7 +254,7 @@ def silent_flip(path: Path) -> None:
 def test_a_flipped_bit_in_an_eval_file_or_sidecar_is_refused_by_every_reader_and_verify(probed, tmp_path):
     """Item 7: a single-bit flip read back silently in report, verify and score-run."""
     from probes.analysis.evalfile import read_eval_file
-    from probes.evals.files import EvalInputError, eval_done, read_meta
+    from probes.evals.files import EvalInputError, eval_done, eval_file_meta as read_meta
     from probes.scoring.store import read_pairs
     from probes.scoring.tokens import read_tokens
     from train.verify import verify_run

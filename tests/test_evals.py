@@ -2,11 +2,8 @@
 means the same checkpoint (manifest hash) and the same pairs, and the packages depend one way."""
 from __future__ import annotations
 
-import ast
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,14 +11,17 @@ import torch
 
 from probeutil import tiny_neox, word_tokenizer
 from probes.benchmarks.registry import load_benchmark
-from probes.evals import (BenchmarkConfig, EvalInputError, ProbesConfig, ScoreOptions, atomic_open, eval_done,
-                          eval_path, manifest_hash, pair_set, read_meta, read_trainer_state)
+from probes.evals.config import BenchmarkConfig
+from probes.evals.files import EvalInputError, eval_done, eval_file_meta, eval_path, pair_set
+from probes.scoring.hook import ProbesConfig
+from probes.scoring.evaluate import ScoreOptions
+from train.errors import InputFileError
+from train.files import atomic_open, manifest_hash, read_trainer_state
 from probes.scoring.primitive import score_pairs
 from probes.scoring.store import read_pairs
 from probes.scoring.watch import pending, score_run
 from train.checkpoint import weights_to_bf16, write_manifest
 
-ROOT = Path(__file__).resolve().parents[1]
 RECORDS = [  # BLiMP's published schema
     {"sentence_good": f"the {n} {v} .", "sentence_bad": f"the {n} {w} .", "UID": "sv",
      "linguistics_term": "agreement", "pairID": str(i)}
@@ -132,10 +132,10 @@ def test_eval_done_reads_only_the_schema_and_names_a_bad_file(tmp_path, bench):
     path.write_bytes(path.read_bytes()[:100])  # torn (not by us: our writer never leaves one)
     assert not eval_done(path, pair_set(benchmarks["mini"]), manifest_hash(ckpt))
     with pytest.raises(EvalInputError, match=f"{path} does not match its sha256 in mini.parquet.sha256"):
-        read_meta(path)
+        eval_file_meta(path)
     (path.parent / "mini.parquet.sha256").unlink()  # a file of ours written before the .sha256 existed
     with pytest.raises(EvalInputError, match=f"{path}: not a readable parquet file"):
-        read_meta(path)
+        eval_file_meta(path)
 
 
 # ---------------------------------------------------------------- one metadata for every writer
@@ -145,7 +145,7 @@ def test_every_writer_records_the_same_metadata(tmp_path, bench, capsys):
     from probes.__main__ import main as probes_main
     from probes.scoring.hook import ProbeHook
     from probes.syntaxqa.hook import SyntaxQAHook
-    from probes.evals import SyntaxQAConfig
+    from probes.syntaxqa.config import SyntaxQAConfig
 
     f, benchmarks = bench
     run = tmp_path / "run"
@@ -211,113 +211,8 @@ def test_trainer_state_reader_names_the_file(tmp_path):
     with pytest.raises(FileNotFoundError):
         read_trainer_state(tmp_path)
     (tmp_path / "trainer_state.json").write_text('{"step": 4, "tok')
-    with pytest.raises(EvalInputError, match=f"{tmp_path / 'trainer_state.json'}: invalid JSON at line 1"):
+    with pytest.raises(InputFileError, match=f"{tmp_path / 'trainer_state.json'}: invalid JSON at line 1"):
         read_trainer_state(tmp_path)
-
-
-# ---------------------------------------------------------------- train -> probes.evals only; no cycles
-
-
-def test_the_training_side_loads_no_probe_module():
-    code = ("import sys, train.config, train.loop, train.corpus, train.checkpoint\n"
-            "print('\\n'.join(m for m in sys.modules if m == 'probes' or m.startswith('probes.')))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert out.returncode == 0, out.stderr[-2000:]
-    loaded = set(out.stdout.split())
-    light = {"probes", "probes.evals", "probes.evals.config", "probes.evals.files", "probes.evals.evaluate",
-             "probes.syntaxqa", "probes.syntaxqa.records"}
-    assert loaded <= light, f"the trainer imports probe modules: {sorted(loaded - light)}"
-
-
-def _modules() -> dict[str, Path]:
-    out = {}
-    for pkg in ("train", "probes"):
-        for f in (ROOT / pkg).rglob("*.py"):
-            parts = f.relative_to(ROOT).with_suffix("").parts
-            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
-    return out
-
-
-def _imports(name: str, path: Path, modules: dict) -> tuple[set[str], set[str]]:
-    """(modules imported when `name` is imported, modules imported anywhere in it), ours only. Importing
-    a.b.c runs a and a.b first, so those count too, except `name`'s own packages (already running)."""
-    def targets(node, package: str) -> list[str]:
-        if isinstance(node, ast.Import):
-            found = [a.name for a in node.names]
-        else:
-            base = node.module or ""
-            if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
-            found = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
-        out = []
-        for t in found:
-            parts = t.split(".")
-            out += [p for p in (".".join(parts[:i]) for i in range(1, len(parts) + 1)) if p in modules]
-        return out
-
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    tree = ast.parse(path.read_text())
-    top, every = set(), set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            every.update(targets(node, package))
-    for node in tree.body:  # module level, including under if/try, not inside functions
-        for sub in ast.walk(node) if not isinstance(node, (ast.FunctionDef, ast.ClassDef)) else ():
-            if isinstance(sub, (ast.Import, ast.ImportFrom)):
-                top.update(targets(sub, package))
-    own = {".".join(name.split(".")[:i]) for i in range(1, len(name.split(".")) + 1)}
-    return top - own, every - own
-
-
-def _in_contract(module: str) -> bool:
-    return module == "probes.evals" or module.startswith("probes.evals.")
-
-
-def test_no_import_cycle_and_train_reaches_probes_only_through_the_contract():
-    modules = _modules()
-    graph = {m: _imports(m, f, modules) for m, f in modules.items()}
-    # train/ uses probes only through probes.evals (and the package that holds it)
-    for m, (_top, every) in graph.items():
-        if m.startswith("train"):
-            bad = sorted(t for t in every if t.startswith("probes.") and not _in_contract(t))
-            assert not bad, f"{m} imports {bad}: the trainer reaches probes only through probes.evals"
-    # the contract imports nothing of train, and at import time nothing heavy of probes
-    for m, (top, every) in graph.items():
-        if _in_contract(m):
-            assert not any(t.startswith("train") for t in every), f"{m} imports train"
-            assert top <= {"probes", "probes.evals", "probes.evals.config", "probes.evals.files",
-                           "probes.evals.evaluate", "probes.syntaxqa", "probes.syntaxqa.records"}, (m, top)
-    # no cycle among the imports that run at import time (Tarjan's strongly connected components)
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    cycles: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in graph[v][0]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                cycles.append(sorted(comp))
-
-    sys.setrecursionlimit(10_000)
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    assert not cycles, f"import cycles: {cycles}"
 
 
 def test_a_rerun_of_a_finished_run_reprobes_only_the_replaced_checkpoint(tmp_path):

@@ -17,7 +17,8 @@ from transformers import AutoTokenizer, GPTNeoXForCausalLM
 from train.errors import ConfigError, InputFileError
 from train.grid import compose_run, hydra_context
 from train.model import build_model
-from train.neox import from_neox, main as neox_main, neox_config, render_yaml, save_steps
+from train.neox import main as neox_main, neox_config, render_yaml
+from train.neox_read import from_neox, save_steps
 from train.neox_ckpt import LAYER_FILE, import_step, sync_run, write_neox_checkpoint
 from train.optim import lr_at
 from train.schedule import checkpoint_steps

@@ -10,7 +10,7 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
 
-from probes.evals import ids_fingerprint
+from probes.scoring.evaluate import ids_fingerprint
 from probes.benchmarks.pairs import Pair, Region
 from probes.scoring.primitive import accuracy, bos_id, correct, score_pairs, sentence_ids, token_logprobs
 

@@ -175,7 +175,7 @@ def test_cli_flags_are_the_config_fields():
     flag renames a field, and a flag not given leaves the field's default."""
     import dataclasses
 
-    from probes.evals.config import PaperConfig
+    from probes.syntaxqa.config import PaperConfig
     from probes.syntaxqa.score import CLI_ONLY, build_parser
 
     parser = build_parser()

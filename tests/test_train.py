@@ -152,6 +152,7 @@ def test_syntax_qa_probe_joins_the_hooks_when_enabled(cache, tmp_path):
     cfg = tiny_cfg(cache, "probes.syntax_qa.enabled=true", f"probes.syntax_qa.sources=[{trees}]",
                    "probes.syntax_qa.knowledge_points=[GS,DO]")
     hooks = _build_hooks(cfg, tiny_tokenizer(), tmp_path)
-    assert [type(h).__name__ for h in hooks] == ["ProbeHook", "SyntaxQAHook"]
+    assert [type(h).__name__ for h in hooks] == ["ProbeHook", "SyntaxQAHook", "CurvesHook"]
     assert {it.kp for it in hooks[1].items} == {"GS", "DO"}
-    assert [type(h).__name__ for h in _build_hooks(tiny_cfg(cache), tiny_tokenizer(), tmp_path)] == ["ProbeHook"]
+    assert [type(h).__name__ for h in _build_hooks(tiny_cfg(cache), tiny_tokenizer(), tmp_path)] == ["ProbeHook",
+                                                                                              "CurvesHook"]

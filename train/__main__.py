@@ -26,7 +26,7 @@ register()
 
 def write_hydra_record(run_dir: Path, cfg: DictConfig) -> None:
     """<run>/.hydra/{config,hydra,overrides}.yaml, as Hydra's own output_subdir would hold them."""
-    from probes.evals import write_text_atomic
+    from train.files import write_text_atomic
 
     hydra_cfg = HydraConfig.get()
     out = Path(run_dir) / ".hydra"

@@ -24,9 +24,9 @@ from typing import Optional
 
 import torch
 
-# The names, files and writers of the contract probes read checkpoints by (the checkpoint directory
-# rule, manifest, trainer state, the atomic writer): defined once in probes.evals, used here.
-from probes.evals.files import (MANIFEST, REQUIRED_FILES, CorruptCheckpointError, IncompleteCheckpointError,
+# The names, files and writers probes read checkpoints by (the checkpoint directory rule, manifest,
+# trainer state, the atomic writer): defined once in train/files.py, used here.
+from train.files import (MANIFEST, REQUIRED_FILES, CorruptCheckpointError, IncompleteCheckpointError,
                                 atomic_open, checkpoint_dir, fsync_tree, list_checkpoints, read_manifest,
                                 read_trainer_state, verify_checkpoint, write_json_atomic, write_text_atomic)
 from train.faults import fault_point
@@ -119,7 +119,7 @@ def verify_manifest(path: Path, manifest: dict) -> None:
 def _drop_from_manifest(path: Path, prefix: str = "", updates: Optional[dict] = None) -> None:
     """Rewrites the manifest without the entries under `prefix` and with `updates` (name -> sha256).
     An updated file is recorded under ``derived`` as made from the file it replaces, so the eval
-    contract's manifest_hash sees the same checkpoint (probes.evals.manifest_hash)."""
+    contract's manifest_hash sees the same checkpoint (train.files.manifest_hash)."""
     manifest = read_manifest(path)
     if manifest is None:
         return

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import json
 import typing
 from dataclasses import dataclass, field
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from probes.evals import ProbesConfig  # the light eval contract: no probe module loads with the schema
 from train.corpus import DataConfig
 from train.engine import EngineConfig
 from train.errors import ConfigError
@@ -35,7 +37,11 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
-    probes: ProbesConfig = field(default_factory=ProbesConfig)
+    # The checkpoint hooks' section (train/hooks.py): `_target_` names the dataclass that types it and
+    # builds the hooks (configs/config.yaml: probes.scoring.hook.ProbesConfig). Untyped here, so the schema
+    # imports nothing of probes; to_typed checks every key against the target's dataclass. Not struct:
+    # a nested key the preset left out (probes.syntax_qa.enabled=true) is set like any other, then checked.
+    probes: Any = field(default_factory=lambda: OmegaConf.create({}, flags={"struct": False}))
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     resume: bool = True  # a rerun in the same run directory continues from its latest resume state
     curves_at_end: bool = True  # write learning curves into <run>/curves when training ends
@@ -61,15 +67,22 @@ class TrainConfig:
 # Sections that define the training trajectory: a resumed run must agree on them exactly.
 TRAJECTORY_KEYS = ("seed", "model", "data", "tokenizer", "optim")
 # ...except these, which change where or how fast, not what is trained.
-RESUME_MAY_CHANGE = ("data.cache_dir", "data.num_proc", "data.load_timeout_s", "optim.micro_batch", "optim.impl",
+# data.generator is an import path: moving the grammar's code must not orphan a run (what it generates
+# is data.grammar's).
+RESUME_MAY_CHANGE = ("data.cache_dir", "data.num_proc", "data.load_timeout_s", "data.generator",
+                     "optim.micro_batch", "optim.impl",
                      "model.gradient_checkpointing", "model.attn_implementation")
 
 
-def register() -> None:
-    from train.slurm import register_resolvers
+def procs_per_node(gpus_per_node) -> int:
+    """Training processes per node: one per GPU, and one on a CPU-only node (gpus_per_node 0 or unset)."""
+    return max(int(gpus_per_node or 0), 1)
 
+
+def register() -> None:
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
-    register_resolvers()  # configs/hydra/launcher/slurm.yaml's ${procs_per_node:...}
+    if not OmegaConf.has_resolver("procs_per_node"):  # configs/hydra/launcher/slurm.yaml's ${procs_per_node:...}
+        OmegaConf.register_new_resolver("procs_per_node", procs_per_node)
 
 
 def to_typed(cfg) -> TrainConfig:
@@ -78,7 +91,35 @@ def to_typed(cfg) -> TrainConfig:
     A key added with `+` (`+optim.global_batchh=32`, the fix Hydra's own message suggests for a typo)
     bypasses the schema and would be silently ignored by to_object; merging onto the schema refuses it."""
     _refuse_unknown_keys(cfg, TrainConfig)
-    return OmegaConf.to_object(cfg)
+    typed = OmegaConf.to_object(cfg)
+    typed.probes = typed_section(cfg.probes, "probes")
+    return typed
+
+
+def typed_section(node, key: str):
+    """A section named by its `_target_` (a dataclass import path, as Hydra's instantiate takes) as that
+    dataclass: every key checked against it (a misspelt one fails naming `key.<name>`), its
+    __post_init__ run. None for an empty section (a TrainConfig built in code has no hooks)."""
+    if node is None or len(node) == 0:
+        return None
+    node = OmegaConf.create(OmegaConf.to_container(node, resolve=True), flags={"struct": False})
+    target = node.get("_target_")
+    if not isinstance(target, str):
+        raise ConfigError(f"{key}._target_ is missing: name the dataclass that types the {key!r} section")
+    module, _, name = target.rpartition(".")
+    try:
+        schema = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(f"{key}._target_={target!r} cannot be imported: {e}") from None
+    if not dataclasses.is_dataclass(schema):
+        raise ConfigError(f"{key}._target_={target!r} is not a dataclass")
+    if "_target_" not in {f.name for f in dataclasses.fields(schema)}:  # else it records itself
+        node.pop("_target_")
+    _refuse_unknown_keys(node, schema, key + ".")
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), node))
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"{key}.{getattr(e, 'full_key', '')}: {str(e).splitlines()[0]}") from None
 
 
 def _refuse_unknown_keys(node, schema: type, prefix: str = "") -> None:

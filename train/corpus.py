@@ -14,20 +14,36 @@ import threading
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-import datasets
+from train.errors import ConfigError, InputFileError
 
-from probes.evals import GrammarConfig
-from train.errors import InputFileError
+if TYPE_CHECKING:
+    import datasets
 
 _EXTENSIONS = {"text": (".txt", ".text"), "jsonl": (".jsonl", ".json"), "parquet": (".parquet",)}
 _BUILDER = {"text": "text", "jsonl": "json", "parquet": "parquet"}
 
 
 @dataclass
+class GrammarConfig:
+    """The built-in grammar (probes/benchmarks/grammars/): one seed gives a training corpus and minimal pairs.
+
+    Here, beside DataConfig, because it is part of the trajectory; the probe benchmarks reuse it."""
+    variant: str = "en"  # en | zh
+    seed: int = 0
+    n_documents: int = 2000
+    sentences_per_document: int = 10
+    pairs_per_paradigm: int = 200
+
+
+@dataclass
 class DataConfig:
     source: str = "grammar"  # "grammar" (built-in generator) | "files"
+    # source=grammar: import path of the function GrammarConfig -> documents, as Hydra's _target_ names
+    # a callable (configs/data/grammar.yaml: probes.benchmarks.grammar.corpus_documents); the
+    # generator lives with the benchmarks that draw minimal pairs from the same grammar.
+    generator: Optional[str] = None
     paths: list[str] = field(default_factory=list)  # files or directories, for source=files
     format: str = "auto"  # auto | text | jsonl | parquet  (auto: by file extension)
     text_field: str = "text"  # column for jsonl/parquet
@@ -51,10 +67,15 @@ def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
     The identity names the source, the resolved files with their sizes and mtimes (or the grammar
     config), so an edited file or a different generator setting gives a new token store.
     """
-    if cfg.source == "grammar":
-        from probes.evals import grammar_documents
+    import datasets
 
-        docs = [d for d in grammar_documents(cfg.grammar) if d.strip()]
+    if cfg.source == "grammar":
+        from hydra.utils import get_method
+
+        if not cfg.generator:
+            raise ConfigError("data.generator is not set: data.source=grammar needs the import path of the "
+                              "grammar's document generator (configs/data/grammar.yaml names it)")
+        docs = [d for d in get_method(cfg.generator)(cfg.grammar) if d.strip()]
         if not docs:
             raise ValueError(f"data.grammar {asdict(cfg.grammar)} produced no documents")
         ident = json.dumps({"source": "grammar", "grammar": asdict(cfg.grammar)}, sort_keys=True)

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from probes.evals.files import write_text_atomic  # TODO(house): train.files once merged
+from train.files import write_text_atomic
 
 SUFFIX = ".sha256"
 CHECKSUM_KEY, CHECKSUM = "checksum", "sha256 sidecar"  # in an eval file's metadata: written with one

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from probes.evals import write_text_atomic
+from train.files import write_text_atomic
 
 
 @dataclass

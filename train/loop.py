@@ -20,7 +20,6 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from probes.evals import probe_hooks, read_trainer_state, versions, write_curves, write_text_atomic
 from train.checkpoint import (CorruptCheckpointError, latest_resumable, list_checkpoints, load_rng,
                               missing_manifest, prune_resume_states, read_manifest, save_checkpoint,
                               verify_manifest)
@@ -30,7 +29,8 @@ from train.dataid import KEY as DATA_KEY, check_resume_data, data_record
 from train.engine import RESUME_HINT, build_engine, init_distributed
 from train.errors import reading, writing
 from train.faults import fault_point
-from train.hooks import hooks_missing, run_hooks
+from train.files import read_trainer_state, versions, write_text_atomic
+from train.hooks import HookContext, build_hooks, hooks_missing, run_hooks, run_post_train
 from train.lock import RunLock
 from train.logger import Logger, NullLogger, logged_steps
 from train.model import build_model
@@ -219,18 +219,19 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
     if preempt.signum is not None and done < total_steps:
         _destroy_group(dist, engine)
         preempt.exit(done)  # raises: the process exits for requeue
-    if dist.main and cfg.curves_at_end and cfg.probes.enabled:
-        write_curves(run_dir)
+    if dist.main and cfg.curves_at_end:
+        run_post_train(hooks, run_dir)  # the end-of-run curves (probes.analysis.curves.CurvesHook)
     _destroy_group(dist, engine)
     return run_dir
 
 
 def _build_hooks(cfg: TrainConfig, tokenizer, run_dir: Path, total_steps: int | None = None,
                  store=None) -> list:
-    """On every rank: the probe hook shards the pairs across ranks and rank 0 writes the files."""
-    return probe_hooks(cfg.probes, tokenizer, run_dir, final_step=total_steps,
-                       token_store=None if store is None else store.path,
-                       max_positions=cfg.model.max_position_embeddings)
+    """On every rank, from the config's `probes` section (train/hooks.py): the probe hook shards the
+    pairs across ranks and rank 0 writes the files."""
+    return build_hooks(cfg.probes, HookContext(tokenizer, run_dir, final_step=total_steps,
+                                               token_store=None if store is None else store.path,
+                                               max_positions=cfg.model.max_position_embeddings))
 
 
 def _nonfinite(cfg: TrainConfig, step: int, loss: float, grad_norm: float, skipped: list[int],

@@ -25,15 +25,15 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
 from train.errors import ConfigError, InputFileError, reading
+from train.neox_read import EOD, save_steps
 
 NEOX_COMMIT = "ea7aefd8f8e183256992d9fede4d7c71a46d67a5"  # EleutherAI/gpt-neox main, 2026-05-19
 DEFAULT_WORLD_SIZE = 8  # GPUs the batch split assumes unless --world-size says otherwise (one A100 node)
-EOD = "<|endoftext|>"  # gpt-neox's HFTokenizer ends every document with this piece (tokenizer.py: eod_id)
 
 # Our model.hidden_act -> (gpt-neox activation, bias_gelu_fusion). gpt-neox's "gelu" is F.gelu (exact,
 # erf) unless bias_gelu_fusion, which swaps in the tanh approximation (HF "gelu_new"): Pythia's own
@@ -217,137 +217,6 @@ def render_yaml(export: NeoxExport, overrides: Sequence[str]) -> str:
     return "\n".join(head) + "\n" + body
 
 
-def from_neox(neox: dict) -> dict:
-    """What a gpt-neox config trains, in our terms (the inverse of `neox_config`, for what it expresses):
-    {"model": {ModelConfig fields}, "optim": {...}, "seq_len", "total_steps", "world_size",
-    "save_steps": the iterations gpt-neox checkpoints}. Keys may be spelt with - or _ (gpt-neox accepts
-    both); gpt-neox's own defaults apply to missing keys. Raises InputFileError naming a key our
-    GPTNeoX model cannot express."""
-    c = normalize_keys(neox)
-    model = model_fields(c)
-    opt = c.get("optimizer") or {}
-    params = opt.get("params") or {}
-    lr = params.get("lr", c.get("lr"))
-    total = c.get("train_iters")
-    decay_iters = c.get("lr_decay_iters") or total
-    micro, accum = c.get("train_micro_batch_size_per_gpu"), c.get("gradient_accumulation_steps", 1)
-    batch = c.get("train_batch_size")
-    world = batch // (micro * accum) if batch and micro else None
-    optim = {"lr": lr, "betas": list(params.get("betas", [0.9, 0.999])), "eps": params.get("eps", 1e-8),
-             "weight_decay": c.get("weight_decay", 0.1), "grad_clip": c.get("gradient_clipping", 1.0),
-             "min_lr_ratio": (c.get("min_lr", 0.0) / lr) if lr else None,
-             "decay": c.get("lr_decay_style", "linear"), "global_batch": batch,
-             "warmup_steps": c.get("warmup", 0.01) * decay_iters if decay_iters else None}
-    return {"model": model, "optim": optim, "seq_len": c.get("seq_length"), "total_steps": total,
-            "world_size": world, "save_steps": save_steps(c)}
-
-
-def save_steps(c: dict) -> list[int]:
-    """The iterations a gpt-neox run with config `c` checkpoints (megatron/training.py: step 0 only when
-    listed in extra_save_iters; then every iteration that is_save_iter accepts; and the last one)."""
-    total = c.get("train_iters") or 0
-    extra = set(c.get("extra_save_iters") or [])
-    factor = c.get("checkpoint_factor")
-    out = {0} if 0 in extra else set()
-    for it in range(1, total + 1):
-        if it in extra or (factor and _on_factor(it, factor, c.get("checkpoint_scale", "linear"))):
-            out.add(it)
-    if total:
-        out.add(total)
-    return sorted(out)
-
-
-def _on_factor(it: int, factor, scale: str) -> bool:
-    if scale == "linear":
-        return it % int(factor) == 0
-    power = 1.0  # log: 1, f, f^2 ... (truncated to ints)
-    while power < it + 1:
-        if int(power) == it:
-            return True
-        power *= factor
-    return False
-
-
-def normalize_keys(c: dict) -> dict:
-    """gpt-neox accepts `num-layers` and `num_layers` alike; top-level keys in the underscore spelling."""
-    return {str(k).replace("-", "_"): v for k, v in c.items()}
-
-
-def model_fields(c: dict, *, intermediate_size: Optional[int] = None, vocab_rows: Optional[int] = None) -> dict:
-    """ModelConfig fields of the GPTNeoX model a gpt-neox config `c` (normalised keys) describes.
-
-    gpt-neox's own defaults apply where a key is missing (pos_emb learned, rotary_pct 1.0,
-    gpt_j_residual false...). `intermediate_size` (read from the weights' shapes by the checkpoint
-    import) wins over the config: Pythia's YAMLs have no such key and 4 x hidden_size is a formula, the
-    weights are the fact (gpt-neox #1208)."""
-    def need(key):
-        if c.get(key) is None:
-            raise InputFileError(f"gpt-neox config has no {key!r}")
-        return c[key]
-
-    pos = c.get("pos_emb", "learned")
-    if pos != "rotary":
-        raise InputFileError(f"gpt-neox config: pos_emb={pos!r}; HF GPTNeoX has rotary positions only")
-    if c.get("gpt_j_tied"):
-        raise InputFileError("gpt-neox config: gpt_j_tied=true (one LayerNorm per block); HF GPTNeoX has two")
-    if c.get("norm", "layernorm") != "layernorm":
-        raise InputFileError(f"gpt-neox config: norm={c['norm']!r}; HF GPTNeoX has LayerNorm only")
-    for key in ("use_bias_in_norms", "use_bias_in_attn_linear", "use_bias_in_mlp"):
-        if c.get(key) is False:
-            raise InputFileError(f"gpt-neox config: {key}=false; HF GPTNeoX has these biases")
-    if c.get("use_qk_layernorm"):
-        raise InputFileError("gpt-neox config: use_qk_layernorm=true; HF GPTNeoX has no QK norm")
-    kinds = _attention_types(c.get("attention_config"))
-    if kinds - {"global", "flash"}:
-        raise InputFileError(f"gpt-neox config: attention_config has {sorted(kinds - {'global', 'flash'})}; "
-                             f"HF GPTNeoX has dense causal attention only (global/flash)")
-    activation = c.get("activation", "gelu")
-    if activation == "gelu":
-        hidden_act = "gelu_new" if c.get("bias_gelu_fusion") and not c.get("onnx_safe") else "gelu"
-    elif activation in ("relu", "silu"):
-        hidden_act = activation
-    else:
-        raise InputFileError(f"gpt-neox config: activation={activation!r}; importable: gelu, relu, silu "
-                             f"(gated activations have no HF GPTNeoX layout)")
-    hidden = need("hidden_size")
-    base = c.get("rotary_emb_base", 10000)
-    return {
-        "name": "gpt-neox",
-        "hidden_size": hidden,
-        "num_hidden_layers": need("num_layers"),
-        "num_attention_heads": need("num_attention_heads"),
-        "intermediate_size": intermediate_size or c.get("intermediate_size") or 4 * hidden,
-        "rotary_pct": float(c.get("rotary_pct", 1.0)),
-        "rotary_emb_base": int(base) if float(base).is_integer() else base,
-        "use_parallel_residual": bool(c.get("gpt_j_residual", False)),
-        "tie_word_embeddings": not c.get("no_weight_tying", False),
-        "max_position_embeddings": c.get("max_position_embeddings") or need("seq_length"),
-        "vocab_size": vocab_rows,
-        "layer_norm_eps": float(c.get("layernorm_epsilon", 1e-5)),
-        "hidden_act": hidden_act,
-        "init_method": {"small_init": "pythia"}.get(c.get("init_method", "normal"), "hf"),
-    }
-
-
-def _attention_types(spec) -> set[str]:
-    """The attention kinds named in attention_config ([[["flash"], 6]] -> {"flash"}); default global."""
-    if not spec:
-        return {"global"}
-    kinds: set[str] = set()
-    for entry in spec:
-        names = entry[0] if isinstance(entry, (list, tuple)) and entry else entry
-        kinds.update([names] if isinstance(names, str) else names)
-    return kinds
-
-
-def model_config(fields_: dict):
-    """A ModelConfig from `model_fields` output (unknown names refused by the dataclass)."""
-    from train.model import ModelConfig
-
-    known = {f.name for f in fields(ModelConfig)}
-    return ModelConfig(**{k: v for k, v in fields_.items() if k in known})
-
-
 def _tokenizer_json(cfg, tokenizer: Optional[Path]) -> Optional[Path]:
     """The run's tokenizer.json: --tokenizer DIR, else a pretrained tokenizer's directory."""
     if tokenizer is not None:
@@ -375,7 +244,11 @@ def run_config(run_dir: Path):
         raise InputFileError(f"--run {run_dir}: no config.yaml (not a run directory of `python -m train`)")
     register()
     with reading(f, "the run's config"):
-        cfg = to_typed(OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(f)))
+        saved = OmegaConf.load(f)
+        if saved.get("probes") and "_target_" not in saved.probes:  # written before the section named its type
+            default = Path(__file__).resolve().parents[1] / "configs" / "config.yaml"
+            saved.probes._target_ = OmegaConf.load(default).probes._target_
+        cfg = to_typed(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved))
     ckpts = list_checkpoints(run_dir)
     if not ckpts:
         raise InputFileError(f"--run {run_dir}: no checkpoints yet; its total_steps is known from the first one")
@@ -392,7 +265,7 @@ def export(overrides: Sequence[str], out_dir: Path, *, world_size: int = DEFAULT
     number of steps and the tokenizer)."""
     import json
 
-    from train.checkpoint import write_text_atomic
+    from train.files import write_text_atomic
     from train.grid import GridError, compose_run, hydra_context
 
     total = None

@@ -100,7 +100,7 @@ def read_config(step_dir: Path, config: Optional[Path] = None) -> tuple[dict, st
     started with under global_step<N>/configs/; like gpt-neox, several files are merged."""
     import yaml
 
-    from train.neox import normalize_keys
+    from train.neox_read import normalize_keys
 
     files = [Path(config)] if config is not None else sorted(
         p for p in (Path(step_dir) / "configs").glob("*") if p.suffix in (".yml", ".yaml", ".json"))
@@ -234,7 +234,7 @@ def _tokenizer(c: dict, origin: str, tokenizer: Optional[Path]):
     """The run's tokenizer as an HF fast tokenizer (document token = gpt-neox's EOD), or None."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    from train.neox import EOD
+    from train.neox_read import EOD
 
     if tokenizer is not None:
         with reading(Path(tokenizer), "the tokenizer"):
@@ -263,9 +263,10 @@ def import_step(step_dir: Path, out_dir: Path, *, config: Optional[Path] = None,
     then renames it to `out_dir`: a crash leaves no half directory under the final name."""
     from transformers import GPTNeoXForCausalLM
 
-    from train.checkpoint import fsync_tree, write_json_atomic, write_manifest
+    from train.checkpoint import write_manifest
+    from train.files import fsync_tree, write_json_atomic
     from train.model import count_parameters, hf_config
-    from train.neox import model_config, model_fields
+    from train.neox_read import model_config, model_fields
     from train.start_token import write_record
 
     step_dir, out_dir = Path(step_dir), Path(out_dir)
@@ -333,7 +334,7 @@ def sync_run(run_dir: Path, *, config: Optional[Path] = None, tokenizer: Optiona
     """Imports every complete global_step<N> of a gpt-neox save directory that has no
     `<run>/checkpoints/step<N>` yet (idempotent: a whole step<N> is never redone); returns the new ones.
     Does nothing in a directory without global_step<N>: our own runs pass through untouched."""
-    from train.checkpoint import checkpoint_dir
+    from train.files import checkpoint_dir
 
     run_dir = Path(run_dir)
     if not is_neox_run(run_dir):
@@ -361,7 +362,7 @@ def write_neox_checkpoint(model, save_dir: Path, step: int, yaml_text: str, *, n
     The inverse of read_weights; what the round-trip test and a hand-off to gpt-neox use."""
     import numpy as np
 
-    from train.checkpoint import fsync_tree, write_text_atomic
+    from train.files import fsync_tree, write_text_atomic
 
     sd = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
     cfg = model.config

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from train.checkpoint import write_text_atomic
+from train.config import procs_per_node
+from train.files import write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "slurm" / "array.sbatch.in"
@@ -52,19 +53,6 @@ LAUNCHER_YAML = ROOT / "configs" / "hydra" / "launcher" / "slurm.yaml"
 RESOURCE_KEYS = ("nodes", "gpus_per_node", "cpus_per_task", "mem_gb", "timeout_min", "array_parallelism",
                  "signal_delay_s")
 SHARED_KEYS = ("account", "qos", *RESOURCE_KEYS)
-
-
-def procs_per_node(gpus_per_node) -> int:
-    """Training processes per node: one per GPU, and one on a CPU-only node (gpus_per_node 0 or unset)."""
-    return max(int(gpus_per_node or 0), 1)
-
-
-def register_resolvers() -> None:
-    """`${procs_per_node:${.gpus_per_node}}` in configs/hydra/launcher/slurm.yaml."""
-    from omegaconf import OmegaConf
-
-    if not OmegaConf.has_resolver("procs_per_node"):
-        OmegaConf.register_new_resolver("procs_per_node", procs_per_node)
 
 
 def launcher_defaults() -> dict:

@@ -25,7 +25,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from probes.evals.files import read_trainer_state, write_json_atomic
+from train.files import read_trainer_state, write_json_atomic
 
 RECORD = "start_token.json"
 

@@ -25,7 +25,7 @@ import datasets
 import numpy as np
 from tqdm.auto import tqdm
 
-from probes.evals import fsync_tree
+from train.files import fsync_tree
 from train.errors import InputFileError, reading
 from train.staletmp import clear_stale, tag
 from train.tokenizer import load_tokenizer, pipeline_fingerprint

@@ -38,7 +38,7 @@ from typing import Optional
 import datasets
 import transformers
 
-from probes.evals import fsync_tree
+from train.files import fsync_tree
 from train.errors import InputFileError
 from train.staletmp import clear_stale, tag
 from train.start_token import write_record
@@ -158,7 +158,7 @@ def load_tokenizer(path: Path) -> transformers.PreTrainedTokenizerBase:
 def pipeline_fingerprint(path: Path) -> str:
     """Hash of what decides the ids: the backend pipeline and the special tokens (the token store's
     cache key, and what a resume must agree on). Eval files record another hash,
-    probes.evals.ids_fingerprint: the ids the scorer sees.
+    probes.scoring.evaluate.ids_fingerprint: the ids the scorer sees.
 
     Computed from the loaded tokenizer rather than the files, so the directory and the copy that a
     checkpoint writes with save_pretrained (which drops tokenizer.model and rewrites the config) agree.

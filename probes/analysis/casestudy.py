@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from probes.analysis.aggregate import seed_summary
-from probes.analysis.evalfile import REGIONS as GENERIC
+from probes.evals.files import REGIONS as GENERIC
 from probes.analysis.evalset import EvalInputError, EvalSet
 
 PHRASE_REGIONS = Path(__file__).parents[1] / "benchmarks" / "phrase_regions.json"

@@ -180,3 +180,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+class CurvesHook:
+    """``probes curves RUN --out RUN/curves`` once the run has finished (train.curves_at_end)."""
+
+    def post_checkpoint_saved(self, ckpt_dir, step, tokens, model) -> dict:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+    def post_train(self, run_dir: Path) -> None:
+        main([str(run_dir), "--out", str(Path(run_dir) / "curves")])

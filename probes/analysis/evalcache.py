@@ -7,7 +7,7 @@ it) together with the step, size and mtime of every eval file it came from. All 
 used as is. Only new checkpoints after its first one (a run still training; the probe hook
 refreshes it after every eval): those files alone are read and added. Anything else -- a
 rewritten or deleted file, an eval before its first checkpoint -- means a fresh read. Plain
-numpy arrays only (no pickle). Written atomically (probes.evals.atomic_open); a read-only run
+numpy arrays only (no pickle). Written atomically (train.files.atomic_open); a read-only run
 directory just goes uncached.
 """
 from __future__ import annotations
@@ -23,7 +23,8 @@ import pandas as pd
 
 from probes.analysis import evalfile
 from probes.analysis.evalfile import PairOutcomes
-from probes.evals.files import REGIONS, atomic_open
+from probes.evals.files import REGIONS
+from train.files import atomic_open
 
 CACHE_VERSION = 2
 _CACHE_FRAME = ("step", "tokens", "n_pairs", "acc_mlp", "acc_sum", *[f"delta_{r}" for r in ("total", *REGIONS)])

@@ -8,7 +8,6 @@ probes.analysis.evalset reads whole run directories with this; probes.analysis.e
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -19,8 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from probes.evals.files import META_KEY, REGIONS, EvalInputError, read_trainer_state
-from train.evalsums import sum_problem
+from probes.evals.files import REGIONS, EvalInputError, eval_file_meta
 
 # Bits of PairOutcomes.correct; MISSING marks a pair absent at one checkpoint.
 MLP, SUM, MISSING = 1, 2, 4
@@ -39,17 +37,6 @@ class PairOutcomes:
     row_paradigm: np.ndarray  # (n_rows,) int32
     pair_ids: np.ndarray  # (n_rows,) object
     correct: np.ndarray  # (n_steps, n_rows) uint8, bits MLP | SUM | MISSING
-
-
-def _trainer_tokens(run_dir: Path, step: int) -> Optional[int]:
-    ckpt = run_dir / "checkpoints" / f"step{step}"
-    state = read_trainer_state(ckpt, missing_ok=True)
-    if not state:
-        return None
-    try:
-        return int(state["tokens"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise EvalInputError(f"{ckpt / 'trainer_state.json'}: no integer 'tokens' ({exc})") from exc
 
 
 @dataclass
@@ -77,24 +64,8 @@ def read_eval_file(path: Path, step: int, run_dir: Path) -> FileResult:
     missing = [c for c in _REQUIRED if c not in schema.names]
     if missing:
         raise EvalInputError(f"{path}: missing column(s) {missing}")
-    meta: dict = {}
-    if schema.metadata and META_KEY in schema.metadata:
-        try:
-            meta = json.loads(schema.metadata[META_KEY])
-        except ValueError as exc:
-            raise EvalInputError(f"{path}: schema metadata '{META_KEY.decode()}' is not JSON") from exc
-    problem = sum_problem(path, meta)  # its .sha256 (train/evalsums.py)
-    if problem:
-        raise EvalInputError(problem)
-    tokens = meta.get("tokens")
-    if tokens is None:
-        tokens = _trainer_tokens(run_dir, step)
-    if tokens is None:
-        raise EvalInputError(
-            f"{path}: no 'tokens' in the parquet metadata and no checkpoints/step{step}/trainer_state.json"
-        )
-    if "step" in meta and int(meta["step"]) != step:
-        raise EvalInputError(f"{path}: metadata step {meta['step']} != directory step{step}")
+    meta = eval_file_meta(path, schema.metadata or {})  # the one rule (its .sha256 too), also without metadata
+    tokens = meta["tokens"]
     region_cols = [f"{k}_{s}_{r}" for r in REGIONS for k in ("lp",) for s in ("good", "bad")]
     cols = list(_REQUIRED) + [c for c in region_cols if c in schema.names]
     t = pf.read(columns=cols, use_threads=False)  # parallel across runs instead

@@ -27,7 +27,8 @@ import pandas as pd
 
 from probes.analysis.evalcache import read_benchmark
 from probes.analysis.evalfile import PairOutcomes
-from probes.evals.files import ALL_SUFFIX, REGIONS, EvalInputError, step_dirs
+from probes.evals.files import ALL_SUFFIX, REGIONS, EvalInputError
+from train.files import step_dirs
 
 # eval files of question items, not minimal pairs: their own readers (probes.syntaxqa.curves, probes.elagent.report)
 ITEM_FILES = ("syntax_qa", "syntax_qa_paper", "elagent")

@@ -1,5 +1,5 @@
 """Analysis outputs (tables, figures, text), each written through the one atomic writer
-(probes.evals.atomic_open): a crash or a full disk leaves either the old file or no file, never a
+(train.files.atomic_open): a crash or a full disk leaves either the old file or no file, never a
 half-written one that a later reader would trust.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from probes.evals.files import atomic_open
+from train.files import atomic_open
 
 __all__ = ["FigureJobs", "atomic_open", "check_output_file", "save_figure", "write_csv", "write_parquet", "write_table",
            "write_text"]

@@ -31,6 +31,7 @@ from probes.analysis.scaling import (PAPER_GROUPS, ScalingConfig, budget_label, 
                             grid_tables, plot_grid_overall, plot_grid_phenomena)
 from probes.syntaxqa.report import syntax_qa_section
 from probes.analysis.ushape import UShapeConfig, find_u_shapes_in_runs
+from train.cli import exit_on_user_error
 
 
 @dataclass
@@ -439,7 +440,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (EvalInputError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    res = build_report(ev, a.out, cfg)
+    # a file refused half-way (SLOR/MORCELA read every last-checkpoint file) is one line too
+    res = exit_on_user_error(lambda: build_report(ev, a.out, cfg))
     for n in res["notes"]:
         print(f"warning: {n}", file=sys.stderr)
     for n in res["ushape_evidence"]:

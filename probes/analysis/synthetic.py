@@ -17,7 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from probes.evals import CONVENTION, META_KEY, REGIONS, TRAINER_STATE  # planted files read like real ones
+from probes.evals.files import CONVENTION, META_KEY, REGIONS
+from train.files import TRAINER_STATE  # planted files read like real ones
 
 
 def sigmoid_curve(x: np.ndarray, start: float, top: float, mid: float, slope: float) -> np.ndarray:

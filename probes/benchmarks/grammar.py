@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-from probes.evals.config import GrammarConfig
+from train.corpus import GrammarConfig
 from probes.benchmarks.generator import Engine, GrammarError, Template, Vocabulary, parse_rule
 from probes.benchmarks.pairs import Pair
 

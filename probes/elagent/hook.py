@@ -10,7 +10,8 @@ from typing import Optional
 
 from probes.elagent.score import (BENCHMARK, ElagentConfig, build_items, check_lengths, evaluate_items, item_key,
                                   summarize)
-from probes.evals import checkpoint_dir, eval_done, eval_path, manifest_hash, pair_set
+from probes.evals.files import eval_done, eval_path, pair_set
+from train.files import checkpoint_dir, manifest_hash
 
 
 class ElagentHook:

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from probes.analysis.aggregate import seed_summary
 from probes.analysis.plotting import colors, finish_legend, new_figure, plot_line, token_axis
-from probes.analysis.evalfile import META_KEY
+from probes.evals.files import META_KEY
 from probes.analysis.outputs import save_figure, write_csv
 from probes.analysis.scaling import budget_label
 from probes.elagent.score import BENCHMARK, TASKS

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from probes.elagent.deduction import deduction_items
-from probes.evals.config import ELAGENT_TASKS as TASKS, ElagentConfig  # the config lives with the eval contract
+from probes.elagent.config import ELAGENT_TASKS as TASKS, ElagentConfig
 from probes.elagent.items import MCItem
 from probes.elagent.precedence import precedence_items
 from probes.scoring.primitive import ENCODE, REDUCTIONS, start_id, token_logprobs
@@ -116,9 +116,9 @@ def item_key(item) -> tuple:
 
 def evaluate_items(model, tokenizer, items: list[MCItem], cfg: ElagentConfig, *, step: int, tokens: int,
                    ckpt_dir, run_dir: Path):
-    """Score `items` and write ``evals/step<N>/elagent.parquet`` through probes.evals.evaluate_checkpoint
+    """Score `items` and write ``evals/step<N>/elagent.parquet`` through probes.scoring.evaluate.evaluate_checkpoint
     (the metadata of every eval file, plus config, reduction and summary); returns the Evaluation."""
-    from probes.evals import ScoreOptions, evaluate_checkpoint
+    from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint
 
     def describe(df: pd.DataFrame) -> dict:
         return {"kind": "elagent_items", "config": asdict(cfg), "reduction": "sum",

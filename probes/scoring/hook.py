@@ -3,28 +3,154 @@
 A plain object the trainer calls on EVERY rank; it reads nothing from the trainer but the
 in-memory model. In a multi-process run each rank scores a contiguous shard of the pairs, the
 rows are gathered on rank 0 (``torch.distributed.all_gather_object``), and rank 0 alone writes
-``<run>/evals/step<N>/<benchmark>.parquet`` through ``probes.evals.evaluate_checkpoint`` and returns
+``<run>/evals/step<N>/<benchmark>.parquet`` through ``probes.scoring.evaluate.evaluate_checkpoint`` and returns
 the metrics; the other ranks return {}. The rows are those of one process, in the same order.
 
-Which benchmarks: ``probes.benchmarks`` (``probes.evals.ProbesConfig`` says how entries read).
-A benchmark whose eval file is already done for the checkpoint (``probes.evals.eval_done``: same
+Which benchmarks: ``probes.benchmarks`` (``ProbesConfig`` below says how entries read). ProbesConfig
+types the run's ``probes`` section (configs/config.yaml names it as the section's ``_target_``;
+train.config.to_typed checks every key against it) and its ``build`` gives the hooks train/hooks.py
+runs: this one, the syntax-question and ELAGENT hooks when enabled, and the end-of-run curves.
+A benchmark whose eval file is already done for the checkpoint (``probes.evals.files.eval_done``: same
 pair set, same checkpoint manifest) is not scored again; a checkpoint replaced under its name is.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import pandas as pd
 
-from probes.benchmarks.registry import load_benchmark
-from probes.evals import (ALL_SUFFIX, ProbesConfig, ScoreOptions, checkpoint_dir, eval_done, eval_path,
-                          evaluate_checkpoint, ids_fingerprint, manifest_hash, pair_set)
+from probes.benchmarks.registry import benchmark_configs, load_benchmark
+from probes.elagent.config import ElagentConfig
+from probes.evals.config import BenchmarkConfig
+from probes.syntaxqa.config import SyntaxQAConfig
+from probes.evals.files import ALL_SUFFIX, eval_done, eval_path, pair_set
+from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint, ids_fingerprint
+from train.files import checkpoint_dir, manifest_hash
 from probes.benchmarks.pairs import Pair
 from probes.scoring.primitive import accuracy, correct, score_pairs
 from probes.scoring.store import read_pairs
 
 __all__ = ["ProbeHook", "ProbesConfig", "score_sharded", "summary_metrics"]
+
+
+_ENTRY_KEYS = {f.name for f in fields(BenchmarkConfig)}
+
+
+@dataclass
+class ProbesConfig:
+    """What the probe hook scores at every checkpoint.
+
+    ``benchmarks`` lists bare registry names and/or mappings of ``BenchmarkConfig`` fields, e.g.::
+
+        probes.benchmarks=[zhoblimp,blimp]
+        probes.benchmarks=[zhoblimp,{name: mine, path: /data/mine.jsonl, max_pairs_per_paradigm: null}]
+
+    A bare name takes the top-level ``max_pairs_per_paradigm`` (in-loop probing scores a fixed-seed
+    sample of each paradigm; null = every pair) and ``subsample_seed``, and reads the registry's
+    location under ../shared/benchmarks or $SYNTAX_DYNAMICS_BENCHMARKS; a mapping takes the same
+    defaults for the keys it does not set, so ``{name: blimp, path: /data/blimp}`` moves one.
+    ``resolved_benchmarks()`` gives the list of ``BenchmarkConfig`` that is loaded; it is checked when
+    the config is built.
+    """
+    # what the run's config.yaml records, so the section names its type wherever it is read back
+    _target_: str = f"{__name__}.ProbesConfig"
+    enabled: bool = True
+    # each entry: a registry name (str) or a mapping of BenchmarkConfig fields (see above);
+    # Any because OmegaConf lists hold one element type and users type bare names
+    benchmarks: list[Any] = field(default_factory=list)
+    max_pairs_per_paradigm: Optional[int] = 50  # for entries that do not set it; null = all pairs
+    subsample_seed: int = 0
+    batch_size: int = 64
+    bf16: bool = False  # bfloat16 autocast: faster on GPUs, lps move by ~1e-2 nats
+    # true: the run's LAST checkpoint is also scored on every pair of every benchmark, written as
+    # evals/step<last>/<name>_all.parquet (max_pairs_per_paradigm ignored): the curve keeps one fixed
+    # sample at every checkpoint, and the report's scaling grid / difficulty groups get the full benchmark
+    # as benchmark "<name>_all" (one checkpoint per run). The sample is a subset of the full set.
+    final_all_pairs: bool = False
+    # true: every eval file also gets ulp_good / ulp_bad, the sentences' unigram log-probs from the run's
+    # token store, so SLOR and MORCELA can be computed without the model (probes/scoring/unigram.py)
+    unigram: bool = True
+    # true: every eval file also gets a sidecar <name>.tokens.parquet with each token's lp (probes/scoring/tokens.py)
+    per_token: bool = False
+    # The syntax-questions probe (probes.syntaxqa): probes.syntax_qa.enabled=true with sources
+    syntax_qa: SyntaxQAConfig = field(default_factory=SyntaxQAConfig)
+    # The ELAGENT multiple-choice probe (probes.elagent): probes.elagent.enabled=true
+    elagent: ElagentConfig = field(default_factory=ElagentConfig)
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"probes.batch_size must be >= 1, got {self.batch_size}")
+        if self.max_pairs_per_paradigm is not None and self.max_pairs_per_paradigm < 1:
+            raise ValueError(f"probes.max_pairs_per_paradigm must be >= 1 or null, "
+                             f"got {self.max_pairs_per_paradigm}")
+        self.resolved_benchmarks()  # a bad entry fails when the config is built
+
+    def resolved_benchmarks(self) -> list[BenchmarkConfig]:
+        """One BenchmarkConfig per entry of ``benchmarks``, defaults filled in (class doc)."""
+        if not self.benchmarks:
+            return []
+        from omegaconf import OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
+
+        out = []
+        for i, entry in enumerate(self.benchmarks):
+            where = f"probes.benchmarks[{i}]"
+            if isinstance(entry, BenchmarkConfig):
+                out.append(entry)
+                continue
+            if isinstance(entry, str):
+                entry = {"name": entry}
+            if OmegaConf.is_config(entry):
+                entry = OmegaConf.to_container(entry)
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                raise ValueError(f"{where}: expected a benchmark name or a mapping with a 'name', "
+                                 f"got {entry!r}")
+            unknown = sorted(set(entry) - _ENTRY_KEYS)
+            if unknown:
+                raise ValueError(f"{where}: unknown key(s) {unknown}; known: {sorted(_ENTRY_KEYS)}")
+            name, path = entry["name"], entry.get("path")
+            try:
+                # the registry check: a name that is neither known nor given a path fails here
+                (base,) = benchmark_configs([name], self.max_pairs_per_paradigm, self.subsample_seed,
+                                            {name: path} if path is not None else None)
+                merged = OmegaConf.merge(OmegaConf.structured(base), entry)
+                out.append(OmegaConf.to_object(merged))
+            except OmegaConfBaseException as e:
+                raise ValueError(f"{where}.{getattr(e, 'full_key', '')}: "
+                                 f"{getattr(e, 'msg', str(e))}") from None
+            except ValueError as e:
+                raise ValueError(f"{where}: {e}") from None
+        return out
+
+    def build(self, ctx) -> list:
+        """The checkpoint hooks (train.hooks.Hook) of this config, built on every rank from a
+        train.hooks.HookContext: the probe hook shards the pairs across ranks and rank 0 writes the
+        files; the syntax-question and ELAGENT hooks when enabled; the curves at the end of the run.
+        ``ctx.token_store``: the run's token store, for the unigram columns (``unigram``)."""
+        if not self.enabled:
+            return []
+        from probes.scoring.hook import ProbeHook
+
+        unigram = None
+        if self.unigram and ctx.token_store is not None:  # SLOR / MORCELA need the corpus's own unigram counts
+            from probes.scoring.unigram import from_token_store
+
+            unigram = (from_token_store(ctx.token_store, len(ctx.tokenizer)),
+                       f"token_store:{Path(ctx.token_store).name}")
+        hooks = [ProbeHook(self, ctx.tokenizer, ctx.run_dir, final_step=ctx.final_step, unigram=unigram)]
+        if self.syntax_qa.enabled:
+            from probes.syntaxqa.hook import SyntaxQAHook
+
+            hooks.append(SyntaxQAHook(self.syntax_qa, ctx.tokenizer, ctx.run_dir))
+        if self.elagent.enabled:  # max_positions: the model's context, which long k-shot prompts must fit
+            from probes.elagent.hook import ElagentHook
+
+            hooks.append(ElagentHook(self.elagent, ctx.tokenizer, ctx.run_dir, ctx.max_positions))
+        from probes.analysis.curves import CurvesHook
+
+        return hooks + [CurvesHook()]
 
 
 def summary_metrics(df, benchmark: str) -> dict[str, float]:
@@ -96,11 +222,20 @@ class ProbeHook:
                 continue
             ev = evaluate_checkpoint(model, self.tokenizer, pairs, name=name, step=step, tokens=tokens,
                                      ckpt_dir=ckpt_dir, run_dir=self.run_dir, opts=opts,
-                                     fingerprint=self.fingerprint, score=_score_sharded, unigram=self.unigram,
-                                     world_size=world)
+                                     fingerprint=self.fingerprint, score=self._score, world_size=world,
+                                     **({} if self.unigram is None else {"unigram": self.unigram[1]}))
             if ev is not None:  # rank 0
                 metrics.update(summary_metrics(ev.df, name))
         return metrics
+
+    def _score(self, model, tokenizer, pairs: list[Pair], opts: ScoreOptions) -> Optional[pd.DataFrame]:
+        """The pairs scored across ranks; with ``unigram`` also ulp_good / ulp_bad (SLOR, MORCELA)."""
+        df = _score_sharded(model, tokenizer, pairs, opts)
+        if df is None or self.unigram is None:
+            return df
+        from probes.scoring.unigram import add_unigram_columns
+
+        return add_unigram_columns(df, tokenizer, self.unigram[0])
 
     def missing(self, step: int) -> bool:
         """Some benchmark's eval file of checkpoint `step` is not done for the checkpoint now on disk

@@ -14,39 +14,25 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from probes.evals.files import CONVENTION, META_KEY, atomic_open, eval_path, read_meta, versions
+from probes.evals.files import CONVENTION, META_KEY, EvalInputError, check_meta, eval_file_meta, eval_path
 from train.evalsums import CHECKSUM, CHECKSUM_KEY, write_sum
+from train.files import atomic_open, versions
 from train.faults import fault_point
 
 __all__ = ["META_KEY", "eval_path", "read_pairs", "write_pairs"]
-_REQUIRED = {"step": int, "tokens": int, "benchmark": str, "convention": str}
-
-
-def _check_meta(meta: dict, where: str) -> None:
-    for key, typ in _REQUIRED.items():
-        if key not in meta:
-            raise ValueError(f"{where}: metadata lacks required key {key!r}")
-        value = meta[key]
-        # bool is an int subclass; a True step is a bug, not a step
-        if not isinstance(value, typ) or isinstance(value, bool):
-            raise ValueError(
-                f"{where}: metadata key {key!r} must be {typ.__name__}, got {value!r}"
-            )
-
-
 def write_pairs(df: pd.DataFrame, path: Path, meta: dict) -> None:
     """Write ``df`` to ``path`` atomically with ``meta`` in the schema metadata.
 
     ``convention`` defaults to the current scoring convention and ``versions`` to the installed
-    package versions (probes.evals.eval_meta builds the whole metadata of an eval file). The file
-    appears under its final name only when complete (probes.evals.atomic_open).
+    package versions (probes.evals.files.eval_meta builds the whole metadata of an eval file). The file
+    appears under its final name only when complete (train.files.atomic_open).
     """
     path = Path(path)
     meta = dict(meta)
     meta.setdefault("convention", CONVENTION)
     meta.setdefault("versions", versions())
     meta[CHECKSUM_KEY] = CHECKSUM  # written with a .sha256 (train/evalsums.py): a missing one is damage
-    _check_meta(meta, str(path))
+    check_meta(meta, str(path))
     try:
         blob = json.dumps(meta, default=lambda o: str(o) if isinstance(o, os.PathLike) else _bad(o))
     except TypeError as e:
@@ -68,10 +54,13 @@ def _bad(o):
 
 
 def read_pairs(path: Path) -> tuple[pd.DataFrame, dict]:
-    """The per-pair rows and the metadata dict of an eval file written by ``write_pairs``."""
+    """The per-pair rows and the metadata dict of an eval file (probes.evals.files.eval_file_meta: the
+    same rule as analysis, files without metadata included). EvalInputError names a file it refuses."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such eval file")
-    meta = read_meta(path)  # EvalInputError (a ValueError) naming the file when it is not an eval file
-    _check_meta(meta, str(path))
-    return pq.read_table(path).to_pandas(), meta
+    meta = eval_file_meta(path)
+    try:
+        return pq.read_table(path).to_pandas(), meta
+    except Exception as e:  # pyarrow's errors for a torn file are of several types
+        raise EvalInputError(f"{path}: the rows do not read ({type(e).__name__}: {e})") from None

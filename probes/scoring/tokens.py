@@ -38,10 +38,6 @@ FRAME_COLUMNS = tuple(f"{k}_{side}" for k in ("ids", "pieces", "lps") for side i
 _TYPES = {"ids": pa.list_(pa.int32()), "pieces": pa.list_(pa.string()), "lps": pa.list_(pa.float32())}
 
 
-def is_tokens_file(path: Path) -> bool:
-    return Path(path).name.endswith(TOKENS_SUFFIX)
-
-
 def frame_columns(tokenizer, pairs, ids: list[list[int]], lps: list[np.ndarray],
                   index: dict[str, int]) -> dict[str, list]:
     """The per-token columns of ``pairs`` (``FRAME_COLUMNS``) from probes.scoring.primitive's per-sentence
@@ -87,9 +83,9 @@ def write_eval(df, path: Path, meta: dict) -> None:
 
 def write_tokens(table: pa.Table, path: Path, meta: dict) -> None:
     """The sidecar, atomically (probes.analysis.outputs.atomic_open), with the eval file's metadata."""
-    from probes.evals.files import META_KEY, atomic_open
-
+    from probes.evals.files import META_KEY
     from train.evalsums import CHECKSUM, CHECKSUM_KEY, write_sum
+    from train.files import atomic_open
 
     blob = json.dumps({**meta, "kind": "per_token", CHECKSUM_KEY: CHECKSUM}, default=str).encode()
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: blob})

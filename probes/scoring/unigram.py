@@ -140,7 +140,7 @@ def add_to_run(run_dir: Union[str, Path], table: Optional[Union[str, Path]] = No
 
     The unigram table: ``table`` (an authors'-style JSON), else the run's own token store, found from
     its config (data.cache_dir) and the tokenizer saved in its checkpoints."""
-    from probes.evals import list_checkpoints
+    from train.files import list_checkpoints
     from probes.scoring.store import read_pairs, write_pairs
     from train.tokenizer import load_tokenizer
 
@@ -210,7 +210,7 @@ if __name__ == "__main__":
 def final_metrics(runs, **params) -> pd.DataFrame:
     """Per run x benchmark x paradigm at each run's last checkpoint: accuracy under MLP, sum-LP, SLOR
     and MORCELA, from the eval files that carry ulp columns (others are skipped: no unigram table)."""
-    from probes.evals import step_dirs
+    from train.files import step_dirs
     from probes.scoring.store import read_pairs
 
     rows = []

@@ -10,7 +10,7 @@ checkpoint, the same files the in-loop probe hook writes, and are idempotent:
   under ``.tmp-step<N>`` and renames it when whole), and only when ``verify_checkpoint`` finds
   its files;
 * an eval file is done when it was scored under the current convention on the pair set now asked
-  for and on the checkpoint now on disk (its manifest hash; ``probes.evals.eval_done``); anything
+  for and on the checkpoint now on disk (its manifest hash; ``probes.evals.files.eval_done``); anything
   else is (re)scored and replaced atomically, so an in-loop file of a per-paradigm sample is
   replaced by the full set, a checkpoint replaced under its name is probed again, and a process
   killed at any point leaves only whole files (and perhaps a hidden ``.<name>.*.tmp`` that every
@@ -27,9 +27,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from probes.evals import (IncompleteCheckpointError, ScoreOptions, eval_done, eval_path, evaluate_checkpoint,
-                          ids_fingerprint, list_checkpoints, manifest_hash, pair_set, read_meta,
-                          read_trainer_state, verify_checkpoint)
+from probes.evals.files import eval_done, eval_file_meta, eval_path, pair_set
+from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint, ids_fingerprint
+from train.files import (IncompleteCheckpointError, list_checkpoints, manifest_hash, read_trainer_state, verify_checkpoint)
 from probes.benchmarks.pairs import Pair
 from train.errors import InputFileError, reading
 
@@ -62,13 +62,13 @@ def check_vocabulary(ckpt_dir: Path, tokenizer, model) -> None:
 
 def recorded_fingerprint(run_dir: Path, step: int) -> Optional[tuple[str, Path]]:
     """(fingerprint, eval file) of the tokenizer recorded in the run's eval files -- the probe hook
-    writes probes.evals.ids_fingerprint of the tokenizer training used -- preferring this
+    writes probes.scoring.evaluate.ids_fingerprint of the tokenizer training used -- preferring this
     step's files. Every checkpoint of a run shares that tokenizer."""
     evals = Path(run_dir) / "evals"
     this_step = sorted((evals / f"step{step}").glob("*.parquet"))
     for f in this_step + sorted(p for p in evals.glob("step*/*.parquet") if p not in this_step):
         try:
-            recorded = read_meta(f).get("tokenizer")
+            recorded = eval_file_meta(f).get("tokenizer")
         except ValueError:  # an unreadable eval file is rescored; it records nothing
             continue
         if recorded:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from probes.evals import read_meta
+from probes.evals.files import eval_file_meta
 from probes.analysis.plotting import colors, finish_legend, new_figure, plot_line, token_axis
 from probes.analysis.evalset import log_tokens
 from probes.analysis.outputs import save_figure, write_csv
@@ -66,7 +66,7 @@ def syntax_qa_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = N
     for run, name in zip(run_dirs, names):
         paths = [p for b in (BENCHMARK, PAPER_BENCHMARK) for p in sorted((run / "evals").glob(f"step*/{b}.parquet"))]
         for path in paths:
-            meta = read_meta(path)
+            meta = eval_file_meta(path)
             at = {"run": name, "mode": _mode(meta), "step": meta["step"], "tokens": meta["tokens"]}
             for key, value in (meta.get("summary") or {}).items():
                 kp, _, metric = key.rpartition("/")

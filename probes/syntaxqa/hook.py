@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from probes.evals import checkpoint_dir, eval_done, eval_path, manifest_hash, pair_set
+from probes.evals.files import eval_done, eval_path, pair_set
+from train.files import checkpoint_dir, manifest_hash
 from probes.syntaxqa.records import benchmark_name
 from probes.syntaxqa.score import SyntaxQAConfig, build_items_and_reports, evaluate_items, item_key, summarize
 
@@ -30,13 +31,6 @@ class SyntaxQAHook:
         if not self.items:
             raise ValueError(f"probes.syntax_qa: no items from sources {cfg.sources}")
         self.pair_set = pair_set(self.items, item_key)
-
-    def _score(self, model):
-        if self.cfg.mode == "paper":
-            from probes.syntaxqa.paper_score import score_paper_items
-
-            return score_paper_items(model, self.tokenizer, self.items, self.cfg)
-        return score_items(model, self.tokenizer, self.items, self.cfg)
 
     def post_checkpoint_saved(self, ckpt_dir: Path, step: int, tokens: int, model) -> dict[str, float]:
         import torch.distributed as torch_dist

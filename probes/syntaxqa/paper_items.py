@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field, fields
 
-from probes.evals.config import PaperConfig  # noqa: F401  (the config lives with the eval contract)
+from probes.syntaxqa.config import PaperConfig  # noqa: F401  (the config lives with the eval contract)
 from probes.syntaxqa.paper_prompts import build_paper_prompt, question_text
 from probes.syntaxqa.questions import Candidate, Item, _rng, balanced_sample, distractors, fact_key, render
 from probes.syntaxqa.records import Fact

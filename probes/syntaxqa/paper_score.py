@@ -31,7 +31,7 @@ from probes.syntaxqa.paper_items import (PaperItem, attach_paper_prompts, exempl
                                          paper_candidates, render_paper)
 from probes.syntaxqa.paper_parse import CLOSING, parse_answer
 from probes.syntaxqa.questions import Item, balanced_sample, candidates
-from probes.syntaxqa.score import SyntaxQAConfig
+from probes.syntaxqa.config import SyntaxQAConfig
 
 
 class GenerationBudgetWarning(UserWarning):

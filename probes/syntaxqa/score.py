@@ -30,11 +30,10 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from probes.evals import SyntaxQAConfig
 from probes.syntaxqa import prompts as P
 from probes.syntaxqa.items import SourceReport, collect_facts
 from probes.syntaxqa.metrics import exact_match, overall_accuracy, strict_f1
-from probes.evals.config import SYNTAX_QA_MODES as MODES, PaperConfig
+from probes.syntaxqa.config import SYNTAX_QA_MODES as MODES, PaperConfig, SyntaxQAConfig
 from probes.syntaxqa.questions import QUESTION_TYPES, Item, balanced_sample, candidates, render, statistics_table
 from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS, benchmark_name
 
@@ -278,8 +277,8 @@ def evaluate_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, rep
                    step: int, tokens: int, ckpt_dir: Optional[Path], run_dir: Optional[Path] = None,
                    out: Optional[Path] = None, device=None):
     """Score `items` and write them as ``evals/step<N>/syntax_qa.parquet`` of `run_dir` (or `out`) through
-    probes.evals.evaluate_checkpoint: the metadata of every eval file, plus config, summary and sources."""
-    from probes.evals import ScoreOptions, evaluate_checkpoint
+    probes.scoring.evaluate.evaluate_checkpoint: the metadata of every eval file, plus config, summary and sources."""
+    from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint
 
     if cfg.mode == "paper":
         from probes.syntaxqa.paper_score import score_paper_items as score
@@ -295,7 +294,7 @@ def evaluate_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, rep
 def write_items(df: pd.DataFrame, path: Path, *, step: int, tokens: int, model_dir: Path, tokenizer,
                 cfg: SyntaxQAConfig, reports: list[SourceReport]) -> dict[str, float]:
     """Per-item rows already scored to ``path``, with the metadata evaluate_items writes; returns the summary."""
-    from probes.evals import evaluate_checkpoint
+    from probes.scoring.evaluate import evaluate_checkpoint
 
     evaluate_checkpoint(None, tokenizer, list(df.itertuples(index=False)), name=benchmark_name(cfg.mode), step=step,
                         tokens=tokens, ckpt_dir=model_dir, out=path, key=item_key, score=lambda *_: df,
@@ -380,7 +379,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except WeightsMismatchError as e:
         print(f"error: --model {e}", file=sys.stderr)
         return 2
-    from probes.evals import read_trainer_state
+    from train.files import read_trainer_state
 
     try:
         state = read_trainer_state(args.model, missing_ok=True)  # {}: a model directory not trained here

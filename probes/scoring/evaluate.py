@@ -1,13 +1,12 @@
-"""The one way a checkpoint is evaluated, and the ways the trainer reaches the probes.
+"""The one way a checkpoint is evaluated.
 
 ``evaluate_checkpoint`` scores pairs (or syntax questions) with a model, writes the eval file with the
 contract's metadata (probes.evals.files.eval_meta) and refreshes the run's reduced cache. The probe hook,
 ``score-run``/``watch``, ``probes score`` and the syntax-question scorer all call it, so dtype, bf16,
 model_dir and "already done" mean one thing in every eval file.
 
-The trainer imports nothing of probes but this package: ``probe_hooks`` builds the checkpoint hooks,
-``grammar_documents`` gives the built-in grammar corpus and ``write_curves`` draws the end-of-run curves.
-Each imports the heavy module it needs when called, never when the config schema is built.
+It composes the scorer, the writer and the cache, so it sits above them, here with
+the scorer; the contract it writes by (probes.evals.files) sits below everything.
 """
 from __future__ import annotations
 
@@ -16,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from probes.evals.config import GrammarConfig, ProbesConfig
-from probes.evals.files import eval_meta, eval_path, manifest_hash, pair_key, pair_set
+from probes.evals.files import eval_meta, eval_path, pair_key, pair_set
+from train.files import manifest_hash
 
 
 @dataclass
@@ -76,8 +75,7 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
                         ckpt_dir: Optional[Path], run_dir: Optional[Path] = None, out: Optional[Path] = None,
                         opts: ScoreOptions = ScoreOptions(), fingerprint: Optional[str] = None,
                         score: Optional[Callable] = None, key: Callable = pair_key,
-                        describe: Optional[Callable[[Any], dict]] = None, unigram=None,
-                        cache: bool = True, **extra) -> Optional[Evaluation]:
+                        describe: Optional[Callable[[Any], dict]] = None, cache: bool = True, **extra) -> Optional[Evaluation]:
     """Score `pairs` with `model` (the weights of `ckpt_dir`), write the eval file, refresh the cache.
 
     The file goes to ``out`` or else ``<run_dir>/evals/step<step>/<name>.parquet``; in a run directory
@@ -85,8 +83,8 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
     `score(model, tokenizer, pairs, opts)` returns the rows (default: probes.scoring.primitive.score_pairs), or
     None on a rank that does not write (then nothing is written and None is returned); `key` names
     what identifies one pair or item in the pair set; `describe(df)` adds metadata known only after
-    scoring; `unigram` = (log unigram probabilities per id, source) adds ulp_good / ulp_bad; `extra`
-    goes into the metadata as is. `fingerprint`: the tokenizer's ids_fingerprint when already known.
+    scoring (columns beyond the scorer's, such as the unigram ones, come from the caller's `score`);
+    `extra` goes into the metadata as is. `fingerprint`: the tokenizer's ids_fingerprint when already known.
     """
     if out is None and run_dir is None:
         raise ValueError("evaluate_checkpoint needs run_dir (an eval file of a run) or out (a file)")
@@ -100,11 +98,6 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
                      tokenizer=fingerprint or ids_fingerprint(tokenizer), dtype=weights_dtype(model),
                      bf16=opts.bf16, manifest=manifest, n_pairs=len(df),
                      pair_set=pair_set(pairs, key), seconds=round(time.perf_counter() - t0, 3), **extra)
-    if unigram is not None:
-        from probes.scoring.unigram import add_unigram_columns
-
-        df = add_unigram_columns(df, tokenizer, unigram[0])
-        meta["unigram"] = unigram[1]
     report = getattr(pairs, "report", None)  # load_benchmark says where pairs came from
     if report is not None:
         meta["source"] = report.source
@@ -119,46 +112,3 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
 
         refresh_cache(run_dir, name)  # so the report reads one small file, not every eval
     return Evaluation(df, path, meta)
-
-
-# ---------------------------------------------------------------- what the trainer calls
-
-
-def probe_hooks(cfg: ProbesConfig, tokenizer, run_dir: Path, *, final_step: Optional[int] = None,
-                token_store: Optional[Path] = None, max_positions: Optional[int] = None) -> list:
-    """The checkpoint hooks of `cfg` (train.hooks.Hook), built on every rank: the probe hook shards
-    the pairs across ranks and rank 0 writes the files; the syntax-question hook when enabled.
-    `token_store`: the run's token store directory, for the unigram columns (cfg.unigram)."""
-    if not cfg.enabled:
-        return []
-    from probes.scoring.hook import ProbeHook
-
-    unigram = None
-    if cfg.unigram and token_store is not None:  # SLOR / MORCELA need the corpus's own unigram counts
-        from probes.scoring.unigram import from_token_store
-
-        unigram = (from_token_store(token_store, len(tokenizer)), f"token_store:{Path(token_store).name}")
-    hooks = [ProbeHook(cfg, tokenizer, run_dir, final_step=final_step, unigram=unigram)]
-    if cfg.syntax_qa.enabled:
-        from probes.syntaxqa.hook import SyntaxQAHook
-
-        hooks.append(SyntaxQAHook(cfg.syntax_qa, tokenizer, run_dir))
-    if cfg.elagent.enabled:  # max_positions: the model's context, which long k-shot prompts must fit
-        from probes.elagent.hook import ElagentHook
-
-        hooks.append(ElagentHook(cfg.elagent, tokenizer, run_dir, max_positions))
-    return hooks
-
-
-def grammar_documents(cfg: GrammarConfig) -> list[str]:
-    """The built-in grammar's training documents (probes.benchmarks.grammar), the corpus of ``data=grammar``."""
-    from probes.benchmarks.grammar import corpus_documents
-
-    return list(corpus_documents(cfg))
-
-
-def write_curves(run_dir: Path) -> int:
-    """``probes curves RUN --out RUN/curves``: the learning curves a run draws when it ends."""
-    from probes.analysis.curves import main as curves_main
-
-    return curves_main([str(run_dir), "--out", str(Path(run_dir) / "curves")])

@@ -1,0 +1,199 @@
+"""Files on disk that training writes and everything else reads: the atomic writer, the checkpoint
+directory's names, its trainer state and manifest, and the package versions recorded beside results.
+
+The ground floor: standard library only, importing nothing of the project but train.errors, so the
+trainer, the checkpoint code and every eval writer (probes/) share one writer and one reader.
+
+    <run>/checkpoints/step<N>/                 a whole checkpoint (STEP_DIR; hidden names are work in progress)
+        trainer_state.json, manifest.json      read by read_trainer_state / read_manifest
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import re
+import uuid
+from functools import lru_cache
+from pathlib import Path
+from typing import IO, Iterator, Optional
+
+from train.errors import InputFileError
+from train.staletmp import clear_stale, tag
+
+STEP_DIR = re.compile(r"^step(\d+)$")  # checkpoints/step<N>, evals/step<N>: N = optimizer steps done
+TRAINER_STATE = "trainer_state.json"
+MANIFEST = "manifest.json"
+REQUIRED_FILES = ("config.json", "model.safetensors", TRAINER_STATE)
+
+
+class IncompleteCheckpointError(RuntimeError):
+    pass
+
+
+class CorruptCheckpointError(RuntimeError):
+    """A file of a checkpoint is not the one its manifest recorded (damaged, replaced or unlisted)."""
+
+
+# ---------------------------------------------------------------- paths
+
+
+def step_dirs(parent: Path) -> dict[int, Path]:
+    """{N: parent/step<N>} for every directory named step<N> (temporary names never match)."""
+    out = {}
+    if Path(parent).is_dir():
+        for d in Path(parent).iterdir():
+            m = STEP_DIR.match(d.name)
+            if m and d.is_dir():
+                out[int(m.group(1))] = d
+    return out
+
+
+def checkpoint_dir(run_dir: Path, step: int) -> Path:
+    return Path(run_dir) / "checkpoints" / f"step{step}"
+
+
+def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """Checkpoints by step; temporary directories are not checkpoints."""
+    return sorted(step_dirs(Path(run_dir) / "checkpoints").items())
+
+
+def verify_checkpoint(path: Path) -> None:
+    """Raises IncompleteCheckpointError naming the directory and what is missing."""
+    path = Path(path)
+    if not path.is_dir():
+        raise IncompleteCheckpointError(f"checkpoint {path} does not exist")
+    missing = [f for f in REQUIRED_FILES if not (path / f).is_file()]
+    if missing:
+        raise IncompleteCheckpointError(
+            f"checkpoint {path} is incomplete: missing {', '.join(missing)} "
+            f"(delete the directory to let the run rewrite it)")
+
+
+# ---------------------------------------------------------------- the atomic writer
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "wb") -> Iterator[IO]:
+    """Write `path` whole or not at all: a hidden ``.<name>.<pid>@<host>.<random>.tmp`` in the same
+    directory is written, flushed, fsynced and renamed over `path`, and the rename is made durable. An
+    error leaves the old file (or none) and no temporary; SIGKILL leaves the temporary, which the next
+    write of `path` removes (train/staletmp.py). Readers ignore names starting with "."."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    clear_stale(path.parent, f".{path.name}.", ".", ".tmp")  # what a killed writer of `path` left
+    tmp = path.with_name(f".{path.name}.{tag()}.{uuid.uuid4().hex[:12]}.tmp")
+    # os.open with 0o666 honours the umask (mkstemp would make every output 0600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Readers see the old file or the whole new one, never a torn write."""
+    with atomic_open(path, "w") as f:
+        f.write(text)
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True))
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(path: Path) -> None:
+    """Every file and directory under `path`: what a directory assembled under a temporary name
+    needs before it is renamed to its final name (checkpoints, tokenizers, token stores)."""
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as f:
+                os.fsync(f.fileno())
+        fsync_dir(Path(root))
+
+
+# ---------------------------------------------------------------- what a checkpoint says about itself
+
+
+def read_trainer_state(ckpt_dir: Path, *, missing_ok: bool = False) -> dict:
+    """``<ckpt>/trainer_state.json`` as a dict; {} for a directory without one when `missing_ok`
+    (a model directory that is not one of our checkpoints). Raises InputFileError naming the file."""
+    f = Path(ckpt_dir) / TRAINER_STATE
+    if missing_ok and not f.is_file():
+        return {}
+    try:
+        state = json.loads(f.read_bytes())
+    except json.JSONDecodeError as e:
+        raise InputFileError(f"{f}: invalid JSON at line {e.lineno}: {e.msg} (a truncated or damaged file)") from None
+    except UnicodeDecodeError as e:
+        raise InputFileError(f"{f}: not UTF-8 ({e.reason}; a damaged file)") from None
+    if not isinstance(state, dict):
+        raise InputFileError(f"{f}: expected a JSON object, got {type(state).__name__}")
+    return state
+
+
+def read_manifest(path: Path) -> Optional[dict]:
+    """The checkpoint's manifest, or None for a checkpoint written before manifests existed."""
+    f = Path(path) / MANIFEST
+    if not f.is_file():
+        return None
+    try:
+        manifest = json.loads(f.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CorruptCheckpointError(f"{f} is not valid JSON ({e}): the checkpoint cannot be verified") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        raise CorruptCheckpointError(f"{f} has no 'files' table: the checkpoint cannot be verified")
+    return manifest
+
+
+def manifest_hash(ckpt_dir: Path) -> Optional[str]:
+    """What an eval file records as the checkpoint it scored: sha256 of the manifest's step, tokens,
+    config hash and file hashes, ``resume/`` left out (pruning the resume state changes nothing that is
+    scored). A file our own bf16 rewrite produced counts as the file it was derived from (manifest
+    ``derived``: {name: {sha256, from}}), so that rewrite is not a new checkpoint; any other change of
+    a weight, config or tokenizer file is. None: no manifest (an older checkpoint, or no checkpoint)."""
+    manifest = read_manifest(ckpt_dir) if ckpt_dir is not None else None
+    if manifest is None:
+        return None
+    derived = manifest.get("derived") or {}
+    files = {}
+    for rel, digest in manifest["files"].items():
+        if rel.startswith("resume/"):
+            continue
+        origin = derived.get(rel) or {}
+        files[rel] = origin["from"] if origin.get("sha256") == digest and "from" in origin else digest
+    ident = {"files": files, **{k: manifest.get(k) for k in ("step", "tokens", "config_hash")}}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+
+# ---------------------------------------------------------------- recorded beside results
+
+
+@lru_cache(maxsize=1)
+def versions() -> dict[str, str]:
+    """Python and the installed versions of what decides the numbers (without importing any of it)."""
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for dist in ("syntax-dynamics", "torch", "transformers", "tokenizers", "deepspeed"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return dict(out)
