@@ -420,3 +420,77 @@ def test_a_full_disk_names_the_file_and_its_filesystem(cache, tmp_path, monkeypa
                         f"free some space and rerun the same command (a write cut short is never used)")
     finally:
         subprocess.run(["umount", "-l", str(point)], check=True)
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def report_cmd(runs, out: Path) -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "probes", "report", *map(str, runs), "--out", str(out), "--n-boot", "50"]
+
+
+def test_a_killed_report_leaves_the_previous_report_whole(tmp_path):
+    """Item 14: a killed report left a stale mix (old report.md beside new tables)."""
+    import signal
+    import subprocess
+    import time
+
+    from test_report import make_grid
+
+    runs = make_grid(tmp_path / "runs", n_steps=8, pairs=50)
+    out, root = tmp_path / "rep", Path(__file__).resolve().parents[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    assert subprocess.run(report_cmd(runs, out), cwd=root, env=env, capture_output=True).returncode == 0
+    before, t0 = tree_bytes(out), time.time()
+    time.sleep(0.05)
+    proc = subprocess.Popen(report_cmd(runs[:2], out), cwd=root, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:  # killed as soon as it has written anything (under --out, or beside it)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and not any(
+                p.is_file() and p.stat().st_mtime > t0 for p in tmp_path.rglob("*") if "runs" not in p.parts):
+            time.sleep(0.01)
+        assert proc.poll() is None, "the report ended before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        time.sleep(0.5)  # its figure workers die with it (item 5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert tree_bytes(out) == before  # the previous report, whole
+    assert subprocess.run(report_cmd(runs[:2], out), cwd=root, env=env, capture_output=True).returncode == 0
+    assert tree_bytes(out) != before and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_report_out_on_a_read_only_or_full_filesystem_is_one_line(tmp_path):
+    """Item 11 (report): --out on a read-only or a full filesystem printed a traceback."""
+    import subprocess
+
+    from test_report import make_grid
+
+    runs = make_grid(tmp_path / "runs", models=("pythia-14m",), seeds=(1,), n_steps=4, pairs=10)
+    root = Path(__file__).resolve().parents[1]
+    points = []
+    try:
+        for opts in ("size=1m,ro", "size=32k"):
+            point = tmp_path / f"mnt{len(points)}"
+            point.mkdir()
+            if subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(point)], capture_output=True).returncode:
+                pytest.skip("cannot mount a tmpfs here (needs root)")
+            points.append(point)
+            proc = subprocess.run(report_cmd(runs, point / "rep"), cwd=root, capture_output=True, text=True,
+                                  env={**os.environ, "OMP_NUM_THREADS": "1"})
+            lines = proc.stderr.strip().splitlines()
+            assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+            assert [line for line in lines if line.startswith("error: ")] == [lines[-1]]
+            if "ro" in opts:
+                assert lines[-1] == f"error: --out {point / 'rep'} is not writable: Read-only file system ({point})"
+            else:
+                assert lines[-1].startswith(f"error: disk full while writing {point}/")
+                assert [p for p in point.iterdir()] == []  # the stage is gone; no half report
+    finally:
+        for point in points:
+            subprocess.run(["umount", "-l", str(point)], check=True)

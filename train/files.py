@@ -93,9 +93,11 @@ def atomic_open(path: str | Path, mode: str = "wb") -> Iterator[IO]:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename is None:  # a failed write or flush names no file: ours
+            e.filename = str(path)
         raise
     fsync_dir(path.parent)
 

@@ -25,13 +25,14 @@ from probes.analysis.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_ru
 from probes.analysis.formuse import use_sections
 from probes.analysis.human import PAPER_HUMAN_OVERALL, zhoblimp_human
 from probes.scoring.unigram import MORCELA_BETA, MORCELA_GAMMA, final_metrics
-from probes.analysis.outputs import FigureJobs, save_figure, write_csv, write_parquet, write_table, write_text
+from probes.analysis.outputs import FigureJobs, save_figure, staged_output, write_csv, write_parquet, write_table, write_text
 from probes.analysis.regions import RegionConfig, group_region_curves, plot_regions, u_region_table
 from probes.analysis.scaling import (PAPER_GROUPS, ScalingConfig, budget_label, difficulty_groups, final_accuracy,
                             grid_tables, plot_grid_overall, plot_grid_phenomena)
 from probes.syntaxqa.report import syntax_qa_section
 from probes.analysis.ushape import UShapeConfig, find_u_shapes_in_runs
 from train.cli import exit_on_user_error
+from train.errors import UserError, check_writable
 
 
 @dataclass
@@ -435,13 +436,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                            regions=RegionConfig(max_plots=a.max_region_plots),
                            case_study=CaseStudyConfig(paradigm=a.case_study, quantity=a.case_study_quantity,
                                                       phrase_regions=a.phrase_regions))
+        check_writable(a.out, "--out")  # a read-only or missing place: one line, before any work
         ev = load_runs(a.run_dirs)
         pick_paradigms(ev, cfg.case_study.paradigm)  # a misspelt paradigm fails before any work
-    except (EvalInputError, ValueError) as exc:
+    except (EvalInputError, ValueError, UserError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    # a file refused half-way (SLOR/MORCELA read every last-checkpoint file) is one line too
-    res = exit_on_user_error(lambda: build_report(ev, a.out, cfg))
+
+    def staged() -> dict:  # built whole beside --out, then swapped in (a killed report leaves the old one)
+        with staged_output(a.out) as stage:
+            return build_report(ev, stage, cfg)
+
+    # a file refused half-way (SLOR/MORCELA read every last-checkpoint file), a full disk: one line too
+    res = exit_on_user_error(staged)
     for n in res["notes"]:
         print(f"warning: {n}", file=sys.stderr)
     for n in res["ushape_evidence"]:
