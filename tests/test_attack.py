@@ -494,3 +494,75 @@ def test_report_out_on_a_read_only_or_full_filesystem_is_one_line(tmp_path):
     finally:
         for point in points:
             subprocess.run(["umount", "-l", str(point)], check=True)
+
+
+@pytest.fixture(scope="module")
+def resumable(cache, tmp_path_factory):
+    """A finished tiny run (checkpoints 0, 2, 5 and the last: test_train_errors' SMALL) and its overrides."""
+    overrides = ("probes=none", "data.grammar.n_documents=20", "schedule=custom", "schedule.points=[2,5]")
+    run_dir = tmp_path_factory.mktemp("resumable") / "run"
+    train(tiny_cfg(cache, *overrides), run_dir)
+    return run_dir, overrides
+
+
+@pytest.mark.parametrize("damage", ["empty-config", "bad-yaml", "latin1-log"])
+def test_a_damaged_config_yaml_or_log_is_one_error_line(resumable, cache, tmp_path, monkeypatch, capsys, damage):
+    """Item 11: an unparsable or empty config.yaml, a non-UTF-8 train.jsonl printed tracebacks."""
+    from test_train_errors import train_cli
+
+    src, overrides = resumable
+    run_dir = tmp_path / "run"
+    shutil.copytree(src, run_dir)
+    if damage == "empty-config":
+        (run_dir / "config.yaml").write_text("")
+        expect = f"error: {run_dir / 'config.yaml'}: empty or not a mapping"
+    elif damage == "bad-yaml":
+        (run_dir / "config.yaml").write_text("model: [unclosed\n")
+        expect = f"error: {run_dir / 'config.yaml'}: cannot be read as the run's config"
+    else:
+        with open(run_dir / "logs" / "train.jsonl", "ab") as f:
+            f.write("{\"step\": 3, \"event\": \"caf\xe9\"}\n".encode("latin-1"))
+        expect = f"error: {run_dir / 'logs' / 'train.jsonl'}: not UTF-8 at byte"
+    monkeypatch.chdir(tmp_path)
+    line = train_cli(cache, f"hydra.run.dir={run_dir}", *overrides[:-1], "schedule.points=[2,5]",
+                     monkeypatch=monkeypatch, capsys=capsys)
+    assert line.startswith(expect), line
+
+
+def test_a_foreign_checkpoint_a_lost_log_and_a_cut_sidecar_are_not_taken_silently(resumable, cache, tmp_path,
+                                                                                 capsys):
+    """Item 15: another run's checkpoint copied in (only verify flagged it), train.jsonl deleted (history
+    silently gone), a truncated .tokens.parquet not rewritten."""
+    src, overrides = resumable
+    run_dir = tmp_path / "run"
+    shutil.copytree(src, run_dir)
+    other = tmp_path / "other"
+    train(tiny_cfg(cache, *overrides, "optim.lr=2e-3"), other)
+    shutil.rmtree(run_dir / "checkpoints" / "step5")
+    shutil.copytree(other / "checkpoints" / "step5", run_dir / "checkpoints" / "step5")
+    with pytest.raises(CorruptCheckpointError, match=r"step5/trainer_state.json: config hash [0-9a-f]{12}… is not "
+                                                     r"this run's"):
+        train(tiny_cfg(cache, *overrides), run_dir)
+
+    shutil.rmtree(run_dir)
+    shutil.copytree(src, run_dir)
+    shutil.rmtree(list_checkpoints(run_dir)[-1][1])  # resume from step 5 ...
+    (run_dir / "logs" / "train.jsonl").unlink()  # ... without its log
+    capsys.readouterr()
+    train(tiny_cfg(cache, *overrides), run_dir)
+    assert f"warning: {run_dir / 'logs' / 'train.jsonl'} is missing: the records of steps 1..5 are lost" \
+        in capsys.readouterr().err
+
+
+def test_a_cut_per_token_sidecar_is_scored_again(probed, tmp_path):
+    """Item 15: a truncated .tokens.parquet beside a whole eval file counted as done."""
+    from probes.evals.files import eval_done, eval_file_meta
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(probed, run_dir)
+    ev = run_dir / "evals" / "step0" / "grammar.parquet"
+    meta = eval_file_meta(ev)
+    assert eval_done(ev, meta["pair_set"], meta["manifest"], per_token=True)
+    side = run_dir / "evals" / "step0" / "grammar.tokens.parquet"
+    side.write_bytes(side.read_bytes()[:-100])
+    assert not eval_done(ev, meta["pair_set"], meta["manifest"], per_token=True)

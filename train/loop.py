@@ -27,7 +27,7 @@ from train.config import TrainConfig, config_hash, trajectory_diff
 from train.corpus import load_documents
 from train.dataid import KEY as DATA_KEY, check_resume_data, data_record
 from train.engine import RESUME_HINT, build_engine, init_distributed
-from train.errors import reading, writing
+from train.errors import InputFileError, reading, writing
 from train.faults import fault_point
 from train.files import read_trainer_state, versions, write_text_atomic
 from train.hooks import HookContext, build_hooks, hooks_missing, run_hooks, run_post_train
@@ -295,7 +295,7 @@ def _check_run_dir(cfg: TrainConfig, resolved: dict, run_hash: str, run_dir: Pat
                               f"hydra.run.dir or set resume=true")
     saved_path = run_dir / "config.yaml"
     if saved_path.exists():
-        saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
+        saved = _read_saved_config(saved_path)
         diffs = trajectory_diff(saved, resolved)
         if diffs:
             raise ValueError(f"{saved_path} was written by a different run; resuming with a changed "
@@ -325,7 +325,34 @@ def _check_run_dir(cfg: TrainConfig, resolved: dict, run_hash: str, run_dir: Pat
                          + ("; ".join(diffs) or f"keys unknown ({path / 'trainer_state.json'} "
                                                  f"holds no config)"))
     verify_manifest(path, manifest)
+    _refuse_foreign_checkpoints(run_dir, run_hash)  # after: the resumed one's changed keys are named above
     return path
+
+
+def _read_saved_config(path: Path) -> dict:
+    """config.yaml of the run as a dict; an empty, unparsable or non-mapping file is an InputFileError
+    naming it (a traceback from the YAML parser named neither the file nor the way out)."""
+    try:
+        saved = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except Exception as e:  # noqa: BLE001 - yaml's and OmegaConf's errors are of several types
+        detail = " ".join(str(e).split())[:300]
+        raise InputFileError(f"{path}: cannot be read as the run's config ({type(e).__name__}: {detail}); "
+                             f"restore it, or delete it (the checkpoints' manifests still prove the config)") from None
+    if not isinstance(saved, dict) or not saved:
+        raise InputFileError(f"{path}: empty or not a mapping; restore it, or delete it (the checkpoints' "
+                             f"manifests still prove the config)")
+    return saved
+
+
+def _refuse_foreign_checkpoints(run_dir: Path, run_hash: str) -> None:
+    """Every checkpoint records its run's config hash: one of another run copied in would be probed on
+    resume and read as this run's (only `verify` named it)."""
+    for _step, path in list_checkpoints(run_dir):
+        recorded = read_trainer_state(path, missing_ok=True).get("config_hash")
+        if recorded is not None and recorded != run_hash:
+            raise CorruptCheckpointError(f"{path / 'trainer_state.json'}: config hash {recorded[:12]}… is not this "
+                                         f"run's ({run_hash[:12]}…): a checkpoint of another run or config; move "
+                                         f"it out of {run_dir / 'checkpoints'}")
 
 
 def _check_resume_tokenizer(ckpt: Path, tokenizer_dir: Path, start_id: int) -> None:
