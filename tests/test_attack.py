@@ -566,3 +566,24 @@ def test_a_cut_per_token_sidecar_is_scored_again(probed, tmp_path):
     side = run_dir / "evals" / "step0" / "grammar.tokens.parquet"
     side.write_bytes(side.read_bytes()[:-100])
     assert not eval_done(ev, meta["pair_set"], meta["manifest"], per_token=True)
+
+
+def test_a_sentence_longer_than_the_models_positions_is_one_error_line(probed, tmp_path):
+    """Item 11: `probes score` on a benchmark sentence longer than the model's positions printed a traceback."""
+    import json
+    import subprocess
+    import sys
+
+    long = " ".join(["the dog runs"] * 40) + " ."
+    bench = tmp_path / "long.jsonl"
+    bench.write_text(json.dumps({"sentence_good": long, "sentence_bad": long.replace("runs", "run", 1),
+                                 "UID": "sv", "linguistics_term": "agreement", "pair_id": 0}) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "probes", "score", "--model", str(probed / "checkpoints" / "step5"),
+                           "--benchmark", str(bench), "--out", str(tmp_path / "out.parquet")],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        f"error: --benchmark {bench}: benchmark 'long' paradigm 'sv' pair '0': the good sentence has ")
+    assert "more than the model's max_position_embeddings=64" in proc.stderr
+    assert not (tmp_path / "out.parquet").exists()
