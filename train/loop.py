@@ -348,7 +348,10 @@ def _refuse_foreign_checkpoints(run_dir: Path, run_hash: str) -> None:
     """Every checkpoint records its run's config hash: one of another run copied in would be probed on
     resume and read as this run's (only `verify` named it)."""
     for _step, path in list_checkpoints(run_dir):
-        recorded = read_trainer_state(path, missing_ok=True).get("config_hash")
+        try:
+            recorded = read_trainer_state(path, missing_ok=True).get("config_hash")
+        except InputFileError:  # damaged: the reader of the resumed one names it, probing names others
+            continue
         if recorded is not None and recorded != run_hash:
             raise CorruptCheckpointError(f"{path / 'trainer_state.json'}: config hash {recorded[:12]}… is not this "
                                          f"run's ({run_hash[:12]}…): a checkpoint of another run or config; move "
