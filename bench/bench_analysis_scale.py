@@ -7,8 +7,8 @@ once and reused) follows the eval contract exactly. Timed end to end twice -- re
 row (load_runs) then the full report (statistics, tables, 25 figures) -- first cold (every eval file
 read; the reduced form cached in each run), then warm (the cache reused, as for every later report
 on the same runs, and for every run the probe hook or `probes score` wrote: they refresh the cache
-after each eval). The stages inside the report are then timed alone, and the hook's per-checkpoint
-cache refresh replayed on one run. Wall seconds, CPU seconds (this process and its figure workers:
+after each eval). The stages inside the report are then timed alone (wall and CPU seconds), and the
+hook's per-checkpoint cache refresh replayed on one run. Wall seconds, CPU seconds (this process and its figure workers:
 comparable when other jobs share the machine) and peak memory.
 """
 from __future__ import annotations
@@ -91,26 +91,27 @@ def main() -> None:
         res = build_report(ev, out, ReportConfig())
         ends[label] = (t_read, time.perf_counter() - t0 - t_read, time.perf_counter() - t0, _cpu() - c0)
     # the stages inside the report, timed alone on the loaded grid (figures and tables are the rest)
-    stages = {}
-    t = time.perf_counter()
+    stages = {}  # label -> (wall s, CPU s of this process)
+    t, c = time.perf_counter(), time.process_time()
     bootstrap_paradigm_intervals(ev.table)
     phen = phenomenon_table(ev.table)
     seed_summary(ev.table, ["model", "budget", "benchmark", "phenomenon", "paradigm", "step"])
-    stages["bootstrap over pairs + seed intervals"] = time.perf_counter() - t
-    t = time.perf_counter()
+    stages["bootstrap over pairs + seed intervals"] = (time.perf_counter() - t, time.process_time() - c)
+    t, c = time.perf_counter(), time.process_time()
     us, _ = find_u_shapes_in_runs(ev)
-    stages[f"U-shapes ({int(us.accepted.sum())} accepted of {len(us)})"] = time.perf_counter() - t
-    t = time.perf_counter()
+    stages[f"U-shapes ({int(us.accepted.sum())} accepted of {len(us)})"] = (time.perf_counter() - t,
+                                                                              time.process_time() - c)
+    t, c = time.perf_counter(), time.process_time()
     aoa_table(ev.table, phen)
-    stages["AoA + forgettability"] = time.perf_counter() - t
+    stages["AoA + forgettability"] = (time.perf_counter() - t, time.process_time() - c)
     refresh = time_refresh(runs[0], a.root / "refresh_trial")
     print(f"report: {len(res['figures'])} figures, {out / 'report.md'}")
     print(f"{'end to end (read + report)':40s} {'read':>6s} {'report':>7s} {'total':>7s} {'CPU s':>7s}")
     for k, (r, rep, tot, cpu) in ends.items():
         print(f"  {k:38s} {r:6.1f} {rep:7.1f} {tot:7.1f} {cpu:7.1f}")
-    print("stages alone:")
-    for k, v in stages.items():
-        print(f"  {k:45s} {v:6.1f} s")
+    print(f"{'stages alone':47s} {'wall s':>6s} {'CPU s':>6s}")
+    for k, (w, c) in stages.items():
+        print(f"  {k:45s} {w:6.1f} {c:6.1f}")
     print(f"cache refresh after each new checkpoint (what the probe hook does, per run): mean "
           f"{1000 * np.mean(refresh):.0f} ms, at the last checkpoint {1000 * refresh[-1]:.0f} ms; "
           f"a run probed by the suite reaches its first report warm")

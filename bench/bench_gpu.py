@@ -10,7 +10,11 @@ What runs: the training engine itself (train/engine.py TorchEngine: bf16 autocas
 grad clipping) on random token ids, at the zhoblimp preset's batch (configs/optim/zhoblimp.yaml: 32
 sequences x 2048 tokens per step, micro-batch 8, so 4 forward/backward passes per optimizer step).
 Each size runs a baseline (sdpa attention, fused AdamW, pinned non-blocking batch copies, no activation
-checkpointing, no torch.compile) and then one switch flipped at a time. --warmup steps (untimed: CUDA
+checkpointing, no torch.compile, the plain loss) and then one switch flipped at a time; the last rows
+combine the chunked loss (engine.loss_chunk) with the micro-batch it frees room for, and compile. The
+"planned GiB" column is train/memory.py's estimate of the same setup, beside the measured peak.
+Not yet measured on a GPU (issue 23 §4; the CPU tests in tests/test_loss.py show the chunked loss
+computes the same loss and gradients): run this on a lent GPU and copy the table into docs/speed.md. --warmup steps (untimed: CUDA
 context, cuBLAS heuristics, compilation) precede --steps timed optimizer steps.
 
 MFU (PaLM, Chowdhery et al. 2022, App. B): model FLOPs per token = 6N + 12·L·h·s, where N counts the
@@ -36,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from train.engine import Dist, EngineConfig, TorchEngine  # noqa: E402
+from train.memory import GiB, estimate  # noqa: E402
 from train.model import ModelConfig, build_model  # noqa: E402
 from train.optim import OptimConfig  # noqa: E402
 
@@ -52,6 +57,11 @@ VARIANTS = [
     ("eager attention", {"attn_implementation": "eager"}, {}, {}),
     ("foreach AdamW", {}, {}, {"impl": "foreach"}),
     ("no pinned copies", {}, {"pin_memory": False}, {}),
+    # issue 23: the fused, chunked head + cross-entropy (train/loss.py) frees the 12 B/token/vocab-row loss
+    # peak (train/memory.py); the freed memory buys a larger micro-batch (fewer, larger GEMMs), with compile
+    ("+chunked loss", {}, {"loss_chunk": 8192}, {}),
+    ("+chunked loss mb16", {}, {"loss_chunk": 8192}, {"micro_batch": 16}),
+    ("+chunked mb16 compile", {}, {"loss_chunk": 8192, "compile": True}, {"micro_batch": 16}),
 ]
 
 
@@ -64,6 +74,16 @@ def model_config(size: str) -> ModelConfig:
 def flops_per_token(model: torch.nn.Module, cfg: ModelConfig, seq_len: int) -> float:
     n = sum(p.numel() for p in model.parameters()) - model.gpt_neox.embed_in.weight.numel()
     return 6.0 * n + 12.0 * cfg.num_hidden_layers * cfg.hidden_size * seq_len
+
+
+def planned_gib(mcfg: ModelConfig, ecfg: EngineConfig, ocfg: OptimConfig, seq_len: int) -> float:
+    """train/memory.py's estimate of this setup's peak (torch engine, bf16 autocast, one GPU)."""
+    params = sum(p.numel() for p in build_model(mcfg, device="meta").parameters())
+    return estimate(params=params, layers=mcfg.num_hidden_layers, hidden=mcfg.hidden_size,
+                    heads=mcfg.num_attention_heads, vocab=mcfg.vocab_size, seq_len=seq_len,
+                    micro_batch=ocfg.micro_batch, engine_kind="torch", zero_stage=0, bf16=True, gpus=1,
+                    checkpointing=mcfg.gradient_checkpointing, attn_implementation=mcfg.attn_implementation,
+                    loss_chunk=ecfg.loss_chunk).total / GiB
 
 
 def peak_tflops(name: str) -> float:
@@ -123,7 +143,8 @@ def main(argv=None) -> int:
     name = torch.cuda.get_device_name()
     peak = args.peak_tflops or peak_tflops(name)
     torch.backends.cuda.matmul.allow_tf32 = True  # fp32 leftovers (the loss upcast) on tensor cores
-    head = (f"{'model':<12} {'variant':<17} {'tokens/s':>10} {'TFLOP/s':>8} {'MFU':>6} {'peak GiB':>8}")
+    head = (f"{'model':<12} {'variant':<22} {'tokens/s':>10} {'TFLOP/s':>8} {'MFU':>6} {'peak GiB':>8} "
+            f"{'planned':>8}")
     lines = [f"bench_gpu: {name}, bf16 peak {peak:g} TFLOP/s; batch {args.global_batch} x {args.seq_len} "
              f"tokens, micro-batch {args.micro_batch}; {args.warmup} warmup + {args.steps} timed steps; "
              f"torch {torch.__version__}", head, "-" * len(head)]
@@ -135,15 +156,16 @@ def main(argv=None) -> int:
         for label, m_over, e_over, o_over in VARIANTS:
             if label not in args.variants:
                 continue
+            m_cfg, e_cfg, o_cfg = replace(mcfg, **m_over), EngineConfig(**e_over), replace(ocfg, **o_over)
+            planned = planned_gib(m_cfg, e_cfg, o_cfg, args.seq_len)
             try:
-                tok_s, per_token, mem = measure(size, replace(mcfg, **m_over), EngineConfig(**e_over),
-                                                replace(ocfg, **o_over), seq_len=args.seq_len,
+                tok_s, per_token, mem = measure(size, m_cfg, e_cfg, o_cfg, seq_len=args.seq_len,
                                                 warmup=args.warmup, steps=args.steps)
                 tflops = tok_s * per_token / 1e12
-                line = (f"pythia-{size:<5} {label:<17} {tok_s:>10,.0f} {tflops:>8.1f} {tflops / peak:>6.1%} "
-                        f"{mem:>8.1f}")
+                line = (f"pythia-{size:<5} {label:<22} {tok_s:>10,.0f} {tflops:>8.1f} {tflops / peak:>6.1%} "
+                        f"{mem:>8.1f} {planned:>8.1f}")
             except torch.OutOfMemoryError:
-                line = f"pythia-{size:<5} {label:<17} {'out of memory':>10}"
+                line = f"pythia-{size:<5} {label:<22} {'out of memory':>10} {'':>24} {planned:>8.1f}"
             gc.collect()
             torch.cuda.empty_cache()
             torch._dynamo.reset()  # each compiled variant compiles its own model

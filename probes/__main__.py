@@ -122,7 +122,12 @@ def _score_run(command: str, args) -> int:
                        f"(nor a gpt-neox save directory with global_step<N>)")
     benchmarks: dict = {}
     for spec in args.benchmark:  # all loaded first: a bad one fails before any model is read
-        name, pairs = _load_pairs(spec, args.format, args.max_pairs_per_paradigm)
+        own = _run_benchmark_config(args.run_dir, spec)
+        if own is not None:
+            if args.max_pairs_per_paradigm is not None:
+                own.max_pairs_per_paradigm = args.max_pairs_per_paradigm
+            print(f"--benchmark {spec}: generated with the run's own settings ({args.run_dir / 'config.yaml'})")
+        name, pairs = _load_pairs(spec, args.format, args.max_pairs_per_paradigm, own)
         if name in benchmarks:
             raise CliError(f"--benchmark {spec}: a second benchmark named {name!r} (the eval "
                            f"file's name); rename the file")
@@ -157,12 +162,42 @@ def _check_model_dir(d: Path) -> None:
                        f"scores need the tokenizer the model was trained with")
 
 
-def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int]) -> tuple[str, list]:
-    """(name, pairs) of the benchmark a user named: a registry name, or a file or folder."""
+def _run_benchmark_config(run_dir: Path, spec: str):
+    """The BenchmarkConfig a run probed a generated benchmark with (its pairs come from settings, not
+    files: grammar, elagent_word_order), from the run's config.yaml; None for a benchmark with files, a
+    run without config.yaml (a gpt-neox save directory) or one whose probes did not list it. Scoring with
+    the defaults instead would write other pairs under the same eval name as the in-loop files."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from probes.benchmarks.registry import REGISTRY
+    from probes.scoring.hook import ProbesConfig
+
+    path = Path(run_dir) / "config.yaml"
+    if spec not in REGISTRY or REGISTRY[spec].relpath is not None or not path.is_file():
+        return None
+    try:
+        probes = OmegaConf.load(path).get("probes")
+        if probes is None:
+            return None
+        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ProbesConfig), probes))
+        return next((bc for bc in cfg.resolved_benchmarks() if bc.name == spec), None)
+    except (OmegaConfBaseException, ValueError, OSError) as e:
+        raise CliError(f"{path}: its probes settings cannot be read ({e}); they define --benchmark {spec}") from None
+
+
+def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int], cfg=None) -> tuple[str, list]:
+    """(name, pairs) of the benchmark a user named: a registry name, or a file or folder; `cfg`, when
+    given, is the BenchmarkConfig to load it with (a run's own settings)."""
     from probes.benchmarks.registry import FORMATS, REGISTRY, BenchmarkConfig, load_benchmark
 
     if fmt not in FORMATS:
         raise CliError(f"--format {fmt}: unknown; known: {', '.join(FORMATS)}")
+    if cfg is not None:
+        try:
+            return cfg.name, load_benchmark(cfg)
+        except (ValueError, FileNotFoundError) as e:
+            raise CliError(f"--benchmark {spec}: {e}") from None
     if spec in REGISTRY:
         cfg = BenchmarkConfig(name=spec, format=fmt)
     elif Path(spec).exists():

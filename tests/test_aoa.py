@@ -87,3 +87,32 @@ def test_fit_is_the_previous_solvers_optimum_and_stays_in_its_box():
     # at 200 / span (40 here) and mid within a span of the observed x
     assert fit["slope"][1] == pytest.approx(40.0, abs=1e-6)
     assert (fit["slope"] <= 40.0 + 1e-9).all() and (np.abs(fit["mid"] - 8.5) <= 7.5 + 1e-9).all()
+
+
+def test_batched_fit_reaches_minpacks_optimum_and_crawlers_are_minpacks_own():
+    # The batched Levenberg-Marquardt must land where MINPACK (scipy least_squares, method="lm", the
+    # fitter before it) lands from the same start; a fit it leaves unconverged goes to MINPACK itself.
+    from scipy.optimize import least_squares
+
+    from probes.analysis.aoa import _Box, _grid_start
+
+    rng = np.random.default_rng(1)
+    lo, hi = rng.uniform(0.45, 0.6, 200), rng.uniform(0.5, 0.98, 200)
+    Y = sigmoid(X, lo, hi, rng.uniform(6.5, 10.5, 200), rng.uniform(0.3, 6.0, 200)) + rng.normal(0, 0.03, (200, 30))
+    span = X.max() - X.min()
+    box = _Box(np.array([X.min() - span, 1e-3 / span]), np.array([X.max() + span, 200.0 / span]))
+    th = _grid_start(X, Y, span)
+    ref = []
+    for i in range(len(Y)):
+        f = least_squares(box.residual, np.r_[th[i, :2], box.angle(th[i, 2:])], jac=box.jacobian, args=(X, Y[i]),
+                          method="lm", xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=200)
+        ref.append(np.r_[f.x[:2], box.inside(f.x[2:])])
+    ref = np.array(ref)
+    sse_ref = ((sigmoid(X, *ref.T) - Y) ** 2).sum(1)
+    fit = fit_sigmoids(X, Y)
+    sse = fit["rmse"] ** 2 * X.size
+    # never a worse optimum; equal SSE up to the solvers' relative tolerance (1e-12) of a sum of 30 squares
+    assert np.all(sse <= sse_ref * (1 + 1e-9))
+    got = np.stack([fit[k] for k in ("lo", "hi", "mid", "slope")], axis=1)
+    crawl = ~np.isclose(got, ref, rtol=0, atol=1e-4).all(axis=1)
+    assert np.array_equal(got[crawl], ref[crawl])  # a fit far from MINPACK's can only be MINPACK's own

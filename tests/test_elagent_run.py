@@ -82,7 +82,7 @@ def test_report_shows_the_elagent_tasks_and_the_form_use_view(run, tmp_path, cap
     for line in ("| form | `grammar` |", "| use | `elagent_word_order` |", "| use | `elagent:babi` |",
                  "| use | `elagent:precedence` |", "| use | `elagent:predicates` |"):
         assert line in md, line
-    assert (out / "figures" / "curve_elagent_word_order_language_a_word_order.png").is_file()
+    assert (out / "appendix" / "curve_elagent_word_order_language_a_word_order.png").is_file()
     # the use curve at the last checkpoint, by hand from the eval files: the word-order pairs' MLP accuracy
     # (mean over its paradigms) and the three tasks' accuracies, averaged; form: the grammar's paradigms
     step = list_checkpoints(d)[-1][0]

@@ -60,10 +60,11 @@ def test_the_report_draws_the_human_baseline_per_phenomenon(tmp_path):
     out = tmp_path / "rep"
     assert report.main([*map(str, runs), "--out", str(out), "--n-boot", "50"]) == 0
     md = (out / "report.md").read_text()
-    assert "## Human baseline (ZhoBLiMP)" in md and "the paper reports 94.6 %" in md
-    h = pd.read_csv(out / "tables" / "human_baseline.csv").set_index("phenomenon")
+    # the Table-4-style table: our models, then the human rows labelled by source
+    assert "| _human (validation CSV, our pooled reading)_ |" in md and "| _human (paper)_ |" in md
+    t = pd.read_csv(out / "tables" / "table4_zhoblimp.csv").set_index("row")
     csv = pd.read_csv(default_path()).set_index("UID")
     want = csv.loc[["BA_deletion", "BA_inversion"]]
-    assert h.loc["BA", "human_acc"] == pytest.approx(want.correct.sum() / want.total.sum())
-    assert h.loc["anaphor", "human_acc_paper"] == 0.856
-    assert {"pythia-14m · 10M (zhoblimp)", "pythia-70m · 10M (zhoblimp)"} <= set(h.columns)
+    assert t.loc["human (validation CSV, our pooled reading)", "BA"] == pytest.approx(want.correct.sum() / want.total.sum())
+    assert t.loc["human (paper)", "anaphor"] == 0.856
+    assert {"pythia-14m · 10M", "pythia-70m · 10M"} <= set(t.index)

@@ -285,6 +285,46 @@ def test_score_run_and_watch_on_a_neox_run(tmp_path):
     assert (run / "checkpoints" / "step2" / "manifest.json").stat().st_mtime_ns == stamp
 
 
+def test_a_replaced_global_step_is_imported_and_scored_again(tmp_path):
+    """gpt-neox restarted from an earlier step writes global_step<N> anew: score-run imports the new
+    weights (not the first import's) and scores them; an unchanged step is left alone."""
+    import copy
+
+    from probes.__main__ import main as probes_main
+    from probes.benchmarks.registry import BenchmarkConfig, load_benchmark
+    from probes.scoring.primitive import score_pairs
+    from probes.scoring.store import eval_path, read_pairs
+
+    torch.set_num_threads(1)
+    model, text, _ = neox_run(tmp_path)
+    run = tmp_path / "neox"
+    for step in (0, 2):
+        write_neox_checkpoint(model, run, step, text)
+    bench = tmp_path / "mini.jsonl"
+    bench.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    argv = ["score-run", str(run), "--benchmark", str(bench), "--batch-size", "2", "--device", "cpu"]
+    assert probes_main(argv) == 0
+    first = read_pairs(eval_path(run, 2, "mini"))[0]
+    stamp0 = (run / "checkpoints" / "step0" / "manifest.json").stat().st_mtime_ns
+
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.mul_(0.5)
+    write_neox_checkpoint(other, run, 2, text)  # the same step, written again with other weights
+    assert probes_main(argv) == 0
+    again = GPTNeoXForCausalLM.from_pretrained(run / "checkpoints" / "step2").eval()
+    with torch.no_grad():
+        assert torch.equal(again(IDS).logits, other(IDS).logits)
+    tok = AutoTokenizer.from_pretrained(run / "checkpoints" / "step2")
+    pairs = load_benchmark(BenchmarkConfig(name="mini", path=str(bench)))
+    df = read_pairs(eval_path(run, 2, "mini"))[0]
+    want = score_pairs(other, tok, pairs, batch_size=2, device="cpu")  # same process, batches, kernels
+    assert df["lp_good"].tolist() == want["lp_good"].tolist() != first["lp_good"].tolist()
+    assert (run / "checkpoints" / "step0" / "manifest.json").stat().st_mtime_ns == stamp0  # untouched
+    assert sync_run(run, say=lambda _: None) == []
+
+
 def test_sync_needs_a_tokenizer(tmp_path):
     model, text, tok_file = neox_run(tmp_path)
     write_neox_checkpoint(model, tmp_path / "neox", 0, text)

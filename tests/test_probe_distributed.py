@@ -5,15 +5,18 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from numerics import sentence_lp_tol
 from probeutil import tiny_neox, word_tokenizer
 from probes.scoring.hook import ProbeHook, ProbesConfig
 from probes.benchmarks.pairs import Pair, Region
+from probes.scoring.primitive import sentence_ids
 from probes.scoring.store import eval_path, read_pairs
 
 SUBJECTS = [("cat", "runs", "run"), ("cats", "run", "runs"), ("dog", "sees", "see"),
@@ -69,8 +72,14 @@ def test_two_gloo_processes_write_what_one_does(tmp_path):
         assert list(a.columns) == list(b.columns)
         assert list(a.dtypes) == list(b.dtypes)
         lp = [c for c in a.columns if c.startswith("lp_")]
-        # the same rows in the same order; lps up to float rounding of other batch shapes
+        # the same rows in the same order; lps up to float32 rounding of other batch shapes and kernel
+        # blocking (tests/numerics.py: n eps |lp|, n the additions behind one lp), never bitwise
         pd.testing.assert_frame_equal(a.drop(columns=lp), b.drop(columns=lp))
-        pd.testing.assert_frame_equal(a[lp], b[lp], check_exact=False, atol=1e-6, rtol=0)
+        model, tok = tiny_neox(), word_tokenizer()
+        for col in lp:  # a region's lp (lp_good_slot_noun, ...) is part of the sentence's: its bound holds
+            side = "good" if col.startswith("lp_good") else "bad"
+            tol = np.array([sentence_lp_tol(model, ids) for ids in sentence_ids(tok, a[side].tolist())])
+            assert a[col].isna().tolist() == b[col].isna().tolist(), col
+            assert (np.abs(a[col].fillna(0) - b[col].fillna(0)) <= tol).all(), (col, (a[col] - b[col]).abs().max())
     a = read_pairs(eval_path(one, 1, "agr"))[0]
     assert a["lp_good_slot_noun"].notna().tolist() == [False] * 6 + [True]

@@ -34,13 +34,13 @@ def make_grid(root, models=("pythia-14m", "pythia-70m"), seeds=(1, 2), n_steps=1
 def test_report_on_a_grid(tmp_path, capsys):
     runs = make_grid(tmp_path / "runs")
     out = tmp_path / "rep"
-    assert report.main([*map(str, runs), "--out", str(out), "--n-boot", "200"]) == 0
+    assert report.main([*map(str, runs), "--out", str(out), "--n-boot", "200", "--u-levels", "phenomenon,paradigm"]) == 0
     assert "report.md" in capsys.readouterr().out
     md = (out / "report.md").read_text()
-    for section in ("## U-shapes", "## Age of acquisition", "## Scaling grid", "## Difficulty groups",
-                    "## Regions over training", "## Figures"):
+    for section in ("## Learning curves", "## Final accuracy per phenomenon", "### Scaling view", "## U-shapes",
+                    "## Age of acquisition", "## Difficulty groups", "## Appendix"):
         assert section in md
-    figs = re.findall(r"\]\((figures/[^)]+\.png)\)", md)
+    figs = re.findall(r"\]\(((?:figures|appendix)/[^)]+\.png)\)", md)
     assert figs and all((out / f).is_file() for f in figs)
     from PIL import Image
 
@@ -123,9 +123,10 @@ def test_report_logs_figures_and_tables_to_wandb(tmp_path, monkeypatch):
 
     wandb.teardown()
     (run_dir,) = (out / "wandb").glob("offline-run-*")
-    figures = sorted((out / "figures").glob("*.png"))
-    # 2 phenomenon curves, 2 heatmaps, 3 region plots, 3 syntax-question figures, the form-vs-use view
-    assert len(figures) == 11 and "syntax_qa_oa" in {f.stem for f in figures}
+    figures = sorted((out / "figures").glob("*.png")) + sorted((out / "appendix").glob("*.png"))
+    # main: overall curve, all phenomena, 2 heatmaps, 3 syntax-question figures, the form-vs-use view;
+    # appendix: 2 phenomenon curves, 3 region plots
+    assert len(figures) == 13 and "syntax_qa_oa" in {f.stem for f in figures}
     for fig in figures:  # every figure went to W&B as an image (media/images), the same picture
         (logged,) = wandb_media(run_dir, "images", f"report/{fig.stem}")
         with Image.open(logged) as im, Image.open(fig) as mine:

@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import GPTNeoXForCausalLM
 
+from conftest import skip_or_fail_in_ci
 from trainutil import TINY, tiny_cfg
 from train.errors import DiskFullError, InputFileError, is_user_error, writing
 from train.loop import train
@@ -27,8 +28,9 @@ def train_cli(cache: Path, *overrides: str, monkeypatch, capsys) -> str:
     fails the test."""
     import runpy
 
-    args = [*TINY, *SMALL, f"data.cache_dir={cache}", "hydra/job_logging=none",
-            "hydra/hydra_logging=none", *overrides]
+    flags = [o for o in overrides if o.startswith("-")]  # before the overrides, as argparse wants them
+    args = [*flags, *TINY, *SMALL, f"data.cache_dir={cache}", "hydra/job_logging=none",
+            "hydra/hydra_logging=none", *(o for o in overrides if not o.startswith("-"))]
     monkeypatch.setattr(sys, "argv", ["train", *args])
     with pytest.raises(SystemExit) as end:  # as `python -m train` (Hydra finds configs/ from the file)
         runpy.run_module("train", run_name="__main__", alter_sys=True)
@@ -166,7 +168,7 @@ def test_torch_save_unexpected_pos_is_named_as_a_full_disk(tmp_path):
 @pytest.fixture()
 def mount(tmp_path):
     """mount(size, ro=False): a tmpfs at a fresh directory (a full disk or a read-only one that really
-    refuses root); skipped where mounting is not allowed."""
+    refuses root); skipped where mounting is not allowed, and a failure there under CI=true."""
     points = []
 
     def make(size: str, ro: bool = False) -> Path:
@@ -174,7 +176,7 @@ def mount(tmp_path):
         point.mkdir()
         if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point)],
                           capture_output=True).returncode != 0:
-            pytest.skip("cannot mount a tmpfs here (needs root)")
+            skip_or_fail_in_ci("cannot mount a tmpfs here (needs root)")
         points.append(point)
         (point / "run").mkdir()
         if ro:
@@ -198,3 +200,10 @@ def test_a_read_only_run_dir_is_named(cache, mount, monkeypatch, capsys):
     run_dir = mount("1m", ro=True)
     line = train_cli(cache, f"hydra.run.dir={run_dir}", monkeypatch=monkeypatch, capsys=capsys)
     assert line == f"error: hydra.run.dir {run_dir} is not writable: Read-only file system ({run_dir})"
+
+
+def test_a_read_only_sweep_dir_is_named_under_multirun(cache, mount, monkeypatch, capsys):
+    """`-m` skips on_run_start: the sweep directory is checked before the launcher creates it."""
+    sweep = mount("1m", ro=True)
+    line = train_cli(cache, "-m", f"hydra.sweep.dir={sweep}", "seed=0,1", monkeypatch=monkeypatch, capsys=capsys)
+    assert line == f"error: hydra.sweep.dir {sweep} is not writable: Read-only file system ({sweep})"

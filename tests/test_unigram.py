@@ -101,15 +101,16 @@ def test_a_run_stores_unigram_columns_from_its_own_token_store(tmp_path):
 
     out = tmp_path / "rep"
     assert report.main([str(run), "--out", str(out), "--n-boot", "20"]) == 0
-    assert "## Unigram-normalised metrics at the last checkpoint (SLOR, MORCELA)" in (out / "report.md").read_text()
-    t = pd.read_csv(out / "tables" / "unigram_metrics_final.csv")
+    assert "## Normalised scores as their authors sweep them (pow-norm, SLOR, MORCELA)" in (out / "report.md").read_text()
+    t = pd.read_csv(out / "tables" / "normalised_sweep_paradigm.csv")
     par = again.paradigm.iloc[0]
     sel = again[again.paradigm == par]
     slor_ok = ((sel.lp_good - sel.ulp_good) / sel.ntok_good > (sel.lp_bad - sel.ulp_bad) / sel.ntok_bad)
-    assert t.set_index("paradigm").loc[par, "acc_slor"] == pytest.approx(slor_ok.mean())
-    # its MLP column is the scaling grid's final accuracy (one definition of "final accuracy")
+    at = t[t.paradigm == par].set_index("point")
+    assert at.loc["slor", "acc"] == pytest.approx(slor_ok.mean())
+    # its MLP point is the scaling grid's final accuracy (one definition of "final accuracy")
     grid = pd.read_csv(out / "tables" / "final_accuracy_paradigm.csv").set_index("paradigm")
-    assert t.set_index("paradigm").loc[par, "acc_mlp"] == pytest.approx(grid.loc[par, "acc_mlp"])
+    assert at.loc["mlp", "acc"] == pytest.approx(grid.loc[par, "acc_mlp"])
 
 
 def test_the_probe_hook_writes_unigram_columns(tmp_path):

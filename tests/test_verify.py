@@ -299,3 +299,69 @@ def test_detour_ratios_against_hand_computed_values(tmp_path):
     assert traj.groups() == {"gpt_neox.layers.0 small tensors": [0, 1]}
     assert traj.detour([0, 1])[1] == pytest.approx((10 ** 0.5 + 17 ** 0.5) / 5)
     assert identical_pairs(traj, "gpt_neox.layers.0.b") == [(0, 2)]
+
+
+def test_fast_trusts_the_manifest_and_checks_names_and_sizes(run, capsys, monkeypatch):
+    config = ckpt(run, 6) / "config.json"
+    config.write_text(config.read_text().replace('"hidden_act"', '"hidden_act" ', 1))  # one byte longer
+    (ckpt(run, 2) / "tokenizer.json").unlink()
+    (ckpt(run, 3) / "notes.txt").write_text("added after the run\n")
+    tok = ckpt(run, 10) / "tokenizer.json"  # same size, other bytes: only a hash sees it
+    text = tok.read_text()
+    tok.write_text(text.replace('"version"', '"versioN"', 1))
+    assert len(tok.read_text()) == len(text) and tok.read_text() != text
+
+    import train.verify
+
+    def no_hash(path):
+        raise AssertionError(f"--fast hashed {path}")
+
+    with monkeypatch.context() as m:
+        m.setattr(train.verify, "sha256_file", no_hash)
+        rc, lines, _ = verify(capsys, "--fast", run)
+    assert rc == 1
+    assert findings(lines) == [
+        f"{ckpt(run, 2) / 'tokenizer.json'}: listed in manifest.json but missing",
+        f"{ckpt(run, 3) / 'notes.txt'}: not listed in manifest.json",
+        f"{config}: is {config.stat().st_size:,} bytes, manifest.json records {config.stat().st_size - 1:,}: "
+        f"the file was damaged or replaced after it was written"]
+    assert any("--fast" in line and "not hashed" in line for line in lines)
+    rc, lines, _ = verify(capsys, run)  # the full check hashes and sees the same-size change too
+    assert f"{tok}: does not match its sha256 in manifest.json: the file was damaged or replaced after it " \
+           f"was written" in findings(lines)
+
+
+def test_a_checkpoint_is_hashed_while_written_not_read_back(tmp_path, monkeypatch):
+    """save_checkpoint streams the optimizer and RNG state through sha256 as torch.save writes them: the
+    manifest reads back only the files a library wrote (weights, config, tokenizer), each once, and
+    records what a full read gives."""
+    import builtins
+
+    import train.digest
+    from probeutil import word_tokenizer
+    from train.checkpoint import save_checkpoint
+    from train.engine import Dist, EngineConfig, TorchEngine
+    from train.model import ModelConfig, build_model
+    from train.optim import OptimConfig
+
+    cpu = Dist(rank=0, world=1, local_rank=0, device=torch.device("cpu"))
+    engine = TorchEngine(EngineConfig(), OptimConfig(global_batch=2, micro_batch=2),
+                         build_model(ModelConfig(hidden_size=32, intermediate_size=64, vocab_size=128)), cpu)
+    engine.backward(engine.loss(torch.randint(0, 14, (2, 9))))
+    engine.step(1e-3)
+    read = []
+
+    def recording_open(path, mode="r", *a, **k):
+        if "r" in mode:
+            read.append(Path(path).name)
+        return builtins.open(path, mode, *a, **k)
+
+    monkeypatch.setattr(train.digest, "open", recording_open, raising=False)
+    state = {"step": 1, "tokens": 18, "config_hash": "c0ffee"}
+    path = save_checkpoint(tmp_path, 1, engine, word_tokenizer(), state, cpu, with_resume=True)
+    manifest = read_manifest(path)
+    assert "resume/optimizer.pt" in manifest["files"] and "resume/rng_rank0.pt" in manifest["files"]
+    assert "optimizer.pt" not in read and "rng_rank0.pt" not in read
+    assert sorted(read) == sorted(set(read)) and "model.safetensors" in read  # each read file once
+    for rel, digest in manifest["files"].items():
+        assert digest == sha256_file(path / rel) and manifest["sizes"][rel] == (path / rel).stat().st_size, rel

@@ -29,6 +29,7 @@ import torch
 from train.files import (MANIFEST, REQUIRED_FILES, CorruptCheckpointError, IncompleteCheckpointError,
                                 atomic_open, checkpoint_dir, fsync_tree, list_checkpoints, read_manifest,
                                 read_trainer_state, verify_checkpoint, write_json_atomic, write_text_atomic)
+from train.digest import sha256_once, torch_save_hashed
 from train.faults import fault_point
 from train.start_token import write_record
 
@@ -61,8 +62,12 @@ def checkpoint_files(path: Path) -> list[str]:
 
 
 def write_manifest(path: Path, state: dict, param_count: int) -> dict:
-    """manifest.json: {files: {name: sha256}, step, tokens, param_count, config_hash}, atomically."""
-    manifest = {"files": {rel: sha256_file(Path(path) / rel) for rel in checkpoint_files(path)},
+    """manifest.json: {files: {name: sha256}, sizes: {name: bytes}, step, tokens, param_count,
+    config_hash}, atomically. Files hashed while they were written are not read again (train.digest);
+    sizes let `verify --fast` check a checkpoint without hashing it."""
+    rels = checkpoint_files(path)
+    manifest = {"files": {rel: sha256_once(Path(path) / rel) for rel in rels},
+                "sizes": {rel: (Path(path) / rel).stat().st_size for rel in rels},
                 "step": state.get("step"), "tokens": state.get("tokens"), "param_count": param_count,
                 "config_hash": state.get("config_hash")}
     write_json_atomic(Path(path) / MANIFEST, manifest)
@@ -116,8 +121,10 @@ def verify_manifest(path: Path, manifest: dict) -> None:
         raise CorruptCheckpointError(f"{path} holds files its {MANIFEST} does not list: {', '.join(unlisted)}")
 
 
-def _drop_from_manifest(path: Path, prefix: str = "", updates: Optional[dict] = None) -> None:
-    """Rewrites the manifest without the entries under `prefix` and with `updates` (name -> sha256).
+def _drop_from_manifest(path: Path, prefix: str = "", updates: Optional[dict] = None,
+                        sizes: Optional[dict] = None) -> None:
+    """Rewrites the manifest without the entries under `prefix` and with `updates` (name -> sha256;
+    `sizes`: name -> bytes of the updated files).
     An updated file is recorded under ``derived`` as made from the file it replaces, so the eval
     contract's manifest_hash sees the same checkpoint (train.files.manifest_hash)."""
     manifest = read_manifest(path)
@@ -133,6 +140,8 @@ def _drop_from_manifest(path: Path, prefix: str = "", updates: Optional[dict] = 
             derived[rel] = {"sha256": digest, "from": prior["from"] if prior.get("sha256") == before else before}
         files[rel] = digest
     out = {**manifest, "files": files}
+    if "sizes" in manifest:
+        out["sizes"] = {k: v for k, v in {**manifest["sizes"], **(sizes or {})}.items() if k in files}
     if derived:
         out["derived"] = derived
     write_json_atomic(Path(path) / MANIFEST, out)
@@ -178,7 +187,7 @@ def save_checkpoint(run_dir: Path, step: int, engine, tokenizer, state: dict, di
         rng = {"torch": torch.random.get_rng_state(), "cuda": torch.cuda.get_rng_state_all()
                if torch.cuda.is_available() else []}
         (tmp / "resume").mkdir(exist_ok=True)
-        torch.save(rng, tmp / "resume" / f"rng_rank{dist.rank}.pt")
+        torch_save_hashed(rng, tmp / "resume" / f"rng_rank{dist.rank}.pt")
     dist.barrier()
     weights = engine.full_weights()  # collective under DeepSpeed: gathers the fp32 weights on rank 0
     if dist.main:
@@ -243,8 +252,10 @@ def weights_to_bf16(path: Path) -> None:
     blob = save(tensors, metadata=metadata)
     config["dtype"] = "bfloat16"
     text = json.dumps(config, indent=2, sort_keys=True)
+    # hashed from memory (not read back), and recorded before the files are replaced (docstring)
     _drop_from_manifest(path, updates={"model.safetensors": hashlib.sha256(blob).hexdigest(),
-                                       "config.json": hashlib.sha256(text.encode()).hexdigest()})
+                                       "config.json": hashlib.sha256(text.encode()).hexdigest()},
+                        sizes={"model.safetensors": len(blob), "config.json": len(text.encode())})
     with atomic_open(weights, "wb") as f:
         f.write(blob)
     fault_point("bf16_rewrite", read_trainer_state(path).get("step", -1))

@@ -30,7 +30,11 @@ def exit_on_user_error(fn: Callable[[], T]) -> T:
 class CheckRunDir(Callback):
     """Hydra writes its log and .hydra/ into the run directory before main() runs, so a read-only
     one fails inside Hydra's logging setup with the path buried in a chained error. Checked first
-    (configs/config.yaml registers this under hydra.callbacks)."""
+    (configs/config.yaml registers this under hydra.callbacks). Under `-m` Hydra calls on_multirun_start
+    instead, before the launcher creates the sweep directory that holds every job's run directory."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         exit_on_user_error(lambda: check_writable(Path(config.hydra.run.dir), "hydra.run.dir"))
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        exit_on_user_error(lambda: check_writable(Path(config.hydra.sweep.dir), "hydra.sweep.dir"))

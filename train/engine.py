@@ -17,7 +17,9 @@ from typing import Optional
 import torch
 import torch.distributed as torch_dist
 
+from train.digest import torch_save_hashed
 from train.errors import reading
+from train.loss import ChunkedLMLoss
 from train.optim import OptimConfig, accumulation_steps, build_optimizer, set_lr
 
 # How to get past a damaged resume checkpoint: the previous one (schedule.keep_resume) is whole.
@@ -45,6 +47,9 @@ class EngineConfig:
     # On CUDA: copy each micro-batch from page-locked host memory without blocking the host, so the
     # copy overlaps queued GPU work. No effect on CPU.
     pin_memory: bool = True
+    # torch engine: tokens per chunk of the fused output-layer + cross-entropy (train/loss.py); 0 = the
+    # plain loss over the whole micro-batch's logits. Chunking frees the 12 B/token/vocab-row loss peak.
+    loss_chunk: int = 0
 
     def __post_init__(self):
         if self.kind not in ("torch", "deepspeed"):
@@ -53,6 +58,9 @@ class EngineConfig:
             raise ValueError(f"engine.zero_stage={self.zero_stage}: expected 0, 1, 2 or 3")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"engine.precision={self.precision!r}: expected auto, fp32 or bf16")
+        if self.loss_chunk < 0 or (self.loss_chunk and self.kind != "torch"):
+            raise ValueError(f"engine.loss_chunk={self.loss_chunk}: expected 0 (off) or tokens per chunk, "
+                             "torch engine only")
 
 
 @dataclass
@@ -127,8 +135,11 @@ def to_device(batch: torch.Tensor, device: torch.device, pin_memory: bool) -> to
 def _lm_loss(model, batch: torch.Tensor) -> torch.Tensor:
     # batch rows hold seq_len + 1 ids: inputs are [:-1], targets [1:] (one overlapping token).
     # No KV cache in training (it also conflicts with activation checkpointing).
+    # The loss in float32 at least (bf16 logits lose digits in the log-softmax); a float64 model keeps
+    # float64, so the tests can check accumulation and clipping against hand arithmetic exactly.
     logits = model(input_ids=batch[:, :-1], use_cache=False).logits
-    return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)),
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)),
                                              batch[:, 1:].reshape(-1))
 
 
@@ -138,8 +149,11 @@ class TorchEngine:
         self.module = model.to(dist.device)
         self.accum = accumulation_steps(optim, dist.world)
         self.bf16 = _use_bf16(cfg, dist)
-        self.ddp = torch.nn.parallel.DistributedDataParallel(self.module) if dist.world > 1 else None
-        self.model = self.ddp or self.module
+        # with a chunked loss, DDP and compile wrap the loss module (the model's parameters, its forward)
+        self.chunked = ChunkedLMLoss(self.module, cfg.loss_chunk) if cfg.loss_chunk else None
+        inner = self.chunked or self.module
+        self.ddp = torch.nn.parallel.DistributedDataParallel(inner) if dist.world > 1 else None
+        self.model = self.ddp or inner
         if cfg.compile:
             # Compile the DDP wrapper, not the module inside it: DDP's hooks then bucket the compiled
             # graph's gradients (PyTorch's DDP + torch.compile notes). self.module stays uncompiled
@@ -159,7 +173,8 @@ class TorchEngine:
         sync = nullcontext() if (last or self.ddp is None) else self.ddp.no_sync()
         autocast = torch.autocast(self.dist.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
         with sync, autocast:
-            return _lm_loss(self.model, to_device(batch, self.dist.device, self.pin))
+            batch = to_device(batch, self.dist.device, self.pin)
+            return self.model(batch) if self.chunked is not None else _lm_loss(self.model, batch)
 
     def backward(self, loss: torch.Tensor) -> None:
         # The forward pass under no_sync already told DDP whether this backward all-reduces.
@@ -191,7 +206,8 @@ class TorchEngine:
         # from the checkpoint's fp32 model.safetensors.
         if self.dist.main:
             path.mkdir(parents=True, exist_ok=True)
-            torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
+            # hashed on its way to disk: the manifest does not read the largest file back (train.digest)
+            torch_save_hashed(self.optimizer.state_dict(), path / "optimizer.pt")
 
     def load_resume(self, ckpt_dir: Path) -> None:
         # from_pretrained maps the on-disk names (transformers writes lm_head as embed_out) back to

@@ -142,9 +142,9 @@ def read_trainer_state(ckpt_dir: Path, *, missing_ok: bool = False) -> dict:
     try:
         state = json.loads(f.read_bytes())
     except json.JSONDecodeError as e:
-        raise InputFileError(f"{f}: invalid JSON at line {e.lineno}: {e.msg} (a truncated or damaged file)") from None
+        raise InputFileError(f"{f}: cannot read the trainer state (invalid JSON at line {e.lineno}: {e.msg}; a truncated or damaged file)") from None
     except UnicodeDecodeError as e:
-        raise InputFileError(f"{f}: not UTF-8 ({e.reason}; a damaged file)") from None
+        raise InputFileError(f"{f}: cannot read the trainer state (not UTF-8: {e.reason}; a damaged file)") from None
     if not isinstance(state, dict):
         raise InputFileError(f"{f}: expected a JSON object, got {type(state).__name__}")
     return state

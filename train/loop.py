@@ -27,7 +27,7 @@ from train.config import TrainConfig, config_hash, trajectory_diff
 from train.corpus import load_documents
 from train.dataid import KEY as DATA_KEY, check_resume_data, data_record
 from train.engine import RESUME_HINT, build_engine, init_distributed
-from train.errors import InputFileError, reading, writing
+from train.errors import InputFileError, writing
 from train.faults import fault_point
 from train.files import read_trainer_state, versions, write_text_atomic
 from train.hooks import HookContext, build_hooks, hooks_missing, run_hooks, run_post_train
@@ -64,8 +64,10 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
     resume_from = _check_run_dir(cfg, resolved, run_hash, run_dir)
     resumed = None
     if resume_from is not None:
-        with reading(resume_from / "trainer_state.json", "the trainer state", RESUME_HINT.format(resume_from)):
+        try:
             resumed = read_trainer_state(resume_from)
+        except InputFileError as e:  # the reader names the file; the loop knows the way out
+            raise InputFileError(f"{e}; {RESUME_HINT.format(resume_from)}") from None
     dist.barrier()
     if dist.main:
         if resumed is not None:

@@ -297,6 +297,7 @@ def import_step(step_dir: Path, out_dir: Path, *, config: Optional[Path] = None,
     with reading(step_dir, "the gpt-neox weights into HF GPTNeoX"):
         model.load_state_dict(weights, strict=True)
     state = {"step": step, "source": "gpt-neox", "neox_checkpoint": str(step_dir.resolve()),
+             "neox_files": source_stamp(step_dir),
              "config_hash": hashlib.sha256(json.dumps(c, sort_keys=True, default=str).encode()).hexdigest(),
              **(state or {})}
     tmp = out_dir.with_name(f".tmp-{out_dir.name}")
@@ -329,11 +330,36 @@ def tokens_per_step(c: dict) -> Optional[int]:
     return batch * c["seq_length"] if batch and c.get("seq_length") else None
 
 
+def source_stamp(step_dir: Path) -> dict[str, list[int]]:
+    """{file below global_step<N>: [size, mtime_ns]}: what an import records of its source, so that a
+    global_step<N> written again (a gpt-neox run restarted from an earlier step saves the same step
+    anew) is told from the one imported without reading gigabytes of weights again."""
+    out = {}
+    for path in sorted(Path(step_dir).rglob("*")):
+        if path.is_file():
+            st = path.stat()
+            out[path.relative_to(step_dir).as_posix()] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def _imported_from(out: Path, src: Path) -> bool:
+    """Whether checkpoints/step<N> is the import of global_step<N> as it is now. An import made before
+    sources were recorded (no neox_files) is kept: nothing tells it apart."""
+    try:
+        state = json.loads((out / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return False  # not whole: import again
+    recorded = state.get("neox_files")
+    return recorded is None or recorded == source_stamp(src)
+
+
 def sync_run(run_dir: Path, *, config: Optional[Path] = None, tokenizer: Optional[Path] = None,
              say: Callable[[str], None] = print) -> list[Path]:
     """Imports every complete global_step<N> of a gpt-neox save directory that has no
-    `<run>/checkpoints/step<N>` yet (idempotent: a whole step<N> is never redone); returns the new ones.
-    Does nothing in a directory without global_step<N>: our own runs pass through untouched."""
+    `<run>/checkpoints/step<N>` yet, or whose global_step<N> was replaced since it was imported (its
+    files' sizes and times differ from the record in trainer_state.json: the import, then its evals,
+    are redone); idempotent otherwise. Returns the imported ones. Does nothing in a directory without
+    global_step<N>: our own runs pass through untouched."""
     from train.files import checkpoint_dir
 
     run_dir = Path(run_dir)
@@ -343,7 +369,9 @@ def sync_run(run_dir: Path, *, config: Optional[Path] = None, tokenizer: Optiona
     for step, src in complete_steps(run_dir):
         out = checkpoint_dir(run_dir, step)
         if out.is_dir():
-            continue
+            if _imported_from(out, src):
+                continue
+            say(f"gpt-neox {src} was replaced after its import: importing it again")
         c, _origin = read_config(src, config)
         per_step = tokens_per_step(c)
         state = {"tokens": None if per_step is None else step * per_step, "total_steps": c.get("train_iters")}

@@ -19,7 +19,7 @@ Assumptions (printed with the table):
   (12 bytes/parameter, all ranks together) plus its own module copy (2 bytes bf16 on GPU).
 * Memory per GPU (train/memory.py states the formulas and their sources): weights, gradients and Adam
   states under the run's engine and ZeRO stage over --gpus GPUs (ZeRO paper: 2+2+12 bytes/param in
-  bf16), plus the activations of one micro-batch (Korthikanti et al. 2022, less dropout) under
+  bf16), plus the activations of one micro-batch (Korthikanti et al. 2022, calibrated) under
   model.gradient_checkpointing and model.attn_implementation; a run fits a GPU when the total is at
   most 90 % of its memory.
 """
@@ -133,9 +133,10 @@ def memory_per_gpu(cfg: TrainConfig, params: int, seq_len: int, gpus: int) -> tu
                       heads=m.num_attention_heads, vocab=vocab, seq_len=seq_len,
                       micro_batch=cfg.optim.micro_batch, engine_kind=e.kind, zero_stage=stage,
                       bf16=e.precision != "fp32", gpus=gpus, checkpointing=m.gradient_checkpointing,
-                      attn_implementation=m.attn_implementation)
+                      attn_implementation=m.attn_implementation, loss_chunk=getattr(e, "loss_chunk", 0))
     engine = f"ds-z{stage}" if e.kind == "deepspeed" else ("ddp" if gpus > 1 else "torch")
-    setup = f"{engine} mb{cfg.optim.micro_batch}{' ckpt' if m.gradient_checkpointing else ''}"
+    setup = (f"{engine} mb{cfg.optim.micro_batch}{' ckpt' if m.gradient_checkpointing else ''}"
+             f"{' lc' if getattr(e, 'loss_chunk', 0) else ''}")
     return memory, setup
 
 
@@ -199,8 +200,9 @@ def _format_memory(plans: list[RunPlan], hw: Hardware) -> str:
                      f"  {fit[0]:>9}  {fit[1]:>9}")
     lines.append("memory: weights + gradients + Adam states (ZeRO paper: 2+2+12 B/param in bf16, sharded "
                  "by ZeRO-1/2/3; torch engine 4+4+8, DDP +4) + activations of one micro-batch "
-                 "(Korthikanti et al. 2022 without dropout: 32sbh per layer, +2as^2b with eager attention; "
-                 "checkpointing: 2sbh per layer + one layer; head 10sbV). 'fits': total <= 90 % of the "
+                 "(Korthikanti et al. 2022 as transformers keeps them: 38sbh per layer under autocast, 36 in bf16; "
+                 "eager attention +6as^2b; checkpointing: the layer inputs; the loss backward 12sbV; autocast's "
+                 "bf16 weight copies 2 B/param; within 5 % of H100 peaks, bench/memory_peaks.csv). 'fits': total <= 90 % of the "
                  "GPU's memory (CUDA context and fragmentation not counted). See train/memory.py.")
     return "\n".join(lines)
 

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from probes.analysis.aggregate import seed_summary
 from probes.evals.files import REGIONS as GENERIC
-from probes.analysis.evalset import EvalInputError, EvalSet
+from probes.analysis.evalset import EvalInputError, EvalSet, log_tokens
 
 PHRASE_REGIONS = Path(__file__).parents[1] / "benchmarks" / "phrase_regions.json"
 # --case-study auto: the paper's paradigm (real or generated pairs), else the built-in grammar's
@@ -158,9 +158,13 @@ def paradigm_point(df: pd.DataFrame, spec: RegionSpec) -> dict:
     row["n_region_pairs"] = int(have.sum())
     row["n_straddle_pairs"] = (straddling(df, spec)[have].sum(min_count=1) if spec.source == "template slots"
                                else np.nan)
+    # standard errors over pairs: the pair-bootstrap band where there are too few seeds for a t-band
+    for a in ("acc_mlp", "acc_sum"):
+        row[f"{a}_se"] = float(np.sqrt(row[a] * (1 - row[a]) / max(len(df), 1)))
     for c in d.columns:
         v = d[c] if c.endswith("_total") else d.loc[have, c]
         row[c] = float(v.mean()) if v.notna().any() else np.nan
+        row[f"{c}_se"] = float(v.std(ddof=1) / np.sqrt(v.notna().sum())) if v.notna().sum() > 1 else np.nan
     return row
 
 
@@ -218,15 +222,32 @@ def case_study_runs(ev: EvalSet, benchmark: str, paradigm: str,
 
 
 def summarize(runs: pd.DataFrame, spec: RegionSpec) -> pd.DataFrame:
-    """Mean and 95 % t-interval over seeds per model x budget x checkpoint."""
-    values = ["acc_mlp", "acc_sum", "mean_total", "sum_total",
-              *[f"{q}_{r}" for r in spec.regions for q in ("mean", "sum")], "n_region_pairs", "n_straddle_pairs",
-              "n_pairs"]
-    return seed_summary(runs, ["model", "budget", "benchmark", "paradigm", "step"], values)
+    """Mean over seeds per model x budget x checkpoint, with the band of probes.analysis.bands: the 95 %
+    t-interval over seeds with >= 3 seeds, else the pair-bootstrap interval of the seed mean
+    (normal, variance sum of the seeds' squared standard errors over pairs / S^2); column `band`."""
+    from probes.analysis.aggregate import Z975
+    from probes.analysis.bands import MIN_SEEDS_T
+
+    curves = ["acc_mlp", "acc_sum", "mean_total", "sum_total", *[f"{q}_{r}" for r in spec.regions for q in ("mean", "sum")]]
+    keys = ["model", "budget", "benchmark", "paradigm", "step"]
+    s = seed_summary(runs, keys, [*curves, "n_region_pairs", "n_straddle_pairs", "n_pairs"])
+    few = s["n_seeds"].to_numpy() < MIN_SEEDS_T
+    var = runs.assign(**{f"{v}_v": runs[f"{v}_se"] ** 2 for v in curves if f"{v}_se" in runs})
+    vsum = var.groupby(keys, dropna=False, sort=True)[[f"{v}_v" for v in curves if f"{v}_se" in runs]].sum(min_count=1)
+    vsum = vsum.reset_index(drop=True)
+    for v in curves:
+        if f"{v}_v" not in vsum:
+            continue
+        half = Z975 * np.sqrt(vsum[f"{v}_v"].to_numpy(dtype=float)) / s["n_seeds"].to_numpy()
+        m = s[f"{v}_mean"].to_numpy(dtype=float)
+        s[f"{v}_lo"] = np.where(few, m - half, s[f"{v}_lo"])
+        s[f"{v}_hi"] = np.where(few, m + half, s[f"{v}_hi"])
+    s["band"] = np.where(few, "pair-bootstrap", "t")
+    return s
 
 
 def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, quantity: str = "mean",
-                    metric: str = "acc_mlp") -> Path:
+                    metric: str = "acc_mlp", runs: Optional[pd.DataFrame] = None) -> Path:
     """Figure 6 of the paper: accuracy (top) and each region's Δ (bottom) against tokens, log x;
     lines are seed means, bands the 95 % interval over seeds (none with one seed)."""
     from probes.analysis.plotting import new_figure, plot_line, token_axis
@@ -237,12 +258,16 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
     n_seeds = int(c["n_seeds"].min())
 
     def band(col):
-        return (c[f"{col}_lo"].to_numpy(), c[f"{col}_hi"].to_numpy()) if n_seeds > 1 else None
+        return c[f"{col}_lo"].to_numpy(), c[f"{col}_hi"].to_numpy()
 
     fig, axes = new_figure(7.5, 6.2, 2, 1, layout=None, sharex=True)
     fig.subplots_adjust(left=0.12, right=0.97, bottom=0.09, top=0.9, hspace=0.08)
     top, bottom = axes[0, 0], axes[1, 0]
     plot_line(top, tok, c[f"{metric}_mean"].to_numpy(), tok, "accuracy", "0.35", band=band(metric))
+    seeds = list(runs.groupby("run", sort=True)) if runs is not None and runs["run"].nunique() > 1 else []
+    for _, r in seeds:  # each seed as a thin line beside the mean (the band is not over seeds below 3)
+        r = r.sort_values("step")
+        top.plot(10 ** log_tokens(r.tokens.to_numpy(), tok), r[metric].to_numpy(), color="0.35", lw=0.6, alpha=0.5)
     token_axis(top, tok, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})")
     top.set_ylim(-0.02, 1.02)
     top.set_xlabel("")
@@ -252,10 +277,16 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
         if np.isfinite(y).any():
             label = r if spec.source == "generic split" or r == slots[0] else f"{r} ({' + '.join(slots)})"
             plot_line(bottom, tok, y, tok, label, color, band=band(f"{quantity}_{r}"))
+            for _, rr in seeds:
+                rr = rr.sort_values("step")
+                bottom.plot(10 ** log_tokens(rr.tokens.to_numpy(), tok), rr[f"{quantity}_{r}"].to_numpy(), color=color,
+                            lw=0.6, alpha=0.5)
     token_axis(bottom, tok, ylabel=QUANTITIES[quantity].replace(" (good", "\n(good"), chance=False)
     bottom.axhline(0, color="0.4", lw=1, ls="--", zorder=0)
     bottom.legend(fontsize=8, loc="best", title="region", title_fontsize=8)
-    bands = f"bands: 95 % interval over {n_seeds} seeds" if n_seeds > 1 else "1 seed: no band"
+    bands = (f"bands: 95 % t-interval over {n_seeds} seeds" if (c["band"] == "t").all() else
+             f"{n_seeds} seed{'s' if n_seeds > 1 else ''}: bands are the 95 % pair-bootstrap interval of the seed mean"
+             + ("; thin lines: each seed" if seeds else ""))
     n = int(c["n_region_pairs_mean"].min()), int(c["n_pairs_mean"].max())
     fig.suptitle(f"{title}\n{spec.source} ({n[0]} of {n[1]} pairs) · {quantity} Δ · {bands}", fontsize=9)
     return save_figure(fig, path)
@@ -296,7 +327,10 @@ def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metri
 
     if cfg.quantity not in QUANTITIES:
         raise EvalInputError(f"case study quantity {cfg.quantity!r}: expected one of {sorted(QUANTITIES)}")
-    targets = pick_paradigms(ev, cfg.paradigm)
+    from probes.evals.files import ALL_SUFFIX
+
+    # "<benchmark>_all" holds only the last checkpoint: a case study needs a curve
+    targets = [t for t in pick_paradigms(ev, cfg.paradigm) if not t[0].endswith(ALL_SUFFIX)]
     if not targets:
         why = "turned off" if cfg.paradigm == "none" else \
             f"none of the default paradigms {list(DEFAULT_PARADIGMS)} is in these runs; choose one with --case-study"
@@ -323,15 +357,24 @@ def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metri
               "pairs (final checkpoint, summed over runs). Figures draw the "
               f"{'difference in MLP per region: mean log-prob per token of the region, good − bad' if cfg.quantity == 'mean' else 'summed log-prob of the region, good − bad'}"
               f" ({QUANTITIES[cfg.quantity]}), averaged over the paradigm's pairs; accuracy "
-              f"({'MLP' if metric == 'acc_mlp' else 'sum-LP'}) over all its pairs. Lines: mean over seeds; bands: 95 % "
-              f"t-interval over seeds. Both quantities (mean_<region>, sum_<region>) are in `tables/{stem}.csv` "
+              f"({'MLP' if metric == 'acc_mlp' else 'sum-LP'}) over all its pairs. Lines: mean over seeds; bands: "
+              + ("95 % t-interval over seeds" if (s["band"] == "t").all() else "95 % pair-bootstrap interval of the "
+                 "seed mean (fewer than 3 seeds: a t-interval would span most of the axis)")
+              + f". Both quantities (mean_<region>, sum_<region>) are in `tables/{stem}.csv` "
               f"(per run: `tables/{stem}_runs.csv`).", ""]
-        for model, budget in _largest_first(s)[:cfg.max_plots]:
+        drawn = 0
+        for model, budget in _largest_first(s):
             sel = s[(s.model == model) & (s.budget.isna() if pd.isna(budget) else s.budget == budget)]
+            if sel.step.nunique() < 2 or drawn >= cfg.max_plots:
+                continue  # never a one-point figure
+            # the largest model on the largest budget in the main flow, the others in the appendix
+            where = "figures" if drawn == 0 else "appendix"
             title = f"Case study, {paradigm} ({model} · {budget_label(budget)})"
             jobs.submit(title, plot_case_study, sel, spec, f"{bench} · {paradigm} · {model} · {budget_label(budget)}",
-                        out / "figures" / f"{stem}_{safe_name(model)}_{budget_label(budget)}.png",
-                        cfg.quantity, metric)
+                        out / where / f"{stem}_{safe_name(model)}_{budget_label(budget)}.png",
+                        cfg.quantity, metric,
+                        runs[(runs.model == model) & (runs.budget.isna() if pd.isna(budget) else runs.budget == budget)])
+            drawn += 1
         if spec.source == "template slots":
             if pd.isna(n_cross):
                 L += ["Tokens straddling a region boundary: not recorded in these eval files (written before "

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from probes.analysis.aggregate import seed_summary
+from probes.analysis.bands import MIN_SEEDS_T
 from probes.analysis.aoa import AoAConfig, aoa_from_fit, fit_sigmoids
 from probes.analysis.plotting import new_figure, plot_line, token_axis
 from probes.analysis.evalset import ALL_SUFFIX, EvalSet, log_tokens
@@ -109,7 +110,8 @@ def _plot(seeds: pd.DataFrame, aoa: pd.DataFrame, path: Path) -> Path:
         for group, d in g.groupby("group", sort=True):
             d = d.sort_values("tokens")
             n = int(d.n_seeds.max())
-            band = (d.acc_lo.clip(0, 1).to_numpy(), d.acc_hi.clip(0, 1).to_numpy()) if n > 1 else None
+            # a t-band from 2 seeds spans the axis (probes.analysis.bands): drawn from 3 seeds on
+            band = (d.acc_lo.clip(0, 1).to_numpy(), d.acc_hi.clip(0, 1).to_numpy()) if n >= MIN_SEEDS_T else None
             plot_line(ax, d.tokens.to_numpy(), d.acc_mean.to_numpy(), ref, group, COLORS[group], band=band)
             draw_baseline(ax, d.tokens.to_numpy(), d.chance_mean.to_numpy(), ref, COLORS[group])
             a = aoa[(aoa.model == model) & (aoa.group == group)

@@ -67,11 +67,11 @@ def token_axis(ax, all_tokens: np.ndarray, ylabel: str = "accuracy (MLP)", chanc
 
 
 def plot_line(ax, tokens: np.ndarray, y: np.ndarray, ref_tokens: np.ndarray, label: str, color,
-              band: Optional[tuple[np.ndarray, np.ndarray]] = None, lw: float = 1.6) -> None:
+              band: Optional[tuple[np.ndarray, np.ndarray]] = None, lw: float = 1.6, ls: str = "-") -> None:
     x = 10 ** log_tokens(tokens, ref_tokens)
     order = np.argsort(x, kind="stable")
     x, y = x[order], np.asarray(y, dtype=float)[order]
-    ax.plot(x, y, color=color, lw=lw, marker="o", ms=3, label=label)
+    ax.plot(x, y, color=color, lw=lw, ls=ls, marker="o", ms=3, label=label)
     init = np.asarray(tokens)[order] == 0
     if init.any():
         ax.plot(x[init], y[init], ls="none", marker="o", ms=7, mfc="white", mec=color, mew=1.5)

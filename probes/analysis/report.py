@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -16,21 +17,26 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from probes.analysis.aggregate import bootstrap_paradigm_intervals, bootstrap_phenomenon_intervals, seed_summary
+from probes.analysis.aggregate import bootstrap_paradigm_intervals, seed_summary
 from probes.analysis.aoa import AoAConfig, aoa_table
+from probes.analysis.bands import seed_bands, unit_curves
 from probes.analysis.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
-from probes.analysis.curves import GROUP_RUN, phenomenon_table
-from probes.analysis.plotting import plot_line, safe_name, token_axis
-from probes.analysis.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_runs, parse_model_params
+from probes.analysis.curves import phenomenon_table
+from probes.analysis.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_runs
 from probes.analysis.formuse import use_sections
-from probes.analysis.human import PAPER_HUMAN_OVERALL, zhoblimp_human
-from probes.scoring.unigram import MORCELA_BETA, MORCELA_GAMMA, final_metrics
-from probes.analysis.outputs import FigureJobs, save_figure, staged_output, write_csv, write_parquet, write_table, write_text
+from probes.analysis.human import zhoblimp_human
+from probes.analysis.normsweep import sweep_paradigms, sweep_summary
+from probes.analysis.outputs import FigureJobs, staged_output, write_csv, write_parquet, write_table, write_text
+from probes.analysis.paper_ushapes import paper_u_table
+from probes.analysis.paperfigs import budget_order, plot_all_phenomena, plot_overall, plot_phenomenon
+from probes.analysis.plotting import safe_name
 from probes.analysis.regions import RegionConfig, group_region_curves, plot_regions, u_region_table
-from probes.analysis.scaling import (PAPER_GROUPS, ScalingConfig, budget_label, difficulty_groups, final_accuracy,
-                            grid_tables, plot_grid_overall, plot_grid_phenomena)
-from probes.syntaxqa.report import syntax_qa_section
+from probes.analysis.scaling import (ScalingConfig, budget_label, difficulty_groups, final_accuracy, grid_tables,
+                                     plot_grid_overall, plot_grid_phenomena)
+from probes.analysis.table4 import table4
+from probes.analysis.ugallery import number_us, plot_u_gallery
 from probes.analysis.ushape import UShapeConfig, find_u_shapes_in_runs
+from probes.syntaxqa.report import syntax_qa_section
 from train.cli import exit_on_user_error
 from train.errors import UserError, check_writable
 
@@ -39,12 +45,23 @@ from train.errors import UserError, check_writable
 class ReportConfig:
     metric: str = "mlp"  # mlp | sum: the accuracy used by every analysis
     ushape: UShapeConfig = field(default_factory=UShapeConfig)
+    # the paper's U's are phenomenon curves; "paradigm" adds every paradigm (118 more curves per model x
+    # budget on ZhoBLiMP), which the false-U budget below then pays for with a stricter per-curve level
+    u_levels: tuple = ("phenomenon",)
+    false_u_budget: float = 0.5  # at most this many false U's expected in the whole report (see u_levels_alpha)
     aoa: AoAConfig = field(default_factory=AoAConfig)
     scaling: ScalingConfig = field(default_factory=ScalingConfig)
     regions: RegionConfig = field(default_factory=RegionConfig)
     case_study: CaseStudyConfig = field(default_factory=CaseStudyConfig)
     wandb: bool = False  # also log figures and tables to W&B (offline unless WANDB_MODE says otherwise)
     wandb_project: str = "syntax-dynamics"
+
+    def __post_init__(self) -> None:
+        bad = set(self.u_levels) - {"phenomenon", "paradigm"}
+        if bad or not self.u_levels:
+            raise ValueError(f"u_levels: expected phenomenon and/or paradigm, got {list(self.u_levels)}")
+        if self.false_u_budget <= 0:
+            raise ValueError(f"false_u_budget must be > 0, got {self.false_u_budget}")
 
 
 BIG_ROWS = 10_000  # above this a table is written as parquet only: CSV of a whole grid takes minutes
@@ -61,154 +78,129 @@ def _group_label(model, budget) -> str:
     return f"{model} · {budget_label(budget)}"
 
 
-def plot_phenomenon_bands(s: pd.DataFrame, boot: pd.DataFrame, ref, benchmark: str, phenomenon: str,
-                          metric: str, path: Path, human: Optional[float] = None) -> Path:
-    """One panel per corpus budget, one line per model (coloured by size): seed mean with its 95 %
-    interval over seeds, or the bootstrap interval over pairs where a group has a single seed.
-
-    s / boot: the seed-summary and bootstrap rows of this benchmark and phenomenon; ref: every
-    token count of the benchmark, so all its figures put step 0 at the same place. The layout is
-    fixed rather than constrained: on a grid report these figures are most of the drawing time
-    and constrained layout draws each one twice."""
-    from matplotlib import colormaps
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    models = sorted(s.model.unique(), key=lambda m: (parse_model_params(m) or float("inf"), m))
-    budgets = sorted(s.budget.unique(), key=lambda b: (pd.isna(b), 0 if pd.isna(b) else float(b)))
-    cmap = colormaps["viridis"]
-    color = {m: cmap(0.9 * i / max(len(models) - 1, 1)) for i, m in enumerate(models)}
-    ncols = min(4, len(budgets))
-    nrows = -(-len(budgets) // ncols)
-    fig = Figure(figsize=(3.4 * ncols + 2.3, 3.3 * nrows + 0.9))
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True)
-    kinds, handles = set(), {}
-    for ax, budget in zip(axes.flat, budgets):
-        sb = s[s.budget.isna()] if pd.isna(budget) else s[s.budget == budget]
-        for model in models:
-            g = sb[sb.model == model].sort_values("step")
-            if g.empty:
-                continue
-            if (g.n_seeds > 1).all():
-                band, n = (g[f"{metric}_lo"].clip(0, 1), g[f"{metric}_hi"].clip(0, 1)), int(g.n_seeds.min())
-                kinds.add("95 % interval over seeds")
-            else:
-                b = boot[boot.model == model]
-                b = b[b.budget.isna()] if pd.isna(budget) else b[b.budget == budget]
-                b = b.groupby("step")[[f"{metric}_boot_lo", f"{metric}_boot_hi"]].mean().reindex(g.step)
-                band, n = (b.iloc[:, 0].to_numpy(), b.iloc[:, 1].to_numpy()), 1
-                kinds.add("95 % bootstrap over pairs")
-            label = f"{model} ({n} seed{'s' if n > 1 else ''})"
-            plot_line(ax, g.tokens.to_numpy(), g[f"{metric}_mean"].to_numpy(), ref, label, color[model], band=band)
-            handles.setdefault(model, ax.lines[-1 if not (g.tokens == 0).any() else -2])
-        if human is not None and human == human:  # the human baseline of this phenomenon (probes/analysis/human.py)
-            ax.axhline(human, color="0.3", ls=":", lw=1.2)
-            handles.setdefault("human", ax.lines[-1])
-            handles["human"].set_label(f"human {100 * human:.1f} % (validation CSV)")
-        token_axis(ax, ref, ylabel=f"accuracy ({'MLP' if metric == 'acc_mlp' else 'sum-LP'})" if ax in axes[:, 0] else "")
-        xlabel = ax.get_xlabel()
-        ax.set_xlabel("")  # said once for the figure: the panels are narrow
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_title(f"corpus {budget_label(budget)}", fontsize=9)
-    for ax in list(axes.flat)[len(budgets):]:
-        ax.set_visible(False)
-    fig.suptitle(f"{benchmark} · {phenomenon}  (bands: {', '.join(sorted(kinds))})", fontsize=10)
-    fig.supxlabel(xlabel, fontsize=8, x=(0.75 + fig.get_figwidth() - 2.3) / 2 / fig.get_figwidth(),
-                  y=0.12 / fig.get_figheight(), va="bottom")
-    keys = [m for m in [*models, "human"] if m in handles]
-    fig.legend([handles[m] for m in keys], [handles[m].get_label() for m in keys],
-               loc="upper left", bbox_to_anchor=(1 - 2.2 / fig.get_figwidth(), 0.9), fontsize=8,
-               title="model", title_fontsize=8, frameon=False)
-    fig.subplots_adjust(left=0.75 / fig.get_figwidth(), right=1 - 2.3 / fig.get_figwidth(),
-                        bottom=0.62 / fig.get_figheight(), top=1 - 0.65 / fig.get_figheight(), wspace=0.08, hspace=0.45)
-    return save_figure(fig, path)
-
-
 def _select(df: pd.DataFrame, model, budget, benchmark, paradigm) -> pd.DataFrame:
     sel = ((df.model == model) & (df.benchmark == benchmark) & (df.paradigm == paradigm)
            & (df.budget.isna() if pd.isna(budget) else df.budget == budget))
     return df[sel]
 
 
-def _md_table(df: pd.DataFrame, limit: int = 30, floatfmt: str = "{:.3g}") -> str:
-    if df.empty:
-        return "_(none)_\n"
-    d = df.head(limit).copy()
-    for c in d.columns:
-        if pd.api.types.is_float_dtype(d[c]):
-            d[c] = d[c].map(lambda v: "" if pd.isna(v) else floatfmt.format(v))
-    d = d.astype(object).map(lambda v: "" if not isinstance(v, str) and pd.isna(v) else str(v))
-    head = "| " + " | ".join(d.columns) + " |\n|" + "---|" * len(d.columns) + "\n"
-    body = "".join("| " + " | ".join(r) + " |\n" for r in d.itertuples(index=False))
-    more = f"\n_{len(df) - limit} more rows in the CSV._\n" if len(df) > limit else ""
-    return head + body + more
+def curve_benchmarks(table: pd.DataFrame) -> list[str]:
+    """Benchmarks with a curve: scored at two or more checkpoints of some run. "<name>_all" (every pair
+    at the last checkpoint only) is not one: it feeds the final-accuracy table and the scaling view."""
+    n = table.groupby(["benchmark", "run"])["step"].nunique().groupby("benchmark").max()
+    return sorted(b for b, k in n.items() if k >= 2 and not str(b).endswith(ALL_SUFFIX))
+
+
+def final_benchmarks(table: pd.DataFrame) -> list[str]:
+    """Per benchmark, the one its final numbers come from: "<name>_all" where the runs have it."""
+    have = set(table.benchmark.unique())
+    names = sorted({b.removesuffix(ALL_SUFFIX) for b in have})
+    return [f"{b}{ALL_SUFFIX}" if f"{b}{ALL_SUFFIX}" in have else b for b in names]
+
+
+def u_levels_alpha(ev: EvalSet, cfg: ReportConfig) -> tuple[int, float]:
+    """The number of curves the U search looks at, and the per-curve level that keeps the expected
+    number of false U's in the whole report at most cfg.false_u_budget (Bonferroni over curves)."""
+    t = ev.table[ev.table.benchmark.isin(curve_benchmarks(ev.table))]
+    n = 0
+    for _, g in t.groupby(["model", "budget", "benchmark"], dropna=False):
+        if g.step.nunique() < 4:
+            continue
+        n += g.phenomenon.nunique() * ("phenomenon" in cfg.u_levels) + g.paradigm.nunique() * ("paradigm" in cfg.u_levels)
+    return n, min(cfg.ushape.alpha, cfg.false_u_budget / max(n, 1))
 
 
 def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[int] = None) -> dict:
-    """Write report.md, figures/ and tables/ under `out`. Figures are drawn by `workers` processes
-    (default: up to 2) while the statistics for the next ones are computed."""
+    """Write report.md, figures/ (the main flow), appendix/ (per-phenomenon, case-study and region figures)
+    and tables/ under `out`. Figures are drawn by `workers` processes (default: up to 2) while the
+    statistics for the next ones are computed."""
+    from probes.analysis.reportmd import markdown
+
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
-    (out / "figures").mkdir(exist_ok=True)
-    (out / "tables").mkdir(exist_ok=True)
-    tdir, fdir = out / "tables", out / "figures"
+    for sub in ("figures", "appendix", "tables"):
+        (out / sub).mkdir(exist_ok=True)
+    tdir, fdir, adir = out / "tables", out / "figures", out / "appendix"
     metric = f"acc_{cfg.metric}"
+    ylabel = f"accuracy ({'MLP' if cfg.metric == 'mlp' else 'sum-LP'})"
+    n_curves, alpha = u_levels_alpha(ev, cfg)
+    cfg.ushape = dataclasses.replace(cfg.ushape, alpha=alpha, n_boot=max(cfg.ushape.n_boot, math.ceil(10 / alpha)),
+                                     n_null=max(cfg.ushape.n_null, math.ceil(40 / alpha)))
     for sub in (cfg.ushape, cfg.aoa, cfg.scaling):
         sub.metric = cfg.metric
     notes = list(ev.problems)
+    curve_b, final_b = curve_benchmarks(ev.table), final_benchmarks(ev.table)
+    R: dict = {"curve_benchmarks": curve_b, "final_benchmarks": final_b, "n_u_curves": n_curves}
     with FigureJobs(workers) as jobs:
-        # 1. accuracies, bootstrap over pairs, seeds; the curve figures start drawing at once
-        phen = phenomenon_table(ev.table)
-        phen_boot = bootstrap_phenomenon_intervals(ev.table, [*GROUP_RUN, "step", "tokens", "benchmark", "phenomenon"])
-        seeds_phen = seed_summary(phen, ["model", "budget", "benchmark", "phenomenon", "step"])
+        # 1. curves: overall and per phenomenon, seed mean with the band the seeds can support
+        ct = ev.table[ev.table.benchmark.isin(curve_b)]
         human = zhoblimp_human(ev.table)  # (per phenomenon, overall) or None: ZhoBLiMP's human validation
         human_acc = dict(zip(human[0].phenomenon, human[0].human_acc)) if human else {}
-        for bench, sb in seeds_phen.groupby("benchmark", sort=True):
-            ref = sb["tokens"].to_numpy()
-            bb = phen_boot[phen_boot.benchmark == bench]
-            for ph, s in sb.groupby("phenomenon", sort=True):
-                jobs.submit(f"Learning curve, {bench} · {ph}", plot_phenomenon_bands, s, bb[bb.phenomenon == ph], ref,
-                            bench, ph, metric, fdir / f"curve_{safe_name(bench)}_{safe_name(ph)}.png",
-                            human_acc.get(ph) if bench in ("zhoblimp", "zhoblimp_all") else None)
+        u_over, u_phen = unit_curves(ct, metric, ()), unit_curves(ct, metric)
+        b_over = seed_bands(u_over, ["model", "budget", "benchmark", "step"])
+        b_phen = seed_bands(u_phen, ["model", "budget", "benchmark", "phenomenon", "step"])
+        if len(b_over):
+            jobs.submit("Overall learning curve", plot_overall, b_over, u_over, fdir / "overall_curve.png", ylabel)
+        for bench in curve_b:
+            bb = b_phen[b_phen.benchmark == bench]
+            largest = budget_order(bb)[-1]
+            hum = human_acc if bench == "zhoblimp" else None
+            jobs.submit(f"All phenomena, {bench} (Figure 5)", plot_all_phenomena, bb, u_phen[u_phen.benchmark == bench],
+                        bench, largest, fdir / f"phenomena_{safe_name(bench)}.png", ylabel, hum)
+            for ph, s in bb.groupby("phenomenon", sort=True):
+                jobs.submit(f"Appendix: learning curve, {bench} · {ph}", plot_phenomenon, s,
+                            u_phen[(u_phen.benchmark == bench) & (u_phen.phenomenon == ph)], bench, ph,
+                            adir / f"curve_{safe_name(bench)}_{safe_name(ph)}.png", ylabel,
+                            human_acc.get(ph) if hum else None)
+        R["bands"] = b_phen
 
-        # 2. scaling grid and difficulty groups
+        # 2. final accuracy: the Table-4-style table, scaling view and difficulty groups (all pairs where scored)
         final = final_accuracy(ev.table, ev.runs)
         overall, per_phen = grid_tables(final, metric)
-        groups = difficulty_groups(final, cfg.scaling)
-        human_table = _human_table(human, per_phen, metric) if human else pd.DataFrame()
-        for bench in sorted(final.benchmark.unique()):
+        R["table4"] = {b: table4(final, b, metric, human) for b in final_b}
+        R["groups"] = groups = difficulty_groups(final[final.benchmark.isin(final_b)], cfg.scaling)
+        for bench in final_b:
             o, pp = overall[overall.benchmark == bench], per_phen[per_phen.benchmark == bench]
-            jobs.submit(f"Scaling heatmap, {bench} (model × corpus)", plot_grid_overall, o, bench, metric, fdir)
-            jobs.submit(f"Scaling heatmap, {bench} per phenomenon", plot_grid_phenomena, o, pp, bench, metric, fdir)
+            jobs.submit(f"Scaling, {bench} (model × corpus)", plot_grid_overall, o, bench, metric, fdir)
+            jobs.submit(f"Scaling, {bench} per phenomenon", plot_grid_phenomena, o, pp, bench, metric, fdir)
 
-        # 3. U-shapes, then the region figures (paradigms with an accepted U first)
+        # 3. U-shapes (levels and per-curve level from cfg), their pictures, the paper's U's beside ours
         u_evidence: list[str] = []
-        us, u_notes = find_u_shapes_in_runs(ev, cfg.ushape, evidence=u_evidence)
+        ev_c = dataclasses.replace(ev, outcomes={k: v for k, v in ev.outcomes.items() if k[1] in curve_b})
+        us, u_notes = find_u_shapes_in_runs(ev_c, cfg.ushape, levels=cfg.u_levels, evidence=u_evidence)
         notes += u_notes
-        par_curves, phen_curves = group_region_curves(ev.table), group_region_curves(phen)
+        acc_u = number_us(us[us.accepted]) if len(us) else us
+        if len(acc_u):
+            u_par = unit_curves(ct, metric, ("phenomenon", "paradigm"))
+            b_par = seed_bands(u_par, ["model", "budget", "benchmark", "phenomenon", "paradigm", "step"])
+            ub = pd.concat([b_phen.assign(paradigm=""), b_par], ignore_index=True)
+            uu = pd.concat([u_phen.assign(paradigm=""), u_par], ignore_index=True)
+            jobs.submit("U-shapes (numbered as the table)", plot_u_gallery, acc_u[acc_u.in_gallery], ub, uu,
+                        fdir / "ushapes.png", ylabel)
+        R["paper_us"] = paper_u_table(ev_c, cfg.ushape) if "zhoblimp" in curve_b else pd.DataFrame()
+
+        # 4. the generic regions (appendix; paradigms with an accepted U first) and the paper's case study
+        par_curves, phen_curves = group_region_curves(ev.table), group_region_curves(phenomenon_table(ev.table))
         regions_u = u_region_table(us, par_curves, phen_curves, cfg.regions) if len(us) else pd.DataFrame()
-        has_regions = par_curves[["delta_critical", "delta_suffix"]].notna().any(axis=1)
+        has_regions = par_curves[["delta_critical", "delta_suffix"]].notna().any(axis=1) & \
+            par_curves.benchmark.isin(curve_b)
         keys = ["model", "budget", "benchmark", "phenomenon", "paradigm"]
         candidates = par_curves.loc[has_regions, keys].drop_duplicates()
-        acc_u = us[us.accepted & (us.level == "paradigm")]
-        with_u = candidates.merge(acc_u[keys[:3] + ["paradigm"]].drop_duplicates(), on=keys[:3] + ["paradigm"])
-        pick = pd.concat([with_u, candidates]).drop_duplicates().head(cfg.regions.max_plots)
-        for k in pick.itertuples(index=False):
+        with_u = candidates.merge(acc_u[keys].drop_duplicates(), on=keys) if len(acc_u) else candidates.iloc[:0]
+        pick_r = pd.concat([with_u, candidates]).drop_duplicates().head(cfg.regions.max_plots)
+        for k in pick_r.itertuples(index=False):
             name = f"regions_{safe_name(k.benchmark)}_{safe_name(k.paradigm)}_{safe_name(k.model)}_{budget_label(k.budget)}.png"
-            jobs.submit(f"Regions over training, {k.paradigm} ({_group_label(k.model, k.budget)})", plot_regions,
-                        _select(par_curves, k.model, k.budget, k.benchmark, k.paradigm),
+            jobs.submit(f"Appendix: regions over training, {k.paradigm} ({_group_label(k.model, k.budget)})",
+                        plot_regions, _select(par_curves, k.model, k.budget, k.benchmark, k.paradigm),
                         f"{k.benchmark} · {k.paradigm} ({_group_label(k.model, k.budget)}); U windows shaded",
-                        fdir / name, _select(acc_u, k.model, k.budget, k.benchmark, k.paradigm), metric)
-
-        # the paper's case study (§5.4, Figure 6): phrase regions of one paradigm, over seeds
+                        adir / name, _select(acc_u, k.model, k.budget, k.benchmark, k.paradigm) if len(acc_u) else None,
+                        metric)
         cs_md, cs_notes = case_study_section(ev, cfg.case_study, out, jobs, metric)
         notes += cs_notes
 
-        # 4. AoA and forgettability
-        aoa = aoa_table(ev.table, phen, cfg.aoa)
+        # 5. AoA and forgettability, on curves only
+        aoa = aoa_table(ct, phenomenon_table(ct), cfg.aoa)
         few = aoa[aoa.status == "too_few_checkpoints"]
-        few = few[~few.benchmark.astype(str).str.endswith(ALL_SUFFIX)]  # "<name>_all": last step only, by design
         if len(few):
             notes.append(f"{len(few)} curve(s) have fewer than {cfg.aoa.min_points} trained checkpoints: no sigmoid "
                          f"fitted, AoA left empty (e.g. {few.iloc[0].run} {few.iloc[0].paradigm or few.iloc[0].phenomenon})")
@@ -217,176 +209,76 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
             aoa_acquired_runs=("aoa_log10_tokens", "count"), forgettability=("forgettability", "mean"),
             best_fitted_acc=("best_fitted_acc", "mean"), final_acc=("final_acc", "mean")).reset_index()
 
-        # 5. every number behind the figures, written while the workers draw
+        # 6. normalised scores as their authors sweep them (last checkpoint, from the stored per-pair sums)
+        sweep = sweep_paradigms(ev.runs)
+        R["sweep"] = sweep_summary(sweep) if len(sweep) else pd.DataFrame()
+
+        # 7. every number behind the figures, written while the workers draw
         big_table(tdir / "accuracy_paradigm", bootstrap_paradigm_intervals(ev.table))
-        big_table(tdir / "accuracy_phenomenon", phen_boot)
+        big_table(tdir / "curves_overall", b_over)
+        big_table(tdir / "curves_overall_seeds", u_over)
+        big_table(tdir / "curves_phenomenon", b_phen)
+        big_table(tdir / "curves_phenomenon_seeds", u_phen)
         big_table(tdir / "seeds_paradigm",
-                  seed_summary(ev.table, ["model", "budget", "benchmark", "phenomenon", "paradigm", "step"]))
-        big_table(tdir / "seeds_phenomenon", seeds_phen)
+                  seed_summary(ct, ["model", "budget", "benchmark", "phenomenon", "paradigm", "step"]))
         big_table(tdir / "region_curves_paradigm", par_curves)
-        for name, df in (("ushapes", us), ("ushape_regions", regions_u), ("aoa", aoa),
+        if len(sweep):
+            big_table(tdir / "normalised_sweep_paradigm", sweep)
+        for b, t4 in R["table4"].items():
+            write_csv(tdir / f"table4_{safe_name(b)}.csv", t4)
+        for name, df in (("ushapes", us), ("ushapes_accepted", acc_u), ("ushape_regions", regions_u), ("aoa", aoa),
                          ("aoa_phenomenon_summary", aoa_ph), ("final_accuracy_paradigm", final),
                          ("scaling_overall", overall), ("scaling_phenomenon", per_phen),
-                         ("difficulty_groups", groups), ("human_baseline", human_table)):
+                         ("difficulty_groups", groups), ("paper_ushapes", R["paper_us"]),
+                         ("normalised_sweep_summary", R["sweep"])):
             write_csv(tdir / f"{name}.csv", df)
-        uni = final_metrics(ev.runs)  # SLOR / MORCELA where eval files carry unigram columns
-        if len(uni):
-            write_csv(tdir / "unigram_metrics_final.csv", uni)
         runs = pd.DataFrame([dataclasses.asdict(r) for r in ev.runs])
         write_csv(tdir / "runs.csv", runs)
-        # 6. the syntax-questions probe, where runs have it (drawn here: three figures)
+        # 8. the other probes, where runs have them (appendix)
         qa_md, qa_figs = syntax_qa_section([(r.name, Path(r.path), r.model, r.budget) for r in ev.runs], out)
-        # 6b. the ELAGENT tasks (where runs have them) and the form-vs-use view (FAC²E; probes.analysis.formuse)
         use_md, use_figs = use_sections(ev, out, metric, cfg.aoa)
-        figs = jobs.results() + qa_figs + use_figs
+        figs = jobs.results()
 
-    # 7. report.md
     if notes:
         write_text(out / "problems.txt", "\n".join(notes) + "\n")
-    md = _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out, [*qa_md, *use_md],
-                   human=(human_table, human[1]) if human else None, uni=uni, cs_md=cs_md,
-                   u_evidence=u_evidence)
+    R.update(ev=ev, cfg=cfg, runs=runs, us=us, acc_u=acc_u, u_evidence=u_evidence, aoa_ph=aoa_ph,
+             overall=overall, regions_u=regions_u, figs=figs, other_figs=qa_figs + use_figs, notes=notes,
+             other_md=[*qa_md, *use_md], cs_md=cs_md, human=human, rule=u_rule_text(cfg.ushape, n_curves))
+    md, main_figs = markdown(R, out)
     write_text(out / "report.md", md)
-    result = {"figures": [p for _, p in figs], "ushapes": us, "aoa": aoa, "groups": groups,
-              "notes": notes, "ushape_evidence": u_evidence, "seconds": time.perf_counter() - t0}
+    all_figs = figs + qa_figs + use_figs
+    result = {"figures": [p for _, p in all_figs], "main_figures": main_figs, "ushapes": us, "aoa": aoa,
+              "groups": groups, "notes": notes, "ushape_evidence": u_evidence, "seconds": time.perf_counter() - t0}
     if cfg.wandb:
-        _log_wandb(cfg, out, figs)
+        _log_wandb(cfg, out, all_figs)
     return result
 
 
-def _human_table(human, per_phen: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Per ZhoBLiMP phenomenon: human accuracy (the CSV, our reading; the paper's Table 4) beside the final
-    accuracy of every model on the largest budget (the grid's best-trained models)."""
-    from probes.analysis.scaling import largest_budget
-
-    h = human[0][["phenomenon", "n_paradigms", "human_acc", "human_acc_paper"]]
-    # the full benchmark at the last checkpoint (probes.final_all_pairs) where runs have it, else the sample
-    full = per_phen[per_phen.benchmark == "zhoblimp_all"]
-    p = full if len(full) else per_phen[per_phen.benchmark == "zhoblimp"]
-    if len(p):
-        p = largest_budget(p)
-        wide = p.pivot_table(index="phenomenon", columns="model", values=metric, aggfunc="mean")
-        wide.columns = [f"{m} · {budget_label(p.budget.iloc[0])} ({p.benchmark.iloc[0]})" for m in wide.columns]
-        h = h.merge(wide.reset_index(), on="phenomenon", how="left")
-    return h
-
-
-def _markdown(ev, cfg, runs, us, aoa_ph, overall, groups, regions_u, figs, notes, out: Path, qa_md=(),
-              human=None, uni=None, cs_md=(), u_evidence=()) -> str:
-    rel = lambda p: Path(p).relative_to(out).as_posix()  # noqa: E731
-    acc = us[us.accepted] if len(us) else us
-    L = ["# syntax-dynamics report", "",
-         f"{len(ev.runs)} run(s); scoring convention `{ev.convention}`; accuracy = "
-         f"{'mean log-prob per token (MLP)' if cfg.metric == 'mlp' else 'sum of log-probs'}, ties wrong; "
-         "chance 0.5. Tokens on log axes; step 0 is drawn one decade left of the first trained checkpoint.", "",
-         "## Runs", "", _md_table(runs[["name", "model", "budget", "seed", "experiment", "path"]], 60)]
-    if notes:
-        L += ["## Problems in the input (the data that is there was used)", ""]
-        L += [f"- {n}" for n in notes[:40]] + ([f"- … {len(notes) - 40} more in problems.txt"] if len(notes) > 40 else [])
-        L.append("")
-    L += ["## Figures", ""] + [f"{i + 1}. [{t}]({rel(p)})" for i, (t, p) in enumerate(figs)] + [""]
-    L += ["## Learning curves", ""] + [f"![{t}]({rel(p)})" for t, p in figs if t.startswith("Learning")] + [""]
-    u = cfg.ushape
-    L += ["## U-shapes", "", u_rule_text(u), ""]
-    if len(us):
-        counts = us["verdict"].value_counts()
-        L += [f"{len(acc)} accepted of {len(us)} candidates (" + ", ".join(f"{n} {v}" for v, n in counts.items())
-              + "; every candidate with its verdict and reason in tables/ushapes.csv).", ""]
-    L += [f"- {n}" for n in u_evidence] + ([""] if len(u_evidence) else [])
-    cols = ["model", "budget", "benchmark", "level", "phenomenon", "paradigm", "kind", "scale", "peak_tokens",
-            "trough_tokens", "recovery_tokens", "peak_acc", "trough_acc", "u_depth", "noise_threshold", "p_drop",
-            "seed_agreement"]
-    L += [_md_table(acc[cols].sort_values("u_depth", ascending=False) if len(acc) else acc), ""]
-    if len(regions_u):
-        L += ["### Which region's delta moves first", "",
-              "Generic split (critical span / shared suffix), summed Δ log-prob per region, mean over pairs.", "",
-              _md_table(regions_u[["model", "budget", "level", "phenomenon", "paradigm", "kind", "moves_first",
-                                   "critical_onset_tokens", "suffix_onset_tokens"]]), ""]
-    L += ["## Age of acquisition and forgettability (per phenomenon, mean over seeds)", "",
-          f"Sigmoid on log10 tokens; AoA where it crosses halfway between chance and its best accuracy "
-          f"(empty: not acquired by {cfg.aoa.min_gain} over chance, no rise above {cfg.aoa.min_rise_rmse}x the fit's RMSE, decreasing, above halfway at the first "
-          "checkpoint, or too few checkpoints — per-curve status in tables/aoa.csv). Forgettability: sum of "
-          "drops of the smoothed curve.", "",
-          _md_table(aoa_ph.sort_values("aoa_log10_tokens")), ""]
-    L += ["## Scaling grid", ""] + [f"![{t}]({rel(p)})" for t, p in figs if t.startswith("Scaling")] + [""]
-    L += [_md_table(overall), ""]
-    if human is not None:
-        table, overall_h = human
-        L += ["## Human baseline (ZhoBLiMP)", "",
-              f"Human agreement with the gold labels from the authors' human_validation_result.csv, pooled "
-              f"correct/total over the released paradigms of each phenomenon (our reading): {100 * overall_h:.1f} % "
-              f"overall; the paper reports {100 * PAPER_HUMAN_OVERALL:.1f} % (§3.3, Table 4, column human_acc_paper). "
-              "Drawn as the dotted line in each ZhoBLiMP learning-curve figure; model columns: final accuracy on "
-              "the largest budget.", "", _md_table(table, 40), ""]
-    if uni is not None and len(uni):
-        m = ["acc_mlp", "acc_sum", "acc_slor", "acc_morcela"]
-        summ = uni.groupby(["model", "budget", "benchmark"], dropna=False)[m].mean().reset_index()
-        summ["budget"] = summ["budget"].map(budget_label)
-        L += ["## Unigram-normalised metrics at the last checkpoint (SLOR, MORCELA)", "",
-              f"Mean over paradigms and seeds (as the scaling grid); SLOR = (lp - ulp)/ntok, MORCELA = (lp - {MORCELA_BETA} ulp + "
-              f"{MORCELA_GAMMA})/ntok (beta, gamma: our choice, the middle of the ZhoBLiMP authors' sweep; "
-              "probes/scoring/unigram.py), ulp = the sentence's unigram log-prob from the run's own token counts "
-              "(or the table named in tables/unigram_metrics_final.csv). Every other section uses "
-              f"{'MLP' if cfg.metric == 'mlp' else 'sum-LP'}.", "", _md_table(summ, 40), ""]
-    s = cfg.scaling
-    counts = groups.groupby(["budget", "benchmark", "group"], dropna=False).size().unstack(fill_value=0) \
-        if len(groups) else pd.DataFrame()
-    if len(counts):
-        counts = counts.reindex(columns=list(PAPER_GROUPS), fill_value=0).reset_index()
-        counts["budget"] = counts["budget"].map(budget_label)
-        paper = {"budget": "3B (paper)", "benchmark": "zhoblimp (Zh-Pythia 14M-1.4B)", **PAPER_GROUPS}
-        counts = pd.concat([counts, pd.DataFrame([paper])], ignore_index=True)
-    where = ("each benchmark's largest corpus budget (the paper groups its 3B-token models)"
-             if s.budget == "largest" else "every budget")
-    L += ["## Difficulty groups", "",
-          f"Per paradigm on {where}, from the best final accuracy over model sizes and Pearson r between "
-          f"accuracy and log10 model size, as the ZhoBLiMP paper (§5.3) defines the groups: Easy best >= "
-          f"{s.easy_min_best}; Medium best >= {s.medium_min_best}; Difficult near chance with r >= "
-          f"{s.difficult_min_r}; Other near chance otherwise (also when fewer than {s.min_sizes_for_r} model "
-          "sizes make r meaningless). The thresholds are OUR documented defaults (probes/analysis/scaling.py): the "
-          "paper's numbers did not survive in its text. Last row: the paper's outcome, 80 / 15 / 13 / 10 of "
-          "118 paradigms.", "",
-          _md_table(counts) if len(counts) else "_(none)_", "",
-          _md_table(groups.drop(columns=["reason"]), 40), ""]
-    for block in cs_md:  # the case study: lines, tables, and where its figures go
-        if isinstance(block, pd.DataFrame):
-            L.append(_md_table(block))
-        elif isinstance(block, tuple):
-            L += [f"![{t}]({rel(p)})" for t, p in figs if t.startswith(block[1])]
-        else:
-            L.append(block)
-    L += ["## Regions over training", "",
-          "Generic regions of every pair (shared prefix, critical span where good and bad tokens differ, shared "
-          "suffix): summed log-prob difference per region (good − bad), mean over pairs, one seed per line.", ""]
-    L += [f"![{t}]({rel(p)})" for t, p in figs if t.startswith("Regions")] + [""]
-    L += list(qa_md)
-    tables = sorted({p.with_suffix("") for p in (out / "tables").iterdir() if p.suffix in (".csv", ".parquet")})
-    L += ["## Tables (every number above; .csv and/or .parquet)", ""]
-    L += [f"- `{p.relative_to(out).as_posix()}` ({', '.join(sorted(q.suffix for q in p.parent.glob(p.name + '.*')))})"
-          for p in tables]
-    L += ["", "## Parameters", "", "```", repr(cfg), "```", ""]
-    return "\n".join(L)
-
-
-def u_rule_text(u: UShapeConfig) -> str:
+def u_rule_text(u: UShapeConfig, n_curves: Optional[int] = None) -> str:
     """The U-shape acceptance rule in words, with this report's parameters."""
     looks = (["the raw checkpoints"] if u.raw else []) + (
         [f"the curve smoothed on log10 tokens (local-linear, bandwidth {u.bandwidth} decades, at least "
          f"{u.min_neighbours} neighbours)"] if u.bandwidth > 0 else [])
-    return (f"Candidates: drop and recovery >= {u.delta} on the seed-mean curve, looked for on "
+    family = (f"The search looks at {n_curves} curve(s); each is tested at level {u.alpha:.3g}, so at most "
+              f"{u.alpha * n_curves:.2f} false U's are expected in this whole report (curves flat at chance; "
+              "rising curves far less). " if n_curves else "")
+    return (family + f"Candidates: drop and recovery >= {u.delta} on the seed-mean curve, looked for on "
             f"{' and on '.join(looks)}. Accepted when (1) the U's depth, min(drop, recovery), exceeds the "
             f"deepest drop that binomial noise alone makes anywhere on the schedule at that scale "
-            f"({1 - u.alpha / max(len(looks), 1):.3g} quantile over {u.n_null} Monte Carlo draws, at the "
+            f"({1 - u.alpha / max(len(looks), 1):.4g} quantile over {u.n_null} Monte Carlo draws, at the "
             "curve's own accuracies and pairs: looking at every checkpoint is paid for here), (2) the paired "
             f"bootstrap over pairs ({u.n_boot} resamples, the same pairs at every checkpoint and seed) puts the "
-            f"drop{' and the recovery' if u.require_recovery else ''} above 0 at one-sided level {u.alpha}, "
-            f"and (3) at least {u.min_seed_agreement:.0%} of seeds show it on their own curve. With one seed "
+            f"drop{' and the recovery' if u.require_recovery else ''} above 0 at one-sided level {u.alpha:.3g}, "
+            f"and (3) at least {u.min_seed_agreement:.0%} of seeds show it on their own curve (with 2 seeds that "
+            "is one seed: the agreement column says how many did). With one seed "
             "only binomial noise can be measured: a U is reported as too_thin when it is no deeper than what "
             "that noise makes at p = 0.5 with the curve's pairs per paradigm; the pairs a U of depth d needs "
-            "are (c / d)^2 for the schedule's one-pair noise threshold c. Kinds: learned_then_lost (peak "
-            "above chance after the model left its near-random stage), early_heuristic (peak above chance "
-            "while the model was still near-random), chance_dip (the peak itself is not above chance; the "
-            "peak's level is read on the smoothed curve, Bonferroni over the checkpoints it was picked from).")
+            "are (c / d)^2 for the schedule's one-pair noise threshold c. A curve without an accepted U shows no "
+            "dip deeper than its noise threshold; shallower ones are not detectable here, not absent. Kinds: "
+            "learned_then_lost (peak above chance after the model left its near-random stage), early_heuristic "
+            "(peak above chance while the model was still near-random), chance_dip (the peak itself is not above "
+            "chance; the peak's level is read on the smoothed curve, Bonferroni over the checkpoints it was "
+            "picked from).")
 
 
 def _log_wandb(cfg: ReportConfig, out: Path, figs) -> None:
@@ -413,6 +305,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--delta", type=float, default=d.ushape.delta, help=f"U-shape min drop/recovery (default {d.ushape.delta})")
     p.add_argument("--bandwidth", type=float, default=d.ushape.bandwidth, help="smoothing, decades of tokens")
     p.add_argument("--n-boot", type=int, default=d.ushape.n_boot)
+    p.add_argument("--u-levels", default=",".join(d.u_levels), metavar="LEVELS",
+                   help="curves searched for U's: phenomenon (default, the paper's level) and/or paradigm")
+    p.add_argument("--false-u-budget", type=float, default=d.false_u_budget,
+                   help="expected false U's allowed in the whole report; sets the per-curve level "
+                        f"(default {d.false_u_budget})")
     p.add_argument("--max-region-plots", type=int, default=d.regions.max_plots)
     p.add_argument("--case-study", default=d.case_study.paradigm, metavar="PARADIGM",
                    help="paradigm of the Figure-6-style case study (accuracy and phrase-region deltas over "
@@ -430,7 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     a = build_parser().parse_args(argv)
     try:
-        cfg = ReportConfig(metric=a.metric, wandb=a.wandb,
+        cfg = ReportConfig(metric=a.metric, wandb=a.wandb, u_levels=tuple(a.u_levels.split(",")),
+                           false_u_budget=a.false_u_budget,
                            ushape=UShapeConfig(delta=a.delta, bandwidth=a.bandwidth, n_boot=a.n_boot),
                            aoa=AoAConfig(bandwidth=a.bandwidth),
                            regions=RegionConfig(max_plots=a.max_region_plots),
@@ -454,8 +352,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for n in res["ushape_evidence"]:
         print(f"U-shapes: {n}")
     n_acc = int(res["ushapes"]["accepted"].sum()) if len(res["ushapes"]) else 0
-    print(f"report: {a.out / 'report.md'} ({len(res['figures'])} figures in {a.out / 'figures'}, "
-          f"tables in {a.out / 'tables'}); {n_acc} accepted U-shape(s); {res['seconds']:.1f} s")
+    print(f"report: {a.out / 'report.md'} ({len(res['main_figures'])} figures in the main flow, "
+          f"{len(res['figures']) - len(res['main_figures'])} in the appendix; tables in {a.out / 'tables'}); "
+          f"{n_acc} accepted U-shape(s); {res['seconds']:.1f} s")
+    if res["main_figures"]:
+        print(f"first figure: {res['main_figures'][0]}")
     return 0
 
 

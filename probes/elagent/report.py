@@ -17,6 +17,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from probes.analysis.aggregate import seed_summary
+from probes.analysis.bands import MIN_SEEDS_T
 from probes.analysis.plotting import colors, finish_legend, new_figure, plot_line, token_axis
 from probes.evals.files import META_KEY
 from probes.analysis.outputs import save_figure, write_csv
@@ -62,7 +63,7 @@ def draw_tasks(ax, df: pd.DataFrame, ref, value: str = "value", band: bool = Fal
         d = _curve(df, key, "acc")
         if not len(d):
             continue
-        b = (d["lo"].clip(0, 1).to_numpy(), d["hi"].clip(0, 1).to_numpy()) if band and (d.n_seeds > 1).all() else None
+        b = (d["lo"].clip(0, 1).to_numpy(), d["hi"].clip(0, 1).to_numpy()) if band and (d.n_seeds >= MIN_SEEDS_T).all() else None
         plot_line(ax, d.tokens.to_numpy(), d[value].to_numpy(), ref, ABOUT.get(key, "all items"), c,
                   band=b, lw=2.4 if key == "all" else 1.6)
         r = _curve(df, key, "acc_random")
@@ -136,7 +137,7 @@ def elagent_section(runs: list[Run], out: Path) -> tuple[list[str], list[tuple[s
         ax.set_visible(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right center", fontsize=7, frameon=False)
-    fig.suptitle("ELAGENT tasks: accuracy by option likelihood (dashed: random guess; band: 95 % over seeds)",
+    fig.suptitle("ELAGENT tasks: accuracy by option likelihood (dashed: random guess; band: 95 % t over seeds where 3+)",
                  fontsize=10)
     figs = [("ELAGENT tasks: accuracy per model × budget", save_figure(fig, out / "figures" / "elagent_tasks.png"))]
 

@@ -11,7 +11,8 @@ ulp = log P_u(s) = sum of the natural-log unigram probabilities of the same toke
 A pair is right when the good sentence scores strictly higher (ties wrong, as for MLP). In Tjuatja et
 al. beta and gamma are fitted per model to gradient human ratings; ZhoBLiMP has only pairwise human
 validation, and the authors' run.py sweeps beta in 0.1..1.0 and gamma in 0..20. So they are parameters
-here; the defaults (MORCELA_BETA, MORCELA_GAMMA) are the middle of that sweep: our choice, not a fit.
+here; the defaults (MORCELA_BETA, MORCELA_GAMMA) are one point of that sweep, for single-file use; the report
+shows the authors' whole grids (probes.analysis.normsweep), never one point as "the" MORCELA score.
 
 Per-pair columns (eval-file contract, checkpoints.md): ``ulp_good``, ``ulp_bad`` (float, nats), and the
 eval file's meta ``unigram`` names the table. They need no model, so they are added to existing eval
@@ -205,30 +206,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-
-
-def final_metrics(runs, **params) -> pd.DataFrame:
-    """Per run x benchmark x paradigm at each run's last checkpoint: accuracy under MLP, sum-LP, SLOR
-    and MORCELA, from the eval files that carry ulp columns (others are skipped: no unigram table)."""
-    from train.files import step_dirs
-    from probes.scoring.store import read_pairs
-
-    rows = []
-    for r in runs:
-        steps = step_dirs(Path(r.path) / "evals")
-        if not steps:
-            continue
-        last = max(steps)
-        for f in sorted(steps[last].glob("*.parquet")):
-            df, meta = read_pairs(f)
-            if not set(COLUMNS) <= set(df.columns):
-                continue
-            t = accuracy_table(df, **params)
-            t.insert(0, "benchmark", meta.get("benchmark", f.stem))
-            t.insert(0, "step", last)
-            for k in ("seed", "budget", "model", "name"):
-                t.insert(0, "run" if k == "name" else k, getattr(r, k))
-            t["n_pairs"] = df.groupby("paradigm").size().reindex(t.paradigm).to_numpy()
-            t["unigram"] = meta.get("unigram", "?")
-            rows.append(t)
-    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()

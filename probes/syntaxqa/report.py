@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from probes.analysis.aggregate import seed_summary
+from probes.analysis.bands import MIN_SEEDS_T
 from probes.analysis.plotting import colors, finish_legend, new_figure, plot_line, token_axis
 from probes.analysis.outputs import save_figure, write_csv
 from probes.analysis.scaling import budget_label
@@ -66,7 +67,8 @@ def plot_oa(seeds: pd.DataFrame, path: Path) -> Path:
         oa = g[(g.kp == "all") & (g.metric == "OA")].sort_values("step")
         if len(oa):
             n = int(oa.n_seeds.max())
-            band = (oa["lo"].clip(0, 1).to_numpy(), oa["hi"].clip(0, 1).to_numpy()) if n > 1 else None
+            # a t-band from 2 seeds spans the axis (probes.analysis.bands): drawn from 3 seeds on
+            band = (oa["lo"].clip(0, 1).to_numpy(), oa["hi"].clip(0, 1).to_numpy()) if n >= MIN_SEEDS_T else None
             plot_line(ax, oa.tokens.to_numpy(), oa["mean"].to_numpy(), ref, _label(model, budget, mode, n), c,
                       band=band)
         rnd = g[(g.kp == "all") & (g.metric == "OA_random")].sort_values("step")
@@ -74,9 +76,10 @@ def plot_oa(seeds: pd.DataFrame, path: Path) -> Path:
             draw_baseline(ax, rnd.tokens.to_numpy(), rnd["mean"].to_numpy(), ref, c)
     token_axis(ax, ref, ylabel="overall accuracy (OA)", chance=False)
     score_limits(ax, seeds.loc[seeds.metric.isin(["OA", "OA_random"]), "hi"].fillna(seeds["mean"]))
-    several = bool((seeds.n_seeds > 1).any())
+    several = bool((seeds.n_seeds >= MIN_SEEDS_T).any())
     ax.set_title("syntax questions: OA (dashed: OA_random of the same items)\n"
-                 + ("band: 95 % t-interval over seeds" if several else "one seed per model · budget: no band"),
+                 + ("band: 95 % t-interval over seeds (groups of 3+ seeds)" if several
+                    else f"fewer than {MIN_SEEDS_T} seeds per model · budget: no band (seed values: the CSV)"),
                  fontsize=10)
     finish_legend(ax, len(groups), "model · budget · mode")
     return save_figure(fig, path)
@@ -144,7 +147,7 @@ def syntax_qa_section(runs: list[Run], out: Path) -> tuple[list[str], list[tuple
           "OA = (TF_acc + MC_acc + (FITB_acc + FITB_F1)/2)/3. OA_random is the same formula over each item's "
           "expected random-guess score (TF 1/2, MC 1/number of options, FITB a random phrase of the sentence), "
           "so only OA above OA_random is knowledge. Curves: mean over seeds (runs of one model × budget), "
-          "band = 95 % t-interval over seeds where there are several. Every number: `tables/syntax_qa.csv`.", "",
+          "band = 95 % t-interval over seeds where a group has 3 or more (none with fewer). Every number: `tables/syntax_qa.csv`.", "",
           "Final probed checkpoint of each run (`tables/syntax_qa_final.csv`):", "",
           _md_row(["run", "model", "budget", "mode", "step", "tokens", *PARTS, "unparsed"]),
           "|" + "---|" * (7 + len(PARTS))]

@@ -1,0 +1,169 @@
+"""Length- and frequency-normalised scores as the ZhoBLiMP authors report them: whole sweeps, not one point.
+
+The authors' scorer (sjtu-compling/ZhoBLiMP, src/metrics.py and src/run.py) computes, per sentence s of
+|s| scored tokens with LM log-prob lp and unigram log-prob ulp:
+
+    pow-norm(alpha)      = lp / |s|^alpha                  alpha in 0.1, 0.2, ..., 0.9   (their default 0.5)
+    MORCELA(beta, gamma) = (lp - beta * ulp + gamma) / |s|  beta in 0.1, ..., 1.0, gamma in 0, 2, ..., 20
+                                                            (110 points; their function's default beta=1,
+                                                            gamma=0 is SLOR)
+
+and reports the accuracy of every point (a pair is right when the good sentence scores strictly
+higher). alpha = 0 is sum-LP and alpha = 1 MLP; gamma / |s| always favours the shorter sentence, so
+on paradigms whose good and bad sentences differ in length the accuracy moves with gamma. One point of
+such a grid is a choice, not "the" score: the report shows each sweep's range over the grid (and where
+its ends lie), the authors' defaults, and how far single paradigms move.
+
+Everything is computed from the per-pair sums every eval file stores (lp_*, ntok_*, ulp_*), at each
+run's last checkpoint (the all-pairs file `<benchmark>_all` where the run has one), no model calls.
+Their |s| counts tokens with a non-zero log-prob; ours counts every scored token (equal unless a
+token's probability rounds to exactly 1).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+POW_ALPHAS = tuple(round(0.1 * i, 1) for i in range(1, 10))
+MORCELA_BETAS = tuple(round(0.1 * i, 1) for i in range(1, 11))
+MORCELA_GAMMAS = tuple(range(0, 21, 2))
+POW_DEFAULT = 0.5  # metrics.pow_norm_lp's default (their "slln_lp")
+MORCELA_DEFAULT = (1.0, 0)  # metrics.morcela's defaults: SLOR
+
+
+def point_names(has_unigram: bool) -> list[tuple[str, str, float, float]]:
+    """(metric, name, param1, param2) of every point scored: mlp, sum, pow alphas, and with unigram
+    columns slor and the MORCELA grid."""
+    pts = [("mlp", "mlp", np.nan, np.nan), ("sum", "sum", np.nan, np.nan)]
+    pts += [("pow", f"pow{a}", a, np.nan) for a in POW_ALPHAS]
+    if has_unigram:
+        pts.append(("slor", "slor", np.nan, np.nan))
+        pts += [("morcela", f"morcela_{b}_{g}", b, g) for b in MORCELA_BETAS for g in MORCELA_GAMMAS]
+    return pts
+
+
+def pair_correct(df: pd.DataFrame) -> tuple[np.ndarray, list[tuple[str, str, float, float]]]:
+    """(n_pairs, n_points) bool: is the good sentence strictly above the bad one at each point."""
+    has_u = {"ulp_good", "ulp_bad"} <= set(df.columns) and df[["ulp_good", "ulp_bad"]].notna().all().all()
+    lg, lb = df.lp_good.to_numpy(float), df.lp_bad.to_numpy(float)
+    ng, nb = df.ntok_good.to_numpy(float), df.ntok_bad.to_numpy(float)
+    cols = [lg / ng > lb / nb, lg > lb]
+    a = np.asarray(POW_ALPHAS)[None, :]
+    cols += list((lg[:, None] / ng[:, None] ** a > lb[:, None] / nb[:, None] ** a).T)
+    if has_u:
+        ug, ub = df.ulp_good.to_numpy(float), df.ulp_bad.to_numpy(float)
+        cols.append((lg - ug) / ng > (lb - ub) / nb)
+        beta = np.repeat(MORCELA_BETAS, len(MORCELA_GAMMAS))[None, :]
+        gamma = np.tile(np.asarray(MORCELA_GAMMAS, dtype=float), len(MORCELA_BETAS))[None, :]
+        sg = (lg[:, None] - beta * ug[:, None] + gamma) / ng[:, None]
+        sb = (lb[:, None] - beta * ub[:, None] + gamma) / nb[:, None]
+        cols += list((sg > sb).T)
+    return np.column_stack(cols), point_names(has_u)
+
+
+def _final_file(run_path: Path) -> list[Path]:
+    """The last checkpoint's eval files of a run, the all-pairs file in place of its sample."""
+    from train.files import step_dirs
+    from probes.evals.files import ALL_SUFFIX
+
+    steps = step_dirs(run_path / "evals")
+    if not steps:
+        return []
+    files = {f.stem: f for f in sorted(steps[max(steps)].glob("*.parquet")) if not f.name.startswith(".")}
+    return [f for stem, f in files.items() if f"{stem}{ALL_SUFFIX}" not in files]
+
+
+def sweep_paradigms(runs) -> pd.DataFrame:
+    """One row per run x benchmark x paradigm x point: accuracy at the run's last checkpoint."""
+    from probes.scoring.store import read_pairs
+
+    frames = []
+    for r in runs:
+        for f in _final_file(Path(r.path)):
+            try:
+                df, meta = read_pairs(f)
+            except ValueError:
+                continue  # not a minimal-pair eval file (syntax questions, ELAGENT)
+            if not {"lp_good", "lp_bad", "ntok_good", "ntok_bad", "paradigm"} <= set(df.columns):
+                continue
+            ok, pts = pair_correct(df)
+            par = df["paradigm"].to_numpy()
+            names, inv = np.unique(par, return_inverse=True)
+            acc = np.zeros((len(names), ok.shape[1]))
+            np.add.at(acc, inv, ok.astype(float))
+            acc /= np.bincount(inv)[:, None]
+            phen = df.groupby("paradigm")["phenomenon"].first().reindex(names).to_numpy()
+            for j, (metric, name, p1, p2) in enumerate(pts):
+                frames.append(pd.DataFrame({
+                    "run": r.name, "model": r.model, "budget": r.budget, "seed": r.seed,
+                    "benchmark": meta.get("benchmark", f.stem), "step": int(meta.get("step", -1)),
+                    "phenomenon": phen, "paradigm": names, "metric": metric, "point": name,
+                    "p1": p1, "p2": p2, "acc": acc[:, j], "n_pairs": np.bincount(inv)}))
+    if not frames:
+        return pd.DataFrame()
+    out = pd.concat(frames, ignore_index=True)
+    out["budget"] = out["budget"].astype("Int64")
+    return out
+
+
+def sweep_summary(par: pd.DataFrame, move: float = 0.20) -> pd.DataFrame:
+    """Per model x budget x benchmark x metric family: the overall accuracy (mean over paradigms, then
+    over seeds) at every point -> its min and max over the sweep (and the point of each), the value at
+    the authors' default, and the paradigms whose own accuracy moves more than `move` across the sweep."""
+    keys = ["model", "budget", "benchmark"]
+    per_seed = par.groupby([*keys, "run", "metric", "point", "p1", "p2"], dropna=False)["acc"].mean().reset_index()
+    overall = per_seed.groupby([*keys, "metric", "point", "p1", "p2"], dropna=False).agg(
+        acc=("acc", "mean"), n_seeds=("run", "nunique")).reset_index()
+    mean_par = par.groupby([*keys, "paradigm", "metric", "point"], dropna=False)["acc"].mean().reset_index()
+    rows = []
+    default = {"pow": f"pow{POW_DEFAULT}", "morcela": f"morcela_{MORCELA_DEFAULT[0]}_{MORCELA_DEFAULT[1]}"}
+    for (model, budget, bench, metric), g in overall.groupby([*keys, "metric"], dropna=False, sort=True):
+        lo, hi = g.loc[g.acc.idxmin()], g.loc[g.acc.idxmax()]
+        span = mean_par[(mean_par.model == model) & (mean_par.benchmark == bench) & (mean_par.metric == metric)
+                        & (mean_par.budget.isna() if pd.isna(budget) else mean_par.budget == budget)]
+        spread = span.groupby("paradigm")["acc"].agg(lambda a: a.max() - a.min())
+        at_default = g.loc[g.point == default.get(metric, g.point.iloc[0]), "acc"]
+        rows.append({"model": model, "budget": budget, "benchmark": bench, "metric": metric,
+                     "n_points": len(g), "n_seeds": int(g.n_seeds.max()), "acc_min": lo.acc, "point_min": lo.point,
+                     "acc_max": hi.acc, "point_max": hi.point,
+                     "authors_default": default.get(metric, g.point.iloc[0]),
+                     "acc_at_default": float(at_default.iloc[0]) if len(at_default) else np.nan,
+                     f"paradigms_moving_over_{move:g}": int((spread > move).sum()),
+                     "max_paradigm_move": float(spread.max()) if len(spread) else np.nan,
+                     "n_paradigms": int(len(spread))})
+    out = pd.DataFrame(rows)
+    if len(out):
+        out["budget"] = out["budget"].astype("Int64")
+    return out
+
+
+def sweep_markdown(summary: pd.DataFrame) -> str:
+    """One line per model x budget x benchmark: each family's range (ends' points) and default."""
+    from probes.analysis.scaling import budget_label
+
+    if summary.empty:
+        return "_(no eval files at the last checkpoints)_\n"
+    move_col = next(c for c in summary.columns if c.startswith("paradigms_moving_over_"))
+    L = ["| model · corpus | benchmark | MLP | sum-LP | pow-norm α: range (α at ends) | at α=0.5 | SLOR | "
+         "MORCELA β,γ: range (β_γ at ends) | at β=1,γ=0 | paradigms moving > " + move_col.rsplit("_", 1)[1]
+         + " (max) |", "|---|---|---:|---:|---|---:|---:|---|---:|---|"]
+    for (model, budget, bench), g in summary.groupby(["model", "budget", "benchmark"], dropna=False, sort=True):
+        m = {r["metric"]: r for r in g.to_dict("records")}
+        pc = lambda v: "" if v is None or pd.isna(v) else f"{100 * v:.1f}"  # noqa: E731
+
+        def rng(k, strip):
+            r = m.get(k)
+            if r is None:
+                return "n/a (no unigram columns)"
+            return (f"{pc(r['acc_min'])}–{pc(r['acc_max'])} ({r['point_min'].removeprefix(strip)} → "
+                    f"{r['point_max'].removeprefix(strip)})")
+
+        mc = m.get("morcela")
+        moving = f"{mc[move_col]} of {mc['n_paradigms']} ({pc(mc['max_paradigm_move'])})" if mc is not None else ""
+        L.append(f"| {model} · {budget_label(budget)} | {bench} | {pc(m['mlp']['acc_min'])} | {pc(m['sum']['acc_min'])} | "
+                 f"{rng('pow', 'pow')} | {pc(m['pow']['acc_at_default'])} | "
+                 f"{pc(m['slor']['acc_min']) if 'slor' in m else 'n/a'} | {rng('morcela', 'morcela_')} | "
+                 f"{pc(mc['acc_at_default']) if mc is not None else 'n/a'} | {moving} |")
+    return "\n".join(L) + "\n"

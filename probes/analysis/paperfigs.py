@@ -1,0 +1,153 @@
+"""The report's curve figures, laid out as the ZhoBLiMP paper draws them.
+
+* `plot_overall`: the overall learning curve (mean over every paradigm of a benchmark), one panel per
+  corpus budget (rows: benchmarks), one line per model size; the paper's Figure 3/2(b) view over training.
+* `plot_all_phenomena`: the paper's Figure 5, all phenomena in one small-multiples figure, one line per
+  model size, x = tokens, on one corpus budget (the largest: the paper draws its 3B-token runs).
+* `plot_phenomenon`: one phenomenon, one panel per budget (the appendix's per-phenomenon figures).
+
+Every line is the seed mean with the band of probes.analysis.bands (t over seeds with >= 3 seeds, else
+the pair bootstrap) and, beside it, each seed's own curve as a thin line. The numbers behind each
+figure are written by the report as CSV (tables/curves_overall.csv, tables/curves_phenomenon.csv).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from probes.analysis.bands import band_caption
+from probes.analysis.evalset import log_tokens, parse_model_params
+from probes.analysis.outputs import save_figure
+from probes.analysis.plotting import new_figure, plot_line, token_axis
+
+BUDGET_STYLES = ("-", "--", ":", "-.")
+
+
+def model_order(df: pd.DataFrame) -> list[str]:
+    return sorted(df["model"].unique(), key=lambda m: (parse_model_params(str(m)) or float("inf"), str(m)))
+
+
+def budget_order(df: pd.DataFrame) -> list:
+    return sorted(df["budget"].drop_duplicates(), key=lambda b: (pd.isna(b), 0 if pd.isna(b) else float(b)))
+
+
+def pick(df: pd.DataFrame, **eq) -> pd.DataFrame:
+    """Rows where each column equals its value; a NaN/NA value selects the missing ones (budget null)."""
+    m = np.ones(len(df), dtype=bool)
+    for col, v in eq.items():
+        m &= (df[col].isna() if pd.isna(v) else df[col] == v).to_numpy(dtype=bool)
+    return df[m]
+
+
+def _colors(models: list[str]) -> dict:
+    from matplotlib import colormaps
+
+    cmap = colormaps["viridis"]
+    return {m: cmap(0.9 * i / max(len(models) - 1, 1)) for i, m in enumerate(models)}
+
+
+def draw_model_lines(ax, bands: pd.DataFrame, units: pd.DataFrame, ref: np.ndarray, colors: dict,
+                     ls: str = "-", label_suffix: str = "") -> None:
+    """Seed mean + band per model, and each seed (run) as a thin line of the same colour."""
+    for model in model_order(bands):
+        g = bands[bands.model == model].sort_values("step")
+        n = int(g.n_seeds.max())
+        plot_line(ax, g.tokens.to_numpy(), g.acc_mean.to_numpy(), ref,
+                  f"{model}{label_suffix} ({n} seed{'s' if n > 1 else ''})", colors[model],
+                  band=(g["lo"].to_numpy(), g["hi"].to_numpy()), ls=ls)
+        runs = units[units.model == model]
+        if runs["run"].nunique() > 1:
+            for _, r in runs.groupby("run", sort=True):
+                r = r.sort_values("step")
+                ax.plot(10 ** log_tokens(r.tokens.to_numpy(), ref), r.acc.to_numpy(), color=colors[model],
+                        lw=0.6, ls=ls, alpha=0.45)
+
+
+def _finish(fig, axes, n_used: int, title: str, legend_ax) -> None:
+    for ax in list(axes.flat)[n_used:]:
+        ax.set_visible(False)
+    handles, labels = legend_ax.get_legend_handles_labels()
+    # below the panels: beside them it collides with a long title on a one-panel figure
+    fig.legend(handles, labels, loc="outside lower center", fontsize=8, frameon=False, ncol=min(len(labels), 4))
+    fig.suptitle(title, fontsize=9)
+
+
+def plot_overall(bands: pd.DataFrame, units: pd.DataFrame, path: Path, ylabel: str) -> Path:
+    """Rows: benchmarks with curves; columns: corpus budgets; lines: model sizes."""
+    benches, budgets = sorted(bands.benchmark.unique()), budget_order(bands)
+    models = model_order(bands)
+    colors = _colors(models)
+    # zoomed to the data (chance included): an overall rise of 0.1 is the finding, not a sliver of [0, 1]
+    ylim = (max(0.0, min(0.45, units.acc.min() - 0.05)), min(1.0, max(0.6, units.acc.max() + 0.05, bands.hi.max() + 0.02)))
+    fig, axes = new_figure(max(3.6 * len(budgets) + 1.0, 7.0), 3.2 * len(benches) + 1.2, len(benches), len(budgets),
+                           sharey=True)
+    for i, bench in enumerate(benches):
+        ref = pick(bands, benchmark=bench).tokens.to_numpy()
+        for j, budget in enumerate(budgets):
+            ax = axes[i, j]
+            b = pick(bands, benchmark=bench, budget=budget)
+            draw_model_lines(ax, b, pick(units, benchmark=bench, budget=budget), ref, colors)
+            token_axis(ax, ref, ylabel=f"{bench}: {ylabel}" if j == 0 else "")
+            ax.set_xlabel("")  # said once below: the panel-wide label overlaps its neighbours
+            ax.set_ylim(*ylim)
+            ax.set_title(f"{bench} · corpus {_budget(budget)}", fontsize=9)
+    _finish(fig, axes, axes.size, f"Overall accuracy over training (mean of all paradigms; y axis zoomed); "
+            "x: tokens seen (log), hollow marker = step 0\n"
+            f"{band_caption(bands)}",
+            axes[0, -1])
+    return save_figure(fig, path)
+
+
+def plot_all_phenomena(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str, budget, path: Path,
+                       ylabel: str, human: Optional[dict] = None, ncols: int = 5) -> Path:
+    """The paper's Figure 5: one small panel per phenomenon (one benchmark, one budget)."""
+    b = pick(bands, benchmark=benchmark, budget=budget)
+    u = pick(units, benchmark=benchmark, budget=budget)
+    phens = sorted(b.phenomenon.unique())
+    ncols = min(ncols, len(phens))
+    nrows = -(-len(phens) // ncols)
+    colors = _colors(model_order(b))
+    fig, axes = new_figure(max(2.7 * ncols + 0.6, 7.0), 2.3 * nrows + 1.4, nrows, ncols, sharex=True, sharey=True)
+    ref = b.tokens.to_numpy()
+    for ax, ph in zip(axes.flat, phens):
+        draw_model_lines(ax, b[b.phenomenon == ph], u[u.phenomenon == ph], ref, colors)
+        token_axis(ax, ref, ylabel="")
+        ax.set_xlabel("")
+        h = (human or {}).get(ph)
+        if h is not None and h == h:
+            ax.axhline(h, color="0.3", ls=":", lw=1.1, label="human (validation CSV)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title(f"{ph} ({int(b[b.phenomenon == ph].n_pairs.max())} pairs/seed)", fontsize=8)
+        ax.tick_params(labelsize=7)
+    fig.supylabel(ylabel, fontsize=8)
+    # the x label goes in the title: at the bottom it collides with the legend
+    _finish(fig, axes, len(phens), f"{benchmark}: every phenomenon over training, corpus {_budget(budget)} "
+            f"(as ZhoBLiMP Figure 5); x: tokens seen (log), hollow marker = step 0\n{band_caption(b)}", axes.flat[0])
+    return save_figure(fig, path)
+
+
+def plot_phenomenon(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str, phenomenon: str, path: Path,
+                    ylabel: str, human: Optional[float] = None) -> Path:
+    """One phenomenon, one panel per corpus budget (appendix)."""
+    budgets = budget_order(bands)
+    colors = _colors(model_order(bands))
+    fig, axes = new_figure(max(3.4 * len(budgets) + 1.0, 7.0), 4.2, 1, len(budgets), sharey=True)
+    ref = bands.tokens.to_numpy()
+    for ax, budget in zip(axes.flat, budgets):
+        draw_model_lines(ax, pick(bands, budget=budget), pick(units, budget=budget), ref, colors)
+        token_axis(ax, ref, ylabel=ylabel if ax is axes[0, 0] else "")
+        if human is not None and human == human:
+            ax.axhline(human, color="0.3", ls=":", lw=1.1, label="human (validation CSV)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title(f"corpus {_budget(budget)}", fontsize=9)
+    _finish(fig, axes, len(budgets), f"{benchmark} · {phenomenon}\n{band_caption(bands)}", axes[0, 0])
+    return save_figure(fig, path)
+
+
+def _budget(b) -> str:
+    from probes.analysis.scaling import budget_label
+
+    return budget_label(b)

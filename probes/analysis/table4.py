@@ -1,0 +1,89 @@
+"""The Table-4-style table: final accuracy per model (x budget) x phenomenon, beside humans and the paper.
+
+Our rows: each model x corpus budget at its runs' last checkpoint, mean over seeds, on every pair
+where the runs scored every pair there (`<benchmark>_all`, probes.final_all_pairs), else on the
+per-checkpoint sample. A phenomenon's value is the mean of its paradigms' accuracies, "overall" the
+mean over all paradigms (with 300 pairs in every paradigm, the paper's overall: its Zh-Pythia-14M
+column averages to 66.4 over phenomena but reads 69.9 overall, the mean over paradigms).
+Reference rows for ZhoBLiMP, each labelled with where it comes from: human agreement from the authors'
+validation CSV (our pooled reading, probes.analysis.human), the paper's human column, and the paper's
+published Zh-Pythia columns (14M, 160M, 1.4B trained on 3B tokens; its Table 4).
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from probes.analysis.human import PAPER_HUMAN, PAPER_HUMAN_OVERALL
+
+# ZhoBLiMP Table 4, Zh-Pythia columns (3B tokens), keyed by the benchmark files' phenomenon names.
+_PHEN = ["BA", "anaphor", "argument_structure", "classifier", "control_raising", "ellipsis", "fci_licensing",
+         "nominal_expression", "npi_licensing", "passive", "quantifiers", "question", "relativization",
+         "topicalization", "verb_phrase"]
+PAPER_ZH_PYTHIA = {
+    "Zh-Pythia-14M": dict(zip(_PHEN, [75.1, 43.6, 65.1, 48.6, 82.7, 34.9, 71.6, 58.1, 53.4, 67.9, 51.4, 77.0,
+                                      85.1, 91.9, 89.8]), overall=69.9),
+    "Zh-Pythia-160M": dict(zip(_PHEN, [83.9, 39.9, 75.5, 71.4, 92.8, 46.5, 86.8, 70.5, 72.0, 80.5, 50.9, 92.1,
+                                       89.3, 86.4, 94.7]), overall=80.3),
+    "Zh-Pythia-1.4B": dict(zip(_PHEN, [86.1, 56.4, 77.5, 79.3, 94.2, 50.9, 91.3, 72.8, 81.8, 80.6, 49.9, 92.0,
+                                       93.0, 88.2, 94.0]), overall=83.0),
+}
+# the paper's column heads, for a table that fits a page
+SHORT = {"BA": "BA", "anaphor": "Anaph", "argument_structure": "ArgStr", "classifier": "Clf",
+         "control_raising": "CtrlR", "ellipsis": "Ellip", "fci_licensing": "FCI", "nominal_expression": "NomE",
+         "npi_licensing": "NPI", "passive": "Pass", "quantifiers": "Quant", "question": "Quest",
+         "relativization": "Rel", "topicalization": "Topic", "verb_phrase": "VP"}
+
+
+def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.DataFrame, float] | None = None
+           ) -> pd.DataFrame:
+    """One row per model x budget (source "ours"), then the reference rows for ZhoBLiMP; one column per
+    phenomenon plus "overall", values as accuracies in [0, 1]."""
+    from probes.analysis.paperfigs import budget_order, model_order, pick
+    from probes.analysis.scaling import budget_label
+
+    f = final[final.benchmark == benchmark]
+    phens = sorted(f.phenomenon.unique())
+    rows = []
+    for budget in budget_order(f):
+        fb = pick(f, budget=budget)
+        for model in model_order(fb):
+            g = fb[fb.model == model]
+            row = {"row": f"{model} · {budget_label(budget)}", "source": f"ours ({benchmark}, last checkpoint)",
+                   "model": model, "budget": budget, "n_seeds": int(g.n_seeds.max()),
+                   "n_paradigms": int(g.paradigm.nunique())}
+            row.update(g.groupby("phenomenon")[metric].mean().to_dict())
+            row["overall"] = float(g[metric].mean())
+            rows.append(row)
+    if benchmark.removesuffix("_all") == "zhoblimp":
+        if human is not None:
+            h, overall = human
+            rows.append({"row": "human (validation CSV, our pooled reading)", "source": "authors' CSV",
+                         **dict(zip(h.phenomenon, h.human_acc)), "overall": overall})
+        rows.append({"row": "human (paper)", "source": "ZhoBLiMP Table 4", **PAPER_HUMAN,
+                     "overall": PAPER_HUMAN_OVERALL})
+        for name, vals in PAPER_ZH_PYTHIA.items():
+            rows.append({"row": f"paper: {name} · 3B", "source": "ZhoBLiMP Table 4",
+                         **{k: v / 100 for k, v in vals.items()}})
+    out = pd.DataFrame(rows)
+    cols = ["row", "source", "model", "budget", "n_seeds", "n_paradigms", *phens, "overall"]
+    out = out.reindex(columns=cols)
+    out["budget"] = out["budget"].astype("Int64")
+    out["n_seeds"] = out["n_seeds"].astype("Int64")
+    out["n_paradigms"] = out["n_paradigms"].astype("Int64")
+    return out
+
+
+def table4_markdown(t: pd.DataFrame) -> str:
+    """Percentages with one decimal, the paper's short column heads; reference rows in italics."""
+    phens = [c for c in t.columns if c not in ("row", "source", "model", "budget", "n_seeds", "n_paradigms")]
+    head = "| model · corpus | seeds | " + " | ".join(SHORT.get(p, p) for p in phens) + " |\n"
+    head += "|---|---|" + "---:|" * len(phens) + "\n"
+    body = ""
+    for d in t.to_dict("records"):
+        ours = str(d["source"]).startswith("ours")
+        name = d["row"] if ours else f"_{d['row']}_"
+        seeds = "" if pd.isna(d["n_seeds"]) else str(d["n_seeds"])
+        vals = ["" if pd.isna(d[p]) else f"{100 * d[p]:.1f}" for p in phens]
+        body += f"| {name} | {seeds} | " + " | ".join(vals) + " |\n"
+    legend = ", ".join(f"{SHORT[p]} = {p}" for p in phens if p in SHORT and SHORT[p] != p)
+    return head + body + (f"\n{legend}.\n" if legend else "")

@@ -1,0 +1,192 @@
+"""`probes report` organised as the ZhoBLiMP paper: the CSVs behind its figures and tables against values
+computed by hand on a hand-made grid (two paradigms of 4 pairs, 2 or 3 seeds, 3 checkpoints)."""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+from test_curves import config, write_eval
+
+from probes.analysis import report
+
+Z = stats.norm.ppf(0.975)
+# right pairs of 4 per (seed, step): (agr, bind); seed 3 only where a test asks for it
+RIGHT = {1: [(2, 2), (3, 4), (4, 3)], 2: [(1, 2), (3, 2), (4, 4)], 3: [(0, 1), (1, 2), (2, 2)]}
+
+
+def pairs(paradigm, phenomenon, k, n=4):
+    """n pairs of which the first k are right under MLP and sum-LP, the others wrong."""
+    return [{"paradigm": paradigm, "phenomenon": phenomenon, "pair_id": str(i),
+             "lp_good": -2.0 if i < k else -6.0, "ntok_good": 2, "lp_bad": -4.0, "ntok_bad": 2} for i in range(n)]
+
+
+def grid(root, seeds=(1, 2), benchmark="grammar", all_pairs=None):
+    runs = []
+    for seed in seeds:
+        run = root / f"m_s{seed}"
+        config(run, model="pythia-14m", seed=seed, budget=1000)
+        for i, (a, b) in enumerate(RIGHT[seed]):
+            write_eval(run, i, 1000 * i, pairs("agr", "agreement", a) + pairs("bind", "binding", b), benchmark=benchmark)
+        if all_pairs:  # "<benchmark>_all" at the last checkpoint: every pair right in agr, 1 of 4 in bind
+            write_eval(run, 2, 2000, pairs("agr", all_pairs[0], 4) + pairs("bind", all_pairs[1], 1),
+                       benchmark=f"{benchmark}_all")
+        runs.append(run)
+    return runs
+
+
+def run_report(runs, out):
+    assert report.main([*map(str, runs), "--out", str(out), "--n-boot", "50", "--case-study", "none"]) == 0
+    return (out / "report.md").read_text()
+
+
+def test_two_seeds_get_each_seed_and_a_pair_bootstrap_band(tmp_path, capsys):
+    md = run_report(grid(tmp_path), tmp_path / "rep")
+    printed = capsys.readouterr().out
+    assert f"report: {tmp_path / 'rep' / 'report.md'}" in printed
+    assert f"first figure: {tmp_path / 'rep' / 'figures' / 'overall_curve.png'}" in printed
+    c = pd.read_csv(tmp_path / "rep" / "tables" / "curves_overall.csv")
+    r = c[c.step == 1].iloc[0]
+    # seed 1: agr 3/4, bind 4/4 -> 0.875, var (0.75*0.25/4 + 0)/2^2; seed 2: agr 3/4, bind 2/4 -> 0.625
+    v1, v2 = (0.1875 / 4) / 4, (0.1875 / 4 + 0.25 / 4) / 4
+    half = Z * math.sqrt(v1 + v2) / 2
+    assert r.n_seeds == 2 and r.band == "pair-bootstrap"
+    assert r.acc_mean == pytest.approx(0.75, abs=1e-12)
+    assert (r.lo, r.hi) == pytest.approx((0.75 - half, 0.75 + half), abs=1e-9)
+    seeds = pd.read_csv(tmp_path / "rep" / "tables" / "curves_overall_seeds.csv")
+    assert sorted(seeds[seeds.step == 1].acc) == [0.625, 0.875]  # each seed's own line
+    ph = pd.read_csv(tmp_path / "rep" / "tables" / "curves_phenomenon.csv")
+    b = ph[(ph.phenomenon == "binding") & (ph.step == 2)].iloc[0]  # 3/4 and 4/4
+    assert b.acc_mean == 0.875 and b.acc_mean - b.lo == pytest.approx(Z * math.sqrt(0.1875 / 4) / 2, abs=1e-9)
+    assert b.hi == 1.0  # clipped
+    # no t-interval anywhere with 2 seeds, and the report says which band it draws
+    assert set(ph.band) == {"pair-bootstrap"}
+    assert "bands: 95 % pair-bootstrap interval of the seed mean" in md and "t-interval over seeds" not in md
+    main = md.split("## Appendix")[0]
+    figs = re.findall(r"!\[[^]]*\]\((figures/[^)]+\.png)\)", main)
+    assert figs[0] == "figures/overall_curve.png" and "figures/phenomena_grammar.png" in figs
+    assert not re.findall(r"\]\((appendix/[^)]+)\)", main)  # per-phenomenon figures only in the appendix
+    assert re.findall(r"\]\((appendix/curve_grammar_binding.png)\)", md.split("## Appendix")[1])
+
+
+def test_three_seeds_get_a_t_interval(tmp_path):
+    md = run_report(grid(tmp_path, seeds=(1, 2, 3)), tmp_path / "rep")
+    c = pd.read_csv(tmp_path / "rep" / "tables" / "curves_overall.csv")
+    r = c[c.step == 1].iloc[0]  # seeds 0.875, 0.625, 0.375: sd 0.25
+    half = stats.t.ppf(0.975, 2) * 0.25 / math.sqrt(3)
+    assert r.band == "t" and r.acc_mean == pytest.approx(0.625)
+    assert (r.lo, r.hi) == pytest.approx((0.625 - half, 1.0), abs=1e-9)  # the top clipped at 1
+    assert "bands: 95 % t-interval over seeds" in md
+
+
+def test_table4_reads_all_pairs_and_quotes_the_paper(tmp_path):
+    runs = grid(tmp_path, benchmark="zhoblimp", all_pairs=("BA", "fci_licensing"))
+    md = run_report(runs, tmp_path / "rep")
+    t = pd.read_csv(tmp_path / "rep" / "tables" / "table4_zhoblimp_all.csv")
+    ours = t[t.source.str.startswith("ours")].iloc[0]
+    # all pairs at the last checkpoint: BA (agr) 4/4 in both seeds, FCI (bind) 1/4: overall = mean of paradigms
+    assert (ours.BA, ours.fci_licensing, ours.overall, ours.n_seeds) == (1.0, 0.25, 0.625, 2)
+    paper = t[t.row == "paper: Zh-Pythia-14M · 3B"].iloc[0]
+    assert (paper.BA, paper.fci_licensing, paper.overall) == pytest.approx((0.751, 0.716, 0.699))
+    assert t[t.row == "human (paper)"].iloc[0].BA == pytest.approx(0.962)
+    assert "| _paper: Zh-Pythia-14M · 3B_ |" in md and "| pythia-14m · 1k | 2 | 100.0 | 25.0 | 62.5 |" in md
+    # zhoblimp_all has one checkpoint: it feeds the table, never a curve
+    c = pd.read_csv(tmp_path / "rep" / "tables" / "curves_phenomenon.csv")
+    assert set(c.benchmark) == {"zhoblimp"}
+    assert not list((tmp_path / "rep").glob("*/*zhoblimp_all*.png")) or \
+        all("scaling" in p.name for p in (tmp_path / "rep").glob("*/*zhoblimp_all*.png"))
+    # the paper's U's side by side: 3 checkpoints up to 2,000 tokens cannot show a U near 100M
+    pu = pd.read_csv(tmp_path / "rep" / "tables" / "paper_ushapes.csv")
+    assert set(pu.status) == {"not detectable here"} and "no U" not in md
+
+
+def test_main_flow_does_not_grow_with_paradigms(tmp_path):
+    """40 paradigms in 16 phenomena: the appendix grows, the main flow stays at its fixed figures."""
+    run = tmp_path / "r"
+    config(run)
+    for i in range(3):
+        rows = [r for p in range(40) for r in pairs(f"p{p}", f"ph{p % 16}", (p + i) % 5)]
+        write_eval(run, i, 1000 * i, rows)
+    md = run_report([run], tmp_path / "rep")
+    main, appendix = md.split("## Appendix")
+    assert len(re.findall(r"!\[", main)) <= 12
+    assert len(re.findall(r"\]\(appendix/curve_", appendix)) == 16
+
+
+def test_normalised_sweeps_by_hand(tmp_path):
+    """Two pairs with unigram columns, each point of the authors' grids worked out by hand:
+    pair 0: good lp -10 over 5 tokens (ulp -20), bad lp -8 over 2 (ulp -10);
+    pair 1: good -6/3 (ulp -9), bad -6/3 (ulp -12): a tie under MLP, sum and pow; under MORCELA
+    (-6 + 9b + g)/3 vs (-6 + 12b + g)/3, never right for b > 0."""
+    from probes.analysis.normsweep import sweep_paradigms, sweep_summary
+    from probes.analysis.evalset import load_runs
+
+    run = tmp_path / "r"
+    config(run)
+    rows = [{"paradigm": "p", "phenomenon": "ph", "pair_id": "0", "lp_good": -10.0, "ntok_good": 5, "lp_bad": -8.0,
+             "ntok_bad": 2, "ulp_good": -20.0, "ulp_bad": -10.0},
+            {"paradigm": "p", "phenomenon": "ph", "pair_id": "1", "lp_good": -6.0, "ntok_good": 3, "lp_bad": -6.0,
+             "ntok_bad": 3, "ulp_good": -9.0, "ulp_bad": -12.0}]
+    write_eval(run, 0, 0, rows)
+    write_eval(run, 5, 5000, rows)
+    par = sweep_paradigms(load_runs([run]).runs).set_index("point")
+    assert set(par.step) == {5}  # the last checkpoint
+    expect = {
+        "mlp": 0.5,  # -2 > -4
+        "sum": 0.0,  # -10 < -8
+        "pow0.5": 0.5,  # -10/5^0.5 = -4.47 > -8/2^0.5 = -5.66
+        "pow0.1": 0.0,  # -10/5^0.1 = -8.51 < -8/2^0.1 = -7.46
+        "slor": 0.5,  # (-10+20)/5 = 2 > (-8+10)/2 = 1
+        "morcela_0.1_0": 0.5,  # (-10+2)/5 = -1.6 > (-8+1)/2 = -3.5
+        "morcela_0.1_20": 0.0,  # (-10+2+20)/5 = 2.4 < (-8+1+20)/2 = 6.5
+        "morcela_1.0_20": 0.0,  # (-10+20+20)/5 = 6 < (-8+10+20)/2 = 11
+        "morcela_1.0_0": 0.5,  # = SLOR
+    }
+    for point, acc in expect.items():
+        assert par.loc[point, "acc"] == acc, point
+    assert len(par[par.metric == "morcela"]) == 110 and len(par[par.metric == "pow"]) == 9
+    s = sweep_summary(par.reset_index()).set_index("metric")
+    assert (s.loc["morcela", "acc_min"], s.loc["morcela", "acc_max"], s.loc["morcela", "acc_at_default"]) == (0, 0.5, 0.5)
+    assert s.loc["pow", "acc_at_default"] == 0.5 and s.loc["morcela", "paradigms_moving_over_0.2"] == 1
+    # gamma = 0 with beta = 0.1 is right, gamma = 20 wrong: the first right point and the first wrong one
+    assert s.loc["morcela", "point_max"] == "morcela_0.1_0" and s.loc["pow", "point_min"] == "pow0.1"
+
+
+def test_the_papers_u_shapes_detected_absent_or_not_detectable(tmp_path):
+    """Runs to 3B tokens: BA with a planted 0.2 dip at ~100M tokens is detected; FCI, rising without a dip,
+    at a noise floor below 0.05 is absent; the NPI case-study paradigm is not in these runs."""
+    from probes.analysis.evalset import load_runs
+    from probes.analysis.paper_ushapes import paper_u_table
+    from probes.analysis.synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
+    from probes.analysis.ushape import UShapeConfig
+
+    rng = np.random.default_rng(3)
+    steps = log_spaced_steps(24, 1500)
+    x = np.log10(np.maximum(steps, 1) * 2e6)
+    rise = sigmoid_curve(x, 0.5, 0.9, 7.0, 4.0)
+    curves = np.clip(np.stack([rise - planted_dip(x, 0.2, 8.1, 0.15)] * 2 + [rise] * 2, axis=1), 0, 1)
+    runs = [write_run(tmp_path / f"s{s}", RunSpec(budget=3 * 10**9, seed=s, tokens_per_step=2 * 10**6, steps=list(steps),
+                                                 benchmark="zhoblimp"), curves, ["BA_a", "BA_b", "fci_a", "fci_b"],
+                      ["BA", "BA", "fci_licensing", "fci_licensing"], 300, rng) for s in (1, 2)]
+    t = paper_u_table(load_runs(runs), UShapeConfig(n_boot=400)).set_index("paper_u")
+    assert t.loc["BA near 100M tokens", "status"] == "detected", t.loc["BA near 100M tokens", "why"]
+    assert "2/2" in t.loc["BA near 100M tokens", "why"]
+    fci = t.loc["FCI near 100M tokens"]
+    assert fci.status == "absent" and fci.min_detectable_depth < 0.05
+    assert t.loc["NPI case study, early dip", "status"] == "not detectable here"
+
+
+def test_case_study_band_with_two_seeds(tmp_path):
+    """The case study's accuracy band with 2 seeds is the pair bootstrap (by hand), and its text says so."""
+    out = tmp_path / "rep"
+    assert report.main([*map(str, grid(tmp_path)), "--out", str(out), "--n-boot", "50", "--case-study", "agr"]) == 0
+    s = pd.read_csv(out / "tables" / "case_study_grammar_agr.csv")
+    r = s[s.step == 1].iloc[0]  # agr 3/4 in both seeds: se sqrt(0.75 * 0.25 / 4) each
+    half = Z * math.sqrt(2 * 0.75 * 0.25 / 4) / 2
+    assert r.band == "pair-bootstrap" and (r.acc_mlp_lo, r.acc_mlp_hi) == pytest.approx((0.75 - half, 0.75 + half))
+    md = (out / "report.md").read_text()
+    case = md.split("## Case study")[1].split("\n## ")[0]
+    assert "bands: 95 % pair-bootstrap interval of the seed mean" in case and "t-interval over seeds" not in case

@@ -1,0 +1,74 @@
+"""sha256 of checkpoint files, each computed once: while the file is written where we write it
+(optimizer state, RNG state, bf16 weights), else read once and remembered for the process.
+
+A 1.4B checkpoint holds ~17 GB (fp32 weights and Adam's two moments); reading it back after the
+write only to hash it costs 10-80 s per checkpoint. The digests computed during the write are kept,
+keyed by the file's identity (device, inode, size, mtime in ns), so the manifest written next
+(train.checkpoint.write_manifest) takes them instead of reading the files again; a file changed
+since has another key and is hashed anew.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, BinaryIO
+
+_BLOCK = 1 << 20
+_known: dict[tuple, str] = {}  # identity of a file as written -> its sha256
+
+
+def _identity(path: Path) -> tuple:
+    st = os.stat(path)
+    return (str(Path(path).absolute()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def remember(path: Path, digest: str) -> None:
+    """Records that `path`, as it is on disk now, has sha256 `digest` (it was just written)."""
+    _known[_identity(path)] = digest
+
+
+def sha256_once(path: Path) -> str:
+    """The file's sha256: remembered from its write or an earlier call, else read once."""
+    key = _identity(path)
+    if key not in _known:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(_BLOCK), b""):
+                digest.update(block)
+        _known[key] = digest.hexdigest()
+    return _known[key]
+
+
+class HashingWriter:
+    """A binary file that hashes what passes through write() (torch.save writes sequentially)."""
+
+    def __init__(self, raw: BinaryIO):
+        self.raw, self.sha = raw, hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.sha.update(data)
+        return self.raw.write(data)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+
+def torch_save_hashed(obj: Any, path: Path) -> str:
+    """torch.save(obj, path), hashing the bytes on their way to the file; returns and remembers the
+    sha256 (no read-back for the manifest)."""
+    import torch
+
+    path = Path(path)
+    with open(path, "wb") as raw:
+        writer = HashingWriter(raw)
+        torch.save(obj, writer)
+        raw.flush()
+    remember(path, writer.sha.hexdigest())
+    return writer.sha.hexdigest()
+
+
+def write_bytes_hashed(f: BinaryIO, blob: bytes) -> str:
+    """Writes `blob` to an open file and returns its sha256 (computed from the bytes in memory)."""
+    f.write(blob)
+    return hashlib.sha256(blob).hexdigest()
