@@ -8,8 +8,8 @@ The file's own metadata records that it was written with one (CHECKSUM_KEY), so 
 does not turn a damaged file into an unchecked one. Files written before this have neither: read as
 before, unchecked.
 
-Not here: the probes import it (the eval contract sits above train), train verify reads eval files with
-pyarrow alone.
+It lives in train/ because `python -m train verify` checks eval files too (train imports nothing of
+probes: the metadata key is found by looking at every JSON value of the schema metadata).
 """
 from __future__ import annotations
 
