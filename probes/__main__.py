@@ -353,8 +353,12 @@ def _score(args) -> int:
         df = evaluate_checkpoint(model, tokenizer, pairs, name=name, step=int(state.get("step", -1)),
                                  tokens=int(state.get("tokens", -1)), ckpt_dir=args.model, out=args.out, opts=opts,
                                  max_pairs_per_paradigm=args.max_pairs_per_paradigm).df
-    except CorruptCheckpointError as e:  # its manifest.json does not read
-        raise CliError(str(e)) from None
+    except Exception as e:  # its manifest.json does not read; a sentence longer than the model's context, ...
+        from train.errors import is_user_error
+
+        if isinstance(e, CorruptCheckpointError) or is_user_error(e):
+            raise CliError(f"--benchmark {args.benchmark}: {e}" if isinstance(e, ValueError) else str(e)) from None
+        raise
     print(f"{name}: {len(df)} pairs, {df['paradigm'].nunique()} paradigms  "
           f"acc_mlp={accuracy(df, 'mlp'):.4f}  acc_sum={accuracy(df, 'sum'):.4f}  -> {args.out}")
     _readout(name, df, tokenizer, pairs, Path(args.model))

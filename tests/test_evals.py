@@ -131,6 +131,9 @@ def test_eval_done_reads_only_the_schema_and_names_a_bad_file(tmp_path, bench):
     assert not eval_done(path, pair_set(benchmarks["mini"]), None)  # scored on a checkpoint with a manifest
     path.write_bytes(path.read_bytes()[:100])  # torn (not by us: our writer never leaves one)
     assert not eval_done(path, pair_set(benchmarks["mini"]), manifest_hash(ckpt))
+    with pytest.raises(EvalInputError, match=f"{path} does not match its sha256 in mini.parquet.sha256"):
+        eval_file_meta(path)
+    (path.parent / "mini.parquet.sha256").unlink()  # a file of ours written before the .sha256 existed
     with pytest.raises(EvalInputError, match=f"{path}: not a readable parquet file"):
         eval_file_meta(path)
 

@@ -133,7 +133,8 @@ def test_killed_runs_end_with_the_uninterrupted_runs_losses_evals_and_log(straig
     assert b == a  # bitwise: the same floats at every step, replayed steps included
     # one eval file per checkpoint, with the uninterrupted run's scores
     steps = [s for s, _ in list_checkpoints(straight)]
-    assert eval_files(run_dir) == eval_files(straight) == {s: ["grammar.parquet"] for s in steps}
+    assert eval_files(run_dir) == eval_files(straight) == {s: ["grammar.parquet", "grammar.parquet.sha256"]
+                                                           for s in steps}
     for step in steps:
         pa_ = pd.read_parquet(straight / "evals" / f"step{step}" / "grammar.parquet")
         pb = pd.read_parquet(run_dir / "evals" / f"step{step}" / "grammar.parquet")

@@ -63,7 +63,8 @@ def test_two_gloo_processes_write_what_one_does(tmp_path):
     assert rank0[0].keys() == single[0].keys() and rank0[1] == rank0[0]
     for key, value in single[0].items():
         assert rank0[0][key] == pytest.approx(value, abs=1e-12), key
-    assert sorted(os.listdir(two / "evals" / "step1")) == ["agr.parquet", "one.parquet"]
+    assert sorted(os.listdir(two / "evals" / "step1")) == ["agr.parquet", "agr.parquet.sha256", "one.parquet",
+                                                          "one.parquet.sha256"]
     for name in PAIRS:
         a, meta_a = read_pairs(eval_path(one, 1, name))
         b, meta_b = read_pairs(eval_path(two, 1, name))

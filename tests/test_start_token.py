@@ -164,13 +164,17 @@ def test_resume_refuses_a_checkpoint_of_another_start_token(trained):
     cfg, ckpt, run_dir = trained
     record = (ckpt / RECORD).read_text()
     (ckpt / RECORD).unlink()
-    # such a checkpoint has no manifest.json either (one would name the missing record first)
-    manifest = (ckpt / "manifest.json").read_text()
+    # such a checkpoint has no manifest.json either (one would name the missing record first), nor the
+    # config_hash in trainer_state.json that came with manifests (without it a lost manifest is damage)
+    manifest, state = (ckpt / "manifest.json").read_text(), (ckpt / "trainer_state.json").read_text()
     (ckpt / "manifest.json").unlink()
+    (ckpt / "trainer_state.json").write_text(json.dumps({k: v for k, v in json.loads(state).items()
+                                                         if k != "config_hash"}))
     try:
         with pytest.raises(ValueError, match=r"start_token\.json: None\).*change the ids mid-run"):
             train(cfg, run_dir)
     finally:
         (ckpt / RECORD).write_text(record)
         (ckpt / "manifest.json").write_text(manifest)
+        (ckpt / "trainer_state.json").write_text(state)
     train(cfg, run_dir)  # the record back: the finished run resumes (and has nothing left to do)

@@ -38,8 +38,8 @@ def test_roundtrip_pandas_and_metadata(tmp_path):
     # the raw schema key the analysis code reads
     raw = pq.read_schema(path).metadata[b"syntax_dynamics"]
     assert json.loads(raw)["step"] == 128
-    # no temporary file left next to it
-    assert os.listdir(path.parent) == ["zhoblimp.parquet"]
+    # no temporary file left next to it; its sha256 beside it (train/evalsums.py)
+    assert sorted(os.listdir(path.parent)) == ["zhoblimp.parquet", "zhoblimp.parquet.sha256"]
 
 
 def test_missing_or_bad_meta_is_rejected_and_leaves_nothing(tmp_path):
@@ -61,14 +61,14 @@ def test_crash_mid_write_keeps_old_file(tmp_path):
         write_pairs(bad, path, {"step": 2, "tokens": 20, "benchmark": "b"})
     df, meta = read_pairs(path)
     assert meta["step"] == 1
-    assert os.listdir(tmp_path) == ["e.parquet"]
+    assert sorted(os.listdir(tmp_path)) == ["e.parquet", "e.parquet.sha256"]
     # a failure after the temporary file is written (the rename onto a non-empty directory fails)
     # removes the temporary file
     blocker = tmp_path / "d.parquet"
     (blocker / "x").mkdir(parents=True)
     with pytest.raises(OSError):
         write_pairs(rows(), blocker, {"step": 3, "tokens": 30, "benchmark": "b"})
-    assert sorted(os.listdir(tmp_path)) == ["d.parquet", "e.parquet"]
+    assert sorted(os.listdir(tmp_path)) == ["d.parquet", "e.parquet", "e.parquet.sha256"]
 
 
 def test_read_rejects_foreign_parquet(tmp_path):

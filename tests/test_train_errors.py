@@ -115,6 +115,9 @@ def _damaged_copy(finished_run, tmp_path, damage) -> tuple[Path, Path]:
     # A checkpoint's manifest.json catches any damage first (tests/test_faults.py); without one (written
     # before manifests existed, resumed on the strength of config.yaml) each file's reader names it.
     (last / "manifest.json").unlink()
+    state = json.loads((last / "trainer_state.json").read_text())
+    state.pop("config_hash")  # which came with manifests: an older checkpoint has neither
+    (last / "trainer_state.json").write_text(json.dumps(state))
     return cache, damage(last)
 
 

@@ -29,13 +29,14 @@ import torch
 from train.files import (MANIFEST, REQUIRED_FILES, CorruptCheckpointError, IncompleteCheckpointError,
                                 atomic_open, checkpoint_dir, fsync_tree, list_checkpoints, read_manifest,
                                 read_trainer_state, verify_checkpoint, write_json_atomic, write_text_atomic)
-from train.digest import sha256_once, torch_save_hashed, write_bytes_hashed
+from train.digest import sha256_once, torch_save_hashed
 from train.faults import fault_point
 from train.start_token import write_record
 
 read_state = read_trainer_state  # the name train/ and its tests use
-__all__ = ["MANIFEST", "REQUIRED_FILES", "CorruptCheckpointError", "IncompleteCheckpointError", "checkpoint_dir",
-           "latest_resumable", "list_checkpoints", "load_rng", "prune_resume_states", "read_manifest",
+__all__ = ["DEEPSPEED_GLOBALS", "MANIFEST", "REQUIRED_FILES", "CorruptCheckpointError", "IncompleteCheckpointError", "checkpoint_dir",
+           "latest_resumable", "list_checkpoints", "load_rng", "missing_manifest", "prune_resume_states",
+           "read_manifest",
            "read_state", "refuse_unsafe_pickles", "save_checkpoint", "sha256_file", "verify_checkpoint",
            "verify_manifest", "weights_to_bf16", "write_json_atomic", "write_manifest", "write_text_atomic"]
 
@@ -91,11 +92,17 @@ def manifest_problems(path: Path, manifest: dict, actual: Optional[dict] = None)
             continue
         if rel not in actual:
             problems.append((rel, "missing", f"listed in {MANIFEST} but missing"))
-        elif actual[rel] != digest:
+        elif actual[rel] != digest and actual[rel] != _unfinished_rewrite(manifest, rel):
             problems.append((rel, "changed", f"does not match its sha256 in {MANIFEST}: the file was damaged "
                                              f"or replaced after it was written"))
     problems += [(rel, "unlisted", f"not listed in {MANIFEST}") for rel in actual if rel not in manifest["files"]]
     return problems
+
+
+def _unfinished_rewrite(manifest: dict, rel: str) -> Optional[str]:
+    """The sha256 `rel` had before weights_to_bf16 recorded its rewrite: still the file on disk while
+    that rewrite is unfinished (weights_to_bf16 finishes it), so not damage."""
+    return ((manifest.get("derived") or {}).get(rel) or {}).get("from")
 
 
 def verify_manifest(path: Path, manifest: dict) -> None:
@@ -138,6 +145,23 @@ def _drop_from_manifest(path: Path, prefix: str = "", updates: Optional[dict] = 
     if derived:
         out["derived"] = derived
     write_json_atomic(Path(path) / MANIFEST, out)
+
+
+def missing_manifest(path: Path) -> Optional[str]:
+    """Why a checkpoint without manifest.json is damaged, or None when it has one or predates them.
+    trainer_state.json's config_hash came with manifests (the same change): a checkpoint that records
+    one was written with a manifest, and lost it since (deleted to slip a changed file through)."""
+    path = Path(path)
+    if (path / MANIFEST).exists():
+        return None
+    try:
+        state = read_trainer_state(path, missing_ok=True)
+    except ValueError:
+        return None  # an unreadable trainer state is reported as such
+    if "config_hash" not in state:
+        return None
+    return (f"{path / MANIFEST} is missing, but {path / 'trainer_state.json'} shows a version that writes one "
+            f"wrote this checkpoint: deleted since, so its files cannot be trusted")
 
 
 def latest_resumable(run_dir: Path) -> Optional[Path]:
@@ -202,9 +226,12 @@ def prune_resume_states(run_dir: Path, keep: int, weights_dtype: str = "fp32") -
 
 
 def weights_to_bf16(path: Path) -> None:
-    """Rewrites a probe-only checkpoint's model.safetensors in bf16, atomically. config.json's dtype is
-    updated last and marks the work done, so a crash in between is redone by the next call. Resume
-    checkpoints keep fp32 weights: the run continues from them exactly."""
+    """Rewrites a probe-only checkpoint's model.safetensors in bf16, atomically. The manifest learns the
+    new files first (each recorded as derived from the one it replaces), then the weights and config.json
+    are replaced; config.json's dtype marks the work done. At every point between, each file is either
+    the one written or its bf16 rewrite, both of which the manifest vouches for (manifest_problems), and
+    the next call finishes the work. Resume checkpoints keep fp32 weights: the run continues from them.
+    Weights that are neither (damaged) are refused, not converted and vouched for."""
     from safetensors import safe_open
     from safetensors.torch import save
 
@@ -213,34 +240,52 @@ def weights_to_bf16(path: Path) -> None:
     if config.get("dtype") == "bfloat16":
         return
     weights = Path(path) / "model.safetensors"
+    manifest = read_manifest(path)
+    if manifest is not None:
+        problems = [p for p in manifest_problems(path, manifest) if p[0] in ("model.safetensors", "config.json")]
+        if problems:
+            raise CorruptCheckpointError(f"{path / problems[0][0]} {problems[0][2]}; not rewritten in bf16")
     with safe_open(weights, framework="pt") as f:
         metadata = f.metadata()
         tensors = {k: f.get_tensor(k) for k in f.keys()}
     tensors = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in tensors.items()}
     blob = save(tensors, metadata=metadata)
-    with atomic_open(weights, "wb") as f:
-        digest = write_bytes_hashed(f, blob)  # hashed from memory, not read back
     config["dtype"] = "bfloat16"
     text = json.dumps(config, indent=2, sort_keys=True)
-    # The manifest learns both new files before config.json marks the work done: a crash in between
-    # is redone (same bytes) by the next call.
-    _drop_from_manifest(path, updates={"model.safetensors": digest,
+    # hashed from memory (not read back), and recorded before the files are replaced (docstring)
+    _drop_from_manifest(path, updates={"model.safetensors": hashlib.sha256(blob).hexdigest(),
                                        "config.json": hashlib.sha256(text.encode()).hexdigest()},
                         sizes={"model.safetensors": len(blob), "config.json": len(text.encode())})
+    with atomic_open(weights, "wb") as f:
+        f.write(blob)
+    fault_point("bf16_rewrite", read_trainer_state(path).get("step", -1))
     write_text_atomic(config_path, text)
 
 
-def refuse_unsafe_pickles(directory: Path, allowed_prefixes: tuple[str, ...] = ("deepspeed.",)) -> None:
+# Every global DeepSpeed's own resume shards name beyond torch's weights_only list, read from real shards
+# (engine=deepspeed on CPU, zero_stage 0-3: tests/test_attack.py re-reads them) and from DeepSpeed's
+# state_dict code for bf16 (the same three: BF16_Optimizer's slice mappings, the ZeRO optimizers' static
+# loss scaler and stage enum). fp16's DynamicLossScaler is absent: engine.precision has no fp16.
+# Exact names only: a prefix ("deepspeed.") admits `deepspeed.launcher.runner.os.system`, which a
+# protocol-4 GLOBAL resolves through the module's `os` attribute to os.system.
+DEEPSPEED_GLOBALS = frozenset({
+    "deepspeed.runtime.fp16.loss_scaler.LossScaler",
+    "deepspeed.runtime.zero.config.ZeroStageEnum",
+    "deepspeed.utils.tensor_fragment.fragment_address",
+})
+
+
+def refuse_unsafe_pickles(directory: Path, allowed: frozenset[str] = DEEPSPEED_GLOBALS) -> None:
     """DeepSpeed unpickles its resume shards in full (its own torch.load(weights_only=False)); before it
     does, every *.pt under `directory` is scanned without running it. A global outside torch's
-    weights_only list and outside `allowed_prefixes` (DeepSpeed's own config enums, loss scaler and
-    fragment records) is refused: a planted payload (os.system, pathlib, builtins.exec, ...) never runs."""
+    weights_only list and not named in `allowed` (DeepSpeed's own records) is refused: a planted payload
+    (os.system, pathlib, builtins.exec, ...) never runs."""
     for f in sorted(Path(directory).rglob("*.pt")):
         try:
             names = torch.serialization.get_unsafe_globals_in_checkpoint(f)
         except Exception as e:  # not a torch zip file: nothing DeepSpeed should be handed either
             raise CorruptCheckpointError(f"{f} is not a readable torch file ({e})") from None
-        bad = sorted(n for n in names if not n.startswith(allowed_prefixes))
+        bad = sorted(n for n in names if n not in allowed)
         if bad:
             raise CorruptCheckpointError(f"{f} names code that loading it would run ({', '.join(bad)}); "
                                          f"refused: only tensors and DeepSpeed's own records belong there")

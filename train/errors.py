@@ -133,6 +133,30 @@ def _newest_file(directory: Path) -> Path | None:
     return newest
 
 
+def _open_file_in_traceback(e: BaseException) -> Path | None:
+    """The file a failed write was writing when its OSError carries no filename (a write or flush of an
+    open file: train.jsonl, an eval file under its temporary name): the innermost frame of the
+    traceback holding an open file, as a local or an attribute of one (a logger's `self._jsonl`)."""
+    import io
+
+    def named(value) -> str | None:
+        name = getattr(value, "name", None) if isinstance(value, io.IOBase) else None
+        return name if isinstance(name, str) else None
+
+    for exc in _chain(e):
+        frames, tb = [], exc.__traceback__
+        while tb is not None:
+            frames.append(tb.tb_frame)
+            tb = tb.tb_next
+        for frame in reversed(frames):
+            for value in frame.f_locals.values():
+                name = named(value) or next((n for n in map(named, getattr(value, "__dict__", {}).values())
+                                            if n), None)
+                if name:
+                    return Path(name)
+    return None
+
+
 def disk_full_error(e: BaseException, where: Path | None = None) -> DiskFullError | None:
     """A DiskFullError naming the file a failed write was writing -- the OSError's own filename, else
     (torch.save says only "unexpected pos …") the newest file under `where` -- or None when `e` is not
@@ -140,7 +164,9 @@ def disk_full_error(e: BaseException, where: Path | None = None) -> DiskFullErro
     if not _disk_full(e):
         return None
     names = [x.filename for x in _chain(e) if isinstance(x, OSError) and x.filename]
-    file = Path(names[0]) if names else (_newest_file(where) if where and Path(where).is_dir() else where)
+    file = Path(names[0]) if names else _open_file_in_traceback(e)
+    if file is None:
+        file = _newest_file(where) if where and Path(where).is_dir() else where
     free = ""
     for p in (Path(file or where or "."), *Path(file or where or ".").parents):
         if p.exists():

@@ -8,6 +8,7 @@ The points (where each call sits):
   checkpoint_write  train.checkpoint.save_checkpoint, with checkpoints/.tmp-step<N>/ half written
   after_rename      the loop, once checkpoints/step<N> is whole, before any hook ran on it
   eval_write        probes.scoring.store.write_pairs, with the eval file of step N under its temporary name
+  bf16_rewrite      train.checkpoint.weights_to_bf16, step N's bf16 weights renamed in, config.json not yet
 
 SYNTAX_DYNAMICS_FAULT=<point>:stall makes a set-up point hang as a stuck C call or worker does: signals
 blocked, asleep for an hour (stall_point), after printing `fault: stalled at <point> (pid N)` on stderr.
@@ -22,7 +23,7 @@ import sys
 import time
 
 ENV = "SYNTAX_DYNAMICS_FAULT"
-POINTS = ("mid_step", "checkpoint_write", "after_rename", "eval_write")
+POINTS = ("mid_step", "checkpoint_write", "after_rename", "eval_write", "bf16_rewrite")
 
 
 def fault_point(point: str, step: int) -> None:

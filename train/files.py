@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Iterator, Optional
 
 from train.errors import InputFileError
+from train.staletmp import clear_stale, tag
 
 STEP_DIR = re.compile(r"^step(\d+)$")  # checkpoints/step<N>, evals/step<N>: N = optimizer steps done
 TRAINER_STATE = "trainer_state.json"
@@ -76,12 +77,14 @@ def verify_checkpoint(path: Path) -> None:
 
 @contextlib.contextmanager
 def atomic_open(path: str | Path, mode: str = "wb") -> Iterator[IO]:
-    """Write `path` whole or not at all: a hidden ``.<name>.<random>.tmp`` in the same directory is
-    written, flushed, fsynced and renamed over `path`, and the rename is made durable. A crash or an
-    error leaves the old file (or none) and no temporary. Readers ignore names starting with "."."""
+    """Write `path` whole or not at all: a hidden ``.<name>.<pid>@<host>.<random>.tmp`` in the same
+    directory is written, flushed, fsynced and renamed over `path`, and the rename is made durable. An
+    error leaves the old file (or none) and no temporary; SIGKILL leaves the temporary, which the next
+    write of `path` removes (train/staletmp.py). Readers ignore names starting with "."."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    clear_stale(path.parent, f".{path.name}.", ".", ".tmp")  # what a killed writer of `path` left
+    tmp = path.with_name(f".{path.name}.{tag()}.{uuid.uuid4().hex[:12]}.tmp")
     # os.open with 0o666 honours the umask (mkstemp would make every output 0600)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
@@ -90,9 +93,11 @@ def atomic_open(path: str | Path, mode: str = "wb") -> Iterator[IO]:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename is None:  # a failed write or flush names no file: ours
+            e.filename = str(path)
         raise
     fsync_dir(path.parent)
 

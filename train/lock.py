@@ -6,9 +6,11 @@ dead job never blocks the requeued one; the pid written into the file is only fo
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import socket
+import stat
 from pathlib import Path
 
 from train.errors import UserError
@@ -39,7 +41,20 @@ class RunLock:
         if not self.enabled:
             return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # O_NOFOLLOW: a .lock planted as a symlink would have announce() overwrite its target; a hard
+        # link (or a FIFO, a device) is refused by the fstat below for the same reason.
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise RunDirLocked(f"{self.path} is a symbolic link: refused (the lock file is written to); "
+                               f"delete it") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            os.close(fd)
+            raise RunDirLocked(f"{self.path} is not a plain file of its own ({'hard-linked' if stat.S_ISREG(st.st_mode) else 'not a regular file'}): "
+                               f"refused (the lock file is written to); delete it")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from train.errors import InputFileError
 from train.files import write_text_atomic
 
 
@@ -43,6 +45,9 @@ class Logger:
         self.cfg = cfg
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.path = run_dir / "logs" / "train.jsonl"
+        if resume_step and not self.path.exists():  # said once: the history before the resume is gone
+            print(f"warning: {self.path} is missing: the records of steps 1..{resume_step} are lost (a resume "
+                  f"logs only the steps it trains; W&B may still hold them)", file=sys.stderr, flush=True)
         truncate_log(self.path, resume_step)
         self._jsonl = open(self.path, "a")
         self.wandb_run = None
@@ -87,7 +92,11 @@ def read_log(path: Path) -> list[dict]:
     """The records of a train.jsonl; a torn last line (the process was killed mid-write) is dropped."""
     if not Path(path).is_file():
         return []
-    lines = Path(path).read_text().splitlines()
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise InputFileError(f"{path}: not UTF-8 at byte {e.start} (a damaged log); move it away to start a "
+                             f"new one (its records are lost)") from None
     records = []
     for i, line in enumerate(lines):
         try:

@@ -21,10 +21,12 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from train.batch import batch_sha256, stream_of
-from train.checkpoint import (latest_resumable, list_checkpoints, load_rng, prune_resume_states, read_manifest,
-                              save_checkpoint, verify_manifest)
+from train.checkpoint import (CorruptCheckpointError, latest_resumable, list_checkpoints, load_rng,
+                              missing_manifest, prune_resume_states, read_manifest, save_checkpoint,
+                              verify_manifest)
 from train.config import TrainConfig, config_hash, trajectory_diff
 from train.corpus import load_documents
+from train.dataid import KEY as DATA_KEY, check_resume_data, data_record
 from train.engine import RESUME_HINT, build_engine, init_distributed
 from train.errors import InputFileError, writing
 from train.faults import fault_point
@@ -74,6 +76,8 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
                   flush=True)
         lock.announce()
         _write_config(run_dir, resolved)
+        # finishes a bf16 rewrite a kill cut short (a finished run saves no checkpoint that would)
+        prune_resume_states(run_dir, cfg.schedule.keep_resume, cfg.schedule.weights_dtype)
         if on_accepted is not None:
             on_accepted()
 
@@ -93,6 +97,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
     tokenizer = load_tokenizer(tokenizer_dir)
     doc_start, doc_end = document_tokens(tokenizer)  # the scorer's start token too (train/start_token.py)
     if resume_from is not None:
+        check_resume_data(resume_from, resumed, corpus_id, store)  # first: a changed corpus is named as such
         _check_resume_tokenizer(resume_from, tokenizer_dir, doc_start)
     seq_len = cfg.data.seq_len or cfg.model.max_position_embeddings
     stream = stream_of(cfg, store, tokenizer)  # the one definition `train batch` rebuilds batches from
@@ -140,7 +145,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
                  "gradient_checkpointing": engine.module.is_activation_checkpointing,
                  "compile": cfg.engine.compile, "wandb_run_id": logger.run_id, "time": time.time(),
                  "versions": versions(), "preempted": not scheduled, "skipped_steps": skipped,
-                 "config_hash": run_hash, "config": resolved}
+                 "config_hash": run_hash, "config": resolved, DATA_KEY: data_record(corpus_id, store)}
         with writing(run_dir / "checkpoints"):  # a full disk is named with the file it cut short
             path = save_checkpoint(run_dir, step, engine, tokenizer, state, dist, with_resume=True)
         if dist.main:
@@ -161,8 +166,10 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         todo = []
         if dist.main:
             logged = logged_steps(logger.path, "checkpoint")
+            # only up to `current`: a later checkpoint (kept without its resume state) is written, probed
+            # and logged again when training reaches it; probing it now too logged it twice
             todo = [(s, p) for s, p in list_checkpoints(run_dir)
-                    if s in save_steps and (s not in logged or hooks_missing(hooks, s))]
+                    if s <= current and s in save_steps and (s not in logged or hooks_missing(hooks, s))]
         for step, path in _broadcast(todo, dist):
             if dist.main:
                 print(f"probing checkpoint {path}: its evals were not written before the last stop",
@@ -180,7 +187,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         probe_missed(start_step)
         # after probing: the RNG continues exactly where the checkpoint left it
         load_rng(resume_from / "resume", dist.rank)
-    if start_step == 0 and 0 in save_steps:
+    if resume_from is None and 0 in save_steps:  # a resume from step 0 has it (probe_missed saw to its hooks)
         checkpoint(0, None, 0.0)
     bar = tqdm(total=total_steps, initial=start_step, desc="train", unit="step",
                disable=not dist.main or os.environ.get("TQDM_DISABLE") == "1")
@@ -330,7 +337,7 @@ def _check_run_dir(cfg: TrainConfig, resolved: dict, run_hash: str, run_dir: Pat
                               f"hydra.run.dir or set resume=true")
     saved_path = run_dir / "config.yaml"
     if saved_path.exists():
-        saved = OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True)
+        saved = _read_saved_config(saved_path)
         diffs = trajectory_diff(saved, resolved)
         if diffs:
             raise ValueError(f"{saved_path} was written by a different run; resuming with a changed "
@@ -339,6 +346,8 @@ def _check_run_dir(cfg: TrainConfig, resolved: dict, run_hash: str, run_dir: Pat
     if path is None:
         return None
     manifest = read_manifest(path)
+    if manifest is None and missing_manifest(path):
+        raise CorruptCheckpointError(f"{missing_manifest(path)}; resume from another checkpoint (delete {path})")
     if manifest is None:
         # written before checkpoints carried manifests: only config.yaml can vouch for the config
         if not saved_path.exists():
@@ -358,7 +367,37 @@ def _check_run_dir(cfg: TrainConfig, resolved: dict, run_hash: str, run_dir: Pat
                          + ("; ".join(diffs) or f"keys unknown ({path / 'trainer_state.json'} "
                                                  f"holds no config)"))
     verify_manifest(path, manifest)
+    _refuse_foreign_checkpoints(run_dir, run_hash)  # after: the resumed one's changed keys are named above
     return path
+
+
+def _read_saved_config(path: Path) -> dict:
+    """config.yaml of the run as a dict; an empty, unparsable or non-mapping file is an InputFileError
+    naming it (a traceback from the YAML parser named neither the file nor the way out)."""
+    try:
+        saved = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except Exception as e:  # noqa: BLE001 - yaml's and OmegaConf's errors are of several types
+        detail = " ".join(str(e).split())[:300]
+        raise InputFileError(f"{path}: cannot be read as the run's config ({type(e).__name__}: {detail}); "
+                             f"restore it, or delete it (the checkpoints' manifests still prove the config)") from None
+    if not isinstance(saved, dict) or not saved:
+        raise InputFileError(f"{path}: empty or not a mapping; restore it, or delete it (the checkpoints' "
+                             f"manifests still prove the config)")
+    return saved
+
+
+def _refuse_foreign_checkpoints(run_dir: Path, run_hash: str) -> None:
+    """Every checkpoint records its run's config hash: one of another run copied in would be probed on
+    resume and read as this run's (only `verify` named it)."""
+    for _step, path in list_checkpoints(run_dir):
+        try:
+            recorded = read_trainer_state(path, missing_ok=True).get("config_hash")
+        except InputFileError:  # damaged: the reader of the resumed one names it, probing names others
+            continue
+        if recorded is not None and recorded != run_hash:
+            raise CorruptCheckpointError(f"{path / 'trainer_state.json'}: config hash {recorded[:12]}… is not this "
+                                         f"run's ({run_hash[:12]}…): a checkpoint of another run or config; move "
+                                         f"it out of {run_dir / 'checkpoints'}")
 
 
 def _check_resume_tokenizer(ckpt: Path, tokenizer_dir: Path, start_id: int) -> None:

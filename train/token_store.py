@@ -3,7 +3,8 @@
 Layout of cache_dir/stores/<fingerprint>/:
     tokens.bin    all documents' ids concatenated (no start/end token: the sequence stream adds them), uint16 or uint32
     offsets.npy   int64 [n_docs + 1]; document i is tokens[offsets[i]:offsets[i+1]]
-    meta.json     fingerprint, n_tokens, n_docs, dtype, tokenizer fingerprint, corpus_id
+    meta.json     fingerprint, n_tokens, n_docs, dtype, tokenizer fingerprint, corpus_id, and under
+                  "files" the size, mtime and sha256 of tokens.bin and offsets.npy (hashed once, at build)
 The directory is built under a temporary name and renamed into place when complete, so a crash leaves
 nothing under the final name and the next call simply rebuilds.
 
@@ -26,6 +27,7 @@ from tqdm.auto import tqdm
 
 from train.files import fsync_tree
 from train.errors import InputFileError, reading
+from train.staletmp import clear_stale, tag
 from train.tokenizer import load_tokenizer, pipeline_fingerprint
 
 _CHUNK_DOCS = 10_000  # documents per write: memory stays flat however large the corpus
@@ -54,6 +56,31 @@ class TokenStore:
         self.tokens: np.ndarray = np.memmap(tokens, dtype=dtype, mode="r", shape=(n_tokens,))
         if len(self.doc_offsets) != self.meta["n_docs"] + 1 or self.doc_offsets[-1] != n_tokens:
             raise InputFileError(f"{self.path}: offsets.npy does not match meta.json (a corrupt store: delete it)")
+        self.check(full=False)
+
+    def check(self, full: bool = True) -> None:
+        """Every file against the size and sha256 recorded at build. Cheap by default (full=False): a
+        file whose size and mtime are the recorded ones is taken as written (any write to it moves its
+        mtime; only a deliberate os.utime hides one), any other is hashed. full=True hashes every file
+        (`python -m train verify`). A store built before hashes were recorded is not checked."""
+        for name, rec in (self.meta.get("files") or {}).items():
+            f = self.path / name
+            st = f.stat()
+            if st.st_size != rec["size"]:
+                raise InputFileError(f"{f}: {st.st_size} bytes, meta.json records {rec['size']}; a damaged "
+                                     f"token store: delete {self.path} and rerun to rebuild it")
+            if (full or st.st_mtime_ns != rec["mtime_ns"]) and _sha256(f) != rec["sha256"]:
+                raise InputFileError(f"{f} does not match its sha256 in meta.json: the token store was damaged "
+                                     f"after it was built; delete {self.path} and rerun to rebuild it")
+
+    @property
+    def content_hash(self) -> str | None:
+        """sha256 of the store's recorded file hashes: what a run's checkpoints record as its data."""
+        files = self.meta.get("files")
+        if not files:
+            return None
+        return hashlib.sha256(json.dumps({k: v["sha256"] for k, v in files.items()}, sort_keys=True)
+                              .encode()).hexdigest()
 
     def __len__(self) -> int:
         return self.meta["n_docs"]
@@ -78,7 +105,8 @@ def build_or_load(docs: datasets.Dataset, tokenizer_dir: Path, corpus_id: str, c
     if (final / "meta.json").is_file():
         return TokenStore(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{fp}.tmp-", dir=final.parent))
+    clear_stale(final.parent, f".{fp}.tmp-", "-")  # a build a kill cut short
+    tmp = Path(tempfile.mkdtemp(prefix=f".{fp}.tmp-{tag()}-", dir=final.parent))
     try:
         _build(docs, Path(tokenizer_dir), corpus_id, fp, tmp, num_proc)
         try:
@@ -158,10 +186,20 @@ def write_token_store(path: Path, docs_ids: list[list[int]], dtype: str = "uint1
     return TokenStore(path)
 
 
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
 def _finish(out: Path, offsets: np.ndarray, dtype: np.dtype, meta: dict) -> None:
     """Write the index and meta next to tokens.bin and fsync all three before the directory is renamed."""
     with open(out / "offsets.npy", "wb") as f:
         np.save(f, offsets)
     meta = {**meta, "n_tokens": int(offsets[-1]), "n_docs": len(offsets) - 1, "dtype": np.dtype(dtype).name}
+    for name in ("tokens.bin", "offsets.npy"):  # fsync first: it does not move the mtime recorded here
+        with open(out / name, "rb") as f:
+            os.fsync(f.fileno())
+    meta["files"] = {name: {"size": (out / name).stat().st_size, "mtime_ns": (out / name).stat().st_mtime_ns,
+                            "sha256": _sha256(out / name)} for name in ("tokens.bin", "offsets.npy")}
     (out / "meta.json").write_text(json.dumps(meta, indent=2))
     fsync_tree(out)

@@ -42,6 +42,7 @@ from train.files import fsync_tree
 from train.errors import InputFileError
 from train.faults import stall_point
 from train.interrupt import run_in_child
+from train.staletmp import clear_stale, tag
 from train.start_token import write_record
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,8 @@ def prepare_tokenizer(cfg: TokenizerConfig, docs: datasets.Dataset, corpus_id: s
     if (final / "tokenizer.json").is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-", dir=final.parent))
+    clear_stale(final.parent, f".{key}.tmp-", "-")  # a training a kill cut short
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-{tag()}-", dir=final.parent))
     try:
         _train_sentencepiece(cfg, docs, tmp, corpus_id)
         hf = _fast_from_spm(tmp / SPM_FILE)

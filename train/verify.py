@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 from safetensors import SafetensorError, safe_open
 
 from train.checkpoint import (MANIFEST, CorruptCheckpointError, checkpoint_files, list_checkpoints,
-                              manifest_problems, read_manifest, sha256_file)
+                              manifest_problems, missing_manifest, read_manifest, sha256_file)
 from train.config import config_hash
 from train.trajectory import GROUP_MIN_ELEMENTS, Trajectory, Weights, identical_pairs, same_values, trace
 
@@ -127,7 +127,10 @@ def _check_files(ck: _Checkpoint, report: RunReport, fast: bool = False) -> None
                                          f"a checkpoint copied from another step?")
     else:
         ck.hashes = {f.name: sha256_file(f) for f in weight_files(ck.path)}
-        if not any(f.kind == "bad-manifest" for f in report.findings if f.step == ck.step):
+        lost = missing_manifest(ck.path)
+        if lost:
+            find(MANIFEST, "missing-manifest", lost.removeprefix(f"{ck.path / MANIFEST} "))
+        elif not any(f.kind == "bad-manifest" for f in report.findings if f.step == ck.step):
             report.notes.append(f"{ck.path}: no {MANIFEST} (written before manifests existed): its files "
                                 f"cannot be checked, only its weights compared")
     if (ck.path / STATE).is_file():
@@ -199,6 +202,47 @@ def _check_config_hashes(run_dir: Path, cks: list[_Checkpoint], report: RunRepor
         report.findings.append(Finding(None, str(run_dir / "config.yaml"), "other-run",
                                        f"its config hash {run_hash[:12]}… is no checkpoint's "
                                        f"({expected[:12]}…): config.yaml edited or from another run"))
+
+
+def _check_token_store(cks: list[_Checkpoint], report: RunReport) -> None:
+    """The token store the newest checkpoint records (trainer_state "data", train/dataid.py), hashed in
+    full against its build-time sha256 and against the run's record. A store no longer in the cache is a
+    note: a rerun rebuilds it from the corpus, and a resume checks it then."""
+    from train.token_store import TokenStore
+
+    ck = next((c for c in reversed(cks) if isinstance((c.state or {}).get("data"), dict)), None)
+    if ck is None:
+        return
+    record, state_file = ck.state["data"], str(ck.path / STATE)
+    path = Path(record.get("store", ""))
+    if not (path / "meta.json").is_file():
+        report.notes.append(f"{state_file}: its token store {path} is not there (deleted from the cache?): "
+                            f"not checked")
+        return
+    try:
+        store = TokenStore(path)
+        store.check(full=True)
+    except Exception as e:  # noqa: BLE001 - a damaged store is a finding, whatever it raised
+        report.findings.append(Finding(None, str(path), "damaged-store", str(e).removeprefix(f"{path}/")))
+        return
+    if record.get("store_sha256") not in (None, store.content_hash):
+        report.findings.append(Finding(None, str(path), "other-store",
+                                       f"is not the token store {state_file} was trained on (its sha256 "
+                                       f"differs): rebuilt from a changed corpus?"))
+
+
+def _check_eval_files(run_dir: Path, report: RunReport) -> None:
+    """Every eval file and per-token sidecar under evals/step<N>/ against its .sha256 (train/evalsums.py)."""
+    from train.evalsums import sum_problem
+
+    for path in sorted((run_dir / "evals").glob("step*/*.parquet")):
+        if path.name.startswith("."):
+            continue
+        problem = sum_problem(path)
+        if problem:
+            step = path.parent.name[4:]
+            report.findings.append(Finding(int(step) if step.isdigit() else None, str(path), "eval-file",
+                                           problem.removeprefix(f"{path}: ").removeprefix(f"{path} ")))
 
 
 def _check_identical_files(cks: list[_Checkpoint], report: RunReport) -> None:
@@ -352,6 +396,8 @@ def verify_run(run_dir: Path, fast: bool = False) -> RunReport:
     if cks and cks[0].step != 0:
         report.notes.append(f"{run_dir}: no step0 checkpoint: distances are from step{cks[0].step}")
     _check_config_hashes(run_dir, cks, report)
+    _check_token_store(cks, report)
+    _check_eval_files(run_dir, report)
     _check_identical_files(cks, report)
     # A copy of another step is reported once and left out of the trace: as a neighbour it would
     # bend the path of the checkpoints beside it.

@@ -64,7 +64,7 @@ def read_eval_file(path: Path, step: int, run_dir: Path) -> FileResult:
     missing = [c for c in _REQUIRED if c not in schema.names]
     if missing:
         raise EvalInputError(f"{path}: missing column(s) {missing}")
-    meta = eval_file_meta(path, schema.metadata or {})  # the one rule, also for files without metadata
+    meta = eval_file_meta(path, schema.metadata or {})  # the one rule (its .sha256 too), also without metadata
     tokens = meta["tokens"]
     region_cols = [f"{k}_{s}_{r}" for r in REGIONS for k in ("lp",) for s in ("good", "bad")]
     cols = list(_REQUIRED) + [c for c in region_cols if c in schema.names]

@@ -48,6 +48,7 @@ class RunInfo:
     # ("pythia-160m" -> 1.6e8): a size name is not a size (8,000 pieces made "pythia-14m" 3.25M parameters)
     model_params: Optional[float] = None
     tokenizer: str = ""  # train.tokenizer.tokenizer_label of config.yaml's tokenizer section
+    identity: Optional[str] = None  # config hash of what was trained (seed included): one run, however copied
 
 
 @dataclass
@@ -105,6 +106,10 @@ def _read_run_info(run_dir: Path) -> RunInfo:
 
         info.tokenizer = tokenizer_label(str(tok.get("kind", "")), tok.get("vocab_size"), tok.get("path"),
                                          str(tok.get("model_type", "unigram")))
+    from train.config import config_hash
+
+    if "seed" in cfg and isinstance(model, dict):  # a config that says what was trained
+        info.identity = config_hash(cfg)  # its trajectory keys (model, data, optim, seed, ...)
     return info
 
 
@@ -120,6 +125,20 @@ def _param_count(run_dir: Path) -> Optional[int]:
         if isinstance(n, int) and n > 0:
             return n
     return None
+
+
+def _refuse_copies(runs: list[RunInfo]) -> None:
+    """Two directories holding one run (same config hash, seed included) would count as two seeds: a
+    zero-width band and a doubled n_seeds. Refused, naming both."""
+    first: dict[str, RunInfo] = {}
+    for info in runs:
+        if info.identity is None:
+            continue
+        other = first.setdefault(info.identity, info)
+        if other is not info:
+            raise EvalInputError(f"run directories {other.path} and {info.path} hold the same run (config hash "
+                                 f"{info.identity[:12]}…, seed {info.seed}): a copy would count as a second "
+                                 f"seed; give each run once")
 
 
 def _unique_names(dirs: list[Path]) -> list[str]:
@@ -228,6 +247,7 @@ def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cac
     if len({d.resolve() for d in dirs}) != len(dirs):
         raise EvalInputError("the same run directory is given twice")
     names = _unique_names(dirs)
+    _refuse_copies([_read_run_info(d) for d in dirs])  # before any file is read
     # One run per task: each reads its files and reduces them to compact arrays, and only the
     # reduced arrays are kept. Threads, not processes: pyarrow and numpy release the GIL for most of
     # a cold read, and forked readers were only ~10 % faster there (12.0 vs 13.4 s on the 60-run

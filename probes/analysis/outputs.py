@@ -4,8 +4,12 @@ half-written one that a later reader would trust.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import uuid
 from pathlib import Path
+from typing import Iterator
 
 import pandas as pd
 import pyarrow as pa
@@ -71,6 +75,48 @@ def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
     return Path(path)
 
 
+@contextlib.contextmanager
+def staged_output(out: Path) -> Iterator[Path]:
+    """A directory of outputs (the report: report.md, figures/, tables/) built whole under a hidden
+    sibling ``.<out>.<pid>@<host>.tmp``, then moved into `out` entry by entry, report.md last. A killed
+    report leaves the previous one as it was (not old report.md beside new tables); the next run removes
+    what it left (train/staletmp.py). Entries of `out` that the new report lacks but an old one wrote
+    (a problems.txt with no problems now) go; anything else in `out` stays. An error removes the stage."""
+    from train.staletmp import clear_stale, tag
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for suffix in (".tmp", ".old"):
+        clear_stale(out.parent, f".{out.name}.", ".", suffix)
+    stage = out.parent / f".{out.name}.{tag()}.{uuid.uuid4().hex[:12]}.tmp"
+    stage.mkdir()
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    out.mkdir(exist_ok=True)
+    old = out.parent / f".{out.name}.{tag()}.{uuid.uuid4().hex[:12]}.old"
+    old.mkdir()
+    new = {p.name for p in stage.iterdir()}
+    # the old report.md goes first and the new one comes last: a kill mid-swap leaves no report.md
+    # rather than one that describes other tables
+    if (out / "report.md").exists():
+        os.replace(out / "report.md", old / "report.md")
+    for name in sorted({*REPORT_ENTRIES, *new} - {"report.md"}):
+        if (out / name).exists():
+            os.replace(out / name, old / name)
+        if name in new:
+            os.replace(stage / name, out / name)
+    if "report.md" in new:
+        os.replace(stage / "report.md", out / "report.md")
+    shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+REPORT_ENTRIES = ("problems.txt", "figures", "tables")  # what an older report may have left, report.md aside
+
+
 def fork_pool(workers: int):
     """A ProcessPoolExecutor of `workers` forked processes, or None (one worker, or no fork here).
 
@@ -83,7 +129,23 @@ def fork_pool(workers: int):
         return None
     from concurrent.futures import ProcessPoolExecutor
 
-    return ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"))
+    return ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_die_with_parent,
+                               initargs=(os.getpid(),))
+
+
+def _die_with_parent(parent: int) -> None:
+    """In each worker: SIGKILL when the parent dies (Linux PR_SET_PDEATHSIG). A killed `probes report`
+    otherwise left its workers blocked on the task queue for good (ppid 1), and `report | cat` waited
+    on the stdout they inherited. A parent already gone by now is caught by the ppid check."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the shutdown in FigureJobs.close() is all there is
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 class FigureJobs:

@@ -26,7 +26,7 @@ from probes.analysis.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_ru
 from probes.analysis.formuse import use_sections
 from probes.analysis.human import zhoblimp_human
 from probes.analysis.normsweep import sweep_paradigms, sweep_summary
-from probes.analysis.outputs import FigureJobs, write_csv, write_parquet, write_table, write_text
+from probes.analysis.outputs import FigureJobs, staged_output, write_csv, write_parquet, write_table, write_text
 from probes.analysis.paper_ushapes import paper_u_table
 from probes.analysis.paperfigs import budget_order, plot_all_phenomena, plot_overall, plot_phenomenon
 from probes.analysis.plotting import accuracy_label, safe_name
@@ -38,6 +38,7 @@ from probes.analysis.ugallery import number_us, plot_u_gallery
 from probes.analysis.ushape import UShapeConfig, find_u_shapes_in_runs
 from probes.syntaxqa.report import syntax_qa_section
 from train.cli import exit_on_user_error
+from train.errors import UserError, check_writable
 
 
 @dataclass
@@ -333,13 +334,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                            regions=RegionConfig(max_plots=a.max_region_plots),
                            case_study=CaseStudyConfig(paradigm=a.case_study, quantity=a.case_study_quantity,
                                                       phrase_regions=a.phrase_regions))
+        check_writable(a.out, "--out")  # a read-only or missing place: one line, before any work
         ev = load_runs(a.run_dirs)
         pick_paradigms(ev, cfg.case_study.paradigm)  # a misspelt paradigm fails before any work
-    except (EvalInputError, ValueError) as exc:
+    except (EvalInputError, ValueError, UserError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    # a file refused half-way (SLOR/MORCELA read every last-checkpoint file) is one line too
-    res = exit_on_user_error(lambda: build_report(ev, a.out, cfg))
+
+    def staged() -> dict:  # built whole beside --out, then swapped in (a killed report leaves the old one)
+        with staged_output(a.out) as stage:
+            return build_report(ev, stage, cfg)
+
+    # a file refused half-way (SLOR/MORCELA read every last-checkpoint file), a full disk: one line too
+    res = exit_on_user_error(staged)
     for n in res["notes"]:
         print(f"warning: {n}", file=sys.stderr)
     for n in res["ushape_evidence"]:

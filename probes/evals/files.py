@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Optional
 
 from train.errors import InputFileError
 from train.files import STEP_DIR, TRAINER_STATE, read_trainer_state, versions
+from train.evalsums import sum_path, sum_problem
 
 META_KEY = b"syntax_dynamics"  # parquet schema-metadata key of an eval file's JSON metadata
 CONVENTION = "start_token_all_tokens_v2"  # the scoring convention (probes/scoring/primitive.py documents it)
@@ -100,6 +101,8 @@ def eval_file_meta(path: Path, schema_meta: Optional[dict] = None) -> dict:
     caller already holds it.
     """
     path = Path(path)
+    if sum_path(path).is_file():  # first: a damaged file is named as such, whatever it reads as
+        _check_sum(path)
     if schema_meta is None:
         import pyarrow.parquet as pq
 
@@ -132,7 +135,16 @@ def eval_file_meta(path: Path, schema_meta: Optional[dict] = None) -> dict:
     check_meta(meta, str(path))
     if dir_step is not None and meta["step"] != dir_step:
         raise EvalInputError(f"{path}: metadata step {meta['step']} != directory step{dir_step}")
+    if not sum_path(path).is_file():  # lost, where the file says it was written with one
+        _check_sum(path, meta)
     return meta
+
+
+def _check_sum(path: Path, meta: Optional[dict] = None) -> None:
+    """Raises EvalInputError when the file does not match its .sha256, or lost it (train/evalsums.py)."""
+    problem = sum_problem(path, meta)
+    if problem:
+        raise EvalInputError(problem)
 
 
 TOKENS_SUFFIX = ".tokens.parquet"  # the per-token sidecar beside an eval file (probes/scoring/tokens.py)
@@ -153,6 +165,8 @@ def eval_done(path: Path, pairs_hash: str, manifest: Optional[str], per_token: b
         return False
     try:
         meta = eval_file_meta(path)  # without metadata: convention 'unknown', never done
+        if per_token:  # a damaged or cut-short sidecar is scored again too
+            _check_sum(tokens_path(path))
     except EvalInputError as e:  # a foreign or damaged file: scoring again replaces it
         logging.getLogger(__name__).warning("%s; it will be scored again", e)
         return False

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from probes.evals.files import CONVENTION, META_KEY, EvalInputError, check_meta, eval_file_meta, eval_path
+from train.evalsums import CHECKSUM, CHECKSUM_KEY, write_sum
 from train.files import atomic_open, versions
 from train.faults import fault_point
 
@@ -30,6 +31,7 @@ def write_pairs(df: pd.DataFrame, path: Path, meta: dict) -> None:
     meta = dict(meta)
     meta.setdefault("convention", CONVENTION)
     meta.setdefault("versions", versions())
+    meta[CHECKSUM_KEY] = CHECKSUM  # written with a .sha256 (train/evalsums.py): a missing one is damage
     check_meta(meta, str(path))
     try:
         blob = json.dumps(meta, default=lambda o: str(o) if isinstance(o, os.PathLike) else _bad(o))
@@ -44,6 +46,7 @@ def write_pairs(df: pd.DataFrame, path: Path, meta: dict) -> None:
     with atomic_open(path, "wb") as f:
         pq.write_table(table, f)
         fault_point("eval_write", meta["step"])  # the crash tests' kill point; nothing otherwise
+    write_sum(path)
 
 
 def _bad(o):

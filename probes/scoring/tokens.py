@@ -84,9 +84,10 @@ def write_eval(df, path: Path, meta: dict) -> None:
 def write_tokens(table: pa.Table, path: Path, meta: dict) -> None:
     """The sidecar, atomically (probes.analysis.outputs.atomic_open), with the eval file's metadata."""
     from probes.evals.files import META_KEY
+    from train.evalsums import CHECKSUM, CHECKSUM_KEY, write_sum
     from train.files import atomic_open
 
-    blob = json.dumps({**meta, "kind": "per_token"}, default=str).encode()
+    blob = json.dumps({**meta, "kind": "per_token", CHECKSUM_KEY: CHECKSUM}, default=str).encode()
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: blob})
     floats = [f"{c}.list.element" for c in table.column_names if c.startswith("lps_")]
     with atomic_open(path, "wb") as fh:
@@ -96,6 +97,7 @@ def write_tokens(table: pa.Table, path: Path, meta: dict) -> None:
         pq.write_table(table, fh, compression="zstd", use_byte_stream_split=floats,
                        use_dictionary=[c if c in ("paradigm", "pair_id") else f"{c}.list.element"
                                        for c in table.column_names if not c.startswith("lps_")])
+    write_sum(path)
 
 
 def read_tokens(path: Path, paradigm: Optional[str] = None, pair_id: Optional[str] = None):
@@ -103,8 +105,14 @@ def read_tokens(path: Path, paradigm: Optional[str] = None, pair_id: Optional[st
     from probes.scoring.store import META_KEY
 
     filters = [(k, "=", v) for k, v in (("paradigm", paradigm), ("pair_id", pair_id)) if v is not None]
-    table = pq.read_table(path, filters=filters or None)
+    from probes.evals.files import EvalInputError
+    from train.evalsums import sum_problem
+
     meta = json.loads((pq.read_schema(path).metadata or {}).get(META_KEY, b"{}"))
+    problem = sum_problem(path, meta)
+    if problem:
+        raise EvalInputError(problem)
+    table = pq.read_table(path, filters=filters or None)
     return table.to_pylist(), meta
 
 

@@ -1,0 +1,74 @@
+"""A sha256 beside every eval file and per-token sidecar: ``<file>.sha256`` in sha256sum's format
+(``sha256sum -c`` checks it by hand). One flipped bit turned an lp_good of -10.13 into -162.13 and read
+back silently in 216 of 401 trials: parquet checks little of its own. The hash is written after the file
+(a crash in between leaves a mismatch, and a mismatch is scored again by score-run, watch and the probe
+hook); the readers and `python -m train verify` check it.
+
+The file's own metadata records that it was written with one (CHECKSUM_KEY), so deleting the .sha256
+does not turn a damaged file into an unchecked one. Files written before this have neither: read as
+before, unchecked.
+
+It lives in train/ because `python -m train verify` checks eval files too (train imports nothing of
+probes: the metadata key is found by looking at every JSON value of the schema metadata).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Optional
+
+from train.files import write_text_atomic
+
+SUFFIX = ".sha256"
+CHECKSUM_KEY, CHECKSUM = "checksum", "sha256 sidecar"  # in an eval file's metadata: written with one
+
+
+def sum_path(path: Path) -> Path:
+    return Path(path).with_name(Path(path).name + SUFFIX)
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def write_sum(path: Path) -> None:
+    """``<path>.sha256`` for the file just written, atomically."""
+    path = Path(path)
+    write_text_atomic(sum_path(path), f"{_sha256(path)}  {path.name}\n")
+
+
+def _expects_sum(path: Path) -> bool:
+    """Whether the file's parquet metadata says it was written with a .sha256 (any JSON value there)."""
+    import pyarrow.parquet as pq
+
+    try:
+        metadata = pq.read_schema(path).metadata or {}
+    except Exception:  # noqa: BLE001 - unreadable: its reader names that
+        return False
+    for blob in metadata.values():
+        try:
+            value = json.loads(blob)
+        except ValueError:
+            continue
+        if isinstance(value, dict) and value.get(CHECKSUM_KEY) == CHECKSUM:
+            return True
+    return False
+
+
+def sum_problem(path: Path, meta: Optional[dict] = None) -> Optional[str]:
+    """Why `path` cannot be trusted, or None. `meta`: its metadata when the caller has read it (else it
+    is read here, only when the .sha256 is missing)."""
+    path, side = Path(path), sum_path(path)
+    if side.is_file():
+        recorded = side.read_text(errors="replace").split()[:1]
+        if recorded != [_sha256(path)]:
+            return (f"{path} does not match its sha256 in {side.name}: damaged, or its write was cut short; "
+                    f"score it again (probes score-run rewrites it) or delete both files")
+        return None
+    expected = (meta or {}).get(CHECKSUM_KEY) == CHECKSUM if meta is not None else _expects_sum(path)
+    if expected:
+        return (f"{path}: its {side.name} is missing (the file was written with one), so it cannot be checked; "
+                f"score it again (probes score-run rewrites both) or restore {side.name}")
+    return None
