@@ -30,7 +30,7 @@ def task_yaml(task: str, data_file: Path) -> str:
     data_files to datasets.load_dataset, which reads relative paths from the working directory."""
     return "\n".join([
         f"# {task}: written by `python -m probes lm-eval-tasks`; scores pairs as `probes score` does",
-        f"# (run with --model_args pretrained=DIR,prefix_token_id=<start_token_id of DIR/start_token.json>)",
+        "# (run with --model_args pretrained=DIR,prefix_token_id=<start_token_id of DIR/start_token.json>)",
         f"task: {task}",
         "dataset_path: json",
         "dataset_kwargs:",
