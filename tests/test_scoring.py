@@ -197,7 +197,7 @@ def _other_architectures(vocab: int):
 
 
 def test_head_only_where_needed_and_plain_path_agree(tok, model):
-    from probes.scoring.primitive import _split_head
+    from probes.scoring.head import _split_head
 
     texts = ["the cat runs .", "the cat run .", "the cats run , and a dog sees the cat .", "cats"]
     seqs = sentence_ids(tok, texts)
@@ -254,7 +254,7 @@ def test_bf16_autocast_changes_the_lps_within_bf16_precision(tok, model):
 def test_cpu_head_blocks_match_logsumexp():
     # the CPU path of the output layer: addmm blocks of a transposed weight, bias included, a
     # vocabulary of several blocks and a partial last one, more rows than one chunk
-    from probes.scoring.primitive import _HEAD_CHUNK, _HEAD_VOCAB_BLOCK, _HeadLSE
+    from probes.scoring.head import _HEAD_CHUNK, _HEAD_VOCAB_BLOCK, _HeadLSE
 
     torch.manual_seed(0)
     vocab, rows = 2 * _HEAD_VOCAB_BLOCK + 5, _HEAD_CHUNK["cpu"] + 7

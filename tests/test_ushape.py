@@ -7,8 +7,8 @@ import pytest
 
 from probes.analysis.evalset import load_runs, log_tokens
 from probes.analysis.synthetic import RunSpec, log_spaced_steps, planted_dip, sample_correct, sigmoid_curve, write_run
-from probes.analysis.ushape import (UShapeConfig, analyse_curve, find_u_shapes_in_runs, min_pairs, noise_threshold,
-                           onset_index, smoothing_matrix)
+from probes.analysis.unoise import min_pairs, noise_threshold, smoothing_matrix
+from probes.analysis.ushape import UShapeConfig, analyse_curve, find_u_shapes_in_runs, onset_index
 
 X = np.linspace(6.0, 11.0, 40)  # log10 tokens of 40 checkpoints
 

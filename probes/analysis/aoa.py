@@ -25,7 +25,7 @@ import pandas as pd
 from scipy.optimize import leastsq
 
 from probes.analysis.evalset import log_tokens
-from probes.analysis.ushape import smoothing_matrix
+from probes.analysis.unoise import smoothing_matrix
 
 
 @dataclass

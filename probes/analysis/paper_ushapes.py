@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from probes.analysis.ushape import (UShapeConfig, analyse_curve, min_pairs, noise_threshold, onset_index,
-                                    scales, unit_sd, unit_threshold)
+from probes.analysis.unoise import min_pairs, noise_threshold, unit_sd, unit_threshold
+from probes.analysis.ushape import UShapeConfig, analyse_curve, onset_index, scales
 
 REFERENCE_DEPTH = 0.05
 BENCHMARK_PAIRS = 300  # ZhoBLiMP: 300 pairs in every paradigm

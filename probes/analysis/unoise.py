@@ -1,0 +1,127 @@
+"""The U-detector's noise model: the smoother it looks through, the deepest drop binomial noise alone
+makes on a schedule (Monte Carlo), the binomial standard error of a unit's curve, and the pairs a
+one-seed curve needs. Pure numpy, no configuration: `probes.analysis.ushape` decides with it."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def smoothing_matrix(x: np.ndarray, bandwidth: float, min_neighbours: int = 0) -> np.ndarray:
+    """Local-linear Gaussian-kernel smoother on x (log10 tokens) as a matrix: smoothed = W @ y.
+
+    Row i fits a weighted line around x_i (weights exp(-d^2 / 2h_i^2)) and keeps its value at x_i.
+    A local *linear* fit, not a weighted mean, because a weighted mean at the ends of a rising curve
+    is pulled toward the interior: the first checkpoints would look higher than they are and a
+    rising curve would show a spurious early "peak". h_i = max(bandwidth, distance to the
+    min_neighbours-th nearest checkpoint): on a log axis the first checkpoints lie decades apart and
+    a fixed bandwidth would leave them raw. The smoother is linear in the per-pair outcomes, which
+    lets the paired bootstrap resample pairs and recompute the smoothed drop exactly.
+    """
+    x = np.asarray(x, dtype=float)
+    if bandwidth <= 0 or len(x) < 3:
+        return np.eye(len(x))
+    d = x[None, :] - x[:, None]  # d[i, j] = x_j - x_i
+    h = np.full(len(x), float(bandwidth))
+    k = max(int(min_neighbours), 2)  # a line needs two neighbours
+    if k < len(x):
+        h = np.maximum(h, np.sort(np.abs(d), axis=1)[:, k])
+    w = np.exp(-0.5 * (d / h[:, None]) ** 2)
+    s0, s1, s2 = w.sum(1, keepdims=True), (w * d).sum(1, keepdims=True), (w * d * d).sum(1, keepdims=True)
+    return w * (s2 - d * s1) / (s0 * s2 - s1 ** 2)
+
+
+def max_drawdown(y: np.ndarray) -> np.ndarray:
+    """max over i <= j of y[..., i] - y[..., j] along the last axis: the deepest drop of a curve."""
+    if y.ndim != 2:
+        return np.max(np.maximum.accumulate(y, axis=-1) - y, axis=-1)
+    # many short curves (4,000 Monte-Carlo draws x 47 checkpoints): walk the checkpoints with one
+    # vector op over all curves each, 4x cheaper than accumulate's 4,000 inner loops of 47; same values
+    run, deepest = y[:, 0].copy(), np.zeros(len(y))
+    for col in y.T[1:]:
+        np.maximum(run, col, out=run)
+        np.maximum(deepest, run - col, out=deepest)
+    return deepest
+
+
+def noise_threshold(sd: np.ndarray, W: np.ndarray, level: float, n_null: int,
+                    rng: np.random.Generator) -> float:
+    """The `level` quantile of the deepest drop that noise alone makes on the curve W @ (mu + e).
+
+    e_t ~ N(0, sd_t^2) independently per checkpoint: the binomial sampling noise of each
+    checkpoint's accuracy, as if its pairs were drawn afresh (which bounds the paired case, where a
+    pair's outcomes are positively correlated over time, from above). Why this bounds false U's: if
+    the true curve mu is non-decreasing, any drop of W @ (mu + e) from an earlier to a later point is
+    at most a drop of W @ e (exactly on the raw scale; up to the smoother's small overshoot at sharp
+    bends on the smoothed one), so P(some candidate's drop > threshold) <= 1 - level however many
+    checkpoints and candidates were looked at. A flat curve is the worst case. A U also needs a
+    recovery, so its depth min(drop, recovery) is tested against the same value.
+    """
+    e = rng.standard_normal((n_null, len(sd))) * sd[None, :]
+    return float(np.quantile(max_drawdown(e if _is_identity(W) else e @ W.T), level))
+
+
+def _is_identity(W: np.ndarray) -> bool:
+    return W.shape[0] == W.shape[1] and np.array_equal(W, np.eye(len(W)))
+
+
+_UNIT_THRESHOLDS: dict[tuple, float] = {}
+
+
+def unit_threshold(x: np.ndarray, W: np.ndarray, level: float, n_null: int, seed: int) -> float:
+    """noise_threshold at sd 0.5 (one pair, p = 0.5) for a schedule x and scale W; it depends on
+    nothing else, so it is computed once per schedule (a grid's runs share theirs)."""
+    key = (np.asarray(x, dtype=float).tobytes(), W.tobytes(), level, n_null, seed)
+    if key not in _UNIT_THRESHOLDS:
+        _UNIT_THRESHOLDS[key] = noise_threshold(np.full(len(x), 0.5), W, level, n_null,
+                                                np.random.default_rng(seed))
+    return _UNIT_THRESHOLDS[key]
+
+
+def _impute(m: np.ndarray) -> np.ndarray:
+    """Missing pairs (NaN) take their checkpoint's mean, so they move no contrast."""
+    if not np.isnan(m).any():
+        return m
+    col = np.nanmean(m, axis=1, keepdims=True)
+    return np.where(np.isnan(m), col, m)
+
+
+def _resample_counts(n: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_boot, n): how often each pair is drawn in each bootstrap resample of n pairs."""
+    idx = rng.integers(0, n, size=(n_boot, n)) + n * np.arange(n_boot)[:, None]
+    return np.bincount(idx.ravel(), minlength=n_boot * n).reshape(n_boot, n).astype(np.float64)
+
+
+def unit_sd(mats: list[list[np.ndarray]], worst_case: bool = False) -> tuple[np.ndarray, float]:
+    """Binomial standard error of the unit's seed-mean accuracy at each checkpoint, and the unit's
+    pairs per paradigm (harmonic mean over paradigms and seeds of the non-missing pairs).
+
+    The unit's accuracy is the mean over S seeds of the mean over K paradigms of the pair means, so
+    var_t = sum_s sum_k p_kt (1 - p_kt) / n_skt / (S K)^2. p_kt is pooled over seeds with one
+    success and one failure added (a checkpoint at 300/300 right does not get zero variance);
+    worst_case=True uses p = 0.5, the largest binomial variance.
+    """
+    S, K = len(mats), len(mats[0])
+    var = np.zeros(mats[0][0].shape[0])
+    inv_n = []
+    for k in range(K):
+        n_sk = [np.sum(~np.isnan(seed[k]), axis=1) for seed in mats]  # (steps,) per seed
+        if worst_case:
+            p = np.full(len(var), 0.5)
+        else:
+            hits = sum(np.nansum(seed[k], axis=1) for seed in mats)
+            p = (hits + 1.0) / (sum(n_sk) + 2.0)
+        for n in n_sk:
+            var += p * (1 - p) / np.maximum(n, 1)
+            inv_n.append(np.mean(1.0 / np.maximum(n, 1)))
+    return np.sqrt(var) / (S * K), round(float(1.0 / np.mean(inv_n)), 6)
+
+
+def min_pairs(depth: float, c_unit: float, n_paradigms: int = 1) -> int:
+    """Pairs per paradigm a one-seed curve needs before a U of `depth` can be told from noise.
+
+    c_unit is the noise threshold of the schedule at one pair per paradigm and p = 0.5 (binomial sd
+    0.5 per pair). The threshold scales with the binomial sd, 0.5 / sqrt(n K) for n pairs in each of
+    K paradigms averaged, i.e. it is c_unit / sqrt(n K); a U of `depth` clears it when
+    n >= (c_unit / depth)^2 / K.
+    """
+    return int(np.ceil((c_unit / depth) ** 2 / max(n_paradigms, 1)))
