@@ -343,7 +343,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     def staged() -> dict:  # built whole beside --out, then swapped in (a killed report leaves the old one)
         with staged_output(a.out) as stage:
-            return build_report(ev, stage, cfg)
+            res = build_report(ev, stage, cfg)
+        # the figures' paths where they now are, not where they were built
+        for key in ("figures", "main_figures"):
+            res[key] = [a.out / Path(p).relative_to(stage) for p in res[key]]
+        return res
 
     # a file refused half-way (SLOR/MORCELA read every last-checkpoint file), a full disk: one line too
     res = exit_on_user_error(staged)
