@@ -59,9 +59,29 @@ def test_report_reads_such_a_run_or_refuses_it_in_one_line(tmp_path, capsys):
 
     bad = run / "evals" / "step600" / "synthetic.parquet"
     (run / "checkpoints" / "step600" / "trainer_state.json").write_text('{"step": 600}')  # no tokens
+    for cached in (run / "evals").glob(".reduced-*"):  # the first report's reduced copy would answer for the files
+        cached.unlink()
     done = subprocess.run([sys.executable, "-m", "probes", "report", str(run), "--out", str(tmp_path / "rep2")],
                           cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 2, done.stderr[-3000:]
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {bad}: no 'tokens' in its metadata, nor in "), lines
+
+
+def test_another_benchmarks_file_under_this_name_is_refused(tmp_path):
+    """Issue 25 item 15: a foreign benchmark's eval file copied in as blimp.parquet was read as BLiMP (accuracy
+    1.0 from one pair). Its metadata names the benchmark it holds; the name it sits under must agree."""
+    steps = log_spaced_steps(4, 100)
+    curves = np.stack([sigmoid_curve(np.log10(steps * 1000.0 + 1), 0.5, 0.9, 4.5, 4.0)] * 2, axis=1)
+    run = write_run(tmp_path / "run", RunSpec(model="pythia-14m", budget=10**6, seed=1, tokens_per_step=1000,
+                                              steps=list(steps)),
+                    curves, ["simple", "hard"], ["agreement", "island"], 20, np.random.default_rng(0))
+    f = run / "evals" / "step100" / "synthetic.parquet"
+    assert eval_file_meta(f)["benchmark"] == "synthetic"
+    foreign = f.with_name("blimp.parquet")
+    foreign.write_bytes(f.read_bytes())
+    with pytest.raises(EvalInputError, match=f"^{foreign}: holds benchmark 'synthetic' under the name 'blimp'"):
+        eval_file_meta(foreign)
+    with pytest.raises(EvalInputError, match="under the name 'blimp'"):
+        read_pairs(foreign)

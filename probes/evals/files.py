@@ -135,6 +135,10 @@ def eval_file_meta(path: Path, schema_meta: Optional[dict] = None) -> dict:
     check_meta(meta, str(path))
     if dir_step is not None and meta["step"] != dir_step:
         raise EvalInputError(f"{path}: metadata step {meta['step']} != directory step{dir_step}")
+    named = path.name[:-len(TOKENS_SUFFIX)] if path.name.endswith(TOKENS_SUFFIX) else path.stem
+    if dir_step is not None and meta["benchmark"] != named:  # another benchmark's file copied in under this name
+        raise EvalInputError(f"{path}: holds benchmark {meta['benchmark']!r} under the name {named!r}; "
+                             f"move it away (or to {meta['benchmark']}.parquet)")
     if not sum_path(path).is_file():  # lost, where the file says it was written with one
         _check_sum(path, meta)
     return meta
