@@ -10,7 +10,7 @@ train/token_store.py), so nothing half-written stays. Interrupted derives from B
 `except Exception` in a library swallows it; the entry point prints it as one line.
 
 Work that runs in C without returning to Python (sentencepiece's trainer) would keep the handler from
-running at all, so it runs in a forked child the parent waits on in Python (run_in_child).
+running at all, so it runs in a child process the parent waits on in Python (run_in_child).
 """
 from __future__ import annotations
 
@@ -96,12 +96,16 @@ def open_files(among: Iterable[Path]) -> list[Path]:
 
 
 def run_in_child(fn: Callable, *args) -> None:
-    """fn(*args) in a forked child, waited on in Python so that a signal's handler runs in the parent at
+    """fn(*args) in a child process, waited on in Python so that a signal's handler runs in the parent at
     once (Interrupted, after kill_children). An exception in the child comes back as RuntimeError with
-    its message; the child's exit without one (killed, out of memory) as RuntimeError naming the status."""
+    its message; the child's exit without one (killed, out of memory) as RuntimeError naming the status.
+    fn and args must pickle (a module-level function, plain data)."""
     import multiprocessing
 
-    ctx = multiprocessing.get_context("fork")  # the child needs the parent's imports, not a fresh interpreter
+    # spawn, not fork: a forked child of a process that has threads (torch's, a datasets pool, an earlier
+    # sentencepiece run) inherits their locks held and can wait on them forever -- seen in the test suite,
+    # where sentencepiece's trainer hung in a futex in the forked child. A fresh interpreter costs ~1 s.
+    ctx = multiprocessing.get_context("spawn")
     reader, writer = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(writer, fn, args), daemon=True)
     proc.start()

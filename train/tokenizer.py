@@ -191,8 +191,6 @@ def pipeline_fingerprint(path: Path) -> str:
 
 
 def _train_sentencepiece(cfg: TokenizerConfig, docs: datasets.Dataset, out_dir: Path, corpus_id: str = "") -> None:
-    import sentencepiece as spm
-
     # Sample whole documents in a fixed random order until max_sentences lines are collected, so the
     # training file stays bounded however large the corpus is.
     order = list(range(len(docs)))
@@ -221,7 +219,7 @@ def _train_sentencepiece(cfg: TokenizerConfig, docs: datasets.Dataset, out_dir: 
     try:
         # in a child process: sentencepiece's trainer never returns to Python until done, so a signal
         # could not stop it here (train/interrupt.py)
-        run_in_child(_spm_train, spm, cfg, lines_file, out_dir)
+        run_in_child(_spm_train, cfg, lines_file, out_dir)
     except RuntimeError as e:
         if skipped:
             raise InputFileError(f"sentencepiece training failed: {skipped}; break the text into lines of "
@@ -245,7 +243,9 @@ def _corpus_files(corpus_id: str) -> str:
     return f"({', '.join(files)})" if files else "(data.paths)"
 
 
-def _spm_train(spm, cfg: TokenizerConfig, lines_file: Path, out_dir: Path) -> None:
+def _spm_train(cfg: TokenizerConfig, lines_file: Path, out_dir: Path) -> None:
+    import sentencepiece as spm
+
     stall_point("tokenizer_training")
     spm.SentencePieceTrainer.train(
         input=str(lines_file),
