@@ -20,7 +20,7 @@ def test_a_sweep_runs_in_one_process_with_the_basic_launcher(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert proc.stdout.count("run directory:") == 2
+    assert proc.stdout.count("run directory:") == 4  # each run: its start-up summary and its last line
     runs = sorted(p for p in sweep.iterdir() if p.is_dir() and not p.name.startswith("."))
     assert [p.name for p in runs] == ["tiny-bfull-s0", "tiny-bfull-s1"]
     for run in runs:
