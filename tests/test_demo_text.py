@@ -35,7 +35,7 @@ def test_demo_text_preset_runs_end_to_end_shortened(tmp_path, shared):
     # the preset's treebank path is made absolute from where `python -m train` started
     assert cfg["probes"]["syntax_qa"]["sources"] == [f"{ROOT}/../shared/treebanks/ud_english_ewt/en_ewt-ud-test.conllu"]
     steps = [s for s, _ in list_checkpoints(run_dir)]
-    assert steps == [0, 1, 2]
+    assert steps == [0, 1, 3]  # 12,288 tokens trained on: 3 steps (a budget counts tokens trained on)
     assert len(load_tokenizer(list_checkpoints(run_dir)[-1][1])) == 1000  # its own sentencepiece, saved
     for step in steps:
         blimp = pd.read_parquet(run_dir / "evals" / f"step{step}" / "blimp.parquet")
