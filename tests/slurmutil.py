@@ -36,8 +36,13 @@ def expected_lines(launcher: str, gpus: int) -> tuple[list[str], list[str]]:
 
 
 def job_env() -> dict:
-    """The environment sbatch passes on to the job (--export=ALL): this interpreter's `python` first."""
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    """The environment sbatch passes on to the job (--export=ALL): this interpreter's `python` first, and
+    none of the rank variables an earlier in-process DeepSpeed test set in this process (init_distributed
+    sets RANK=0, WORLD_SIZE=1 for a lone DeepSpeed process): exported into a 2-task step they made both
+    tasks rank 0, as no login shell that submits a job would."""
+    dist = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    return {**{k: v for k, v in os.environ.items() if k not in dist},
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
 
 
