@@ -108,3 +108,24 @@ def finish_legend(ax, n: int, title: Optional[str] = None) -> None:
 def short_label(label: str, limit: int = 40) -> str:
     """A legend label cut to `limit` characters (long paradigm names push the curves aside)."""
     return label if len(label) <= limit else label[: limit - 1] + "…"
+
+
+def write_run_figures(table, out, name: str, sort: list, draw, ylabel: str, title: str) -> list:
+    """`<out>/<name>.csv` (the tidy table) and per run one figure `<out>/plots/<name>_<run>.png`: the
+    probes-curves view of a probe family (ELAGENT tasks, lm-eval tasks). draw(ax, run_rows, ref) -> lines."""
+    from pathlib import Path
+
+    from probes.analysis.outputs import save_figure, write_csv
+
+    out = Path(out)
+    written = [write_csv(out / f"{name}.csv", table.sort_values(sort))]
+    for run, df in table.groupby("run"):
+        ref = df["tokens"].to_numpy()
+        fig, axes = new_figure(8.5, 4.6)
+        n = draw(axes[0, 0], df, ref)
+        token_axis(axes[0, 0], ref, ylabel=ylabel, chance=False)
+        axes[0, 0].set_ylim(-0.02, 1.02)
+        axes[0, 0].set_title(title.format(run=run), fontsize=10)
+        finish_legend(axes[0, 0], n)
+        written.append(save_figure(fig, out / "plots" / f"{name}_{run}.png"))
+    return written

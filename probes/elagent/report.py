@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from probes.analysis.aggregate import seed_summary
 from probes.analysis.bands import MIN_SEEDS_T
-from probes.analysis.plotting import colors, finish_legend, new_figure, plot_line, token_axis
+from probes.analysis.plotting import colors, new_figure, plot_line, token_axis, write_run_figures
 from probes.evals.files import META_KEY
 from probes.analysis.outputs import save_figure, write_csv
 from probes.analysis.scaling import budget_label
@@ -74,18 +74,9 @@ def draw_tasks(ax, df: pd.DataFrame, ref, value: str = "value", band: bool = Fal
 
 def write_elagent_curves(table: pd.DataFrame, out: Path) -> list[Path]:
     """elagent.csv, and per run one figure of task accuracies (``probes curves``)."""
-    out = Path(out)
-    written = [write_csv(out / "elagent.csv", table.sort_values(["run", "key", "metric", "step"]))]
-    for run, df in table.groupby("run"):
-        ref = df["tokens"].to_numpy()
-        fig, axes = new_figure(8.5, 4.6)
-        n = draw_tasks(axes[0, 0], df, ref)
-        token_axis(axes[0, 0], ref, ylabel="accuracy (log-prob of the answer letter)", chance=False)
-        axes[0, 0].set_ylim(-0.02, 1.02)
-        axes[0, 0].set_title(f"ELAGENT tasks · run {run} (dashed: random guess, 1/options)", fontsize=10)
-        finish_legend(axes[0, 0], n)
-        written.append(save_figure(fig, out / "plots" / f"elagent_{run}.png"))
-    return written
+    return write_run_figures(table, out, "elagent", ["run", "key", "metric", "step"], draw_tasks,
+                             "accuracy (log-prob of the answer letter)",
+                             "ELAGENT tasks · run {run} (dashed: random guess, 1/options)")
 
 
 def seed_means(table: pd.DataFrame) -> pd.DataFrame:

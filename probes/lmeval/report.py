@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 import pandas as pd
 
 from probes.analysis.outputs import save_figure, write_csv
-from probes.analysis.plotting import colors, finish_legend, new_figure, plot_line, token_axis
+from probes.analysis.plotting import colors, finish_legend, new_figure, plot_line, token_axis, write_run_figures
 from probes.analysis.scaling import budget_label
 from probes.evals.files import EvalInputError, eval_file_meta
 from probes.lmeval.hook import KIND, PREFIX
@@ -55,18 +55,8 @@ def _draw(ax, df: pd.DataFrame, ref, value: str = "value") -> int:
 
 def write_lmeval_curves(table: pd.DataFrame, out: Path) -> list[Path]:
     """lm_eval.csv, and per run one figure of its tasks' accuracy (``probes curves``)."""
-    out = Path(out)
-    written = [write_csv(out / "lm_eval.csv", table.sort_values(["run", "task", "metric", "step"]))]
-    for run, df in table.groupby("run"):
-        ref = df["tokens"].to_numpy()
-        fig, axes = new_figure(8.5, 4.6)
-        n = _draw(axes[0, 0], df, ref)
-        token_axis(axes[0, 0], ref, ylabel=f"lm-eval {PLOTTED}", chance=False)
-        axes[0, 0].set_ylim(-0.02, 1.02)
-        axes[0, 0].set_title(f"lm-eval tasks · run {run}", fontsize=10)
-        finish_legend(axes[0, 0], n)
-        written.append(save_figure(fig, out / "plots" / f"lm_eval_{run}.png"))
-    return written
+    return write_run_figures(table, out, "lm_eval", ["run", "task", "metric", "step"], _draw,
+                             f"lm-eval {PLOTTED}", "lm-eval tasks · run {run}")
 
 
 def lmeval_section(runs: list[tuple[str, Path, str, Optional[int]]], out: Path
