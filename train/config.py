@@ -6,9 +6,7 @@ key or a wrong type fails at start with the key's full name.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import importlib
-import json
 import typing
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,16 +69,6 @@ def _check_seeds(cfg: TrainConfig) -> None:
     for key, value in (("seed", cfg.seed), ("data.seed", cfg.data.seed), ("data.order_seed", cfg.data.order_seed)):
         if value < 0:
             raise ConfigError(f"{key}={value}: seeds must be >= 0")
-
-
-# Sections that define the training trajectory: a resumed run must agree on them exactly.
-TRAJECTORY_KEYS = ("seed", "model", "data", "tokenizer", "optim")
-# ...except these, which change where or how fast, not what is trained.
-# data.generator is an import path: moving the grammar's code must not orphan a run (what it generates
-# is data.grammar's).
-RESUME_MAY_CHANGE = ("data.cache_dir", "data.num_proc", "data.load_timeout_s", "data.generator",
-                     "optim.micro_batch", "optim.impl",
-                     "model.gradient_checkpointing", "model.attn_implementation")
 
 
 def procs_per_node(gpus_per_node) -> int:
@@ -155,33 +143,3 @@ def _refuse_unknown_keys(node, schema: type, prefix: str = "") -> None:
 
 
 _HINTS: dict[type, dict] = {}
-
-
-def trajectory_view(resolved: dict) -> dict:
-    """The part of a resolved config that fixes the training trajectory (what a resume must match)."""
-    view = {key: resolved.get(key) for key in TRAJECTORY_KEYS}
-    for dotted in RESUME_MAY_CHANGE:
-        section, key = dotted.split(".")
-        if isinstance(view.get(section), dict):
-            view[section] = {k: v for k, v in view[section].items() if k != key}
-    return view
-
-
-def config_hash(resolved: dict) -> str:
-    """sha256 of the trajectory view: recorded in every checkpoint's trainer_state and manifest."""
-    blob = json.dumps(trajectory_view(resolved), sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def trajectory_diff(saved: dict, current: dict, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two resolved configs (restricted to TRAJECTORY_KEYS)."""
-    diffs = []
-    keys = TRAJECTORY_KEYS if not prefix else sorted(set(saved) | set(current))
-    for key in keys:
-        a, b = saved.get(key), current.get(key)
-        name = f"{prefix}{key}"
-        if isinstance(a, dict) and isinstance(b, dict):
-            diffs += trajectory_diff(a, b, name + ".")
-        elif a != b and name not in RESUME_MAY_CHANGE:
-            diffs.append(f"{name}: {a!r} -> {b!r}")
-    return diffs

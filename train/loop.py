@@ -24,7 +24,8 @@ from train.batch import batch_sha256, stream_of
 from train.checkpoint import (CorruptCheckpointError, latest_resumable, list_checkpoints, load_rng,
                               missing_manifest, prune_resume_states, read_manifest, save_checkpoint,
                               verify_manifest)
-from train.config import TrainConfig, config_hash, trajectory_diff
+from train.config import TrainConfig
+from train.confighash import config_hash, trajectory_diff
 from train.corpus import load_documents
 from train.dataid import KEY as DATA_KEY, check_resume_data, data_record
 from train.engine import RESUME_HINT, build_engine, init_distributed

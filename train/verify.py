@@ -33,7 +33,7 @@ from safetensors import SafetensorError, safe_open
 
 from train.checkpoint import (MANIFEST, CorruptCheckpointError, checkpoint_files, list_checkpoints,
                               manifest_problems, missing_manifest, read_manifest, sha256_file)
-from train.config import config_hash
+from train.confighash import config_hash
 from train.findings import Finding, RunReport, _Checkpoint, weight_files
 from train.trajectory import Weights, trace
 from train.verify_weights import (_check_distance_backwards, _check_tensor_sets, _check_tensors, _identical,

@@ -66,17 +66,28 @@ class _Box:
         return np.arcsin(np.clip((v - self.lower) / self.half - 1, -1, 1))
 
     # residual and jacobian are called ~100 times per MINPACK fit: plain ufuncs (np.clip and np.stack
-    # cost more in dispatch than in arithmetic on 47 points), the same arithmetic as ever
+    # cost more in dispatch than in arithmetic on 47 points), the same arithmetic as ever. MINPACK asks
+    # for the Jacobian only at a point whose residual it has just taken, so the residual keeps its
+    # 1 + exp(-z) for it (the Jacobian's s = 1 / that, the same bits as computing it again), and the
+    # Jacobian is built as rows (col_deriv): no transpose in scipy's wrapper.
+    _last: tuple = (None, None, None, None)
+
     def residual(self, theta, x, y):
         (mid, k), amp = self.inside(theta[2:]), theta[1] - theta[0]
-        return theta[0] + amp / (1 + np.exp(-np.maximum(np.minimum(k * (x - mid), 60), -60))) - y
+        d = 1 + np.exp(-np.maximum(np.minimum(k * (x - mid), 60), -60))
+        self._last = (theta.tobytes(), mid, k, d)
+        return theta[0] + amp / d - y
 
     def jacobian(self, theta, x, y):
-        (mid, k), (dmid, dk) = self.inside(theta[2:]), self.half * np.cos(theta[2:])
-        s = 1 / (1 + np.exp(-np.maximum(np.minimum(k * (x - mid), 60), -60)))
+        key, mid, k, d = self._last
+        if key != theta.tobytes():
+            mid, k = self.inside(theta[2:])
+            d = 1 + np.exp(-np.maximum(np.minimum(k * (x - mid), 60), -60))
+        dmid, dk = self.half * np.cos(theta[2:])
+        s = 1 / d
         ds = (theta[1] - theta[0]) * s * (1 - s)
-        J = np.empty((len(x), 4))
-        J[:, 0], J[:, 1], J[:, 2], J[:, 3] = 1 - s, s, -k * ds * dmid, (x - mid) * ds * dk
+        J = np.empty((4, len(x)))
+        J[0], J[1], J[2], J[3] = 1 - s, s, -k * ds * dmid, (x - mid) * ds * dk
         return J
 
 
@@ -149,8 +160,8 @@ def _minpack_fit(box: _Box, x: np.ndarray, y: np.ndarray, start: np.ndarray, max
     tolerances: AoA reads mid and slope, not only the SSE. max_nfev bounds the fits that crawl along a
     flat valley (a curve that never rises). leastsq is least_squares(method="lm") without its per-call
     wrappers: the same lmder call (diag=None, factor 100), so the same result, bit for bit."""
-    return leastsq(box.residual, start, args=(x, y), Dfun=box.jacobian, ftol=1e-12, xtol=1e-12, gtol=1e-12,
-                   maxfev=max_nfev, factor=100.0)[0]
+    return leastsq(box.residual, start, args=(x, y), Dfun=box.jacobian, col_deriv=True, ftol=1e-12, xtol=1e-12,
+                   gtol=1e-12, maxfev=max_nfev, factor=100.0)[0]
 
 
 def fit_sigmoids(x: np.ndarray, Y: np.ndarray, max_nfev: int = 200) -> dict[str, np.ndarray]:

@@ -106,7 +106,7 @@ def _read_run_info(run_dir: Path) -> RunInfo:
 
         info.tokenizer = tokenizer_label(str(tok.get("kind", "")), tok.get("vocab_size"), tok.get("path"),
                                          str(tok.get("model_type", "unigram")))
-    from train.config import config_hash
+    from train.confighash import config_hash
 
     if "seed" in cfg and isinstance(model, dict):  # a config that says what was trained
         info.identity = config_hash(cfg)  # its trajectory keys (model, data, optim, seed, ...)

@@ -61,7 +61,7 @@ def probe_curves(ev: EvalSet, metric: str = "acc_mlp", elagent: Optional[pd.Data
     mp["chance"] = 0.5
     frames = [mp]
     if elagent is not None and len(elagent):
-        from probes.elagent.score import TASKS as ELAGENT_TASKS
+        from probes.elagent.config import ELAGENT_TASKS
 
         e = elagent[elagent.key.isin(ELAGENT_TASKS)]
         e = e.pivot_table(index=["run", "step", "tokens", "key"], columns="metric", values="value").reset_index()

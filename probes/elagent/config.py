@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 ELAGENT_TASKS = ("precedence", "babi", "predicates")  # probes/elagent: the multiple-choice tasks
+BENCHMARK = "elagent"  # the eval file's name: evals/step<N>/elagent.parquet
 
 
 @dataclass

@@ -22,7 +22,7 @@ from probes.analysis.plotting import colors, new_figure, plot_line, token_axis, 
 from probes.evals.files import META_KEY
 from probes.analysis.outputs import save_figure, write_csv
 from probes.analysis.scaling import budget_label
-from probes.elagent.score import BENCHMARK, TASKS
+from probes.elagent.config import BENCHMARK, ELAGENT_TASKS as TASKS  # not .score: that imports torch
 
 COLUMNS = ["run", "step", "tokens", "key", "metric", "value"]
 METRICS = ("acc", "acc_mean", "acc_random")

@@ -17,19 +17,18 @@ accuracy ran from 0.00 to 0.46 against these baselines (it picks the shortest te
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from probes.elagent.deduction import deduction_items
-from probes.elagent.config import ELAGENT_TASKS as TASKS, ElagentConfig
+from probes.elagent.config import BENCHMARK, ElagentConfig
 from probes.elagent.items import MCItem
 from probes.elagent.precedence import precedence_items
 from probes.scoring.primitive import ENCODE, REDUCTIONS, start_id, token_logprobs
 
-BENCHMARK = "elagent"  # the eval file's name: evals/step<N>/elagent.parquet
 
 
 def build_items(cfg: ElagentConfig) -> list[MCItem]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Optional, Sequence
 
 import pandas as pd
 import pyarrow as pa
@@ -53,14 +54,18 @@ def _bad(o):
     raise TypeError(f"object of type {type(o).__name__} ({o!r})")
 
 
-def read_pairs(path: Path) -> tuple[pd.DataFrame, dict]:
+def read_pairs(path: Path, columns: Optional[Sequence[str]] = None) -> tuple[pd.DataFrame, dict]:
     """The per-pair rows and the metadata dict of an eval file (probes.evals.files.eval_file_meta: the
-    same rule as analysis, files without metadata included). EvalInputError names a file it refuses."""
+    same rule as analysis, files without metadata included). EvalInputError names a file it refuses.
+    `columns`: read only those of them the file has (the sentences are most of a file's bytes)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such eval file")
     meta = eval_file_meta(path)
     try:
-        return pq.read_table(path).to_pandas(), meta
+        if columns is not None:
+            names = set(pq.read_schema(path).names)
+            columns = [c for c in columns if c in names]
+        return pq.read_table(path, columns=columns).to_pandas(), meta
     except Exception as e:  # pyarrow's errors for a torn file are of several types
         raise EvalInputError(f"{path}: the rows do not read ({type(e).__name__}: {e})") from None

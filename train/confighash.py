@@ -1,0 +1,49 @@
+"""What fixes a run's training trajectory: the config sections a resume must match, and their hash.
+
+On its own floor (json and hashlib only) because readers of finished runs need the hash too: the report
+tells copies of one run from seeds by it, and importing train.config for it loaded torch and the
+engines (a second of every `probes report`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+# Sections that define the training trajectory: a resumed run must agree on them exactly.
+TRAJECTORY_KEYS = ("seed", "model", "data", "tokenizer", "optim")
+# ...except these, which change where or how fast, not what is trained.
+# data.generator is an import path: moving the grammar's code must not orphan a run (what it generates
+# is data.grammar's).
+RESUME_MAY_CHANGE = ("data.cache_dir", "data.num_proc", "data.load_timeout_s", "data.generator",
+                     "optim.micro_batch", "optim.impl",
+                     "model.gradient_checkpointing", "model.attn_implementation")
+
+
+def trajectory_view(resolved: dict) -> dict:
+    """The part of a resolved config that fixes the training trajectory (what a resume must match)."""
+    view = {key: resolved.get(key) for key in TRAJECTORY_KEYS}
+    for dotted in RESUME_MAY_CHANGE:
+        section, key = dotted.split(".")
+        if isinstance(view.get(section), dict):
+            view[section] = {k: v for k, v in view[section].items() if k != key}
+    return view
+
+
+def config_hash(resolved: dict) -> str:
+    """sha256 of the trajectory view: recorded in every checkpoint's trainer_state and manifest."""
+    blob = json.dumps(trajectory_view(resolved), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def trajectory_diff(saved: dict, current: dict, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two resolved configs (restricted to TRAJECTORY_KEYS)."""
+    diffs = []
+    keys = TRAJECTORY_KEYS if not prefix else sorted(set(saved) | set(current))
+    for key in keys:
+        a, b = saved.get(key), current.get(key)
+        name = f"{prefix}{key}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            diffs += trajectory_diff(a, b, name + ".")
+        elif a != b and name not in RESUME_MAY_CHANGE:
+            diffs.append(f"{name}: {a!r} -> {b!r}")
+    return diffs
