@@ -25,7 +25,8 @@ from probes.analysis.aggregate import bootstrap_paradigm_intervals, seed_summary
 from probes.analysis.aoa import aoa_table
 from probes.analysis.curves import phenomenon_table
 from probes.analysis.evalset import load_runs, log_tokens, refresh_cache
-from probes.analysis.report import ReportConfig, build_report
+from probes.analysis.normsweep import sweep_paradigms, sweep_summary
+from probes.analysis.report import CACHE_DIR, ReportConfig, build_report, report_config
 from probes.analysis.synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
 from probes.analysis.ushape import find_u_shapes_in_runs
 
@@ -80,16 +81,21 @@ def main() -> None:
           f"= {len(runs) * a.checkpoints * a.paradigms * a.pairs / 1e6:.0f}M per-pair rows "
           f"({time.perf_counter() - t:.0f} s to build or find)")
     out = a.out or a.root / "report"
-    for run in runs:  # the first report on a grid reads every eval file (and caches the reduction)
+    # cold: the first report on a grid -- every eval file read (its reduction cached in the run), every
+    # statistic computed and every figure drawn (the report's own cache of them removed too)
+    for run in runs:
         for c in run.glob("evals/.reduced-*.npz"):
             c.unlink()
-    ends = {}
-    for label in ("cold (eval files read, cache written)", "warm (reduced cache reused)"):
+    for c in (out / CACHE_DIR, out / ".figure-cache"):
+        shutil.rmtree(c, ignore_errors=True)
+    ends, reused = {}, {}
+    for label in ("cold (nothing cached)", "warm (same runs again)"):
         t0, c0 = time.perf_counter(), _cpu()
         ev = load_runs(runs)
         t_read = time.perf_counter() - t0
         res = build_report(ev, out, ReportConfig())
         ends[label] = (t_read, time.perf_counter() - t0 - t_read, time.perf_counter() - t0, _cpu() - c0)
+        reused[label] = res.get("reused", {})
     # the stages inside the report, timed alone on the loaded grid (figures and tables are the rest)
     stages = {}  # label -> (wall s, CPU s of this process)
     t, c = time.perf_counter(), time.process_time()
@@ -97,18 +103,28 @@ def main() -> None:
     phen = phenomenon_table(ev.table)
     seed_summary(ev.table, ["model", "budget", "benchmark", "phenomenon", "paradigm", "step"])
     stages["bootstrap over pairs + seed intervals"] = (time.perf_counter() - t, time.process_time() - c)
+    cfg = report_config(ev)  # the U search's level and draws as the report sets them
+    t, c = time.perf_counter(), time.process_time()
+    us, _ = find_u_shapes_in_runs(ev, cfg.ushape, levels=cfg.u_levels)
+    stages[f"U-shapes as the report looks ({int(us.accepted.sum())} of {len(us)})"] = (
+        time.perf_counter() - t, time.process_time() - c)
     t, c = time.perf_counter(), time.process_time()
     us, _ = find_u_shapes_in_runs(ev)
-    stages[f"U-shapes ({int(us.accepted.sum())} accepted of {len(us)})"] = (time.perf_counter() - t,
-                                                                              time.process_time() - c)
+    stages[f"U-shapes, every paradigm at alpha .05 ({int(us.accepted.sum())} of {len(us)})"] = (
+        time.perf_counter() - t, time.process_time() - c)
     t, c = time.perf_counter(), time.process_time()
     aoa_table(ev.table, phen)
-    stages["AoA + forgettability"] = (time.perf_counter() - t, time.process_time() - c)
+    stages["AoA + forgettability, every fit made"] = (time.perf_counter() - t, time.process_time() - c)
+    t, c = time.perf_counter(), time.process_time()
+    sweep_summary(sweep_paradigms(ev.runs))
+    stages["normalised-score sweep"] = (time.perf_counter() - t, time.process_time() - c)
     refresh = time_refresh(runs[0], a.root / "refresh_trial")
     print(f"report: {len(res['figures'])} figures, {out / 'report.md'}")
     print(f"{'end to end (read + report)':40s} {'read':>6s} {'report':>7s} {'total':>7s} {'CPU s':>7s}")
     for k, (r, rep, tot, cpu) in ends.items():
         print(f"  {k:38s} {r:6.1f} {rep:7.1f} {tot:7.1f} {cpu:7.1f}")
+    for k, got in reused.items():
+        print(f"  reused, {k}: " + (", ".join(f"{name} {h} of {n}" for name, (h, n) in got.items()) or "nothing"))
     print(f"{'stages alone':47s} {'wall s':>6s} {'CPU s':>6s}")
     for k, (w, c) in stages.items():
         print(f"  {k:45s} {w:6.1f} {c:6.1f}")

@@ -104,7 +104,9 @@ def test_batched_fit_reaches_minpacks_optimum_and_crawlers_are_minpacks_own():
     th = _grid_start(X, Y, span)
     ref = []
     for i in range(len(Y)):
-        f = least_squares(box.residual, np.r_[th[i, :2], box.angle(th[i, 2:])], jac=box.jacobian, args=(X, Y[i]),
+        # box.jacobian returns rows (leastsq's col_deriv layout); least_squares takes points x parameters
+        f = least_squares(box.residual, np.r_[th[i, :2], box.angle(th[i, 2:])],
+                          jac=lambda t, x, y: box.jacobian(t, x, y).T, args=(X, Y[i]),
                           method="lm", xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=200)
         ref.append(np.r_[f.x[:2], box.inside(f.x[2:])])
     ref = np.array(ref)
@@ -116,3 +118,52 @@ def test_batched_fit_reaches_minpacks_optimum_and_crawlers_are_minpacks_own():
     got = np.stack([fit[k] for k in ("lo", "hi", "mid", "slope")], axis=1)
     crawl = ~np.isclose(got, ref, rtol=0, atol=1e-4).all(axis=1)
     assert np.array_equal(got[crawl], ref[crawl])  # a fit far from MINPACK's can only be MINPACK's own
+
+
+def test_fit_store_returns_a_fresh_fits_bits_and_refits_what_changed(tmp_path, monkeypatch):
+    # A later report reuses the fits of unchanged curves: they must be the bits a fresh fit gives (a
+    # stale fit under a matching key would be a wrong AoA in the table), and any change to the curves,
+    # to max_nfev or to the fitting code must miss.
+    import probes.analysis.aoa as aoa_mod
+    from probes.analysis.aoa import FitStore
+
+    rng = np.random.default_rng(3)
+    Y = sigmoid(X, rng.uniform(0.45, 0.6, 40), rng.uniform(0.6, 0.95, 40), rng.uniform(7, 10, 40),
+                rng.uniform(0.5, 4, 40)) + rng.normal(0, 0.03, (40, 30))
+    fresh = fit_sigmoids(X, Y)
+    first = FitStore(tmp_path / "none.npz")
+    made = first.fit(X, Y)
+    assert all(np.array_equal(made[k], fresh[k]) for k in fresh)
+    assert (first.hits, first.misses) == (0, 1)
+    first.save(tmp_path / "fits.npz")
+
+    again = FitStore(tmp_path / "fits.npz")
+    got = again.fit(X, Y)
+    assert (again.hits, again.misses) == (1, 0)
+    assert all(np.array_equal(got[k], fresh[k]) for k in fresh)
+    Y2 = Y.copy()
+    Y2[7, 12] += 1e-12  # one number of one curve
+    again.fit(X, Y2)
+    again.fit(X, Y, max_nfev=50)
+    assert (again.hits, again.misses) == (1, 2)
+    monkeypatch.setattr(aoa_mod, "_CODE_VERSION", aoa_mod._CODE_VERSION + b" edited")
+    changed = FitStore(tmp_path / "fits.npz")
+    changed.fit(X, Y)
+    assert (changed.hits, changed.misses) == (0, 1)
+
+
+def test_fit_store_ignores_a_torn_file_and_keeps_only_what_was_used(tmp_path):
+    from probes.analysis.aoa import FitStore
+
+    (tmp_path / "fits.npz").write_bytes(b"PK\x03\x04 torn")
+    store = FitStore(tmp_path / "fits.npz")
+    Y = sigmoid(X, 0.5, 0.9, 8.0, 2.0)[None, :] + np.zeros((2, 1))
+    store.fit(X, Y)
+    store.fit(X[:-1], Y[:, :-1])
+    assert (store.hits, store.misses) == (0, 2)
+    store.save(tmp_path / "fits.npz")
+    later = FitStore(tmp_path / "fits.npz")
+    later.fit(X, Y)
+    later.save(tmp_path / "fits.npz")
+    with np.load(tmp_path / "fits.npz") as z:
+        assert len(z.files) == 1  # the batch not asked for again is gone

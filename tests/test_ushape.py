@@ -174,3 +174,21 @@ def test_one_seed_at_20_pairs_is_too_thin():
     # the same dip with 3 seeds of 300 pairs is accepted
     us = analyse_curve(x, outcomes(truth, 300, 3, rng), UShapeConfig(n_boot=200), 1, rng)
     assert [u["verdict"] for u in us if abs(x[u["trough"]] - 9.0) < 0.3] == ["accepted"]
+
+
+def test_paradigm_means_count_each_paradigms_pairs_present():
+    # hand-made outcomes: rows of two paradigms interleaved (not grouped), a missing pair at one step,
+    # and a paradigm of the run left out of `names`
+    from types import SimpleNamespace
+
+    from probes.analysis.ushape import _paradigm_means
+
+    o = SimpleNamespace(paradigms=["a", "b", "c"], row_paradigm=np.array([1, 0, 1, 0, 0, 2], dtype=np.int32))
+    hit = np.array([[1, 1, 0, 0, 1, 1],
+                    [0, 1, 1, 1, 1, 0]], dtype=bool)
+    present = np.ones_like(hit)
+    present[1, 1] = False  # pair 1 (paradigm a) missing at step 1
+    hit &= present
+    got = _paradigm_means(hit, present, o, ["a", "b"])
+    # step 0: a = rows 1, 3, 4 -> 1, 0, 1; b = rows 0, 2 -> 1, 0.  step 1: a = rows 3, 4 -> 1, 1; b = 0, 1
+    assert np.array_equal(got, np.array([[2 / 3, 1 / 2], [2 / 2, 1 / 2]]))

@@ -17,11 +17,16 @@ problem: 10-20x slower per curve here and often a worse optimum on such flat cur
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pandas as pd
+import scipy
 from scipy.optimize import leastsq
 
 from probes.analysis.evalset import log_tokens
@@ -192,6 +197,59 @@ def fit_sigmoids(x: np.ndarray, Y: np.ndarray, max_nfev: int = 200) -> dict[str,
             "rmse": np.sqrt(sse / Y.shape[1])}
 
 
+class FitStore:
+    """Sigmoid fits already made, by content: a later report on unchanged curves reads them back.
+
+    The key of a batch is a hash of everything fit_sigmoids sees -- x, every curve of the batch, max_nfev
+    -- and of what computes it (this file's source, numpy's and scipy's versions), so a hit returns the
+    bits a fresh fit would (a batch is one computation: its grid start is one product over all its
+    curves). `path` is read once (a torn or foreign file is ignored); `save` writes the batches used
+    since, atomically, so fits of curves that changed do not pile up."""
+
+    def __init__(self, path: Optional[Path] = None):
+        self.old: dict[str, np.ndarray] = {}
+        self.used: dict[str, np.ndarray] = {}
+        self.hits = self.misses = 0
+        if path is not None and Path(path).is_file():
+            try:
+                with np.load(path, allow_pickle=False) as z:
+                    self.old = {k: z[k] for k in z.files}
+            except Exception:  # torn by a crash or another format: fit afresh
+                self.old = {}
+
+    @staticmethod
+    def key(x: np.ndarray, Y: np.ndarray, max_nfev: int) -> str:
+        h = hashlib.sha256(_CODE_VERSION)
+        for a in (np.ascontiguousarray(x, dtype=float), np.ascontiguousarray(Y, dtype=float)):
+            h.update(str(a.shape).encode())
+            h.update(a.tobytes())
+        h.update(str(max_nfev).encode())
+        return "f" + h.hexdigest()[:40]
+
+    def fit(self, x: np.ndarray, Y: np.ndarray, max_nfev: int = 200) -> dict[str, np.ndarray]:
+        k = self.key(x, Y, max_nfev)
+        got = self.old.get(k, self.used.get(k))
+        if got is None or got.shape != (len(Y), len(_FIT_KEYS)):
+            self.misses += 1
+            fit = fit_sigmoids(x, Y, max_nfev)
+            got = np.stack([fit[c] for c in _FIT_KEYS], axis=1)
+        else:
+            self.hits += 1
+        self.used[k] = got
+        return {c: got[:, i].copy() for i, c in enumerate(_FIT_KEYS)}
+
+    def save(self, path: Path) -> None:
+        from train.files import atomic_open
+
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError), atomic_open(path, "wb") as fh:
+            np.savez(fh, **self.used)
+
+
+_FIT_KEYS = ("lo", "hi", "mid", "slope", "rmse")
+_CODE_VERSION = (Path(__file__).read_bytes() + f"numpy {np.__version__} scipy {scipy.__version__}".encode())
+
+
 def aoa_from_fit(x: np.ndarray, fit: dict[str, np.ndarray], chance: float, min_gain: float,
                  min_rise_rmse: float = 0.0):
     """(aoa log10 tokens, best fitted accuracy, status) per fitted curve."""
@@ -218,12 +276,15 @@ def forgettability(x: np.ndarray, Y: np.ndarray, bandwidth: float, min_neighbour
     return np.clip(-np.diff(sm, axis=1), 0, None).sum(axis=1)
 
 
-def aoa_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig | None = None) -> pd.DataFrame:
+def aoa_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig | None = None,
+              fits: Optional[FitStore] = None) -> pd.DataFrame:
     """AoA, fit and forgettability per run x benchmark x paradigm (table) and phenomenon (phen_table).
 
     Curves are gathered first and fitted in batches of identical x (runs of one schedule share
-    their token counts): a grid of 60 runs is a handful of batched fits, not 120 small ones."""
+    their token counts): a grid of 60 runs is a handful of batched fits, not 120 small ones.
+    `fits`: where batches fitted before are looked up (the report keeps one beside its tables)."""
     cfg = cfg or AoAConfig()
+    fits = fits or FitStore()
     metric = f"acc_{cfg.metric}"
     curves = []  # (level, run, bench, meta rows, unit names, Y units x trained steps, x)
     for level, t in (("phenomenon", phen_table), ("paradigm", table)):
@@ -257,7 +318,7 @@ def aoa_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig | No
     for xm, parts in batches.values():
         idx = np.concatenate([i for i, _ in parts])
         Yb = np.concatenate([y for _, y in parts])
-        fit = fit_sigmoids(xm, Yb)
+        fit = fits.fit(xm, Yb)
         aoa, best, st = aoa_from_fit(xm, fit, cfg.chance, cfg.min_gain, cfg.min_rise_rmse)
         for k in ("lo", "hi", "mid", "slope", "rmse"):
             out[k][idx] = fit[k]

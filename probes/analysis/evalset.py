@@ -232,10 +232,10 @@ def refresh_cache(run_dir: str | Path, benchmark: str) -> bool:
 def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cache: bool = True) -> EvalSet:
     """Read every eval file of every run directory. Raises EvalInputError naming what is wrong.
 
-    workers: runs read at once by threads; default: the number of CPUs, at most 4.
+    workers: runs read at once by forked processes; default: the number of CPUs, at most 4.
     cache: reuse / write the reduced form in <run>/evals/.reduced-<benchmark>.npz (see probes.analysis.evalcache).
     """
-    from concurrent.futures import ThreadPoolExecutor
+    from probes.analysis.outputs import fork_pool
 
     workers = workers or min(4, os.cpu_count() or 1)
     if not run_dirs:
@@ -249,11 +249,15 @@ def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cac
     names = _unique_names(dirs)
     _refuse_copies([_read_run_info(d) for d in dirs])  # before any file is read
     # One run per task: each reads its files and reduces them to compact arrays, and only the
-    # reduced arrays are kept. Threads, not processes: pyarrow and numpy release the GIL for most of
-    # a cold read, and forked readers were only ~10 % faster there (12.0 vs 13.4 s on the 60-run
-    # bench grid) but slower on cached runs, where pickling the arrays back costs more than reading.
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        loaded = list(pool.map(_load_run, dirs, names, [cache] * len(dirs)))
+    # reduced arrays come back. Processes, not threads: a file's read is ~1.7 ms of parquet decoding
+    # and ~1.3 ms of Python and numpy under the GIL, and threads ran a 60-run grid's first read no faster
+    # than one thread (12.4 s wall for 11.2 CPU-s, 2 cores); the reduced arrays pickle back in ~5 ms a run.
+    pool = fork_pool(min(workers, len(dirs)))
+    if pool is None:
+        loaded = [_load_run(d, n, cache) for d, n in zip(dirs, names)]
+    else:
+        with pool:
+            loaded = list(pool.map(_load_run, dirs, names, [cache] * len(dirs)))
     problems: list[str] = []
     runs: list[RunInfo] = []
     all_outcomes: dict[tuple[str, str], PairOutcomes] = {}

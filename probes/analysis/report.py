@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 import pandas as pd
 
 from probes.analysis.aggregate import bootstrap_paradigm_intervals, seed_summary
-from probes.analysis.aoa import AoAConfig, aoa_table
+from probes.analysis.aoa import AoAConfig, FitStore, aoa_table
 from probes.analysis.bands import seed_bands, unit_curves
 from probes.analysis.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
 from probes.analysis.curves import phenomenon_table
@@ -64,6 +64,7 @@ class ReportConfig:
             raise ValueError(f"false_u_budget must be > 0, got {self.false_u_budget}")
 
 
+CACHE_DIR = ".cache"  # what a later report on unchanged inputs reuses (a dot name: not part of what is read)
 BIG_ROWS = 10_000  # above this a table is written as parquet only: CSV of a whole grid takes minutes
 
 
@@ -110,10 +111,25 @@ def u_levels_alpha(ev: EvalSet, cfg: ReportConfig) -> tuple[int, float]:
     return n, min(cfg.ushape.alpha, cfg.false_u_budget / max(n, 1))
 
 
-def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[int] = None) -> dict:
+def report_config(ev: EvalSet, cfg: Optional[ReportConfig] = None) -> ReportConfig:
+    """The configuration a report on `ev` runs with: `cfg` (default ReportConfig()) with the U search's
+    per-curve level for the whole report (u_levels_alpha; bootstrap and null draws enough for it) and
+    the report's metric in every section."""
+    cfg = cfg or ReportConfig()
+    alpha = u_levels_alpha(ev, cfg)[1]
+    u = dataclasses.replace(cfg.ushape, alpha=alpha, n_boot=max(cfg.ushape.n_boot, math.ceil(10 / alpha)),
+                            n_null=max(cfg.ushape.n_null, math.ceil(40 / alpha)), metric=cfg.metric)
+    return dataclasses.replace(cfg, ushape=u, aoa=dataclasses.replace(cfg.aoa, metric=cfg.metric),
+                               scaling=dataclasses.replace(cfg.scaling, metric=cfg.metric))
+
+
+def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[int] = None,
+                 previous: Optional[Path] = None) -> dict:
     """Write report.md, figures/ (the main flow), appendix/ (per-phenomenon, case-study and region figures)
     and tables/ under `out`. Figures are drawn by `workers` processes (default: up to 2) while the
-    statistics for the next ones are computed."""
+    statistics for the next ones are computed. What the report in `previous` (default: `out` itself; the
+    CLI builds into a stage beside it) computed on unchanged inputs is reused from its `.cache/`
+    (CACHE_DIR): the same bits, not recomputed."""
     from probes.analysis.reportmd import markdown
 
     t0 = time.perf_counter()
@@ -123,11 +139,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
     tdir, fdir, adir = out / "tables", out / "figures", out / "appendix"
     metric = f"acc_{cfg.metric}"
     ylabel = accuracy_label(metric)
-    n_curves, alpha = u_levels_alpha(ev, cfg)
-    cfg.ushape = dataclasses.replace(cfg.ushape, alpha=alpha, n_boot=max(cfg.ushape.n_boot, math.ceil(10 / alpha)),
-                                     n_null=max(cfg.ushape.n_null, math.ceil(40 / alpha)))
-    for sub in (cfg.ushape, cfg.aoa, cfg.scaling):
-        sub.metric = cfg.metric
+    cfg, n_curves = report_config(ev, cfg), u_levels_alpha(ev, cfg)[0]
     notes = list(ev.problems)
     curve_b, final_b = curve_benchmarks(ev.table), final_benchmarks(ev.table)
     R: dict = {"curve_benchmarks": curve_b, "final_benchmarks": final_b, "n_u_curves": n_curves}
@@ -199,7 +211,10 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         notes += cs_notes
 
         # 5. AoA and forgettability, on curves only
-        aoa = aoa_table(ct, phenomenon_table(ct), cfg.aoa)
+        fits = FitStore(Path(previous or out) / CACHE_DIR / "aoa-fits.npz")
+        aoa = aoa_table(ct, phenomenon_table(ct), cfg.aoa, fits)
+        fits.save(out / CACHE_DIR / "aoa-fits.npz")
+        R["reused"] = {"aoa_fit_batches": (fits.hits, fits.hits + fits.misses)}
         few = aoa[aoa.status == "too_few_checkpoints"]
         if len(few):
             notes.append(f"{len(few)} curve(s) have fewer than {cfg.aoa.min_points} trained checkpoints: no sigmoid "
@@ -248,6 +263,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
     write_text(out / "report.md", md)
     all_figs = figs + qa_figs + use_figs
     result = {"figures": [p for _, p in all_figs], "main_figures": main_figs, "ushapes": us, "aoa": aoa,
+              "reused": R["reused"],
               "groups": groups, "notes": notes, "ushape_evidence": u_evidence, "seconds": time.perf_counter() - t0}
     if cfg.wandb:
         _log_wandb(cfg, out, all_figs)
@@ -343,7 +359,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     def staged() -> dict:  # built whole beside --out, then swapped in (a killed report leaves the old one)
         with staged_output(a.out) as stage:
-            res = build_report(ev, stage, cfg)
+            res = build_report(ev, stage, cfg, previous=a.out)
         # the figures' paths where they now are, not where they were built
         for key in ("figures", "main_figures"):
             res[key] = [a.out / Path(p).relative_to(stage) for p in res[key]]
