@@ -111,12 +111,12 @@ def u_levels_alpha(ev: EvalSet, cfg: ReportConfig) -> tuple[int, float]:
     return n, min(cfg.ushape.alpha, cfg.false_u_budget / max(n, 1))
 
 
-def report_config(ev: EvalSet, cfg: Optional[ReportConfig] = None) -> ReportConfig:
+def report_config(ev: EvalSet, cfg: Optional[ReportConfig] = None, alpha: Optional[float] = None) -> ReportConfig:
     """The configuration a report on `ev` runs with: `cfg` (default ReportConfig()) with the U search's
-    per-curve level for the whole report (u_levels_alpha; bootstrap and null draws enough for it) and
-    the report's metric in every section."""
+    per-curve level for the whole report (u_levels_alpha, unless given; bootstrap and null draws enough
+    for it) and the report's metric in every section."""
     cfg = cfg or ReportConfig()
-    alpha = u_levels_alpha(ev, cfg)[1]
+    alpha = u_levels_alpha(ev, cfg)[1] if alpha is None else alpha
     u = dataclasses.replace(cfg.ushape, alpha=alpha, n_boot=max(cfg.ushape.n_boot, math.ceil(10 / alpha)),
                             n_null=max(cfg.ushape.n_null, math.ceil(40 / alpha)), metric=cfg.metric)
     return dataclasses.replace(cfg, ushape=u, aoa=dataclasses.replace(cfg.aoa, metric=cfg.metric),
@@ -139,7 +139,8 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
     tdir, fdir, adir = out / "tables", out / "figures", out / "appendix"
     metric = f"acc_{cfg.metric}"
     ylabel = accuracy_label(metric)
-    cfg, n_curves = report_config(ev, cfg), u_levels_alpha(ev, cfg)[0]
+    n_curves, alpha = u_levels_alpha(ev, cfg)
+    cfg = report_config(ev, cfg, alpha)
     notes = list(ev.problems)
     curve_b, final_b = curve_benchmarks(ev.table), final_benchmarks(ev.table)
     R: dict = {"curve_benchmarks": curve_b, "final_benchmarks": final_b, "n_u_curves": n_curves}
