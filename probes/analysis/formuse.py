@@ -151,12 +151,13 @@ def _plot(seeds: pd.DataFrame, aoa: pd.DataFrame, path: Path) -> Path:
 
 def formuse_section(ev: EvalSet, out: Path, metric: str = "acc_mlp", elagent: Optional[pd.DataFrame] = None,
                     syntax_qa: Optional[pd.DataFrame] = None, aoa_cfg: Optional[AoAConfig] = None,
-                    ) -> tuple[list[str], list[tuple[str, Path]]]:
+                    jobs=None) -> tuple[list[str], list[tuple[str, Path]]]:
     """Markdown and figures of the minimal-pairs-vs-generated-tasks view; writes tables/formuse_probes.csv (every probe's curve),
     tables/formuse.csv (group curves, seed means), tables/formuse_aoa.csv (per run) and figures/formuse.png.
 
     ``elagent`` / ``syntax_qa``: the tidy tables of probes.elagent.report / probes.syntaxqa.curves, with run
-    names as in ``ev``."""
+    names as in ``ev``. ``jobs`` (probes.analysis.outputs.FigureJobs): the figure is drawn there (a worker,
+    the figure cache), else here."""
     out = Path(out)
     probes = probe_curves(ev, metric, elagent, syntax_qa)
     info = pd.DataFrame([(r.name, r.model, r.budget) for r in ev.runs], columns=["run", "model", "budget"])
@@ -197,13 +198,18 @@ def formuse_section(ev: EvalSet, out: Path, metric: str = "acc_mlp", elagent: Op
         a = "" if pd.isna(r.aoa_log10_tokens) else f"{10 ** r.aoa_log10_tokens:,.0f}"
         md.append(f"| {r.model} | {budget_label(r.budget)} | {r.group} | {a} | {r.acquired_runs} / {r.n_runs} | "
                   f"{r.final_score:.3f} |")
-    figs = [("Minimal pairs vs generated tasks per model × budget", _plot(seeds, aoa, out / "figures" / "formuse.png"))]
+    png = out / "figures" / "formuse.png"
+    if jobs is not None:
+        jobs.submit(None, _plot, seeds, aoa, png)  # listed here, drawn by the time the report is written
+    else:
+        _plot(seeds, aoa, png)
+    figs = [("Minimal pairs vs generated tasks per model × budget", png)]
     md += ["", f"![{figs[0][0]}]({figs[0][1].relative_to(out).as_posix()})", ""]
     return md, figs
 
 
 def use_sections(ev: EvalSet, out: Path, metric: str = "acc_mlp", aoa_cfg: Optional[AoAConfig] = None,
-                 ) -> tuple[list[str], list[tuple[str, Path]]]:
+                 jobs=None) -> tuple[list[str], list[tuple[str, Path]]]:
     """The report's ELAGENT section (where runs have its files) and the minimal-pairs-vs-generated-tasks view."""
     from probes.elagent.report import elagent_section, elagent_table
     from probes.syntaxqa.curves import syntax_qa_table
@@ -212,7 +218,7 @@ def use_sections(ev: EvalSet, out: Path, metric: str = "acc_mlp", aoa_cfg: Optio
     el_md, el_figs = elagent_section(runs, out)
     names, dirs = [r.name for r in ev.runs], [Path(r.path) for r in ev.runs]
     fu_md, fu_figs = formuse_section(ev, out, metric, elagent_table(dirs, names), syntax_qa_table(dirs, names),
-                                     aoa_cfg)
+                                     aoa_cfg, jobs)
     from probes.lmeval.report import lmeval_section
 
     lm_md, lm_figs = lmeval_section(runs, out)  # lm-eval tasks, where runs have them
