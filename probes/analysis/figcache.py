@@ -42,18 +42,23 @@ class Uncacheable(Exception):
     """An argument the key cannot describe exactly: the job is drawn, not cached."""
 
 
+def tree_hash(root: Path) -> str:
+    """SHA-256 of every *.py under `root`: relative path and bytes of each."""
+    h = hashlib.sha256()
+    for f in sorted(Path(root).rglob("*.py")):
+        data = f.read_bytes()
+        h.update(f"{f.relative_to(root).as_posix()} {len(data)}\0".encode() + data)
+    return h.hexdigest()
+
+
 @functools.cache
 def source_version() -> str:
-    """SHA-256 of every probes/**/*.py (path and bytes) and the versions of the drawing libraries."""
+    """tree_hash of the probes package and the versions of the drawing libraries (once per process)."""
     import matplotlib
     import PIL
 
-    root = Path(__file__).resolve().parents[1]  # the probes package
-    h = hashlib.sha256()
-    for f in sorted(root.rglob("*.py")):
-        h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
-    h.update(f"{matplotlib.__version__} {np.__version__} {pd.__version__} {PIL.__version__}".encode())
-    return h.hexdigest()
+    versions = f"{matplotlib.__version__} {np.__version__} {pd.__version__} {PIL.__version__}"
+    return f"{tree_hash(Path(__file__).resolve().parents[1])} {versions}"
 
 
 def code_version() -> str:
@@ -254,4 +259,4 @@ def draw_and_store(fn, args: tuple, entry: Optional[Path]):
     return path
 
 
-__all__ = ["CACHE_DIR", "FigureCache", "code_version", "draw_and_store", "figure_key", "png_intact"]
+__all__ = ["CACHE_DIR", "FigureCache", "code_version", "draw_and_store", "figure_key", "png_intact", "tree_hash"]
