@@ -34,7 +34,7 @@ import pandas as pd
 from probes.analysis.aggregate import seed_summary
 from probes.analysis.bands import MIN_SEEDS_T
 from probes.analysis.aoa import AoAConfig, aoa_from_fit, fit_sigmoids
-from probes.analysis.plotting import new_figure, plot_line, token_axis
+from probes.analysis.plotting import inch_margins, new_figure, plot_line, token_axis
 from probes.analysis.evalset import ALL_SUFFIX, EvalSet, log_tokens
 from probes.analysis.outputs import save_figure, write_csv
 from probes.analysis.scaling import budget_label
@@ -121,7 +121,7 @@ def _plot(seeds: pd.DataFrame, aoa: pd.DataFrame, path: Path) -> Path:
     panels = list(seeds.groupby(["model", "budget"], dropna=False, sort=True))
     ncols = min(3, len(panels))
     nrows = int(np.ceil(len(panels) / ncols))
-    fig, axes = new_figure(5.0 * ncols + 2.4, 3.8 * nrows, nrows, ncols, sharey=True)
+    fig, axes = new_figure(5.0 * ncols + 2.4, 3.8 * nrows, nrows, ncols, layout=None, sharey=True)
     ref = seeds["tokens"].to_numpy()
     for ax, ((model, budget), g) in zip(axes.flat, panels):
         for group, d in g.groupby("group", sort=True):
@@ -137,15 +137,19 @@ def _plot(seeds: pd.DataFrame, aoa: pd.DataFrame, path: Path) -> Path:
             if len(a) and np.isfinite(a.aoa_log10_tokens.iloc[0]):
                 ax.axvline(10 ** a.aoa_log10_tokens.iloc[0], color=COLORS[group], ls=":", lw=1.4,
                            label=f"AoA {group}")
-        token_axis(ax, ref, ylabel="(acc − chance) / (1 − chance)", chance=False)
+        # the shared y axis is labelled once per row
+        token_axis(ax, ref, ylabel="(acc − chance) / (1 − chance)" if ax.get_subplotspec().is_first_col() else "",
+                   chance=False)
         ax.set_ylim(min(-0.05, float(g.score_mean.min()) - 0.05), 1.02)
         n = int(g.n_seeds.max())
-        ax.set_title(f"{model} · {budget_label(budget)} ({n} seed{'s' if n > 1 else ''})", fontsize=9)
+        ax.set_title(f"{model} · {budget_label(budget)} ({n} seed{'s' if n > 1 else ''})", fontsize=9, y=1.0)
         ax.legend(fontsize=7, loc="best")
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     fig.suptitle("minimal pairs vs generated tasks, chance-corrected: dashed = chance (0), "
-                 "dotted = age of acquisition", fontsize=10)
+                 "dotted = age of acquisition", fontsize=10, y=1 - 0.1 / fig.get_figheight(), va="top")
+    # fixed margins (inches) for the labels: drawn once, not measured and drawn again by constrained layout
+    inch_margins(fig, left=0.75, right=0.2, top=0.65, bottom=0.6, wspace=0.2, hspace=0.9)
     return save_figure(fig, path)
 
 
