@@ -168,6 +168,7 @@ class FigureJobs:
         self._pool = fork_pool(workers if workers is not None else min(2, os.cpu_count() or 1))
         self._jobs: list[tuple[str | None, object]] = []
         self.cache = cache
+        self._forked = False
 
     def submit(self, title: str | None, fn, *args) -> Path | None:
         from probes.analysis.figcache import draw_and_store
@@ -178,6 +179,9 @@ class FigureJobs:
             self._jobs.append((title, path))
             return path
         entry = self.cache.entry(key) if key is not None else None
+        if self._pool is not None and not self._forked:
+            _load_matplotlib()  # once here, before the pool forks its workers: not once in each
+            self._forked = True
         call = (draw_and_store, fn, args, entry)
         self._jobs.append((title, self._pool.submit(*call) if self._pool else draw_and_store(*call[1:])))
         return path
@@ -201,6 +205,18 @@ class FigureJobs:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _load_matplotlib() -> None:
+    """Import matplotlib's Agg backend and load the default font by drawing a tiny text (~0.3 s): done in
+    the parent before the fork, each worker inherits it instead of paying it."""
+    import io
+
+    from probes.analysis.plotting import new_figure
+
+    fig, axes = new_figure(1.0, 1.0, layout=None)
+    axes[0, 0].set_title("0.5 1M")
+    fig.savefig(io.BytesIO(), format="png", dpi=20)
 
 
 def _png_argument(args: tuple) -> Path | None:

@@ -166,8 +166,9 @@ def heatmap(ax, data: np.ndarray, rows: list[str], cols: list[str], title: str, 
     if data.size <= 400:
         for (i, j), v in np.ndenumerate(data):
             if np.isfinite(v):
+                # in_layout=False: inside the axes anyway, so constrained layout need not measure each one
                 ax.text(j, i, f"{100 * v:.0f}", ha="center", va="center", fontsize=7,
-                        color="white" if v < 0.75 else "black")
+                        color="white" if v < 0.75 else "black", in_layout=False)
     return im
 
 
