@@ -212,10 +212,12 @@ def _load_matplotlib() -> None:
     the parent before the fork, each worker inherits it instead of paying it."""
     import io
 
-    from probes.analysis.plotting import new_figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    fig, axes = new_figure(1.0, 1.0, layout=None)
-    axes[0, 0].set_title("0.5 1M")
+    fig = Figure(figsize=(1.0, 1.0))
+    FigureCanvasAgg(fig)
+    fig.subplots().set_title("0.5 1M")
     fig.savefig(io.BytesIO(), format="png", dpi=20)
 
 
