@@ -7,11 +7,12 @@ Each figure job gets a content key, a SHA-256 of
     by their bytes, strings through pandas' hash, anything else by pickle); numpy arrays by dtype, shape
     and bytes; paths inside the report directory relative to it (the staged build and the final report
     then agree); other values by type and repr, or pickle;
-  * a code version: the source of every probes/**/*.py module (the plotting code and all it imports
-    from the project), the matplotlib, numpy, pandas and Pillow versions and the rcParams in force.
+  * a code version: the source of every probes/**/*.py and train/**/*.py module (the plotting code and all
+    it can import of ours), the matplotlib, numpy, pandas and Pillow versions and the rcParams in force.
 A false miss (a redraw that was not needed) costs time; a false hit would show an old picture, so anything
 the key cannot describe exactly -- an unpicklable argument, a path outside the report that the function
-might read -- makes the job uncacheable (drawn every time).
+might read -- makes the job uncacheable (drawn every time). A figure function must take its numbers as
+arguments: a file it read inside the report directory would not be in the key.
 
 Entries are ``<report>/.figure-cache/<key>.png``. Hits are read from the previous report's cache and
 written into the one being built, so the cache of a report holds exactly the figures it used. An entry
@@ -53,12 +54,16 @@ def tree_hash(root: Path) -> str:
 
 @functools.cache
 def source_version() -> str:
-    """tree_hash of the probes package and the versions of the drawing libraries (once per process)."""
+    """tree_hash of the probes and train packages (all a figure function can reach of ours) and the versions
+    of the drawing libraries; once per process."""
     import matplotlib
     import PIL
 
+    import train
+
     versions = f"{matplotlib.__version__} {np.__version__} {pd.__version__} {PIL.__version__}"
-    return f"{tree_hash(Path(__file__).resolve().parents[1])} {versions}"
+    trees = [tree_hash(Path(__file__).resolve().parents[1]), tree_hash(Path(train.__file__).resolve().parent)]
+    return f"{' '.join(trees)} {versions}"
 
 
 def code_version() -> str:
