@@ -79,19 +79,19 @@ def draw_model_lines(ax, bands: pd.DataFrame, units: pd.DataFrame, ref: np.ndarr
 
 
 def _finish(fig, axes, n_used: int, title: str, legend_ax, left: float, wspace: float, hspace: float,
-            title_lines: int = 1, xticks: float = 0.3) -> None:
+            xticks: float = 0.3) -> None:
     """Legend below the panels, title above, and the margins (inches) these and the labels need: fixed, so
-    the figure is drawn once (constrained layout measures every text and draws it twice). `title_lines`:
-    lines of the panels' titles; `xticks`: room for the bottom row's tick labels."""
+    the figure is drawn once (constrained layout measures every text and draws it twice). `left`: room for
+    the y label and tick labels; `xticks`: for the bottom row's tick labels; gaps between panels in inches."""
     for ax in list(axes.flat)[n_used:]:
         ax.set_visible(False)
     handles, labels = legend_ax.get_legend_handles_labels()
     ncol = max(min(len(labels), 4), 1)
-    rows = -(-len(labels) // max(ncol, 1))
+    rows = -(-len(labels) // ncol)
     # below the panels: beside them it collides with a long title on a one-panel figure
     fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), fontsize=8, frameon=False, ncol=ncol)
     fig.suptitle(title, fontsize=9, y=1 - 0.08 / fig.get_figheight(), va="top")
-    top = 0.1 + 0.16 * (title.count("\n") + 1) + 0.08 + 0.17 * title_lines
+    top = 0.1 + 0.16 * (title.count("\n") + 1) + 0.25  # the title's lines, then one line of panel titles
     inch_margins(fig, left=left, right=0.15, top=top, bottom=xticks + 0.1 + 0.19 * rows, wspace=wspace, hspace=hspace)
 
 
