@@ -54,8 +54,8 @@ def test_final_accuracy_uses_last_checkpoint_and_seed_mean(tmp_path):
     assert f.acc_mlp.tolist() == pytest.approx([0.7]) and f.n_seeds.tolist() == [2]
     assert f.model_params.tolist() == [14e6]
     overall, per = grid_tables(f)
-    paths = [plot_grid_overall(overall, "zh", "acc_mlp", tmp_path),  # model x budget
-             plot_grid_phenomena(overall, per, "zh", "acc_mlp", tmp_path)]  # phenomenon x model
+    paths = [plot_grid_overall(overall, "zh", "acc_mlp", tmp_path / "overall.png"),  # model x budget
+             plot_grid_phenomena(overall, per, "zh", "acc_mlp", tmp_path / "phenomena.png")]  # phenomenon x model
     from PIL import Image
 
     for p in paths:

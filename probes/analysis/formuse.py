@@ -34,7 +34,7 @@ import pandas as pd
 from probes.analysis.aggregate import seed_summary
 from probes.analysis.bands import MIN_SEEDS_T
 from probes.analysis.aoa import AoAConfig, aoa_from_fit, fit_sigmoids
-from probes.analysis.plotting import new_figure, plot_line, token_axis
+from probes.analysis.plotting import inch_margins, new_figure, plot_line, token_axis
 from probes.analysis.evalset import ALL_SUFFIX, EvalSet, log_tokens
 from probes.analysis.outputs import save_figure, write_csv
 from probes.analysis.scaling import budget_label
@@ -121,7 +121,7 @@ def _plot(seeds: pd.DataFrame, aoa: pd.DataFrame, path: Path) -> Path:
     panels = list(seeds.groupby(["model", "budget"], dropna=False, sort=True))
     ncols = min(3, len(panels))
     nrows = int(np.ceil(len(panels) / ncols))
-    fig, axes = new_figure(5.0 * ncols + 2.4, 3.8 * nrows, nrows, ncols, sharey=True)
+    fig, axes = new_figure(5.0 * ncols + 2.4, 3.8 * nrows, nrows, ncols, layout=None, sharey=True)
     ref = seeds["tokens"].to_numpy()
     for ax, ((model, budget), g) in zip(axes.flat, panels):
         for group, d in g.groupby("group", sort=True):
@@ -137,26 +137,31 @@ def _plot(seeds: pd.DataFrame, aoa: pd.DataFrame, path: Path) -> Path:
             if len(a) and np.isfinite(a.aoa_log10_tokens.iloc[0]):
                 ax.axvline(10 ** a.aoa_log10_tokens.iloc[0], color=COLORS[group], ls=":", lw=1.4,
                            label=f"AoA {group}")
-        token_axis(ax, ref, ylabel="(acc − chance) / (1 − chance)", chance=False)
+        # the shared y axis is labelled once per row
+        token_axis(ax, ref, ylabel="(acc − chance) / (1 − chance)" if ax.get_subplotspec().is_first_col() else "",
+                   chance=False)
         ax.set_ylim(min(-0.05, float(g.score_mean.min()) - 0.05), 1.02)
         n = int(g.n_seeds.max())
-        ax.set_title(f"{model} · {budget_label(budget)} ({n} seed{'s' if n > 1 else ''})", fontsize=9)
+        ax.set_title(f"{model} · {budget_label(budget)} ({n} seed{'s' if n > 1 else ''})", fontsize=9, y=1.0)
         ax.legend(fontsize=7, loc="best")
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     fig.suptitle("minimal pairs vs generated tasks, chance-corrected: dashed = chance (0), "
-                 "dotted = age of acquisition", fontsize=10)
+                 "dotted = age of acquisition", fontsize=10, y=1 - 0.1 / fig.get_figheight(), va="top")
+    # fixed margins (inches) for the labels: drawn once, not measured and drawn again by constrained layout
+    inch_margins(fig, left=0.75, right=0.2, top=0.65, bottom=0.6, wspace=0.2, hspace=0.9)
     return save_figure(fig, path)
 
 
 def formuse_section(ev: EvalSet, out: Path, metric: str = "acc_mlp", elagent: Optional[pd.DataFrame] = None,
                     syntax_qa: Optional[pd.DataFrame] = None, aoa_cfg: Optional[AoAConfig] = None,
-                    ) -> tuple[list[str], list[tuple[str, Path]]]:
+                    jobs=None) -> tuple[list[str], list[tuple[str, Path]]]:
     """Markdown and figures of the minimal-pairs-vs-generated-tasks view; writes tables/formuse_probes.csv (every probe's curve),
     tables/formuse.csv (group curves, seed means), tables/formuse_aoa.csv (per run) and figures/formuse.png.
 
     ``elagent`` / ``syntax_qa``: the tidy tables of probes.elagent.report / probes.syntaxqa.curves, with run
-    names as in ``ev``."""
+    names as in ``ev``. ``jobs`` (probes.analysis.outputs.FigureJobs): the figure is drawn there (a worker,
+    the figure cache), else here."""
     out = Path(out)
     probes = probe_curves(ev, metric, elagent, syntax_qa)
     info = pd.DataFrame([(r.name, r.model, r.budget) for r in ev.runs], columns=["run", "model", "budget"])
@@ -197,13 +202,18 @@ def formuse_section(ev: EvalSet, out: Path, metric: str = "acc_mlp", elagent: Op
         a = "" if pd.isna(r.aoa_log10_tokens) else f"{10 ** r.aoa_log10_tokens:,.0f}"
         md.append(f"| {r.model} | {budget_label(r.budget)} | {r.group} | {a} | {r.acquired_runs} / {r.n_runs} | "
                   f"{r.final_score:.3f} |")
-    figs = [("Minimal pairs vs generated tasks per model × budget", _plot(seeds, aoa, out / "figures" / "formuse.png"))]
+    png = out / "figures" / "formuse.png"
+    if jobs is not None:
+        jobs.submit(None, _plot, seeds, aoa, png)  # listed here, drawn by the time the report is written
+    else:
+        _plot(seeds, aoa, png)
+    figs = [("Minimal pairs vs generated tasks per model × budget", png)]
     md += ["", f"![{figs[0][0]}]({figs[0][1].relative_to(out).as_posix()})", ""]
     return md, figs
 
 
 def use_sections(ev: EvalSet, out: Path, metric: str = "acc_mlp", aoa_cfg: Optional[AoAConfig] = None,
-                 ) -> tuple[list[str], list[tuple[str, Path]]]:
+                 jobs=None) -> tuple[list[str], list[tuple[str, Path]]]:
     """The report's ELAGENT section (where runs have its files) and the minimal-pairs-vs-generated-tasks view."""
     from probes.elagent.report import elagent_section, elagent_table
     from probes.syntaxqa.curves import syntax_qa_table
@@ -212,7 +222,7 @@ def use_sections(ev: EvalSet, out: Path, metric: str = "acc_mlp", aoa_cfg: Optio
     el_md, el_figs = elagent_section(runs, out)
     names, dirs = [r.name for r in ev.runs], [Path(r.path) for r in ev.runs]
     fu_md, fu_figs = formuse_section(ev, out, metric, elagent_table(dirs, names), syntax_qa_table(dirs, names),
-                                     aoa_cfg)
+                                     aoa_cfg, jobs)
     from probes.lmeval.report import lmeval_section
 
     lm_md, lm_figs = lmeval_section(runs, out)  # lm-eval tasks, where runs have them

@@ -114,7 +114,8 @@ def staged_output(out: Path) -> Iterator[Path]:
     shutil.rmtree(stage, ignore_errors=True)
 
 
-REPORT_ENTRIES = ("problems.txt", "figures", "tables")  # what an older report may have left, report.md aside
+# what an older report may have left, report.md aside (an old figure cache goes with the report it served)
+REPORT_ENTRIES = ("problems.txt", "figures", "tables", ".figure-cache", ".cache")
 
 
 def fork_pool(workers: int):
@@ -151,24 +152,46 @@ def _die_with_parent(parent: int) -> None:
 class FigureJobs:
     """Draw figures in worker processes while the caller goes on computing.
 
-    Drawing is matplotlib Python code under the GIL (~0.5 s a figure), so threads do not help;
+    Drawing is matplotlib Python code under the GIL (~0.3 s a figure), so threads do not help;
     forked workers do, and the analysis that feeds the next figures keeps the parent busy meanwhile.
-    `submit(title, fn, *args)` queues fn(*args) -> path; `results()` waits and returns
-    [(title, path)] in submission order, re-raising the first worker error. workers=1 (or a
-    platform without fork) draws in the caller, at submit time. Arguments travel by pickle: pass
-    the rows a figure needs, not whole tables.
+    `submit(title, fn, *args)` queues fn(*args) -> path and returns that path (the one .png path among
+    the arguments); `results()` waits and returns [(title, path)] in submission order, re-raising the
+    first worker error; a job with title None is drawn and awaited but left out (its caller lists it).
+    workers=1 (or a platform without fork) draws in the caller, at submit time. Arguments travel by
+    pickle: pass the rows a figure needs, not whole tables.
+
+    With a `cache` (probes.analysis.figcache.FigureCache) a job whose content key is in the cache is
+    not drawn: its PNG is copied from there; a drawn one is copied into it.
     """
 
-    def __init__(self, workers: int | None = None):
+    def __init__(self, workers: int | None = None, cache=None):
         self._pool = fork_pool(workers if workers is not None else min(2, os.cpu_count() or 1))
-        self._jobs: list[tuple[str, object]] = []
+        self._jobs: list[tuple[str | None, object]] = []
+        self.cache = cache
+        self._forked = False
 
-    def submit(self, title: str, fn, *args) -> None:
-        self._jobs.append((title, self._pool.submit(fn, *args) if self._pool else fn(*args)))
+    def submit(self, title: str | None, fn, *args) -> Path | None:
+        from probes.analysis.figcache import draw_and_store
+
+        path = _png_argument(args)
+        key = self.cache.key(fn, args) if self.cache is not None and path is not None else None
+        if key is not None and self.cache.fetch(key, path):
+            self._jobs.append((title, path))
+            return path
+        entry = self.cache.entry(key) if key is not None else None
+        if self._pool is not None and not self._forked:
+            _load_matplotlib()  # once here, before the pool forks its workers: not once in each
+            self._forked = True
+        call = (draw_and_store, fn, args, entry)
+        self._jobs.append((title, self._pool.submit(*call) if self._pool else draw_and_store(*call[1:])))
+        return path
 
     def results(self) -> list[tuple[str, Path]]:
         try:
-            return [(t, Path(j.result() if self._pool else j)) for t, j in self._jobs]
+            done = [(t, Path(j.result() if hasattr(j, "result") else j)) for t, j in self._jobs]
+            if self.cache is not None:
+                self.cache.prune()
+            return [(t, p) for t, p in done if t is not None]
         finally:
             self.close()
 
@@ -182,3 +205,24 @@ class FigureJobs:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _load_matplotlib() -> None:
+    """Import matplotlib's Agg backend and load the default font by drawing a tiny text (~0.3 s): done in
+    the parent before the fork, each worker inherits it instead of paying it."""
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(1.0, 1.0))
+    FigureCanvasAgg(fig)
+    fig.subplots().set_title("0.5 1M")
+    fig.savefig(io.BytesIO(), format="png", dpi=20)
+
+
+def _png_argument(args: tuple) -> Path | None:
+    """The file a figure job writes: its one argument that is a path ending in .png (None: not known,
+    the job is drawn but not cached)."""
+    pngs = [Path(a) for a in args if isinstance(a, (str, Path)) and str(a).endswith(".png")]
+    return pngs[0] if len(pngs) == 1 else None

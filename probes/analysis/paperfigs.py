@@ -9,6 +9,10 @@
 Every line is the seed mean with the band of probes.analysis.bands (t over seeds with >= 3 seeds, else
 the pair bootstrap) and, beside it, each seed's own curve as a thin line. The numbers behind each
 figure are written by the report as CSV (tables/curves_overall.csv, tables/curves_phenomenon.csv).
+
+Drawing cost (a grid report draws dozens): margins are fixed in inches (constrained layout measures every text
+and draws twice), the seeds of a model are one line broken between runs, and titles get y=1.0 (with a y given,
+matplotlib does not measure the tick labels to place them).
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ import pandas as pd
 from probes.analysis.bands import band_caption
 from probes.analysis.evalset import log_tokens, parse_model_params
 from probes.analysis.outputs import save_figure
-from probes.analysis.plotting import new_figure, plot_line, token_axis
+from probes.analysis.plotting import inch_margins, new_figure, plot_line, token_axis
 
 BUDGET_STYLES = ("-", "--", ":", "-.")
 
@@ -51,28 +55,44 @@ def _colors(models: list[str]) -> dict:
 
 def draw_model_lines(ax, bands: pd.DataFrame, units: pd.DataFrame, ref: np.ndarray, colors: dict,
                      ls: str = "-", label_suffix: str = "") -> None:
-    """Seed mean + band per model, and each seed (run) as a thin line of the same colour."""
+    """Seed mean + band per model, and each seed (run) as a thin line of the same colour: a model's seeds
+    are one Line2D broken by NaN between runs (one artist instead of one per seed: a grid figure's drawing
+    time is mostly per-artist overhead)."""
+    u = units.sort_values(["model", "run", "step"], kind="stable")
+    u_model, u_run = u["model"].to_numpy(), u["run"].to_numpy()
+    u_x, u_y = 10 ** log_tokens(u["tokens"].to_numpy(), ref), u["acc"].to_numpy(dtype=float)
+    # the columns once as arrays: a pandas selection per model and panel cost more than the lines
+    b = {c: bands[c].to_numpy() for c in ("model", "step", "tokens", "acc_mean", "lo", "hi", "n_seeds")}
     for model in model_order(bands):
-        g = bands[bands.model == model].sort_values("step")
-        n = int(g.n_seeds.max())
-        plot_line(ax, g.tokens.to_numpy(), g.acc_mean.to_numpy(), ref,
+        i = np.flatnonzero(b["model"] == model)
+        i = i[np.argsort(b["step"][i], kind="stable")]
+        n = int(b["n_seeds"][i].max())
+        plot_line(ax, b["tokens"][i], b["acc_mean"][i], ref,
                   f"{model}{label_suffix} ({n} seed{'s' if n > 1 else ''})", colors[model],
-                  band=(g["lo"].to_numpy(), g["hi"].to_numpy()), ls=ls)
-        runs = units[units.model == model]
-        if runs["run"].nunique() > 1:
-            for _, r in runs.groupby("run", sort=True):
-                r = r.sort_values("step")
-                ax.plot(10 ** log_tokens(r.tokens.to_numpy(), ref), r.acc.to_numpy(), color=colors[model],
-                        lw=0.6, ls=ls, alpha=0.45)
+                  band=(b["lo"][i], b["hi"][i]), ls=ls)
+        rows = np.flatnonzero(u_model == model)
+        runs = u_run[rows]
+        breaks = np.flatnonzero(runs[1:] != runs[:-1]) + 1  # where the next run starts
+        if len(breaks):
+            x, y = np.insert(u_x[rows], breaks, np.nan), np.insert(u_y[rows], breaks, np.nan)
+            ax.plot(x, y, color=colors[model], lw=0.6, ls=ls, alpha=0.45)
 
 
-def _finish(fig, axes, n_used: int, title: str, legend_ax) -> None:
+def _finish(fig, axes, n_used: int, title: str, legend_ax, left: float, wspace: float, hspace: float,
+            xticks: float = 0.3) -> None:
+    """Legend below the panels, title above, and the margins (inches) these and the labels need: fixed, so
+    the figure is drawn once (constrained layout measures every text and draws it twice). `left`: room for
+    the y label and tick labels; `xticks`: for the bottom row's tick labels; gaps between panels in inches."""
     for ax in list(axes.flat)[n_used:]:
         ax.set_visible(False)
     handles, labels = legend_ax.get_legend_handles_labels()
+    ncol = max(min(len(labels), 4), 1)
+    rows = -(-len(labels) // ncol)
     # below the panels: beside them it collides with a long title on a one-panel figure
-    fig.legend(handles, labels, loc="outside lower center", fontsize=8, frameon=False, ncol=min(len(labels), 4))
-    fig.suptitle(title, fontsize=9)
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), fontsize=8, frameon=False, ncol=ncol)
+    fig.suptitle(title, fontsize=9, y=1 - 0.08 / fig.get_figheight(), va="top")
+    top = 0.1 + 0.16 * (title.count("\n") + 1) + 0.25  # the title's lines, then one line of panel titles
+    inch_margins(fig, left=left, right=0.15, top=top, bottom=xticks + 0.1 + 0.19 * rows, wspace=wspace, hspace=hspace)
 
 
 def plot_overall(bands: pd.DataFrame, units: pd.DataFrame, path: Path, ylabel: str) -> Path:
@@ -83,7 +103,7 @@ def plot_overall(bands: pd.DataFrame, units: pd.DataFrame, path: Path, ylabel: s
     # zoomed to the data (chance included): an overall rise of 0.1 is the finding, not a sliver of [0, 1]
     ylim = (max(0.0, min(0.45, units.acc.min() - 0.05)), min(1.0, max(0.6, units.acc.max() + 0.05, bands.hi.max() + 0.02)))
     fig, axes = new_figure(max(3.6 * len(budgets) + 1.0, 7.0), 3.2 * len(benches) + 1.2, len(benches), len(budgets),
-                           sharey=True)
+                           layout=None, sharey=True)
     for i, bench in enumerate(benches):
         ref = pick(bands, benchmark=bench).tokens.to_numpy()
         for j, budget in enumerate(budgets):
@@ -93,11 +113,11 @@ def plot_overall(bands: pd.DataFrame, units: pd.DataFrame, path: Path, ylabel: s
             token_axis(ax, ref, ylabel=f"{bench}: {ylabel}" if j == 0 else "")
             ax.set_xlabel("")  # said once below: the panel-wide label overlaps its neighbours
             ax.set_ylim(*ylim)
-            ax.set_title(f"{bench} · corpus {_budget(budget)}", fontsize=9)
+            ax.set_title(f"{bench} · corpus {_budget(budget)}", fontsize=9, y=1.0)
     _finish(fig, axes, axes.size, f"Overall accuracy over training (mean of all paradigms; y axis zoomed); "
             "x: tokens seen (log), hollow marker = step 0\n"
             f"{band_caption(bands)}",
-            axes[0, -1])
+            axes[0, -1], left=0.95, wspace=0.12, hspace=0.75)
     return save_figure(fig, path)
 
 
@@ -110,7 +130,8 @@ def plot_all_phenomena(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str,
     ncols = min(ncols, len(phens))
     nrows = -(-len(phens) // ncols)
     colors = _colors(model_order(b))
-    fig, axes = new_figure(max(2.7 * ncols + 0.6, 7.0), 2.3 * nrows + 1.4, nrows, ncols, sharex=True, sharey=True)
+    fig, axes = new_figure(max(2.7 * ncols + 0.6, 7.0), 2.3 * nrows + 1.4, nrows, ncols, layout=None, sharex=True,
+                           sharey=True)
     ref = b.tokens.to_numpy()
     for ax, ph in zip(axes.flat, phens):
         draw_model_lines(ax, b[b.phenomenon == ph], u[u.phenomenon == ph], ref, colors)
@@ -120,12 +141,13 @@ def plot_all_phenomena(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str,
         if h is not None and h == h:
             ax.axhline(h, color="0.3", ls=":", lw=1.1, label="human (validation CSV)")
         ax.set_ylim(-0.02, 1.02)
-        ax.set_title(f"{ph} ({int(b[b.phenomenon == ph].n_pairs.max())} pairs/seed)", fontsize=8)
+        ax.set_title(f"{ph} ({int(b[b.phenomenon == ph].n_pairs.max())} pairs/seed)", fontsize=8, y=1.0)
         ax.tick_params(labelsize=7)
-    fig.supylabel(ylabel, fontsize=8)
+    fig.supylabel(ylabel, fontsize=8, x=0.08 / fig.get_figwidth())  # 0.08 in from the edge
     # the x label goes in the title: at the bottom it collides with the legend
     _finish(fig, axes, len(phens), f"{benchmark}: every phenomenon over training, corpus {_budget(budget)} "
-            f"(as ZhoBLiMP Figure 5); x: tokens seen (log), hollow marker = step 0\n{band_caption(b)}", axes.flat[0])
+            f"(as ZhoBLiMP Figure 5); x: tokens seen (log), hollow marker = step 0\n{band_caption(b)}", axes.flat[0],
+            left=0.75, wspace=0.12, hspace=0.35, xticks=0.25)
     return save_figure(fig, path)
 
 
@@ -134,16 +156,18 @@ def plot_phenomenon(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str, ph
     """One phenomenon, one panel per corpus budget (appendix)."""
     budgets = budget_order(bands)
     colors = _colors(model_order(bands))
-    fig, axes = new_figure(max(3.4 * len(budgets) + 1.0, 7.0), 4.2, 1, len(budgets), sharey=True)
+    fig, axes = new_figure(max(3.4 * len(budgets) + 1.0, 7.0), 4.2, 1, len(budgets), layout=None, sharey=True)
     ref = bands.tokens.to_numpy()
     for ax, budget in zip(axes.flat, budgets):
         draw_model_lines(ax, pick(bands, budget=budget), pick(units, budget=budget), ref, colors)
         token_axis(ax, ref, ylabel=ylabel if ax is axes[0, 0] else "")
+        ax.set_xlabel("")  # said once in the title: side by side the panels' labels ran into each other
         if human is not None and human == human:
             ax.axhline(human, color="0.3", ls=":", lw=1.1, label="human (validation CSV)")
         ax.set_ylim(-0.02, 1.02)
-        ax.set_title(f"corpus {_budget(budget)}", fontsize=9)
-    _finish(fig, axes, len(budgets), f"{benchmark} · {phenomenon}\n{band_caption(bands)}", axes[0, 0])
+        ax.set_title(f"corpus {_budget(budget)}", fontsize=9, y=1.0)
+    _finish(fig, axes, len(budgets), f"{benchmark} · {phenomenon}; x: tokens seen (log), hollow marker = step 0\n"
+            f"{band_caption(bands)}", axes[0, 0], left=0.95, wspace=0.12, hspace=0.0)
     return save_figure(fig, path)
 
 

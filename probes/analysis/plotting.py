@@ -35,6 +35,18 @@ def new_figure(width: float = 7.5, height: float = 4.5, nrows: int = 1, ncols: i
     return fig, axes
 
 
+def inch_margins(fig, left: float, right: float, top: float, bottom: float, wspace: float = 0.0,
+                 hspace: float = 0.0) -> None:
+    """Place a layout=None figure's grid of axes by margins and gaps in inches (what the labels need),
+    so a figure of any size keeps the same room for its texts."""
+    w, h = fig.get_size_inches()
+    nrows, ncols = fig.axes[0].get_subplotspec().get_gridspec().get_geometry()
+    aw = (w - left - right - (ncols - 1) * wspace) / ncols
+    ah = (h - top - bottom - (nrows - 1) * hspace) / nrows
+    fig.subplots_adjust(left=left / w, right=1 - right / w, top=1 - top / h, bottom=bottom / h,
+                        wspace=wspace / aw, hspace=hspace / ah)
+
+
 def human_tokens(v: float) -> str:
     """1e6 -> '1M', 3e9 -> '3B'; the token counts of the x axes."""
     for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
@@ -85,7 +97,14 @@ def plot_line(ax, tokens: np.ndarray, y: np.ndarray, ref_tokens: np.ndarray, lab
         ax.plot(x[init], y[init], ls="none", marker="o", ms=7, mfc="white", mec=color, mew=1.5)
     if band is not None:
         lo, hi = (np.asarray(b, dtype=float)[order] for b in band)
-        ax.fill_between(x, lo, hi, color=color, alpha=0.18, lw=0)
+        if np.isfinite(lo).all() and np.isfinite(hi).all() and np.isfinite(x).all():
+            # the band's polygon as fill_between makes it, without its per-call masking and splitting
+            from matplotlib.collections import PolyCollection
+
+            verts = np.concatenate([np.column_stack([x, hi]), np.column_stack([x[::-1], lo[::-1]])])
+            ax.add_collection(PolyCollection([verts], facecolors=color, alpha=0.18, lw=0, zorder=1))
+        else:  # gaps: fill_between splits the band there
+            ax.fill_between(x, lo, hi, color=color, alpha=0.18, lw=0)
 
 
 def colors(n: int):

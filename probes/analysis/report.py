@@ -124,12 +124,14 @@ def report_config(ev: EvalSet, cfg: Optional[ReportConfig] = None, alpha: Option
 
 
 def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[int] = None,
-                 previous: Optional[Path] = None) -> dict:
+                 figure_cache: bool = True, previous: Optional[Path] = None) -> dict:
     """Write report.md, figures/ (the main flow), appendix/ (per-phenomenon, case-study and region figures)
     and tables/ under `out`. Figures are drawn by `workers` processes (default: up to 2) while the
-    statistics for the next ones are computed. What the report in `previous` (default: `out` itself; the
-    CLI builds into a stage beside it) computed on unchanged inputs is reused from its `.cache/`
-    (CACHE_DIR): the same bits, not recomputed."""
+    statistics for the next ones are computed. What the report in `previous` (the report this one
+    replaces; default `out` itself) computed from unchanged inputs is reused, the same bits, not
+    recomputed: its sigmoid fits (`.cache/`, CACHE_DIR) and, with `figure_cache`, its figures (copied from
+    its `.figure-cache`; `out/.figure-cache` keeps the figures of this report)."""
+    from probes.analysis.figcache import FigureCache
     from probes.analysis.reportmd import markdown
 
     t0 = time.perf_counter()
@@ -144,7 +146,8 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
     notes = list(ev.problems)
     curve_b, final_b = curve_benchmarks(ev.table), final_benchmarks(ev.table)
     R: dict = {"curve_benchmarks": curve_b, "final_benchmarks": final_b, "n_u_curves": n_curves}
-    with FigureJobs(workers) as jobs:
+    cache = FigureCache(out, previous) if figure_cache else None
+    with FigureJobs(workers, cache) as jobs:
         # 1. curves: overall and per phenomenon, seed mean with the band the seeds can support
         ct = ev.table[ev.table.benchmark.isin(curve_b)]
         human = zhoblimp_human(ev.table)  # (per phenomenon, overall) or None: ZhoBLiMP's human validation
@@ -174,8 +177,10 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         R["groups"] = groups = difficulty_groups(final[final.benchmark.isin(final_b)], cfg.scaling)
         for bench in final_b:
             o, pp = overall[overall.benchmark == bench], per_phen[per_phen.benchmark == bench]
-            jobs.submit(f"Scaling, {bench} (model × corpus)", plot_grid_overall, o, bench, metric, fdir)
-            jobs.submit(f"Scaling, {bench} per phenomenon", plot_grid_phenomena, o, pp, bench, metric, fdir)
+            jobs.submit(f"Scaling, {bench} (model × corpus)", plot_grid_overall, o, bench, metric,
+                        fdir / f"scaling_{bench}_overall.png")
+            jobs.submit(f"Scaling, {bench} per phenomenon", plot_grid_phenomena, o, pp, bench, metric,
+                        fdir / f"scaling_{bench}_phenomena.png")
 
         # 3. U-shapes (levels and per-curve level from cfg), their pictures, the paper's U's beside ours
         u_evidence: list[str] = []
@@ -252,7 +257,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         write_csv(tdir / "runs.csv", runs)
         # 8. the other probes, where runs have them (appendix)
         qa_md, qa_figs = syntax_qa_section([(r.name, Path(r.path), r.model, r.budget) for r in ev.runs], out)
-        use_md, use_figs = use_sections(ev, out, metric, cfg.aoa)
+        use_md, use_figs = use_sections(ev, out, metric, cfg.aoa, jobs)
         figs = jobs.results()
 
     if notes:
@@ -264,8 +269,9 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
     write_text(out / "report.md", md)
     all_figs = figs + qa_figs + use_figs
     result = {"figures": [p for _, p in all_figs], "main_figures": main_figs, "ushapes": us, "aoa": aoa,
-              "reused": R["reused"],
-              "groups": groups, "notes": notes, "ushape_evidence": u_evidence, "seconds": time.perf_counter() - t0}
+              "groups": groups, "notes": notes, "ushape_evidence": u_evidence, "seconds": time.perf_counter() - t0,
+              "figure_cache": (cache.hits, cache.misses) if cache else None}
+    result["reused"] = {**R["reused"], **({"figures": (cache.hits, cache.hits + cache.misses)} if cache else {})}
     if cfg.wandb:
         _log_wandb(cfg, out, all_figs)
     return result
@@ -338,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--phrase-regions", default=None, metavar="JSON",
                    help="slot grouping per paradigm (default probes/benchmarks/phrase_regions.json)")
     p.add_argument("--wandb", action="store_true", help="also log figures and tables to W&B (offline by default)")
+    p.add_argument("--no-figure-cache", action="store_true",
+                   help="draw every figure; by default a figure whose inputs and plotting code are unchanged "
+                        "since the report in --out is copied from its .figure-cache")
     return p
 
 
@@ -360,7 +369,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     def staged() -> dict:  # built whole beside --out, then swapped in (a killed report leaves the old one)
         with staged_output(a.out) as stage:
-            res = build_report(ev, stage, cfg, previous=a.out)
+            res = build_report(ev, stage, cfg, figure_cache=not a.no_figure_cache, previous=a.out)
         # the figures' paths where they now are, not where they were built
         for key in ("figures", "main_figures"):
             res[key] = [a.out / Path(p).relative_to(stage) for p in res[key]]
@@ -375,7 +384,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     n_acc = int(res["ushapes"]["accepted"].sum()) if len(res["ushapes"]) else 0
     print(f"report: {a.out / 'report.md'} ({len(res['main_figures'])} figures in the main flow, "
           f"{len(res['figures']) - len(res['main_figures'])} in the appendix; tables in {a.out / 'tables'}); "
-          f"{n_acc} accepted U-shape(s); {res['seconds']:.1f} s")
+          f"{n_acc} accepted U-shape(s); {res['seconds']:.1f} s"
+          + (f"; {res['figure_cache'][0]} figure(s) reused from the figure cache" if res["figure_cache"] else ""))
     if res["main_figures"]:
         print(f"first figure: {res['main_figures'][0]}")
     return 0

@@ -166,12 +166,13 @@ def heatmap(ax, data: np.ndarray, rows: list[str], cols: list[str], title: str, 
     if data.size <= 400:
         for (i, j), v in np.ndenumerate(data):
             if np.isfinite(v):
+                # in_layout=False: inside the axes anyway, so constrained layout need not measure each one
                 ax.text(j, i, f"{100 * v:.0f}", ha="center", va="center", fontsize=7,
-                        color="white" if v < 0.75 else "black")
+                        color="white" if v < 0.75 else "black", in_layout=False)
     return im
 
 
-def plot_grid_overall(overall: pd.DataFrame, benchmark: str, metric: str, out_dir):
+def plot_grid_overall(overall: pd.DataFrame, benchmark: str, metric: str, path):
     from probes.analysis.plotting import new_figure
     from probes.analysis.outputs import save_figure
 
@@ -184,10 +185,10 @@ def plot_grid_overall(overall: pd.DataFrame, benchmark: str, metric: str, out_di
     im = heatmap(axes[0, 0], data, _model_labels(o, models), [budget_label(b) for b in budgets],
                  f"{benchmark}: final accuracy (%)", "corpus budget (tokens)", "model")
     fig.colorbar(im, ax=axes[0, 0], label="accuracy")
-    return save_figure(fig, f"{out_dir}/scaling_{benchmark}_overall.png")
+    return save_figure(fig, path)
 
 
-def plot_grid_phenomena(overall: pd.DataFrame, per_phen: pd.DataFrame, benchmark: str, metric: str, out_dir):
+def plot_grid_phenomena(overall: pd.DataFrame, per_phen: pd.DataFrame, benchmark: str, metric: str, path):
     from probes.analysis.plotting import new_figure
     from probes.analysis.outputs import save_figure
 
@@ -204,4 +205,4 @@ def plot_grid_phenomena(overall: pd.DataFrame, per_phen: pd.DataFrame, benchmark
     im = heatmap(axes[0, 0], data, phens, labels, f"{benchmark}: final accuracy per phenomenon (%)",
                  "model" + (" / budget" if len(budgets) > 1 else ""), "phenomenon")
     fig.colorbar(im, ax=axes[0, 0], label="accuracy")
-    return save_figure(fig, f"{out_dir}/scaling_{benchmark}_phenomena.png")
+    return save_figure(fig, path)
