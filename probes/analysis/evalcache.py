@@ -105,6 +105,16 @@ def _write_cache(run_dir: Path, bench: str, entries: list[list], out: PairOutcom
         np.savez(fh, **arrays)
 
 
+def is_current(run_dir: Path, bench: str, paths: list[tuple[int, Path]]) -> bool:
+    """Whether the cache of `bench` covers exactly these eval files, reading its metadata only."""
+    try:
+        with np.load(cache_path(run_dir, bench), allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+    except Exception:
+        return False
+    return meta.get("version") == CACHE_VERSION and meta.get("files") == _entries(paths)
+
+
 def read_benchmark(name: str, run_dir: Path, bench: str, paths: list[tuple[int, Path]], cache: bool):
     """(PairOutcomes, per-paradigm rows, conventions, problems) of one benchmark of a run, named
     `name`, from `paths` [(step, eval file)]: from the cache where it is still valid, reading only

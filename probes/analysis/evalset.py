@@ -156,11 +156,8 @@ def _unique_names(dirs: list[Path]) -> list[str]:
     return [str(d) for d in dirs]
 
 
-def _load_run(d: Path, name: str, cache: bool = True):
-    info = _read_run_info(d)
-    info.name = name
-    problems: list[str] = []
-    conventions: dict[str, str] = {}
+def _eval_paths(d: Path) -> tuple[dict[int, Path], dict[str, list[tuple[int, Path]]]]:
+    """A run's step directories and, per benchmark, its minimal-pair eval files [(step, file)]."""
     evals = step_dirs(d / "evals")
     paths_by_bench: dict[str, list[tuple[int, Path]]] = {}
     for step, sd in sorted(evals.items()):
@@ -171,6 +168,25 @@ def _load_run(d: Path, name: str, cache: bool = True):
                     and not f.stem.startswith(ITEM_PREFIXES)
                     and not f.name.endswith(".tokens.parquet")):
                 paths_by_bench.setdefault(f.stem, []).append((step, f))
+    return evals, paths_by_bench
+
+
+def _cached(d: Path) -> bool:
+    """Whether every benchmark of run `d` reads from its reduced cache as it is."""
+    from probes.analysis.evalcache import is_current
+
+    try:
+        return all(is_current(d, b, p) for b, p in _eval_paths(d)[1].items())
+    except OSError:
+        return False
+
+
+def _load_run(d: Path, name: str, cache: bool = True):
+    info = _read_run_info(d)
+    info.name = name
+    problems: list[str] = []
+    conventions: dict[str, str] = {}
+    evals, paths_by_bench = _eval_paths(d)
     if not paths_by_bench:
         qa_only = any((sd / f"{b}.parquet").is_file() for sd in evals.values() for b in ("syntax_qa", "syntax_qa_paper"))
         raise EvalInputError(
@@ -248,16 +264,20 @@ def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cac
         raise EvalInputError("the same run directory is given twice")
     names = _unique_names(dirs)
     _refuse_copies([_read_run_info(d) for d in dirs])  # before any file is read
-    # One run per task: each reads its files and reduces them to compact arrays, and only the
-    # reduced arrays come back. Processes, not threads: a file's read is ~1.7 ms of parquet decoding
-    # and ~1.3 ms of Python and numpy under the GIL, and threads ran a 60-run grid's first read no faster
-    # than one thread (12.4 s wall for 11.2 CPU-s, 2 cores); the reduced arrays pickle back in ~5 ms a run.
-    pool = fork_pool(min(workers, len(dirs)))
+    # A run whose reduced cache is current loads here (~15 ms). The others are read by forked
+    # processes, a run per task, and only the reduced arrays come back: a file's read is ~1.7 ms of
+    # parquet decoding and ~1.3 ms of Python and numpy under the GIL, and threads ran a 60-run grid's
+    # first read no faster than one thread (12.4 s wall for 11.2 CPU-s, 2 cores). Cached runs stay
+    # here because pickling their arrays back costs more than loading them (1.6 vs 0.8 s a grid).
+    stale = [i for i, d in enumerate(dirs) if not (cache and _cached(d))]
+    pool = fork_pool(min(workers, len(stale))) if len(stale) > 1 else None
     if pool is None:
         loaded = [_load_run(d, n, cache) for d, n in zip(dirs, names)]
     else:
         with pool:
-            loaded = list(pool.map(_load_run, dirs, names, [cache] * len(dirs)))
+            read = dict(zip(stale, pool.map(_load_run, [dirs[i] for i in stale], [names[i] for i in stale],
+                                            [cache] * len(stale))))
+        loaded = [read[i] if i in read else _load_run(d, n, cache) for i, (d, n) in enumerate(zip(dirs, names))]
     problems: list[str] = []
     runs: list[RunInfo] = []
     all_outcomes: dict[tuple[str, str], PairOutcomes] = {}
