@@ -1,0 +1,247 @@
+"""Trie-packed scoring: the body runs once per distinct prefix, the head once per distinct prefix too.
+
+BLiMP-like benchmarks repeat most of every sentence: the start token begins them all, a pair's two
+sentences share the words before they differ, paradigms reuse openings. On 20,100 BLiMP sentences
+(215,587 scored positions) there are 126,125 distinct prefixes. ``packed_logprobs`` computes each
+prefix's hidden state once:
+
+* The sequences are sorted lexicographically; the prefixes form a trie whose node ids are given in
+  that order (a preorder: a node comes after its parent, and a subtree is a contiguous run).
+* Each sequence contributes the trie nodes it reaches first (``Trie.fresh``); consecutive sequences'
+  fresh nodes are packed into rows of at most ``row`` nodes (a row that starts with a sequence gets
+  its whole path, so every node in a row has its ancestors in the row).
+* A row is fed with ``input_ids`` = the nodes' tokens, ``position_ids`` = their depths and a 4D
+  attention mask [rows, 1, R, R] in which a node sees its ancestors and itself (``tree_mask``), so
+  its hidden state is the one the unpacked sentence gives it, up to float32 reassociation (the
+  masked keys add exact zeros). Padding positions see only themselves.
+* The logit of each (prefix, next token) edge is one dot product, computed when its prefix's hidden
+  state is; the logsumexp over the vocabulary of each prefix is deferred into chunks of
+  ``_HeadLSE.chunk`` rows (flushed at the end), which keep the CPU GEMM at its best shape.
+
+A forward holds about ``batch_size`` sentences' worth of tokens, as unpacked (``_forward_plan``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+from probes.scoring.head import _HeadLSE
+
+# Nodes per packed row (at least the longest sequence). Longer rows lose less at row starts (a row
+# recomputes the path of its first sequence) but attend over more keys: each query costs R keys
+# whatever the mask. Measured on 20,100 BLiMP sentences, pythia-14m, 1 thread: see docs/speed.md.
+ROW_CAP = 96
+ATTENTION = ("sdpa", "eager")  # implementations that take a 4D mask as given (transformers 5)
+
+
+@dataclass
+class Trie:
+    """Prefix trie of sequences, in lexicographic order (``order``: sequence indices). Flat arrays
+    hold the sorted sequences one after another (``offsets``): ``tokens`` and ``nodes`` (the node
+    id of each prefix seq[:j+1]). Sorted sequence k computes the body of its positions
+    ``fresh[k] .. len-2`` (the prefixes no earlier sequence computed); ``parent`` of each node."""
+    order: np.ndarray
+    offsets: np.ndarray
+    tokens: np.ndarray
+    nodes: np.ndarray
+    fresh: np.ndarray
+    parent: np.ndarray
+
+
+def build_trie(seqs: list[list[int]]) -> Trie:
+    order = sorted(range(len(seqs)), key=seqs.__getitem__)  # shorter first among equal prefixes
+    nodes: list[int] = []
+    fresh = np.zeros(len(order), dtype=np.int64)
+    prev: list[int] = []
+    prev_path: list[int] = []
+    nid = 0
+    for k, i in enumerate(order):
+        s = seqs[i]
+        n = min(len(s), len(prev))
+        lcp = 0
+        while lcp < n and s[lcp] == prev[lcp]:
+            lcp += 1
+        path = prev_path[:lcp] + list(range(nid, nid + len(s) - lcp))
+        nid += len(s) - lcp
+        # the prefixes shared with the previous sequence had their body computed by it (or earlier),
+        # except its last token, which it never fed (a last token is predicted, never a context)
+        fresh[k] = min(lcp, len(prev) - 1) if prev else 0
+        nodes += path
+        prev, prev_path = s, path
+    lengths = np.fromiter((len(seqs[i]) for i in order), dtype=np.int64, count=len(order))
+    offsets = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = np.fromiter((t for i in order for t in seqs[i]), dtype=np.int64, count=int(offsets[-1]))
+    flat = np.asarray(nodes, dtype=np.int64)
+    parent = np.full(nid, -1, dtype=np.int64)
+    depth_pos = np.arange(len(flat)) - np.repeat(offsets[:-1], lengths)
+    inner = depth_pos > 0
+    parent[flat[inner]] = flat[np.flatnonzero(inner) - 1]
+    return Trie(np.asarray(order, dtype=np.int64), offsets, tokens, flat, fresh, parent)
+
+
+def pack_rows(trie: Trie, row: int) -> list[list[tuple[int, int, int]]]:
+    """Rows of segments (k, a, z): positions a..z-1 of sorted sequence k. A row opens with a
+    sequence's whole body path (a = 0, so its ancestors are in the row); later segments hold only
+    fresh positions. ``row`` >= the longest body path."""
+    rows: list[list[tuple[int, int, int]]] = []
+    cur: list[tuple[int, int, int]] = []
+    used = 0
+    for k, (n, a) in enumerate(zip(np.diff(trie.offsets).tolist(), trie.fresh.tolist())):
+        end = n - 1  # the body is not fed the last token
+        if a >= end:
+            continue  # a repeat or an extension's leaf: nothing new to compute
+        if cur and used + end - a <= row:
+            cur.append((k, a, end))
+            used += end - a
+        else:
+            if cur:
+                rows.append(cur)
+            cur, used = [(k, 0, end)], end
+    if cur:
+        rows.append(cur)
+    return rows
+
+
+def tree_mask(depth: np.ndarray) -> np.ndarray:
+    """[B, R, R] bool: position p attends to q when q is an ancestor of p or p itself.
+
+    ``depth`` [B, R]: the depth of each position's node, -1 for padding. A row is a preorder walk of
+    a subtrie (ancestors included), so q's subtree is the run after q up to the next position no
+    deeper than q; padding (depth -1) ends every run and sees only itself."""
+    n = depth.shape[1]
+    later = np.arange(n)[None, :] > np.arange(n)[:, None]  # [q, p]: p after q
+    ends = later[None] & (depth[:, None, :] <= depth[:, :, None])  # [B, q, p]
+    end = np.where(ends.any(-1), ends.argmax(-1), n)  # [B, q]: first p ending q's subtree
+    p = np.arange(n)[None, :, None]
+    q = np.arange(n)[None, None, :]
+    return (q <= p) & (p < end[:, None, :])
+
+
+def _forward_plan(trie: Trie, batch_size: int, row_cap: int) -> tuple[int, int]:
+    """(row width, rows per forward). Unpacked, a forward held batch_size sequences of the batch's
+    longest length; packed it holds at most rows x width <= max(width, batch_size x the mean body
+    length) <= batch_size x the longest body length tokens, the size of the largest unpacked batch."""
+    body = np.diff(trie.offsets) - 1
+    longest = int(body.max())
+    budget = max(1, int(np.ceil(batch_size * body.mean())))
+    width = max(longest, min(row_cap, budget))
+    return width, max(1, budget // width)
+
+
+def packed_logprobs(body, head: torch.nn.Linear, seqs: list[list[int]], *, batch_size: int,
+                    device: torch.device, bf16: bool = False, progress: bool = False,
+                    row_cap: Optional[int] = None) -> list[np.ndarray]:
+    """out[i][j] = log p(seqs[i][j+1] | seqs[i][:j+1]) (float64) for sequences of >= 2 ids,
+    computed as the module docstring says. ``body``/``head``: ``probes.scoring.head._split_head``."""
+    trie = build_trie(seqs)
+    width, per_forward = _forward_plan(trie, batch_size, row_cap or ROW_CAP)
+    rows = pack_rows(trie, width)
+    n_nodes = len(trie.parent)
+    # children of every node, grouped by parent (CSR): the edges whose logits a prefix's state gives
+    kids = np.flatnonzero(trie.parent >= 0)
+    kids = kids[np.argsort(trie.parent[kids], kind="stable")]
+    first_kid = np.searchsorted(trie.parent[kids], np.arange(n_nodes + 1))
+    node_token = np.zeros(n_nodes, dtype=np.int64)
+    node_token[trie.nodes] = trie.tokens
+    mask_dtype = None if body.config._attn_implementation == "sdpa" else body.dtype
+
+    edge_logit = torch.zeros(n_nodes, dtype=torch.float32, device=device)
+    lse = torch.zeros(n_nodes, dtype=torch.float32, device=device)
+    head_lse = _HeadLSE(head, device, bf16)
+    pending = _Pending(head_lse, lse)
+    weight = head.weight
+    groups = range(0, len(rows), per_forward)
+    if progress:
+        from tqdm.auto import tqdm
+
+        groups = tqdm(groups, desc="scoring", unit="batch")
+    for g in groups:
+        ids, pos, node, fresh = _layout(trie, rows[g:g + per_forward])
+        mask = torch.from_numpy(tree_mask(np.where(node >= 0, pos, -1))[:, None]).to(device)
+        if mask_dtype is not None:  # eager attention adds the mask to the scores
+            mask = torch.zeros(mask.shape, dtype=mask_dtype, device=device).masked_fill_(
+                ~mask, torch.finfo(mask_dtype).min)
+        hidden = body(input_ids=torch.from_numpy(ids).to(device), position_ids=torch.from_numpy(pos).to(device),
+                      attention_mask=mask, use_cache=False)[0]
+        where = np.flatnonzero(fresh)
+        parents = node.reshape(-1)[where]  # each computed here for the first and only time
+        h = hidden.reshape(-1, hidden.shape[-1])[torch.from_numpy(where).to(device)]
+        count = first_kid[parents + 1] - first_kid[parents]  # >= 1: a fed prefix has a next token
+        starts = np.repeat(first_kid[parents] - np.cumsum(count) + count, count)
+        edges = kids[starts + np.arange(int(count.sum()))]
+        local = torch.from_numpy(np.repeat(np.arange(len(parents)), count)).to(device)
+        target = torch.from_numpy(node_token[edges]).to(device)
+        logit = (h[local].float() * weight[target].float()).sum(-1)
+        if head.bias is not None:
+            logit = logit + head.bias[target].float()
+        edge_logit[torch.from_numpy(edges).to(device)] = logit
+        # one logit of each prefix (its first edge's) shifts its logsumexp (see _HeadLSE)
+        shift = logit[torch.from_numpy(np.cumsum(count) - count).to(device)]
+        pending.add(h, shift, torch.from_numpy(parents).to(device))
+    pending.flush(everything=True)
+    return _unpack(trie, edge_logit.cpu(), lse.cpu(), len(seqs))
+
+
+def _layout(trie: Trie, group: list[list[tuple[int, int, int]]]):
+    """ids, position ids, node ids (-1: padding) and first-computation flags [B, W] of rows."""
+    width = max(sum(z - a for _, a, z in r) for r in group)
+    ids = np.zeros((len(group), width), dtype=np.int64)
+    pos = np.zeros((len(group), width), dtype=np.int64)
+    node = np.full((len(group), width), -1, dtype=np.int64)
+    fresh = np.zeros((len(group), width), dtype=bool)
+    for b, r in enumerate(group):
+        seg = np.asarray(r, dtype=np.int64)  # [S, 3]: k, a, z
+        n = seg[:, 2] - seg[:, 1]
+        at = np.repeat(seg[:, 1] - np.cumsum(n) + n, n) + np.arange(int(n.sum()))  # position in its sequence
+        flat = np.repeat(trie.offsets[seg[:, 0]], n) + at
+        m = len(flat)
+        ids[b, :m], pos[b, :m], node[b, :m] = trie.tokens[flat], at, trie.nodes[flat]
+        fresh[b, :m] = at >= np.repeat(trie.fresh[seg[:, 0]], n)
+    return ids, pos, node, fresh
+
+
+class _Pending:
+    """Prefix hidden states waiting for the logsumexp over the vocabulary, run in whole chunks."""
+
+    def __init__(self, head_lse: _HeadLSE, lse: torch.Tensor):
+        self.head_lse, self.lse = head_lse, lse
+        self.h: list[torch.Tensor] = []
+        self.shift: list[torch.Tensor] = []
+        self.node: list[torch.Tensor] = []
+        self.rows = 0
+
+    def add(self, h: torch.Tensor, shift: torch.Tensor, node: torch.Tensor) -> None:
+        self.h.append(h)
+        self.shift.append(shift)
+        self.node.append(node)
+        self.rows += len(h)
+        if self.rows >= self.head_lse.chunk:
+            self.flush()
+
+    def flush(self, everything: bool = False) -> None:
+        if not self.rows:
+            return
+        h, shift, node = torch.cat(self.h), torch.cat(self.shift), torch.cat(self.node)
+        n = self.rows if everything else self.rows - self.rows % self.head_lse.chunk
+        self.lse[node[:n]] = self.head_lse(h[:n], shift[:n])
+        self.h, self.shift, self.node = [h[n:]], [shift[n:]], [node[n:]]
+        self.rows -= n
+
+
+def _unpack(trie: Trie, edge_logit: torch.Tensor, lse: torch.Tensor, n_seqs: int) -> list[np.ndarray]:
+    """Per original sequence: lp[j] = logit of edge seq[:j+2] - logsumexp at prefix seq[:j+1]."""
+    last = np.zeros(len(trie.nodes), dtype=bool)
+    last[trie.offsets[1:] - 1] = True
+    first = np.zeros(len(trie.nodes), dtype=bool)
+    first[trie.offsets[:-1]] = True
+    idx = torch.from_numpy(trie.nodes)
+    flat = (edge_logit[idx[~first]] - lse[idx[~last]]).to(torch.float64).numpy()
+    parts = np.split(flat, np.cumsum(np.diff(trie.offsets) - 1)[:-1])
+    out: list[Optional[np.ndarray]] = [None] * n_seqs
+    for k, i in enumerate(trie.order):
+        out[i] = parts[k]
+    return out  # type: ignore[return-value]
