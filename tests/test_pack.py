@@ -104,11 +104,17 @@ def test_packed_lps_equal_unpacked_within_float32_rounding(setup, arch, monkeypa
 def test_rows_compute_every_prefix_once_with_its_ancestors():
     seqs = [s for s in sequences() if len(s) > 1]
     trie = pack.build_trie(seqs)
-    width, per = pack._forward_plan(trie, 3, 8)
+    rows = pack.pack_rows(trie, 8)
     longest = max(map(len, seqs)) - 1
-    assert width == longest and per * width <= 3 * longest  # no more than the largest unpacked batch
-    rows = pack.pack_rows(trie, width)
+    budget = pack.token_budget(trie, 3)
+    groups = pack.forwards(rows, budget)
+    assert sum(map(len, groups)) == len(rows)
+    for group in groups:  # a forward: no more positions than the largest unpacked batch, 3 x longest
+        assert len(group) * max(map(pack._row_len, group)) <= max(max(map(pack._row_len, group)), budget) <= 3 * longest
+    # rows of 8 positions, or of the path that opens them when longer (the 31-id sequence: 30)
+    assert all(pack._row_len(r) <= max(8, r[0][2]) for r in rows) and max(map(pack._row_len, rows)) == longest
     ids, pos, node, fresh = pack._layout(trie, rows)
+    width = ids.shape[1]
     body = {tuple(s[:j + 1]) for s in seqs for j in range(len(s) - 1)}  # every fed prefix, once
     assert fresh.sum() == len(body) == len(set(node[fresh].tolist()))
     assert (node >= 0).sum(1).max() <= width

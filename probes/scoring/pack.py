@@ -8,8 +8,8 @@ prefix's hidden state once:
 * The sequences are sorted lexicographically; the prefixes form a trie whose node ids are given in
   that order (a preorder: a node comes after its parent, and a subtree is a contiguous run).
 * Each sequence contributes the trie nodes it reaches first (``Trie.fresh``); consecutive sequences'
-  fresh nodes are packed into rows of at most ``row`` nodes (a row that starts with a sequence gets
-  its whole path, so every node in a row has its ancestors in the row).
+  fresh nodes are packed into rows of ``ROW_CAP`` nodes (a row that starts with a sequence gets its
+  whole path, so every node in a row has its ancestors in the row; a longer path gets a longer row).
 * A row is fed with ``input_ids`` = the nodes' tokens, ``position_ids`` = their depths and a 4D
   attention mask [rows, 1, R, R] in which a node sees its ancestors and itself (``tree_mask``), so
   its hidden state is the one the unpacked sentence gives it, up to float32 reassociation (the
@@ -18,7 +18,7 @@ prefix's hidden state once:
   state is; the logsumexp over the vocabulary of each prefix is deferred into chunks of
   ``_HeadLSE.chunk`` rows (flushed at the end), which keep the CPU GEMM at its best shape.
 
-A forward holds about ``batch_size`` sentences' worth of tokens, as unpacked (``_forward_plan``).
+A forward holds about ``batch_size`` sentences' worth of tokens, as unpacked (``token_budget``).
 """
 from __future__ import annotations
 
@@ -83,27 +83,44 @@ def build_trie(seqs: list[list[int]]) -> Trie:
     return Trie(np.asarray(order, dtype=np.int64), offsets, tokens, flat, fresh, parent)
 
 
-def pack_rows(trie: Trie, row: int) -> list[list[tuple[int, int, int]]]:
+def pack_rows(trie: Trie, cap: int) -> list[list[tuple[int, int, int]]]:
     """Rows of segments (k, a, z): positions a..z-1 of sorted sequence k. A row opens with a
-    sequence's whole body path (a = 0, so its ancestors are in the row); later segments hold only
-    fresh positions. ``row`` >= the longest body path."""
+    sequence's whole body path (a = 0, so its ancestors are in the row) and holds up to ``cap``
+    positions, or that path's length when longer; later segments hold only fresh positions."""
     rows: list[list[tuple[int, int, int]]] = []
     cur: list[tuple[int, int, int]] = []
-    used = 0
+    used = room = 0
     for k, (n, a) in enumerate(zip(np.diff(trie.offsets).tolist(), trie.fresh.tolist())):
         end = n - 1  # the body is not fed the last token
         if a >= end:
             continue  # a repeat or an extension's leaf: nothing new to compute
-        if cur and used + end - a <= row:
+        if cur and used + end - a <= room:
             cur.append((k, a, end))
             used += end - a
         else:
             if cur:
                 rows.append(cur)
-            cur, used = [(k, 0, end)], end
+            cur, used, room = [(k, 0, end)], end, max(cap, end)
     if cur:
         rows.append(cur)
     return rows
+
+
+def _row_len(row: list[tuple[int, int, int]]) -> int:
+    return sum(z - a for _, a, z in row)
+
+
+def forwards(rows: list[list[tuple[int, int, int]]], budget: int) -> list[list[list[tuple[int, int, int]]]]:
+    """Rows grouped into forwards of at most max(widest row, ``budget``) positions, padding included:
+    widest first (an out-of-memory shows up in the first forward), so a long row pads only rows of
+    its own length. Rows are independent (each holds its nodes' ancestors), so any order is right."""
+    rows = sorted(rows, key=_row_len, reverse=True)
+    out, i = [], 0
+    while i < len(rows):
+        n = max(1, budget // _row_len(rows[i]))
+        out.append(rows[i:i + n])
+        i += n
+    return out
 
 
 def tree_mask(depth: np.ndarray) -> np.ndarray:
@@ -121,15 +138,11 @@ def tree_mask(depth: np.ndarray) -> np.ndarray:
     return (q <= p) & (p < end[:, None, :])
 
 
-def _forward_plan(trie: Trie, batch_size: int, row_cap: int) -> tuple[int, int]:
-    """(row width, rows per forward). Unpacked, a forward held batch_size sequences of the batch's
-    longest length; packed it holds at most rows x width <= max(width, batch_size x the mean body
-    length) <= batch_size x the longest body length tokens, the size of the largest unpacked batch."""
-    body = np.diff(trie.offsets) - 1
-    longest = int(body.max())
-    budget = max(1, int(np.ceil(batch_size * body.mean())))
-    width = max(longest, min(row_cap, budget))
-    return width, max(1, budget // width)
+def token_budget(trie: Trie, batch_size: int) -> int:
+    """Positions per forward: ``batch_size`` sequences of the mean body length. Unpacked, the largest
+    forward held batch_size sequences of the longest length, so a packed forward (at most
+    max(widest row, budget) positions) is never larger: memory as before."""
+    return max(1, int(np.ceil(batch_size * (np.diff(trie.offsets) - 1).mean())))
 
 
 def packed_logprobs(body, head: torch.nn.Linear, seqs: list[list[int]], *, batch_size: int,
@@ -138,8 +151,7 @@ def packed_logprobs(body, head: torch.nn.Linear, seqs: list[list[int]], *, batch
     """out[i][j] = log p(seqs[i][j+1] | seqs[i][:j+1]) (float64) for sequences of >= 2 ids,
     computed as the module docstring says. ``body``/``head``: ``probes.scoring.head._split_head``."""
     trie = build_trie(seqs)
-    width, per_forward = _forward_plan(trie, batch_size, row_cap or ROW_CAP)
-    rows = pack_rows(trie, width)
+    groups = forwards(pack_rows(trie, row_cap or ROW_CAP), token_budget(trie, batch_size))
     n_nodes = len(trie.parent)
     # children of every node, grouped by parent (CSR): the edges whose logits a prefix's state gives
     kids = np.flatnonzero(trie.parent >= 0)
@@ -154,13 +166,12 @@ def packed_logprobs(body, head: torch.nn.Linear, seqs: list[list[int]], *, batch
     head_lse = _HeadLSE(head, device, bf16)
     pending = _Pending(head_lse, lse)
     weight = head.weight
-    groups = range(0, len(rows), per_forward)
     if progress:
         from tqdm.auto import tqdm
 
         groups = tqdm(groups, desc="scoring", unit="batch")
-    for g in groups:
-        ids, pos, node, fresh = _layout(trie, rows[g:g + per_forward])
+    for group in groups:
+        ids, pos, node, fresh = _layout(trie, group)
         mask = torch.from_numpy(tree_mask(np.where(node >= 0, pos, -1))[:, None]).to(device)
         if mask_dtype is not None:  # eager attention adds the mask to the scores
             mask = torch.zeros(mask.shape, dtype=mask_dtype, device=device).masked_fill_(
@@ -188,7 +199,7 @@ def packed_logprobs(body, head: torch.nn.Linear, seqs: list[list[int]], *, batch
 
 def _layout(trie: Trie, group: list[list[tuple[int, int, int]]]):
     """ids, position ids, node ids (-1: padding) and first-computation flags [B, W] of rows."""
-    width = max(sum(z - a for _, a, z in r) for r in group)
+    width = max(map(_row_len, group))
     ids = np.zeros((len(group), width), dtype=np.int64)
     pos = np.zeros((len(group), width), dtype=np.int64)
     node = np.full((len(group), width), -1, dtype=np.int64)
