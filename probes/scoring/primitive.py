@@ -127,18 +127,20 @@ def token_logprobs(model, seqs: list[list[int]], *, batch_size: int = 64, device
                    progress: bool = False, bf16: bool = False) -> list[np.ndarray]:
     """out[i][j] = log p(seqs[i][j+1] | seqs[i][:j+1]) in float64 numpy, len(seqs[i])-1 values.
 
-    Sequences are sorted by length (longest first, so an out-of-memory shows up in the first
-    batch; little padding) and batched with right padding and an attention mask; right padding
-    leaves the positions of real tokens at 0..L-1, so padded and unpadded runs see the same inputs.
     Runs under ``torch.inference_mode``; the model's train/eval mode is restored afterwards.
+    ``batch_size``: about that many sequences' tokens per forward (never more than the largest
+    right-padded batch of that many sequences would hold).
 
-    Why it is fast (bench/bench_scoring.py): for a small model the output layer (d x vocab) costs
-    more than the transformer body, so for the architectures in ``_PLAIN_HEAD_TYPES`` the body
-    runs on the batch and the head runs only where needed: a target's logit is one dot product
-    with its output-embedding row, and the logsumexp over the vocabulary is computed once per
-    distinct prefix (``_prefix_nodes``), in chunks, never as a full log_softmax copy (on a CPU in
-    cache-sized blocks, ``_HEAD_CHUNK``); the body is not fed a sequence's last token, which is
-    predicted but never a context.
+    Why it is fast (bench/bench_scoring.py, docs/speed.md): for a small model the output layer
+    (d x vocab) costs more than the transformer body. For the architectures in ``_PLAIN_HEAD_TYPES``
+    with sdpa or eager attention (``probes.scoring.pack``) the body runs once per distinct prefix of
+    the sequences (a trie, packed into rows with a tree attention mask; the start token, a pair's
+    shared words and repeated sentences are computed once); a target's logit is one dot product with
+    its output-embedding row, and the logsumexp over the vocabulary is computed once per distinct
+    prefix, in chunks, never as a full log_softmax copy (on a CPU in cache-sized blocks,
+    ``_HEAD_CHUNK``). A sequence's last token is predicted but never fed. Other models (``_batched``):
+    sorted by length, right-padded batches (the positions of real tokens stay 0..L-1), the head only
+    where needed when the logits are head(body), else the model's own logits.
     ``bf16=True`` runs the model under bfloat16 autocast (fast on GPUs; the logsumexp stays fp32;
     lps move by ~1e-2, see the bench) -- off by default so scores are fp32-exact.
     """
