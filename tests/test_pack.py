@@ -89,9 +89,11 @@ def test_packed_lps_equal_unpacked_within_float32_rounding(setup, arch, monkeypa
     tols = [token_tols(model, s) for s in seqs]
     ref = unpacked(model, seqs, batch_size=7)
     worst = 0.0
-    for row_cap, batch_size in ((pack.ROW_CAP, 64), (8, 3), (8, 1)):
+    for row_cap, batch_size, threads in ((pack.ROW_CAP, 64, 2), (8, 3, 1), (8, 1, 1)):
         monkeypatch.setattr(pack, "ROW_CAP", row_cap)
+        torch.set_num_threads(threads)  # 2: the head's chunks in two worker threads
         got = primitive.token_logprobs(model, seqs, batch_size=batch_size)
+        assert torch.get_num_threads() == threads  # the body's share is given back
         for s, a, b, tol in zip(seqs, got, ref, tols):
             assert a.dtype == np.float64 and a.shape == (len(s) - 1,)
             assert (np.abs(a - b) <= tol).all(), (arch, row_cap, batch_size, s, np.abs(a - b), tol)
@@ -99,6 +101,14 @@ def test_packed_lps_equal_unpacked_within_float32_rounding(setup, arch, monkeypa
     # the lps differ between tokens by far more than the tolerance: a wrong context would show
     spread = np.ptp(np.concatenate(ref))
     assert spread > 1000 * max(t.max() for t in tols if len(t)) and spread > 1.0
+    torch.set_num_threads(1)
+
+
+def test_head_workers_never_oversubscribe_by_more_than_one():
+    assert pack._head_workers(1) == (1, 1) and pack._head_workers(2) == (1, 2)
+    for threads in range(3, 33):
+        body, workers = pack._head_workers(threads)
+        assert body + workers == threads and body >= 1 and workers >= 2
 
 
 def test_rows_compute_every_prefix_once_with_its_ancestors():

@@ -3,6 +3,7 @@ computed once per distinct prefix, in cache-sized blocks on a CPU. Most of the c
 model is here (docs/speed.md); `probes.scoring.primitive.token_logprobs` drives it."""
 from __future__ import annotations
 
+import threading
 from typing import Optional
 
 import torch
@@ -94,7 +95,7 @@ class _HeadLSE:
         if device.type == "cpu" and not bf16 and head.weight.dtype == torch.float32:
             self.wt = head.weight.detach().t().contiguous()  # [d, vocab]: 26 MB for Pythia's 50k x 128
             self.bias = None if head.bias is None else head.bias.detach()
-            self.buf = torch.empty((self.chunk, _HEAD_VOCAB_BLOCK), dtype=torch.float32)
+            self.local = threading.local()  # a 1 MB block buffer per thread (chunks may run in workers)
 
     def __call__(self, h: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
         out = torch.empty(len(h), dtype=torch.float32, device=h.device)
@@ -114,9 +115,12 @@ class _HeadLSE:
         """sum over the vocabulary of exp(h @ W.T + bias - s), one cache-sized block at a time."""
         acc = torch.zeros(len(h), dtype=torch.float32)
         vocab = self.wt.shape[1]
+        buf = getattr(self.local, "buf", None)
+        if buf is None:
+            buf = self.local.buf = torch.empty((self.chunk, _HEAD_VOCAB_BLOCK), dtype=torch.float32)
         for v in range(0, vocab, _HEAD_VOCAB_BLOCK):
             w = min(_HEAD_VOCAB_BLOCK, vocab - v)
-            block = self.buf[:len(h), :w]
+            block = buf[:len(h), :w]
             shifted = -s if self.bias is None else self.bias[v:v + w] - s
             torch.addmm(shifted, h, self.wt[:, v:v + w], out=block)
             acc += block.exp_().sum(-1)
