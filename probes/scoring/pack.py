@@ -165,12 +165,12 @@ def packed_logprobs(body, head: torch.nn.Linear, seqs: list[list[int]], *, batch
     lse = torch.zeros(n_nodes, dtype=torch.float32, device=device)
     head_lse = _HeadLSE(head, device, bf16)
     threads = torch.get_num_threads()
-    pool = None
+    pool, workers = None, 0
     if head_lse.wt is not None:  # the CPU head: its chunks in worker threads (see _head_workers)
         body_threads, workers = _head_workers(threads)
         pool = ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,))
         torch.set_num_threads(body_threads)
-    pending = _Pending(head_lse, lse, pool)
+    pending = _Pending(head_lse, lse, pool, workers)
     try:
         _run(body, head, trie, groups, pending, edge_logit, first_kid, kids, node_token, device, progress)
         pending.finish()
@@ -250,7 +250,8 @@ class _Pending:
     """Prefix hidden states waiting for the logsumexp over the vocabulary, run in whole chunks,
     inline or (``pool``) in worker threads; ``finish`` runs the rest and stores every result."""
 
-    def __init__(self, head_lse: _HeadLSE, lse: torch.Tensor, pool: Optional[ThreadPoolExecutor] = None):
+    def __init__(self, head_lse: _HeadLSE, lse: torch.Tensor, pool: Optional[ThreadPoolExecutor] = None,
+                 workers: int = 0):
         self.head_lse, self.lse, self.pool = head_lse, lse, pool
         self.h: list[torch.Tensor] = []
         self.shift: list[torch.Tensor] = []
@@ -259,7 +260,7 @@ class _Pending:
         self.jobs: deque[tuple[torch.Tensor, Future]] = deque()
         # chunks in flight at most: the body (faster than the head) waits rather than queue every
         # hidden state of the run
-        self.limit = 2 * pool._max_workers if pool is not None else 0
+        self.limit = 2 * workers
 
     def add(self, h: torch.Tensor, shift: torch.Tensor, node: torch.Tensor) -> None:
         self.h.append(h)
