@@ -16,7 +16,8 @@ prefix's hidden state once:
   masked keys add exact zeros). Padding positions see only themselves.
 * The logit of each (prefix, next token) edge is one dot product, computed when its prefix's hidden
   state is; the logsumexp over the vocabulary of each prefix is deferred into chunks of
-  ``_HeadLSE.chunk`` rows (flushed at the end), which keep the CPU GEMM at its best shape.
+  ``_HeadLSE.chunk`` rows (the last one partial), which keep the CPU GEMM at its best shape; on a
+  CPU they run in worker threads beside the body (``_head_workers``).
 
 A forward holds about ``batch_size`` sentences' worth of tokens, as unpacked (``token_budget``).
 """
@@ -32,9 +33,10 @@ import torch
 
 from probes.scoring.head import _HeadLSE
 
-# Nodes per packed row (at least the longest sequence). Longer rows lose less at row starts (a row
-# recomputes the path of its first sequence) but attend over more keys: each query costs R keys
-# whatever the mask. Measured on 20,100 BLiMP sentences, pythia-14m, 1 thread: see docs/speed.md.
+# Nodes per packed row (a longer sequence gets a row of its own length). Longer rows lose less at
+# row starts (a row recomputes the path of its first sequence) but attend over more keys: each query
+# costs R keys whatever the mask. On 20,100 BLiMP sentences, pythia-14m, 1 thread, the body took
+# 4.15, 4.19 and 4.32 CPU-s with rows of 64, 96 and 128 (6.9 unpacked).
 ROW_CAP = 96
 ATTENTION = ("sdpa", "eager")  # implementations that take a 4D mask as given (transformers 5)
 
@@ -188,8 +190,9 @@ def _head_workers(threads: int) -> tuple[int, int]:
     threads an op waits for both at its end, and when another process holds one core that wait is a
     scheduler time slice: measured with one busy process beside it, pythia-14m's head took 16.7 ns a
     logit on 2 OpenMP threads, 1.4 in two workers (0.93 and 0.90 on an idle machine). The body keeps
-    half the threads (all of them but at least one when there are only two, which then serve the
-    head's backlog after the last forward), so the two never oversubscribe the cores by more than one."""
+    half the threads and the head gets the rest; with two threads or fewer the body runs on one and
+    the head gets them all (they take the head's backlog once the last forward is done), so the
+    cores are never oversubscribed by more than one thread, and the one-thread body has no barrier."""
     if threads <= 2:
         return 1, threads
     return threads // 2, threads - threads // 2
