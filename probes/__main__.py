@@ -347,12 +347,15 @@ def _score(args) -> int:
     except (WeightsMismatchError, ValueError) as e:
         raise CliError(f"--model {e}") from None
     model.to(device)
+    from probes.scoring.primitive import pair_sentence_ids
+
+    ids = pair_sentence_ids(tokenizer, pairs)  # scored, and read again by the coverage readout
     opts = ScoreOptions(batch_size=args.batch_size, device=device, bf16=args.bf16, progress=True,
                         per_token=args.per_token)
     try:
         df = evaluate_checkpoint(model, tokenizer, pairs, name=name, step=int(state.get("step", -1)),
                                  tokens=int(state.get("tokens", -1)), ckpt_dir=args.model, out=args.out, opts=opts,
-                                 max_pairs_per_paradigm=args.max_pairs_per_paradigm).df
+                                 ids=ids, max_pairs_per_paradigm=args.max_pairs_per_paradigm).df
     except Exception as e:  # its manifest.json does not read; a sentence longer than the model's context, ...
         from train.errors import is_user_error
 
@@ -361,18 +364,18 @@ def _score(args) -> int:
         raise
     print(f"{name}: {len(df)} pairs, {df['paradigm'].nunique()} paradigms  "
           f"acc_mlp={accuracy(df, 'mlp'):.4f}  acc_sum={accuracy(df, 'sum'):.4f}  -> {args.out}")
-    _readout(name, df, tokenizer, pairs, Path(args.model))
+    _readout(name, df, tokenizer, pairs, Path(args.model), ids)
     return 0
 
 
-def _readout(name: str, df, tokenizer, pairs, model_dir: Path) -> None:
+def _readout(name: str, df, tokenizer, pairs, model_dir: Path, ids: Optional[dict] = None) -> None:
     """Accuracy per phenomenon (MLP: mean log-prob per token, good > bad; sum-LP: summed log-prob), and a
     warning when the tokenizer reads the benchmark badly (probes/scoring/readout.py)."""
     from probes.scoring.readout import coverage, coverage_warning, phenomenon_table, run_token_counts
 
     print(phenomenon_table(df))
     counts, store = run_token_counts(model_dir, len(tokenizer))
-    cov = coverage(tokenizer, pairs, counts)
+    cov = coverage(tokenizer, pairs, counts, ids)
     print(f"tokenizer coverage of {name}: {cov['unknown']:.1%} unknown, {cov['byte_fallback']:.1%} byte-fallback"
           + (f", {cov['unseen']:.1%} never seen in the run's corpus" if "unseen" in cov else "")
           + f" of {int(cov['pieces']):,} pieces")

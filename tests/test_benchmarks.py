@@ -241,6 +241,24 @@ def test_malformed_jsonl_line_names_file_and_line(tmp_path):
         load(f, "blimp")
 
 
+def test_jsonl_lines_that_parse_only_together_still_name_their_line(tmp_path):
+    # the whole file is parsed as one JSON array first: a record split over two lines, or two records
+    # on one line, parse that way too, so they must be caught and reported line by line
+    good = json.dumps(blimp_rec("p", "0", "a", "b"))
+    half = json.dumps(blimp_rec("p", "1", "c", "d"))[:-1].rsplit(",", 1)
+    for name, text, line, why in (
+            ("split", f"{good}\n{half[0]}\n{half[1]}}}\n", 2, "malformed JSON line"),
+            ("two", f"{good}\n{good},{good}\n", 2, "malformed JSON line"),
+            ("list", f"{good}\n[1, 2]\n", 2, "expected a JSON object")):
+        f = tmp_path / f"{name}.jsonl"
+        f.write_text(text, encoding="utf-8")
+        with pytest.raises(ValueError, match=rf"{name}\.jsonl:{line}: {why}"):
+            load(f, "blimp")
+    f = tmp_path / "ok.jsonl"
+    f.write_text(f"{good}\r\n\n  \n{json.dumps(blimp_rec('p', '1', 'c', 'd'))}", encoding="utf-8")
+    assert [p.pair_id for p in load(f, "blimp")] == ["0", "1"]
+
+
 def test_missing_required_field_names_file_line_and_field(tmp_path):
     rec = blimp_rec("p", "0", "a", "b")
     del rec["linguistics_term"]

@@ -74,6 +74,11 @@ def test_unseen_and_byte_pieces_are_counted():
     cov = coverage(tok, pairs, np.asarray(counts))
     assert cov["pieces"] == 8 and cov["unknown"] == 0 and cov["unseen"] == pytest.approx(1 / 8)
     assert cov["byte_fallback"] == 0
+    # from the ids scoring read (start id first): the same counts, a repeated sentence counted twice
+    from probes.scoring.primitive import pair_sentence_ids
+
+    twice = pairs + pairs
+    assert coverage(tok, twice, np.asarray(counts), pair_sentence_ids(tok, twice)) == {**cov, "pieces": 16.0}
 
 
 def test_curve_labels_spell_out_mlp():

@@ -64,18 +64,19 @@ def weights_dtype(model) -> Optional[str]:
     return None if param is None else str(param.dtype).removeprefix("torch.")
 
 
-def _score_pairs(model, tokenizer, pairs, opts: ScoreOptions):
+def _score_pairs(model, tokenizer, pairs, opts: ScoreOptions, ids: Optional[dict] = None):
     from probes.scoring.primitive import score_pairs
 
     return score_pairs(model, tokenizer, pairs, batch_size=opts.batch_size, device=opts.device,
-                       progress=opts.progress, bf16=opts.bf16, per_token=opts.per_token)
+                       progress=opts.progress, bf16=opts.bf16, per_token=opts.per_token, ids=ids)
 
 
 def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, tokens: int,
                         ckpt_dir: Optional[Path], run_dir: Optional[Path] = None, out: Optional[Path] = None,
                         opts: ScoreOptions = ScoreOptions(), fingerprint: Optional[str] = None,
                         score: Optional[Callable] = None, key: Callable = pair_key,
-                        describe: Optional[Callable[[Any], dict]] = None, cache: bool = True, **extra) -> Optional[Evaluation]:
+                        describe: Optional[Callable[[Any], dict]] = None, cache: bool = True,
+                        ids: Optional[dict] = None, **extra) -> Optional[Evaluation]:
     """Score `pairs` with `model` (the weights of `ckpt_dir`), write the eval file, refresh the cache.
 
     The file goes to ``out`` or else ``<run_dir>/evals/step<step>/<name>.parquet``; in a run directory
@@ -84,14 +85,15 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
     None on a rank that does not write (then nothing is written and None is returned); `key` names
     what identifies one pair or item in the pair set; `describe(df)` adds metadata known only after
     scoring (columns beyond the scorer's, such as the unigram ones, come from the caller's `score`);
-    `extra` goes into the metadata as is. `fingerprint`: the tokenizer's ids_fingerprint when already known.
+    `extra` goes into the metadata as is. `fingerprint`: the tokenizer's ids_fingerprint when already known;
+    `ids`: the default scorer's sentence ids (primitive.pair_sentence_ids) when already computed.
     """
     if out is None and run_dir is None:
         raise ValueError("evaluate_checkpoint needs run_dir (an eval file of a run) or out (a file)")
     path = Path(out) if out is not None else eval_path(run_dir, step, name)
     manifest = manifest_hash(ckpt_dir)  # before scoring: a damaged manifest fails in a moment, not after
     t0 = time.perf_counter()
-    df = (score or _score_pairs)(model, tokenizer, pairs, opts)
+    df = score(model, tokenizer, pairs, opts) if score is not None else _score_pairs(model, tokenizer, pairs, opts, ids)
     if df is None:
         return None
     meta = eval_meta(step=step, tokens=tokens, benchmark=name, model_dir=ckpt_dir,

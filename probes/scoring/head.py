@@ -3,6 +3,7 @@ computed once per distinct prefix, in cache-sized blocks on a CPU. Most of the c
 model is here (docs/speed.md); `probes.scoring.primitive.token_logprobs` drives it."""
 from __future__ import annotations
 
+import threading
 from typing import Optional
 
 import torch
@@ -11,14 +12,15 @@ import torch
 _PLAIN_HEAD_TYPES = ("gpt_neox", "gpt2", "llama")
 # rows of the output layer evaluated at once. On a CPU (fp32) the logits come from the weight
 # transposed once to [d, vocab] (the GEMM runs ~30 % faster on that layout than on nn.Linear's
-# weight.t()) in blocks of 128 rows x 2048 vocabulary columns written into one reused 1 MB buffer:
+# weight.t()) in blocks of 512 rows x 512 vocabulary columns written into one reused 1 MB buffer:
 # the block stays in cache for its exp and sum, and no memory is mapped per call (a fresh 26 MB
 # logits tensor per chunk was zeroed by the kernel every time: 15 % of scoring went to page
-# faults). Measured on pythia-14m's head, 1 thread: 100 us a row, of which the GEMM alone 80; the
-# old nn.Linear path with 128-row chunks 169. On a GPU bigger pieces keep the kernels busy
-# (1024 x 50k x 4 B = 200 MB).
-_HEAD_CHUNK = {"cpu": 128}
-_HEAD_VOCAB_BLOCK = 2048  # CPU only
+# faults). Measured on pythia-14m's head (d = 128, vocab 50,304), exp and sum included: 2 threads
+# 0.89 ns a logit (128 x 2048 blocks: 1.02; 512 x 1024: 0.92), 1 thread 1.70 (1.85). The trie-packed
+# scorer (probes/scoring/pack.py) collects the rows of many forwards to fill whole chunks. On a GPU
+# bigger pieces keep the kernels busy (1024 x 50k x 4 B = 200 MB).
+_HEAD_CHUNK = {"cpu": 512}
+_HEAD_VOCAB_BLOCK = 512  # CPU only
 _HEAD_CHUNK_OTHER = 1024
 
 
@@ -93,7 +95,7 @@ class _HeadLSE:
         if device.type == "cpu" and not bf16 and head.weight.dtype == torch.float32:
             self.wt = head.weight.detach().t().contiguous()  # [d, vocab]: 26 MB for Pythia's 50k x 128
             self.bias = None if head.bias is None else head.bias.detach()
-            self.buf = torch.empty((self.chunk, _HEAD_VOCAB_BLOCK), dtype=torch.float32)
+            self.local = threading.local()  # a 1 MB block buffer per thread (chunks may run in workers)
 
     def __call__(self, h: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
         out = torch.empty(len(h), dtype=torch.float32, device=h.device)
@@ -113,9 +115,12 @@ class _HeadLSE:
         """sum over the vocabulary of exp(h @ W.T + bias - s), one cache-sized block at a time."""
         acc = torch.zeros(len(h), dtype=torch.float32)
         vocab = self.wt.shape[1]
+        buf = getattr(self.local, "buf", None)
+        if buf is None:
+            buf = self.local.buf = torch.empty((self.chunk, _HEAD_VOCAB_BLOCK), dtype=torch.float32)
         for v in range(0, vocab, _HEAD_VOCAB_BLOCK):
             w = min(_HEAD_VOCAB_BLOCK, vocab - v)
-            block = self.buf[:len(h), :w]
+            block = buf[:len(h), :w]
             shifted = -s if self.bias is None else self.bias[v:v + w] - s
             torch.addmm(shifted, h, self.wt[:, v:v + w], out=block)
             acc += block.exp_().sum(-1)

@@ -49,6 +49,7 @@ import torch
 from probes.evals.files import CONVENTION, REGIONS as REGION_NAMES  # defined by the eval contract
 from probes.benchmarks.pairs import Pair
 from probes.scoring.head import _HeadLSE, _batch_split, _drop_last, _split_head
+from probes.scoring.pack import ATTENTION, packed_logprobs
 from train.start_token import scoring_start_id
 
 log = logging.getLogger(__name__)
@@ -126,18 +127,20 @@ def token_logprobs(model, seqs: list[list[int]], *, batch_size: int = 64, device
                    progress: bool = False, bf16: bool = False) -> list[np.ndarray]:
     """out[i][j] = log p(seqs[i][j+1] | seqs[i][:j+1]) in float64 numpy, len(seqs[i])-1 values.
 
-    Sequences are sorted by length (longest first, so an out-of-memory shows up in the first
-    batch; little padding) and batched with right padding and an attention mask; right padding
-    leaves the positions of real tokens at 0..L-1, so padded and unpadded runs see the same inputs.
     Runs under ``torch.inference_mode``; the model's train/eval mode is restored afterwards.
+    ``batch_size``: about that many sequences' tokens per forward (never more than the largest
+    right-padded batch of that many sequences would hold).
 
-    Why it is fast (bench/bench_scoring.py): for a small model the output layer (d x vocab) costs
-    more than the transformer body, so for the architectures in ``_PLAIN_HEAD_TYPES`` the body
-    runs on the batch and the head runs only where needed: a target's logit is one dot product
-    with its output-embedding row, and the logsumexp over the vocabulary is computed once per
-    distinct prefix (``_prefix_nodes``), in chunks, never as a full log_softmax copy (on a CPU in
-    cache-sized blocks, ``_HEAD_CHUNK``); the body is not fed a sequence's last token, which is
-    predicted but never a context.
+    Why it is fast (bench/bench_scoring.py, docs/speed.md): for a small model the output layer
+    (d x vocab) costs more than the transformer body. For the architectures in ``_PLAIN_HEAD_TYPES``
+    with sdpa or eager attention (``probes.scoring.pack``) the body runs once per distinct prefix of
+    the sequences (a trie, packed into rows with a tree attention mask; the start token, a pair's
+    shared words and repeated sentences are computed once); a target's logit is one dot product with
+    its output-embedding row, and the logsumexp over the vocabulary is computed once per distinct
+    prefix, in chunks, never as a full log_softmax copy (on a CPU in cache-sized blocks,
+    ``_HEAD_CHUNK``). A sequence's last token is predicted but never fed. Other models (``_batched``):
+    sorted by length, right-padded batches (the positions of real tokens stay 0..L-1), the head only
+    where needed when the logits are head(body), else the model's own logits.
     ``bf16=True`` runs the model under bfloat16 autocast (fast on GPUs; the logsumexp stays fp32;
     lps move by ~1e-2, see the bench) -- off by default so scores are fp32-exact.
     """
@@ -157,38 +160,51 @@ def token_logprobs(model, seqs: list[list[int]], *, batch_size: int = 64, device
     for i, s in enumerate(seqs):
         if len(s) == 1:  # only the BOS: nothing to predict
             out[i] = np.zeros(0, dtype=np.float64)
-    order = sorted((i for i in range(len(seqs)) if out[i] is None), key=lambda i: -len(seqs[i]))
+    todo = [i for i in range(len(seqs)) if out[i] is None]
+    split = _split_head(model)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            if split is not None and getattr(split[0].config, "_attn_implementation", None) in ATTENTION:
+                lps = packed_logprobs(split[0], split[1], [seqs[i] for i in todo], batch_size=batch_size,
+                                      device=device, bf16=bf16, progress=progress) if todo else []
+                for i, lp in zip(todo, lps):
+                    out[i] = lp
+            else:
+                _batched(model, split, seqs, todo, out, batch_size, device, bf16, progress)
+    finally:
+        model.train(was_training)
+    return out  # type: ignore[return-value]
+
+
+def _batched(model, split, seqs, todo, out, batch_size, device, bf16, progress) -> None:
+    """token_logprobs of models whose attention takes no 4D mask (or whose logits are not
+    head(body)): right-padded batches sorted by length, longest first (an out-of-memory shows up in
+    the first batch; little padding); the head only where needed when ``split`` is not None."""
+    order = sorted(todo, key=lambda i: -len(seqs[i]))
     batches = [order[k:k + batch_size] for k in range(0, len(order), batch_size)]
     if progress:
         from tqdm.auto import tqdm
 
         batches = tqdm(batches, desc="scoring", unit="batch")
-
-    split = _split_head(model)
     nodes, n_nodes = _prefix_nodes(seqs) if split is not None else (None, 0)
     lse = torch.empty(n_nodes, dtype=torch.float32, device=device)
     have = torch.zeros(n_nodes, dtype=torch.bool, device=device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            lse_head = _HeadLSE(split[1], device, bf16) if split is not None else None
-            for batch in batches:
-                ids, mask, call_mask = _right_padded([seqs[i] for i in batch], device)
-                if split is None:
-                    lp = _batch_plain(model, ids, call_mask)
-                else:
-                    node = torch.from_numpy(np.concatenate([nodes[i] for i in batch])).to(device)
-                    lp = _batch_split(split[0], split[1], lse_head, ids, mask, call_mask, node, lse, have)
-                lp = lp.to("cpu", torch.float64).numpy()
-                at = 0
-                for row, i in enumerate(batch):
-                    n = len(seqs[i]) - 1
-                    out[i] = lp[row, :n].copy() if lp.ndim == 2 else lp[at:at + n].copy()
-                    at += n
-    finally:
-        model.train(was_training)
-    return out  # type: ignore[return-value]
+    lse_head = _HeadLSE(split[1], device, bf16) if split is not None else None
+    for batch in batches:
+        ids, mask, call_mask = _right_padded([seqs[i] for i in batch], device)
+        if split is None:
+            lp = _batch_plain(model, ids, call_mask)
+        else:
+            node = torch.from_numpy(np.concatenate([nodes[i] for i in batch])).to(device)
+            lp = _batch_split(split[0], split[1], lse_head, ids, mask, call_mask, node, lse, have)
+        lp = lp.to("cpu", torch.float64).numpy()
+        at = 0
+        for row, i in enumerate(batch):
+            n = len(seqs[i]) - 1
+            out[i] = lp[row, :n].copy() if lp.ndim == 2 else lp[at:at + n].copy()
+            at += n
 
 
 def next_token_logprobs(model, contexts: list[list[int]], candidates: list[list[int]], *,
@@ -258,15 +274,23 @@ def _align(good: Sequence[int], bad: Sequence[int]) -> tuple[int, int]:
     return p, s
 
 
+def pair_sentence_ids(tokenizer, pairs: list[Pair]) -> dict[str, list[int]]:
+    """The scored ids (``sentence_ids``) of each distinct sentence of ``pairs``, in first-seen order."""
+    texts = list(dict.fromkeys(t for p in pairs for t in (p.good, p.bad)))
+    return dict(zip(texts, sentence_ids(tokenizer, texts)))
+
+
 def score_pairs(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64, device=None,
-                progress: bool = False, bf16: bool = False, per_token: bool = False) -> pd.DataFrame:
+                progress: bool = False, bf16: bool = False, per_token: bool = False,
+                ids: Optional[dict[str, list[int]]] = None) -> pd.DataFrame:
     """One row per pair with lp/ntok of good and bad and their prefix/critical/suffix region sums.
 
     Each unique sentence is scored once (benchmarks repeat sentences across pairs).
     ``per_token``: also the list columns of ``probes.scoring.tokens.FRAME_COLUMNS`` (ids, pieces and lps
     of every token), which ``probes.scoring.tokens.write_eval`` moves to the per-token sidecar.
+    ``ids``: ``pair_sentence_ids(tokenizer, pairs)`` when the caller has it already (``probes score``
+    reads the tokenizer's coverage from the same ids).
     """
-    texts = list(dict.fromkeys(t for p in pairs for t in (p.good, p.bad)))
     for p in pairs:
         for side in ("good", "bad"):
             if not getattr(p, side).strip():
@@ -274,7 +298,9 @@ def score_pairs(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64, de
                     f"benchmark {p.benchmark!r} paradigm {p.paradigm!r} pair {p.pair_id!r}: "
                     f"empty {side} sentence"
                 )
-    ids = sentence_ids(tokenizer, texts)
+    by_text = pair_sentence_ids(tokenizer, pairs) if ids is None else ids
+    texts = list(dict.fromkeys(t for p in pairs for t in (p.good, p.bad)))
+    ids = [by_text[t] for t in texts]
     index = {t: k for k, t in enumerate(texts)}
     # checked before scoring: a bad tokenizer should not cost a whole benchmark's forward passes
     max_pos = getattr(getattr(model, "config", None), "max_position_embeddings", None)

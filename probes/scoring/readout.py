@@ -11,6 +11,7 @@ token store is at hand -- of pieces that never occur in the run's corpus, and wa
 from __future__ import annotations
 
 import re
+from itertools import chain
 from pathlib import Path
 from typing import Optional
 
@@ -36,12 +37,17 @@ def phenomenon_table(df: pd.DataFrame) -> str:
     return table.to_string(float_format=lambda x: f"{x:.3f}")
 
 
-def coverage(tokenizer, pairs, corpus_counts: Optional[np.ndarray] = None) -> dict[str, float]:
+def coverage(tokenizer, pairs, corpus_counts: Optional[np.ndarray] = None,
+             scored: Optional[dict[str, list[int]]] = None) -> dict[str, float]:
     """Shares of the benchmark's pieces that are unknown, byte fallback, and (with the run's id counts)
-    never seen in training; `pieces` is how many were counted."""
-    sentences = [s for p in pairs for s in (p.good, p.bad)]
-    ids = np.concatenate([np.asarray(x, dtype=np.int64) for x in tokenizer(
-        sentences, add_special_tokens=False, split_special_tokens=True)["input_ids"]] or [np.zeros(0, np.int64)])
+    never seen in training; `pieces` is how many were counted. `scored`: the ids scoring read
+    (primitive.pair_sentence_ids: start id first, then the sentence's), else the sentences are encoded
+    here as scoring encodes them."""
+    if scored is None:
+        from probes.scoring.primitive import pair_sentence_ids
+
+        scored = pair_sentence_ids(tokenizer, pairs)
+    ids = np.fromiter(chain.from_iterable(scored[s][1:] for p in pairs for s in (p.good, p.bad)), dtype=np.int64)
     n = max(1, len(ids))
     byte_ids = {i for piece, i in tokenizer.get_vocab().items() if _BYTE_PIECE.match(piece)}
     out = {"pieces": float(len(ids)),
