@@ -105,25 +105,19 @@ def _write_cache(run_dir: Path, bench: str, entries: list[list], out: PairOutcom
         np.savez(fh, **arrays)
 
 
-def is_current(run_dir: Path, bench: str, paths: list[tuple[int, Path]]) -> bool:
-    """Whether the cache of `bench` covers exactly these eval files, reading its metadata only."""
-    try:
-        with np.load(cache_path(run_dir, bench), allow_pickle=False) as z:
-            meta = json.loads(str(z["meta"]))
-    except Exception:
-        return False
-    return meta.get("version") == CACHE_VERSION and meta.get("files") == _entries(paths)
-
-
-def read_benchmark(name: str, run_dir: Path, bench: str, paths: list[tuple[int, Path]], cache: bool):
+def read_benchmark(name: str, run_dir: Path, bench: str, paths: list[tuple[int, Path]], cache: bool,
+                   cached_only: bool = False):
     """(PairOutcomes, per-paradigm rows, conventions, problems) of one benchmark of a run, named
     `name`, from `paths` [(step, eval file)]: from the cache where it is still valid, reading only
-    the files added since; cache=False reads every file and leaves the cache alone."""
+    the files added since; cache=False reads every file and leaves the cache alone. cached_only: None
+    instead of reading any eval file (the cache is not current)."""
     entries = _entries(paths)
     hit = _read_cache(run_dir, bench) if cache else None
     if hit is not None and hit.entries == entries:
         hit.out.run = name
         return hit.out, hit.df, hit.conventions, hit.problems
+    if cached_only:
+        return None
     new = _new_since(hit, entries) if hit is not None else None
     todo = [paths[i] for i in new] if new is not None else paths
     files = [evalfile.read_eval_file(f, step, run_dir) for step, f in todo]

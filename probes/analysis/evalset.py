@@ -171,17 +171,9 @@ def _eval_paths(d: Path) -> tuple[dict[int, Path], dict[str, list[tuple[int, Pat
     return evals, paths_by_bench
 
 
-def _cached(d: Path) -> bool:
-    """Whether every benchmark of run `d` reads from its reduced cache as it is."""
-    from probes.analysis.evalcache import is_current
-
-    try:
-        return all(is_current(d, b, p) for b, p in _eval_paths(d)[1].items())
-    except OSError:
-        return False
-
-
-def _load_run(d: Path, name: str, cache: bool = True):
+def _load_run(d: Path, name: str, cache: bool = True, cached_only: bool = False):
+    """(run info, outcomes, per-paradigm frames, conventions, problems) of one run directory;
+    cached_only: None unless every benchmark reads from its current reduced cache."""
     info = _read_run_info(d)
     info.name = name
     problems: list[str] = []
@@ -200,7 +192,10 @@ def _load_run(d: Path, name: str, cache: bool = True):
         lacking = sorted((ckpts | set(evals)) - have)
         if lacking and not bench.endswith(ALL_SUFFIX):  # "<name>_all" is written at the last step only
             problems.append(f"{d}: benchmark {bench} has no evals for step(s) {_compact(lacking)}")
-        out, df, convs, assembled = read_benchmark(name, d, bench, paths, cache)
+        got = read_benchmark(name, d, bench, paths, cache, cached_only)
+        if got is None:
+            return None
+        out, df, convs, assembled = got
         for c, f in convs.items():
             conventions.setdefault(c, f)
         problems += assembled
@@ -269,15 +264,17 @@ def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cac
     # parquet decoding and ~1.3 ms of Python and numpy under the GIL, and threads ran a 60-run grid's
     # first read no faster than one thread (12.4 s wall for 11.2 CPU-s, 2 cores). Cached runs stay
     # here because pickling their arrays back costs more than loading them (1.6 vs 0.8 s a grid).
-    stale = [i for i, d in enumerate(dirs) if not (cache and _cached(d))]
+    loaded = [_load_run(d, n, cache, cached_only=True) if cache else None for d, n in zip(dirs, names)]
+    stale = [i for i, got in enumerate(loaded) if got is None]
     pool = fork_pool(min(workers, len(stale))) if len(stale) > 1 else None
     if pool is None:
-        loaded = [_load_run(d, n, cache) for d, n in zip(dirs, names)]
+        for i in stale:
+            loaded[i] = _load_run(dirs[i], names[i], cache)
     else:
         with pool:
-            read = dict(zip(stale, pool.map(_load_run, [dirs[i] for i in stale], [names[i] for i in stale],
-                                            [cache] * len(stale))))
-        loaded = [read[i] if i in read else _load_run(d, n, cache) for i, (d, n) in enumerate(zip(dirs, names))]
+            for i, got in zip(stale, pool.map(_load_run, [dirs[i] for i in stale], [names[i] for i in stale],
+                                              [cache] * len(stale))):
+                loaded[i] = got
     problems: list[str] = []
     runs: list[RunInfo] = []
     all_outcomes: dict[tuple[str, str], PairOutcomes] = {}
