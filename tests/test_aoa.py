@@ -167,3 +167,58 @@ def test_fit_store_ignores_a_torn_file_and_keeps_only_what_was_used(tmp_path):
     later.save(tmp_path / "fits.npz")
     with np.load(tmp_path / "fits.npz") as z:
         assert len(z.files) == 1  # the batch not asked for again is gone
+
+
+def test_minpack_callbacks_are_the_sigmoids_arithmetic_bit_for_bit():
+    # residual and jacobian do the sigmoid's arithmetic with the parameters as Python floats and in place;
+    # their bits are those of the plain numpy expressions (sin/cos/exp stay numpy's), steep slopes and
+    # the clip at +-60 included: MINPACK's crawling fits follow every last bit
+    from probes.analysis.aoa import _Box
+
+    rng = np.random.default_rng(9)
+    span = X.max() - X.min()
+    lower, upper = np.array([X.min() - span, 1e-3 / span]), np.array([X.max() + span, 200.0 / span])
+    box = _Box(lower, upper)
+    half = (upper - lower) / 2
+    y = rng.uniform(0.4, 0.9, X.size)
+    for theta in rng.normal(0, 2, (200, 4)):
+        mid, k = lower + half * (np.sin(theta[2:]) + 1)
+        d = 1 + np.exp(-np.maximum(np.minimum(k * (X - mid), 60), -60))
+        assert np.array_equal(box.residual(theta, X, y), theta[0] + (theta[1] - theta[0]) / d - y)
+        s = 1 / d
+        ds = (theta[1] - theta[0]) * s * (1 - s)
+        dmid, dk = half * np.cos(theta[2:])
+        J = box.jacobian(theta, X, y)
+        assert np.array_equal(J, np.stack([1 - s, s, -k * ds * dmid, (X - mid) * ds * dk]))
+        box._last = (None, None, None, None)  # a Jacobian at a point whose residual was not taken last
+        assert np.array_equal(box.jacobian(theta, X, y), J)
+
+
+def test_aoa_table_fitted_by_a_worker_is_the_same_table(tmp_path):
+    # The report hands its fits to a worker (FigureJobs.compute): the same table, bit for bit, and the
+    # store keeps what was fitted there, so that the next report fits nothing
+    from probes.analysis.aoa import FitStore, start_aoa_table
+    from probes.analysis.outputs import FigureJobs
+
+    rng = np.random.default_rng(4)
+    rows = []
+    for run in ("r1", "r2"):
+        for p in range(6):
+            acc = sigmoid(X, 0.5, rng.uniform(0.6, 0.95), rng.uniform(7, 10), rng.uniform(0.5, 3)) + rng.normal(0, 0.03, X.size)
+            rows += [{"run": run, "model": "m", "budget": 10, "seed": int(run[1]), "step": i + 1,
+                      "tokens": 10 ** x, "benchmark": "b", "phenomenon": f"ph{p % 2}", "paradigm": f"p{p}",
+                      "acc_mlp": a} for i, (x, a) in enumerate(zip(X, acc))]
+    t = pd.DataFrame(rows)
+    phen = t.groupby(["run", "model", "budget", "seed", "step", "tokens", "benchmark", "phenomenon"],
+                     as_index=False).acc_mlp.mean()
+    here = aoa_table(t, phen)
+    store = FitStore(None)
+    with FigureJobs(2) as jobs:
+        there = start_aoa_table(t, phen, AoAConfig(), store, jobs.compute)()
+    pd.testing.assert_frame_equal(there, here)
+    assert store.hits == 0 and store.misses > 0
+    store.save(tmp_path / "fits.npz")
+    again = FitStore(tmp_path / "fits.npz")
+    with FigureJobs(2) as jobs:
+        pd.testing.assert_frame_equal(start_aoa_table(t, phen, AoAConfig(), again, jobs.compute)(), here)
+    assert again.misses == 0 and again.hits == store.misses

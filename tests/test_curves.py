@@ -339,3 +339,58 @@ def test_plot_helpers_and_syntax_qa_curves_do_not_load_the_curves_cli():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1]).stdout.strip()
     assert out == "False"
+
+
+def test_paradigm_sums_in_blocks_are_bincounts_bits():
+    # A paradigm's mean delta is a sum taken one pair after another (bincount's order, as ever). The
+    # block path sums a (pairs, paradigms) layout over its outer axis, which numpy adds row by row: the
+    # same bits, where a pairwise sum (what numpy does along an inner axis) differs in the last places.
+    from probes.analysis.evalfile import _blocks, paradigm_delta_sums
+
+    rng = np.random.default_rng(5)
+    k, g = 7, 50
+    codes = np.repeat(np.arange(k), g)
+    good = rng.normal(size=k * g) * 10.0 ** rng.uniform(-3, 8, k * g)  # magnitudes where order shows
+    bad = rng.normal(size=k * g)
+    good[:g], bad[:g] = -0.0, 0.0  # a paradigm of -0.0 deltas: summed from 0.0, its sum is +0.0
+    good[g + 3], bad[2 * g + 1] = np.nan, np.inf
+    assert _blocks(codes, k) == g and _blocks(np.roll(codes, 1), k) == 0 and _blocks(codes[:-1], k) == 0
+    fast = paradigm_delta_sums(codes, k, [(good, bad), (bad, good)], g)
+    ref = np.stack([np.bincount(codes, weights=a - b, minlength=k) for a, b in ((good, bad), (bad, good))])
+    assert np.array_equal(fast, ref, equal_nan=True) and np.array_equal(np.signbit(fast), np.signbit(ref))
+    assert np.array_equal(paradigm_delta_sums(codes, k, [(good, bad)]), ref[:1], equal_nan=True)
+    pairwise = np.add.reduce((good - bad).reshape(k, g), axis=1)  # the sum this must not be
+    assert not np.array_equal(pairwise[3:], ref[0, 3:])
+
+
+def test_pairs_and_counts_read_by_value_where_a_file_stores_them_otherwise(tmp_path):
+    # Files whose paradigm/pair_id (or token count) chunks are stored byte for byte as the file read
+    # before are not decoded again (evalfile._chunk_key). One with the same pairs in another order, or
+    # other token counts, must be read by value: a key blind to the bytes would align step 1's pairs as
+    # step 0's, or score step 2 with step 1's counts.
+    from probes.analysis.evalfile import Seen, read_eval_file
+
+    run = tmp_path / "r"
+    config(run)
+    # agr: mean good -(1+i)/ng against bad -2/3; with ng = 2 only pair 0 is right, with ng = 4 pairs 0, 1
+    rows = [pair("agr", i, -1.0 - i, 2, -2.0, 3) for i in range(4)] + \
+           [pair("bind", i, -2.0, 1, -1.0 - i, 2) for i in range(3)]
+    write_eval(run, 0, 100, rows)
+    write_eval(run, 1, 200, rows[::-1])
+    write_eval(run, 2, 300, [dict(r, ntok_good=r["ntok_good"] * 2) for r in rows])
+    write_eval(run, 3, 400, [dict(r, ntok_good=r["ntok_good"] * 2) for r in rows])
+    ev = load_runs([run], cache=False)
+    o = ev.outcomes[("r", "grammar")]
+    assert outcome_matrix(o, "agr") == [[1, 0, 0, 0], [1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 0, 0]]
+    t = ev.table[ev.table.paradigm == "agr"]
+    assert t.acc_mlp.tolist() == [0.25, 0.25, 0.5, 0.5] and (t.n_pairs == 4).all()
+    # and what was not decoded: step 3's pairs and counts are stored as step 2's
+    files = [run / "evals" / f"step{s}" / "grammar.parquet" for s in range(4)]
+    first = read_eval_file(files[0], 0, run)
+    other_order = read_eval_file(files[1], 1, run, Seen(row_key=first.row_key))
+    assert other_order.row_key != first.row_key and other_order.paradigm is not None
+    two = read_eval_file(files[2], 2, run, Seen(row_key=first.row_key, counts_key=first.counts_key,
+                                                 counts=first.counts))
+    assert two.counts_key != first.counts_key and two.counts[0][0] == 4
+    three = read_eval_file(files[3], 3, run, Seen(first.row_key, two.counts_key, two.counts))
+    assert three.paradigm is None and three.counts[0] is two.counts[0]

@@ -205,6 +205,38 @@ def test_atomic_open_syncs_before_the_rename_and_leaves_nothing_torn(tmp_path, m
             raise RuntimeError("cut short")
     assert target.read_text() == "whole" and os.listdir(target.parent) == ["out.txt"]
 
+    # a cache (durable=False) is renamed whole without either sync; a result still syncs both
+    calls.clear()
+    with atomic_open(target, "w", durable=False) as fh:
+        fh.write("cache")
+    assert target.read_text() == "cache" and calls == ["replace"] and os.listdir(target.parent) == ["out.txt"]
+
+
+def test_report_caches_are_not_synced_its_results_are(tmp_path, monkeypatch):
+    # what a report can recompute (the reduced eval caches, sigmoid fits, figure-cache entries) skips
+    # the fsyncs; the report's own files (figures, tables, report.md) are written durably
+    import numpy as np
+
+    from probes.analysis import outputs
+    from probes.analysis.aoa import FitStore
+    from probes.analysis.evalcache import cache_path
+    from probes.analysis.evalset import load_runs
+    from probes.analysis.figcache import _store
+    from probes.analysis.synthetic import RunSpec, write_run
+
+    run = write_run(tmp_path / "run", RunSpec(model="m", budget=1000, seed=1, tokens_per_step=10, steps=[0, 1, 2],
+                                               benchmark="b"), np.full((3, 1), 0.7), ["p"], ["ph"], 20,
+                    np.random.default_rng(0))
+    synced: list[str] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")) or real(fd))
+    load_runs([run], workers=1)
+    FitStore(None).save(tmp_path / "fits.npz")
+    _store(b"png", tmp_path / ".figure-cache" / "k.png")
+    assert cache_path(run, "b").is_file() and synced == []
+    outputs.write_text(tmp_path / "report.md", "x")
+    assert any(s.endswith(".tmp") for s in synced) and str(tmp_path) in synced
+
 
 def test_trainer_state_reader_names_the_file(tmp_path):
     assert read_trainer_state(tmp_path, missing_ok=True) == {}

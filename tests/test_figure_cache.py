@@ -161,3 +161,19 @@ def test_report_reuses_its_figures(tmp_path, capsys):
     assert "reused" not in capsys.readouterr().out
     assert not (out / CACHE_DIR).exists()
     assert {p.relative_to(out): p.read_bytes() for p in out.glob("[fa]*/*.png")} == pngs
+
+
+def _square(x: int) -> int:
+    if x < 0:
+        raise ValueError(f"negative: {x}")
+    return x * x
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_compute_jobs_give_their_value_or_their_error(workers):
+    # FigureJobs.compute: a computation in a worker (or here, without one), its value or its error
+    with FigureJobs(workers) as jobs:
+        good, bad = jobs.compute(_square, 7), jobs.compute(_square, -1)
+        assert good.result() == 49
+        with pytest.raises(ValueError, match="negative: -1"):
+            bad.result()

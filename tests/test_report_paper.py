@@ -155,6 +155,28 @@ def test_normalised_sweeps_by_hand(tmp_path):
     assert s.loc["morcela", "point_max"] == "morcela_0.1_0" and s.loc["pow", "point_min"] == "pow0.1"
 
 
+def test_sweep_reads_paradigms_by_name_and_their_first_named_phenomenon(tmp_path):
+    """Paradigms stored out of name order, a phenomenon missing on a paradigm's first row: rows come in
+    name order with the first phenomenon given, each paradigm's accuracy its own pairs' (the sweep reads
+    dictionary codes, not the strings of every row)."""
+    from probes.analysis.evalset import load_runs
+    from probes.analysis.normsweep import sweep_paradigms
+
+    run = tmp_path / "r"
+    config(run)
+    rows = []
+    for par, ph, right in (("zeta", "ph_z", 3), ("alpha", None, 1), ("mid", "ph_m", 0)):
+        for i in range(4):
+            rows.append({"paradigm": par, "phenomenon": ph if (i or par != "alpha") else None, "pair_id": f"{par}{i}",
+                         "lp_good": -1.0 if i < right else -5.0, "ntok_good": 1, "lp_bad": -3.0, "ntok_bad": 1})
+    rows[5]["phenomenon"] = "ph_a"  # alpha's second row names it
+    write_eval(run, 0, 0, rows)
+    par = sweep_paradigms(load_runs([run]).runs)
+    mlp = par[par.point == "mlp"]
+    assert mlp.paradigm.tolist() == ["alpha", "mid", "zeta"] and mlp.phenomenon.tolist() == ["ph_a", "ph_m", "ph_z"]
+    assert mlp.acc.tolist() == [0.25, 0.0, 0.75] and (mlp.n_pairs == 4).all()
+
+
 def test_the_papers_u_shapes_detected_absent_or_not_detectable(tmp_path):
     """Runs to 3B tokens: BA with a planted 0.2 dip at ~100M tokens is detected; FCI, rising without a dip,
     at a noise floor below 0.05 is absent; the NPI case-study paradigm is not in these runs."""

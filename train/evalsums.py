@@ -28,7 +28,9 @@ def sum_path(path: Path) -> Path:
     return Path(path).with_name(Path(path).name + SUFFIX)
 
 
-def _sha256(path: Path) -> str:
+def _sha256(path: Path, data: Optional[bytes] = None) -> str:
+    if data is not None:  # the file's bytes, already read by the caller
+        return hashlib.sha256(data).hexdigest()
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
@@ -57,13 +59,14 @@ def _expects_sum(path: Path) -> bool:
     return False
 
 
-def sum_problem(path: Path, meta: Optional[dict] = None) -> Optional[str]:
+def sum_problem(path: Path, meta: Optional[dict] = None, data: Optional[bytes] = None) -> Optional[str]:
     """Why `path` cannot be trusted, or None. `meta`: its metadata when the caller has read it (else it
-    is read here, only when the .sha256 is missing)."""
+    is read here, only when the .sha256 is missing); `data`: the file's bytes when the caller holds them
+    (the file is then not read a second time)."""
     path, side = Path(path), sum_path(path)
     if side.is_file():
         recorded = side.read_text(errors="replace").split()[:1]
-        if recorded != [_sha256(path)]:
+        if recorded != [_sha256(path, data)]:
             return (f"{path} does not match its sha256 in {side.name}: damaged, or its write was cut short; "
                     f"score it again (probes score-run rewrites it) or delete both files")
         return None

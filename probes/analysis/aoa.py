@@ -22,7 +22,7 @@ import hashlib
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -63,6 +63,7 @@ class _Box:
 
     def __init__(self, lower: np.ndarray, upper: np.ndarray):
         self.lower, self.half = lower, (upper - lower) / 2
+        (self._lo_mid, self._lo_k), (self._half_mid, self._half_k) = map(float, lower), map(float, self.half)
 
     def inside(self, u: np.ndarray) -> np.ndarray:
         return self.lower + self.half * (np.sin(u) + 1)
@@ -70,29 +71,52 @@ class _Box:
     def angle(self, v: np.ndarray) -> np.ndarray:
         return np.arcsin(np.clip((v - self.lower) / self.half - 1, -1, 1))
 
-    # residual and jacobian are called ~100 times per MINPACK fit: plain ufuncs (np.clip and np.stack
-    # cost more in dispatch than in arithmetic on 47 points), the same arithmetic as ever. MINPACK asks
-    # for the Jacobian only at a point whose residual it has just taken, so the residual keeps its
-    # 1 + exp(-z) for it (the Jacobian's s = 1 / that, the same bits as computing it again), and the
-    # Jacobian is built as rows (col_deriv): no transpose in scipy's wrapper.
+    # residual and jacobian are called ~70 times each per MINPACK fit, on 47 points: the arithmetic is
+    # that of `inside` and the sigmoid, operation for operation (the same bits), with the two parameters
+    # as Python floats (+, * and / round alike there; only sin, cos and exp stay numpy's), the array
+    # steps in place, and no np.clip or np.stack (they cost more in dispatch than in arithmetic). MINPACK
+    # asks for the Jacobian only at a point whose residual it has just taken, so the residual keeps its
+    # 1 + exp(-z) for it, and the Jacobian is built as rows (col_deriv): no transpose in scipy's wrapper.
     _last: tuple = (None, None, None, None)
 
+    def _mid_k(self, u: np.ndarray) -> tuple[float, float]:
+        s_mid, s_k = np.sin(u)
+        return self._lo_mid + self._half_mid * (float(s_mid) + 1), self._lo_k + self._half_k * (float(s_k) + 1)
+
+    @staticmethod
+    def _denominator(x: np.ndarray, mid: float, k: float) -> np.ndarray:
+        z = x - mid
+        z *= k
+        np.minimum(z, 60, out=z)
+        np.maximum(z, -60, out=z)
+        np.negative(z, out=z)
+        np.exp(z, out=z)
+        z += 1
+        return z  # 1 + exp(-clip(k (x - mid), -60, 60))
+
     def residual(self, theta, x, y):
-        (mid, k), amp = self.inside(theta[2:]), theta[1] - theta[0]
-        d = 1 + np.exp(-np.maximum(np.minimum(k * (x - mid), 60), -60))
+        mid, k = self._mid_k(theta[2:])
+        lo = float(theta[0])
+        d = self._denominator(x, mid, k)
         self._last = (theta.tobytes(), mid, k, d)
-        return theta[0] + amp / d - y
+        r = (float(theta[1]) - lo) / d
+        r += lo
+        r -= y
+        return r  # lo + (hi - lo) / d - y
 
     def jacobian(self, theta, x, y):
         key, mid, k, d = self._last
         if key != theta.tobytes():
-            mid, k = self.inside(theta[2:])
-            d = 1 + np.exp(-np.maximum(np.minimum(k * (x - mid), 60), -60))
-        dmid, dk = self.half * np.cos(theta[2:])
+            mid, k = self._mid_k(theta[2:])
+            d = self._denominator(x, mid, k)
+        c_mid, c_k = np.cos(theta[2:])
         s = 1 / d
-        ds = (theta[1] - theta[0]) * s * (1 - s)
+        ds = (float(theta[1]) - float(theta[0])) * s * (1 - s)
         J = np.empty((4, len(x)))
-        J[0], J[1], J[2], J[3] = 1 - s, s, -k * ds * dmid, (x - mid) * ds * dk
+        np.subtract(1, s, out=J[0])
+        J[1] = s
+        np.multiply(-k * ds, self._half_mid * float(c_mid), out=J[2])
+        np.multiply((x - mid) * ds, self._half_k * float(c_k), out=J[3])
         return J
 
 
@@ -227,22 +251,29 @@ class FitStore:
         return "f" + h.hexdigest()[:40]
 
     def fit(self, x: np.ndarray, Y: np.ndarray, max_nfev: int = 200) -> dict[str, np.ndarray]:
+        got = self.lookup(x, Y, max_nfev)
+        return got if got is not None else self.keep(x, Y, fit_sigmoids(x, Y, max_nfev), max_nfev)
+
+    def lookup(self, x: np.ndarray, Y: np.ndarray, max_nfev: int = 200) -> Optional[dict[str, np.ndarray]]:
+        """The stored fit of this batch (counted as a hit), or None (a miss: `keep` the fit made)."""
         k = self.key(x, Y, max_nfev)
         got = self.old.get(k, self.used.get(k))
         if got is None or got.shape != (len(Y), len(_FIT_KEYS)):
             self.misses += 1
-            fit = fit_sigmoids(x, Y, max_nfev)
-            got = np.stack([fit[c] for c in _FIT_KEYS], axis=1)
-        else:
-            self.hits += 1
+            return None
+        self.hits += 1
         self.used[k] = got
         return {c: got[:, i].copy() for i, c in enumerate(_FIT_KEYS)}
+
+    def keep(self, x: np.ndarray, Y: np.ndarray, fit: dict[str, np.ndarray], max_nfev: int = 200) -> dict[str, np.ndarray]:
+        self.used[self.key(x, Y, max_nfev)] = np.stack([fit[c] for c in _FIT_KEYS], axis=1)
+        return fit
 
     def save(self, path: Path) -> None:
         from train.files import atomic_open
 
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(OSError), atomic_open(path, "wb") as fh:
+        with contextlib.suppress(OSError), atomic_open(path, "wb", durable=False) as fh:  # a torn one is ignored
             np.savez(fh, **self.used)
 
 
@@ -276,17 +307,21 @@ def forgettability(x: np.ndarray, Y: np.ndarray, bandwidth: float, min_neighbour
     return np.clip(-np.diff(sm, axis=1), 0, None).sum(axis=1)
 
 
-def aoa_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig | None = None,
-              fits: Optional[FitStore] = None) -> pd.DataFrame:
-    """AoA, fit and forgettability per run x benchmark x paradigm (table) and phenomenon (phen_table).
+@dataclass
+class AoAPlan:
+    """The curves of an AoA table, gathered (aoa_plan) and grouped into batches of one x, before any fit."""
+    curves: list  # (level, run, bench, meta rows, unit names, Y units x trained steps, x)
+    offsets: np.ndarray  # row of each curve's first unit in the table
+    batches: list[tuple[np.ndarray, np.ndarray, np.ndarray]]  # (x, table rows, Y) of each batch
+    metric: str
 
-    Curves are gathered first and fitted in batches of identical x (runs of one schedule share
-    their token counts): a grid of 60 runs is a handful of batched fits, not 120 small ones.
-    `fits`: where batches fitted before are looked up (the report keeps one beside its tables)."""
-    cfg = cfg or AoAConfig()
-    fits = fits or FitStore()
+
+def aoa_plan(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig) -> AoAPlan:
+    """Every paradigm curve (table) and phenomenon curve (phen_table) per run x benchmark, in batches of
+    identical x (runs of one schedule share their token counts): a grid of 60 runs is a handful of
+    batched fits, not 120 small ones."""
     metric = f"acc_{cfg.metric}"
-    curves = []  # (level, run, bench, meta rows, unit names, Y units x trained steps, x)
+    curves = []
     for level, t in (("phenomenon", phen_table), ("paradigm", table)):
         unit = "paradigm" if level == "paradigm" else "phenomenon"
         for (run, bench), g in t.groupby(["run", "benchmark"], sort=True):
@@ -303,8 +338,6 @@ def aoa_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig | No
                            log_tokens(tok[keep])))
     n_rows = [len(c[5]) for c in curves]
     offsets = np.concatenate([[0], np.cumsum(n_rows)]).astype(int)
-    out = {k: np.full(offsets[-1], np.nan) for k in ("lo", "hi", "mid", "slope", "rmse", "aoa", "best", "forget")}
-    status = np.full(offsets[-1], "too_few_checkpoints", dtype=object)
     # batch key: the x values a curve was observed at (its non-missing checkpoints)
     batches: dict[bytes, tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]] = {}
     for ci, (_l, _r, _b, _m, _n, Y, x) in enumerate(curves):
@@ -315,17 +348,66 @@ def aoa_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig | No
                 continue
             rows = np.flatnonzero((masks == m).all(axis=1))
             batches.setdefault(x[m].tobytes(), (x[m], []))[1].append((offsets[ci] + rows, Y[np.ix_(rows, m)]))
-    for xm, parts in batches.values():
-        idx = np.concatenate([i for i, _ in parts])
-        Yb = np.concatenate([y for _, y in parts])
-        fit = fits.fit(xm, Yb)
+    return AoAPlan(curves, offsets, [(xm, np.concatenate([i for i, _ in parts]), np.concatenate([y for _, y in parts]))
+                                     for xm, parts in batches.values()], metric)
+
+
+def fit_batches(batches: list[tuple[np.ndarray, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """fit_sigmoids of each (x, Y); module-level, for a worker of the report (FigureJobs.compute)."""
+    return [fit_sigmoids(x, Y) for x, Y in batches]
+
+
+def aoa_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig | None = None,
+              fits: Optional[FitStore] = None) -> pd.DataFrame:
+    """AoA, fit and forgettability per run x benchmark x paradigm (table) and phenomenon (phen_table).
+    `fits`: where batches fitted before are looked up (the report keeps one beside its tables)."""
+    return start_aoa_table(table, phen_table, cfg or AoAConfig(), fits or FitStore())()
+
+
+def start_aoa_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig, fits: FitStore,
+                    compute=None) -> Callable[[], pd.DataFrame]:
+    """aoa_table in two halves. Now: the curves are gathered and looked up in `fits`; the batches it lacks
+    go to `compute(fit_batches, batches)` (FigureJobs.compute: a worker fits them while the caller goes on;
+    None: fitted here and now). The function returned waits for those fits, keeps them in `fits` and
+    builds the table. With a `compute` and an empty store (a first report: nothing can be looked up)
+    the curves are gathered there too, so that the caller waits for nothing."""
+    if compute is not None and not fits.old:
+        pending = compute(_fitted_table, table, phen_table, cfg)
+
+        def finish_there() -> pd.DataFrame:
+            out, made = pending.result()
+            for x, Y, fit in made:
+                fits.misses += 1
+                fits.keep(x, Y, fit)
+            return out
+
+        return finish_there
+    plan = aoa_plan(table, phen_table, cfg)
+    found = [fits.lookup(x, Y) for x, _rows, Y in plan.batches]
+    todo = [(x, Y) for (x, _rows, Y), f in zip(plan.batches, found) if f is None]
+    pending = compute(fit_batches, todo) if compute is not None and todo else None
+
+    def finish() -> pd.DataFrame:
+        new = iter(pending.result() if pending is not None else fit_batches(todo))
+        fitted = [f if f is not None else fits.keep(x, Y, next(new)) for (x, _rows, Y), f in zip(plan.batches, found)]
+        return aoa_rows(plan, fitted, cfg)
+
+    return finish
+
+
+def aoa_rows(plan: AoAPlan, fitted: list[dict[str, np.ndarray]], cfg: AoAConfig) -> pd.DataFrame:
+    """The AoA table of `plan` from the fit of each of its batches."""
+    offsets = plan.offsets
+    out = {k: np.full(offsets[-1], np.nan) for k in ("lo", "hi", "mid", "slope", "rmse", "aoa", "best", "forget")}
+    status = np.full(offsets[-1], "too_few_checkpoints", dtype=object)
+    for (xm, idx, Yb), fit in zip(plan.batches, fitted):
         aoa, best, st = aoa_from_fit(xm, fit, cfg.chance, cfg.min_gain, cfg.min_rise_rmse)
         for k in ("lo", "hi", "mid", "slope", "rmse"):
             out[k][idx] = fit[k]
         out["aoa"][idx], out["best"][idx], status[idx] = aoa, best, st
         out["forget"][idx] = forgettability(xm, Yb, cfg.bandwidth, cfg.min_neighbours)
     rows = []
-    for ci, (level, run, bench, meta, names, Y, x) in enumerate(curves):
+    for ci, (level, run, bench, meta, names, Y, x) in enumerate(plan.curves):
         sl = slice(offsets[ci], offsets[ci + 1])
         finite = np.isfinite(Y)
         last = np.array([r[f][-1] if f.any() else np.nan for r, f in zip(Y, finite)])
@@ -333,7 +415,7 @@ def aoa_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig | No
             "run": run, "model": meta["model"].to_numpy(), "budget": meta["budget"].to_numpy(),
             "seed": meta["seed"].to_numpy(), "benchmark": bench, "level": level,
             "phenomenon": meta["phenomenon"].to_numpy() if level == "paradigm" else names,
-            "paradigm": names if level == "paradigm" else "", "metric": metric,
+            "paradigm": names if level == "paradigm" else "", "metric": plan.metric,
             "n_points": finite.sum(axis=1).astype(int), "fit_lo": out["lo"][sl], "fit_hi": out["hi"][sl],
             "fit_mid": out["mid"][sl], "fit_slope": out["slope"][sl], "fit_rmse": out["rmse"][sl],
             "best_fitted_acc": out["best"][sl], "aoa_log10_tokens": out["aoa"][sl],
@@ -341,3 +423,10 @@ def aoa_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig | No
             "forgettability": out["forget"][sl], "final_acc": last,
         }))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def _fitted_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig):
+    """(aoa table, [(x, Y, fit) of every batch]): start_aoa_table's whole computation, in a worker."""
+    plan = aoa_plan(table, phen_table, cfg)
+    fitted = fit_batches([(x, Y) for x, _rows, Y in plan.batches])
+    return aoa_rows(plan, fitted, cfg), [(x, Y, f) for (x, _rows, Y), f in zip(plan.batches, fitted)]

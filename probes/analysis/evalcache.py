@@ -13,6 +13,7 @@ directory just goes uncached.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,7 @@ class _Cached:
     conventions: dict[str, str]
     problems: list[str]
     phen: dict[str, str]
+    row_key: Optional[str]  # of the file whose pair order `out` has (evalfile.Seen)
 
 
 def _read_cache(run_dir: Path, bench: str) -> Optional[_Cached]:
@@ -84,24 +86,30 @@ def _read_cache(run_dir: Path, bench: str) -> Optional[_Cached]:
     df["phenomenon"] = phenomena[a["t_paradigm"]]
     df["benchmark"] = bench
     return _Cached(meta["files"], out, df, meta["conventions"], meta["problems"],
-                   dict(zip(paradigms, (str(p) for p in phenomena))))
+                   dict(zip(paradigms, (str(p) for p in phenomena))), meta.get("row_key"))
 
 
 def _write_cache(run_dir: Path, bench: str, entries: list[list], out: PairOutcomes, df: pd.DataFrame,
-                 conventions: dict[str, str], problems: list[str]) -> None:
-    code = {p: i for i, p in enumerate(out.paradigms)}
-    phen = dict(zip(df["paradigm"], df["phenomenon"]))
+                 conventions: dict[str, str], problems: list[str], row_key: Optional[str]) -> None:
+    # the rows' paradigms as codes into out.paradigms, and each paradigm's first row (for its phenomenon):
+    # by index lookups, not a Python pass over a run's rows (half of this function's time)
+    code = pd.Index(out.paradigms).get_indexer(df["paradigm"]).astype(np.int32)
+    first = np.full(len(out.paradigms), -1)
+    present, at = np.unique(code, return_index=True)
+    first[present] = at
+    phen = df["phenomenon"].to_numpy()
     meta = {"version": CACHE_VERSION, "files": entries, "conventions": conventions, "problems": problems,
-            "phenomena": [str(phen.get(p, "")) for p in out.paradigms]}
+            "phenomena": [str(phen[i]) if i >= 0 else "" for i in first], "row_key": row_key}
     arrays = {
         "meta": np.array(json.dumps(meta)),
         "steps": out.steps, "tokens": out.tokens, "paradigms": np.asarray(out.paradigms, dtype=str),
         "row_paradigm": out.row_paradigm, "pair_ids": np.asarray(out.pair_ids, dtype=str), "correct": out.correct,
-        "t_paradigm": df["paradigm"].map(code).to_numpy(np.int32),
+        "t_paradigm": code,
         **{f"t_{c}": df[c].to_numpy() for c in _CACHE_FRAME},
     }
     # a unique temporary name per writer: report threads and a probe hook may refresh one run at once
-    with contextlib.suppress(OSError), atomic_open(cache_path(run_dir, bench), "wb") as fh:
+    # not fsynced: a torn file fails np.load's zip checks and is read afresh
+    with contextlib.suppress(OSError), atomic_open(cache_path(run_dir, bench), "wb", durable=False) as fh:
         np.savez(fh, **arrays)
 
 
@@ -119,18 +127,34 @@ def read_benchmark(name: str, run_dir: Path, bench: str, paths: list[tuple[int, 
     if cached_only:
         return None
     new = _new_since(hit, entries) if hit is not None else None
-    todo = [paths[i] for i in new] if new is not None else paths
-    files = [evalfile.read_eval_file(f, step, run_dir) for step, f in todo]
+    # the reference (the pair order every file is aligned to) is the cached one, else the first file's;
+    # files stored with its rows are read without decoding their strings, and token counts stored as
+    # the file's before are not decoded again (evalfile.Seen)
     convs = dict(hit.conventions) if new is not None else {}
-    for res, (_, f) in zip(files, todo):
-        convs.setdefault(res.convention, str(f))
+    seen = evalfile.Seen(row_key=hit.row_key if new is not None else None)
+
+    def read(todo: list[tuple[int, Path]]):
+        for step, f in todo:  # one at a time, in step order: evalfile.assemble consumes them so
+            res = evalfile.read_eval_file(f, step, run_dir, seen)
+            convs.setdefault(res.convention, str(f))
+            seen.counts_key, seen.counts = res.counts_key, res.counts
+            yield res
+
+    if new is not None:
+        files = read([paths[i] for i in new])
+    else:
+        todo = sorted(paths)
+        first = next(read(todo[:1]))
+        seen.row_key = first.row_key
+        files = itertools.chain([first], read(todo[1:]))
+    row_key = seen.row_key
     if new is not None:
         problems = list(hit.problems)
         out, df = evalfile.assemble(name, str(run_dir), bench, files, problems,
-                                   evalfile.reference_from(hit.out, hit.phen), (hit.out, hit.df))
+                                   evalfile.reference_from(hit.out, hit.phen, hit.row_key), (hit.out, hit.df))
     else:
         problems = []
         out, df = evalfile.assemble(name, str(run_dir), bench, files, problems)
     if cache:
-        _write_cache(run_dir, bench, entries, out, df, convs, problems)
+        _write_cache(run_dir, bench, entries, out, df, convs, problems, row_key)
     return out, df, convs, problems

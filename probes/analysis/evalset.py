@@ -171,11 +171,13 @@ def _eval_paths(d: Path) -> tuple[dict[int, Path], dict[str, list[tuple[int, Pat
     return evals, paths_by_bench
 
 
-def _load_run(d: Path, name: str, cache: bool = True, cached_only: bool = False):
-    """(run info, outcomes, per-paradigm frames, conventions, problems) of one run directory;
-    cached_only: None unless every benchmark reads from its current reduced cache."""
-    info = _read_run_info(d)
-    info.name = name
+def _load_run(d: Path, info: RunInfo, cache: bool = True, cached_only: bool = False):
+    """(run info, outcomes, per-paradigm frames, conventions, problems) of one run directory, its info
+    named as it is to be in the tables; cached_only: None unless every benchmark reads from its current
+    reduced cache. Each frame is in (paradigm, step) order: load_runs only puts the runs' frames one after
+    another (a sort of a whole grid's table cost 0.25 s of one core while the other waited)."""
+    if cached_only and not any((d / "evals").glob(".reduced-*.npz")):
+        return None  # nothing cached: not worth listing the eval files here
     problems: list[str] = []
     conventions: dict[str, str] = {}
     evals, paths_by_bench = _eval_paths(d)
@@ -192,7 +194,7 @@ def _load_run(d: Path, name: str, cache: bool = True, cached_only: bool = False)
         lacking = sorted((ckpts | set(evals)) - have)
         if lacking and not bench.endswith(ALL_SUFFIX):  # "<name>_all" is written at the last step only
             problems.append(f"{d}: benchmark {bench} has no evals for step(s) {_compact(lacking)}")
-        got = read_benchmark(name, d, bench, paths, cache, cached_only)
+        got = read_benchmark(info.name, d, bench, paths, cache, cached_only)
         if got is None:
             return None
         out, df, convs, assembled = got
@@ -200,7 +202,8 @@ def _load_run(d: Path, name: str, cache: bool = True, cached_only: bool = False)
             conventions.setdefault(c, f)
         problems += assembled
         outs[bench] = out
-        df["run"], df["model"], df["budget"], df["seed"] = name, info.model, info.budget, info.seed
+        df = df.sort_values(["paradigm", "step"], ignore_index=True)
+        df["run"], df["model"], df["budget"], df["seed"] = info.name, info.model, info.budget, info.seed
         frames.append(df)
     return info, outs, frames, conventions, problems
 
@@ -257,28 +260,30 @@ def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cac
             raise EvalInputError(f"run directory {d} does not exist")
     if len({d.resolve() for d in dirs}) != len(dirs):
         raise EvalInputError("the same run directory is given twice")
-    names = _unique_names(dirs)
-    _refuse_copies([_read_run_info(d) for d in dirs])  # before any file is read
+    infos = [_read_run_info(d) for d in dirs]
+    for info, name in zip(infos, _unique_names(dirs)):
+        info.name = name
+    _refuse_copies(infos)  # before any file is read
     # A run whose reduced cache is current loads here (~15 ms). The others are read by forked
-    # processes, a run per task, and only the reduced arrays come back: a file's read is ~1.7 ms of
-    # parquet decoding and ~1.3 ms of Python and numpy under the GIL, and threads ran a 60-run grid's
-    # first read no faster than one thread (12.4 s wall for 11.2 CPU-s, 2 cores). Cached runs stay
-    # here because pickling their arrays back costs more than loading them (1.6 vs 0.8 s a grid).
-    loaded = [_load_run(d, n, cache, cached_only=True) if cache else None for d, n in zip(dirs, names)]
+    # processes, a run per task, and only the reduced arrays come back: a file's read is ~1 ms of
+    # parquet decoding and ~1.3 ms of Python and numpy, much of it under the GIL, and threads ran a
+    # 60-run grid's first read no faster than one thread (12.4 s wall for 11.2 CPU-s, 2 cores). Cached
+    # runs stay here because pickling their arrays back costs more than loading them (1.6 vs 0.8 s a grid).
+    loaded = [_load_run(d, info, cache, cached_only=True) if cache else None for d, info in zip(dirs, infos)]
     stale = [i for i, got in enumerate(loaded) if got is None]
     pool = fork_pool(min(workers, len(stale))) if len(stale) > 1 else None
     if pool is None:
         for i in stale:
-            loaded[i] = _load_run(dirs[i], names[i], cache)
+            loaded[i] = _load_run(dirs[i], infos[i], cache)
     else:
         with pool:
-            for i, got in zip(stale, pool.map(_load_run, [dirs[i] for i in stale], [names[i] for i in stale],
+            for i, got in zip(stale, pool.map(_load_run, [dirs[i] for i in stale], [infos[i] for i in stale],
                                               [cache] * len(stale))):
                 loaded[i] = got
     problems: list[str] = []
     runs: list[RunInfo] = []
     all_outcomes: dict[tuple[str, str], PairOutcomes] = {}
-    frames = []
+    frames: dict[tuple[str, str], pd.DataFrame] = {}  # (run, benchmark) -> its rows
     conventions: dict[str, str] = {}  # convention -> first file that uses it
     runs_by_convention: dict[str, list[str]] = {}
     bench_by_run: dict[str, set[str]] = {}
@@ -289,9 +294,9 @@ def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cac
             conventions.setdefault(c, f)
             runs_by_convention.setdefault(c, []).append(info.name)
         bench_by_run[info.name] = set(outs)
-        for bench, out in outs.items():
+        for (bench, out), df in zip(outs.items(), dfs):
             all_outcomes[(info.name, bench)] = out
-        frames += dfs
+            frames[(info.name, bench)] = df
     if len(conventions) > 1:
         # Numbers scored in different contexts are not comparable (probes/scoring/primitive.py: v1 conditioned
         # on an untrained BOS): name the runs on each side so the older ones can be rescored.
@@ -304,10 +309,11 @@ def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cac
     for name, have in bench_by_run.items():
         if have != every:
             problems.append(f"run {name} lacks benchmark(s) {sorted(every - have)}; analysed where present")
-    table = pd.concat(frames, ignore_index=True)
+    # in (run, benchmark, paradigm, step) order: each frame is in (paradigm, step) order (_load_run)
+    table = pd.concat([frames[k] for k in sorted(frames)], ignore_index=True)
     table["budget"] = table["budget"].astype("Int64")
     table["seed"] = table["seed"].astype("Int64")
-    table = table[TABLE_COLUMNS].sort_values(["run", "benchmark", "paradigm", "step"], ignore_index=True)
+    table = table[TABLE_COLUMNS]
     return EvalSet(runs=runs, table=table, outcomes=all_outcomes, convention=next(iter(conventions)),
                    problems=problems)
 

@@ -165,11 +165,12 @@ class _Hasher:
                 raise Uncacheable(f"column {col.name!r}: {e}") from None
 
 
-def figure_key(fn, args: tuple, report_dir: Path) -> Optional[str]:
-    """The content key of fn(*args) drawn into `report_dir`, or None where it cannot be exact."""
+def figure_key(fn, args: tuple, report_dir: Path, version: Optional[str] = None) -> Optional[str]:
+    """The content key of fn(*args) drawn into `report_dir`, or None where it cannot be exact. `version`:
+    code_version() when the caller holds it."""
     h = _Hasher(Path(os.path.abspath(report_dir)))
     h.tag(f"{fn.__module__}.{fn.__qualname__}")
-    h.tag(code_version())
+    h.tag(version or code_version())
     try:
         h.feed(tuple(args))
     except Uncacheable:
@@ -196,10 +197,9 @@ def png_intact(data: bytes) -> bool:
     return False
 
 
-def copy_file(src: Path, dst: Path) -> None:
-    """src's bytes to dst, atomically."""
-    data = Path(src).read_bytes()
-    with atomic_open(dst, "wb") as fh:
+def _store(data: bytes, entry: Path) -> None:
+    """A cache entry, atomically but not fsynced: png_intact refuses a torn one."""
+    with atomic_open(entry, "wb", durable=False) as fh:
         fh.write(data)
 
 
@@ -210,13 +210,14 @@ class FigureCache:
 
     def __init__(self, out: Path, previous: Optional[Path] = None):
         self.out = Path(out)
+        self.version = code_version()  # once: the rcParams' repr cost ~15 ms a figure
         self.read_dir = Path(previous if previous is not None else out) / CACHE_DIR
         self.dir = self.out / CACHE_DIR
         self.used: set[str] = set()
         self.hits = self.misses = 0
 
     def key(self, fn, args: tuple) -> Optional[str]:
-        return figure_key(fn, args, self.out)
+        return figure_key(fn, args, self.out, self.version)
 
     def entry(self, key: str) -> Path:
         """Where this report's copy of a figure with `key` goes (written by whoever draws it)."""
@@ -237,8 +238,7 @@ class FigureCache:
             fh.write(data)
         entry = self.entry(key)
         if entry.resolve() != (self.read_dir / f"{key}.png").resolve():
-            with atomic_open(entry, "wb") as fh:
-                fh.write(data)
+            _store(data, entry)
         self.hits += 1
         return True
 
@@ -260,7 +260,7 @@ def draw_and_store(fn, args: tuple, entry: Optional[Path]):
     module-level so that a forked worker can run it."""
     path = fn(*args)
     if entry is not None:
-        copy_file(path, entry)
+        _store(Path(path).read_bytes(), entry)
     return path
 
 

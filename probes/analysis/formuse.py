@@ -114,16 +114,25 @@ def group_aoa(groups: pd.DataFrame, cfg: Optional[AoAConfig] = None) -> pd.DataF
 
 
 def _plot(seeds: pd.DataFrame, aoa: pd.DataFrame, path: Path) -> Path:
-    """One panel per model x budget: both groups' scores (seed mean, band over seeds), chance (0) dashed, AoA
-    dotted."""
+    """A grid of panels, a row per model (by size) and a column per budget: both groups' scores (seed mean,
+    band over seeds), chance (0) dashed, AoA dotted; one legend and one x label for all panels (a legend in
+    every panel, placed by loc="best", was a fifth of the figure's drawing time)."""
+    from probes.analysis.paperfigs import budget_order, model_order
     from probes.syntaxqa.curves import draw_baseline
 
-    panels = list(seeds.groupby(["model", "budget"], dropna=False, sort=True))
-    ncols = min(3, len(panels))
-    nrows = int(np.ceil(len(panels) / ncols))
-    fig, axes = new_figure(5.0 * ncols + 2.4, 3.8 * nrows, nrows, ncols, layout=None, sharey=True)
+    groups = {key: g for key, g in seeds.groupby(["model", "budget"], dropna=False, sort=False)}
+    models, budgets = model_order(seeds), budget_order(seeds)
+    # a column is one budget: one x range, its tick labels under the bottom panel only
+    fig, axes = new_figure(4.2 * len(budgets) + 0.95, 3.2 * len(models) + 1.0, len(models), len(budgets), layout=None,
+                           sharex="col", sharey=True)
     ref = seeds["tokens"].to_numpy()
-    for ax, ((model, budget), g) in zip(axes.flat, panels):
+    legend: dict = {}
+    for (i, model), (j, budget) in ((mi, bj) for mi in enumerate(models) for bj in enumerate(budgets)):
+        ax = axes[i, j]
+        g = groups.get((model, budget))
+        if g is None:  # this model was not trained on this budget
+            ax.set_visible(False)
+            continue
         for group, d in g.groupby("group", sort=True):
             d = d.sort_values("tokens")
             n = int(d.n_seeds.max())
@@ -136,20 +145,24 @@ def _plot(seeds: pd.DataFrame, aoa: pd.DataFrame, path: Path) -> Path:
                     & (aoa.budget.isna() if pd.isna(budget) else aoa.budget == budget)]
             if len(a) and np.isfinite(a.aoa_log10_tokens.iloc[0]):
                 ax.axvline(10 ** a.aoa_log10_tokens.iloc[0], color=COLORS[group], ls=":", lw=1.4,
-                           label=f"AoA {group}")
-        # the shared y axis is labelled once per row
+                           label=f"AoA {group.replace('_', ' ')}")
+        # the shared y axis is labelled once per row, the x axis once in the title
         token_axis(ax, ref, ylabel="(acc − chance) / (1 − chance)" if ax.get_subplotspec().is_first_col() else "",
                    chance=False)
+        ax.set_xlabel("")
         ax.set_ylim(min(-0.05, float(g.score_mean.min()) - 0.05), 1.02)
         n = int(g.n_seeds.max())
         ax.set_title(f"{model} · {budget_label(budget)} ({n} seed{'s' if n > 1 else ''})", fontsize=9, y=1.0)
-        ax.legend(fontsize=7, loc="best")
-    for ax in list(axes.flat)[len(panels):]:
-        ax.set_visible(False)
-    fig.suptitle("minimal pairs vs generated tasks, chance-corrected: dashed = chance (0), "
-                 "dotted = age of acquisition", fontsize=10, y=1 - 0.1 / fig.get_figheight(), va="top")
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, h)
+    fig.legend(list(legend.values()), list(legend), loc="lower center", bbox_to_anchor=(0.5, 0.0), fontsize=8,
+               frameon=False, ncol=max(min(len(legend), 4), 1))
+    fig.suptitle("minimal pairs vs generated tasks, chance-corrected: dashed = chance (0), dotted = age of "
+                 "acquisition\nx: tokens seen (log scale); hollow marker = step 0, drawn 1 decade left",
+                 fontsize=10, y=1 - 0.1 / fig.get_figheight(), va="top")
     # fixed margins (inches) for the labels: drawn once, not measured and drawn again by constrained layout
-    inch_margins(fig, left=0.75, right=0.2, top=0.65, bottom=0.6, wspace=0.2, hspace=0.9)
+    inch_margins(fig, left=0.75, right=0.2, top=0.8, bottom=0.4 + 0.19 * -(-len(legend) // 4), wspace=0.2,
+                 hspace=0.45)
     return save_figure(fig, path)
 
 

@@ -22,6 +22,7 @@ token's probability rounds to exactly 1).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -48,23 +49,30 @@ def point_names(has_unigram: bool) -> list[tuple[str, str, float, float]]:
 _COLUMNS = ("paradigm", "phenomenon", "lp_good", "lp_bad", "ntok_good", "ntok_bad", "ulp_good", "ulp_bad")
 
 
-def pair_correct(df: pd.DataFrame) -> tuple[np.ndarray, list[tuple[str, str, float, float]]]:
-    """(n_pairs, n_points) bool: is the good sentence strictly above the bad one at each point."""
-    has_u = {"ulp_good", "ulp_bad"} <= set(df.columns) and df[["ulp_good", "ulp_bad"]].notna().all().all()
-    lg, lb = df.lp_good.to_numpy(float), df.lp_bad.to_numpy(float)
-    ng, nb = df.ntok_good.to_numpy(float), df.ntok_bad.to_numpy(float)
-    cols = [lg / ng > lb / nb, lg > lb]
-    a = np.asarray(POW_ALPHAS)[None, :]
-    cols += list((lg[:, None] / ng[:, None] ** a > lb[:, None] / nb[:, None] ** a).T)
+def _powers(n: np.ndarray, alphas) -> np.ndarray:
+    """n[:, None] ** alphas, each power taken once per distinct token count (a file has a few dozen)."""
+    values, inv = np.unique(n, return_inverse=True)
+    return (values[:, None] ** np.asarray(alphas, dtype=float)[None, :])[inv.ravel()]
+
+
+def pair_correct(df) -> tuple[np.ndarray, list[tuple[str, str, float, float]]]:
+    """(n_pairs, n_points) bool: is the good sentence strictly above the bad one at each point. `df`: a
+    DataFrame or a dict of numpy columns (lp_*, ntok_*, and ulp_* where the file has them)."""
+    has_u = "ulp_good" in df and "ulp_bad" in df and not (np.isnan(np.asarray(df["ulp_good"], dtype=float)).any()
+                                                         or np.isnan(np.asarray(df["ulp_bad"], dtype=float)).any())
+    lg, lb = np.asarray(df["lp_good"], dtype=float), np.asarray(df["lp_bad"], dtype=float)
+    ng, nb = np.asarray(df["ntok_good"], dtype=float), np.asarray(df["ntok_bad"], dtype=float)
+    blocks = [(lg / ng > lb / nb)[:, None], (lg > lb)[:, None],
+              lg[:, None] / _powers(ng, POW_ALPHAS) > lb[:, None] / _powers(nb, POW_ALPHAS)]
     if has_u:
-        ug, ub = df.ulp_good.to_numpy(float), df.ulp_bad.to_numpy(float)
-        cols.append((lg - ug) / ng > (lb - ub) / nb)
+        ug, ub = np.asarray(df["ulp_good"], dtype=float), np.asarray(df["ulp_bad"], dtype=float)
+        blocks.append(((lg - ug) / ng > (lb - ub) / nb)[:, None])
         beta = np.repeat(MORCELA_BETAS, len(MORCELA_GAMMAS))[None, :]
         gamma = np.tile(np.asarray(MORCELA_GAMMAS, dtype=float), len(MORCELA_BETAS))[None, :]
         sg = (lg[:, None] - beta * ug[:, None] + gamma) / ng[:, None]
         sb = (lb[:, None] - beta * ub[:, None] + gamma) / nb[:, None]
-        cols += list((sg > sb).T)
-    return np.column_stack(cols), point_names(has_u)
+        blocks.append(sg > sb)
+    return np.concatenate(blocks, axis=1), point_names(has_u)
 
 
 def _final_file(run_path: Path) -> list[Path]:
@@ -79,27 +87,63 @@ def _final_file(run_path: Path) -> list[Path]:
     return [f for stem, f in files.items() if f"{stem}{ALL_SUFFIX}" not in files]
 
 
+def _read_final(path: Path) -> Optional[tuple[dict, dict[str, np.ndarray], list[str], np.ndarray, np.ndarray]]:
+    """(metadata, numeric columns, sorted paradigm names, each row's index into them, each name's
+    phenomenon) of a minimal-pair eval file, or None for any other file. Strings are read as
+    dictionaries: a name is sorted once, not once a row (pd.factorize of a file's 35k names was a
+    tenth of the sweep)."""
+    import pyarrow.parquet as pq
+
+    from probes.evals.files import EvalInputError, eval_file_meta
+
+    try:
+        names = set(pq.read_schema(path).names)
+        if not {"lp_good", "lp_bad", "ntok_good", "ntok_bad", "paradigm"} <= names:
+            return None  # not a minimal-pair eval file (syntax questions, ELAGENT)
+        pf = pq.ParquetFile(path, read_dictionary=[c for c in ("paradigm", "phenomenon") if c in names],
+                            pre_buffer=False)
+        meta = eval_file_meta(path, pf.schema_arrow.metadata or {})
+        t = pf.read(columns=[c for c in _COLUMNS if c in names], use_threads=False)
+    except (EvalInputError, ValueError, OSError):
+        return None
+    cols = {c: t[c].to_numpy() for c in t.column_names if c not in ("paradigm", "phenomenon")}
+    par = t["paradigm"].combine_chunks()
+    dictionary = np.asarray(par.dictionary.to_pylist(), dtype=object)
+    order = np.argsort(dictionary, kind="stable")  # names sorted as pd.factorize(sort=True) sorts them
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    row_rank = rank[par.indices.to_numpy(zero_copy_only=False)]
+    used = np.bincount(row_rank, minlength=len(order)) > 0  # the names a row has, in sorted order
+    inv = (np.cumsum(used) - 1)[row_rank]
+    paradigms = [str(p) for p in dictionary[order][used]]
+    phen = np.full(int(used.sum()), None, dtype=object)
+    if "phenomenon" in t.column_names:  # a paradigm's first phenomenon (groupby(...).first(): nulls skipped)
+        ph = t["phenomenon"].combine_chunks()
+        rows = np.flatnonzero(ph.indices.is_valid().to_numpy(zero_copy_only=False))
+        first = np.full(len(phen), -1)
+        present, at = np.unique(inv[rows], return_index=True)  # each paradigm's first row with a phenomenon
+        first[present] = rows[at]
+        ph_names = np.asarray(ph.dictionary.to_pylist(), dtype=object)
+        codes = ph.indices.to_numpy(zero_copy_only=False)
+        phen[first >= 0] = ph_names[codes[first[first >= 0]].astype(np.int64)]
+    return meta, cols, paradigms, inv, phen
+
+
 def sweep_paradigms(runs) -> pd.DataFrame:
     """One row per run x benchmark x paradigm x point: accuracy at the run's last checkpoint."""
-    from probes.scoring.store import read_pairs
-
     frames = []
     for r in runs:
         for f in _final_file(Path(r.path)):
-            try:
-                df, meta = read_pairs(f, columns=_COLUMNS)
-            except ValueError:
-                continue  # not a minimal-pair eval file (syntax questions, ELAGENT)
-            if not {"lp_good", "lp_bad", "ntok_good", "ntok_bad", "paradigm"} <= set(df.columns):
+            got = _read_final(f)
+            if got is None:
                 continue
-            ok, pts = pair_correct(df)
-            inv, names = pd.factorize(df["paradigm"], sort=True)  # hashing: sorting strings costs 10x
+            meta, cols, names, inv, phen = got
+            ok, pts = pair_correct(cols)
             names = np.asarray(names, dtype=object)
             n = np.bincount(inv, minlength=len(names))
             k = ok.shape[1]  # correct pairs per paradigm and point: one bincount over (pair, point) cells
             acc = np.bincount((inv[:, None] * k + np.arange(k)).ravel(), weights=ok.ravel(),
                               minlength=len(names) * k).reshape(len(names), k) / n[:, None]
-            phen = df.groupby("paradigm")["phenomenon"].first().reindex(names).to_numpy()
             metric, point, p1, p2 = (np.repeat(np.asarray(c), len(names)) for c in zip(*pts))
             # point-major, paradigm-minor: one frame per file, in the order of one frame per point
             frames.append(pd.DataFrame({

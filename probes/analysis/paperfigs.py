@@ -25,7 +25,7 @@ import pandas as pd
 from probes.analysis.bands import band_caption
 from probes.analysis.evalset import log_tokens, parse_model_params
 from probes.analysis.outputs import save_figure
-from probes.analysis.plotting import inch_margins, new_figure, plot_line, token_axis
+from probes.analysis.plotting import add_line, inch_margins, layout_figure, new_figure, plot_line, token_axis
 
 BUDGET_STYLES = ("-", "--", ":", "-.")
 
@@ -75,7 +75,7 @@ def draw_model_lines(ax, bands: pd.DataFrame, units: pd.DataFrame, ref: np.ndarr
         breaks = np.flatnonzero(runs[1:] != runs[:-1]) + 1  # where the next run starts
         if len(breaks):
             x, y = np.insert(u_x[rows], breaks, np.nan), np.insert(u_y[rows], breaks, np.nan)
-            ax.plot(x, y, color=colors[model], lw=0.6, ls=ls, alpha=0.45)
+            add_line(ax, x, y, color=colors[model], lw=0.6, ls=ls, alpha=0.45)
 
 
 def _finish(fig, axes, n_used: int, title: str, legend_ax, left: float, wspace: float, hspace: float,
@@ -153,19 +153,27 @@ def plot_all_phenomena(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str,
 
 def plot_phenomenon(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str, phenomenon: str, path: Path,
                     ylabel: str, human: Optional[float] = None) -> Path:
-    """One phenomenon, one panel per corpus budget (appendix)."""
+    """One phenomenon, one panel per corpus budget (appendix). The panels, axes and labels are the same for
+    every phenomenon of a report: built once per process (plotting.layout_figure)."""
     budgets = budget_order(bands)
     colors = _colors(model_order(bands))
-    fig, axes = new_figure(max(3.4 * len(budgets) + 1.0, 7.0), 4.2, 1, len(budgets), layout=None, sharey=True)
+    titles = tuple(f"corpus {_budget(budget)}" for budget in budgets)
+
+    def build():
+        fig, axes = new_figure(max(3.4 * len(budgets) + 1.0, 7.0), 4.2, 1, len(budgets), layout=None, sharey=True)
+        for ax, title in zip(axes.flat, titles):
+            token_axis(ax, np.ones(1), ylabel=ylabel if ax is axes[0, 0] else "")
+            ax.set_xlabel("")  # said once in the title: side by side the panels' labels ran into each other
+            ax.set_ylim(-0.02, 1.02)
+            ax.set_title(title, fontsize=9, y=1.0)
+        return fig, axes
+
+    fig, axes = layout_figure(("plot_phenomenon", titles, ylabel), build)
     ref = bands.tokens.to_numpy()
     for ax, budget in zip(axes.flat, budgets):
         draw_model_lines(ax, pick(bands, budget=budget), pick(units, budget=budget), ref, colors)
-        token_axis(ax, ref, ylabel=ylabel if ax is axes[0, 0] else "")
-        ax.set_xlabel("")  # said once in the title: side by side the panels' labels ran into each other
         if human is not None and human == human:
             ax.axhline(human, color="0.3", ls=":", lw=1.1, label="human (validation CSV)")
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_title(f"corpus {_budget(budget)}", fontsize=9, y=1.0)
     _finish(fig, axes, len(budgets), f"{benchmark} · {phenomenon}; x: tokens seen (log), hollow marker = step 0\n"
             f"{band_caption(bands)}", axes[0, 0], left=0.95, wspace=0.12, hspace=0.0)
     return save_figure(fig, path)

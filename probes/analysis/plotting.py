@@ -35,6 +35,41 @@ def new_figure(width: float = 7.5, height: float = 4.5, nrows: int = 1, ncols: i
     return fig, axes
 
 
+_LAYOUTS: dict = {}  # layout key -> (figure, axes, the artists its build made): figures kept for reuse
+
+
+def layout_figure(key, build):
+    """(fig, axes) of the layout `key` -- a hashable description of everything build() sets up -- ready for
+    its data. The first time in this process build() -> (fig, axes) makes it; later, the same figure comes
+    back with every artist added since build() removed and its data limits reset. Creating axes and their
+    ticks is about half of drawing a small-multiples figure, and a report draws dozens of figures of one
+    layout (the appendix's curves of every phenomenon): a figure worker pays it once. What build() does
+    must not depend on the data; what the caller adds must not change the static artists (tests/
+    test_figures.py compares the pixels with a figure built afresh)."""
+    got = _LAYOUTS.get(key)
+    if got is None:
+        fig, axes = build()
+        static = {ax: (set(_added(ax)), ax.get_legend()) for ax in fig.axes}
+        _LAYOUTS[key] = (fig, axes, static)
+        return fig, axes
+    fig, axes, static = got
+    for ax in fig.axes:
+        keep, legend = static[ax]
+        for artist in _added(ax):
+            if artist not in keep:
+                artist.remove()
+        if ax.get_legend() is not None and ax.get_legend() is not legend:
+            ax.get_legend().remove()
+        ax.relim()  # the data limits of what is left: the next data's alone, as in a new figure
+    for legend in list(fig.legends):
+        legend.remove()
+    return fig, axes
+
+
+def _added(ax) -> list:
+    return [*ax.lines, *ax.collections, *ax.patches, *ax.texts, *ax.images]
+
+
 def inch_margins(fig, left: float, right: float, top: float, bottom: float, wspace: float = 0.0,
                  hspace: float = 0.0) -> None:
     """Place a layout=None figure's grid of axes by margins and gaps in inches (what the labels need),
@@ -86,15 +121,26 @@ def token_axis(ax, all_tokens: np.ndarray, ylabel: str = accuracy_label(), chanc
     ax.grid(True, which="major", alpha=0.3)
 
 
+def add_line(ax, x: np.ndarray, y: np.ndarray, **style):
+    """ax.plot(x, y, **style) for float arrays and a style given in full: the Line2D made and added
+    directly, without plot()'s argument parsing and property cycling (a fifth of drawing a figure of
+    many lines; the same pixels: tests/test_figures.py)."""
+    from matplotlib.lines import Line2D
+
+    line = ax.add_line(Line2D(x, y, **style))
+    ax.autoscale(enable=None)  # as plot() does: the view is recomputed from the data when drawn
+    return line
+
+
 def plot_line(ax, tokens: np.ndarray, y: np.ndarray, ref_tokens: np.ndarray, label: str, color,
               band: Optional[tuple[np.ndarray, np.ndarray]] = None, lw: float = 1.6, ls: str = "-") -> None:
     x = 10 ** log_tokens(tokens, ref_tokens)
     order = np.argsort(x, kind="stable")
     x, y = x[order], np.asarray(y, dtype=float)[order]
-    ax.plot(x, y, color=color, lw=lw, ls=ls, marker="o", ms=3, label=label)
+    add_line(ax, x, y, color=color, lw=lw, ls=ls, marker="o", ms=3, label=label)
     init = np.asarray(tokens)[order] == 0
     if init.any():
-        ax.plot(x[init], y[init], ls="none", marker="o", ms=7, mfc="white", mec=color, mew=1.5)
+        add_line(ax, x[init], y[init], ls="none", marker="o", ms=7, mfc="white", mec=color, mew=1.5)
     if band is not None:
         lo, hi = (np.asarray(b, dtype=float)[order] for b in band)
         if np.isfinite(lo).all() and np.isfinite(hi).all() and np.isfinite(x).all():
@@ -102,7 +148,10 @@ def plot_line(ax, tokens: np.ndarray, y: np.ndarray, ref_tokens: np.ndarray, lab
             from matplotlib.collections import PolyCollection
 
             verts = np.concatenate([np.column_stack([x, hi]), np.column_stack([x[::-1], lo[::-1]])])
-            ax.add_collection(PolyCollection([verts], facecolors=color, alpha=0.18, lw=0, zorder=1))
+            # its data limits from its vertices, as add_collection would take them, without add_collection's
+            # autoscaling of the view on every call (a tenth of drawing a figure of many bands)
+            ax.add_collection(PolyCollection([verts], facecolors=color, alpha=0.18, lw=0, zorder=1), autolim=False)
+            ax.update_datalim(verts)
         else:  # gaps: fill_between splits the band there
             ax.fill_between(x, lo, hi, color=color, alpha=0.18, lw=0)
 

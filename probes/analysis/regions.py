@@ -100,26 +100,35 @@ def u_region_table(ushapes: pd.DataFrame, par_curves: pd.DataFrame, phen_curves:
 
 def plot_regions(curve: pd.DataFrame, title: str, path, ushapes: pd.DataFrame | None = None,
                  metric: str = "acc_mlp"):
-    """Accuracy (top) and mean region deltas (bottom) against tokens, U windows shaded."""
-    from probes.analysis.plotting import accuracy_label, new_figure, plot_line, token_axis
+    """Accuracy (top) and mean region deltas (bottom) against tokens, U windows shaded. The axes are
+    built once per process for all such figures of a report (plotting.layout_figure)."""
+    from probes.analysis.plotting import accuracy_label, layout_figure, new_figure, plot_line, token_axis
     from probes.analysis.outputs import save_figure
 
     c = curve.sort_values("step")
     tok = c["tokens"].to_numpy()
-    fig, axes = new_figure(7.5, 6.0, 2, 1, layout=None, sharex=True)
-    fig.subplots_adjust(left=0.11, right=0.97, bottom=0.09, top=0.92, hspace=0.08)
+    step0 = bool((tok <= 0).any())  # the x label says where step 0 is drawn
+
+    def build():
+        fig, axes = new_figure(7.5, 6.0, 2, 1, layout=None, sharex=True)
+        fig.subplots_adjust(left=0.11, right=0.97, bottom=0.09, top=0.92, hspace=0.08)
+        top, bottom = axes[0, 0], axes[1, 0]
+        token_axis(top, tok, ylabel=accuracy_label(metric))
+        top.set_ylim(-0.02, 1.02)
+        top.set_xlabel("")
+        token_axis(bottom, np.array([0.0 if step0 else 1.0]),
+                   ylabel="Δ summed log-prob of the region\n(good − bad), mean over pairs, nats", chance=False)
+        bottom.axhline(0, color="0.4", lw=1, ls="--", zorder=0)
+        return fig, axes
+
+    fig, axes = layout_figure(("plot_regions", metric, step0), build)
     top, bottom = axes[0, 0], axes[1, 0]
     plot_line(top, tok, c[metric].to_numpy(), tok, "accuracy", "tab:green")
-    token_axis(top, tok, ylabel=accuracy_label(metric))
-    top.set_ylim(-0.02, 1.02)
-    top.set_xlabel("")
     for r in (*REGIONS, "total"):
         y = c[f"delta_{r}"].to_numpy(dtype=float)
         if np.isfinite(y).any():
             plot_line(bottom, tok, y, tok, f"{r}" if r != "total" else "whole sentence", REGION_COLORS[r],
                       lw=1.2 if r == "total" else 1.6)
-    token_axis(bottom, tok, ylabel="Δ summed log-prob of the region\n(good − bad), mean over pairs, nats", chance=False)
-    bottom.axhline(0, color="0.4", lw=1, ls="--", zorder=0)
     bottom.legend(fontsize=8, loc="best", title="region", title_fontsize=8)
     if ushapes is not None:
         pos = tok[tok > 0]

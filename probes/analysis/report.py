@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from probes.analysis.aggregate import bootstrap_paradigm_intervals, seed_summary
-from probes.analysis.aoa import AoAConfig, FitStore, aoa_table
+from probes.analysis.aoa import AoAConfig, FitStore, start_aoa_table
 from probes.analysis.bands import seed_bands, unit_curves
 from probes.analysis.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
 from probes.analysis.curves import phenomenon_table
@@ -65,6 +66,9 @@ class ReportConfig:
 
 
 CACHE_DIR = ".cache"  # what a later report on unchanged inputs reuses (a dot name: not part of what is read)
+# what the AoA worker is sent of the curves (pickling the rest of a grid's table cost the parent 0.1 s)
+AOA_COLUMNS = ["run", "model", "budget", "seed", "step", "tokens", "benchmark", "phenomenon", "paradigm", "acc_mlp",
+               "acc_sum"]
 BIG_ROWS = 10_000  # above this a table is written as parquet only: CSV of a whole grid takes minutes
 
 
@@ -131,6 +135,14 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
     replaces; default `out` itself) computed from unchanged inputs is reused, the same bits, not
     recomputed: its sigmoid fits (`.cache/`, CACHE_DIR) and, with `figure_cache`, its figures (copied from
     its `.figure-cache`; `out/.figure-cache` keeps the figures of this report)."""
+    # one BLAS thread: the figure workers hold the other cores, and idle BLAS threads spin (the AoA fits
+    # took 3.1 CPU-s with two threads for 2.5 with one, in the same wall time and to the same bits)
+    with threadpool_limits(1, user_api="blas"):
+        return _build_report(ev, out, cfg, workers, figure_cache, previous)
+
+
+def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[int], figure_cache: bool,
+                  previous: Optional[Path]) -> dict:
     from probes.analysis.figcache import FigureCache
     from probes.analysis.reportmd import markdown
 
@@ -141,15 +153,24 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
     tdir, fdir, adir = out / "tables", out / "figures", out / "appendix"
     metric = f"acc_{cfg.metric}"
     ylabel = accuracy_label(metric)
-    n_curves, alpha = u_levels_alpha(ev, cfg)
-    cfg = report_config(ev, cfg, alpha)
     notes = list(ev.problems)
     curve_b, final_b = curve_benchmarks(ev.table), final_benchmarks(ev.table)
-    R: dict = {"curve_benchmarks": curve_b, "final_benchmarks": final_b, "n_u_curves": n_curves}
-    cache = FigureCache(out, previous) if figure_cache else None
-    with FigureJobs(workers, cache) as jobs:
-        # 1. curves: overall and per phenomenon, seed mean with the band the seeds can support
+    with FigureJobs(workers) as jobs:
         ct = ev.table[ev.table.benchmark.isin(curve_b)]
+        # AoA and forgettability (section 5) first: the sigmoid fits not kept from the previous report are
+        # made by a worker meanwhile (MINPACK's thousand small fits are a report's longest computation)
+        fits = FitStore(Path(previous or out) / CACHE_DIR / "aoa-fits.npz")
+        phen_all = phenomenon_table(ev.table)  # a phenomenon's rows are its benchmark's: filtering commutes
+        phen_ct = phen_all if len(ct) == len(ev.table) else \
+            phen_all[phen_all.benchmark.isin(curve_b)].reset_index(drop=True)
+        finish_aoa = start_aoa_table(ct[AOA_COLUMNS], phen_ct, dataclasses.replace(cfg.aoa, metric=cfg.metric),
+                                     fits, jobs.compute)
+        n_curves, alpha = u_levels_alpha(ev, cfg)
+        cfg = report_config(ev, cfg, alpha)
+        R: dict = {"curve_benchmarks": curve_b, "final_benchmarks": final_b, "n_u_curves": n_curves}
+        jobs.cache = cache = FigureCache(out, previous) if figure_cache else None
+
+        # 1. curves: overall and per phenomenon, seed mean with the band the seeds can support
         human = zhoblimp_human(ev.table)  # (per phenomenon, overall) or None: ZhoBLiMP's human validation
         human_acc = dict(zip(human[0].phenomenon, human[0].human_acc)) if human else {}
         u_over, u_phen = unit_curves(ct, metric, ()), unit_curves(ct, metric)
@@ -169,6 +190,8 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
                             adir / f"curve_{safe_name(bench)}_{safe_name(ph)}.png", ylabel,
                             human_acc.get(ph) if hum else None)
         R["bands"] = b_phen
+        # the other probes' sections: the form-vs-use figure (the largest) is drawn from here on
+        use_md, use_figs = use_sections(ev, out, metric, cfg.aoa, jobs)
 
         # 2. final accuracy: the Table-4-style table, scaling view and difficulty groups (all pairs where scored)
         final = final_accuracy(ev.table, ev.runs)
@@ -198,7 +221,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         R["paper_us"] = paper_u_table(ev_c, cfg.ushape) if "zhoblimp" in curve_b else pd.DataFrame()
 
         # 4. the generic regions (appendix; paradigms with an accepted U first) and the paper's case study
-        par_curves, phen_curves = group_region_curves(ev.table), group_region_curves(phenomenon_table(ev.table))
+        par_curves, phen_curves = group_region_curves(ev.table), group_region_curves(phen_all)
         regions_u = u_region_table(us, par_curves, phen_curves, cfg.regions) if len(us) else pd.DataFrame()
         has_regions = par_curves[["delta_critical", "delta_suffix"]].notna().any(axis=1) & \
             par_curves.benchmark.isin(curve_b)
@@ -215,20 +238,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
                         metric)
         cs_md, cs_notes = case_study_section(ev, cfg.case_study, out, jobs, metric)
         notes += cs_notes
-
-        # 5. AoA and forgettability, on curves only
-        fits = FitStore(Path(previous or out) / CACHE_DIR / "aoa-fits.npz")
-        aoa = aoa_table(ct, phenomenon_table(ct), cfg.aoa, fits)
-        fits.save(out / CACHE_DIR / "aoa-fits.npz")
-        R["reused"] = {"aoa_fit_batches": (fits.hits, fits.hits + fits.misses)}
-        few = aoa[aoa.status == "too_few_checkpoints"]
-        if len(few):
-            notes.append(f"{len(few)} curve(s) have fewer than {cfg.aoa.min_points} trained checkpoints: no sigmoid "
-                         f"fitted, AoA left empty (e.g. {few.iloc[0].run} {few.iloc[0].paradigm or few.iloc[0].phenomenon})")
-        aoa_ph = aoa[aoa.level == "phenomenon"].groupby(["model", "budget", "benchmark", "phenomenon"], dropna=False).agg(
-            n_runs=("run", "nunique"), aoa_log10_tokens=("aoa_log10_tokens", "mean"),
-            aoa_acquired_runs=("aoa_log10_tokens", "count"), forgettability=("forgettability", "mean"),
-            best_fitted_acc=("best_fitted_acc", "mean"), final_acc=("final_acc", "mean")).reset_index()
+        aoa_note_at = len(notes)  # section 5's note, once its fits are in
 
         # 6. normalised scores as their authors sweep them (last checkpoint, from the stored per-pair sums)
         sweep = sweep_paradigms(ev.runs)
@@ -247,8 +257,8 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
             big_table(tdir / "normalised_sweep_paradigm", sweep)
         for b, t4 in R["table4"].items():
             write_csv(tdir / f"table4_{safe_name(b)}.csv", t4)
-        for name, df in (("ushapes", us), ("ushapes_accepted", acc_u), ("ushape_regions", regions_u), ("aoa", aoa),
-                         ("aoa_phenomenon_summary", aoa_ph), ("final_accuracy_paradigm", final),
+        for name, df in (("ushapes", us), ("ushapes_accepted", acc_u), ("ushape_regions", regions_u),
+                         ("final_accuracy_paradigm", final),
                          ("scaling_overall", overall), ("scaling_phenomenon", per_phen),
                          ("difficulty_groups", groups), ("paper_ushapes", R["paper_us"]),
                          ("normalised_sweep_summary", R["sweep"])):
@@ -257,7 +267,23 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         write_csv(tdir / "runs.csv", runs)
         # 8. the other probes, where runs have them (appendix)
         qa_md, qa_figs = syntax_qa_section([(r.name, Path(r.path), r.model, r.budget) for r in ev.runs], out)
-        use_md, use_figs = use_sections(ev, out, metric, cfg.aoa, jobs)
+
+        # 5. AoA and forgettability, on curves only: last, so that the parent's own work is done while a
+        # worker fits (its note keeps its place among the others)
+        aoa = finish_aoa()
+        fits.save(out / CACHE_DIR / "aoa-fits.npz")
+        R["reused"] = {"aoa_fit_batches": (fits.hits, fits.hits + fits.misses)}
+        few = aoa[aoa.status == "too_few_checkpoints"]
+        if len(few):
+            notes.insert(aoa_note_at, f"{len(few)} curve(s) have fewer than {cfg.aoa.min_points} trained checkpoints: "
+                         f"no sigmoid fitted, AoA left empty (e.g. {few.iloc[0].run} "
+                         f"{few.iloc[0].paradigm or few.iloc[0].phenomenon})")
+        aoa_ph = aoa[aoa.level == "phenomenon"].groupby(["model", "budget", "benchmark", "phenomenon"], dropna=False).agg(
+            n_runs=("run", "nunique"), aoa_log10_tokens=("aoa_log10_tokens", "mean"),
+            aoa_acquired_runs=("aoa_log10_tokens", "count"), forgettability=("forgettability", "mean"),
+            best_fitted_acc=("best_fitted_acc", "mean"), final_acc=("final_acc", "mean")).reset_index()
+        write_csv(tdir / "aoa.csv", aoa)
+        write_csv(tdir / "aoa_phenomenon_summary.csv", aoa_ph)
         figs = jobs.results()
 
     if notes:

@@ -89,7 +89,7 @@ def check_meta(meta: dict, where: str) -> None:
             raise EvalInputError(f"{where}: metadata key {key!r} must be {typ.__name__}, got {meta[key]!r}")
 
 
-def eval_file_meta(path: Path, schema_meta: Optional[dict] = None) -> dict:
+def eval_file_meta(path: Path, schema_meta: Optional[dict] = None, data: Optional[bytes] = None) -> dict:
     """The metadata of an eval file by the one rule every reader (analysis, scoring, the report) uses.
 
     The JSON under META_KEY gives it. Where a file lacks it, or lacks some of its keys (another tool's
@@ -98,11 +98,13 @@ def eval_file_meta(path: Path, schema_meta: Optional[dict] = None) -> dict:
     tokens from ``<run>/checkpoints/step<N>/trainer_state.json``. Then step, tokens, benchmark and
     convention must be there with their types (check_meta), and a step must match its directory.
     Anything else raises EvalInputError naming the file. `schema_meta`: the schema metadata when the
-    caller already holds it.
+    caller already holds it; `data`: the file's bytes, when the caller has read them (its .sha256 is
+    checked against those, the bytes the caller goes on to parse).
     """
     path = Path(path)
-    if sum_path(path).is_file():  # first: a damaged file is named as such, whatever it reads as
-        _check_sum(path)
+    has_sum = sum_path(path).is_file()
+    if has_sum:  # first: a damaged file is named as such, whatever it reads as
+        _check_sum(path, data=data)
     if schema_meta is None:
         import pyarrow.parquet as pq
 
@@ -139,14 +141,14 @@ def eval_file_meta(path: Path, schema_meta: Optional[dict] = None) -> dict:
     if dir_step is not None and meta["benchmark"] != named:  # another benchmark's file copied in under this name
         raise EvalInputError(f"{path}: holds benchmark {meta['benchmark']!r} under the name {named!r}; "
                              f"move it away (or to {meta['benchmark']}.parquet)")
-    if not sum_path(path).is_file():  # lost, where the file says it was written with one
+    if not has_sum:  # lost, where the file says it was written with one
         _check_sum(path, meta)
     return meta
 
 
-def _check_sum(path: Path, meta: Optional[dict] = None) -> None:
+def _check_sum(path: Path, meta: Optional[dict] = None, data: Optional[bytes] = None) -> None:
     """Raises EvalInputError when the file does not match its .sha256, or lost it (train/evalsums.py)."""
-    problem = sum_problem(path, meta)
+    problem = sum_problem(path, meta, data)
     if problem:
         raise EvalInputError(problem)
 
