@@ -1,13 +1,13 @@
 """Time the analysis on a synthetic scaling grid: 60 runs x 47 checkpoints x 118 paradigms x 300 pairs.
 
-    python bench/bench_analysis_scale.py [--root /tmp/sd_scale_grid] [--regen]
+    python bench/bench_analysis_scale.py [--root /tmp/sd_scale_grid] [--regen] [--repeats 3]
 
 The grid (5 model sizes x 4 budgets x 3 seeds; ~100M per-pair rows in 2,820 parquet files, written
-once and reused) follows the eval contract exactly. Timed end to end twice -- reading every per-pair
-row (load_runs) then the full report (statistics, tables, 25 figures) -- first cold (every eval file
-read; the reduced form cached in each run), then warm (the cache reused, as for every later report
-on the same runs, and for every run the probe hook or `probes score` wrote: they refresh the cache
-after each eval). The stages inside the report are then timed alone (wall and CPU seconds), and the
+once and reused) follows the eval contract exactly. Timed end to end -- reading every per-pair row
+(load_runs) then the full report (statistics, tables, 28 figures) -- cold (every eval file read, the
+reduced form cached in each run; the report's caches removed too) and warm (the caches reused, as for
+every later report on the same runs, and for every run the probe hook or `probes score` wrote: they
+refresh the cache after each eval), each --repeats times; the median is the figure. The stages inside the report are then timed alone (wall and CPU seconds), and the
 hook's per-checkpoint cache refresh replayed on one run. Wall seconds, CPU seconds (this process and its figure workers:
 comparable when other jobs share the machine) and peak memory.
 """
@@ -72,6 +72,7 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=300)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--out", type=Path, default=None, help="report directory (default ROOT/report)")
+    ap.add_argument("--repeats", type=int, default=3, help="cold and warm reports each timed this many times")
     a = ap.parse_args()
     if a.regen:
         shutil.rmtree(a.root, ignore_errors=True)
@@ -82,20 +83,27 @@ def main() -> None:
           f"({time.perf_counter() - t:.0f} s to build or find)")
     out = a.out or a.root / "report"
     # cold: the first report on a grid -- every eval file read (its reduction cached in the run), every
-    # statistic computed and every figure drawn (the report's own cache of them removed too)
-    for run in runs:
-        for c in run.glob("evals/.reduced-*.npz"):
-            c.unlink()
-    for c in (out / CACHE_DIR, out / ".figure-cache"):
-        shutil.rmtree(c, ignore_errors=True)
+    # statistic computed and every figure drawn (the report's own cache of them removed too); warm: the
+    # same report again. Each `--repeats` times (the median is the figure: on a shared 2-core machine one
+    # run can be a second off), cold ones first.
     ends, reused = {}, {}
-    for label in ("cold (nothing cached)", "warm (same runs again)"):
+    for label in [f"cold (nothing cached) #{i + 1}" for i in range(a.repeats)] + \
+            [f"warm (same runs again) #{i + 1}" for i in range(a.repeats)]:
+        if label.startswith("cold"):
+            for run in runs:
+                for c in run.glob("evals/.reduced-*.npz"):
+                    c.unlink()
+            for c in (out / CACHE_DIR, out / ".figure-cache"):
+                shutil.rmtree(c, ignore_errors=True)
         t0, c0 = time.perf_counter(), _cpu()
         ev = load_runs(runs)
         t_read = time.perf_counter() - t0
         res = build_report(ev, out, ReportConfig())
         ends[label] = (t_read, time.perf_counter() - t0 - t_read, time.perf_counter() - t0, _cpu() - c0)
         reused[label] = res.get("reused", {})
+    for kind in ("cold", "warm"):
+        runs_of = [v for k, v in ends.items() if k.startswith(kind)]
+        ends[f"{kind}, median of {len(runs_of)}"] = tuple(float(np.median(c)) for c in zip(*runs_of))
     # the stages inside the report, timed alone on the loaded grid (figures and tables are the rest)
     stages = {}  # label -> (wall s, CPU s of this process)
     t, c = time.perf_counter(), time.process_time()
@@ -124,6 +132,8 @@ def main() -> None:
     for k, (r, rep, tot, cpu) in ends.items():
         print(f"  {k:38s} {r:6.1f} {rep:7.1f} {tot:7.1f} {cpu:7.1f}")
     for k, got in reused.items():
+        if not k.endswith("#1"):
+            continue
         print(f"  reused, {k}: " + (", ".join(f"{name} {h} of {n}" for name, (h, n) in got.items()) or "nothing"))
     print(f"{'stages alone':47s} {'wall s':>6s} {'CPU s':>6s}")
     for k, (w, c) in stages.items():
