@@ -141,20 +141,14 @@ def read_benchmark(name: str, run_dir: Path, bench: str, paths: list[tuple[int, 
             yield res
 
     if new is not None:
-        files = read([paths[i] for i in new])
-    else:
-        todo = sorted(paths)
-        first = next(read(todo[:1]))
-        seen.row_key = first.row_key
-        files = itertools.chain([first], read(todo[1:]))
-    row_key = seen.row_key
-    if new is not None:
         problems = list(hit.problems)
-        out, df = evalfile.assemble(name, str(run_dir), bench, files, problems,
+        out, df = evalfile.assemble(name, str(run_dir), bench, read([paths[i] for i in new]), problems,
                                    evalfile.reference_from(hit.out, hit.phen, hit.row_key), (hit.out, hit.df))
     else:
-        problems = []
-        out, df = evalfile.assemble(name, str(run_dir), bench, files, problems)
+        todo, problems = sorted(paths), []
+        first = next(read(todo[:1]))
+        seen.row_key = first.row_key
+        out, df = evalfile.assemble(name, str(run_dir), bench, itertools.chain([first], read(todo[1:])), problems)
     if cache:
-        _write_cache(run_dir, bench, entries, out, df, convs, problems, row_key)
+        _write_cache(run_dir, bench, entries, out, df, convs, problems, seen.row_key)
     return out, df, convs, problems

@@ -168,6 +168,7 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
         n_curves, alpha = u_levels_alpha(ev, cfg)
         cfg = report_config(ev, cfg, alpha)
         R: dict = {"curve_benchmarks": curve_b, "final_benchmarks": final_b, "n_u_curves": n_curves}
+        # the figure cache (its code version takes ~0.1 s) once the fits are under way: no figure before it
         jobs.cache = cache = FigureCache(out, previous) if figure_cache else None
 
         # 1. curves: overall and per phenomenon, seed mean with the band the seeds can support
