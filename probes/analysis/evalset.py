@@ -1,6 +1,6 @@
 """Read the per-pair eval files of one or many run directories into one analysable object.
 
-Layout read (DESIGN.md, checkpoints.md):
+Layout read (checkpoints.md):
     <run>/config.yaml                               experiment, seed, model.name, data.budget_tokens
     <run>/checkpoints/step<N>/trainer_state.json    {"step": N, "tokens": T, ...}
     <run>/evals/step<N>/<benchmark>.parquet         one row per minimal pair
