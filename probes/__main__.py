@@ -1,5 +1,5 @@
-"""``python -m probes {score,score-run,watch,tokens,curves,report,compare,benchmarks,syntax-qa,lm-eval-tasks} ...``: one entry point for everything
-that reads models.
+"""``python -m probes COMMAND ...``: one entry point for everything that reads models; ``python -m probes --help``
+lists COMMANDS below and the probe families' commands (train/commands.py).
 
 ``score``, ``score-run`` and ``watch`` parse their arguments here (the last two run
 ``probes.scoring.watch``); the other commands are imported only when called, so scoring does
@@ -12,20 +12,20 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-USAGE = """usage: python -m probes {score,score-run,watch,tokens,curves,report,compare,benchmarks,syntax-qa,lm-eval-tasks} [-h] ...
-
-  score       score one HF causal LM directory on one benchmark, write per-pair parquet
-  score-run   score every whole checkpoint of a run directory (skips finished files)
-  watch       follow a training run and score checkpoints as they become whole
-  tokens      one pair's per-token surprisal over a run's checkpoints (table; --out draws it)
-  curves      learning curves and U-shapes from the eval files of run directories
-  report      report.md + figures + tables: seeds, U-shapes, AoA, scaling grid, case study, regions
-  compare     paired statistics of two runs or checkpoints (McNemar, paired bootstrap, BH q) -> compare.csv
-  benchmarks  list / inspect / check benchmarks
-  syntax-qa   ask a causal LM questions about treebank sentences (TF / MC / FITB, OA)
-  lm-eval-tasks  write lm-eval task YAMLs of our benchmarks (our scoring convention; docs/lm_eval.md)
-
-run `python -m probes COMMAND -h` for a command's options"""
+COMMANDS = {  # `python -m probes NAME ...`: import path of its main(argv), one line of help; the probe families add
+    # theirs (probes/families.py)
+    "score": ("probes.__main__:score_main", "score one HF causal LM directory on one benchmark, write per-pair parquet"),
+    "score-run": ("probes.__main__:score_run_main", "score every whole checkpoint of a run directory (skips finished files)"),
+    "watch": ("probes.__main__:watch_main", "follow a training run and score checkpoints as they become whole"),
+    "tokens": ("probes.scoring.tokens:main", "one pair's per-token surprisal over a run's checkpoints (table; --out draws it)"),
+    "unigram": ("probes.scoring.unigram:main", "add unigram log-prob columns (SLOR, MORCELA) to a run's eval files"),
+    "curves": ("probes.analysis.curves:main", "learning curves and U-shapes from the eval files of run directories"),
+    "report": ("probes.analysis.report:main", "report.md + figures + tables: seeds, U-shapes, AoA, scaling grid, case "
+                                              "study, regions"),
+    "compare": ("probes.analysis.compare:main", "paired statistics of two runs or checkpoints (McNemar, paired "
+                                                "bootstrap, BH q) -> compare.csv"),
+    "benchmarks": ("probes.benchmarks.registry:main", "list / inspect / check benchmarks"),
+}
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
@@ -384,46 +384,20 @@ def _readout(name: str, df, tokenizer, pairs, model_dir: Path, ids: Optional[dic
         print(warning, file=sys.stderr)
 
 
+def score_run_main(argv: Sequence[str]) -> int:
+    return run_main("score-run", argv)
+
+
+def watch_main(argv: Sequence[str]) -> int:
+    return run_main("watch", argv)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
-        return 0 if argv else 2
-    command, rest = argv[0], argv[1:]
-    if command == "score":
-        return score_main(rest)
-    if command in ("score-run", "watch"):
-        return run_main(command, rest)
-    if command == "tokens":
-        from probes.scoring.tokens import main as tokens_main
+    from probes.families import families
+    from train.commands import dispatch
 
-        return tokens_main(rest)
-    if command == "curves":
-        from probes.analysis.curves import main as curves_main
-
-        return curves_main(rest)
-    if command == "report":
-        from probes.analysis.report import main as report_main
-
-        return report_main(rest)
-    if command == "compare":
-        from probes.analysis.compare import main as compare_main
-
-        return compare_main(rest)
-    if command == "benchmarks":
-        from probes.benchmarks.registry import main as benchmarks_main
-
-        return benchmarks_main(rest)
-    if command == "syntax-qa":
-        from probes.syntaxqa.score import main as syntax_qa_main
-
-        return syntax_qa_main(rest)
-    if command == "lm-eval-tasks":
-        from probes.lmeval.tasks import main as lm_eval_tasks_main
-
-        return lm_eval_tasks_main(rest)
-    print(f"error: unknown command {command!r}\n{USAGE}", file=sys.stderr)
-    return 2
+    commands = {**COMMANDS, **{name: (target, about) for f in families() for name, target, about in f.commands}}
+    return dispatch("python -m probes", commands, list(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

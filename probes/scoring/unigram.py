@@ -16,7 +16,7 @@ shows the authors' whole grids (probes.analysis.normsweep), never one point as "
 
 Per-pair columns (eval-file contract, checkpoints.md): ``ulp_good``, ``ulp_bad`` (float, nats), and the
 eval file's meta ``unigram`` names the table. They need no model, so they are added to existing eval
-files too: ``python -m probes.scoring.unigram RUN_DIR... [--table FILE]``.
+files too: ``python -m probes unigram RUN_DIR... [--table FILE]``.
 
 Where the unigram probabilities come from:
 * our runs: the counts of every id in the run's token store (``<cache_dir>/stores/<fp>/tokens.bin``, the
@@ -126,7 +126,7 @@ def correct(df: pd.DataFrame, metric: str, **params) -> pd.Series:
     """Per-pair correctness under SLOR / MORCELA, strict (a tie is wrong); NaN-free rows required."""
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
-        raise ValueError(f"no {', '.join(missing)} columns: add them with python -m probes.scoring.unigram RUN_DIR")
+        raise ValueError(f"no {', '.join(missing)} columns: add them with python -m probes unigram RUN_DIR")
     return score(df, "good", metric, **params) > score(df, "bad", metric, **params)
 
 
@@ -192,7 +192,7 @@ def _run_store(run_dir: Path, ckpt: Path, cache_dir) -> Path:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m probes.scoring.unigram",
+    p = argparse.ArgumentParser(prog="python -m probes unigram",
                                 description="Add unigram log-prob columns (ulp_good, ulp_bad) to a run's eval files.")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--table", help="an {id: probability} JSON (e.g. zhoblimp/unigram/chinese-llama.json); "
@@ -207,7 +207,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 2
         print(f"{run}: ulp columns in {len(files)} eval file(s)")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
