@@ -49,20 +49,30 @@ def build_score_parser() -> argparse.ArgumentParser:
                    help="HF model directory (config.json + weights + tokenizer files)")
     p.add_argument("--benchmark", required=True, metavar="NAME_OR_PATH",
                    help="a benchmark name known to probes.benchmarks.registry, or a benchmark file/folder")
-    p.add_argument("--format", default="auto",
-                   help="benchmark reader for a path (default: sniffed per file)")
     p.add_argument("--out", required=True, type=Path, metavar="FILE.parquet")
-    p.add_argument("--batch-size", type=int, default=64)
+    return _scoring_flags(p)
+
+
+def _scoring_flags(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The flags score, score-run and watch share."""
+    p.add_argument("--format", default="auto", help="benchmark reader for a path (default: sniffed per file)")
     p.add_argument("--max-pairs-per-paradigm", type=int, default=None, metavar="N",
-                   help="score a fixed-seed sample of N pairs per paradigm (quick looks)")
+                   help="a fixed-seed sample of N pairs per paradigm (default: every pair)")
+    p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on GPUs; lps move by ~1e-2 nats)")
+    p.add_argument("--per-token", action="store_true",
+                   help="also store every token's lp in the eval file's sidecar <stem>.tokens.parquet")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow the model directory's own Python code (off by default)")
-    p.add_argument("--bf16", action="store_true",
-                   help="bfloat16 autocast (faster on GPUs; lps move by ~1e-2 nats)")
-    p.add_argument("--per-token", action="store_true",
-                   help="also write every token's lp to OUT's sidecar <stem>.tokens.parquet (probes/scoring/tokens.py)")
     return p
+
+
+def _check_counts(args) -> None:
+    if args.batch_size < 1:
+        raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.max_pairs_per_paradigm is not None and args.max_pairs_per_paradigm < 1:
+        raise CliError(f"--max-pairs-per-paradigm must be >= 1, got {args.max_pairs_per_paradigm}")
 
 
 def build_run_parser(command: str) -> argparse.ArgumentParser:
@@ -84,16 +94,7 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
                         "(needs `pip install -e .[lm-eval]`; docs/lm_eval.md)")
     p.add_argument("--lm-eval-include-path", default=None, metavar="DIR",
                    help="local lm-eval task YAMLs (e.g. from `python -m probes lm-eval-tasks`)")
-    p.add_argument("--format", default="auto", help="benchmark reader for a path")
-    p.add_argument("--max-pairs-per-paradigm", type=int, default=None, metavar="N",
-                   help="a fixed-seed sample of N pairs per paradigm (default: every pair)")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
-    p.add_argument("--per-token", action="store_true",
-                   help="also store every token's lp: evals/step<N>/<benchmark>.tokens.parquet")
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="allow the model directory's own Python code (off by default)")
+    _scoring_flags(p)
     if command == "score-run":  # a public suite instead of a run directory (probes/scoring/hub.py)
         p.add_argument("--hub", metavar="ORG/NAME", help="score the revisions of a hub model (e.g. EleutherAI/pythia-160m)")
         p.add_argument("--revisions", metavar="pythia|step0,step1000,...",
@@ -125,10 +126,7 @@ def _score_run(command: str, args) -> int:
     from probes.scoring.watch import ScoreOptions, score_run, watch
     from train.lock import EVAL_LOCK, RunDirLocked, RunLock
 
-    if args.batch_size < 1:
-        raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.max_pairs_per_paradigm is not None and args.max_pairs_per_paradigm < 1:
-        raise CliError(f"--max-pairs-per-paradigm must be >= 1, got {args.max_pairs_per_paradigm}")
+    _check_counts(args)
     if command == "watch" and args.poll <= 0:
         raise CliError(f"--poll must be > 0 seconds, got {args.poll}")
     if not args.benchmark and not args.lm_eval_task:
@@ -303,10 +301,7 @@ def score_main(argv: Optional[Sequence[str]] = None) -> int:
 def _score(args) -> int:
     from probes.analysis.outputs import check_output_file
 
-    if args.batch_size < 1:
-        raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.max_pairs_per_paradigm is not None and args.max_pairs_per_paradigm < 1:
-        raise CliError(f"--max-pairs-per-paradigm must be >= 1, got {args.max_pairs_per_paradigm}")
+    _check_counts(args)
     _check_model_dir(args.model)
     try:
         check_output_file(args.out)

@@ -130,16 +130,6 @@ def correct(df: pd.DataFrame, metric: str, **params) -> pd.Series:
     return score(df, "good", metric, **params) > score(df, "bad", metric, **params)
 
 
-def accuracy_table(df: pd.DataFrame, **params) -> pd.DataFrame:
-    """Per paradigm: accuracy under MLP, sum-LP, SLOR and MORCELA (rows of one eval file)."""
-    from probes.scoring.primitive import correct as lp_correct
-
-    t = df[["phenomenon", "paradigm"]].copy()
-    t["acc_mlp"], t["acc_sum"] = lp_correct(df, "mlp"), lp_correct(df, "sum")
-    t["acc_slor"], t["acc_morcela"] = correct(df, "slor", **params), correct(df, "morcela", **params)
-    return t.groupby(["phenomenon", "paradigm"], sort=True).mean().reset_index()
-
-
 def add_to_run(run_dir: Union[str, Path], table: Optional[Union[str, Path]] = None,
                cache_dir: Optional[Union[str, Path]] = None) -> list[Path]:
     """Add ulp_good / ulp_bad to every eval file of a run (rewritten atomically, meta kept + "unigram").
