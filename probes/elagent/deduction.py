@@ -11,7 +11,10 @@ negation and quantifier variants turn the answer into "not enough information is
 generated (they were left out when options were scored by their text, where that long phrase against one-word
 entities measured length; answered by letter they could be added).
 
-Every item is answered with the letter of its option (``items.py`` says why: the option texts differ in length).
+Every item is answered with the letter of its option (``items.py`` says why: the option texts differ in length),
+and by its context pair: the matched question asks, over the same facts, about the first other person whose kind
+fears another kind (Task 5) or about the template's role b instead of a (Task 6; a p b, b p c, d p a), so its
+right answer is another text.
 
 Task 6 (C.6): the template "Suppose (1) X1 p X2, (2) X2 p X3, and (3) X4 p X1, what does X1 p", with the
 predicate p of one of the four types of Table 4 (transitive or not x symmetric or not); the seven fixed options

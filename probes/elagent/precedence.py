@@ -14,7 +14,8 @@ Asked as multiple choice: every question, examples included, lists the value und
 under the usual rule, in a random order, "(a) [52] (b) [1]", and is answered by the letter ("Answer: (a)";
 items.py says why not by the value: the two value strings differ in length in ~30 % of items); with
 ``options > 2`` the further distractors are values under other precedences (as Task 2 picks wrong choices
-whose values differ, C.2). The paper's Task 1 asks for the value itself, generated. Division is left out by default (``operators``): the paper's decimal answers
+whose values differ, C.2). The context pair's matched context states the usual priorities instead, its
+examples answered under them, so the test expression's right value is the usual one. The paper's Task 1 asks for the value itself, generated. Division is left out by default (``operators``): the paper's decimal answers
 (``[63.67567567567567]``) would make the comparison one of 16-digit strings; ``"+-*/"`` restores it.
 """
 from __future__ import annotations

@@ -160,7 +160,7 @@ def score_items(model, tokenizer, items: list[MCItem], *, batch_size: int = 32, 
 
 def summarize(df: pd.DataFrame) -> dict[str, float]:
     """acc (letter, sum reduction), acc_mean (per-token), acc_random (mean of 1/options), acc_pair (context
-    pair; chance 0.5) and acc_pair_se, n_items: over all items ("all/..."), per task and per paradigm
+    pair; chance 0.5), their standard errors over items acc_se and acc_pair_se, n_items: over all items ("all/..."), per task and per paradigm
     ("<task or paradigm>/...")."""
     out: dict[str, float] = {}
     groups = [("all", df)] + list(df.groupby("task", sort=True)) + list(df.groupby("paradigm", sort=True))
@@ -168,9 +168,9 @@ def summarize(df: pd.DataFrame) -> dict[str, float]:
         out[f"{name}/acc"] = float(d["correct_sum"].mean())
         out[f"{name}/acc_mean"] = float(d["correct_mean"].mean())
         out[f"{name}/acc_random"] = float(d["rand_acc"].mean())
-        out[f"{name}/acc_pair"] = float(d["correct_pair"].mean())
-        # its standard error over items (credits 0, 0.5, 1); chance is 0.5 exactly (pair_credit)
-        out[f"{name}/acc_pair_se"] = float(d["correct_pair"].sem()) if len(d) > 1 else float("nan")
+        out[f"{name}/acc_pair"] = float(d["correct_pair"].mean())  # chance 0.5 exactly (pair_credit)
+        for metric, col in (("acc_se", "correct_sum"), ("acc_pair_se", "correct_pair")):  # over items
+            out[f"{name}/{metric}"] = float(d[col].astype(float).sem()) if len(d) > 1 else float("nan")
         out[f"{name}/n_items"] = float(len(d))
     return out
 
