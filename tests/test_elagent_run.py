@@ -38,7 +38,7 @@ def test_every_checkpoint_has_both_elagent_evals(run):
     for s in steps:
         items, meta = read_pairs(d / "evals" / f"step{s}" / "elagent.parquet")
         pairs, _ = read_pairs(d / "evals" / f"step{s}" / "elagent_word_order.parquet")
-        assert meta["kind"] == "elagent_items" and meta["step"] == s and meta["config"]["shots"] == 1
+        assert meta["kind"] == "elagent" and meta["step"] == s and meta["config"]["shots"] == 1
         # 2 precedence + 3 bAbI + 8 predicate paradigms, 3 items each; 4 word-order paradigms x 4 pairs
         assert len(items) == 13 * 3 and set(items.task) == {"precedence", "babi", "predicates"}
         assert len(pairs) == 16 and set(pairs.phenomenon) == {"language_a_word_order"}
@@ -104,7 +104,7 @@ def test_report_shows_the_elagent_tasks_and_the_pairs_vs_tasks_view(run, tmp_pat
         assert line in md, line
     assert (out / "appendix" / "curve_elagent_word_order_language_a_word_order.png").is_file()
     # the generated-tasks curve at the last checkpoint, by hand from the eval files: the word-order pairs' MLP
-    # accuracy (mean over its paradigms) and the three tasks' accuracies, each as (acc - chance) / (1 - chance),
+    # accuracy (mean over its paradigms) and the three tasks' context-pair accuracies, each as (acc - 0.5) / 0.5,
     # averaged; minimal pairs: the grammar's paradigms, (acc - 0.5) / 0.5
     step = list_checkpoints(d)[-1][0]
     pairs, _ = read_pairs(d / "evals" / f"step{step}" / "elagent_word_order.parquet")
@@ -112,8 +112,7 @@ def test_report_shows_the_elagent_tasks_and_the_pairs_vs_tasks_view(run, tmp_pat
     grammar, _ = read_pairs(d / "evals" / f"step{step}" / "grammar.parquet")
     word_order = correct(pairs, "mlp").groupby(pairs.paradigm).mean().mean()
     tasks = items.groupby("task").correct_sum.mean()
-    rand = items.groupby("task").rand_acc.mean()
-    use = ((word_order - 0.5) / 0.5 + ((tasks - rand) / (1 - rand)).sum()) / 4
+    use = ((word_order - 0.5) / 0.5 + ((items.groupby("task").correct_pair.mean() - 0.5) / 0.5).sum()) / 4
     form = (correct(grammar, "mlp").groupby(grammar.paradigm).mean().mean() - 0.5) / 0.5
     s = pd.read_csv(out / "tables" / "formuse.csv")
     last = s[s.step == step].set_index("group")

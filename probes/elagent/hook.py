@@ -26,6 +26,10 @@ def trained_seq_len(run_dir: Path) -> Optional[int]:
     return OmegaConf.select(cfg, "data.seq_len") or OmegaConf.select(cfg, "model.max_position_embeddings")
 
 
+def build(cfg: ElagentConfig, ctx) -> "ElagentHook":  # max_positions: the context long k-shot prompts must fit
+    return ElagentHook(cfg, ctx.tokenizer, ctx.run_dir, ctx.max_positions)
+
+
 class ElagentHook:
     def __init__(self, cfg: ElagentConfig, tokenizer, run_dir: Path, max_positions: Optional[int] = None):
         self.cfg, self.tokenizer, self.run_dir = cfg, tokenizer, Path(run_dir)

@@ -9,21 +9,19 @@ minimal pairs: the report's learning-curve, U-shape and AoA sections draw them l
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
 from probes.analysis.aggregate import seed_summary
 from probes.analysis.bands import MIN_SEEDS_T
-from probes.analysis.plotting import colors, new_figure, plot_line, token_axis, write_run_figures
-from probes.evals.files import META_KEY
+from probes.analysis.plotting import colors, draw_baseline, new_figure, plot_line, token_axis, write_run_figures
+from probes.evals.files import EvalInputError, eval_file_meta
 from probes.analysis.outputs import save_figure, write_csv
 from probes.analysis.scaling import budget_label
-from probes.elagent.config import BENCHMARK, ELAGENT_TASKS as TASKS  # not .score: that imports torch
+from probes.elagent.config import BENCHMARK, ELAGENT_TASKS as TASKS, KIND  # not .score: that imports torch
 
 COLUMNS = ["run", "step", "tokens", "key", "metric", "value"]
 METRICS = ("acc", "acc_se", "acc_mean", "acc_random", "acc_pair", "acc_pair_se")
@@ -41,13 +39,31 @@ def elagent_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = Non
     rows = []
     for run, name in zip(run_dirs, names):
         for path in sorted((run / "evals").glob(f"step*/{BENCHMARK}.parquet")):
-            meta = json.loads(pq.read_schema(path).metadata[META_KEY])
+            try:
+                meta = eval_file_meta(path)
+            except EvalInputError:  # a torn file is rescored by the hook; nothing to draw
+                continue
+            if meta["kind"] != KIND:
+                continue
             for k, v in (meta.get("summary") or {}).items():
                 key, _, metric = k.rpartition("/")
                 if metric in METRICS and v is not None:
                     rows.append({"run": name, "step": meta["step"], "tokens": meta["tokens"], "key": key,
                                  "metric": metric, "value": float(v)})
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def task_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """Each task as a generated task of the pairs-vs-tasks view (probes.analysis.formuse): its context-pair
+    accuracy against 0.5 (the letter curve of a small model sits at chance whatever it knows); the letter
+    accuracy for eval files from before the context pair."""
+    e = table[table.key.isin(TASKS)]
+    e = e.pivot_table(index=["run", "step", "tokens", "key"], columns="metric", values="value").reset_index()
+    if not len(e):
+        return pd.DataFrame()
+    pair = "acc_pair" in e
+    return pd.DataFrame({"run": e.run, "step": e.step, "tokens": e.tokens, "probe": "elagent:" + e.key,
+                         "acc": e.acc_pair if pair else e.acc, "chance": 0.5 if pair else e.acc_random})
 
 
 def _curve(df: pd.DataFrame, key: str, metric: str, value: str = "value") -> pd.DataFrame:
@@ -57,8 +73,6 @@ def _curve(df: pd.DataFrame, key: str, metric: str, value: str = "value") -> pd.
 def draw_tasks(ax, df: pd.DataFrame, ref, value: str = "value", band: bool = False) -> int:
     """Per task: the context-pair accuracy (solid) with its chance 0.5 (grey dashed), and the letter accuracy
     (dotted) with its random baseline (dashed, the task's colour)."""
-    from probes.syntaxqa.curves import draw_baseline
-
     keys = [t for t in TASKS if len(_curve(df, t, "acc"))]
     n = 0
     for key, c in zip(keys, colors(len(keys))):
