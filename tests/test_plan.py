@@ -180,4 +180,4 @@ def test_on_the_shipped_corpus_every_grid_budget_cannot_start(capsys, monkeypatc
     out = capsys.readouterr().out
     assert out.count("  CANNOT START\n") == 4
     for budget in ("10M", "100M", "1B", "3B"):
-        assert f"CANNOT START (1 of 4 runs): budget {budget} needs a corpus of {budget} tokens, it has " in out
+        assert f"CANNOT START (1 of 4 runs, marked above): budget {budget} needs a corpus of {budget} tokens, it has " in out

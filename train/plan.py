@@ -132,10 +132,12 @@ def storage_bytes(cfg: TrainConfig, params: int, checkpoints: int) -> int:
     return (checkpoints - with_resume) * probe_weights + with_resume * (4 * params + resume)
 
 
-# ../shared/corpora/zh (26 text files, 16,267,207 bytes) is STORE_TOKENS tokens under the grid's 49,953-piece
-# sentencepiece (its token store, start tokens included): the bytes per token an estimate divides by where
-# no token store is cached. Chinese at 3 UTF-8 bytes a character; English text runs at about 4-5 bytes a token.
-ZH_BYTES, ZH_TOKENS = 16_267_207, 2_600_000
+# Measured: ../shared/corpora/zh (26 text files, 15,516,591 bytes) is 2,586,303 tokens in 751 documents under
+# the grid's 49,953-piece sentencepiece (its token store), 2,587,054 with the start tokens: the bytes per token
+# an estimate divides by where no token store is built. A smaller vocabulary cuts text finer (the same corpus
+# under 6,000 pieces: 4,005,088 tokens, 3.9 bytes each; ../shared/corpora/en under 4,000: 3.8), so the estimate
+# says it is one and --count-tokens counts.
+ZH_BYTES, ZH_TOKENS = 15_516_591, 2_587_054
 BYTES_PER_TOKEN = ZH_BYTES / ZH_TOKENS
 
 
@@ -187,7 +189,7 @@ def _cached_store(cfg: TrainConfig, corpus_id: str, cache: Path) -> Optional[tup
     store = TokenStore(path)
     frame = 1 + (document_tokens(load_tokenizer(tdir))[1] is not None)  # start (and end) token per document
     n_tokens, n_docs = int(store.meta["n_tokens"]), int(store.meta["n_docs"])
-    return n_tokens + frame * n_docs, f"counted: {n_tokens:,} tokens in {n_docs:,} documents (token store {path})"
+    return n_tokens + frame * n_docs, f"counted: {n_tokens:,} tokens + the start/end tokens of {n_docs:,} documents (token store {path})"
 
 
 def plan_run(overrides: Sequence[str], hw: Hardware, _params_cache: Optional[dict] = None,
@@ -308,8 +310,8 @@ def _format_corpus(plans: list[RunPlan]) -> list[str]:
         stopped = [p for p in runs if p.cannot_start]
         for reason in dict.fromkeys(p.cannot_start for p in stopped):
             names = [p.name for p in stopped if p.cannot_start == reason]
-            lines.append(f"CANNOT START ({len(names)} of {len(plans)} runs): {reason} ({', '.join(names)}); "
-                         "a larger corpus: data.paths or $SYNTAX_DYNAMICS_CORPUS (docs/zhoblimp_grid.md)")
+            lines.append(f"CANNOT START ({len(names)} of {len(plans)} runs, marked above): {reason}; a larger corpus: "
+                         "data.paths or $SYNTAX_DYNAMICS_CORPUS (docs/zhoblimp_grid.md)")
     return lines
 
 
