@@ -171,7 +171,7 @@ def stage_scoring(rows: Path, work: Path) -> None:
     fp32 = score_pairs(model, tok, pairs, device=device)
     bf16 = score_pairs(model, tok, pairs, device=device, bf16=True)
     ids = pair_sentence_ids(tok, pairs)
-    worst, bound_of_worst, over = 0.0, 0.0, 0
+    worst, bound_of_worst, typical, over = 0.0, 0.0, 0.0, 0
     with torch.no_grad():
         for p, a, b in zip(pairs, fp32.itertuples(), bf16.itertuples()):
             for side in ("good", "bad"):
@@ -179,15 +179,17 @@ def stage_scoring(rows: Path, work: Path) -> None:
                 sentence = ids[getattr(p, side)]
                 z = model(input_ids=torch.tensor([sentence], device=device)).logits[0, :-1].float()
                 magnitude = float((2 * z.abs().amax(-1) + np.log(z.shape[-1])).sum())
-                bound = sum_tol(magnitude, lm_terms(model.config, len(sentence) - 1), BF16_EPS)
+                terms = lm_terms(model.config, len(sentence) - 1)
+                bound = sum_tol(magnitude, terms, BF16_EPS)
                 over += delta > bound
-                if delta > worst:
-                    worst, bound_of_worst = delta, bound
+                if delta > worst:  # beside it the typical size: errors that cancel, sqrt(n) u sum|x|
+                    worst, bound_of_worst, typical = delta, bound, math.sqrt(terms) * BF16_EPS / 2 * magnitude
     same = float(np.mean((fp32.lp_good / fp32.ntok_good > fp32.lp_bad / fp32.ntok_bad)
                          == (bf16.lp_good / bf16.ntok_good > bf16.lp_bad / bf16.ntok_bad)))
     add(rows, "scoring", "bf16 vs fp32: largest |dlp| of a sentence (nats)", f"{worst:.3g}",
         f"<= {bound_of_worst:.3g} (its bound)", "ok" if not over else "MISSES",
-        f"{over} of {2 * len(pairs)} sentences over their bounds; {len(pairs)} ZhoBLiMP pairs on {device.type}")
+        f"{over} of {2 * len(pairs)} sentences over their worst-case bounds (n eps sum|x|; typical sqrt(n) u "
+        f"sum|x| = {typical:.3g}); {len(pairs)} ZhoBLiMP pairs on {device.type}")
     add(rows, "scoring", "bf16 vs fp32: pairs with the same MLP verdict", f"{same:.1%}")
 
 
