@@ -188,3 +188,10 @@ def test_the_grid_asks_each_run_for_the_gpus_memory_and_time_its_plan_needs(tmp_
                  "--gpus-per-node", "2"]) == 0
     got = _requests(out2)
     assert {g for g, _, _ in got.values()} == {"2"} and got["pythia-14m-10M-s0"][1] == "32G"  # 2 processes
+
+
+def test_a_run_the_plan_cannot_size_asks_for_the_whole_node_and_says_why(tmp_path, capsys):
+    assert main(["experiment=demo", "data.budget_tokens=null", "--out", str(tmp_path), "--partition", "debug"]) == 0
+    script = (tmp_path / "array.sbatch").read_text()
+    assert "#SBATCH --gpus-per-node=8" in script and "#SBATCH --mem=480G" in script
+    assert "data.budget_tokens is null" in capsys.readouterr().err

@@ -136,12 +136,13 @@ def resource_groups(runs: Sequence[Sequence[str]], cap: dict, given: dict) -> li
     with hydra_context():
         for i, run in enumerate(runs):
             try:
-                p = plan_run(run, hw, cache)
-            except ValueError as e:
-                raise ValueError(f"{e} (the plan sizes each run's {', '.join(todo)}; or set them: --gpus-per-node, "
-                                 f"--mem-gb, --timeout-min, or hydra.launcher.<key>=...)") from None
-            res = {**planned_resources(p, cap, given.get("gpus_per_node")),
-                   **{k: v for k, v in given.items() if v is not None}}
+                planned = planned_resources(plan_run(run, hw, cache), cap, given.get("gpus_per_node"))
+            except ValueError as e:  # a run the plan cannot size (no budget): the node's all, as before
+                print(f"warning: {' '.join(run)}: {e}; it asks for the yaml's {', '.join(todo)} "
+                      f"(set them: --gpus-per-node, --mem-gb, --timeout-min or hydra.launcher.<key>=...)",
+                      file=sys.stderr)
+                planned = {k: cap[k] for k in PLANNED_KEYS}
+            res = {**planned, **{k: v for k, v in given.items() if v is not None}}
             groups.setdefault(tuple(res.items()), (res, []))[1].append(i)
     return list(groups.values())
 
