@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Optional
-
-import torch
-from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+from typing import TYPE_CHECKING, Optional
 
 from train.errors import ConfigError
+
+if TYPE_CHECKING:  # imported where used: the config schema (train.config) and `plan` need neither
+    import torch
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
 # Fields of ModelConfig that are ours; everything else passes straight to GPTNeoXConfig.
 _OWN_FIELDS = ("name", "lr", "init_method", "gradient_checkpointing")
@@ -81,34 +82,41 @@ def hf_config(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None, *, bos_to
     if fields["hidden_size"] % fields["num_attention_heads"]:
         raise ValueError(f"model.hidden_size={fields['hidden_size']} is not divisible by "
                          f"model.num_attention_heads={fields['num_attention_heads']}")
+    from transformers import GPTNeoXConfig
+
     # Pythia trains without dropout; bias terms and the rotary layout follow GPT-NeoX.
     return GPTNeoXConfig(**fields, attention_dropout=0.0, hidden_dropout=0.0,
                          bos_token_id=bos_token_id, eos_token_id=eos_token_id)
 
 
-@torch.no_grad()
 def init_pythia_(model: GPTNeoXForCausalLM) -> None:
     """Pythia's initialisation: normal(0, sqrt(2/(5d))) ("small_init") for every weight matrix and
     embedding, and normal(0, 2/(L*sqrt(d))) ("wang_init") for the two projections that write into the
     residual stream (attention output, MLP output); biases zero, LayerNorms identity."""
-    d = model.config.hidden_size
-    n_layers = model.config.num_hidden_layers
-    small = math.sqrt(2.0 / (5.0 * d))
-    wang = 2.0 / (n_layers * math.sqrt(d))
-    for name, module in model.named_modules():
-        if isinstance(module, torch.nn.LayerNorm):
-            module.weight.fill_(1.0)
-            module.bias.zero_()
-        elif isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
-            std = wang if name.endswith(("attention.dense", "mlp.dense_4h_to_h")) else small
-            module.weight.normal_(0.0, std)
-            if getattr(module, "bias", None) is not None:
+    import torch
+
+    with torch.no_grad():  # the weights are filled in place, outside autograd
+        d = model.config.hidden_size
+        n_layers = model.config.num_hidden_layers
+        small = math.sqrt(2.0 / (5.0 * d))
+        wang = 2.0 / (n_layers * math.sqrt(d))
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.fill_(1.0)
                 module.bias.zero_()
+            elif isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+                std = wang if name.endswith(("attention.dense", "mlp.dense_4h_to_h")) else small
+                module.weight.normal_(0.0, std)
+                if getattr(module, "bias", None) is not None:
+                    module.bias.zero_()
 
 
 def build_model(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None, *, seed: int = 0,
                 bos_token_id=None, eos_token_id=None, device: str | torch.device = "cpu") -> GPTNeoXForCausalLM:
     """A freshly initialised model; the same seed gives the same weights on every rank."""
+    import torch
+    from transformers import GPTNeoXForCausalLM
+
     config = hf_config(cfg, tokenizer_vocab, bos_token_id=bos_token_id, eos_token_id=eos_token_id)
     with torch.device(device), torch.random.fork_rng(devices=[], enabled=cfg.init_method == "hf"):
         if cfg.init_method == "hf":  # transformers initialises in the constructor: seed it there
