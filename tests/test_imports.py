@@ -162,10 +162,11 @@ def test_help_lists_every_command_and_imports_no_heavy_library():
 
 def test_plan_listings_and_the_config_schema_import_no_torch():
     """A command pays only for what it uses: `plan`, `slurm`, `verify --help`, `probes benchmarks` and the
-    typed config schema (train.config) load no torch, transformers, datasets or DeepSpeed (~5 CPU-s);
-    the model, engine and tokenizer import them inside the functions that build things."""
+    typed config schema (train.config, the probes section's probes.scoring.hook) load no torch, transformers,
+    datasets or DeepSpeed (~5 CPU-s); the model, engine, tokenizer and scorer import them inside the functions
+    that build or run things."""
     code = ("import sys, train.config, train.plan, train.slurm, train.verify, train.batch, train.neox, "
-            "probes.benchmarks.registry\n"
+            "probes.scoring.hook, probes.benchmarks.registry\n"
             "print(' '.join(m for m in ('torch', 'transformers', 'datasets', 'deepspeed') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -68,17 +68,23 @@ def pad_vocab(n: int, multiple: int = 128) -> int:
     return ((n + multiple - 1) // multiple) * multiple
 
 
+def embedding_rows(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None) -> int:
+    """model.vocab_size, or (null) the tokenizer's length padded to a multiple of 128."""
+    if cfg.vocab_size is None:
+        if tokenizer_vocab is None:
+            raise ValueError("model.vocab_size is null and no tokenizer size was given to derive it from")
+        return pad_vocab(tokenizer_vocab)
+    if tokenizer_vocab is not None and cfg.vocab_size < tokenizer_vocab:
+        raise ValueError(
+            f"model.vocab_size={cfg.vocab_size} is smaller than the tokenizer's vocabulary "
+            f"({tokenizer_vocab} ids): set model.vocab_size>={tokenizer_vocab} or null to derive it")
+    return cfg.vocab_size
+
+
 def hf_config(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None, *, bos_token_id=None,
               eos_token_id=None) -> GPTNeoXConfig:
     fields = {k: v for k, v in asdict(cfg).items() if k not in _OWN_FIELDS}
-    if fields["vocab_size"] is None:
-        if tokenizer_vocab is None:
-            raise ValueError("model.vocab_size is null and no tokenizer size was given to derive it from")
-        fields["vocab_size"] = pad_vocab(tokenizer_vocab)
-    elif tokenizer_vocab is not None and fields["vocab_size"] < tokenizer_vocab:
-        raise ValueError(
-            f"model.vocab_size={fields['vocab_size']} is smaller than the tokenizer's vocabulary "
-            f"({tokenizer_vocab} ids): set model.vocab_size>={tokenizer_vocab} or null to derive it")
+    fields["vocab_size"] = embedding_rows(cfg, tokenizer_vocab)
     if fields["hidden_size"] % fields["num_attention_heads"]:
         raise ValueError(f"model.hidden_size={fields['hidden_size']} is not divisible by "
                          f"model.num_attention_heads={fields['num_attention_heads']}")
@@ -138,3 +144,14 @@ def build_model(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None, *, seed
 
 def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def parameters_of(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None) -> int:
+    """count_parameters(build_model(cfg, tokenizer_vocab)) by arithmetic, without torch (`plan` sizes grids
+    with it; tests/test_model.py holds it to the built model): GPT-NeoX's embedding, per layer two
+    LayerNorms, the fused QKV and output projections and the MLP (all with biases), a final LayerNorm and
+    the output layer (unless tied)."""
+    d, i = cfg.hidden_size, cfg.intermediate_size
+    rows = embedding_rows(cfg, tokenizer_vocab)
+    layer = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (d * i + i) + (i * d + d)
+    return rows * d * (1 if cfg.tie_word_embeddings else 2) + cfg.num_hidden_layers * layer + 2 * d
