@@ -1,16 +1,9 @@
 """Checkpoints on disk: written whole or not at all, found again for resume, resume state pruned.
 
-Layout (checkpoints.md documents it for users):
-  <run>/checkpoints/step<N>/config.json, model.safetensors, tokenizer files   (from_pretrained works)
-  <run>/checkpoints/step<N>/start_token.json         the document-start token (train/start_token.py)
-  <run>/checkpoints/step<N>/trainer_state.json
-  <run>/checkpoints/step<N>/resume/                 optimizer / DeepSpeed state, RNG (last K only)
-  <run>/checkpoints/step<N>/manifest.json           sha256 of every file above, step, tokens, param
-                                                    count, config hash (written last, before the rename)
-A checkpoint is assembled under checkpoints/.tmp-step<N>/ and renamed to step<N> once every file is
-fsynced, so a directory with a final name is always whole; readers ignore names starting with ".".
-The manifest lets a resume prove that the files are the ones written (a damaged byte is refused, not
-trained on) and that the run's config is the one this checkpoint was trained with.
+Layout: checkpoints.md. A checkpoint is assembled under checkpoints/.tmp-step<N>/ and renamed to step<N>
+once every file is fsynced, so a directory with a final name is always whole; readers ignore names
+starting with ".". The manifest (written last) lets a resume prove that the files are the ones written
+(a damaged byte is refused, not trained on) and that the run's config is the one it was trained with.
 """
 from __future__ import annotations
 

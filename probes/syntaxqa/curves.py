@@ -1,12 +1,8 @@
 """Syntax-questions curves: OA and its parts per knowledge point against tokens seen.
 
-Reads the summaries stored in every ``<run>/evals/step<N>/syntax_qa.parquet`` and ``syntax_qa_paper.parquet``
-(their metadata holds ``summarize``'s numbers, so nothing is re-scored) and writes a tidy table plus plots.
-The ``mode`` column says which produced a number: ``likelihood`` (TF/MC ranked by likelihood, our
-wording) or ``paper`` (the paper's prompts, every answer generated and parsed); files written before
-modes existed are ``likelihood``. The random
-baselines of the question types are not in the summary; they are the item rows' expected
-random-guess scores (``rand_acc``, ``rand_f1``), read as four small columns.
+Reads the summaries in the metadata of every ``<run>/evals/step<N>/syntax_qa.parquet`` and
+``syntax_qa_paper.parquet`` (nothing is re-scored); ``mode`` says which wrote a number (files older than
+modes are ``likelihood``). The question types' random baselines are the item rows' ``rand_acc``, ``rand_f1``.
 """
 from __future__ import annotations
 

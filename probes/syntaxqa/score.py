@@ -372,19 +372,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
+    from train.files import read_trainer_state
     from train.weights import WeightsMismatchError, load_causal_lm
 
     try:
         model = load_causal_lm(args.model, AutoModelForCausalLM).to(device)
-    except WeightsMismatchError as e:
-        print(f"error: --model {e}", file=sys.stderr)
-        return 2
-    from train.files import read_trainer_state
-
-    try:
         state = read_trainer_state(args.model, missing_ok=True)  # {}: a model directory not trained here
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except ValueError as e:  # WeightsMismatchError is one
+        print(f"error: {'--model ' if isinstance(e, WeightsMismatchError) else ''}{e}", file=sys.stderr)
         return 2
     ev = evaluate_items(model, tokenizer, items, cfg, reports, step=int(state.get("step", -1)),
                         tokens=int(state.get("tokens", -1)), ckpt_dir=args.model, out=args.out, device=device)
