@@ -38,7 +38,7 @@ from probes.syntaxqa.questions import QUESTION_TYPES, Item, balanced_sample, can
 from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS, benchmark_name
 
 
-__all__ = ["SyntaxQAConfig", "build_items", "evaluate_items", "score_items", "summarize", "write_items"]
+__all__ = ["SyntaxQAConfig", "build_items_and_reports", "evaluate_items", "score_items", "summarize"]
 
 
 # ---------------------------------------------------------------- items
@@ -63,10 +63,6 @@ def build_items_and_reports(cfg: SyntaxQAConfig) -> tuple[list[Item], list[Sourc
             pool[key] = [render(c, facts, cfg.seed) for c in picked]
     P.attach_prompts(items, pool, cfg.shots, cfg.shot_seeds, cfg.seed)
     return items, reports
-
-
-def build_items(cfg: SyntaxQAConfig) -> list[Item]:
-    return build_items_and_reports(cfg)[0]
 
 
 # ---------------------------------------------------------------- scoring
@@ -180,7 +176,7 @@ def score_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, device
     """One row per item: correct (mean over exemplar seeds), FITB f1, prediction, random baselines."""
     for it in items:
         if not it.prompts:
-            raise ValueError(f"syntax-qa item {it.item_id} has no prompt; build items with build_items(cfg)")
+            raise ValueError(f"syntax-qa item {it.item_id} has no prompt; build items with build_items_and_reports(cfg)")
     device = device if device is not None else next(model.parameters()).device
     lik = _likelihood_scores(model, tokenizer, [it for it in items if it.qtype in ("TF", "MC")], cfg, device)
     fitb = [it for it in items if it.qtype == "FITB"] if cfg.generate else []
@@ -289,17 +285,6 @@ def evaluate_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, rep
         run_dir=run_dir, out=out, opts=ScoreOptions(batch_size=cfg.batch_size, device=device), key=item_key,
         score=lambda m, tok, its, opts: score(m, tok, its, cfg, device=opts.device),
         describe=lambda df: _describe(df, cfg, reports), kind=KIND, mode=cfg.mode)
-
-
-def write_items(df: pd.DataFrame, path: Path, *, step: int, tokens: int, model_dir: Path, tokenizer,
-                cfg: SyntaxQAConfig, reports: list[SourceReport]) -> dict[str, float]:
-    """Per-item rows already scored to ``path``, with the metadata evaluate_items writes; returns the summary."""
-    from probes.scoring.evaluate import evaluate_checkpoint
-
-    evaluate_checkpoint(None, tokenizer, list(df.itertuples(index=False)), name=benchmark_name(cfg.mode), step=step,
-                        tokens=tokens, ckpt_dir=model_dir, out=path, key=item_key, score=lambda *_: df,
-                        describe=lambda d: _describe(d, cfg, reports), kind=KIND, mode=cfg.mode)
-    return summarize(df)
 
 
 # ---------------------------------------------------------------- CLI
