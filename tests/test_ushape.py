@@ -192,3 +192,23 @@ def test_paradigm_means_count_each_paradigms_pairs_present():
     got = _paradigm_means(hit, present, o, ["a", "b"])
     # step 0: a = rows 1, 3, 4 -> 1, 0, 1; b = rows 0, 2 -> 1, 0.  step 1: a = rows 3, 4 -> 1, 1; b = 0, 1
     assert np.array_equal(got, np.array([[2 / 3, 1 / 2], [2 / 2, 1 / 2]]))
+
+
+def test_a_u_peaking_at_step_0_is_not_a_learning_u(tmp_path):
+    # Two paradigms, two seeds: "init" is best at step 0 (the untrained model), falls and recovers; "late"
+    # rises, then dips and recovers after learning began. Both are accepted U's; the headline counts one.
+    from probes.analysis.ushape import count_text, count_ushapes
+
+    rng = np.random.default_rng(7)
+    steps = log_spaced_steps(24, 5000)
+    x = log_tokens(steps * 1000)
+    init = np.interp(x, [x[0], x[1], x[9], x[12], 12], [0.9, 0.55, 0.55, 0.9, 0.9])
+    late = sigmoid_curve(x, 0.5, 0.9, 4.0, 5) - planted_dip(x, 0.35, 5.8, 0.2)
+    runs = [write_run(tmp_path / f"s{s}", RunSpec(seed=s, tokens_per_step=1000, steps=list(steps)),
+                      np.clip(np.stack([init, late], axis=1), 0, 1), ["init", "late"], ["a", "b"], 400, rng)
+            for s in (1, 2)]
+    df, _ = find_u_shapes_in_runs(load_runs(runs), UShapeConfig(delta=0.1, n_boot=200), levels=("paradigm",))
+    acc = df[df.accepted].set_index("paradigm")
+    assert acc.loc["init", "peak_step"] == 0 and acc.loc["late", "peak_step"] > 0
+    assert count_ushapes(df) == {"learning": 1, "from_step0": 1}
+    assert count_text(df).startswith("1 learning U-shape(s) (+1 peaking at step 0")

@@ -36,7 +36,7 @@ from probes.analysis.scaling import (ScalingConfig, budget_label, difficulty_gro
                                      plot_grid_overall, plot_grid_phenomena)
 from probes.analysis.table4 import table4
 from probes.analysis.ugallery import number_us, plot_u_gallery
-from probes.analysis.ushape import UShapeConfig, find_u_shapes_in_runs
+from probes.analysis.ushape import UShapeConfig, count_text, find_u_shapes_in_runs
 from probes.syntaxqa.report import syntax_qa_section
 from train.cli import exit_on_user_error
 from train.errors import UserError, check_writable
@@ -408,10 +408,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"warning: {n}", file=sys.stderr)
     for n in res["ushape_evidence"]:
         print(f"U-shapes: {n}")
-    n_acc = int(res["ushapes"]["accepted"].sum()) if len(res["ushapes"]) else 0
     print(f"report: {a.out / 'report.md'} ({len(res['main_figures'])} figures in the main flow, "
           f"{len(res['figures']) - len(res['main_figures'])} in the appendix; tables in {a.out / 'tables'}); "
-          f"{n_acc} accepted U-shape(s); {res['seconds']:.1f} s"
+          f"{count_text(res['ushapes'])}; {res['seconds']:.1f} s"
           + (f"; {res['figure_cache'][0]} figure(s) reused from the figure cache" if res["figure_cache"] else ""))
     if res["main_figures"]:
         print(f"first figure: {res['main_figures'][0]}")

@@ -18,6 +18,7 @@ from probes.analysis.paper_ushapes import REFERENCE_DEPTH, paper_u_markdown
 from probes.analysis.scaling import PAPER_GROUPS, budget_label
 from probes.analysis.table4 import table4_markdown
 from probes.analysis.ugallery import MAX_PANELS
+from probes.analysis.ushape import count_ushapes
 
 
 def md_table(df: pd.DataFrame, limit: int = 30, floatfmt: str = "{:.3g}") -> str:
@@ -159,7 +160,10 @@ def _ushape_md(R: dict, cfg, embed) -> list[str]:
     L = ["## U-shapes", "", R["rule"], ""]
     if len(us):
         counts = us["verdict"].value_counts()
-        L += [f"{len(acc)} accepted of {len(us)} candidates on {' and '.join(cfg.u_levels)} curves ("
+        c = count_ushapes(us)
+        L += [f"{c['learning']} learning U's (a dip after step 0) and {c['from_step0']} peaking at step 0 (the "
+              f"untrained model's accuracy, not knowledge), accepted of {len(us)} candidates on "
+              f"{' and '.join(cfg.u_levels)} curves ("
               + ", ".join(f"{n} {v}" for v, n in counts.items())
               + "; every candidate with its verdict and reason in tables/ushapes.csv).", ""]
     else:

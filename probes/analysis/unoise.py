@@ -125,3 +125,35 @@ def min_pairs(depth: float, c_unit: float, n_paradigms: int = 1) -> int:
     n >= (c_unit / depth)^2 / K.
     """
     return int(np.ceil((c_unit / depth) ** 2 / max(n_paradigms, 1)))
+
+
+
+def dispersion(x: np.ndarray, means: np.ndarray, counts: np.ndarray, units: list[list[int]]) -> float:
+    """How much more a group's curves move from checkpoint to checkpoint than binomial noise says: the
+    ratio of the variances, by which the detector scales the binomial variance of a unit's curve.
+
+    means, counts: (seeds, steps, paradigms) accuracies and pairs of one model x budget x benchmark; x:
+    log10 tokens of the steps; units: the paradigm columns of each curve (a phenomenon's is the mean of
+    its paradigms'). The same pairs are scored at every checkpoint and the seeds share their data order,
+    so a checkpoint's accuracy moves with the model, not by a fresh draw of pairs: a paradigm's pairs
+    share a template and flip together, and both seeds saw the same batches before it. Each interior
+    checkpoint of each seed-mean unit curve is compared with the line through its neighbours (x-weighted:
+    a linear trend passes exactly); under independent binomial noise the residual's variance is
+    v_t + w^2 v_prev + (1 - w)^2 v_next. The median over checkpoints and curves of residual^2 over that
+    variance, divided by the median of chi^2_1 (0.455), estimates the ratio; a median, so that the few
+    real dips and sharp bends among the curves move it little."""
+    x = np.asarray(x, float)
+    if len(x) < 3 or not units:
+        return 1.0
+    S = means.shape[0]
+    y = np.nanmean(means, axis=0)
+    n = counts.sum(axis=0)
+    p = (y * n + 1) / (n + 2)
+    v = p * (1 - p) * np.sum(1 / np.maximum(counts, 1), axis=0) / S ** 2
+    Y = np.stack([y[:, u].mean(axis=1) for u in units], axis=1)
+    V = np.stack([v[:, u].sum(axis=1) / len(u) ** 2 for u in units], axis=1)
+    w = ((x[2:] - x[1:-1]) / np.maximum(x[2:] - x[:-2], 1e-12))[:, None]
+    r = Y[1:-1] - (w * Y[:-2] + (1 - w) * Y[2:])
+    e = V[1:-1] + w ** 2 * V[:-2] + (1 - w) ** 2 * V[2:]
+    ratio = (r ** 2 / np.maximum(e, 1e-12))[np.isfinite(r)]
+    return float(np.median(ratio) / 0.45494) if len(ratio) else 1.0
