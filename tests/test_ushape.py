@@ -212,3 +212,54 @@ def test_a_u_peaking_at_step_0_is_not_a_learning_u(tmp_path):
     assert acc.loc["init", "peak_step"] == 0 and acc.loc["late", "peak_step"] > 0
     assert count_ushapes(df) == {"learning": 1, "from_step0": 1}
     assert count_text(df).startswith("1 learning U-shape(s) (+1 peaking at step 0")
+
+
+def test_dispersion_reads_the_variance_ratio_it_is_given():
+    # Curves at p plus Gaussian noise of k times the binomial variance of 300 pairs: the estimate is k.
+    # 400 curves x 18 interior checkpoints = 7,200 ratios; the median of chi^2_1 (0.455, density 0.47
+    # there) then has a standard error of 0.5 / sqrt(7200) / 0.47 = 0.0125, 2.8 % of itself: 10 % is 3.6 SE.
+    from probes.analysis.unoise import dispersion
+
+    rng = np.random.default_rng(8)
+    x = np.sort(rng.uniform(4, 9, 20))
+    p = (0.55 + 0.06 * (x - 4))[:, None]  # a line in x: the neighbours' line passes it exactly
+    for k in (0.25, 1.0, 4.0):
+        y = p + np.sqrt(k * p * (1 - p) / 300) * rng.standard_normal((20, 400))
+        d = dispersion(x, y[None], np.full((1, 20, 400), 300.0), [[j] for j in range(400)])
+        assert d == pytest.approx(k, rel=0.1)
+    # two seeds that share all their noise: the seed mean moves twice as much as independent seeds' would
+    y = p + np.sqrt(p * (1 - p) / 300) * rng.standard_normal((20, 400))
+    d = dispersion(x, np.stack([y, y]), np.full((2, 20, 400), 300.0), [[j] for j in range(400)])
+    assert d == pytest.approx(2.0, rel=0.1)
+
+
+def test_shocks_shared_by_seeds_make_no_false_u_once_measured():
+    # The same 240 pairs (8 paradigms of 30) at every checkpoint and in both seeds; each paradigm takes a
+    # shock at each checkpoint that both seeds share (one data order): the seed mean's variance is ~5x
+    # what binomial noise of independent seeds says. Flat truth: every accepted U is false. The binomial
+    # rule accepts 12 of 30 such curves (13-16 with other generator seeds); with the measured dispersion
+    # at most alpha's share is allowed (0.05 x 30 = 1.5 expected; P(>= 4 | Binomial(30, 0.05)) = 0.06,
+    # so <= 3). A planted 0.3 dip in the same noise is still found, at its place.
+    from probes.analysis.synthetic import sample_persistent
+    from probes.analysis.unoise import dispersion
+
+    x = log_tokens(np.r_[0, np.logspace(4, 6, 11)])
+    cfg = UShapeConfig(n_boot=200)
+    rng = np.random.default_rng(9)
+
+    def curves(truth):
+        Y = np.concatenate([sample_persistent(truth, 30, 2, rng, shock=0.35, shared=1.0) for _ in range(8)], axis=2)
+        means = Y.reshape(2, len(x), 8, 30).mean(axis=3)
+        d = dispersion(x, means, np.full(means.shape, 30.0), [list(range(8))])
+        return [[Y[s].astype(float)] for s in range(2)], d
+
+    false = {"binomial": 0, "measured": 0}
+    for _ in range(30):
+        mats, d = curves(np.full(len(x), 0.6))
+        false["binomial"] += any(u["accepted"] for u in analyse_curve(x, mats, cfg, 0, rng))
+        false["measured"] += any(u["accepted"] for u in analyse_curve(x, mats, cfg, 0, rng, d))
+    assert false["binomial"] >= 5 and false["measured"] <= 3, false
+    dip = 0.8 - planted_dip(x, 0.3, 5.0, 0.25)
+    mats, d = curves(dip)
+    us = [u for u in analyse_curve(x, mats, cfg, 0, rng, d) if u["accepted"]]
+    assert len(us) == 1 and abs(x[us[0]["trough"]] - 5.0) <= 0.3 and d > 1.5

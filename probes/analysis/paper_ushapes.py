@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from probes.analysis.unoise import min_pairs, noise_threshold, unit_sd, unit_threshold
+from probes.analysis.unoise import dispersion, min_pairs, noise_threshold, unit_sd, unit_threshold
 from probes.analysis.ushape import UShapeConfig, analyse_curve, onset_index, scales
 
 REFERENCE_DEPTH = 0.05
@@ -93,16 +93,32 @@ def _mats(ev, runs: list[str], bench: str, paradigms: list[str], bit: int):
     return steps, tokens, mats, np.mean(overall, axis=0)
 
 
-def min_detectable(x: np.ndarray, mats, cfg: UShapeConfig) -> tuple[float, float]:
+def min_detectable(x: np.ndarray, mats, cfg: UShapeConfig, disp: float = 1.0) -> tuple[float, float]:
     """(c, c_unit): the smallest depth the detector can accept on this curve (its noise threshold,
-    the smaller over the scales looked at), and the schedule's one-pair threshold."""
+    the smaller over the scales looked at), and the schedule's one-pair threshold; both with the
+    checkpoints' measured dispersion `disp`, as analyse_curve has them."""
     looks = scales(x, cfg)
     level = 1 - cfg.alpha / len(looks)
+    inflate = math.sqrt(max(1.0, disp))
     sd, _ = unit_sd(mats)
     rng = np.random.default_rng(cfg.seed)
-    c = min(noise_threshold(sd, W, level, cfg.n_null, rng) for _, W in looks)
-    c_unit = min(unit_threshold(x, W, level, cfg.n_null, cfg.seed) for _, W in looks)
+    c = min(noise_threshold(sd * inflate, W, level, cfg.n_null, rng) for _, W in looks)
+    c_unit = min(unit_threshold(x, W, level, cfg.n_null, cfg.seed) for _, W in looks) * inflate
     return float(c), float(c_unit)
+
+
+def _dispersion(ev, runs: list[str], benchmark: str, pb: pd.DataFrame, level: str, bit: int) -> float:
+    """unoise.dispersion of a model x budget group's curves at `level`, as find_u_shapes_in_runs has it."""
+    names = sorted(pb.paradigm)
+    steps, tokens, mats, _ = _mats(ev, runs, benchmark, names, bit)
+    means = np.stack([np.stack([np.nanmean(m, axis=1) for m in seed], axis=1) for seed in mats])
+    counts = np.stack([np.stack([np.sum(~np.isnan(m), axis=1) for m in seed], axis=1) for seed in mats]).astype(float)
+    phen = dict(zip(pb.paradigm, pb.phenomenon))
+    units = ([[k] for k in range(len(names))] if level == "paradigm" else
+             [[k for k, p in enumerate(names) if phen[p] == v] for v in sorted(set(phen.values()))])
+    from probes.analysis.evalset import log_tokens
+
+    return dispersion(log_tokens(tokens), means, counts, units) if len(steps) >= 3 else 1.0
 
 
 def paper_u_table(ev, cfg: UShapeConfig, benchmark: str = "zhoblimp", paper_us=PAPER_US) -> pd.DataFrame:
@@ -117,7 +133,7 @@ def paper_u_table(ev, cfg: UShapeConfig, benchmark: str = "zhoblimp", paper_us=P
         if bench == benchmark:
             groups.setdefault((info[run].model, info[run].budget), []).append(run)
     pb = ev.table.loc[ev.table.benchmark == benchmark, ["paradigm", "phenomenon"]].drop_duplicates("paradigm")
-    rows = []
+    rows, disps = [], {}
     for pu in paper_us:
         paradigms = sorted(pb.paradigm[pb.phenomenon == pu.unit] if pu.level == "phenomenon"
                            else pb.paradigm[pb.paradigm == pu.unit])
@@ -132,7 +148,10 @@ def paper_u_table(ev, cfg: UShapeConfig, benchmark: str = "zhoblimp", paper_us=P
                 rows.append(row | {"status": "not detectable here", "why": f"{len(steps)} checkpoints"})
                 continue
             x = log_tokens(tokens)
-            c, c_unit = min_detectable(x, mats, cfg)
+            if (model, budget, pu.level) not in disps:  # BA and FCI share theirs
+                disps[(model, budget, pu.level)] = _dispersion(ev, runs, benchmark, pb, pu.level, bit)
+            disp = disps[(model, budget, pu.level)]
+            c, c_unit = min_detectable(x, mats, cfg, disp)
             K, S = len(mats[0]), len(mats)
             n_pp = float(np.median([m.shape[1] for seed in mats for m in seed]))
             # the pairs per paradigm (per seed) and the seeds (at these pairs) a reference-depth dip needs
@@ -140,10 +159,10 @@ def paper_u_table(ev, cfg: UShapeConfig, benchmark: str = "zhoblimp", paper_us=P
             need_seeds = math.ceil((c_unit / REFERENCE_DEPTH) ** 2 / (K * max(n_pp, 1)))
             # candidates down to the noise threshold, not a fixed delta
             ucfg = dataclasses.replace(cfg, delta=max(min(cfg.delta, c), 1e-3))
-            us = analyse_curve(x, mats, ucfg, onset_index(overall, cfg.onset_gain), np.random.default_rng(cfg.seed))
+            us = analyse_curve(x, mats, ucfg, onset_index(overall, cfg.onset_gain), np.random.default_rng(cfg.seed), disp)
             acc = [u for u in us if u["accepted"]]
             row |= {"max_tokens": int(tokens.max()), "pairs_per_paradigm": n_pp, "n_paradigms": K,
-                    "min_detectable_depth": c, "reference_depth": REFERENCE_DEPTH,
+                    "min_detectable_depth": c, "noise_dispersion": disp, "reference_depth": REFERENCE_DEPTH,
                     "pairs_needed_per_seed": need_pairs, "seeds_needed": need_seeds,
                     "accepted_us": "; ".join(f"{tokens[u['peak']]:.3g}→{tokens[u['trough']]:.3g}→"
                                             f"{tokens[u['recovery']]:.3g} depth {u['u_depth']:.3f}, seeds "

@@ -182,7 +182,9 @@ def _ushape_md(R: dict, cfg, embed) -> list[str]:
                    "seeds, ▲ peak ▼ trough ● recovery; title: depth, the noise threshold it cleared, seeds agreeing.")
     L += ["### The paper's U-shapes beside ours", "",
           "ZhoBLiMP reports U's in phenomena near 100M tokens (BA, FCI) and an early dip in its case-study paradigm. "
-          "For each model x budget here: *detected* (an accepted U with its trough in the paper's window), *not "
+          "For each model x budget here: *detected* (an accepted U whose peak, trough and recovery each lie in the "
+          "paper's window for them), *a dip, not the paper's U* (an accepted U in the paper's span with one of them "
+          "outside: ours and the paper's windows are printed), *not "
           "detectable here* (the runs do not reach the window, or the smallest dip this grid can tell from noise — "
           "the curve's noise threshold at its pairs and seeds, not a fixed delta — is deeper than the reference "
           f"depth {REFERENCE_DEPTH}; then what it would take), or *absent* (covered and detectable, none found). "
