@@ -263,3 +263,18 @@ def test_shocks_shared_by_seeds_make_no_false_u_once_measured():
     mats, d = curves(dip)
     us = [u for u in analyse_curve(x, mats, cfg, 0, rng, d) if u["accepted"]]
     assert len(us) == 1 and abs(x[us[0]["trough"]] - 5.0) <= 0.3 and d > 1.5
+
+
+def test_run_directories_with_shared_checkpoint_shocks_give_no_u(tmp_path):
+    # Both seeds score the same true curve, flat at 0.6 plus a shock of sd 0.06 per paradigm and checkpoint
+    # (one data order: the seeds share it). Binomial noise of 2 x 200 pairs has sd 0.024, so the paradigm
+    # curves move ~2.5x as much as the binomial rule expects; find_u_shapes_in_runs measures that
+    # (noise_dispersion) and accepts no U on these flat curves.
+    rng = np.random.default_rng(12)
+    steps = log_spaced_steps(24, 5000)
+    truth = np.clip(0.6 + 0.06 * rng.standard_normal((len(steps), 6)), 0, 1)
+    runs = [write_run(tmp_path / f"s{s}", RunSpec(seed=s, tokens_per_step=1000, steps=list(steps)), truth,
+                      [f"p{k}" for k in range(6)], ["ph"] * 6, 200, rng) for s in (1, 2)]
+    df, _ = find_u_shapes_in_runs(load_runs(runs), UShapeConfig(n_boot=200))
+    assert len(df) and (df.noise_dispersion > 3).all()
+    assert not df.accepted.any(), df[df.accepted]
