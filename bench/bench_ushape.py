@@ -78,9 +78,9 @@ def truth_u(truth: np.ndarray, x: np.ndarray):
     return min(u.depth, u.recovered_to - u.trough_y), u.recovery - u.peak - 1, x[u.peak], x[r_max]
 
 
-STRESS = (0.35, 1.0, 0.3)  # (shock, shared, jitter) of the "shared shocks" null: seed-mean variance ~3x binomial
+STRESS = (0.35, 1.0, 0.0, 0.3)  # (shock, shared, common, jitter) of the "shared shocks" null
 # measured on runs/zhoblimp_mini/mini-0.41m-b500000-s{0,1} (calibrate() prints them for the runs given)
-DEFAULT_TARGET = {"dispersion": 0.31, "corr": 0.21, "flip": 0.11}
+DEFAULT_TARGET = (0.31, 0.65, 0.21, 0.11)  # paradigm and phenomenon dispersion, seed correlation, flips
 
 
 def group_outcomes(ev, bench: str = "zhoblimp"):
@@ -113,40 +113,51 @@ def group_outcomes(ev, bench: str = "zhoblimp"):
         yield key, x, np.stack(Y), par, phen
 
 
-def moments(x, Y, par):
-    """(dispersion, seeds' residual correlation, share of pairs flipping between checkpoints) of outcomes Y
-    (S, T, pairs) at paradigm level."""
+def moments(x, Y, par, units):
+    """(dispersion of the paradigm curves, of the phenomenon curves (units: paradigm indices), seeds'
+    residual correlation, share of pairs flipping between checkpoints) of outcomes Y (S, T, pairs)."""
     names = list(dict.fromkeys(par))
     idx = [np.flatnonzero(par == p) for p in names]
     means = np.stack([Y[:, :, i].mean(axis=2) for i in idx], axis=2)
     counts = np.full(means.shape, float(len(idx[0])))
-    d = dispersion(x, means, counts, [[k] for k in range(len(names))])
+    d_par = dispersion(x, means, counts, [[k] for k in range(len(names))])
+    d_ph = dispersion(x, means, counts, units)
     w = ((x[2:] - x[1:-1]) / (x[2:] - x[:-2]))[None, :, None]
     r = means[:, 1:-1] - (w * means[:, :-2] + (1 - w) * means[:, 2:])
     corr = float(np.corrcoef(r[0].ravel(), r[1].ravel())[0, 1]) if len(Y) > 1 else 0.0
-    flip = float(np.mean(Y[:, 1:] != Y[:, :-1]))
-    return d, corr, flip
+    return d_par, d_ph, corr, float(np.mean(Y[:, 1:] != Y[:, :-1]))
 
 
-def simulate(mu, par, S, rng, shock, shared, jitter):
-    """(S, T, pairs) outcomes of the persistent null with true paradigm curves mu (T, paradigms)."""
+def simulate(mu, par, S, rng, units, shock, shared, common, jitter):
+    """(S, T, pairs) outcomes of the persistent null with true paradigm curves mu (T, paradigms); a share
+    `common` of each checkpoint's shock variance is common to the paradigms of a phenomenon (units)."""
     names = list(dict.fromkeys(par))
-    n = int(np.sum(par == names[0]))
-    return np.concatenate([sample_persistent(mu[:, k], n, S, rng, shock, shared, jitter)
-                           for k in range(len(names))], axis=2)
+    n, T = int(np.sum(par == names[0])), len(mu)
+    out = [None] * len(names)
+
+    def shocks():  # (S, T), variance 1, correlation `shared` across seeds
+        return np.sqrt(shared) * rng.standard_normal(T) + np.sqrt(1 - shared) * rng.standard_normal((S, T))
+    for u in units:
+        ph = shocks()
+        for k in u:
+            c = shock * (np.sqrt(common) * ph + np.sqrt(1 - common) * shocks())
+            out[k] = sample_persistent(mu[:, k], n, S, rng, shock, shared, jitter, c=c)
+    return np.concatenate(out, axis=2)
 
 
-def fit_null(x, mu, par, S, target, rng):
-    """The persistent null's (shock, shared, jitter) whose moments come closest to target's."""
+def fit_null(x, mu, par, S, units, target, rng):
+    """The persistent null's (shock, shared, common, jitter) whose moments come closest to target's."""
     best = None
-    for shock in (0.0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0):
+    for shock in (0.0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.8):
         for shared in (0.0, 0.25, 0.5, 0.75, 1.0) if shock else (0.0,):
-            for jitter in (0.1, 0.2, 0.3, 0.5, 0.8):
-                d, c, f = moments(x, simulate(mu, par, S, rng, shock, shared, jitter), par)
-                err = (np.log(max(d, .05) / max(target["dispersion"], .05))) ** 2 + (c - target["corr"]) ** 2 \
-                    + (np.log(f / target["flip"])) ** 2
-                if best is None or err < best[0]:
-                    best = (err, (shock, shared, jitter), (d, c, f))
+            for common in (0.0, 0.3, 0.6, 0.9) if shock else (0.0,):
+                for jitter in (0.1, 0.2, 0.3, 0.5, 0.8):
+                    p = (shock, shared, common, jitter)
+                    got = moments(x, simulate(mu, par, S, rng, units, *p), par, units)
+                    err = sum(np.log(max(g, .05) / max(t, .05)) ** 2 for g, t in zip(got[:2], target[:2])) \
+                        + (got[2] - target[2]) ** 2 + np.log(got[3] / target[3]) ** 2
+                    if best is None or err < best[0]:
+                        best = (err, p, got)
     return best[1], best[2]
 
 
@@ -163,31 +174,33 @@ def null_section(a) -> None:
     else:  # the laptop grid's shape: 15 phenomena of 8 paradigms, 30 pairs, 2 seeds, 8 checkpoints, at chance
         x = log_tokens(np.r_[0, 1e4, 2.2e4, 4.6e4, 1e5, 2.2e5, 4.6e5, 5e5])
         par = np.repeat([f"p{k}" for k in range(120)], 30)
-        grid = [(("laptop-shape", None), x, simulate(np.full((8, 120), 0.5), par, 2, rng, 0, 0, .3), par,
+        grid = [(("laptop-shape", None), x, np.zeros((2, 8, len(par)), bool), par,
                  {f"p{k}": f"ph{k // 8}" for k in range(120)})]
     print(f"\nfalse U's per report under item-persistent nulls; bound {budget} (ReportConfig.false_u_budget)")
-    print(f"{'group':<28} {'dispersion':>10} {'seed corr':>9} {'flips':>6}   null fitted (shock, shared, jitter)")
+    print(f"{'group':<24} {'disp: paradigm':>14} {'phenomenon':>10} {'seed corr':>9} {'flips':>6}   "
+          "null fitted (shock, shared, common, jitter) -> its moments")
     plans = []
     for key, x, Y, par, phen in grid:
         names = list(dict.fromkeys(par))
+        units = {}
+        for k, p in enumerate(names):
+            units.setdefault(phen.get(p, "?"), []).append(k)
+        units = list(units.values())
         means = np.stack([Y[:, :, par == p].mean(axis=2) for p in names], axis=2)  # (S, T, K)
-        target = dict(zip(("dispersion", "corr", "flip"), moments(x, Y, par))) if a.runs else DEFAULT_TARGET
-        y = means.mean(axis=0)
+        target = moments(x, Y, par, units) if a.runs else DEFAULT_TARGET
+        y = means.mean(axis=0) if a.runs else np.full((len(x), len(names)), 0.5)
         # dips removed: each paradigm's isotonic fit, rising or falling, whichever is closer
         fits = [min((isotonic_regression(y[:, k], increasing=up).x for up in (True, False)),
                     key=lambda f: np.sum((f - y[:, k]) ** 2)) for k in range(len(names))]
         removed = np.clip(np.stack(fits, axis=1), 0.02, 0.98)
-        params, got = fit_null(x, removed, par, len(Y), target, rng)
-        print(f"{str(key):<28} {target['dispersion']:10.2f} {target['corr']:9.2f} {target['flip']:6.3f}   "
-              f"{params} -> {got[0]:.2f}, {got[1]:.2f}, {got[2]:.3f}")
-        units = {}
-        for k, p in enumerate(names):
-            units.setdefault(phen.get(p, "?"), []).append(k)
+        params, got = fit_null(x, removed, par, len(Y), units, target, rng)
+        print(f"{str(key):<24} {target[0]:14.2f} {target[1]:10.2f} {target[2]:9.2f} {target[3]:6.3f}   "
+              f"{params} -> {got[0]:.2f}, {got[1]:.2f}, {got[2]:.2f}, {got[3]:.3f}")
         planted = np.stack([np.full(len(x), y[0, k]) if k % 2 else
                             np.clip(sigmoid_curve(x, y[0, k], y[0, k] + 0.15, np.median(x), 3.0), .02, .98)
                             for k in range(len(names))], axis=1)
-        plans += [(x, par, len(Y), params, list(units.values()), {"planted": planted, "dips removed": removed,
-                                                                  "shared shocks": removed})] * a.copies
+        plans += [(x, par, len(Y), params, units, {"planted": planted, "dips removed": removed,
+                                                   "shared shocks": removed})] * a.copies
     n_curves = sum(len(p[4]) for p in plans)
     alpha = min(0.05, budget / n_curves)
     cfg = UShapeConfig(alpha=alpha, n_boot=max(400, int(np.ceil(10 / alpha))), n_null=max(4000, int(np.ceil(40 / alpha))))
@@ -203,8 +216,8 @@ def null_section(a) -> None:
                 n_false = 0
                 for x, par, S, fitted, units, mus in plans:
                     # the stress row: each paradigm shocked at every checkpoint, both seeds alike (one data order)
-                    shock, shared, jitter = STRESS if null == "shared shocks" else fitted
-                    Y = simulate(mus[null], par, S, sim, shock, shared, jitter).astype(float)
+                    Y = simulate(mus[null], par, S, sim, units, *(STRESS if null == "shared shocks" else fitted))
+                    Y = Y.astype(float)
                     names = list(dict.fromkeys(par))
                     idx = [np.flatnonzero(par == p) for p in names]
                     means = np.stack([Y[:, :, i].mean(axis=2) for i in idx], axis=2)
