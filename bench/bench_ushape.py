@@ -148,10 +148,10 @@ def simulate(mu, par, S, rng, units, shock, shared, common, jitter):
 def fit_null(x, mu, par, S, units, target, rng):
     """The persistent null's (shock, shared, common, jitter) whose moments come closest to target's."""
     best = None
-    for shock in (0.0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.8):
-        for shared in (0.0, 0.25, 0.5, 0.75, 1.0) if shock else (0.0,):
-            for common in (0.0, 0.3, 0.6, 0.9) if shock else (0.0,):
-                for jitter in (0.1, 0.2, 0.3, 0.5, 0.8):
+    for shock in (0.0, 0.1, 0.2, 0.3, 0.45, 0.6):
+        for shared in (0.0, 0.5, 1.0) if shock else (0.0,):
+            for common in (0.0, 0.5, 0.9) if shock else (0.0,):
+                for jitter in (0.1, 0.2, 0.3, 0.5):
                     p = (shock, shared, common, jitter)
                     got = moments(x, simulate(mu, par, S, rng, units, *p), par, units)
                     err = sum(np.log(max(g, .05) / max(t, .05)) ** 2 for g, t in zip(got[:2], target[:2])) \
