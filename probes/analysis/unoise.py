@@ -134,9 +134,9 @@ def dispersion(x: np.ndarray, means: np.ndarray, counts: np.ndarray, units: list
 
     means, counts: (seeds, steps, paradigms) accuracies and pairs of one model x budget x benchmark; x:
     log10 tokens of the steps; units: the paradigm columns of each curve (a phenomenon's is the mean of
-    its paradigms'). The same pairs are scored at every checkpoint and the seeds share their data order,
-    so a checkpoint's accuracy moves with the model, not by a fresh draw of pairs: a paradigm's pairs
-    share a template and flip together, and both seeds saw the same batches before it. Each interior
+    its paradigms'). The same pairs are scored at every checkpoint and in every seed, and seeds may share
+    their data, so a checkpoint's accuracy moves with the model, not by a fresh draw of pairs: a paradigm's
+    pairs share a template and flip together, and seeds fed the same batches move alike. Each interior
     checkpoint of each seed-mean unit curve is compared with the line through its neighbours (x-weighted:
     a linear trend passes exactly); under independent binomial noise the residual's variance is
     v_t + w^2 v_prev + (1 - w)^2 v_next. The median over checkpoints and curves of residual^2 over that
