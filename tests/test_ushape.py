@@ -250,7 +250,9 @@ def test_shocks_shared_by_seeds_make_no_false_u_once_measured():
     def curves(truth):
         Y = np.concatenate([sample_persistent(truth, 30, 2, rng, shock=0.35, shared=1.0) for _ in range(8)], axis=2)
         means = Y.reshape(2, len(x), 8, 30).mean(axis=3)
-        d = dispersion(x, means, np.full(means.shape, 30.0), [list(range(8))])
+        # read on the 8 paradigm curves (80 residuals; shocks independent across paradigms, so the
+        # phenomenon curve has the same ratio), as a grid's phenomena give it
+        d = dispersion(x, means, np.full(means.shape, 30.0), [[k] for k in range(8)])
         return [[Y[s].astype(float)] for s in range(2)], d
 
     false = {"binomial": 0, "measured": 0}

@@ -99,7 +99,7 @@ def min_detectable(x: np.ndarray, mats, cfg: UShapeConfig, disp: float = 1.0) ->
     checkpoints' measured dispersion `disp`, as analyse_curve has them."""
     looks = scales(x, cfg)
     level = 1 - cfg.alpha / len(looks)
-    inflate = math.sqrt(max(1.0, disp))
+    inflate = math.sqrt(disp) if disp > 1 else 1.0  # as analyse_curve
     sd, _ = unit_sd(mats)
     rng = np.random.default_rng(cfg.seed)
     c = min(noise_threshold(sd * inflate, W, level, cfg.n_null, rng) for _, W in looks)
@@ -118,7 +118,7 @@ def _dispersion(ev, runs: list[str], benchmark: str, pb: pd.DataFrame, level: st
              [[k for k, p in enumerate(names) if phen[p] == v] for v in sorted(set(phen.values()))])
     from probes.analysis.evalset import log_tokens
 
-    return dispersion(log_tokens(tokens), means, counts, units) if len(steps) >= 3 else 1.0
+    return dispersion(log_tokens(tokens), means, counts, units)
 
 
 def paper_u_table(ev, cfg: UShapeConfig, benchmark: str = "zhoblimp", paper_us=PAPER_US) -> pd.DataFrame:

@@ -128,6 +128,9 @@ def min_pairs(depth: float, c_unit: float, n_paradigms: int = 1) -> int:
 
 
 
+MIN_RESIDUALS = 20  # checkpoint residuals (interior checkpoints x curves) dispersion needs
+
+
 def dispersion(x: np.ndarray, means: np.ndarray, counts: np.ndarray, units: list[list[int]]) -> float:
     """How much more a group's curves move from checkpoint to checkpoint than binomial noise says: the
     ratio of the variances, by which the detector scales the binomial variance of a unit's curve.
@@ -141,10 +144,11 @@ def dispersion(x: np.ndarray, means: np.ndarray, counts: np.ndarray, units: list
     a linear trend passes exactly); under independent binomial noise the residual's variance is
     v_t + w^2 v_prev + (1 - w)^2 v_next. The median over checkpoints and curves of residual^2 over that
     variance, divided by the median of chi^2_1 (0.455), estimates the ratio; a median, so that the few
-    real dips and sharp bends among the curves move it little."""
+    real dips and sharp bends among the curves move it little. NaN (not measured) with fewer than
+    MIN_RESIDUALS residuals: on one or two curves a real U would be read as noise."""
     x = np.asarray(x, float)
     if len(x) < 3 or not units:
-        return 1.0
+        return float("nan")
     S = means.shape[0]
     y = np.nanmean(means, axis=0)
     n = counts.sum(axis=0)
@@ -156,4 +160,4 @@ def dispersion(x: np.ndarray, means: np.ndarray, counts: np.ndarray, units: list
     r = Y[1:-1] - (w * Y[:-2] + (1 - w) * Y[2:])
     e = V[1:-1] + w ** 2 * V[:-2] + (1 - w) ** 2 * V[2:]
     ratio = (r ** 2 / np.maximum(e, 1e-12))[np.isfinite(r)]
-    return float(np.median(ratio) / 0.45494) if len(ratio) else 1.0
+    return float(np.median(ratio) / 0.45494) if len(ratio) >= MIN_RESIDUALS else float("nan")

@@ -17,7 +17,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from probes.analysis.unoise import (smoothing_matrix, noise_threshold, unit_threshold, _impute, _resample_counts, unit_sd, min_pairs,
-                                    dispersion)
+                                    dispersion, MIN_RESIDUALS)
 
 
 @dataclass(frozen=True)
@@ -157,10 +157,11 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
     accepted, or else the deeper relative to its threshold, is kept.
     onset_index: first checkpoint at which the model is no longer near-random (see UShapeConfig).
     dispersion: how many times the binomial variance the unit's checkpoints really vary (unoise.dispersion
-    of its model x budget x benchmark); the noise thresholds use max(1, dispersion) times it.
+    of its model x budget x benchmark); the noise thresholds use it where it is above 1 (not where it is
+    below 1, or NaN: not measured).
     """
     rng = rng or np.random.default_rng(cfg.seed)
-    inflate = math.sqrt(max(1.0, dispersion))
+    inflate = math.sqrt(dispersion) if dispersion > 1 else 1.0
     sd, n_unit = unit_sd(mats)
     sd_worst, _ = unit_sd(mats, worst_case=True)
     sd = sd * inflate
@@ -471,5 +472,7 @@ def _find_u_shapes_in_runs(ev, cfg: UShapeConfig | None, levels, evidence: list[
             f"has at most a {cfg.alpha:.0%} chance of a false U (curves flat at chance; rising curves far "
             f"less, see bench/bench_ushape.py), so up to {cfg.alpha * n_curves:.1f} accepted U's could be "
             "noise, most likely among chance_dip ones; the noise to beat is binomial noise times the checkpoints' "
-            f"measured dispersion (here {min(spread):.2f}-{max(spread):.2f}; below 1 counts as 1)")
+            + (f"measured dispersion (here {np.nanmin(spread):.2f}-{np.nanmax(spread):.2f}; below 1 counts as 1)"
+               if np.isfinite(spread).any() else f"measured dispersion (not measured: fewer than {MIN_RESIDUALS} "
+               "checkpoint residuals; binomial assumed)"))
     return df, notes
