@@ -215,10 +215,15 @@ def test_a_u_peaking_at_step_0_is_not_a_learning_u(tmp_path):
 
 
 def test_dispersion_reads_the_variance_ratio_it_is_given():
-    # Curves at p plus Gaussian noise of k times the binomial variance of 300 pairs: the estimate is k.
-    # 400 curves x 18 interior checkpoints = 7,200 ratios; the median of chi^2_1 (0.455, density 0.47
-    # there) then has a standard error of 0.5 / sqrt(7200) / 0.47 = 0.0125, 2.8 % of itself: 10 % is 3.6 SE.
+    # Curves at p plus Gaussian noise of k times the binomial variance of 300 pairs: the estimate is k
+    # times the upper 90 % limit's quantile of chi^2_1 over its median. 400 curves x 18 interior checkpoints
+    # = 7,200 ratios; the median of chi^2_1 (0.455, density 0.47 there) then has a standard error of
+    # 0.5 / sqrt(7200) / 0.47 = 0.0125, 2.8 % of itself: 10 % is 3.6 SE.
+    from scipy.stats import chi2
+
     from probes.analysis.unoise import dispersion
+
+    ucl = chi2.ppf(0.5 + 1.2816 * 0.5 / np.sqrt(7200), 1) / chi2.median(1)  # 1.027
 
     rng = np.random.default_rng(8)
     x = np.sort(rng.uniform(4, 9, 20))
@@ -226,11 +231,11 @@ def test_dispersion_reads_the_variance_ratio_it_is_given():
     for k in (0.25, 1.0, 4.0):
         y = p + np.sqrt(k * p * (1 - p) / 300) * rng.standard_normal((20, 400))
         d = dispersion(x, y[None], np.full((1, 20, 400), 300.0), [[j] for j in range(400)])
-        assert d == pytest.approx(k, rel=0.1)
+        assert d == pytest.approx(k * ucl, rel=0.1)
     # two seeds that share all their noise: the seed mean moves twice as much as independent seeds' would
     y = p + np.sqrt(p * (1 - p) / 300) * rng.standard_normal((20, 400))
     d = dispersion(x, np.stack([y, y]), np.full((2, 20, 400), 300.0), [[j] for j in range(400)])
-    assert d == pytest.approx(2.0, rel=0.1)
+    assert d == pytest.approx(2.0 * ucl, rel=0.1)
 
 
 def test_shocks_shared_by_seeds_make_no_false_u_once_measured():

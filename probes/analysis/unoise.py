@@ -51,8 +51,8 @@ def noise_threshold(sd: np.ndarray, W: np.ndarray, level: float, n_null: int,
     checkpoint's accuracy, as if its pairs were drawn afresh (which bounds the paired case, where a
     pair's outcomes are positively correlated over time, from above). Why this bounds false U's: if
     the true curve mu is non-decreasing, any drop of W @ (mu + e) from an earlier to a later point is
-    at most a drop of W @ e (exactly on the raw scale; up to the smoother's small overshoot at sharp
-    bends on the smoothed one), so P(some candidate's drop > threshold) <= 1 - level however many
+    at most a drop of W @ e (exactly on the raw scale; up to the smoother's overshoot at sharp bends
+    on the smoothed one, which analyse_curve adds to this threshold), so P(some candidate's drop > threshold) <= 1 - level however many
     checkpoints and candidates were looked at. A flat curve is the worst case. A U also needs a
     recovery, so its depth min(drop, recovery) is tested against the same value.
     """
@@ -144,8 +144,11 @@ def dispersion(x: np.ndarray, means: np.ndarray, counts: np.ndarray, units: list
     a linear trend passes exactly); under independent binomial noise the residual's variance is
     v_t + w^2 v_prev + (1 - w)^2 v_next. The median over checkpoints and curves of residual^2 over that
     variance, divided by the median of chi^2_1 (0.455), estimates the ratio; a median, so that the few
-    real dips and sharp bends among the curves move it little. NaN (not measured) with fewer than
-    MIN_RESIDUALS residuals: on one or two curves a real U would be read as noise."""
+    real dips and sharp bends among the curves move it little. Returned is its upper 90 % confidence
+    limit (the order statistic at 0.5 + 1.2816 x 0.5 / sqrt(n) of the n ratios): an underestimate would
+    lower the threshold, and the false U's it lets through are not paid back by an overestimate
+    (measured: bench/bench_ushape.py --part null). NaN (not measured) with fewer than MIN_RESIDUALS
+    residuals: on one or two curves a real U would be read as noise."""
     x = np.asarray(x, float)
     if len(x) < 3 or not units:
         return float("nan")
@@ -160,4 +163,6 @@ def dispersion(x: np.ndarray, means: np.ndarray, counts: np.ndarray, units: list
     r = Y[1:-1] - (w * Y[:-2] + (1 - w) * Y[2:])
     e = V[1:-1] + w ** 2 * V[:-2] + (1 - w) ** 2 * V[2:]
     ratio = (r ** 2 / np.maximum(e, 1e-12))[np.isfinite(r)]
-    return float(np.median(ratio) / 0.45494) if len(ratio) >= MIN_RESIDUALS else float("nan")
+    if len(ratio) < MIN_RESIDUALS:
+        return float("nan")
+    return float(np.quantile(ratio, min(1.0, 0.5 + 1.2816 * 0.5 / np.sqrt(len(ratio)))) / 0.45494)

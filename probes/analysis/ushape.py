@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+from scipy.optimize import isotonic_regression
 from threadpoolctl import threadpool_limits
 
 from probes.analysis.unoise import (smoothing_matrix, noise_threshold, unit_threshold, _impute, _resample_counts, unit_sd, min_pairs,
-                                    dispersion, MIN_RESIDUALS)
+                                    dispersion, max_drawdown, MIN_RESIDUALS)
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,12 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
     raw_seed = np.array([np.mean([m.mean(axis=1) for m in seed], axis=0) for seed in mats])
     looks = scales(x, cfg)
     level = 1 - cfg.alpha / len(looks)  # Bonferroni over the scales looked at
+    # The smoother is not monotone: at a sharp bend of a curve without any U it overshoots and draws a dip
+    # of its own. The closest monotone curve to the data (isotonic, rising or falling), smoothed, shows
+    # how deep that dip is on this curve (a U's depth is min(drop, rise): the smaller of the two on a
+    # monotone curve is the smoother's); it is added to the noise threshold of each scale (0 on raw).
+    mean = raw_seed.mean(axis=0)
+    iso = min((isotonic_regression(mean, increasing=up).x for up in (True, False)), key=lambda f: np.sum((f - mean) ** 2))
     cands = []  # (scale, W, curve, seed curves, UShape, r_max, threshold, one-seed threshold, c_unit)
     for name, W in looks:
         seed_curves = raw_seed @ W.T
@@ -177,7 +184,7 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
         found = find_u_shapes(curve, cfg.delta)
         if not found:
             continue
-        c = noise_threshold(sd, W, level, cfg.n_null, rng)
+        c = noise_threshold(sd, W, level, cfg.n_null, rng) + float(min(max_drawdown(W @ iso), max_drawdown(-W @ iso)))
         c_unit = unit_threshold(x, W, level, cfg.n_null, cfg.seed) * inflate
         c_thin = float(np.max(sd_worst) / 0.5 * c_unit)  # same draws' law at p = 0.5, this unit's pairs
         for u in found:
