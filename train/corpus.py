@@ -133,14 +133,20 @@ def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
     docs = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
     # Blank documents add nothing but an EOS (null cells were refused by _check_file).
     docs = docs.filter(lambda b: [t is not None and t.strip() != "" for t in b["text"]], batched=True)
-    all_files = sorted(f for fs in groups.values() for f in fs)
     if len(docs) == 0:
-        raise ValueError(f"data.paths: the corpus is empty (no non-blank documents in {[str(f) for f in all_files]})")
-    ident = json.dumps({
+        raise ValueError(f"data.paths: the corpus is empty (no non-blank documents in "
+                         f"{sorted(str(f) for fs in groups.values() for f in fs)})")
+    return docs, corpus_identity(cfg, groups)
+
+
+def corpus_identity(cfg: DataConfig, groups: Optional[dict[str, list[Path]]] = None) -> str:
+    """The corpus identity of data.source=files from the files' names, sizes and mtimes alone: what the
+    tokenizer and token-store caches are keyed by, known without reading the text (train/plan.py)."""
+    all_files = sorted(f for fs in (groups or _collect_files(cfg)).values() for f in fs)
+    return json.dumps({
         "source": "files", "format": cfg.format, "text_field": cfg.text_field,
         "files": [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in all_files],
     }, sort_keys=True)
-    return docs, ident
 
 
 # Below this many bytes per worker a pool of processes costs more than it saves (forking, pickling the

@@ -91,10 +91,8 @@ def prepare_tokenizer(cfg: TokenizerConfig, docs: datasets.Dataset, corpus_id: s
     if cfg.model_type not in ("unigram", "bpe"):
         raise ValueError(f"tokenizer.model_type must be 'unigram' or 'bpe', got {cfg.model_type!r}")
 
-    spec = {k: v for k, v in asdict(cfg).items() if k not in ("num_threads", "path")}
-    spec["format"] = FORMAT
-    key = _hash_text(json.dumps({"corpus": corpus_id, "cfg": spec}, sort_keys=True))[:16]
-    final = Path(cache_dir).expanduser() / "tokenizers" / key
+    final = trained_dir(cfg, corpus_id, cache_dir)
+    key = final.name
     if (final / "tokenizer.json").is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -116,6 +114,14 @@ def prepare_tokenizer(cfg: TokenizerConfig, docs: datasets.Dataset, corpus_id: s
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def trained_dir(cfg: TokenizerConfig, corpus_id: str, cache_dir: Path) -> Path:
+    """Where prepare_tokenizer keeps the sentencepiece tokenizer of (corpus, cfg), trained or not yet."""
+    spec = {k: v for k, v in asdict(cfg).items() if k not in ("num_threads", "path")}
+    spec["format"] = FORMAT
+    key = _hash_text(json.dumps({"corpus": corpus_id, "cfg": spec}, sort_keys=True))[:16]
+    return Path(cache_dir).expanduser() / "tokenizers" / key
 
 
 # Files that make a directory loadable by AutoTokenizer (a fast tokenizer.json, or a config naming the

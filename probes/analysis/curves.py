@@ -175,10 +175,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 class CurvesHook:
     """``probes curves RUN --out RUN/curves`` once the run has finished (train.curves_at_end)."""
 

@@ -416,7 +416,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if res["main_figures"]:
         print(f"first figure: {res['main_figures'][0]}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

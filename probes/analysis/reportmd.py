@@ -39,7 +39,7 @@ def authors_rule(bench: str, metric: str) -> str:
     """A sentence naming the decision rule the benchmark's authors use where the registry knows one
     (RuBLiMP, TurBLiMP, JBLiMP), so a reader comparing with their paper knows which rule this table is."""
     from probes.benchmarks.registry import REGISTRY
-    from probes.scoring.primitive import CONVENTIONS
+    from probes.evals.files import CONVENTIONS
 
     entry = REGISTRY.get(bench.removesuffix("_all"))
     rule = entry.authors_convention if entry else None
