@@ -139,7 +139,7 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
     for name, pairs in benchmarks.items():
         ev = evaluate_checkpoint(model, tokenizer, pairs, name=name, step=step, tokens=int(state.get("tokens", -1)),
                                  ckpt_dir=ckpt_dir, run_dir=run_dir, opts=opts, fingerprint=fingerprint)
-        acc = summary_metrics(ev.df, name)[f"probe/{name}/acc"]
+        acc = summary_metrics(ev.df, name)[f"probe/{name}/acc_mlp"]
         say(f"step{step} {name}: {len(ev.df)} pairs acc_mlp={acc:.4f} -> {ev.path}")
         written.append(ev.path)
     if lm_tasks:
