@@ -146,11 +146,10 @@ def grid_cell(config: dict) -> str:
 def run_tags(config: dict, extra: list[str]) -> list[str]:
     """model=, budget=, seed= from the resolved config, then the configured tags (e.g. preset=...);
     W&B filters a grid's runs by them."""
-    data = config.get("data") or {}
     tags = [f"model={(config.get('model') or {}).get('name')}"]
     # the actual size and tokenizer beside the size name: "pythia-14m" is 3.25M parameters with 8,000 pieces
     tags += [f"{k}={config[k]}" for k in ("params", "tokenizer_label") if config.get(k) is not None]
-    tags += [f"budget={data.get('budget_tokens')}", f"seed={config.get('seed')}"]
+    tags += [f"budget={grid_axes(config)['budget']}", f"seed={config.get('seed')}"]
     return tags + [t for t in extra if t not in tags]
 
 
