@@ -74,16 +74,16 @@ def test_a_requeued_run_continues_the_same_wandb_run(tmp_path, one_thread):
 
 def test_a_grid_run_is_grouped_by_its_cell_with_the_axes_as_config_keys(tmp_path, one_thread):
     run = tmp_path / "run"
-    cfg = tiny_cfg(tmp_path / "cache", "experiment=gridtest", "seed=1", "data.budget_tokens=4096",
+    cfg = tiny_cfg(tmp_path / "cache", "seed=1", "data.budget_tokens=4096",
                    "schedule.n_log=2", "logger.wandb=true", "logger.mode=offline")
     train(cfg, run)
     (path,) = (run / "wandb").glob("offline-run-*/run-*.wandb")
     records = wandb_records(path)
     (meta,) = [r.run for r in records if r.WhichOneof("record_type") == "run"][:1]
     # the group is the cell; the seeds of one cell are its members (W&B's grouped charts average them)
-    assert meta.run_group == "gridtest/tiny/4096" and meta.job_type == "train"
-    config = {i.key: json.loads(i.value_json) for r in records if r.WhichOneof("record_type") == "config"
-              for i in r.config.update}
+    assert meta.run_group == "default/tiny/4096" and meta.job_type == "train"
+    config = {i.key: json.loads(i.value_json) for r in records if r.WhichOneof("record_type") in ("run", "config")
+              for i in (r.run.config if r.WhichOneof("record_type") == "run" else r.config).update}
     assert {k: config[k] for k in ("model_name", "budget", "seed")} == {"model_name": "tiny", "budget": 4096, "seed": 1}
     keys = {i.key or "/".join(i.nested_key) for r in records if r.WhichOneof("record_type") == "history"
             for i in r.history.item}
