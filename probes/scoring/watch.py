@@ -11,8 +11,9 @@ checkpoint, the same files the in-loop probe hook writes, and are idempotent:
   its files;
 * an eval file is done when it was scored under the current convention on the pair set now asked
   for and on the checkpoint now on disk (its manifest hash; ``probes.evals.files.eval_done``); anything
-  else is (re)scored and replaced atomically, so an in-loop file of a per-paradigm sample is
-  replaced by the full set, a checkpoint replaced under its name is probed again, and a process
+  else is (re)scored and replaced atomically (a file of another pair sample on the same checkpoint, an
+  in-loop sample, only with ``replace_samples``/``--replace``: else it is named and nothing is scored),
+  so a checkpoint replaced under its name is probed again, and a process
   killed at any point leaves only whole files (and perhaps a hidden ``.<name>.*.tmp`` that every
   reader ignores) -- a restart continues.
 
