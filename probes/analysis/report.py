@@ -238,7 +238,7 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
             name = f"regions_{safe_name(k.benchmark)}_{safe_name(k.paradigm)}_{safe_name(k.model)}_{budget_label(k.budget)}.png"
             jobs.submit(f"Appendix: regions over training, {k.paradigm} ({_group_label(k.model, k.budget)})",
                         plot_regions, _select(par_curves, k.model, k.budget, k.benchmark, k.paradigm),
-                        f"{k.benchmark} · {k.paradigm} ({_group_label(k.model, k.budget)}); U windows shaded",
+                        f"{k.benchmark} · {k.paradigm} ({_group_label(k.model, k.budget)})",
                         adir / name, _select(acc_u, k.model, k.budget, k.benchmark, k.paradigm) if len(acc_u) else None,
                         metric)
         cs_md, cs_notes = case_study_section(ev, cfg.case_study, out, jobs, metric)
