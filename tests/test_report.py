@@ -155,3 +155,16 @@ def _add_syntax_qa(run, steps):
     for step in steps:
         write_items(items, run / "evals" / f"step{step}" / "syntax_qa.parquet", step=step, tokens=step * 1000,
                     model_dir=run, tokenizer=word_tokenizer(), cfg=SyntaxQAConfig(), reports=[])
+
+
+def test_the_blimp_table4_caption_names_no_zhoblimp_rows(tmp_path):
+    """The BLiMP table has no reference rows; its caption described ZhoBLiMP's (issue 36 item 8)."""
+    rng = np.random.default_rng(0)
+    spec = RunSpec(model="pythia-14m", budget=10**7, seed=1, tokens_per_step=1000, steps=[0, 1, 2, 4], benchmark="blimp")
+    run = write_run(tmp_path / "r", spec, np.full((4, 1), 0.7), ["anaphor_gender_agreement"], ["anaphor_agreement"],
+                    20, rng)
+    out = tmp_path / "rep"
+    assert report.main([str(run), "--out", str(out), "--n-boot", "20"]) == 0
+    md = (out / "report.md").read_text()
+    caption = next(line for line in md.splitlines() if line.startswith("**blimp**"))
+    assert "No reference rows" in caption and "Zh-Pythia" not in caption and "human_validation_summary.csv" in caption
