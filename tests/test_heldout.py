@@ -65,7 +65,7 @@ def test_a_tiny_run_logs_val_loss_at_every_checkpoint_and_the_report_draws_it(tm
     from train.loop import train
 
     cache, run = tmp_path / "cache", tmp_path / "run"
-    cfg = tiny_cfg(cache, "schedule.n_log=3")
+    cfg = tiny_cfg(cache, "schedule.n_log=3", "data.heldout_tokens=20000")
     train(cfg, run)
     out = capsys.readouterr().out
     assert "held-out loss at every checkpoint:" in out

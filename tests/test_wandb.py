@@ -75,7 +75,7 @@ def test_a_requeued_run_continues_the_same_wandb_run(tmp_path, one_thread):
 def test_a_grid_run_is_grouped_by_its_cell_with_the_axes_as_config_keys(tmp_path, one_thread):
     run = tmp_path / "run"
     cfg = tiny_cfg(tmp_path / "cache", "seed=1", "data.budget_tokens=4096",
-                   "schedule.n_log=2", "logger.wandb=true", "logger.mode=offline")
+                   "schedule.n_log=2", "logger.wandb=true", "logger.mode=offline", "data.heldout_tokens=20000")
     train(cfg, run)
     (path,) = (run / "wandb").glob("offline-run-*/run-*.wandb")
     records = wandb_records(path)
