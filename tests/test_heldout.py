@@ -111,3 +111,15 @@ def test_a_tiny_run_logs_val_loss_at_every_checkpoint_and_the_report_draws_it(tm
 
     row = pd.read_csv(t4[0]).iloc[0]
     assert row.val_loss == pytest.approx(val[ckpts[-1][0]]["val/loss"], rel=1e-9)
+
+
+def test_a_run_from_before_the_key_resumes_with_it_off():
+    """A run started before data.heldout_tokens existed (its config has no such key) trained on every document:
+    its config hash is that of data.heldout_tokens=0, and the default is named as the change."""
+    from train.confighash import config_hash, trajectory_diff
+
+    old = {"seed": 0, "model": {"name": "tiny"}, "data": {"budget_tokens": None, "order_seed": 1234}}
+    off = {**old, "data": {**old["data"], "heldout_tokens": 0}}
+    on = {**old, "data": {**old["data"], "heldout_tokens": 20000}}
+    assert config_hash(old) == config_hash(off) != config_hash(on)
+    assert trajectory_diff(old, off) == [] and trajectory_diff(old, on) == ["data.heldout_tokens: 0 -> 20000"]
