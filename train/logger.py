@@ -4,7 +4,7 @@ The interface is two methods, log(metrics, step, event=...) and close(); only ra
 logger.
 
 train.jsonl holds one record per (step, event): event "train" (train/* every logger.log_every steps),
-"checkpoint" (the hooks' probe/* summaries of a saved checkpoint), "skipped" (a batch skipped for a
+"checkpoint" (the hooks' probe/* summaries and the held-out val/* of a saved checkpoint), "skipped" (a batch skipped for a
 non-finite loss). A resumed run replays the steps after its checkpoint, so the log is first cut back to
 that step (atomically): tables built from it never count a step twice.
 """

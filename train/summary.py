@@ -129,6 +129,7 @@ def startup_summary(cfg, *, run_dir: Path, params: int, tokenizer, tokenizer_dir
     share = 100 * n_tok * len(steps) / (3 * max(total_steps * tokens_per_step, 1))
     lines.append(f"held-out loss at every checkpoint: {n_tok:,} tokens of {n_docs:,} documents never trained on "
                  f"(data.heldout_tokens={cfg.data.heldout_tokens:,}), {len(steps)} forward passes over them, "
-                 f"~{share:.2g} % of training's compute" if n_tok > 1 else
+                 f"~{f'{share:.2g}' if share < 10 else f'{share:,.0f}'} % of training's compute"
+                 + ("; lower data.heldout_tokens to spend less" if share > 50 else "") if n_tok > 1 else
                  "held-out loss: off (data.heldout_tokens=0)")
     return "\n".join(lines)
