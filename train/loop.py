@@ -141,7 +141,10 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         """The hooks' metrics and the held-out loss of the checkpoint at `path` (weights in `model`)."""
         metrics = run_hooks(hooks, path, step, tokens, model)
         if len(heldout) > 1:
-            loss = heldout_loss(model, heldout, seq_len, cfg.optim.micro_batch, dist.device)
+            # at most 8,192 tokens a forward: their fp32 logits over Pythia's 50k rows are 1.6 GB (engine.loss_chunk
+            # keeps training's smaller, this pass materialises them)
+            rows = max(1, min(cfg.optim.micro_batch, 8192 // seq_len))
+            loss = heldout_loss(model, heldout, seq_len, rows, dist.device)
             metrics.update({"val/loss": loss, "val/ppl": math.exp(min(loss, 700.0))})  # exp overflows past ~709
         return metrics
 
