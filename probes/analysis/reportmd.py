@@ -81,8 +81,9 @@ def markdown(R: dict, out: Path) -> tuple[str, list[Path]]:
                 f"validation CSV, our pooled reading; the paper's Table 4 column says {100 * PAPER_HUMAN_OVERALL:.1f} % "
                 "overall) and the paper's own Zh-Pythia numbers (3B tokens, Table 4), not ours."
                 if bench.removesuffix("_all") == "zhoblimp" else
-                " No reference rows (those of the ZhoBLiMP table are ZhoBLiMP's; BLiMP's own human validation, "
-                "per paradigm, is in its repository's raw_results/summary/human_validation_summary.csv)."
+                " The row in italics, where present, is BLiMP's human validation (its repository's "
+                "raw_results/summary/human_validation_summary.csv: a phenomenon the mean of its paradigms; over all 67, "
+                "88.6 %, Warstadt et al. 2020's human aggregate), not ours."
                 if bench.removesuffix("_all") == "blimp" else " No reference rows for this benchmark.")
         held = " Held-out loss: mean over seeds at the last checkpoint (nats per token)." if "val_loss" in t4 else ""
         L += [f"**{bench}**: accuracy (%) on {where}, mean over seeds; a phenomenon is the mean of its paradigms, "

@@ -67,6 +67,10 @@ def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.Dat
         for name, vals in PAPER_ZH_PYTHIA.items():
             rows.append({"row": f"paper: {name} · 3B", "source": "ZhoBLiMP Table 4",
                          **{k: v / 100 for k, v in vals.items()}})
+    elif human is not None:  # BLiMP's (probes.analysis.human.blimp_human)
+        h, overall = human
+        rows.append({"row": "human (validation CSV, mean of paradigms)", "source": "BLiMP repository",
+                     **dict(zip(h.phenomenon, h.human_acc)), "overall": overall})
     out = pd.DataFrame(rows)
     cols = ["row", "source", "model", "budget", "n_seeds", "n_paradigms", *phens, "overall"] + \
         (["val_loss"] if heldout is not None else [])
