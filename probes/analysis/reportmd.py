@@ -34,6 +34,22 @@ def md_table(df: pd.DataFrame, limit: int = 30, floatfmt: str = "{:.3g}") -> str
     return head + body + more
 
 
+def authors_rule(bench: str, metric: str) -> str:
+    """A sentence naming the decision rule the benchmark's authors use where the registry knows one
+    (RuBLiMP, TurBLiMP, JBLiMP), so a reader comparing with their paper knows which rule this table is."""
+    from probes.benchmarks.registry import REGISTRY
+    from probes.scoring.primitive import CONVENTIONS
+
+    entry = REGISTRY.get(bench.removesuffix("_all"))
+    rule = entry.authors_convention if entry else None
+    if rule is None:
+        return ""
+    same = " -- the same rule as this table's" if rule == metric else (
+        "; `python -m probes score` prints the accuracy under both, and the eval files record the authors' rule "
+        "as `authors_convention`")
+    return f" This table is {CONVENTIONS[metric].split(':')[0]}; the authors of {bench} score by {CONVENTIONS[rule]}{same}."
+
+
 def markdown(R: dict, out: Path) -> tuple[str, list[Path]]:
     """(report.md text, the figures the main flow embeds, in order)."""
     rel = lambda p: Path(p).relative_to(out).as_posix()  # noqa: E731
@@ -87,8 +103,8 @@ def markdown(R: dict, out: Path) -> tuple[str, list[Path]]:
                 if bench.removesuffix("_all") == "blimp" else " No reference rows for this benchmark.")
         held = " Held-out loss: mean over seeds at the last checkpoint (nats per token)." if "val_loss" in t4 else ""
         L += [f"**{bench}**: accuracy (%) on {where}, mean over seeds; a phenomenon is the mean of its paradigms, "
-              f"overall the mean of all paradigms.{refs}{held} CSV: `tables/table4_{bench}.csv`.", "",
-              table4_markdown(t4), ""]
+              f"overall the mean of all paradigms.{refs}{held} CSV: `tables/table4_{bench}.csv`."
+              f"{authors_rule(bench, cfg.metric)}", "", table4_markdown(t4), ""]
     L += ["### Scaling view", ""]
     L += embed("Scaling, ", "Final accuracy (%) over model size x corpus budget, the same numbers as the table above.")
     ov = R["overall"][R["overall"].benchmark.isin(R["final_benchmarks"])].copy()
