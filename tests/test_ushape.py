@@ -192,3 +192,12 @@ def test_paradigm_means_count_each_paradigms_pairs_present():
     got = _paradigm_means(hit, present, o, ["a", "b"])
     # step 0: a = rows 1, 3, 4 -> 1, 0, 1; b = rows 0, 2 -> 1, 0.  step 1: a = rows 3, 4 -> 1, 1; b = 0, 1
     assert np.array_equal(got, np.array([[2 / 3, 1 / 2], [2 / 2, 1 / 2]]))
+
+
+def test_a_whole_corpus_run_is_named_full_in_the_notes(tmp_path):
+    """The whole-corpus budget reads "full" in the notes the console prints, as in the figures (it read
+    "tiny/None/grammar": issue 36 item 8)."""
+    spec = RunSpec(model="tiny", budget=None, seed=1, tokens_per_step=1000, steps=[0, 1, 2], benchmark="grammar")
+    run = write_run(tmp_path / "r", spec, np.full((3, 1), 0.7), ["p"], ["ph"], 20, np.random.default_rng(0))
+    _df, notes = find_u_shapes_in_runs(load_runs([run]), UShapeConfig(n_boot=10))
+    assert notes == ["tiny/full/grammar: only 3 checkpoint(s); too few for U-shapes"]
