@@ -108,6 +108,9 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
     p.add_argument("--lm-eval-include-path", default=None, metavar="DIR",
                    help="local lm-eval task YAMLs (e.g. from `python -m probes lm-eval-tasks`)")
     _scoring_flags(p)
+    p.add_argument("--replace", action="store_true",
+                   help="score over eval files of another pair sample (e.g. the in-loop results); without it "
+                        "they are named and nothing is scored")
     if command == "score-run":  # a public suite instead of a run directory (probes/scoring/hub.py)
         p.add_argument("--hub", metavar="ORG/NAME", help="score the revisions of a hub model (e.g. EleutherAI/pythia-160m)")
         p.add_argument("--revisions", metavar="pythia|step0,step1000,...",
@@ -186,11 +189,15 @@ def _score_run(command: str, args) -> int:
     try:
         with lock:
             if command == "score-run":
-                written = score_run(args.run_dir, benchmarks, opts, lm_eval=lm_eval)
+                written = score_run(args.run_dir, benchmarks, opts, lm_eval=lm_eval, replace_samples=args.replace)
                 print(f"{args.run_dir}: {len(written)} eval files written")
+                if written and (args.run_dir / "curves").is_dir():  # drawn from the files now replaced
+                    from probes.analysis.curves import main as curves_main
+
+                    curves_main([str(args.run_dir), "--out", str(args.run_dir / "curves")])
                 return 0
-            return 0 if watch(args.run_dir, benchmarks, opts, poll_s=args.poll,
-                              timeout_s=args.timeout, lm_eval=lm_eval) else 3
+            return 0 if watch(args.run_dir, benchmarks, opts, poll_s=args.poll, timeout_s=args.timeout,
+                              lm_eval=lm_eval, replace_samples=args.replace) else 3
     except (OSError, ValueError, RunDirLocked, CorruptCheckpointError) as e:  # messages name the checkpoint or file
         raise CliError(str(e)) from None
 

@@ -285,3 +285,12 @@ def test_run_directories_with_shared_checkpoint_shocks_give_no_u(tmp_path):
     df, _ = find_u_shapes_in_runs(load_runs(runs), UShapeConfig(n_boot=200))
     assert len(df) and (df.noise_dispersion > 3).all()
     assert not df.accepted.any(), df[df.accepted]
+
+
+def test_a_whole_corpus_run_is_named_full_in_the_notes(tmp_path):
+    """The whole-corpus budget reads "full" in the notes the console prints, as in the figures (it read
+    "tiny/None/grammar": issue 36 item 8)."""
+    spec = RunSpec(model="tiny", budget=None, seed=1, tokens_per_step=1000, steps=[0, 1, 2], benchmark="grammar")
+    run = write_run(tmp_path / "r", spec, np.full((3, 1), 0.7), ["p"], ["ph"], 20, np.random.default_rng(0))
+    _df, notes = find_u_shapes_in_runs(load_runs([run]), UShapeConfig(n_boot=10))
+    assert notes == ["tiny/full/grammar: only 3 checkpoint(s); too few for U-shapes"]

@@ -25,7 +25,8 @@ from probes.analysis.casestudy import CaseStudyConfig, case_study_section, pick_
 from probes.analysis.curves import phenomenon_table
 from probes.analysis.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_runs
 from probes.analysis.formuse import use_sections
-from probes.analysis.human import zhoblimp_human
+from probes.analysis.heldout import final_heldout, heldout_table, plot_heldout
+from probes.analysis.human import blimp_human, zhoblimp_human
 from probes.analysis.normsweep import sweep_paradigms, sweep_summary
 from probes.analysis.outputs import FigureJobs, staged_output, write_csv, write_parquet, write_table, write_text
 from probes.analysis.paper_ushapes import paper_u_table
@@ -178,6 +179,9 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
         b_phen = seed_bands(u_phen, ["model", "budget", "benchmark", "phenomenon", "step"])
         if len(b_over):
             jobs.submit("Overall learning curve", plot_overall, b_over, u_over, fdir / "overall_curve.png", ylabel)
+        R["heldout"] = val = heldout_table(ev.runs)  # beside it: the held-out loss (probes/analysis/heldout.py)
+        if len(val):
+            jobs.submit("Held-out loss", plot_heldout, val, fdir / "heldout_loss.png")
         for bench in curve_b:
             bb = b_phen[b_phen.benchmark == bench]
             largest = budget_order(bb)[-1]
@@ -196,7 +200,9 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
         # 2. final accuracy: the Table-4-style table, scaling view and difficulty groups (all pairs where scored)
         final = final_accuracy(ev.table, ev.runs)
         overall, per_phen = grid_tables(final, metric)
-        R["table4"] = {b: table4(final, b, metric, human) for b in final_b}
+        refs = {"zhoblimp": human, "blimp": blimp_human(ev.table)}  # human rows: the paper's, BLiMP's own
+        R["table4"] = {b: table4(final, b, metric, refs.get(b.removesuffix(ALL_SUFFIX)), final_heldout(val) if len(val)
+                                 else None) for b in final_b}
         R["groups"] = groups = difficulty_groups(final[final.benchmark.isin(final_b)], cfg.scaling)
         for bench in final_b:
             o, pp = overall[overall.benchmark == bench], per_phen[per_phen.benchmark == bench]
@@ -233,7 +239,7 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
             name = f"regions_{safe_name(k.benchmark)}_{safe_name(k.paradigm)}_{safe_name(k.model)}_{budget_label(k.budget)}.png"
             jobs.submit(f"Appendix: regions over training, {k.paradigm} ({_group_label(k.model, k.budget)})",
                         plot_regions, _select(par_curves, k.model, k.budget, k.benchmark, k.paradigm),
-                        f"{k.benchmark} · {k.paradigm} ({_group_label(k.model, k.budget)}); U windows shaded",
+                        f"{k.benchmark} · {k.paradigm} ({_group_label(k.model, k.budget)})",
                         adir / name, _select(acc_u, k.model, k.budget, k.benchmark, k.paradigm) if len(acc_u) else None,
                         metric)
         cs_md, cs_notes = case_study_section(ev, cfg.case_study, out, jobs, metric)
@@ -248,6 +254,7 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
         big_table(tdir / "accuracy_paradigm", bootstrap_paradigm_intervals(ev.table))
         big_table(tdir / "curves_overall", b_over)
         big_table(tdir / "curves_overall_seeds", u_over)
+        write_csv(tdir / "heldout_loss.csv", val)
         big_table(tdir / "curves_phenomenon", b_phen)
         big_table(tdir / "curves_phenomenon_seeds", u_phen)
         big_table(tdir / "seeds_paradigm",

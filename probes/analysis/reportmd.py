@@ -78,6 +78,9 @@ def markdown(R: dict, out: Path) -> tuple[str, list[Path]]:
     L += embed("Overall learning curve", "Mean accuracy over every paradigm of each benchmark against tokens seen; "
                "one line per model size, one panel per corpus budget. Numbers: tables/curves_overall.csv (seed "
                "means and bands), tables/curves_overall_seeds.csv (each seed).")
+    L += embed("Held-out loss", "Language-model quality on the same axis: mean loss per token on held-out documents of the "
+               "corpus that no run trained on (one set for every budget and seed: data.heldout_tokens), at every "
+               "checkpoint. Numbers: tables/heldout_loss.csv.")
     for bench in R["curve_benchmarks"]:
         L += embed(f"All phenomena, {bench} (Figure 5)",
                    f"As ZhoBLiMP Figure 5: every phenomenon of {bench} (mean of its paradigms) on the largest corpus "
@@ -91,11 +94,18 @@ def markdown(R: dict, out: Path) -> tuple[str, list[Path]]:
     for bench, t4 in R["table4"].items():
         where = ("every pair, at each run's last checkpoint (probes.final_all_pairs)" if bench.endswith("_all")
                  else "the pairs scored at each run's last checkpoint")
+        refs = (" Rows in italics are references, labelled with their source: human agreement (the authors' "
+                f"validation CSV, our pooled reading; the paper's Table 4 column says {100 * PAPER_HUMAN_OVERALL:.1f} % "
+                "overall) and the paper's own Zh-Pythia numbers (3B tokens, Table 4), not ours."
+                if bench.removesuffix("_all") == "zhoblimp" else
+                " The row in italics, where present, is BLiMP's human validation (its repository's "
+                "raw_results/summary/human_validation_summary.csv: a phenomenon the mean of its paradigms; over all 67, "
+                "88.6 %, Warstadt et al. 2020's human aggregate), not ours."
+                if bench.removesuffix("_all") == "blimp" else " No reference rows for this benchmark.")
+        held = " Held-out loss: mean over seeds at the last checkpoint (nats per token)." if "val_loss" in t4 else ""
         L += [f"**{bench}**: accuracy (%) on {where}, mean over seeds; a phenomenon is the mean of its paradigms, "
-              "overall the mean of all paradigms. Rows in italics are references, labelled with their source: "
-              f"human agreement (the authors' validation CSV, our pooled reading; the paper's Table 4 column says "
-              f"{100 * PAPER_HUMAN_OVERALL:.1f} % overall) and the paper's own Zh-Pythia numbers (3B tokens, Table 4), "
-              f"not ours. CSV: `tables/table4_{bench}.csv`.{authors_rule(bench, cfg.metric)}", "", table4_markdown(t4), ""]
+              f"overall the mean of all paradigms.{refs}{held} CSV: `tables/table4_{bench}.csv`."
+              f"{authors_rule(bench, cfg.metric)}", "", table4_markdown(t4), ""]
     L += ["### Scaling view", ""]
     L += embed("Scaling, ", "Final accuracy (%) over model size x corpus budget, the same numbers as the table above.")
     ov = R["overall"][R["overall"].benchmark.isin(R["final_benchmarks"])].copy()

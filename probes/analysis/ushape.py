@@ -17,6 +17,7 @@ import numpy as np
 from scipy.optimize import isotonic_regression
 from threadpoolctl import threadpool_limits
 
+from probes.analysis.scaling import budget_label
 from probes.analysis.unoise import (smoothing_matrix, noise_threshold, unit_threshold, _impute, _resample_counts, unit_sd, min_pairs,
                                     dispersion, max_drawdown, MIN_RESIDUALS)
 
@@ -398,15 +399,16 @@ def _find_u_shapes_in_runs(ev, cfg: UShapeConfig | None, levels, evidence: list[
     for b, p, ph in zip(pb.benchmark.tolist(), pb.paradigm.tolist(), pb.phenomenon.tolist()):
         phen_by_bench.setdefault(b, {})[p] = ph
     for (model, budget, bench), runs in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        cell = f"{model}/{budget_label(budget)}/{bench}"  # in notes: "full" for the whole corpus, not None
         outs = [ev.outcomes[(run, bench)] for run in sorted(runs)]
         steps = outs[0].steps
         for o in outs[1:]:
             steps = np.intersect1d(steps, o.steps)
         if any(len(o.steps) != len(steps) for o in outs):
-            notes.append(f"{model}/{budget}/{bench}: seeds differ in checkpoints; using the "
+            notes.append(f"{cell}: seeds differ in checkpoints; using the "
                          f"{len(steps)} they share")
         if len(steps) < 4:
-            notes.append(f"{model}/{budget}/{bench}: only {len(steps)} checkpoint(s); too few for U-shapes")
+            notes.append(f"{cell}: only {len(steps)} checkpoint(s); too few for U-shapes")
             continue
         tokens = np.mean([o.tokens[np.searchsorted(o.steps, steps)] for o in outs], axis=0)
         x = log_tokens(tokens)
@@ -447,7 +449,7 @@ def _find_u_shapes_in_runs(ev, cfg: UShapeConfig | None, levels, evidence: list[
         at_scale = [dict(zip(names, (W @ np.nan_to_num(par_curve, nan=0.5)).T)) for _, W in scales(x, cfg)]
         if len(outs) == 1:
             n_pp = float(np.median(np.bincount(outs[0].row_paradigm, minlength=len(outs[0].paradigms))))
-            (notes if evidence is None else evidence).append(thin_note(f"{model}/{budget}/{bench}", x, cfg, n_pp))
+            (notes if evidence is None else evidence).append(thin_note(f"{cell}", x, cfg, n_pp))
         # how much more than binomial noise this group's curves move between checkpoints, per level
         col = {p: j for j, p in enumerate(names)}
         counts = np.stack([np.broadcast_to(np.bincount(o.row_paradigm, minlength=len(o.paradigms))[
@@ -457,7 +459,7 @@ def _find_u_shapes_in_runs(ev, cfg: UShapeConfig | None, levels, evidence: list[
         spread += list(disp.values())
         for level, ph, par, paradigms in units:
             if not all(p in h for h in have for p in paradigms):
-                notes.append(f"{model}/{budget}/{bench}/{par or ph}: not in every seed; skipped")
+                notes.append(f"{cell}/{par or ph}: not in every seed; skipped")
                 continue
             n_curves += 1
             if not any(find_u_shapes(np.mean([s[p] for p in paradigms], axis=0), cfg.delta) for s in at_scale):
