@@ -3,9 +3,11 @@ earlier peak to a trough, followed by a recovery of at least delta, that is not 
 
 `find_u_shapes` is the plain geometric finder on one curve (it proposes candidates).
 `analyse_curve` / `find_u_shapes_in_runs` decide which candidates are U-shapes: a noise threshold
-for looking at every checkpoint (raw and smoothed), the paired bootstrap over pairs, agreement
-across seeds, and with one seed a minimum number of pairs. `probes report` and the end-of-run
-`probes curves` both call `find_u_shapes_in_runs`, so they list the same U's.
+for looking at every checkpoint (raw and smoothed; binomial noise times the checkpoints' measured
+dispersion, unoise.dispersion), the paired bootstrap over pairs, agreement across seeds, and with one
+seed a minimum number of pairs. `probes report` and the end-of-run `probes curves` both call
+`find_u_shapes_in_runs`, so they list the same U's; `count_ushapes` counts learning U's apart from dips
+that peak at step 0.
 """
 from __future__ import annotations
 
