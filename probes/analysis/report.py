@@ -37,7 +37,7 @@ from probes.analysis.scaling import (ScalingConfig, budget_label, difficulty_gro
                                      plot_grid_overall, plot_grid_phenomena)
 from probes.analysis.table4 import table4
 from probes.analysis.ugallery import number_us, plot_u_gallery
-from probes.analysis.ushape import UShapeConfig, find_u_shapes_in_runs
+from probes.analysis.ushape import UShapeConfig, count_text, find_u_shapes_in_runs
 from train.cli import exit_on_user_error
 from train.errors import UserError, check_writable
 
@@ -317,9 +317,11 @@ def u_rule_text(u: UShapeConfig, n_curves: Optional[int] = None) -> str:
               "rising curves far less). " if n_curves else "")
     return (family + f"Candidates: drop and recovery >= {u.delta} on the seed-mean curve, looked for on "
             f"{' and on '.join(looks)}. Accepted when (1) the U's depth, min(drop, recovery), exceeds the "
-            f"deepest drop that binomial noise alone makes anywhere on the schedule at that scale "
-            f"({1 - u.alpha / max(len(looks), 1):.4g} quantile over {u.n_null} Monte Carlo draws, at the "
-            "curve's own accuracies and pairs: looking at every checkpoint is paid for here), (2) the paired "
+            f"deepest drop that noise makes anywhere on the schedule at that scale "
+            f"({1 - u.alpha / max(len(looks), 1):.4g} quantile over {u.n_null} Monte Carlo draws of binomial noise "
+            "at the curve's own accuracies and pairs, its variance times the checkpoints' measured dispersion where "
+            "that is above 1 (column noise_dispersion: the same pairs at every checkpoint, seeds sharing data); "
+            "looking at every checkpoint is paid for here), (2) the paired "
             f"bootstrap over pairs ({u.n_boot} resamples, the same pairs at every checkpoint and seed) puts the "
             f"drop{' and the recovery' if u.require_recovery else ''} above 0 at one-sided level {u.alpha:.3g}, "
             f"and (3) at least {u.min_seed_agreement:.0%} of seeds show it on their own curve (with 2 seeds that "
@@ -414,10 +416,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"warning: {n}", file=sys.stderr)
     for n in res["ushape_evidence"]:
         print(f"U-shapes: {n}")
-    n_acc = int(res["ushapes"]["accepted"].sum()) if len(res["ushapes"]) else 0
     print(f"report: {a.out / 'report.md'} ({len(res['main_figures'])} figures in the main flow, "
           f"{len(res['figures']) - len(res['main_figures'])} in the appendix; tables in {a.out / 'tables'}); "
-          f"{n_acc} accepted U-shape(s); {res['seconds']:.1f} s"
+          f"{count_text(res['ushapes'])}; {res['seconds']:.1f} s"
           + (f"; {res['figure_cache'][0]} figure(s) reused from the figure cache" if res["figure_cache"] else ""))
     if res["main_figures"]:
         print(f"first figure: {res['main_figures'][0]}")

@@ -18,6 +18,7 @@ from probes.analysis.paper_ushapes import REFERENCE_DEPTH, paper_u_markdown
 from probes.analysis.scaling import PAPER_GROUPS, budget_label
 from probes.analysis.table4 import table4_markdown
 from probes.analysis.ugallery import MAX_PANELS
+from probes.analysis.ushape import count_ushapes
 
 
 def md_table(df: pd.DataFrame, limit: int = 30, floatfmt: str = "{:.3g}") -> str:
@@ -185,7 +186,10 @@ def _ushape_md(R: dict, cfg, embed) -> list[str]:
     L = ["## U-shapes", "", R["rule"], ""]
     if len(us):
         counts = us["verdict"].value_counts()
-        L += [f"{len(acc)} accepted of {len(us)} candidates on {' and '.join(cfg.u_levels)} curves ("
+        c = count_ushapes(us)
+        L += [f"{c['learning']} learning U's (a dip after step 0) and {c['from_step0']} peaking at step 0 (the "
+              f"untrained model's accuracy, not knowledge), accepted of {len(us)} candidates on "
+              f"{' and '.join(cfg.u_levels)} curves ("
               + ", ".join(f"{n} {v}" for v, n in counts.items())
               + "; every candidate with its verdict and reason in tables/ushapes.csv).", ""]
     else:
@@ -204,7 +208,9 @@ def _ushape_md(R: dict, cfg, embed) -> list[str]:
                    "seeds, ▲ peak ▼ trough ● recovery; title: depth, the noise threshold it cleared, seeds agreeing.")
     L += ["### The paper's U-shapes beside ours", "",
           "ZhoBLiMP reports U's in phenomena near 100M tokens (BA, FCI) and an early dip in its case-study paradigm. "
-          "For each model x budget here: *detected* (an accepted U with its trough in the paper's window), *not "
+          "For each model x budget here: *detected* (an accepted U whose peak, trough and recovery each lie in the "
+          "paper's window for them), *a dip, not the paper's U* (an accepted U in the paper's span with one of them "
+          "outside: ours and the paper's windows are printed), *not "
           "detectable here* (the runs do not reach the window, or the smallest dip this grid can tell from noise — "
           "the curve's noise threshold at its pairs and seeds, not a fixed delta — is deeper than the reference "
           f"depth {REFERENCE_DEPTH}; then what it would take), or *absent* (covered and detectable, none found). "
