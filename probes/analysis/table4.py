@@ -34,10 +34,11 @@ SHORT = {"BA": "BA", "anaphor": "Anaph", "argument_structure": "ArgStr", "classi
          "relativization": "Rel", "topicalization": "Topic", "verb_phrase": "VP"}
 
 
-def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.DataFrame, float] | None = None
-           ) -> pd.DataFrame:
+def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.DataFrame, float] | None = None,
+           heldout: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per model x budget (source "ours"), then the reference rows for ZhoBLiMP; one column per
-    phenomenon plus "overall", values as accuracies in [0, 1]."""
+    phenomenon plus "overall", values as accuracies in [0, 1]; `val_loss` on our rows where `heldout`
+    (probes.analysis.heldout.final_heldout) has the run's held-out loss."""
     from probes.analysis.paperfigs import budget_order, model_order, pick
     from probes.analysis.scaling import budget_label
 
@@ -53,6 +54,8 @@ def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.Dat
                    "n_paradigms": int(g.paradigm.nunique())}
             row.update(g.groupby("phenomenon")[metric].mean().to_dict())
             row["overall"] = float(g[metric].mean())
+            if heldout is not None:
+                row["val_loss"] = pick(heldout, model=model, budget=budget).val_loss.mean()
             rows.append(row)
     if benchmark.removesuffix("_all") == "zhoblimp":
         if human is not None:
@@ -64,8 +67,13 @@ def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.Dat
         for name, vals in PAPER_ZH_PYTHIA.items():
             rows.append({"row": f"paper: {name} · 3B", "source": "ZhoBLiMP Table 4",
                          **{k: v / 100 for k, v in vals.items()}})
+    elif human is not None:  # BLiMP's (probes.analysis.human.blimp_human)
+        h, overall = human
+        rows.append({"row": "human (validation CSV, mean of paradigms)", "source": "BLiMP repository",
+                     **dict(zip(h.phenomenon, h.human_acc)), "overall": overall})
     out = pd.DataFrame(rows)
-    cols = ["row", "source", "model", "budget", "n_seeds", "n_paradigms", *phens, "overall"]
+    cols = ["row", "source", "model", "budget", "n_seeds", "n_paradigms", *phens, "overall"] + \
+        (["val_loss"] if heldout is not None else [])
     out = out.reindex(columns=cols)
     out["budget"] = out["budget"].astype("Int64")
     out["n_seeds"] = out["n_seeds"].astype("Int64")
@@ -75,15 +83,18 @@ def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.Dat
 
 def table4_markdown(t: pd.DataFrame) -> str:
     """Percentages with one decimal, the paper's short column heads; reference rows in italics."""
-    phens = [c for c in t.columns if c not in ("row", "source", "model", "budget", "n_seeds", "n_paradigms")]
-    head = "| model · corpus | seeds | " + " | ".join(SHORT.get(p, p) for p in phens) + " |\n"
-    head += "|---|---|" + "---:|" * len(phens) + "\n"
+    phens = [c for c in t.columns if c not in ("row", "source", "model", "budget", "n_seeds", "n_paradigms", "val_loss")]
+    val = "val_loss" in t.columns
+    head = "| model · corpus | seeds | " + " | ".join(SHORT.get(p, p) for p in phens) + (" | held-out loss" if val else "") \
+        + " |\n"
+    head += "|---|---|" + "---:|" * (len(phens) + val) + "\n"
     body = ""
     for d in t.to_dict("records"):
         ours = str(d["source"]).startswith("ours")
         name = d["row"] if ours else f"_{d['row']}_"
         seeds = "" if pd.isna(d["n_seeds"]) else str(d["n_seeds"])
-        vals = ["" if pd.isna(d[p]) else f"{100 * d[p]:.1f}" for p in phens]
+        vals = ["" if pd.isna(d[p]) else f"{100 * d[p]:.1f}" for p in phens] + \
+            (["" if pd.isna(d["val_loss"]) else f"{d['val_loss']:.3f}"] if val else [])
         body += f"| {name} | {seeds} | " + " | ".join(vals) + " |\n"
     legend = ", ".join(f"{SHORT[p]} = {p}" for p in phens if p in SHORT and SHORT[p] != p)
     return head + body + (f"\n{legend}.\n" if legend else "")
