@@ -8,7 +8,7 @@ megatron/neox_arguments/neox_args.py and deepspeed_args.py (the schema), configs
 spelling in use), megatron/training.py (`is_save_iter`, the final save, the AnnealingLR arguments),
 megatron/learning_rates.py, megatron/model/transformer.py (ParallelMLP's ffn size) and
 megatron/model/activations.py. Tests cannot reach that repository, so they check the meaning on our
-side: the YAML read back (`from_neox`) gives our config, steps, batch and checkpoint steps again.
+side: the YAML read back (tests/test_neox.py, `from_neox`) gives our config, steps, batch and checkpoint steps again.
 """
 from __future__ import annotations
 
