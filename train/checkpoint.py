@@ -35,11 +35,8 @@ __all__ = ["DEEPSPEED_GLOBALS", "MANIFEST", "REQUIRED_FILES", "CorruptCheckpoint
 
 
 def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def checkpoint_files(path: Path) -> list[str]:
