@@ -76,8 +76,6 @@ class Clause:
     vpp: PP
 
 
-# ------------------------------------------------------------------------------------------- English
-
 def _np_en(np: NP) -> list[str]:
     return [np.det, *np.adjs, np.noun[1] if np.plural else np.noun[0]] + (_pp_en(np.pp) if np.pp else [])
 
@@ -92,8 +90,6 @@ def english(c: Clause) -> str:
     words = _np_en(c.subj) + [verb] + _np_en(c.obj) + [c.adv] + _pp_en(c.vpp)
     return " ".join(words)[0].upper() + " ".join(words)[1:] + "."
 
-
-# ------------------------------------------------------------------------------------------- Language A
 
 class Translator:
     """Renders a clause in Language A with the syntactic rules in ``rules`` on (morphology always on)."""
@@ -127,8 +123,6 @@ class Translator:
             words = subj + (mods + verb + obj if "S2" in self.rules else verb + obj + mods)
         return " ".join(words + ["."])
 
-
-# ------------------------------------------------------------------------------------------- generator
 
 def _np(rng: random.Random, nouns, adj_p: float, pp: Optional[PP] = None) -> NP:
     plural = rng.random() < 0.5

@@ -86,7 +86,6 @@ def task_rows(table: pd.DataFrame) -> pd.DataFrame:
                          "chance": q.get("FITB_acc_random", np.nan)})
 
 
-# ---------------------------------------------------------------------------------------- plots
 # The drawers take tidy rows (kp, metric, tokens, value) of one run, or of one model x budget with
 # the seeds already averaged; `ref` is every token count drawn on the figure (step 0's position).
 

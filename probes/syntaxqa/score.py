@@ -41,9 +41,6 @@ from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS, benchmark_name
 __all__ = ["SyntaxQAConfig", "build_items_and_reports", "evaluate_items", "score_items", "summarize"]
 
 
-# ---------------------------------------------------------------- items
-
-
 def build_items_and_reports(cfg: SyntaxQAConfig) -> tuple[list[Item], list[SourceReport]]:
     facts, reports = collect_facts(cfg.sources, cfg.knowledge_points, cfg.max_sentences)
     cands = candidates(facts, cfg.seed, tuple(cfg.question_types))
@@ -63,9 +60,6 @@ def build_items_and_reports(cfg: SyntaxQAConfig) -> tuple[list[Item], list[Sourc
             pool[key] = [render(c, facts, cfg.seed) for c in picked]
     P.attach_prompts(items, pool, cfg.shots, cfg.shot_seeds, cfg.seed)
     return items, reports
-
-
-# ---------------------------------------------------------------- scoring
 
 
 def _lcp(a: list[int], b: list[int]) -> int:
@@ -207,9 +201,6 @@ def score_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, device
     return pd.DataFrame(rows)
 
 
-# ---------------------------------------------------------------- summary
-
-
 def _parts(df: pd.DataFrame, acc: str, f1: str) -> tuple[float, float, float, float]:
     def mean(qtype: str, col: str) -> float:
         v = df.loc[df["qtype"] == qtype, col].dropna()
@@ -285,9 +276,6 @@ def evaluate_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, rep
         run_dir=run_dir, out=out, opts=ScoreOptions(batch_size=cfg.batch_size, device=device), key=item_key,
         score=lambda m, tok, its, opts: score(m, tok, its, cfg, device=opts.device),
         describe=lambda df: _describe(df, cfg, reports), kind=KIND, mode=cfg.mode)
-
-
-# ---------------------------------------------------------------- CLI
 
 
 # Each flag is a SyntaxQAConfig field (`--max-items` is max_items, as probes.syntax_qa.max_items in a
