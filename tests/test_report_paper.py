@@ -12,6 +12,7 @@ from scipy import stats
 from test_curves import config, write_eval
 
 from probes.analysis import report
+from probes.analysis.bands import seed_bands
 
 Z = stats.norm.ppf(0.975)
 # right pairs of 4 per (seed, step): (agr, bind); seed 3 only where a test asks for it
@@ -43,33 +44,51 @@ def run_report(runs, out):
     return (out / "report.md").read_text()
 
 
-def test_two_seeds_get_each_seed_and_a_pair_bootstrap_band(tmp_path, capsys):
+def test_two_seeds_get_each_seed_and_a_seed_pair_bootstrap_band(tmp_path, capsys):
     md = run_report(grid(tmp_path), tmp_path / "rep")
     printed = capsys.readouterr().out
     assert f"report: {tmp_path / 'rep' / 'report.md'}" in printed
     assert f"first figure: {tmp_path / 'rep' / 'figures' / 'overall_curve.png'}" in printed
     c = pd.read_csv(tmp_path / "rep" / "tables" / "curves_overall.csv")
     r = c[c.step == 1].iloc[0]
-    # seed 1: agr 3/4, bind 4/4 -> 0.875, var (0.75*0.25/4 + 0)/2^2; seed 2: agr 3/4, bind 2/4 -> 0.625
+    # seed 1: agr 3/4, bind 4/4 -> 0.875, var (0.75*0.25/4 + 0)/2^2; seed 2: agr 3/4, bind 2/4 -> 0.625;
+    # seeds resampled too: + (S - 1) sd^2 = 0.25^2 / 2 (probes.analysis.bands)
     v1, v2 = (0.1875 / 4) / 4, (0.1875 / 4 + 0.25 / 4) / 4
-    half = Z * math.sqrt(v1 + v2) / 2
-    assert r.n_seeds == 2 and r.band == "pair-bootstrap"
+    half = Z * math.sqrt(v1 + v2 + 0.25 ** 2 / 2) / 2
+    assert r.n_seeds == 2 and r.band == "seed-pair-bootstrap" and r.seed_spread == 0.25
     assert r.acc_mean == pytest.approx(0.75, abs=1e-12)
-    assert (r.lo, r.hi) == pytest.approx((0.75 - half, 0.75 + half), abs=1e-9)
+    assert (r.lo, r.hi) == pytest.approx((0.75 - half, min(1, 0.75 + half)), abs=1e-9)
     seeds = pd.read_csv(tmp_path / "rep" / "tables" / "curves_overall_seeds.csv")
     assert sorted(seeds[seeds.step == 1].acc) == [0.625, 0.875]  # each seed's own line
     ph = pd.read_csv(tmp_path / "rep" / "tables" / "curves_phenomenon.csv")
     b = ph[(ph.phenomenon == "binding") & (ph.step == 2)].iloc[0]  # 3/4 and 4/4
-    assert b.acc_mean == 0.875 and b.acc_mean - b.lo == pytest.approx(Z * math.sqrt(0.1875 / 4) / 2, abs=1e-9)
+    assert b.acc_mean == 0.875 and b.acc_mean - b.lo == pytest.approx(
+        Z * math.sqrt(0.1875 / 4 + 0.25 ** 2 / 2) / 2, abs=1e-9)
     assert b.hi == 1.0  # clipped
     # no t-interval anywhere with 2 seeds, and the report says which band it draws
-    assert set(ph.band) == {"pair-bootstrap"}
-    assert "bands: 95 % pair-bootstrap interval of the seed mean" in md and "t-interval over seeds" not in md
+    assert set(ph.band) == {"seed-pair-bootstrap"}
+    assert "95 % seed-and-pair bootstrap (with 2 seeds the seed variance rests on two draws)" in md
+    assert "t over seeds" not in md
     main = md.split("## Appendix")[0]
     figs = re.findall(r"!\[[^]]*\]\((figures/[^)]+\.png)\)", main)
     assert figs[0] == "figures/overall_curve.png" and "figures/phenomena_grammar.png" in figs
     assert not re.findall(r"\]\((appendix/[^)]+)\)", main)  # per-phenomenon figures only in the appendix
     assert re.findall(r"\]\((appendix/curve_grammar_binding.png)\)", md.split("## Appendix")[1])
+
+
+def test_two_seed_band_covers_the_seeds_it_is_drawn_from():
+    """Two seeds whose curves differ by a known offset d = 0.1, with so many pairs that pair noise is nil
+    (var 1e-6 each): the seed-and-pair bootstrap's half-width is Z sqrt(2e-6 + d^2 / 2) / 2 = 0.693 d, wider
+    than the seeds' own distance d / 2 from their mean; a pair-only band (Z sqrt(2e-6) / 2 = 0.0014) is not."""
+    steps = np.arange(5)
+    base = 0.5 + 0.05 * steps
+    units = pd.concat([pd.DataFrame({"run": f"s{k}", "model": "m", "budget": 1, "seed": k, "benchmark": "b",
+                                     "step": steps, "tokens": 100 * steps, "acc": base + 0.1 * k, "var": 1e-6,
+                                     "n_pairs": 10**6, "n_paradigms": 1}) for k in (0, 1)])
+    b = seed_bands(units, ["model", "budget", "benchmark", "step"])
+    assert set(b.band) == {"seed-pair-bootstrap"} and np.allclose(b.seed_spread, 0.1)
+    assert np.allclose(b.acc_mean - b.lo, Z * math.sqrt(2e-6 + 0.1 ** 2 / 2) / 2, atol=1e-12)
+    assert (b.lo <= base).all() and (b.hi >= base + 0.1).all()  # both seeds inside the band
 
 
 def test_three_seeds_get_a_t_interval(tmp_path):
@@ -79,7 +98,7 @@ def test_three_seeds_get_a_t_interval(tmp_path):
     half = stats.t.ppf(0.975, 2) * 0.25 / math.sqrt(3)
     assert r.band == "t" and r.acc_mean == pytest.approx(0.625)
     assert (r.lo, r.hi) == pytest.approx((0.625 - half, 1.0), abs=1e-9)  # the top clipped at 1
-    assert "bands: 95 % t-interval over seeds" in md
+    assert "bands: 95 % t over seeds" in md
 
 
 def test_table4_reads_all_pairs_and_quotes_the_paper(tmp_path):
@@ -207,8 +226,9 @@ def test_case_study_band_with_two_seeds(tmp_path):
     assert report.main([*map(str, grid(tmp_path)), "--out", str(out), "--n-boot", "50", "--case-study", "agr"]) == 0
     s = pd.read_csv(out / "tables" / "case_study_grammar_agr.csv")
     r = s[s.step == 1].iloc[0]  # agr 3/4 in both seeds: se sqrt(0.75 * 0.25 / 4) each
-    half = Z * math.sqrt(2 * 0.75 * 0.25 / 4) / 2
-    assert r.band == "pair-bootstrap" and (r.acc_mlp_lo, r.acc_mlp_hi) == pytest.approx((0.75 - half, 0.75 + half))
+    half = Z * math.sqrt(2 * 0.75 * 0.25 / 4) / 2  # the two seeds agree: no seed part
+    assert r.band == "seed-pair-bootstrap" and (r.acc_mlp_lo, r.acc_mlp_hi) == pytest.approx((0.75 - half, 0.75 + half))
     md = (out / "report.md").read_text()
     case = md.split("## Case study")[1].split("\n## ")[0]
-    assert "bands: 95 % pair-bootstrap interval of the seed mean" in case and "t-interval over seeds" not in case
+    assert "95 % seed-and-pair bootstrap (with 2 seeds the seed variance rests on two draws)" in case
+    assert "t over seeds" not in case

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from probes.analysis.bands import BAND_BOOT, BAND_T, MIN_SEEDS_T
+from probes.analysis.bands import MIN_SEEDS_T, band_caption
 from probes.analysis.human import PAPER_HUMAN_OVERALL
 from probes.analysis.normsweep import MORCELA_BETAS, MORCELA_GAMMAS, POW_ALPHAS, sweep_markdown
 from probes.analysis.paper_ushapes import REFERENCE_DEPTH, paper_u_markdown
@@ -48,14 +48,13 @@ def markdown(R: dict, out: Path) -> tuple[str, list[Path]]:
     runs = R["runs"]
     per_group = runs.groupby(["model", "budget"], dropna=False).size()
     seeds = sorted(set(per_group)) if len(per_group) else [0]
-    band = BAND_T if min(seeds) >= MIN_SEEDS_T else BAND_BOOT
     metric_words = "mean log-prob per token (MLP)" if cfg.metric == "mlp" else "sum of log-probs"
     L = ["# syntax-dynamics report", "",
          f"{len(ev.runs)} run(s): {runs.model.nunique()} model size(s) x {runs.budget.nunique(dropna=False)} corpus "
          f"budget(s), {'/'.join(map(str, seeds))} seed(s) each; scoring convention `{ev.convention}`; accuracy = "
-         f"{metric_words}, ties wrong; chance 0.5. Lines are seed means; bands: {band}"
-         + ("" if band == BAND_T else f" (fewer than {MIN_SEEDS_T} seeds: a t-interval from 2 seeds has t = 12.7 "
-            "and spans most of the axis), with each seed drawn as a thin line") + ". Tokens on log axes; step 0 is "
+         f"{metric_words}, ties wrong; chance 0.5. Lines are seed means; {band_caption(R['bands'])}"
+         + ("" if min(seeds) >= MIN_SEEDS_T else f" (fewer than {MIN_SEEDS_T} seeds: a t-interval from 2 seeds has "
+            "t = 12.7 and spans most of the axis)") + ". Tokens on log axes; step 0 is "
          "drawn one decade left of the first trained checkpoint.", ""]
     L += ["## Learning curves", ""]
     L += embed("Overall learning curve", "Mean accuracy over every paradigm of each benchmark against tokens seen; "
