@@ -272,6 +272,9 @@ def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int], cfg=None) 
 
     if fmt not in FORMATS:
         raise CliError(f"--format {fmt}: unknown; known: {', '.join(FORMATS)}")
+    if spec in REGISTRY and Path(spec).exists():  # which one was meant cannot be guessed
+        raise CliError(f"--benchmark {spec}: both the built-in benchmark {spec!r} and the file or folder "
+                       f"{Path(spec).resolve()}; write ./{spec} for the path, or run from elsewhere for the name")
     if cfg is not None:
         try:
             return cfg.name, load_benchmark(cfg)
