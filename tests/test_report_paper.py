@@ -108,6 +108,17 @@ def test_table4_reads_all_pairs_and_quotes_the_paper(tmp_path):
     ours = t[t.source.str.startswith("ours")].iloc[0]
     # all pairs at the last checkpoint: BA (agr) 4/4 in both seeds, FCI (bind) 1/4: overall = mean of paradigms
     assert (ours.BA, ours.fci_licensing, ours.overall, ours.n_seeds) == (1.0, 0.25, 0.625, 2)
+    # each cell's interval: the seeds agree, so only pairs vary (4 per paradigm and seed; 2 seeds)
+    fci = Z * math.sqrt(2 * 0.25 * 0.75 / 4) / 2
+    ov = Z * math.sqrt(2 * (0.25 * 0.75 / 4) / 4) / 2
+    assert (ours.BA_lo, ours.BA_hi, ours.band) == (1.0, 1.0, "seed-pair-bootstrap")
+    assert (ours.fci_licensing_lo, ours.overall_hi) == pytest.approx((max(0, 0.25 - fci), 0.625 + ov), abs=1e-12)
+    assert f"| 62.5 | {100 * (0.625 - ov):.1f}–{100 * (0.625 + ov):.1f} |" in md
+    sc = pd.read_csv(tmp_path / "rep" / "tables" / "scaling_overall.csv")
+    assert sc[sc.benchmark == "zhoblimp_all"].iloc[0].hi == pytest.approx(0.625 + ov, abs=1e-12)
+    g = pd.read_csv(tmp_path / "rep" / "tables" / "difficulty_groups.csv").set_index("phenomenon")
+    assert (g.loc["BA"].best_lo, g.loc["BA"].group, g.loc["BA"].group_sure) == (1.0, "Easy", True)
+    assert g.loc["fci_licensing"].best_hi == pytest.approx(0.25 + fci, abs=1e-12)
     paper = t[t.row == "paper: Zh-Pythia-14M · 3B"].iloc[0]
     assert (paper.BA, paper.fci_licensing, paper.overall) == pytest.approx((0.751, 0.716, 0.699))
     assert t[t.row == "human (paper)"].iloc[0].BA == pytest.approx(0.962)

@@ -20,7 +20,7 @@ from threadpoolctl import threadpool_limits
 
 from probes.analysis.aggregate import bootstrap_paradigm_intervals, seed_summary
 from probes.analysis.aoa import AoAConfig, FitStore, start_aoa_table
-from probes.analysis.bands import seed_bands, unit_curves
+from probes.analysis.bands import final_bands, seed_bands, unit_curves
 from probes.analysis.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
 from probes.analysis.curves import phenomenon_table
 from probes.analysis.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_runs
@@ -196,9 +196,14 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
 
         # 2. final accuracy: the Table-4-style table, scaling view and difficulty groups (all pairs where scored)
         final = final_accuracy(ev.table, ev.runs)
-        overall, per_phen = grid_tables(final, metric)
-        R["table4"] = {b: table4(final, b, metric, human) for b in final_b}
-        R["groups"] = groups = difficulty_groups(final[final.benchmark.isin(final_b)], cfg.scaling)
+        # each cell's 95 % interval over seeds and pairs (probes.analysis.bands), from each run's last checkpoint
+        cells = {by: final_bands(ev.table, metric, by) for by in ((), ("phenomenon",), ("phenomenon", "paradigm"))}
+        overall, per_phen = grid_tables(final, metric, (cells[()], cells[("phenomenon",)]))
+        t4_cells = pd.concat([cells[("phenomenon",)], cells[()].assign(phenomenon="overall")], ignore_index=True)
+        R["table4"] = {b: table4(final, b, metric, human, t4_cells) for b in final_b}
+        par_cells = cells[("phenomenon", "paradigm")][["model", "budget", "benchmark", "paradigm", "lo", "hi"]]
+        R["groups"] = groups = difficulty_groups(final[final.benchmark.isin(final_b)].merge(
+            par_cells, on=["model", "budget", "benchmark", "paradigm"], how="left"), cfg.scaling)
         for bench in final_b:
             o, pp = overall[overall.benchmark == bench], per_phen[per_phen.benchmark == bench]
             jobs.submit(f"Scaling, {bench} (model × corpus)", plot_grid_overall, o, bench, metric,
