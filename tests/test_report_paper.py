@@ -69,6 +69,16 @@ def test_two_seeds_get_each_seed_and_a_seed_pair_bootstrap_band(tmp_path, capsys
     assert set(ph.band) == {"seed-pair-bootstrap"}
     assert "95 % seed-and-pair bootstrap (with 2 seeds the seed variance rests on two draws)" in md
     assert "t over seeds" not in md
+    # the first paragraph: the change from step 0 paired on the same pairs. Per seed and paradigm, d = last -
+    # first per pair: seed 1 agr [0,0,1,1], bind [0,0,1,0] -> 0.375, var (0.25/4 + 0.1875/4)/4; seed 2 agr
+    # [0,1,1,1], bind [0,0,1,1] -> 0.625, the same var; + the seeds' spread 0.25^2/2
+    sm = pd.read_csv(tmp_path / "rep" / "tables" / "summary.csv").iloc[0]
+    half = Z * math.sqrt(2 * (0.25 / 4 + 0.1875 / 4) / 4 + 0.25 ** 2 / 2) / 2
+    assert (sm.first_acc, sm.last_acc, sm.change) == pytest.approx((0.4375, 0.9375, 0.5), abs=1e-12)
+    assert (sm.change_lo, sm.change_hi) == pytest.approx((0.5 - half, 0.5 + half), abs=1e-12)
+    assert md.split("\n")[2].startswith("**Summary.** pythia-14m · 1k (grammar, 2 seeds): overall accuracy 43.8 → "
+                                         f"93.8 %, change +50.0 points (95 % seed-pair-bootstrap interval "
+                                         f"{100 * (0.5 - half):+.1f} to {100 * (0.5 + half):+.1f}: told from no change)")
     main = md.split("## Appendix")[0]
     figs = re.findall(r"!\[[^]]*\]\((figures/[^)]+\.png)\)", main)
     assert figs[0] == "figures/overall_curve.png" and "figures/phenomena_grammar.png" in figs

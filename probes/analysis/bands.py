@@ -62,12 +62,14 @@ def unit_curves(table: pd.DataFrame, metric: str, by: Sequence[str] = ("phenomen
     return out
 
 
-def seed_bands(units: pd.DataFrame, keys: Sequence[str], min_seeds_t: int = MIN_SEEDS_T) -> pd.DataFrame:
+def seed_bands(units: pd.DataFrame, keys: Sequence[str], min_seeds_t: int = MIN_SEEDS_T,
+               bounds: tuple[float, float] = (0, 1)) -> pd.DataFrame:
     """Seed mean per `keys` (which do not include "run"; "step" for a curve) with its 95 % band.
 
-    Columns: n_seeds, tokens, acc_mean, acc_sd and seed_spread (max - min) over seeds, boot_lo/boot_hi
+    Columns: n_seeds, tokens, acc_mean, acc_sd and seed_spread (max - min) over seeds, se (of the band
+    drawn: the mean's standard error), boot_lo/boot_hi
     (the seed-and-pair bootstrap, pairs only with one seed), t_lo/t_hi (Student-t over seeds, NaN below 2
-    seeds), and the band drawn: lo, hi and `band` (band_kind)."""
+    seeds), and the band drawn: lo, hi and `band` (band_kind); intervals clipped to `bounds` (a change: (-1, 1))."""
     g = units.groupby(list(keys), dropna=False, sort=True)
     out = g.agg(n_seeds=("run", "nunique"), tokens=("tokens", "mean"), acc_mean=("acc", "mean"),
                 acc_sd=("acc", "std"), acc_max=("acc", "max"), acc_min=("acc", "min"), var_sum=("var", "sum"),
@@ -77,8 +79,9 @@ def seed_bands(units: pd.DataFrame, keys: Sequence[str], min_seeds_t: int = MIN_
     boot = seed_pair_half(out.pop("var_sum"), out["acc_sd"], s)
     t_half = t975(s - 1) * out["acc_sd"].to_numpy(dtype=float) / np.sqrt(s)
     m = out["acc_mean"].to_numpy(dtype=float)
-    out["boot_lo"], out["boot_hi"] = np.clip(m - boot, 0, 1), np.clip(m + boot, 0, 1)
-    out["t_lo"], out["t_hi"] = np.clip(m - t_half, 0, 1), np.clip(m + t_half, 0, 1)
+    out["se"] = np.where(s >= min_seeds_t, out["acc_sd"].to_numpy(dtype=float) / np.sqrt(s), boot / Z975)
+    out["boot_lo"], out["boot_hi"] = np.clip(m - boot, *bounds), np.clip(m + boot, *bounds)
+    out["t_lo"], out["t_hi"] = np.clip(m - t_half, *bounds), np.clip(m + t_half, *bounds)
     use_t = s >= min_seeds_t
     out["band"] = band_kind(s, min_seeds_t)
     out["lo"] = np.where(use_t, out["t_lo"], out["boot_lo"])
@@ -100,3 +103,51 @@ def final_bands(table: pd.DataFrame, metric: str, by: Sequence[str] = ()) -> pd.
     Table-4 cells, scaling cells and difficulty groups (by=("phenomenon", "paradigm") for a paradigm)."""
     last = table[table.step == table.groupby(["run", "benchmark"])["step"].transform("max")]
     return seed_bands(unit_curves(last, metric, by), ["model", "budget", "benchmark", *by])
+
+
+def change_units(outcomes: dict, runs: list, bit: int, benchmarks: Sequence[str]) -> pd.DataFrame:
+    """Per run x benchmark: the overall accuracy's change from the first checkpoint (step 0) to the last,
+    paired on the same pairs (PairOutcomes), as unit rows for seed_bands: acc = the change (mean over
+    paradigms), var = its pair-bootstrap variance (sum_k var(d_k) / n_k / K^2, d = last - first per pair),
+    first_acc, last_acc, first_step, tokens (of the last checkpoint)."""
+    from probes.analysis.evalfile import MISSING
+
+    info = {r.name: r for r in runs}
+    rows = []
+    for (run, bench), o in sorted(outcomes.items()):
+        if bench not in benchmarks or len(o.steps) < 2:
+            continue
+        c0, c1 = o.correct[0], o.correct[-1]
+        ok = ((c0 | c1) & MISSING) == 0
+        f = pd.DataFrame({"k": o.row_paradigm[ok], "a0": (c0[ok] & bit) > 0, "a1": (c1[ok] & bit) > 0})
+        f["d"] = f.a1.astype(float) - f.a0
+        g = f.groupby("k")
+        per = pd.DataFrame({"a0": g.a0.mean(), "a1": g.a1.mean(), "d": g.d.mean(), "v": g.d.var(ddof=0) / g.size(),
+                            "n": g.size()})
+        K = len(per)
+        r = info[run]
+        rows.append({"run": run, "model": r.model, "budget": r.budget, "seed": r.seed, "benchmark": bench,
+                     "acc": per.d.mean(), "var": per.v.sum() / K ** 2, "n_pairs": int(per.n.sum()),
+                     "first_acc": per.a0.mean(), "last_acc": per.a1.mean(), "first_step": int(o.steps[0]),
+                     "tokens": int(o.tokens[-1])})
+    out = pd.DataFrame(rows)
+    if len(out):
+        out["budget"] = out["budget"].astype("Int64")
+    return out
+
+
+def above_chance(cells: pd.DataFrame, chance: float = 0.5) -> pd.DataFrame:
+    """cells (seed_bands rows) with p_above (one-sided, accuracy > chance, by the cell's own band: Student-t
+    over seeds, else normal with the bootstrap's variance) and q_above (Benjamini-Hochberg over the
+    phenomena of one model x budget x benchmark, scipy.stats.false_discovery_control)."""
+    from scipy import stats
+
+    out = cells.copy()
+    z = (out.acc_mean - chance) / out.se.where(out.se > 0)
+    t = out.band == "t"
+    p = np.where(t, stats.t.sf(z, np.maximum(out.n_seeds - 1, 1)), stats.norm.sf(z))
+    # no spread at all (every pair right in every seed): above chance iff the mean is
+    out["p_above"] = np.where(out.se > 0, p, (out.acc_mean <= chance).astype(float))
+    out["q_above"] = out.groupby(["model", "budget", "benchmark"], dropna=False)["p_above"].transform(
+        lambda s: stats.false_discovery_control(s.to_numpy(), method="bh"))
+    return out

@@ -20,7 +20,8 @@ from threadpoolctl import threadpool_limits
 
 from probes.analysis.aggregate import bootstrap_paradigm_intervals, seed_summary
 from probes.analysis.aoa import AoAConfig, FitStore, start_aoa_table
-from probes.analysis.bands import final_bands, seed_bands, unit_curves
+from probes.analysis.bands import above_chance, change_units, final_bands, seed_bands, unit_curves
+from probes.analysis.evalfile import MLP, SUM
 from probes.analysis.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
 from probes.analysis.curves import phenomenon_table
 from probes.analysis.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_runs
@@ -144,7 +145,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
 def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[int], figure_cache: bool,
                   previous: Optional[Path]) -> dict:
     from probes.analysis.figcache import FigureCache
-    from probes.analysis.reportmd import markdown
+    from probes.analysis.reportmd import markdown, summary_table
 
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -226,6 +227,16 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
                         fdir / "ushapes.png", ylabel)
         R["paper_us"] = paper_u_table(ev_c, cfg.ushape) if "zhoblimp" in curve_b else pd.DataFrame()
 
+        # the first paragraph: change from step 0, phenomena above chance, U's, pairs needed (reportmd.summary_table)
+        bit = MLP if cfg.metric == "mlp" else SUM
+        ch = change_units(ev.outcomes, ev.runs, bit, curve_b)
+        R["change"] = seed_bands(ch, ["model", "budget", "benchmark"], bounds=(-1, 1)).merge(
+            ch.groupby(["model", "budget", "benchmark"], dropna=False)[["first_acc", "last_acc"]].mean().reset_index(),
+            on=["model", "budget", "benchmark"]) if len(ch) else ch
+        R["phen_final"] = above_chance(cells[("phenomenon",)][cells[("phenomenon",)].benchmark.isin(final_b)])
+        R.update(us=us, ev=ev)
+        R["summary"] = summary_table(R, cfg)
+
         # 4. the generic regions (appendix; paradigms with an accepted U first) and the paper's case study
         par_curves, phen_curves = group_region_curves(ev.table), group_region_curves(phen_all)
         regions_u = u_region_table(us, par_curves, phen_curves, cfg.regions) if len(us) else pd.DataFrame()
@@ -261,6 +272,8 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
         big_table(tdir / "region_curves_paradigm", par_curves)
         if len(sweep):
             big_table(tdir / "normalised_sweep_paradigm", sweep)
+        write_csv(tdir / "summary.csv", R["summary"])
+        write_csv(tdir / "phenomena_above_chance.csv", R["phen_final"])
         for b, t4 in R["table4"].items():
             write_csv(tdir / f"table4_{safe_name(b)}.csv", t4)
         for name, df in (("ushapes", us), ("ushapes_accepted", acc_u), ("ushape_regions", regions_u),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from probes.analysis.bands import MIN_SEEDS_T, band_caption
@@ -34,6 +35,85 @@ def md_table(df: pd.DataFrame, limit: int = 30, floatfmt: str = "{:.3g}") -> str
     return head + body + more
 
 
+def count_ushapes(us) -> dict[str, int]:
+    """PLACEHOLDER until h34u's probes.analysis.ushape.count_ushapes is on main: accepted U's counted apart
+    by where the peak lies, "learning" (after step 0) and "from_step0" (the untrained model's accuracy)."""
+    if us is None or not len(us):
+        return {"learning": 0, "from_step0": 0}
+    acc = us[us["accepted"].astype(bool)]
+    step0 = int((acc["peak_step"] == 0).sum())
+    return {"learning": len(acc) - step0, "from_step0": step0}
+
+
+def summary_table(R: dict, cfg) -> pd.DataFrame:
+    """One row per model x budget x curve benchmark: what report.md's first paragraph says, with its numbers.
+
+    change (first checkpoint -> last, paired on the same pairs) with its 95 % interval (R["change"], seed_bands
+    over change_units) and whether the interval excludes 0; phenomena ending above chance (q_above < 0.05 in
+    R["phen_final"], the benchmark's final numbers); the accepted U's of the group counted apart (learning /
+    from step 0); and the one "pairs or seeds needed" figure: the pairs per paradigm per seed (or the seeds at
+    these pairs) a U of depth cfg.ushape.delta on a phenomenon curve of the median number of paradigms needs
+    to clear binomial noise on this schedule (probes.analysis.unoise.min_pairs, the rule of paper_ushapes)."""
+    import math
+
+    from probes.analysis.evalset import log_tokens
+    from probes.analysis.unoise import min_pairs, unit_threshold
+    from probes.analysis.ushape import scales
+
+    ch, ph, u = R["change"], R["phen_final"], cfg.ushape
+    table = R["ev"].table
+    rows = []
+    for d in ch.to_dict("records"):
+        g = dict(model=d["model"], budget=d["budget"])
+        at = lambda df: df[(df.model == d["model"]) & (  # noqa: E731
+            df.budget.isna() if pd.isna(d["budget"]) else df.budget == d["budget"])]
+        fin = at(ph[ph.benchmark.str.removesuffix("_all") == d["benchmark"]])
+        us = at(R["us"][R["us"].benchmark == d["benchmark"]]) if len(R["us"]) else R["us"]
+        t = at(table[table.benchmark == d["benchmark"]])
+        x = log_tokens(np.sort(t.tokens.unique()))
+        looks = scales(x, u)
+        c_unit = min(unit_threshold(x, W, 1 - u.alpha / len(looks), u.n_null, u.seed) for _, W in looks)
+        K = int(t.groupby("phenomenon").paradigm.nunique().median())
+        n_pp = float(t.n_pairs.median())
+        S = int(d["n_seeds"])
+        c = count_ushapes(us)
+        rows.append(g | {
+            "benchmark": d["benchmark"], "n_seeds": S, "first_acc": d["first_acc"], "last_acc": d["last_acc"],
+            "change": d["acc_mean"], "change_lo": d["lo"], "change_hi": d["hi"], "band": d["band"],
+            "change_told_from_zero": bool(d["lo"] > 0 or d["hi"] < 0),
+            "final_benchmark": fin.benchmark.iloc[0] if len(fin) else "",
+            "phenomena_above_chance": int((fin.q_above < 0.05).sum()), "phenomena": len(fin),
+            "learning_us": c["learning"], "us_from_step0": c["from_step0"],
+            "u_depth": u.delta, "paradigms_per_phenomenon": K, "pairs_per_paradigm": n_pp,
+            "pairs_needed_per_seed": math.ceil(min_pairs(u.delta, c_unit, K) / S),
+            "seeds_needed": math.ceil((c_unit / u.delta) ** 2 / (K * max(n_pp, 1)))})
+    out = pd.DataFrame(rows)
+    if len(out):
+        out["budget"] = out["budget"].astype("Int64")
+    return out
+
+
+def _summary_md(S: pd.DataFrame) -> list[str]:
+    """The first paragraph: one sentence per model x budget x benchmark (the first 8; all in summary.csv)."""
+    if S.empty:
+        return ["**Summary.** No benchmark was scored at two or more checkpoints: no change to report.", ""]
+    out = []
+    for d in S.head(8).to_dict("records"):
+        seeds = f"{d['n_seeds']} seed{'s' if d['n_seeds'] > 1 else ''}"
+        told = ("told from no change" if d["change_told_from_zero"] else "**cannot be told from no change**")
+        out.append(
+            f"{d['model']} · {budget_label(d['budget'])} ({d['benchmark']}, {seeds}): overall accuracy "
+            f"{100 * d['first_acc']:.1f} → {100 * d['last_acc']:.1f} %, change {100 * d['change']:+.1f} points "
+            f"(95 % {d['band']} interval {100 * d['change_lo']:+.1f} to {100 * d['change_hi']:+.1f}: {told}); "
+            f"{d['phenomena_above_chance']} of {d['phenomena']} phenomena end above chance (q < 0.05, "
+            f"{d['final_benchmark']}); {d['learning_us']} learning U's, {d['us_from_step0']} dips peaking at step 0 "
+            f"(the untrained model, not counted as U's); a U of depth {d['u_depth']} on a phenomenon "
+            f"({d['paradigms_per_phenomenon']} paradigms) needs {d['pairs_needed_per_seed']} pairs per paradigm per "
+            f"seed at {seeds}, or {d['seeds_needed']} seeds at these {d['pairs_per_paradigm']:.0f} pairs.")
+    more = f" ({len(S) - 8} more in tables/summary.csv)" if len(S) > 8 else " (tables/summary.csv)"
+    return ["**Summary.** " + " ".join(out) + more, ""]
+
+
 def markdown(R: dict, out: Path) -> tuple[str, list[Path]]:
     """(report.md text, the figures the main flow embeds, in order)."""
     rel = lambda p: Path(p).relative_to(out).as_posix()  # noqa: E731
@@ -49,7 +129,7 @@ def markdown(R: dict, out: Path) -> tuple[str, list[Path]]:
     per_group = runs.groupby(["model", "budget"], dropna=False).size()
     seeds = sorted(set(per_group)) if len(per_group) else [0]
     metric_words = "mean log-prob per token (MLP)" if cfg.metric == "mlp" else "sum of log-probs"
-    L = ["# syntax-dynamics report", "",
+    L = ["# syntax-dynamics report", "", *_summary_md(R["summary"]),
          f"{len(ev.runs)} run(s): {runs.model.nunique()} model size(s) x {runs.budget.nunique(dropna=False)} corpus "
          f"budget(s), {'/'.join(map(str, seeds))} seed(s) each; scoring convention `{ev.convention}`; accuracy = "
          f"{metric_words}, ties wrong; chance 0.5. Lines are seed means; {band_caption(R['bands'])}"
