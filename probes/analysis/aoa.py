@@ -42,6 +42,7 @@ class AoAConfig:
     #                            residual RMSEs: a sigmoid fitted to a flat noisy curve catches a
     #                            chance bump at one end, which is no acquisition
     bandwidth: float = 0.15  # smoothing for forgettability, decades of tokens (as UShapeConfig)
+    n_boot: int = 100  # resamples (seeds, then pairs) of a phenomenon's AoA interval (aoa_intervals)
     min_neighbours: int = 2
     metric: str = "mlp"  # mlp | sum
 
@@ -193,14 +194,15 @@ def _minpack_fit(box: _Box, x: np.ndarray, y: np.ndarray, start: np.ndarray, max
                    gtol=1e-12, maxfev=max_nfev, factor=100.0)[0]
 
 
-def fit_sigmoids(x: np.ndarray, Y: np.ndarray, max_nfev: int = 200) -> dict[str, np.ndarray]:
+def fit_sigmoids(x: np.ndarray, Y: np.ndarray, max_nfev: int = 200, polish: bool = True) -> dict[str, np.ndarray]:
     """Least-squares sigmoid fits of every row of Y (m, n) on the shared x (n,). slope > 0 always:
     a falling curve comes out as hi < lo. Returns arrays lo, hi, mid, slope, rmse of length m.
 
     All curves are refined at once by a batched Levenberg-Marquardt (numpy: one iteration for a whole
     grid costs what one MINPACK call per curve cost in Python overhead); the few that have not
     converged in 100 iterations (flat curves crawling along a valley) are fitted by MINPACK from the
-    same start, exactly as before, so they end where they always did."""
+    same start, exactly as before, so they end where they always did (polish=False leaves them where the
+    batched fit stopped: the bootstrap's resamples, where MINPACK's crawl would cost most of the time)."""
     x = np.asarray(x, dtype=float)
     Y = np.atleast_2d(np.asarray(Y, dtype=float))
     span = max(x.max() - x.min(), 1e-6)
@@ -213,7 +215,7 @@ def fit_sigmoids(x: np.ndarray, Y: np.ndarray, max_nfev: int = 200) -> dict[str,
     done = _batched_lm(box, x, Y, theta, iters=100)
     with warnings.catch_warnings():  # "reached maxfev": the cap is deliberate (see _minpack_fit)
         warnings.simplefilter("ignore", RuntimeWarning)
-        for i in np.flatnonzero(~done):
+        for i in np.flatnonzero(~done) if polish else ():
             theta[i] = _minpack_fit(box, x, Y[i], start[i], max_nfev)
     th = np.concatenate([theta[:, :2], box.inside(theta[:, 2:])], axis=1)
     sse = ((sigmoid(x, th[:, 0], th[:, 1], th[:, 2], th[:, 3]) - Y) ** 2).sum(1)
@@ -430,3 +432,66 @@ def _fitted_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig)
     plan = aoa_plan(table, phen_table, cfg)
     fitted = fit_batches([(x, Y) for x, _rows, Y in plan.batches])
     return aoa_rows(plan, fitted, cfg), [(x, Y, f) for (x, _rows, Y), f in zip(plan.batches, fitted)]
+
+
+def aoa_intervals(outcomes: dict, runs: list, summary: pd.DataFrame, table: pd.DataFrame, cfg: AoAConfig,
+                  seed: int = 0) -> pd.DataFrame:
+    """summary (one row per model x budget x benchmark x phenomenon: mean AoA over seeds) with its 95 %
+    bootstrap interval: aoa_lo / aoa_hi (log10 tokens) and aoa_interval. `table`: an EvalSet table (which
+    paradigms a phenomenon has).
+
+    A resample draws the seeds with replacement, then each drawn seed's pairs within each paradigm (the same
+    pairs at every checkpoint, from PairOutcomes); each seed's phenomenon curve is fitted as the table's
+    (batched, without MINPACK's polish) and its AoA taken, censored at the run's ends: not reached by the last
+    checkpoint counts as the last, above halfway at the first as the first. The statistic is the mean over
+    the drawn seeds. aoa_interval: "determined" where the interval lies inside the run, "not determined"
+    where it reaches the first or the last trained checkpoint (the data do not place the AoA inside the
+    run), "not acquired" where no seed's own curve was (no resampling then)."""
+    from probes.analysis.evalfile import MISSING, MLP, SUM
+    from probes.analysis.ushape import _paradigm_columns
+
+    bit = MLP if cfg.metric == "mlp" else SUM
+    info = {r.name: r for r in runs}
+    by_group: dict[tuple, list] = {}
+    for (run, bench), o in outcomes.items():
+        r = info[run]
+        by_group.setdefault((r.model, r.budget, bench), []).append(o)
+    members = table[["benchmark", "phenomenon", "paradigm"]].drop_duplicates()
+    members = members.groupby(["benchmark", "phenomenon"]).paradigm.agg(set).to_dict()
+    rng = np.random.default_rng(seed)
+    out = summary.copy()
+    out["aoa_lo"], out["aoa_hi"], out["aoa_interval"] = np.nan, np.nan, "not acquired"
+    B = cfg.n_boot
+    for i, d in enumerate(summary.to_dict("records")):
+        outs = by_group.get((d["model"], None if pd.isna(d["budget"]) else d["budget"], d["benchmark"]))
+        if not outs or not np.isfinite(d["aoa_log10_tokens"]):
+            continue
+        per_seed = []  # (B,) censored AoA of each seed's resampled curves
+        for o in sorted(outs, key=lambda o: o.run):
+            keep = o.tokens > 0
+            x = log_tokens(o.tokens[keep].astype(float))
+            if len(x) < cfg.min_points:
+                break
+            cols = _paradigm_columns(o)
+            pars = [p for p in members.get((d["benchmark"], d["phenomenon"]), ()) if len(cols.get(p, ()))]
+            Y = np.zeros((B, len(x)))
+            for p in pars:
+                c = o.correct[keep][:, cols[p]]
+                ok = ((c & bit) > 0) & ((c & MISSING) == 0)
+                w = rng.multinomial(len(cols[p]), np.full(len(cols[p]), 1 / len(cols[p])), size=B)
+                Y += (w @ ok.T.astype(float)) / len(cols[p]) / len(pars)
+            aoa, _best, st = aoa_from_fit(x, fit_sigmoids(x, Y, polish=False), cfg.chance, cfg.min_gain,
+                                          cfg.min_rise_rmse)
+            per_seed.append(np.where(st == "ok", aoa, np.where(st == "above_halfway_at_first_checkpoint",
+                                                              x.min(), x.max())))
+        else:
+            A = np.array(per_seed)  # (S, B)
+            S = len(A)
+            draws = rng.integers(S, size=(B, S))
+            stat = A[draws, (np.arange(B)[:, None] + np.arange(S)) % B].mean(axis=1)  # another resample per draw
+            lo, hi = np.quantile(stat, [0.025, 0.975])
+            inside = x.min() < lo and hi < x.max()
+            out.loc[out.index[i], ["aoa_lo", "aoa_hi", "aoa_interval"]] = lo, hi, (
+                "determined" if inside else "not determined")
+    return out
+

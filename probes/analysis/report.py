@@ -19,7 +19,7 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from probes.analysis.aggregate import bootstrap_paradigm_intervals, seed_summary
-from probes.analysis.aoa import AoAConfig, FitStore, start_aoa_table
+from probes.analysis.aoa import AoAConfig, FitStore, aoa_intervals, start_aoa_table
 from probes.analysis.bands import above_chance, change_units, final_bands, seed_bands, unit_curves
 from probes.analysis.evalfile import MLP, SUM
 from probes.analysis.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
@@ -301,6 +301,7 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
             n_runs=("run", "nunique"), aoa_log10_tokens=("aoa_log10_tokens", "mean"),
             aoa_acquired_runs=("aoa_log10_tokens", "count"), forgettability=("forgettability", "mean"),
             best_fitted_acc=("best_fitted_acc", "mean"), final_acc=("final_acc", "mean")).reset_index()
+        aoa_ph = aoa_intervals(ev_c.outcomes, ev.runs, aoa_ph, ct, cfg.aoa, cfg.ushape.seed)
         write_csv(tdir / "aoa.csv", aoa)
         write_csv(tdir / "aoa_phenomenon_summary.csv", aoa_ph)
         figs = jobs.results()

@@ -229,7 +229,10 @@ def _aoa_md(R: dict, cfg) -> list[str]:
             f"Sigmoid on log10 tokens; AoA where it crosses halfway between chance and its best accuracy "
             f"(empty: not acquired by {cfg.aoa.min_gain} over chance, no rise above {cfg.aoa.min_rise_rmse}x the fit's "
             "RMSE, decreasing, above halfway at the first checkpoint, or too few checkpoints — per-curve status in "
-            "tables/aoa.csv). Forgettability: sum of drops of the smoothed curve.", "",
+            "tables/aoa.csv). aoa_lo / aoa_hi: 95 % bootstrap interval (seeds, then pairs within paradigm and "
+            f"seed; {cfg.aoa.n_boot} resamples; an AoA not reached counts as the run's end); *not determined* where "
+            "it reaches the first or last trained checkpoint: the runs do not place the AoA inside them. "
+            "Forgettability: sum of drops of the smoothed curve.", "",
             md_table(R["aoa_ph"].sort_values("aoa_log10_tokens")), ""]
 
 
