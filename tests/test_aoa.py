@@ -247,7 +247,7 @@ def test_aoa_interval_over_seeds_and_pairs(tmp_path):
     a = aoa_table(ev.table, phenomenon_table(ev.table), cfg)
     ph = a[a.level == "phenomenon"].groupby(["model", "budget", "benchmark", "phenomenon"], dropna=False).agg(
         aoa_log10_tokens=("aoa_log10_tokens", "mean")).reset_index()
-    got = aoa_intervals(ev.outcomes, ev.runs, ph, ev.table, cfg).set_index("phenomenon")
+    got = aoa_intervals(ev.outcomes, ev.runs, ph, a, ev.table, cfg).set_index("phenomenon")
     r = got.loc["rise"]
     assert r.aoa_interval == "determined" and r.aoa_lo < r.aoa_log10_tokens < r.aoa_hi
     assert r.aoa_hi - r.aoa_lo < 0.5  # 200 pairs, 2 seeds: a fraction of a decade
@@ -256,5 +256,5 @@ def test_aoa_interval_over_seeds_and_pairs(tmp_path):
     assert np.isfinite(flat.aoa_log10_tokens) and flat.aoa_hi == pytest.approx(6.0) and \
         flat.aoa_interval == "not determined"
     assert got.loc["late"].aoa_interval == "not acquired"
-    again = aoa_intervals(ev.outcomes, ev.runs, ph, ev.table, cfg).set_index("phenomenon")
+    again = aoa_intervals(ev.outcomes, ev.runs, ph, a, ev.table, cfg).set_index("phenomenon")
     assert (again.aoa_lo.loc["rise"], again.aoa_hi.loc["rise"]) == (r.aoa_lo, r.aoa_hi)

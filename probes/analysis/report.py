@@ -301,7 +301,7 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
             n_runs=("run", "nunique"), aoa_log10_tokens=("aoa_log10_tokens", "mean"),
             aoa_acquired_runs=("aoa_log10_tokens", "count"), forgettability=("forgettability", "mean"),
             best_fitted_acc=("best_fitted_acc", "mean"), final_acc=("final_acc", "mean")).reset_index()
-        aoa_ph = aoa_intervals(ev_c.outcomes, ev.runs, aoa_ph, ct, cfg.aoa, cfg.ushape.seed)
+        aoa_ph = aoa_intervals(ev_c.outcomes, ev.runs, aoa_ph, aoa, ct, cfg.aoa, cfg.ushape.seed)
         write_csv(tdir / "aoa.csv", aoa)
         write_csv(tdir / "aoa_phenomenon_summary.csv", aoa_ph)
         figs = jobs.results()
