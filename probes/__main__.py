@@ -51,6 +51,7 @@ def build_score_parser() -> argparse.ArgumentParser:
                    help="a benchmark name known to probes.benchmarks.registry, or a benchmark file/folder")
     p.add_argument("--format", default="auto",
                    help="benchmark reader for a path (default: sniffed per file)")
+    _field_options(p)
     p.add_argument("--out", required=True, type=Path, metavar="FILE.parquet")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--max-pairs-per-paradigm", type=int, default=None, metavar="N",
@@ -63,6 +64,18 @@ def build_score_parser() -> argparse.ArgumentParser:
     p.add_argument("--per-token", action="store_true",
                    help="also write every token's lp to OUT's sidecar <stem>.tokens.parquet (probes/scoring/tokens.py)")
     return p
+
+
+def _field_options(p: argparse.ArgumentParser) -> None:
+    from probes.benchmarks.formats import add_field_options  # standard library only
+
+    add_field_options(p)
+
+
+def _fields(args) -> dict:
+    from probes.benchmarks.formats import field_options
+
+    return field_options(args)
 
 
 def build_run_parser(command: str) -> argparse.ArgumentParser:
@@ -85,6 +98,7 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
     p.add_argument("--lm-eval-include-path", default=None, metavar="DIR",
                    help="local lm-eval task YAMLs (e.g. from `python -m probes lm-eval-tasks`)")
     p.add_argument("--format", default="auto", help="benchmark reader for a path")
+    _field_options(p)
     p.add_argument("--max-pairs-per-paradigm", type=int, default=None, metavar="N",
                    help="a fixed-seed sample of N pairs per paradigm (default: every pair)")
     p.add_argument("--batch-size", type=int, default=64)
@@ -146,7 +160,7 @@ def _score_run(command: str, args) -> int:
             if args.max_pairs_per_paradigm is not None:
                 own.max_pairs_per_paradigm = args.max_pairs_per_paradigm
             print(f"--benchmark {spec}: generated with the run's own settings ({args.run_dir / 'config.yaml'})")
-        name, pairs = _load_pairs(spec, args.format, args.max_pairs_per_paradigm, own)
+        name, pairs = _load_pairs(spec, args.format, args.max_pairs_per_paradigm, own, _fields(args))
         if name in benchmarks:
             raise CliError(f"--benchmark {spec}: a second benchmark named {name!r} (the eval "
                            f"file's name); rename the file")
@@ -265,9 +279,11 @@ def _run_benchmark_config(run_dir: Path, spec: str):
         raise CliError(f"{path}: its probes settings cannot be read ({e}); they define --benchmark {spec}") from None
 
 
-def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int], cfg=None) -> tuple[str, list]:
+def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int], cfg=None,
+                fields: Optional[dict] = None) -> tuple[str, list]:
     """(name, pairs) of the benchmark a user named: a registry name, or a file or folder; `cfg`, when
-    given, is the BenchmarkConfig to load it with (a run's own settings)."""
+    given, is the BenchmarkConfig to load it with (a run's own settings); `fields`: the generic reader's
+    column and delimiter options (registry.FIELD_OPTIONS), over a registry entry's own."""
     from probes.benchmarks.registry import FORMATS, REGISTRY, BenchmarkConfig, load_benchmark
 
     if fmt not in FORMATS:
@@ -280,10 +296,11 @@ def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int], cfg=None) 
             return cfg.name, load_benchmark(cfg)
         except (ValueError, FileNotFoundError) as e:
             raise CliError(f"--benchmark {spec}: {e}") from None
+    fields = {k: v for k, v in (fields or {}).items() if v is not None}
     if spec in REGISTRY:
-        cfg = BenchmarkConfig(name=spec, format=fmt)
+        cfg = BenchmarkConfig(name=spec, format=fmt, **fields)
     elif Path(spec).exists():
-        cfg = BenchmarkConfig(name=Path(spec).stem, path=spec, format=fmt)
+        cfg = BenchmarkConfig(name=Path(spec).stem, path=spec, format=fmt, **fields)
     else:
         raise CliError(f"--benchmark {spec}: unknown benchmark, and no such file or folder; "
                        f"known names: {', '.join(sorted(REGISTRY))}")
@@ -315,7 +332,7 @@ def _score(args) -> int:
         check_output_file(args.out)
     except ValueError as e:
         raise CliError(str(e)) from None
-    name, pairs = _load_pairs(args.benchmark, args.format, args.max_pairs_per_paradigm)
+    name, pairs = _load_pairs(args.benchmark, args.format, args.max_pairs_per_paradigm, fields=_fields(args))
     from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint
     from train.files import CorruptCheckpointError, read_trainer_state
 
@@ -353,6 +370,7 @@ def _score(args) -> int:
     from probes.scoring.primitive import pair_sentence_ids
 
     ids = pair_sentence_ids(tokenizer, pairs)  # scored, and read again by the coverage readout
+    _coverage(name, tokenizer, pairs, Path(args.model), ids)  # before scoring: it may say not to bother
     opts = ScoreOptions(batch_size=args.batch_size, device=device, bf16=args.bf16, progress=True,
                         per_token=args.per_token)
     try:
@@ -367,23 +385,30 @@ def _score(args) -> int:
         raise
     print(f"{name}: {len(df)} pairs, {df['paradigm'].nunique()} paradigms  "
           f"acc_mlp={accuracy(df, 'mlp'):.4f}  acc_sum={accuracy(df, 'sum'):.4f}  -> {args.out}")
-    _readout(name, df, tokenizer, pairs, Path(args.model), ids)
+    from probes.scoring.primitive import CONVENTIONS
+    from probes.scoring.readout import phenomenon_table
+
+    authors = getattr(pairs.report, "authors_convention", None) if hasattr(pairs, "report") else None
+    print(phenomenon_table(df, authors))  # accuracy per phenomenon
+    if authors:
+        print(f"the authors of {name} score by {authors}: {CONVENTIONS[authors]} "
+              f"(acc_{authors}={accuracy(df, authors):.4f})")
     return 0
 
 
-def _readout(name: str, df, tokenizer, pairs, model_dir: Path, ids: Optional[dict] = None) -> None:
-    """Accuracy per phenomenon (MLP: mean log-prob per token, good > bad; sum-LP: summed log-prob), and a
-    warning when the tokenizer reads the benchmark badly (probes/scoring/readout.py)."""
-    from probes.scoring.readout import coverage, coverage_warning, phenomenon_table, run_token_counts
+def _coverage(name: str, tokenizer, pairs, model_dir: Path, ids: Optional[dict] = None) -> None:
+    """How well the tokenizer reads the benchmark, and a warning naming the scripts it cannot write when
+    it reads it badly (probes/scoring/readout.py)."""
+    from probes.scoring.readout import coverage, coverage_warning, run_token_counts, unwritable_scripts
 
-    print(phenomenon_table(df))
     counts, store = run_token_counts(model_dir, len(tokenizer))
     cov = coverage(tokenizer, pairs, counts, ids)
     print(f"tokenizer coverage of {name}: {cov['unknown']:.1%} unknown, {cov['byte_fallback']:.1%} byte-fallback"
           + (f", {cov['unseen']:.1%} never seen in the run's corpus" if "unseen" in cov else "")
           + f" of {int(cov['pieces']):,} pieces")
     warning = coverage_warning(name, cov, store)
-    if warning:
+    if warning:  # only then: which characters it cannot write, named by script
+        warning = coverage_warning(name, cov, store, unwritable_scripts(tokenizer, (t for p in pairs for t in (p.good, p.bad))))
         print(warning, file=sys.stderr)
 
 

@@ -114,6 +114,22 @@ def _summary_md(S: pd.DataFrame) -> list[str]:
     return ["**Summary.** " + " ".join(out) + more, ""]
 
 
+def authors_rule(bench: str, metric: str) -> str:
+    """A sentence naming the decision rule the benchmark's authors use where the registry knows one
+    (RuBLiMP, TurBLiMP, JBLiMP), so a reader comparing with their paper knows which rule this table is."""
+    from probes.benchmarks.registry import REGISTRY
+    from probes.scoring.primitive import CONVENTIONS
+
+    entry = REGISTRY.get(bench.removesuffix("_all"))
+    rule = entry.authors_convention if entry else None
+    if rule is None:
+        return ""
+    same = " -- the same rule as this table's" if rule == metric else (
+        "; `python -m probes score` prints the accuracy under both, and the eval files record the authors' rule "
+        "as `authors_convention`")
+    return f" This table is {CONVENTIONS[metric].split(':')[0]}; the authors of {bench} score by {CONVENTIONS[rule]}{same}."
+
+
 def markdown(R: dict, out: Path) -> tuple[str, list[Path]]:
     """(report.md text, the figures the main flow embeds, in order)."""
     rel = lambda p: Path(p).relative_to(out).as_posix()  # noqa: E731
@@ -157,7 +173,7 @@ def markdown(R: dict, out: Path) -> tuple[str, list[Path]]:
               "overall the mean of all paradigms. Rows in italics are references, labelled with their source: "
               f"human agreement (the authors' validation CSV, our pooled reading; the paper's Table 4 column says "
               f"{100 * PAPER_HUMAN_OVERALL:.1f} % overall) and the paper's own Zh-Pythia numbers (3B tokens, Table 4), "
-              f"not ours. CSV: `tables/table4_{bench}.csv`.", "", table4_markdown(t4), ""]
+              f"not ours. CSV: `tables/table4_{bench}.csv`.{authors_rule(bench, cfg.metric)}", "", table4_markdown(t4), ""]
     L += ["### Scaling view", ""]
     L += embed("Scaling, ", "Final accuracy (%) over model size x corpus budget, the same numbers as the table above.")
     ov = R["overall"][R["overall"].benchmark.isin(R["final_benchmarks"])].copy()

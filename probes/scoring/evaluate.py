@@ -103,6 +103,8 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
     report = getattr(pairs, "report", None)  # load_benchmark says where pairs came from
     if report is not None:
         meta["source"] = report.source
+        if report.authors_convention:  # the benchmark authors' decision rule, shown beside ours
+            meta["authors_convention"] = report.authors_convention
     if describe is not None:
         meta.update(describe(df))
 
