@@ -69,6 +69,11 @@ def test_two_seeds_get_each_seed_and_a_seed_pair_bootstrap_band(tmp_path, capsys
     assert set(ph.band) == {"seed-pair-bootstrap"}
     assert "95 % seed-and-pair bootstrap (with 2 seeds the seed variance rests on two draws)" in md
     assert "t over seeds" not in md
+    # per paradigm (tables/seeds_paradigm): bind at step 1, 4/4 and 2/4: var 0 + 0.25/4, seeds' sd^2 = 0.125
+    sp = pd.read_csv(tmp_path / "rep" / "tables" / "seeds_paradigm.csv")
+    bind = sp[(sp.paradigm == "bind") & (sp.step == 1)].iloc[0]
+    assert bind.band == "seed-pair-bootstrap" and bind.acc_mlp_lo == pytest.approx(
+        0.75 - Z * math.sqrt(0.25 / 4 + 0.125) / 2, abs=1e-12)
     # the first paragraph: the change from step 0 paired on the same pairs. Per seed and paradigm, d = last -
     # first per pair: seed 1 agr [0,0,1,1], bind [0,0,1,0] -> 0.375, var (0.25/4 + 0.1875/4)/4; seed 2 agr
     # [0,1,1,1], bind [0,0,1,1] -> 0.625, the same var; + the seeds' spread 0.25^2/2

@@ -151,3 +151,22 @@ def above_chance(cells: pd.DataFrame, chance: float = 0.5) -> pd.DataFrame:
     out["q_above"] = out.groupby(["model", "budget", "benchmark"], dropna=False)["p_above"].transform(
         lambda s: stats.false_discovery_control(s.to_numpy(), method="bh"))
     return out
+
+
+def paradigm_bands(table: pd.DataFrame, keys: Sequence[str], values: Sequence[str] = ("acc_mlp", "acc_sum")
+                   ) -> pd.DataFrame:
+    """seed_summary of per-paradigm rows (accuracy over n_pairs pairs) with each value's <v>_lo/<v>_hi the
+    band of this module: Student-t over 3+ seeds, else the seed-and-pair bootstrap (pairs only with one seed)."""
+    from probes.analysis.aggregate import seed_summary
+
+    s = seed_summary(table, keys, values)
+    g = table.assign(**{f"_{v}": table[v] * (1 - table[v]) / table["n_pairs"] for v in values}).groupby(
+        list(keys), dropna=False, sort=True)
+    few = s["n_seeds"].to_numpy() < MIN_SEEDS_T
+    for v in values:
+        half = seed_pair_half(g[f"_{v}"].sum().to_numpy(), s[f"{v}_sd"], s["n_seeds"])
+        m = s[f"{v}_mean"].to_numpy(dtype=float)
+        s[f"{v}_lo"] = np.where(few, np.clip(m - half, 0, 1), s[f"{v}_lo"])
+        s[f"{v}_hi"] = np.where(few, np.clip(m + half, 0, 1), s[f"{v}_hi"])
+    s["band"] = band_kind(s["n_seeds"].to_numpy())
+    return s

@@ -18,9 +18,9 @@ from typing import Optional, Sequence
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from probes.analysis.aggregate import bootstrap_paradigm_intervals, seed_summary
+from probes.analysis.aggregate import bootstrap_paradigm_intervals
 from probes.analysis.aoa import AoAConfig, FitStore, aoa_intervals, start_aoa_table
-from probes.analysis.bands import above_chance, change_units, final_bands, seed_bands, unit_curves
+from probes.analysis.bands import above_chance, change_units, final_bands, paradigm_bands, seed_bands, unit_curves
 from probes.analysis.evalfile import MLP, SUM
 from probes.analysis.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
 from probes.analysis.curves import phenomenon_table
@@ -268,7 +268,7 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
         big_table(tdir / "curves_phenomenon", b_phen)
         big_table(tdir / "curves_phenomenon_seeds", u_phen)
         big_table(tdir / "seeds_paradigm",
-                  seed_summary(ct, ["model", "budget", "benchmark", "phenomenon", "paradigm", "step"]))
+                  paradigm_bands(ct, ["model", "budget", "benchmark", "phenomenon", "paradigm", "step"]))
         big_table(tdir / "region_curves_paradigm", par_curves)
         if len(sweep):
             big_table(tdir / "normalised_sweep_paradigm", sweep)
