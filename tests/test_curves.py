@@ -188,7 +188,7 @@ def test_missing_and_empty_run_dirs_are_named(tmp_path, capsys):
     assert str(empty) in err and "no minimal-pair eval files" in err
     (empty / "evals" / "step0").mkdir(parents=True)
     (empty / "evals" / "step0" / "syntax_qa.parquet").write_bytes(b"")  # only looked for, not read
-    with pytest.raises(EvalInputError, match="syntax-question evals only"):
+    with pytest.raises(EvalInputError, match="syntax_questions evals only"):  # its kind, by its name
         load_runs([empty])
 
 

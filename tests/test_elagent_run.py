@@ -38,7 +38,7 @@ def test_every_checkpoint_has_both_elagent_evals(run):
     for s in steps:
         items, meta = read_pairs(d / "evals" / f"step{s}" / "elagent.parquet")
         pairs, _ = read_pairs(d / "evals" / f"step{s}" / "elagent_word_order.parquet")
-        assert meta["kind"] == "elagent_items" and meta["step"] == s and meta["config"]["shots"] == 1
+        assert meta["kind"] == "elagent" and meta["step"] == s and meta["config"]["shots"] == 1
         # 2 precedence + 3 bAbI + 8 predicate paradigms, 3 items each; 4 word-order paradigms x 4 pairs
         assert len(items) == 13 * 3 and set(items.task) == {"precedence", "babi", "predicates"}
         assert len(pairs) == 16 and set(pairs.phenomenon) == {"language_a_word_order"}

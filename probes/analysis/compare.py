@@ -42,8 +42,9 @@ import pandas as pd
 from scipy.stats import binomtest, false_discovery_control
 
 from probes.analysis.evalfile import MLP, SUM, read_eval_file, strings
-from probes.analysis.evalset import ITEM_FILES, _read_run_info, _refuse_copies
-from probes.evals.files import EvalInputError, eval_file_meta
+from probes.analysis.evalset import _read_run_info, _refuse_copies
+from probes.evals.files import EvalInputError, eval_file_meta, eval_kind
+from probes.families import families
 from train.files import step_dirs
 
 COLUMNS = ["benchmark", "level", "phenomenon", "paradigm", "n", "b", "c", "acc_a", "acc_b",
@@ -92,23 +93,37 @@ def _step_of(run: Path, step: Optional[int], spec: str) -> int:
     return step
 
 
-def _decisions(run: Path, step: int, metric: str) -> dict[str, tuple[pd.DataFrame, str, int, Optional[str]]]:
-    """{benchmark: (frame of paradigm, phenomenon, pair_id, ok, margin; convention; tokens; pair_set)} at one
-    checkpoint; margin: good - bad under the metric (MLP: per token)."""
-    bit = MLP if metric == "mlp" else SUM
+def _decisions(run: Path, step: int, metric: str, skipped: dict[str, set]
+               ) -> dict[str, tuple[pd.DataFrame, str, int, Optional[str]]]:
+    """{benchmark: (frame of paradigm, phenomenon, pair_id, ok[, margin]; convention; tokens; pair_set)} at one
+    checkpoint, from every file whose probe family gives per-item decisions (probes/families.py); the others'
+    names go to `skipped` under their kind. margin (good - bad under the metric) where the family gives one."""
+    decide = {f.kind: f.load("decisions") for f in families() if f.decisions}
     out = {}
     for f in sorted((run / "evals" / f"step{step}").glob("*.parquet")):
-        if f.name.startswith(".") or ".tmp" in f.name or f.stem in ITEM_FILES or f.name.endswith(".tokens.parquet"):
+        if f.name.startswith(".") or ".tmp" in f.name or f.name.endswith(".tokens.parquet"):
             continue
-        r = read_eval_file(f, step, run)
-        (lpg, lpb), (ng, nb) = r.lps["total"], r.counts
-        df = pd.DataFrame({"paradigm": strings(r.paradigm), "phenomenon": strings(r.phenomenon),
-                           "pair_id": strings(r.pair_id), "ok": (r.bits & bit) > 0,
-                           "margin": lpg / ng - lpb / nb if metric == "mlp" else lpg - lpb})
+        kind = eval_kind(f)
+        if kind not in decide:
+            skipped.setdefault(kind, set()).add(f.stem)
+            continue
+        df, convention, tokens = decide[kind](f, metric)
         if df.duplicated(["paradigm", "pair_id"]).any():
             raise EvalInputError(f"{f}: a (paradigm, pair_id) occurs twice; pairs cannot be matched")
-        out[f.stem] = (df, r.convention, r.tokens, eval_file_meta(f).get("pair_set"))
+        out[f.stem] = (df if "margin" in df else df.assign(margin=np.nan), convention, tokens,
+                       eval_file_meta(f).get("pair_set"))
     return out
+
+
+def pair_decisions(path: Path, metric: str) -> tuple[pd.DataFrame, str, int]:
+    """A minimal-pair eval file's decisions: each pair right or wrong under `metric` (the family's `decisions`),
+    and its margin, good - bad under the metric (MLP: per token)."""
+    r = read_eval_file(path, -1, path.parent)  # its step: not used here
+    (lpg, lpb), (ng, nb) = r.lps["total"], r.counts
+    return (pd.DataFrame({"paradigm": strings(r.paradigm), "phenomenon": strings(r.phenomenon),
+                          "pair_id": strings(r.pair_id), "ok": (r.bits & (MLP if metric == "mlp" else SUM)) > 0,
+                          "margin": lpg / ng - lpb / nb if metric == "mlp" else lpg - lpb}),
+            r.convention, r.tokens)
 
 
 def paired_stats(a: np.ndarray, b: np.ndarray, n_boot: int = 2000,
@@ -195,11 +210,12 @@ def compare(a: str | Side, b: str | Side, metric: str = "mlp", n_boot: int = 200
                   "differences (McNemar's exact test with one seed)", "a": [], "b": []}
     per_pair = []  # for each seed pair: {benchmark: merged frame}
     conventions: dict[str, str] = {}
+    skipped: dict[str, set] = {}  # kind -> names of the files whose family gives no decisions to pair
     for ra, rb in run_pairs:
         sides = []
         for key, side, run in (("a", a, ra), ("b", b, rb)):
             step = _step_of(run, side.step, side.spec)
-            dec = _decisions(run, step, metric)
+            dec = _decisions(run, step, metric, skipped)
             toks = sorted({t for _, _, t, _ in dec.values()})
             meta[key].append({"run": str(run), "step": step, "tokens": toks[0] if len(toks) == 1 else toks,
                               "seed": _read_run_info(run).seed})
@@ -224,6 +240,8 @@ def compare(a: str | Side, b: str | Side, metric: str = "mlp", n_boot: int = 200
     if len(conventions) > 1:
         raise EvalInputError("refusing to compare scores of different conventions: " +
                              "; ".join(f"{c!r} (e.g. {f})" for c, f in sorted(conventions.items())))
+    notes += [f"skipped {kind} file(s) {', '.join(sorted(names))}: their probe family gives no per-item decisions "
+              f"to pair" for kind, names in sorted(skipped.items())]
     rng = np.random.default_rng(seed)
     rows, flips = [], []
     for bench in sorted(set.intersection(*(set(m) for m in per_pair))):

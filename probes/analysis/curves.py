@@ -25,7 +25,6 @@ import pandas as pd
 from probes.analysis.evalset import EvalInputError, EvalSet, load_runs
 from probes.analysis.outputs import save_figure, write_csv, write_table, write_text
 from probes.analysis.plotting import accuracy_label, colors, finish_legend, new_figure, plot_line, safe_name, short_label, token_axis
-from probes.syntaxqa.curves import syntax_qa_table, write_syntax_qa_curves
 from probes.analysis.ushape import UShapeConfig, find_u_shapes_in_runs
 
 TIDY_COLUMNS = ["run", "model", "budget", "seed", "step", "tokens", "benchmark", "phenomenon",
@@ -161,19 +160,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for msg in ev.problems:
         print(f"warning: {msg}", file=sys.stderr)
     written = write_curves(ev, args.out, args.delta, f"acc_{args.metric}")
-    qa = syntax_qa_table(args.run_dirs)
-    if len(qa):  # runs probed with probes.syntax_qa.enabled=true
-        written["plots"] += [p for p in write_syntax_qa_curves(qa, args.out) if p.suffix == ".png"]
-    from probes.elagent.report import elagent_table, write_elagent_curves
+    from probes.families import families
 
-    el = elagent_table(args.run_dirs)
-    if len(el):  # runs probed with probes.elagent.enabled=true
-        written["plots"] += [p for p in write_elagent_curves(el, args.out) if p.suffix == ".png"]
-    from probes.lmeval.report import lmeval_table, write_lmeval_curves
-
-    lm = lmeval_table(args.run_dirs)
-    if len(lm):  # runs probed with probes.lm_eval.tasks
-        written["plots"] += [p for p in write_lmeval_curves(lm, args.out) if p.suffix == ".png"]
+    for fam in families():  # the other probe families' curves, where the runs have their files
+        table = fam.load("table")(args.run_dirs) if fam.table and fam.curves else []
+        if len(table):
+            written["plots"] += [p for p in fam.load("curves")(table, args.out) if p.suffix == ".png"]
     us = pd.read_csv(args.out / "ushapes.csv")
     print(f"{len(ev.runs)} run(s), {len(ev.table)} paradigm x checkpoint rows, convention {ev.convention}")
     print(f"tables: {args.out}/curves.csv, phenomena.csv, ushapes.csv ({u_summary(us, args.delta)})")

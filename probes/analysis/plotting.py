@@ -132,6 +132,13 @@ def add_line(ax, x: np.ndarray, y: np.ndarray, **style):
     return line
 
 
+def draw_baseline(ax, tokens, y, ref, color, label: Optional[str] = None, lw: float = 1.2) -> None:
+    """A random-guess baseline: dashed, no markers, so it never reads as a learning curve."""
+    x = 10 ** log_tokens(np.asarray(tokens), np.asarray(ref))
+    order = np.argsort(x, kind="stable")
+    ax.plot(x[order], np.asarray(y, dtype=float)[order], color=color, lw=lw, ls="--", label=label)
+
+
 def plot_line(ax, tokens: np.ndarray, y: np.ndarray, ref_tokens: np.ndarray, label: str, color,
               band: Optional[tuple[np.ndarray, np.ndarray]] = None, lw: float = 1.6, ls: str = "-") -> None:
     x = 10 ** log_tokens(tokens, ref_tokens)

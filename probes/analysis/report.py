@@ -38,7 +38,6 @@ from probes.analysis.scaling import (ScalingConfig, budget_label, difficulty_gro
 from probes.analysis.table4 import table4
 from probes.analysis.ugallery import number_us, plot_u_gallery
 from probes.analysis.ushape import UShapeConfig, find_u_shapes_in_runs
-from probes.syntaxqa.report import syntax_qa_section
 from train.cli import exit_on_user_error
 from train.errors import UserError, check_writable
 
@@ -284,9 +283,6 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
             write_csv(tdir / f"{name}.csv", df)
         runs = pd.DataFrame([dataclasses.asdict(r) for r in ev.runs])
         write_csv(tdir / "runs.csv", runs)
-        # 8. the other probes, where runs have them (appendix)
-        qa_md, qa_figs = syntax_qa_section([(r.name, Path(r.path), r.model, r.budget) for r in ev.runs], out)
-
         # 5. AoA and forgettability, on curves only: last, so that the parent's own work is done while a
         # worker fits (its note keeps its place among the others)
         aoa = finish_aoa()
@@ -309,11 +305,11 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
     if notes:
         write_text(out / "problems.txt", "\n".join(notes) + "\n")
     R.update(ev=ev, cfg=cfg, runs=runs, us=us, acc_u=acc_u, u_evidence=u_evidence, aoa_ph=aoa_ph,
-             overall=overall, regions_u=regions_u, figs=figs, other_figs=qa_figs + use_figs, notes=notes,
-             other_md=[*qa_md, *use_md], cs_md=cs_md, human=human, rule=u_rule_text(cfg.ushape, n_curves))
+             overall=overall, regions_u=regions_u, figs=figs, other_figs=use_figs, notes=notes,
+             other_md=use_md, cs_md=cs_md, human=human, rule=u_rule_text(cfg.ushape, n_curves))
     md, main_figs = markdown(R, out)
     write_text(out / "report.md", md)
-    all_figs = figs + qa_figs + use_figs
+    all_figs = figs + use_figs
     result = {"figures": [p for _, p in all_figs], "main_figures": main_figs, "ushapes": us, "aoa": aoa,
               "groups": groups, "notes": notes, "ushape_evidence": u_evidence, "seconds": time.perf_counter() - t0,
               "figure_cache": (cache.hits, cache.misses) if cache else None}
@@ -358,8 +354,11 @@ def _log_wandb(cfg: ReportConfig, out: Path, figs) -> None:
     os.environ.setdefault("WANDB_MODE", "offline")  # never reach the network unless the user asked for it
     run = wandb.init(project=cfg.wandb_project, job_type="report", dir=str(out))
     run.log({f"report/{Path(p).stem}": wandb.Image(str(p)) for _, p in figs})
-    for name in ("ushapes", "aoa_phenomenon_summary", "difficulty_groups", "scaling_overall", "syntax_qa_final"):
-        if (out / "tables" / f"{name}.csv").is_file():  # syntax_qa_final only where runs have that probe
+    from probes.families import families
+
+    for name in ("ushapes", "aoa_phenomenon_summary", "difficulty_groups", "scaling_overall",
+                 *(t for f in families() for t in f.tables)):
+        if (out / "tables" / f"{name}.csv").is_file():  # a family's tables only where runs have that probe
             run.log({f"report/{name}": wandb.Table(dataframe=pd.read_csv(out / "tables" / f"{name}.csv"))})
     run.finish()
 

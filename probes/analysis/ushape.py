@@ -1,5 +1,5 @@
-"""U-shapes in learning curves (DESIGN.md): a drop of at least delta from an earlier peak to a
-trough, followed by a recovery of at least delta, that is not noise.
+"""U-shapes in learning curves (docs/report.md, "U-shapes and the paper's U's"): a drop of at least delta from an
+earlier peak to a trough, followed by a recovery of at least delta, that is not noise.
 
 `find_u_shapes` is the plain geometric finder on one curve (it proposes candidates).
 `analyse_curve` / `find_u_shapes_in_runs` decide which candidates are U-shapes: a noise threshold

@@ -102,7 +102,7 @@ REGISTRY: dict[str, RegistryEntry] = {
                             FieldMap("good_sentence", "bad_sentence", "paradigm", "phenomenon", "ID"), "sum"),
     "grammar": RegistryEntry("grammar", None, "built-in grammar, English (probes.benchmarks.grammar)"),
     "grammar_zh": RegistryEntry("grammar", None, "built-in grammar, Chinese (probes.benchmarks.grammar)"),
-    # generated, no files: ELAGENT's Language A word order after k demonstrations (probes.elagent.language_a)
+    # generated, no files: ELAGENT's Language A word order after k demonstrations (probes.benchmarks.language_a)
     "elagent_word_order": RegistryEntry("elagent", None, "ELAGENT Language A word order (generated)"),
 }
 
@@ -208,7 +208,7 @@ def load_benchmark(cfg: BenchmarkConfig) -> BenchmarkPairs:
     if fmt == "grammar":
         raw, source, formats = _load_grammar(cfg), f"probes.benchmarks.grammar({_grammar_cfg(cfg)})", {"grammar": 1}
     elif fmt == "elagent":
-        from probes.elagent.language_a import benchmark_pairs
+        from probes.benchmarks.language_a import benchmark_pairs
 
         raw, source, formats = benchmark_pairs(cfg.language_a, cfg.name), f"probes.elagent({cfg.language_a})", {"elagent": 1}
     else:

@@ -14,6 +14,10 @@ from probes.evals.files import eval_done, eval_path, pair_set
 from train.files import checkpoint_dir, manifest_hash
 
 
+def build(cfg: ElagentConfig, ctx) -> "ElagentHook":  # max_positions: the context long k-shot prompts must fit
+    return ElagentHook(cfg, ctx.tokenizer, ctx.run_dir, ctx.max_positions)
+
+
 class ElagentHook:
     def __init__(self, cfg: ElagentConfig, tokenizer, run_dir: Path, max_positions: Optional[int] = None):
         self.cfg, self.tokenizer, self.run_dir = cfg, tokenizer, Path(run_dir)

@@ -8,21 +8,19 @@ minimal pairs: the report's learning-curve, U-shape and AoA sections draw them l
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
 from probes.analysis.aggregate import seed_summary
 from probes.analysis.bands import MIN_SEEDS_T
-from probes.analysis.plotting import colors, new_figure, plot_line, token_axis, write_run_figures
-from probes.evals.files import META_KEY
+from probes.analysis.plotting import colors, draw_baseline, new_figure, plot_line, token_axis, write_run_figures
+from probes.evals.files import EvalInputError, eval_file_meta
 from probes.analysis.outputs import save_figure, write_csv
 from probes.analysis.scaling import budget_label
-from probes.elagent.config import BENCHMARK, ELAGENT_TASKS as TASKS  # not .score: that imports torch
+from probes.elagent.config import BENCHMARK, ELAGENT_TASKS as TASKS, KIND  # not .score: that imports torch
 
 COLUMNS = ["run", "step", "tokens", "key", "metric", "value"]
 METRICS = ("acc", "acc_mean", "acc_random")
@@ -40,7 +38,12 @@ def elagent_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = Non
     rows = []
     for run, name in zip(run_dirs, names):
         for path in sorted((run / "evals").glob(f"step*/{BENCHMARK}.parquet")):
-            meta = json.loads(pq.read_schema(path).metadata[META_KEY])
+            try:
+                meta = eval_file_meta(path)
+            except EvalInputError:  # a torn file is rescored by the hook; nothing to draw
+                continue
+            if meta["kind"] != KIND:
+                continue
             for k, v in (meta.get("summary") or {}).items():
                 key, _, metric = k.rpartition("/")
                 if metric in METRICS and v is not None:
@@ -49,14 +52,22 @@ def elagent_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = Non
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def task_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """Each multiple-choice task as a generated task of the pairs-vs-tasks view (probes.analysis.formuse)."""
+    e = table[table.key.isin(TASKS)]
+    e = e.pivot_table(index=["run", "step", "tokens", "key"], columns="metric", values="value").reset_index()
+    if not len(e):
+        return pd.DataFrame()
+    return pd.DataFrame({"run": e.run, "step": e.step, "tokens": e.tokens, "probe": "elagent:" + e.key,
+                         "acc": e.acc, "chance": e.acc_random})
+
+
 def _curve(df: pd.DataFrame, key: str, metric: str, value: str = "value") -> pd.DataFrame:
     return df[(df.key == key) & (df.metric == metric)].sort_values("tokens")
 
 
 def draw_tasks(ax, df: pd.DataFrame, ref, value: str = "value", band: bool = False) -> int:
     """Accuracy of each task (and of all items, black) with its random baseline dashed in the same colour."""
-    from probes.syntaxqa.curves import draw_baseline
-
     keys = [t for t in TASKS if len(_curve(df, t, "acc"))] + ["all"]
     n = 0
     for key, c in zip(keys, colors(len(keys) - 1) + ["black"]):

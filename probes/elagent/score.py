@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from probes.elagent.deduction import deduction_items
-from probes.elagent.config import BENCHMARK, ElagentConfig
+from probes.elagent.config import BENCHMARK, KIND, ElagentConfig
 from probes.elagent.items import MCItem
 from probes.elagent.precedence import precedence_items
 from probes.scoring.primitive import ENCODE, REDUCTIONS, start_id, token_logprobs
@@ -126,11 +126,11 @@ def evaluate_items(model, tokenizer, items: list[MCItem], cfg: ElagentConfig, *,
     from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint
 
     def describe(df: pd.DataFrame) -> dict:
-        return {"kind": "elagent_items", "config": asdict(cfg), "reduction": "sum", "scored": "letter",
+        return {"config": asdict(cfg), "reduction": "sum", "scored": "letter",
                 "summary": {k: (None if math.isnan(v) else v) for k, v in summarize(df).items()}}
 
     return evaluate_checkpoint(
         model, tokenizer, items, name=BENCHMARK, step=step, tokens=tokens, ckpt_dir=ckpt_dir, run_dir=run_dir,
         opts=ScoreOptions(batch_size=cfg.batch_size), key=item_key,
         score=lambda m, tok, its, opts: score_items(m, tok, its, batch_size=opts.batch_size, device=opts.device),
-        describe=describe, cache=False)  # items, not minimal pairs
+        describe=describe, kind=KIND)

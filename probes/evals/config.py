@@ -10,7 +10,7 @@ from typing import Optional
 
 from train.corpus import GrammarConfig
 
-LANGUAGE_A_LEXICONS = ("tgt", "english")  # probes/elagent/language_a.py
+LANGUAGE_A_LEXICONS = ("tgt", "english")  # probes/benchmarks/language_a.py
 
 
 @dataclass

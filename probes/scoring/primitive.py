@@ -1,6 +1,6 @@
 """The one scoring primitive (per-token log-probs) and the named reductions built on it.
 
-Convention ``start_token_all_tokens_v2`` (DESIGN.md "Contracts"; pinned here, stored in every eval file):
+Convention ``start_token_all_tokens_v2`` (docs/scoring.md; pinned here, stored in every eval file):
 
 * A sentence is tokenized with ``tokenizer(text, add_special_tokens=False, split_special_tokens=True)``
   (text is text: a literal ``<|endoftext|>`` is spelled, not the control id) and the start token is

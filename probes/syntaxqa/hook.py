@@ -12,16 +12,14 @@ from probes.syntaxqa.records import benchmark_name
 from probes.syntaxqa.score import SyntaxQAConfig, build_items_and_reports, evaluate_items, item_key, summarize
 
 
+def build(cfg: SyntaxQAConfig, ctx) -> "SyntaxQAHook":
+    return SyntaxQAHook(cfg, ctx.tokenizer, ctx.run_dir)
+
+
 class SyntaxQAHook:
     def __init__(self, cfg: SyntaxQAConfig, tokenizer, run_dir: Path):
         self.cfg, self.tokenizer, self.run_dir = cfg, tokenizer, Path(run_dir)
         self.benchmark = benchmark_name(cfg.mode)
-        if cfg.mode == "paper":
-            from probes.syntaxqa.paper_score import build_paper_items_and_reports
-
-            self.items, _, self.reports = build_paper_items_and_reports(cfg)
-        else:
-            self.benchmark = benchmark_name(cfg.mode)
         if cfg.mode == "paper":
             from probes.syntaxqa.paper_score import build_paper_items_and_reports
 
