@@ -258,3 +258,14 @@ def test_case_study_band_with_two_seeds(tmp_path):
     case = md.split("## Case study")[1].split("\n## ")[0]
     assert "95 % seed-and-pair bootstrap (with 2 seeds the seed variance rests on two draws)" in case
     assert "t over seeds" not in case
+
+
+def test_a_report_on_one_checkpoint_says_there_is_no_change(tmp_path):
+    """Runs scored at one checkpoint only have no curve: no AoA, no change; the report still writes (it
+    crashed on the empty AoA table) and its first paragraph says why there is no change to report."""
+    run = tmp_path / "one"
+    config(run, seed=1)
+    write_eval(run, 5, 500, pairs("agr", "agreement", 3) + pairs("bind", "binding", 2))
+    md = run_report([run], tmp_path / "rep")
+    assert md.split("\n")[2] == "**Summary.** No benchmark was scored at two or more checkpoints: no change to report."
+    assert "no curves, no bands" in md

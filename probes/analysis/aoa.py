@@ -426,7 +426,13 @@ def aoa_rows(plan: AoAPlan, fitted: list[dict[str, np.ndarray]], cfg: AoAConfig)
             "aoa_tokens": 10 ** out["aoa"][sl], "status": status[sl],
             "forgettability": out["forget"][sl], "final_acc": last,
         }))
-    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+    # no curve (a report on runs scored at one checkpoint): the columns still, for the report's filters
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=_AOA_COLUMNS)
+
+
+_AOA_COLUMNS = ["run", "model", "budget", "seed", "benchmark", "level", "phenomenon", "paradigm", "metric", "n_points",
+                "fit_lo", "fit_hi", "fit_mid", "fit_slope", "fit_rmse", "best_fitted_acc", "aoa_log10_tokens",
+                "aoa_tokens", "status", "forgettability", "final_acc"]
 
 
 def _fitted_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig):

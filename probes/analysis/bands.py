@@ -92,6 +92,8 @@ def seed_bands(units: pd.DataFrame, keys: Sequence[str], min_seeds_t: int = MIN_
 def band_caption(bands: pd.DataFrame) -> str:
     """What the drawn bands are, short enough for a figure title: each kind drawn, and the two-draw caveat."""
     kinds = set(bands["band"]) if len(bands) else set()
+    if not kinds:
+        return "no curves, no bands"
     words = {"t": f"95 % t over seeds ({MIN_SEEDS_T}+ seeds)",
              "seed-pair-bootstrap": f"95 % seed-and-pair bootstrap ({TWO_DRAWS})",
              "pair-bootstrap": "95 % pair bootstrap (one seed: no seed variation)"}
