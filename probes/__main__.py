@@ -48,7 +48,9 @@ def build_score_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, type=Path, metavar="DIR",
                    help="HF model directory (config.json + weights + tokenizer files)")
     p.add_argument("--benchmark", required=True, metavar="NAME_OR_PATH",
-                   help="a benchmark name known to probes.benchmarks.registry, or a benchmark file/folder")
+                   help="a benchmark name known to probes.benchmarks.registry, or a benchmark file/folder (a path "
+                        "is that file, also when named like a built-in, e.g. grammar.jsonl; a name that is also a path "
+                        "here is refused: write ./NAME for the path)")
     p.add_argument("--format", default="auto",
                    help="benchmark reader for a path (default: sniffed per file)")
     _field_options(p)
