@@ -81,6 +81,12 @@ def test_two_seeds_get_each_seed_and_a_seed_pair_bootstrap_band(tmp_path, capsys
     half = Z * math.sqrt(2 * (0.25 / 4 + 0.1875 / 4) / 4 + 0.25 ** 2 / 2) / 2
     assert (sm.first_acc, sm.last_acc, sm.change) == pytest.approx((0.4375, 0.9375, 0.5), abs=1e-12)
     assert (sm.change_lo, sm.change_hi) == pytest.approx((0.5 - half, 0.5 + half), abs=1e-12)
+    # above chance at the end: binding 3/4 and 4/4, se sqrt(0.1875/4 + 0.125^2 * 2) / 2; agreement 4/4 twice
+    ac = pd.read_csv(tmp_path / "rep" / "tables" / "phenomena_above_chance.csv").set_index("phenomenon")
+    p_bind = stats.norm.sf(0.375 / (math.sqrt(0.1875 / 4 + 0.03125) / 2))
+    assert ac.p_above["binding"] == pytest.approx(p_bind, rel=1e-9) and ac.p_above["agreement"] == 0
+    assert ac.q_above.to_numpy() == pytest.approx(stats.false_discovery_control(ac.p_above.to_numpy()))
+    assert (sm.phenomena_above_chance, sm.phenomena) == (2, 2)
     assert md.split("\n")[2].startswith("**Summary.** pythia-14m · 1k (grammar, 2 seeds): overall accuracy 43.8 → "
                                          f"93.8 %, change +50.0 points (95 % seed-pair-bootstrap interval "
                                          f"{100 * (0.5 - half):+.1f} to {100 * (0.5 + half):+.1f}: told from no change)")
