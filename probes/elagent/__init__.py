@@ -14,10 +14,11 @@ base model can be asked by likelihood are generated here, seeded, from the paper
                    translation that follows Language A vs the same words in English order, after k
                    demonstrations. A registry benchmark (``elagent_word_order``) scored like every minimal pair.
 
-``items`` holds the multiple-choice record and the few-shot layout (options listed with letters, answered by the
-letter); ``score`` scores items by the likelihood of each option's letter (``probes.scoring.primitive``'s one
-primitive; length-neutral, so the 1 / options baseline is what no knowledge scores), summarises and writes
-``<run>/evals/step<N>/elagent.parquet``; ``hook`` runs that at every checkpoint; ``report`` draws the curves.
+``items`` holds the multiple-choice record and the two layouts (options listed with letters, answered by the
+letter; and the cloze layout with a matched context); ``score`` scores every item twice -- by its letter (the
+ELAGENT layout, chance 1 / options) and by its context pair (no letters; chance 0.5 exactly, by
+counterbalance) -- summarises and writes ``<run>/evals/step<N>/elagent.parquet``; ``hook`` runs that at every
+checkpoint; ``report`` draws both curves.
 """
 
 from probes.elagent.config import KIND, ElagentConfig

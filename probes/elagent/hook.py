@@ -14,6 +14,18 @@ from probes.evals.files import eval_done, eval_path, pair_set
 from train.files import checkpoint_dir, manifest_hash
 
 
+def trained_seq_len(run_dir: Path) -> Optional[int]:
+    """The training window of the run (its config.yaml: data.seq_len, else model.max_position_embeddings);
+    None where the run has no config.yaml."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        return None
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(path)
+    return OmegaConf.select(cfg, "data.seq_len") or OmegaConf.select(cfg, "model.max_position_embeddings")
+
+
 def build(cfg: ElagentConfig, ctx) -> "ElagentHook":  # max_positions: the context long k-shot prompts must fit
     return ElagentHook(cfg, ctx.tokenizer, ctx.run_dir, ctx.max_positions)
 
@@ -22,7 +34,8 @@ class ElagentHook:
     def __init__(self, cfg: ElagentConfig, tokenizer, run_dir: Path, max_positions: Optional[int] = None):
         self.cfg, self.tokenizer, self.run_dir = cfg, tokenizer, Path(run_dir)
         self.items = build_items(cfg)
-        check_lengths(tokenizer, self.items, max_positions)  # a too-long prompt fails now, not at step 0
+        # a too-long prompt fails now, not at step 0; one longer than the training windows is named
+        check_lengths(tokenizer, self.items, max_positions, trained_seq_len(self.run_dir))
         self.pair_set = pair_set(self.items, item_key)
 
     def describe(self) -> str:
