@@ -65,6 +65,8 @@ def test_two_seeds_get_each_seed_and_a_seed_pair_bootstrap_band(tmp_path, capsys
     assert b.acc_mean == 0.875 and b.acc_mean - b.lo == pytest.approx(
         Z * math.sqrt(0.1875 / 4 + 0.25 ** 2 / 2) / 2, abs=1e-9)
     assert b.hi == 1.0  # clipped
+    t4 = pd.read_csv(tmp_path / "rep" / "tables" / "table4_grammar.csv").iloc[0]  # the last checkpoint's cells
+    assert (t4.binding, t4.binding_lo, t4.band) == (0.875, pytest.approx(b.lo, abs=1e-12), "seed-pair-bootstrap")
     # no t-interval anywhere with 2 seeds, and the report says which band it draws
     assert set(ph.band) == {"seed-pair-bootstrap"}
     assert "95 % seed-and-pair bootstrap (with 2 seeds the seed variance rests on two draws)" in md
