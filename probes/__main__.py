@@ -1,5 +1,5 @@
-"""``python -m probes {score,score-run,watch,tokens,curves,report,compare,benchmarks,syntax-qa,lm-eval-tasks} ...``: one entry point for everything
-that reads models.
+"""``python -m probes COMMAND ...``: one entry point for everything that reads models; ``python -m probes --help``
+lists COMMANDS below and the probe families' commands (train/commands.py).
 
 ``score``, ``score-run`` and ``watch`` parse their arguments here (the last two run
 ``probes.scoring.watch``); the other commands are imported only when called, so scoring does
@@ -12,20 +12,20 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-USAGE = """usage: python -m probes {score,score-run,watch,tokens,curves,report,compare,benchmarks,syntax-qa,lm-eval-tasks} [-h] ...
-
-  score       score one HF causal LM directory on one benchmark, write per-pair parquet
-  score-run   score every whole checkpoint of a run directory (skips finished files)
-  watch       follow a training run and score checkpoints as they become whole
-  tokens      one pair's per-token surprisal over a run's checkpoints (table; --out draws it)
-  curves      learning curves and U-shapes from the eval files of run directories
-  report      report.md + figures + tables: seeds, U-shapes, AoA, scaling grid, case study, regions
-  compare     paired statistics of two runs or checkpoints (McNemar, paired bootstrap, BH q) -> compare.csv
-  benchmarks  list / inspect / check benchmarks
-  syntax-qa   ask a causal LM questions about treebank sentences (TF / MC / FITB, OA)
-  lm-eval-tasks  write lm-eval task YAMLs of our benchmarks (our scoring convention; docs/lm_eval.md)
-
-run `python -m probes COMMAND -h` for a command's options"""
+COMMANDS = {  # `python -m probes NAME ...`: import path of its main(argv), one line of help; the probe families add
+    # theirs (probes/families.py)
+    "score": ("probes.__main__:score_main", "score one HF causal LM directory on one benchmark, write per-pair parquet"),
+    "score-run": ("probes.__main__:score_run_main", "score every whole checkpoint of a run directory (skips finished files)"),
+    "watch": ("probes.__main__:watch_main", "follow a training run and score checkpoints as they become whole"),
+    "tokens": ("probes.scoring.tokens:main", "one pair's per-token surprisal over a run's checkpoints (table; --out draws it)"),
+    "unigram": ("probes.scoring.unigram:main", "add unigram log-prob columns (SLOR, MORCELA) to a run's eval files"),
+    "curves": ("probes.analysis.curves:main", "learning curves and U-shapes from the eval files of run directories"),
+    "report": ("probes.analysis.report:main", "report.md + figures + tables: seeds, U-shapes, AoA, scaling grid, case "
+                                              "study, regions"),
+    "compare": ("probes.analysis.compare:main", "paired statistics of two runs or checkpoints (McNemar, paired "
+                                                "bootstrap, BH q) -> compare.csv"),
+    "benchmarks": ("probes.benchmarks.registry:main", "list / inspect / check benchmarks"),
+}
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
@@ -51,21 +51,31 @@ def build_score_parser() -> argparse.ArgumentParser:
                    help="a benchmark name known to probes.benchmarks.registry, or a benchmark file/folder (a path "
                         "is that file, also when named like a built-in, e.g. grammar.jsonl; a name that is also a path "
                         "here is refused: write ./NAME for the path)")
-    p.add_argument("--format", default="auto",
-                   help="benchmark reader for a path (default: sniffed per file)")
-    _field_options(p)
     p.add_argument("--out", required=True, type=Path, metavar="FILE.parquet")
-    p.add_argument("--batch-size", type=int, default=64)
+    return _scoring_flags(p)
+
+
+def _scoring_flags(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The flags score, score-run and watch share."""
+    p.add_argument("--format", default="auto", help="benchmark reader for a path (default: sniffed per file)")
+    _field_options(p)
     p.add_argument("--max-pairs-per-paradigm", type=int, default=None, metavar="N",
-                   help="score a fixed-seed sample of N pairs per paradigm (quick looks)")
+                   help="a fixed-seed sample of N pairs per paradigm (default: every pair)")
+    p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on GPUs; lps move by ~1e-2 nats)")
+    p.add_argument("--per-token", action="store_true",
+                   help="also store every token's lp in the eval file's sidecar <stem>.tokens.parquet")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow the model directory's own Python code (off by default)")
-    p.add_argument("--bf16", action="store_true",
-                   help="bfloat16 autocast (faster on GPUs; lps move by ~1e-2 nats)")
-    p.add_argument("--per-token", action="store_true",
-                   help="also write every token's lp to OUT's sidecar <stem>.tokens.parquet (probes/scoring/tokens.py)")
     return p
+
+
+def _check_counts(args) -> None:
+    if args.batch_size < 1:
+        raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.max_pairs_per_paradigm is not None and args.max_pairs_per_paradigm < 1:
+        raise CliError(f"--max-pairs-per-paradigm must be >= 1, got {args.max_pairs_per_paradigm}")
 
 
 def _field_options(p: argparse.ArgumentParser) -> None:
@@ -99,17 +109,10 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
                         "(needs `pip install -e .[lm-eval]`; docs/lm_eval.md)")
     p.add_argument("--lm-eval-include-path", default=None, metavar="DIR",
                    help="local lm-eval task YAMLs (e.g. from `python -m probes lm-eval-tasks`)")
-    p.add_argument("--format", default="auto", help="benchmark reader for a path")
-    _field_options(p)
-    p.add_argument("--max-pairs-per-paradigm", type=int, default=None, metavar="N",
-                   help="a fixed-seed sample of N pairs per paradigm (default: every pair)")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
-    p.add_argument("--per-token", action="store_true",
-                   help="also store every token's lp: evals/step<N>/<benchmark>.tokens.parquet")
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="allow the model directory's own Python code (off by default)")
+    _scoring_flags(p)
+    p.add_argument("--replace", action="store_true",
+                   help="score over eval files of another pair sample (e.g. the in-loop results); without it "
+                        "they are named and nothing is scored")
     if command == "score-run":  # a public suite instead of a run directory (probes/scoring/hub.py)
         p.add_argument("--hub", metavar="ORG/NAME", help="score the revisions of a hub model (e.g. EleutherAI/pythia-160m)")
         p.add_argument("--revisions", metavar="pythia|step0,step1000,...",
@@ -141,10 +144,7 @@ def _score_run(command: str, args) -> int:
     from probes.scoring.watch import ScoreOptions, score_run, watch
     from train.lock import EVAL_LOCK, RunDirLocked, RunLock
 
-    if args.batch_size < 1:
-        raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.max_pairs_per_paradigm is not None and args.max_pairs_per_paradigm < 1:
-        raise CliError(f"--max-pairs-per-paradigm must be >= 1, got {args.max_pairs_per_paradigm}")
+    _check_counts(args)
     if command == "watch" and args.poll <= 0:
         raise CliError(f"--poll must be > 0 seconds, got {args.poll}")
     if not args.benchmark and not args.lm_eval_task:
@@ -191,11 +191,15 @@ def _score_run(command: str, args) -> int:
     try:
         with lock:
             if command == "score-run":
-                written = score_run(args.run_dir, benchmarks, opts, lm_eval=lm_eval)
+                written = score_run(args.run_dir, benchmarks, opts, lm_eval=lm_eval, replace_samples=args.replace)
                 print(f"{args.run_dir}: {len(written)} eval files written")
+                if written and (args.run_dir / "curves").is_dir():  # drawn from the files now replaced
+                    from probes.analysis.curves import main as curves_main
+
+                    curves_main([str(args.run_dir), "--out", str(args.run_dir / "curves")])
                 return 0
-            return 0 if watch(args.run_dir, benchmarks, opts, poll_s=args.poll,
-                              timeout_s=args.timeout, lm_eval=lm_eval) else 3
+            return 0 if watch(args.run_dir, benchmarks, opts, poll_s=args.poll, timeout_s=args.timeout,
+                              lm_eval=lm_eval, replace_samples=args.replace) else 3
     except (OSError, ValueError, RunDirLocked, CorruptCheckpointError) as e:  # messages name the checkpoint or file
         raise CliError(str(e)) from None
 
@@ -325,10 +329,7 @@ def score_main(argv: Optional[Sequence[str]] = None) -> int:
 def _score(args) -> int:
     from probes.analysis.outputs import check_output_file
 
-    if args.batch_size < 1:
-        raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.max_pairs_per_paradigm is not None and args.max_pairs_per_paradigm < 1:
-        raise CliError(f"--max-pairs-per-paradigm must be >= 1, got {args.max_pairs_per_paradigm}")
+    _check_counts(args)
     _check_model_dir(args.model)
     try:
         check_output_file(args.out)
@@ -414,46 +415,20 @@ def _coverage(name: str, tokenizer, pairs, model_dir: Path, ids: Optional[dict] 
         print(warning, file=sys.stderr)
 
 
+def score_run_main(argv: Sequence[str]) -> int:
+    return run_main("score-run", argv)
+
+
+def watch_main(argv: Sequence[str]) -> int:
+    return run_main("watch", argv)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
-        return 0 if argv else 2
-    command, rest = argv[0], argv[1:]
-    if command == "score":
-        return score_main(rest)
-    if command in ("score-run", "watch"):
-        return run_main(command, rest)
-    if command == "tokens":
-        from probes.scoring.tokens import main as tokens_main
+    from probes.families import families
+    from train.commands import dispatch
 
-        return tokens_main(rest)
-    if command == "curves":
-        from probes.analysis.curves import main as curves_main
-
-        return curves_main(rest)
-    if command == "report":
-        from probes.analysis.report import main as report_main
-
-        return report_main(rest)
-    if command == "compare":
-        from probes.analysis.compare import main as compare_main
-
-        return compare_main(rest)
-    if command == "benchmarks":
-        from probes.benchmarks.registry import main as benchmarks_main
-
-        return benchmarks_main(rest)
-    if command == "syntax-qa":
-        from probes.syntaxqa.score import main as syntax_qa_main
-
-        return syntax_qa_main(rest)
-    if command == "lm-eval-tasks":
-        from probes.lmeval.tasks import main as lm_eval_tasks_main
-
-        return lm_eval_tasks_main(rest)
-    print(f"error: unknown command {command!r}\n{USAGE}", file=sys.stderr)
-    return 2
+    commands = {**COMMANDS, **{name: (target, about) for f in families() for name, target, about in f.commands}}
+    return dispatch("python -m probes", commands, list(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ class Family:
     # (eval file, metric) -> per-item decisions (paradigm, phenomenon, pair_id, ok) that `compare` pairs across
     # two sides; None: compare lists the files as skipped
     decisions: Optional[str] = None
+    commands: tuple = ()  # its `python -m probes` commands: (name, "module:main", one line of help)
 
     def load(self, what: str) -> Any:
         module, _, name = getattr(self, what).partition(":")

@@ -310,7 +310,7 @@ def test_end_of_run_u_list_applies_the_reports_rule(tmp_path, capsys):
     us = pd.read_csv(tmp_path / "c1" / "ushapes.csv")
     assert len(us) >= 10  # plenty of geometric dips in 10-pair curves ...
     assert not us.accepted.any() and set(us.verdict) == {"too_thin"}  # ... none of them a U-shape
-    assert "0 U-shape(s) at delta=0.1" in printed and "too few to accept a U of depth 0.1" in printed
+    assert "0 learning U-shape(s) (+0 peaking at step 0, the untrained model) at delta=0.1" in printed and "too few to accept a U of depth 0.1" in printed
 
     # two seeds with planted dips (0.3 deep, and 0.08: a U at the report's delta 0.05, not at 0.1):
     # the end-of-run list and the report's table accept the same U's

@@ -277,3 +277,30 @@ def test_a_report_on_one_checkpoint_says_there_is_no_change(tmp_path):
     md = run_report([run], tmp_path / "rep")
     assert md.split("\n")[2] == "**Summary.** No benchmark was scored at two or more checkpoints: no change to report."
     assert "no curves, no bands" in md
+
+
+def test_paper_u_needs_peak_trough_and_recovery_in_the_papers_windows(tmp_path):
+    """The NPI case-study paradigm dips from step 0 in two models: one recovers at ~1e6 tokens (an early dip,
+    not the paper's, which recovers around 100M), the other at ~1e8 (the paper's). Same trough window."""
+    from probes.analysis.evalset import load_runs, log_tokens
+    from probes.analysis.paper_ushapes import paper_u_table
+    from probes.analysis.synthetic import RunSpec, log_spaced_steps, write_run
+    from probes.analysis.ushape import UShapeConfig
+
+    rng = np.random.default_rng(4)
+    steps = log_spaced_steps(30, 50_000)
+    x = log_tokens(steps * 20_000)  # step 0, then 2e4 .. 1e9 tokens
+    npi = "npi_renhe_wh_question_subj"
+    runs = []
+    for model, (fall, rise) in (("pythia-14m", (5.5, 5.7)), ("pythia-70m", (5.5, 7.7))):
+        # 0.8 until 1e5 tokens, 0.5 from 10^fall to 10^rise, 0.85 from 0.3 decades later on
+        curve = np.interp(x, [0, 5.0, fall, rise, rise + 0.3, 12], [0.8, 0.8, 0.5, 0.5, 0.85, 0.85])
+        runs += [write_run(tmp_path / f"{model}-s{s}", RunSpec(model=model, budget=10**9, seed=s, tokens_per_step=20_000,
+                                                               steps=list(steps), benchmark="zhoblimp"),
+                           curve[:, None], [npi], ["npi_licensing"], 300, rng) for s in (1, 2)]
+    t = paper_u_table(load_runs(runs), UShapeConfig(n_boot=400))
+    t = t[t.paper_u == "NPI case study, early dip"].set_index("model")
+    early, paper = t.loc["pythia-14m"], t.loc["pythia-70m"]
+    assert early.status == "a dip, not the paper's U", early.why
+    assert "outside: recovery" in early.why and "recovery 3e+07–1e+09" in early.why
+    assert paper.status == "detected", paper.why

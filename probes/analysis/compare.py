@@ -329,7 +329,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"{len(t)} rows ({(t.level == 'paradigm').sum()} paradigms); {len(sig)} paradigm(s) differ at q < 0.05 "
           f"({(sig.c > sig.b).sum()} better in B, {(sig.b > sig.c).sum()} worse) -> {args.out / 'compare.csv'}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -25,7 +25,7 @@ import pandas as pd
 from probes.analysis.evalset import EvalInputError, EvalSet, load_runs
 from probes.analysis.outputs import save_figure, write_csv, write_table, write_text
 from probes.analysis.plotting import accuracy_label, colors, finish_legend, new_figure, plot_line, safe_name, short_label, token_axis
-from probes.analysis.ushape import UShapeConfig, find_u_shapes_in_runs
+from probes.analysis.ushape import UShapeConfig, count_text, find_u_shapes_in_runs
 
 TIDY_COLUMNS = ["run", "model", "budget", "seed", "step", "tokens", "benchmark", "phenomenon",
                 "paradigm", "n_pairs", "acc_mlp", "acc_sum"]
@@ -130,11 +130,11 @@ def write_curves(ev: EvalSet, out: Path, delta: float = UShapeConfig.delta,
 
 
 def u_summary(us: pd.DataFrame, delta: float) -> str:
-    """'2 U-shape(s) at delta=0.05 (of 31 candidates: 25 too_thin, 4 below_noise)'."""
-    n_acc = int(us["accepted"].sum()) if len(us) else 0
+    """'2 learning U-shape(s) (+1 peaking at step 0, the untrained model) at delta=0.05 (of 31 candidates:
+    25 too_thin, 4 below_noise)'."""
     rest = us.loc[~us["accepted"].astype(bool), "verdict"].value_counts() if len(us) else pd.Series(dtype=int)
     why = ", ".join(f"{n} {v}" for v, n in rest.items())
-    return f"{n_acc} U-shape(s) at delta={delta}" + (f" (of {len(us)} candidates: {why})" if why else "")
+    return f"{count_text(us)} at delta={delta}" + (f" (of {len(us)} candidates: {why})" if why else "")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -173,10 +173,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for n in written["notes"]:
         print(f"U-shapes: {n}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
 
 
 class CurvesHook:

@@ -26,7 +26,8 @@ from probes.analysis.casestudy import CaseStudyConfig, case_study_section, pick_
 from probes.analysis.curves import phenomenon_table
 from probes.analysis.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_runs
 from probes.analysis.formuse import use_sections
-from probes.analysis.human import zhoblimp_human
+from probes.analysis.heldout import final_heldout, heldout_table, plot_heldout
+from probes.analysis.human import blimp_human, zhoblimp_human
 from probes.analysis.normsweep import sweep_paradigms, sweep_summary
 from probes.analysis.outputs import FigureJobs, staged_output, write_csv, write_parquet, write_table, write_text
 from probes.analysis.paper_ushapes import paper_u_table
@@ -37,7 +38,7 @@ from probes.analysis.scaling import (ScalingConfig, budget_label, difficulty_gro
                                      plot_grid_overall, plot_grid_phenomena)
 from probes.analysis.table4 import table4
 from probes.analysis.ugallery import number_us, plot_u_gallery
-from probes.analysis.ushape import UShapeConfig, find_u_shapes_in_runs
+from probes.analysis.ushape import UShapeConfig, count_text, find_u_shapes_in_runs
 from train.cli import exit_on_user_error
 from train.errors import UserError, check_writable
 
@@ -179,6 +180,9 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
         b_phen = seed_bands(u_phen, ["model", "budget", "benchmark", "phenomenon", "step"])
         if len(b_over):
             jobs.submit("Overall learning curve", plot_overall, b_over, u_over, fdir / "overall_curve.png", ylabel)
+        R["heldout"] = val = heldout_table(ev.runs)  # beside it: the held-out loss (probes/analysis/heldout.py)
+        if len(val):
+            jobs.submit("Held-out loss", plot_heldout, val, fdir / "heldout_loss.png")
         for bench in curve_b:
             bb = b_phen[b_phen.benchmark == bench]
             largest = budget_order(bb)[-1]
@@ -200,7 +204,9 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
         cells = {by: final_bands(ev.table, metric, by) for by in ((), ("phenomenon",), ("phenomenon", "paradigm"))}
         overall, per_phen = grid_tables(final, metric, (cells[()], cells[("phenomenon",)]))
         t4_cells = pd.concat([cells[("phenomenon",)], cells[()].assign(phenomenon="overall")], ignore_index=True)
-        R["table4"] = {b: table4(final, b, metric, human, t4_cells) for b in final_b}
+        refs = {"zhoblimp": human, "blimp": blimp_human(ev.table)}  # human rows: the paper's, BLiMP's own
+        R["table4"] = {b: table4(final, b, metric, refs.get(b.removesuffix(ALL_SUFFIX)), final_heldout(val) if len(val)
+                                 else None, t4_cells) for b in final_b}
         par_cells = cells[("phenomenon", "paradigm")][["model", "budget", "benchmark", "paradigm", "lo", "hi"]]
         R["groups"] = groups = difficulty_groups(final[final.benchmark.isin(final_b)].merge(
             par_cells, on=["model", "budget", "benchmark", "paradigm"], how="left"), cfg.scaling)
@@ -249,7 +255,7 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
             name = f"regions_{safe_name(k.benchmark)}_{safe_name(k.paradigm)}_{safe_name(k.model)}_{budget_label(k.budget)}.png"
             jobs.submit(f"Appendix: regions over training, {k.paradigm} ({_group_label(k.model, k.budget)})",
                         plot_regions, _select(par_curves, k.model, k.budget, k.benchmark, k.paradigm),
-                        f"{k.benchmark} · {k.paradigm} ({_group_label(k.model, k.budget)}); U windows shaded",
+                        f"{k.benchmark} · {k.paradigm} ({_group_label(k.model, k.budget)})",
                         adir / name, _select(acc_u, k.model, k.budget, k.benchmark, k.paradigm) if len(acc_u) else None,
                         metric)
         cs_md, cs_notes = case_study_section(ev, cfg.case_study, out, jobs, metric)
@@ -264,6 +270,7 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
         big_table(tdir / "accuracy_paradigm", bootstrap_paradigm_intervals(ev.table))
         big_table(tdir / "curves_overall", b_over)
         big_table(tdir / "curves_overall_seeds", u_over)
+        write_csv(tdir / "heldout_loss.csv", val)
         big_table(tdir / "curves_phenomenon", b_phen)
         big_table(tdir / "curves_phenomenon_seeds", u_phen)
         big_table(tdir / "seeds_paradigm",
@@ -329,9 +336,11 @@ def u_rule_text(u: UShapeConfig, n_curves: Optional[int] = None) -> str:
               "rising curves far less). " if n_curves else "")
     return (family + f"Candidates: drop and recovery >= {u.delta} on the seed-mean curve, looked for on "
             f"{' and on '.join(looks)}. Accepted when (1) the U's depth, min(drop, recovery), exceeds the "
-            f"deepest drop that binomial noise alone makes anywhere on the schedule at that scale "
-            f"({1 - u.alpha / max(len(looks), 1):.4g} quantile over {u.n_null} Monte Carlo draws, at the "
-            "curve's own accuracies and pairs: looking at every checkpoint is paid for here), (2) the paired "
+            f"deepest drop that noise makes anywhere on the schedule at that scale "
+            f"({1 - u.alpha / max(len(looks), 1):.4g} quantile over {u.n_null} Monte Carlo draws of binomial noise "
+            "at the curve's own accuracies and pairs, its variance times the checkpoints' measured dispersion where "
+            "that is above 1 (column noise_dispersion: the same pairs at every checkpoint, seeds sharing data); "
+            "looking at every checkpoint is paid for here), (2) the paired "
             f"bootstrap over pairs ({u.n_boot} resamples, the same pairs at every checkpoint and seed) puts the "
             f"drop{' and the recovery' if u.require_recovery else ''} above 0 at one-sided level {u.alpha:.3g}, "
             f"and (3) at least {u.min_seed_agreement:.0%} of seeds show it on their own curve (with 2 seeds that "
@@ -426,15 +435,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"warning: {n}", file=sys.stderr)
     for n in res["ushape_evidence"]:
         print(f"U-shapes: {n}")
-    n_acc = int(res["ushapes"]["accepted"].sum()) if len(res["ushapes"]) else 0
     print(f"report: {a.out / 'report.md'} ({len(res['main_figures'])} figures in the main flow, "
           f"{len(res['figures']) - len(res['main_figures'])} in the appendix; tables in {a.out / 'tables'}); "
-          f"{n_acc} accepted U-shape(s); {res['seconds']:.1f} s"
+          f"{count_text(res['ushapes'])}; {res['seconds']:.1f} s"
           + (f"; {res['figure_cache'][0]} figure(s) reused from the figure cache" if res["figure_cache"] else ""))
     if res["main_figures"]:
         print(f"first figure: {res['main_figures'][0]}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -19,6 +19,7 @@ from probes.analysis.paper_ushapes import REFERENCE_DEPTH, paper_u_markdown
 from probes.analysis.scaling import PAPER_GROUPS, budget_label
 from probes.analysis.table4 import table4_markdown
 from probes.analysis.ugallery import MAX_PANELS
+from probes.analysis.ushape import count_ushapes
 
 
 def md_table(df: pd.DataFrame, limit: int = 30, floatfmt: str = "{:.3g}") -> str:
@@ -33,16 +34,6 @@ def md_table(df: pd.DataFrame, limit: int = 30, floatfmt: str = "{:.3g}") -> str
     body = "".join("| " + " | ".join(r) + " |\n" for r in d.itertuples(index=False))
     more = f"\n_{len(df) - limit} more rows in the CSV._\n" if len(df) > limit else ""
     return head + body + more
-
-
-def count_ushapes(us) -> dict[str, int]:
-    """PLACEHOLDER until h34u's probes.analysis.ushape.count_ushapes is on main: accepted U's counted apart
-    by where the peak lies, "learning" (after step 0) and "from_step0" (the untrained model's accuracy)."""
-    if us is None or not len(us):
-        return {"learning": 0, "from_step0": 0}
-    acc = us[us["accepted"].astype(bool)]
-    step0 = int((acc["peak_step"] == 0).sum())
-    return {"learning": len(acc) - step0, "from_step0": step0}
 
 
 def summary_table(R: dict, cfg) -> pd.DataFrame:
@@ -118,7 +109,7 @@ def authors_rule(bench: str, metric: str) -> str:
     """A sentence naming the decision rule the benchmark's authors use where the registry knows one
     (RuBLiMP, TurBLiMP, JBLiMP), so a reader comparing with their paper knows which rule this table is."""
     from probes.benchmarks.registry import REGISTRY
-    from probes.scoring.primitive import CONVENTIONS
+    from probes.evals.files import CONVENTIONS
 
     entry = REGISTRY.get(bench.removesuffix("_all"))
     rule = entry.authors_convention if entry else None
@@ -156,6 +147,9 @@ def markdown(R: dict, out: Path) -> tuple[str, list[Path]]:
     L += embed("Overall learning curve", "Mean accuracy over every paradigm of each benchmark against tokens seen; "
                "one line per model size, one panel per corpus budget. Numbers: tables/curves_overall.csv (seed "
                "means and bands), tables/curves_overall_seeds.csv (each seed).")
+    L += embed("Held-out loss", "Language-model quality on the same axis: mean loss per token on held-out documents of the "
+               "corpus that no run trained on (one set for every budget and seed: data.heldout_tokens), at every "
+               "checkpoint. Numbers: tables/heldout_loss.csv.")
     for bench in R["curve_benchmarks"]:
         L += embed(f"All phenomena, {bench} (Figure 5)",
                    f"As ZhoBLiMP Figure 5: every phenomenon of {bench} (mean of its paradigms) on the largest corpus "
@@ -169,11 +163,18 @@ def markdown(R: dict, out: Path) -> tuple[str, list[Path]]:
     for bench, t4 in R["table4"].items():
         where = ("every pair, at each run's last checkpoint (probes.final_all_pairs)" if bench.endswith("_all")
                  else "the pairs scored at each run's last checkpoint")
+        refs = (" Rows in italics are references, labelled with their source: human agreement (the authors' "
+                f"validation CSV, our pooled reading; the paper's Table 4 column says {100 * PAPER_HUMAN_OVERALL:.1f} % "
+                "overall) and the paper's own Zh-Pythia numbers (3B tokens, Table 4), not ours."
+                if bench.removesuffix("_all") == "zhoblimp" else
+                " The row in italics, where present, is BLiMP's human validation (its repository's "
+                "raw_results/summary/human_validation_summary.csv: a phenomenon the mean of its paradigms; over all 67, "
+                "88.6 %, Warstadt et al. 2020's human aggregate), not ours."
+                if bench.removesuffix("_all") == "blimp" else " No reference rows for this benchmark.")
+        held = " Held-out loss: mean over seeds at the last checkpoint (nats per token)." if "val_loss" in t4 else ""
         L += [f"**{bench}**: accuracy (%) on {where}, mean over seeds; a phenomenon is the mean of its paradigms, "
-              "overall the mean of all paradigms. Rows in italics are references, labelled with their source: "
-              f"human agreement (the authors' validation CSV, our pooled reading; the paper's Table 4 column says "
-              f"{100 * PAPER_HUMAN_OVERALL:.1f} % overall) and the paper's own Zh-Pythia numbers (3B tokens, Table 4), "
-              f"not ours. CSV: `tables/table4_{bench}.csv`.{authors_rule(bench, cfg.metric)}", "", table4_markdown(t4), ""]
+              f"overall the mean of all paradigms.{refs}{held} CSV: `tables/table4_{bench}.csv`."
+              f"{authors_rule(bench, cfg.metric)}", "", table4_markdown(t4), ""]
     L += ["### Scaling view", ""]
     L += embed("Scaling, ", "Final accuracy (%) over model size x corpus budget, the same numbers as the table above.")
     ov = R["overall"][R["overall"].benchmark.isin(R["final_benchmarks"])].copy()
@@ -257,7 +258,10 @@ def _ushape_md(R: dict, cfg, embed) -> list[str]:
     L = ["## U-shapes", "", R["rule"], ""]
     if len(us):
         counts = us["verdict"].value_counts()
-        L += [f"{len(acc)} accepted of {len(us)} candidates on {' and '.join(cfg.u_levels)} curves ("
+        c = count_ushapes(us)
+        L += [f"{c['learning']} learning U's (a dip after step 0) and {c['from_step0']} peaking at step 0 (the "
+              f"untrained model's accuracy, not knowledge), accepted of {len(us)} candidates on "
+              f"{' and '.join(cfg.u_levels)} curves ("
               + ", ".join(f"{n} {v}" for v, n in counts.items())
               + "; every candidate with its verdict and reason in tables/ushapes.csv).", ""]
     else:
@@ -276,7 +280,9 @@ def _ushape_md(R: dict, cfg, embed) -> list[str]:
                    "seeds, ▲ peak ▼ trough ● recovery; title: depth, the noise threshold it cleared, seeds agreeing.")
     L += ["### The paper's U-shapes beside ours", "",
           "ZhoBLiMP reports U's in phenomena near 100M tokens (BA, FCI) and an early dip in its case-study paradigm. "
-          "For each model x budget here: *detected* (an accepted U with its trough in the paper's window), *not "
+          "For each model x budget here: *detected* (an accepted U whose peak, trough and recovery each lie in the "
+          "paper's window for them), *a dip, not the paper's U* (an accepted U in the paper's span with one of them "
+          "outside: ours and the paper's windows are printed), *not "
           "detectable here* (the runs do not reach the window, or the smallest dip this grid can tell from noise — "
           "the curve's noise threshold at its pairs and seeds, not a fixed delta — is deeper than the reference "
           f"depth {REFERENCE_DEPTH}; then what it would take), or *absent* (covered and detectable, none found). "

@@ -170,13 +170,16 @@ def _budget_order(values) -> list:
 
 
 def heatmap(ax, data: np.ndarray, rows: list[str], cols: list[str], title: str, xlabel: str, ylabel: str):
+    from probes.analysis.plotting import wrap_title
+
     im = ax.imshow(data, vmin=0.4, vmax=1.0, cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(cols)), cols, rotation=30 if max(map(len, cols), default=0) > 6 else 0,
                   ha="right" if max(map(len, cols), default=0) > 6 else "center", fontsize=8)
     ax.set_yticks(range(len(rows)), rows, fontsize=8)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
+    # above the whole figure, in lines of its width: over a narrow heatmap the title was cut at both edges
+    ax.figure.suptitle(wrap_title(title, ax.figure.get_figwidth() - 0.2, 10), fontsize=10)
     if data.size <= 400:
         for (i, j), v in np.ndenumerate(data):
             if np.isfinite(v):

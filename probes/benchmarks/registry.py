@@ -461,7 +461,3 @@ def main(argv: list[str]) -> int:
         print(f"template slots (phrase regions) recovered for {ok:,} of {len(pairs):,} pairs"
               + "".join(f"\n  {k}: {a} of {b}" for k, (a, b) in partial.items()))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

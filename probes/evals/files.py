@@ -27,6 +27,13 @@ from train.evalsums import sum_path, sum_problem
 
 META_KEY = b"syntax_dynamics"  # parquet schema-metadata key of an eval file's JSON metadata
 CONVENTION = "start_token_all_tokens_v2"  # the scoring convention (probes/scoring/primitive.py documents it)
+# the decision rules a pair's lps are read by (probes.scoring.primitive.correct), ours and benchmark authors'
+CONVENTIONS = {
+    "mlp": "MLP: mean log-prob per token, good > bad (ours; RuBLiMP's lower perplexity is the same rule)",
+    "sum": "sum-LP: summed log-prob, good > bad (BLiMP's full-sentence probability)",
+    "sum_after_first": "summed log-prob of every token but the first, good > bad (minicons' default, "
+                       "which leaves the first token unscored)",
+}
 REGIONS = ("prefix", "critical", "suffix")  # the generic per-pair regions of every eval file
 ALL_SUFFIX = "_all"  # probes.final_all_pairs: every pair of <name> at the last checkpoint, as "<name>_all"
 MINIMAL_PAIRS = "minimal_pairs"  # the `kind` of a per-pair eval file; each probe family writes its own (probes/families.py)

@@ -7,4 +7,6 @@ from probes.lmeval.config import KIND, LmEvalConfig
 
 FAMILY = Family(kind=KIND, key="lm_eval", config=LmEvalConfig, hook="probes.lmeval.hook:build",
                 table="probes.lmeval.report:lmeval_table", curves="probes.lmeval.report:write_lmeval_curves",
-                section="probes.lmeval.report:lmeval_section")
+                section="probes.lmeval.report:lmeval_section",
+                commands=(("lm-eval-tasks", "probes.lmeval.tasks:main",
+                           "write lm-eval task YAMLs of our benchmarks (our scoring convention; docs/lm_eval.md)"),))

@@ -117,3 +117,43 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
 
         refresh_cache(run_dir, name)  # so the report reads one small file, not every eval
     return Evaluation(df, path, meta)
+
+
+class ItemsHook:
+    """A family's checkpoint hook over items built once per run (syntax questions, ELAGENT): rank 0 scores them
+    at every checkpoint into evals/step<N>/<benchmark>.parquet, unless done there (a resumed run does not redo a
+    file); their summary goes to the logger. A subclass sets benchmark, items, pair_set, run_dir and gives
+    `evaluate(model, step, tokens, ckpt_dir)` (an Evaluation) and `summarize(df)`."""
+    benchmark: str
+    pair_set: str
+    run_dir: Path
+
+    def post_checkpoint_saved(self, ckpt_dir: Path, step: int, tokens: int, model) -> dict[str, float]:
+        import math
+
+        import torch.distributed as torch_dist
+
+        from probes.evals.files import eval_done
+
+        if torch_dist.is_available() and torch_dist.is_initialized() and torch_dist.get_rank() != 0:
+            return {}  # rank 0 scores: a few hundred items, next to thousands of minimal pairs
+        if eval_done(eval_path(self.run_dir, step, self.benchmark), self.pair_set, manifest_hash(ckpt_dir)):
+            return {}
+        was_training = model.training
+        model.eval()
+        try:
+            ev = self.evaluate(model, step, tokens, ckpt_dir)
+        finally:
+            model.train(was_training)
+        return {f"probe/{self.benchmark}/{k}": v for k, v in self.summarize(ev.df).items()
+                if not math.isnan(v) and not k.endswith("n_items")}
+
+    def missing(self, step: int) -> bool:
+        from probes.evals.files import eval_done
+        from train.files import checkpoint_dir
+
+        return not eval_done(eval_path(self.run_dir, step, self.benchmark), self.pair_set,
+                             manifest_hash(checkpoint_dir(self.run_dir, step)))
+
+    def close(self) -> None:
+        pass

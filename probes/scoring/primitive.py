@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from probes.evals.files import CONVENTION, REGIONS as REGION_NAMES  # defined by the eval contract
+from probes.evals.files import CONVENTION, CONVENTIONS, REGIONS as REGION_NAMES  # defined by the eval contract
 from probes.benchmarks.pairs import Pair
 from probes.scoring.head import _HeadLSE, _batch_split, _drop_last, _split_head
 from probes.scoring.pack import ATTENTION, packed_logprobs
@@ -404,16 +404,8 @@ def _add_slot_sums(tokenizer, pairs: list[Pair], rows: list[dict], ids: list[lis
     return list(columns)
 
 
-# The decision rules a pair can be scored by (``correct``), all on the lps above: ours (MLP) and the
-# ones benchmark authors use (probes.benchmarks.registry names each benchmark's).
-CONVENTIONS = {
-    "mlp": "MLP: mean log-prob per token, good > bad (ours; RuBLiMP's lower perplexity is the same rule)",
-    "sum": "sum-LP: summed log-prob, good > bad (BLiMP's full-sentence probability)",
-    "sum_after_first": "summed log-prob of every token but the first, good > bad (minicons' default, "
-                       "which leaves the first token unscored)",
-}
-
-
+# The decision rules a pair can be scored by (``correct``; their names and descriptions: CONVENTIONS, in the eval
+# contract), all on the lps above: ours (MLP) and the ones benchmark authors use (probes.benchmarks.registry).
 def correct(df: pd.DataFrame, reduction: str = "mlp") -> pd.Series:
     """Per-pair correctness (bool), strict: a tie is wrong. ``reduction``: a key of ``CONVENTIONS``."""
     if reduction == "mlp":
