@@ -48,7 +48,9 @@ def build_score_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, type=Path, metavar="DIR",
                    help="HF model directory (config.json + weights + tokenizer files)")
     p.add_argument("--benchmark", required=True, metavar="NAME_OR_PATH",
-                   help="a benchmark name known to probes.benchmarks.registry, or a benchmark file/folder")
+                   help="a benchmark name known to probes.benchmarks.registry, or a benchmark file/folder (a path "
+                        "is that file, also when named like a built-in, e.g. grammar.jsonl; a name that is also a path "
+                        "here is refused: write ./NAME for the path)")
     p.add_argument("--out", required=True, type=Path, metavar="FILE.parquet")
     return _scoring_flags(p)
 
@@ -292,6 +294,9 @@ def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int], cfg=None,
 
     if fmt not in FORMATS:
         raise CliError(f"--format {fmt}: unknown; known: {', '.join(FORMATS)}")
+    if spec in REGISTRY and Path(spec).exists():  # which one was meant cannot be guessed
+        raise CliError(f"--benchmark {spec}: both the built-in benchmark {spec!r} and the file or folder "
+                       f"{Path(spec).resolve()}; write ./{spec} for the path, or run from elsewhere for the name")
     if cfg is not None:
         try:
             return cfg.name, load_benchmark(cfg)

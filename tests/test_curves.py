@@ -25,7 +25,7 @@ def outcome_matrix(o, paradigm: str) -> list[list[float]]:
 
 
 def write_eval(run: Path, step: int, tokens: int, rows: list[dict], benchmark: str = "grammar",
-               convention: str = CONV, with_ckpt: bool = True) -> Path:
+               convention: str = CONV, with_ckpt: bool = True, pair_set: str | None = None) -> Path:
     """One evals/step<N>/<benchmark>.parquet the way the probe hook writes it."""
     df = pd.DataFrame(rows)
     for col, default in (("benchmark", benchmark), ("good", "g"), ("bad", "b")):
@@ -38,6 +38,8 @@ def write_eval(run: Path, step: int, tokens: int, rows: list[dict], benchmark: s
                 df[f"ntok_{s}_{r}"] = 0
     table = pa.Table.from_pandas(df, preserve_index=False)
     meta = {"step": step, "tokens": tokens, "benchmark": benchmark, "convention": convention}
+    if pair_set:
+        meta["pair_set"] = pair_set
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                            b"syntax_dynamics": json.dumps(meta).encode()})
     path = run / "evals" / f"step{step}" / f"{benchmark}.parquet"

@@ -18,9 +18,10 @@ from typing import Optional, Sequence
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from probes.analysis.aggregate import bootstrap_paradigm_intervals, seed_summary
-from probes.analysis.aoa import AoAConfig, FitStore, start_aoa_table
-from probes.analysis.bands import seed_bands, unit_curves
+from probes.analysis.aggregate import bootstrap_paradigm_intervals
+from probes.analysis.aoa import AoAConfig, FitStore, aoa_intervals, start_aoa_table
+from probes.analysis.bands import above_chance, change_units, final_bands, paradigm_bands, seed_bands, unit_curves
+from probes.analysis.evalfile import MLP, SUM
 from probes.analysis.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
 from probes.analysis.curves import phenomenon_table
 from probes.analysis.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_runs
@@ -144,7 +145,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
 def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[int], figure_cache: bool,
                   previous: Optional[Path]) -> dict:
     from probes.analysis.figcache import FigureCache
-    from probes.analysis.reportmd import markdown
+    from probes.analysis.reportmd import markdown, summary_table
 
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -199,11 +200,16 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
 
         # 2. final accuracy: the Table-4-style table, scaling view and difficulty groups (all pairs where scored)
         final = final_accuracy(ev.table, ev.runs)
-        overall, per_phen = grid_tables(final, metric)
+        # each cell's 95 % interval over seeds and pairs (probes.analysis.bands), from each run's last checkpoint
+        cells = {by: final_bands(ev.table, metric, by) for by in ((), ("phenomenon",), ("phenomenon", "paradigm"))}
+        overall, per_phen = grid_tables(final, metric, (cells[()], cells[("phenomenon",)]))
+        t4_cells = pd.concat([cells[("phenomenon",)], cells[()].assign(phenomenon="overall")], ignore_index=True)
         refs = {"zhoblimp": human, "blimp": blimp_human(ev.table)}  # human rows: the paper's, BLiMP's own
         R["table4"] = {b: table4(final, b, metric, refs.get(b.removesuffix(ALL_SUFFIX)), final_heldout(val) if len(val)
-                                 else None) for b in final_b}
-        R["groups"] = groups = difficulty_groups(final[final.benchmark.isin(final_b)], cfg.scaling)
+                                 else None, t4_cells) for b in final_b}
+        par_cells = cells[("phenomenon", "paradigm")][["model", "budget", "benchmark", "paradigm", "lo", "hi"]]
+        R["groups"] = groups = difficulty_groups(final[final.benchmark.isin(final_b)].merge(
+            par_cells, on=["model", "budget", "benchmark", "paradigm"], how="left"), cfg.scaling)
         for bench in final_b:
             o, pp = overall[overall.benchmark == bench], per_phen[per_phen.benchmark == bench]
             jobs.submit(f"Scaling, {bench} (model × corpus)", plot_grid_overall, o, bench, metric,
@@ -225,6 +231,16 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
             jobs.submit("U-shapes (numbered as the table)", plot_u_gallery, acc_u[acc_u.in_gallery], ub, uu,
                         fdir / "ushapes.png", ylabel)
         R["paper_us"] = paper_u_table(ev_c, cfg.ushape) if "zhoblimp" in curve_b else pd.DataFrame()
+
+        # the first paragraph: change from step 0, phenomena above chance, U's, pairs needed (reportmd.summary_table)
+        bit = MLP if cfg.metric == "mlp" else SUM
+        ch = change_units(ev.outcomes, ev.runs, bit, curve_b)
+        R["change"] = seed_bands(ch, ["model", "budget", "benchmark"], bounds=(-1, 1)).merge(
+            ch.groupby(["model", "budget", "benchmark"], dropna=False)[["first_acc", "last_acc"]].mean().reset_index(),
+            on=["model", "budget", "benchmark"]) if len(ch) else ch
+        R["phen_final"] = above_chance(cells[("phenomenon",)][cells[("phenomenon",)].benchmark.isin(final_b)])
+        R.update(us=us, ev=ev)
+        R["summary"] = summary_table(R, cfg)
 
         # 4. the generic regions (appendix; paradigms with an accepted U first) and the paper's case study
         par_curves, phen_curves = group_region_curves(ev.table), group_region_curves(phen_all)
@@ -258,10 +274,12 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
         big_table(tdir / "curves_phenomenon", b_phen)
         big_table(tdir / "curves_phenomenon_seeds", u_phen)
         big_table(tdir / "seeds_paradigm",
-                  seed_summary(ct, ["model", "budget", "benchmark", "phenomenon", "paradigm", "step"]))
+                  paradigm_bands(ct, ["model", "budget", "benchmark", "phenomenon", "paradigm", "step"]))
         big_table(tdir / "region_curves_paradigm", par_curves)
         if len(sweep):
             big_table(tdir / "normalised_sweep_paradigm", sweep)
+        write_csv(tdir / "summary.csv", R["summary"])
+        write_csv(tdir / "phenomena_above_chance.csv", R["phen_final"])
         for b, t4 in R["table4"].items():
             write_csv(tdir / f"table4_{safe_name(b)}.csv", t4)
         for name, df in (("ushapes", us), ("ushapes_accepted", acc_u), ("ushape_regions", regions_u),
@@ -286,6 +304,7 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
             n_runs=("run", "nunique"), aoa_log10_tokens=("aoa_log10_tokens", "mean"),
             aoa_acquired_runs=("aoa_log10_tokens", "count"), forgettability=("forgettability", "mean"),
             best_fitted_acc=("best_fitted_acc", "mean"), final_acc=("final_acc", "mean")).reset_index()
+        aoa_ph = aoa_intervals(ev_c.outcomes, ev.runs, aoa_ph, aoa, ct, cfg.aoa, cfg.ushape.seed)
         write_csv(tdir / "aoa.csv", aoa)
         write_csv(tdir / "aoa_phenomenon_summary.csv", aoa_ph)
         figs = jobs.results()

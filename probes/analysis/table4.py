@@ -35,10 +35,12 @@ SHORT = {"BA": "BA", "anaphor": "Anaph", "argument_structure": "ArgStr", "classi
 
 
 def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.DataFrame, float] | None = None,
-           heldout: pd.DataFrame | None = None) -> pd.DataFrame:
+           heldout: pd.DataFrame | None = None, cells: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per model x budget (source "ours"), then the reference rows for ZhoBLiMP; one column per
     phenomenon plus "overall", values as accuracies in [0, 1]; `val_loss` on our rows where `heldout`
-    (probes.analysis.heldout.final_heldout) has the run's held-out loss."""
+    (probes.analysis.heldout.final_heldout) has the run's held-out loss. `cells`: probes.analysis.bands.final_bands
+    per phenomenon, with the overall rows as phenomenon "overall"; each of our cells then gets its 95 %
+    interval as <column>_lo / <column>_hi and the row its `band` kind."""
     from probes.analysis.paperfigs import budget_order, model_order, pick
     from probes.analysis.scaling import budget_label
 
@@ -56,6 +58,12 @@ def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.Dat
             row["overall"] = float(g[metric].mean())
             if heldout is not None:
                 row["val_loss"] = pick(heldout, model=model, budget=budget).val_loss.mean()
+            if cells is not None:
+                c = cells[(cells.benchmark == benchmark) & (cells.model == model) & (
+                    cells.budget.isna() if pd.isna(budget) else cells.budget == budget)]
+                row["band"] = "/".join(sorted(set(c.band)))
+                row.update({f"{ph}_{e}": v for ph, lo, hi in zip(c.phenomenon, c.lo, c.hi)
+                            for e, v in (("lo", lo), ("hi", hi))})
             rows.append(row)
     if benchmark.removesuffix("_all") == "zhoblimp":
         if human is not None:
@@ -74,6 +82,8 @@ def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.Dat
     out = pd.DataFrame(rows)
     cols = ["row", "source", "model", "budget", "n_seeds", "n_paradigms", *phens, "overall"] + \
         (["val_loss"] if heldout is not None else [])
+    if cells is not None:
+        cols += ["band", *[f"{p}_{e}" for p in [*phens, "overall"] for e in ("lo", "hi")]]
     out = out.reindex(columns=cols)
     out["budget"] = out["budget"].astype("Int64")
     out["n_seeds"] = out["n_seeds"].astype("Int64")
@@ -82,19 +92,24 @@ def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.Dat
 
 
 def table4_markdown(t: pd.DataFrame) -> str:
-    """Percentages with one decimal, the paper's short column heads; reference rows in italics."""
-    phens = [c for c in t.columns if c not in ("row", "source", "model", "budget", "n_seeds", "n_paradigms", "val_loss")]
-    val = "val_loss" in t.columns
-    head = "| model · corpus | seeds | " + " | ".join(SHORT.get(p, p) for p in phens) + (" | held-out loss" if val else "") \
-        + " |\n"
-    head += "|---|---|" + "---:|" * (len(phens) + val) + "\n"
+    """Percentages with one decimal, the paper's short column heads; reference rows in italics; the overall
+    cell's 95 % interval in a column after it where the table has intervals (the others are in its CSV)."""
+    fixed = ("row", "source", "model", "budget", "n_seeds", "n_paradigms", "band", "val_loss")
+    phens = [c for c in t.columns if c not in fixed and not c.endswith(("_lo", "_hi"))]
+    ci, val = "overall_lo" in t.columns, "val_loss" in t.columns
+    head = "| model · corpus | seeds | " + " | ".join(SHORT.get(p, p) for p in phens) + (" | 95 %" if ci else "") \
+        + (" | held-out loss" if val else "") + " |\n"
+    head += "|---|---|" + "---:|" * (len(phens) + ci + val) + "\n"
     body = ""
     for d in t.to_dict("records"):
         ours = str(d["source"]).startswith("ours")
         name = d["row"] if ours else f"_{d['row']}_"
         seeds = "" if pd.isna(d["n_seeds"]) else str(d["n_seeds"])
-        vals = ["" if pd.isna(d[p]) else f"{100 * d[p]:.1f}" for p in phens] + \
-            (["" if pd.isna(d["val_loss"]) else f"{d['val_loss']:.3f}"] if val else [])
+        vals = ["" if pd.isna(d[p]) else f"{100 * d[p]:.1f}" for p in phens]
+        if ci:
+            vals.append("" if pd.isna(d["overall_lo"]) else f"{100 * d['overall_lo']:.1f}–{100 * d['overall_hi']:.1f}")
+        if val:
+            vals.append("" if pd.isna(d["val_loss"]) else f"{d['val_loss']:.3f}")
         body += f"| {name} | {seeds} | " + " | ".join(vals) + " |\n"
     legend = ", ".join(f"{SHORT[p]} = {p}" for p in phens if p in SHORT and SHORT[p] != p)
     return head + body + (f"\n{legend}.\n" if legend else "")
