@@ -19,11 +19,9 @@ present, an object, an adverb and a PP modifying the verb, so every rule has som
 from a small lexicon and a seeded generator instead of GPT-4 and spaCy (C.3 steps 1-2): the parse is known by
 construction, so the gold translation is the rules applied to it.
 
-A pair: ``shots`` demonstrations (English sentence, its Language A translation; Task 4 shows two), then a new
-English sentence and, as the good sentence, its Language A translation; the bad one has the same Language A
-words (morphology included) with one rule's order undone, as Task 4's 1-order / 2-order contrasts do:
-``all_rules`` (English order), ``S1_SOV`` (SVO), ``S2_PV`` (verb modifiers after the verb), ``S3_PN`` (the
-noun's PP after it). The demonstrations are a shared prefix, so the pair differs only in the test translation.
+A pair (paradigms: docs/elagent.md): ``shots`` demonstrations, a new English sentence and its translation
+(good) or the same Language A words with one rule's order undone (bad, as Task 4's 1-/2-order contrasts);
+the demonstrations are a shared prefix, so the pair differs only in the test translation.
 """
 from __future__ import annotations
 
