@@ -188,13 +188,14 @@ def _check_token_store(cks: list[_Checkpoint], report: RunReport) -> None:
 
 
 def _check_eval_files(run_dir: Path, report: RunReport) -> None:
-    """Every eval file and per-token sidecar under evals/step<N>/ against its .sha256 (train/evalsums.py)."""
-    from train.evalsums import sum_problem
+    """Every eval file and per-token sidecar under evals/step<N>/ against its .sha256 and the checkpoint
+    beside it (train/evalsums.py)."""
+    from train.evalsums import checkpoint_problem, sum_problem
 
     for path in sorted((run_dir / "evals").glob("step*/*.parquet")):
         if path.name.startswith("."):
             continue
-        problem = sum_problem(path)
+        problem = sum_problem(path) or checkpoint_problem(path)
         if problem:
             step = path.parent.name[4:]
             report.findings.append(Finding(int(step) if step.isdigit() else None, str(path), "eval-file",
