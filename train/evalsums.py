@@ -65,12 +65,15 @@ def checkpoint_problem(path: Path, meta: Optional[dict] = None) -> Optional[str]
     (<run>/checkpoints/step<N>), or None: its own metadata records another checkpoint's manifest_hash
     (another run's file copied in with its .sha256). No checkpoint there (pruned, a hub suite), or no
     manifest on either side: nothing to compare."""
-    from train.files import manifest_hash
+    from train.files import CorruptCheckpointError, manifest_hash
 
     path = Path(path)
     recorded = (_own_meta(path) if meta is None else meta).get("manifest")
     ckpt = path.parents[2] / "checkpoints" / path.parent.name
-    here = manifest_hash(ckpt) if recorded and path.parent.parent.name == "evals" else None
+    try:
+        here = manifest_hash(ckpt) if recorded and path.parent.parent.name == "evals" else None
+    except CorruptCheckpointError:  # the checkpoint's own finding (verify), not the eval file's
+        return None
     if here is None or here == recorded:
         return None
     return (f"{path}: its metadata names another checkpoint (manifest {str(recorded)[:12]}…) than {ckpt} "
