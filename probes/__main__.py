@@ -48,7 +48,9 @@ def build_score_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, type=Path, metavar="DIR",
                    help="HF model directory (config.json + weights + tokenizer files)")
     p.add_argument("--benchmark", required=True, metavar="NAME_OR_PATH",
-                   help="a benchmark name known to probes.benchmarks.registry, or a benchmark file/folder")
+                   help="a benchmark name known to probes.benchmarks.registry, or a benchmark file/folder (a path "
+                        "is that file, also when named like a built-in, e.g. grammar.jsonl; a name that is also a path "
+                        "here is refused: write ./NAME for the path)")
     p.add_argument("--out", required=True, type=Path, metavar="FILE.parquet")
     return _scoring_flags(p)
 
@@ -108,6 +110,9 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
     p.add_argument("--lm-eval-include-path", default=None, metavar="DIR",
                    help="local lm-eval task YAMLs (e.g. from `python -m probes lm-eval-tasks`)")
     _scoring_flags(p)
+    p.add_argument("--replace", action="store_true",
+                   help="score over eval files of another pair sample (e.g. the in-loop results); without it "
+                        "they are named and nothing is scored")
     if command == "score-run":  # a public suite instead of a run directory (probes/scoring/hub.py)
         p.add_argument("--hub", metavar="ORG/NAME", help="score the revisions of a hub model (e.g. EleutherAI/pythia-160m)")
         p.add_argument("--revisions", metavar="pythia|step0,step1000,...",
@@ -186,11 +191,15 @@ def _score_run(command: str, args) -> int:
     try:
         with lock:
             if command == "score-run":
-                written = score_run(args.run_dir, benchmarks, opts, lm_eval=lm_eval)
+                written = score_run(args.run_dir, benchmarks, opts, lm_eval=lm_eval, replace_samples=args.replace)
                 print(f"{args.run_dir}: {len(written)} eval files written")
+                if written and (args.run_dir / "curves").is_dir():  # drawn from the files now replaced
+                    from probes.analysis.curves import main as curves_main
+
+                    curves_main([str(args.run_dir), "--out", str(args.run_dir / "curves")])
                 return 0
-            return 0 if watch(args.run_dir, benchmarks, opts, poll_s=args.poll,
-                              timeout_s=args.timeout, lm_eval=lm_eval) else 3
+            return 0 if watch(args.run_dir, benchmarks, opts, poll_s=args.poll, timeout_s=args.timeout,
+                              lm_eval=lm_eval, replace_samples=args.replace) else 3
     except (OSError, ValueError, RunDirLocked, CorruptCheckpointError) as e:  # messages name the checkpoint or file
         raise CliError(str(e)) from None
 
@@ -211,12 +220,15 @@ def _hub_args(args) -> bool:
         raise CliError("--hub needs --revisions (pythia, or step0,step1000,...) and --out RUN_DIR")
     if args.tokens_per_step is not None and args.tokens_per_step < 1:
         raise CliError(f"--tokens-per-step must be >= 1, got {args.tokens_per_step}")
+    if args.trust_remote_code:  # a downloaded suite is untrusted input (DESIGN.md, Known traps)
+        raise CliError("--trust-remote-code is refused with --hub: a downloaded suite's Python never runs here "
+                       "(Pythia's revisions need none); download it and score the directory with probes score")
     return True
 
 
 def _score_hub(args, benchmarks: dict, opts) -> int:
     from probes.evals.files import EvalInputError
-    from probes.scoring.hub import PYTHIA_TOKENS_PER_STEP, HubOptions, parse_revisions, score_hub
+    from probes.scoring.hub import PYTHIA_TOKENS_PER_STEP, HubOptions, RevisionError, check_out, parse_revisions, score_hub
     from train.lock import EVAL_LOCK, RunDirLocked, RunLock
     from train.weights import WeightsMismatchError
 
@@ -225,11 +237,12 @@ def _score_hub(args, benchmarks: dict, opts) -> int:
     except ValueError as e:
         raise CliError(str(e)) from None
     hub = HubOptions(args.hub, revisions, args.tokens_per_step or PYTHIA_TOKENS_PER_STEP, args.delete_after)
-    args.out.mkdir(parents=True, exist_ok=True)
     try:
+        check_out(args.out)  # before the lock file goes in
+        args.out.mkdir(parents=True, exist_ok=True)
         with RunLock(args.out, name=EVAL_LOCK, why="another score-run is scoring this directory"):
             written, warnings, errors = score_hub(args.out, hub, benchmarks, opts)
-    except (OSError, ValueError, RunDirLocked, EvalInputError, WeightsMismatchError) as e:
+    except (OSError, ValueError, RunDirLocked, EvalInputError, WeightsMismatchError, RevisionError) as e:
         raise CliError(str(e)) from None
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
@@ -285,6 +298,9 @@ def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int], cfg=None,
 
     if fmt not in FORMATS:
         raise CliError(f"--format {fmt}: unknown; known: {', '.join(FORMATS)}")
+    if spec in REGISTRY and Path(spec).exists():  # which one was meant cannot be guessed
+        raise CliError(f"--benchmark {spec}: both the built-in benchmark {spec!r} and the file or folder "
+                       f"{Path(spec).resolve()}; write ./{spec} for the path, or run from elsewhere for the name")
     if cfg is not None:
         try:
             return cfg.name, load_benchmark(cfg)

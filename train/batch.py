@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from train.errors import ConfigError, InputFileError
+from train.errors import ConfigError, InputFileError, check_writable
 
 
 def batch_ids(stream, step: int, global_batch: int) -> np.ndarray:
@@ -48,8 +48,14 @@ def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None):
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise InputFileError(f"{path}: not found; {run_dir} is not a run directory")
+    if (Path(run_dir) / "hub.json").is_file():  # probes score-run --hub wrote it: scores, no corpus
+        raise InputFileError(f"{path}: a public suite's scores (probes score-run --hub, {Path(run_dir) / 'hub.json'}), "
+                             f"not a run trained here: it has no corpus or token store to rebuild a batch from")
     try:
-        cfg = to_typed(OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(path)))
+        saved = OmegaConf.load(path)
+        if "heldout_tokens" not in saved.get("data", {}):  # a run from before held-out splits trained on all
+            saved.data.heldout_tokens = 0
+        cfg = to_typed(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved))
     except (ValueError, TypeError) as e:  # omegaconf errors name the key
         raise ConfigError(f"{path}: {e}") from None
     if cache_dir is not None:
@@ -81,7 +87,7 @@ def stream_of(cfg, store, tokenizer):
     return SequenceStream(store, seq_len=cfg.data.seq_len or cfg.model.max_position_embeddings,
                           budget_tokens=cfg.data.budget_tokens, epochs=cfg.data.epochs,
                           order_seed=cfg.data.order_seed, seed=cfg.data.seed, start_id=doc_start, end_id=doc_end,
-                          nested_budgets=cfg.data.nested_budgets)
+                          nested_budgets=cfg.data.nested_budgets, heldout_tokens=cfg.data.heldout_tokens)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,6 +115,8 @@ def _main(args) -> int:
 
     if args.out is not None and args.out.suffix != ".npy":
         raise ConfigError(f"--out {args.out}: name a .npy file")
+    if args.out is not None:
+        check_writable(args.out.parent, "--out")  # a read-only place: one line, before the corpus is read
     cfg = load_run_config(args.run_dir, args.cache_dir)
     tokenizer, stream = open_stream(cfg)
     total = stream.steps(cfg.optim.global_batch)

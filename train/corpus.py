@@ -66,6 +66,9 @@ class DataConfig:
     # that a run of one of these budgets trains first on exactly the sequences of the smaller ones' runs (same
     # seed, one epoch). Empty: one shuffle over the whole view.
     nested_budgets: list[int] = field(default_factory=list)
+    # Held-out documents (train/sequences.py): about this many tokens from the end of the document order (at
+    # most 5 % of the corpus), never trained on; their loss is logged at every checkpoint (val/loss). 0: off.
+    heldout_tokens: int = 20_000
 
     def __post_init__(self) -> None:
         if any(b < 1 for b in self.nested_budgets) or sorted(set(self.nested_budgets)) != list(self.nested_budgets):
@@ -80,6 +83,8 @@ class DataConfig:
         if self.budget_tokens is not None and self.budget_tokens < 1:
             raise ConfigError(f"data.budget_tokens={self.budget_tokens}: must be a positive number of tokens "
                               f"(or null: the whole corpus)")
+        if self.heldout_tokens < 0:
+            raise ConfigError(f"data.heldout_tokens={self.heldout_tokens}: a token count, or 0 for no held-out split")
         if self.num_proc < 1:
             raise ConfigError(f"data.num_proc={self.num_proc}: must be at least 1")
 

@@ -25,7 +25,7 @@ import pandas as pd
 from probes.analysis.evalset import EvalInputError, EvalSet, load_runs
 from probes.analysis.outputs import save_figure, write_csv, write_table, write_text
 from probes.analysis.plotting import accuracy_label, colors, finish_legend, new_figure, plot_line, safe_name, short_label, token_axis
-from probes.analysis.ushape import UShapeConfig, find_u_shapes_in_runs
+from probes.analysis.ushape import UShapeConfig, count_text, find_u_shapes_in_runs
 
 TIDY_COLUMNS = ["run", "model", "budget", "seed", "step", "tokens", "benchmark", "phenomenon",
                 "paradigm", "n_pairs", "acc_mlp", "acc_sum"]
@@ -130,11 +130,11 @@ def write_curves(ev: EvalSet, out: Path, delta: float = UShapeConfig.delta,
 
 
 def u_summary(us: pd.DataFrame, delta: float) -> str:
-    """'2 U-shape(s) at delta=0.05 (of 31 candidates: 25 too_thin, 4 below_noise)'."""
-    n_acc = int(us["accepted"].sum()) if len(us) else 0
+    """'2 learning U-shape(s) (+1 peaking at step 0, the untrained model) at delta=0.05 (of 31 candidates:
+    25 too_thin, 4 below_noise)'."""
     rest = us.loc[~us["accepted"].astype(bool), "verdict"].value_counts() if len(us) else pd.Series(dtype=int)
     why = ", ".join(f"{n} {v}" for v, n in rest.items())
-    return f"{n_acc} U-shape(s) at delta={delta}" + (f" (of {len(us)} candidates: {why})" if why else "")
+    return f"{count_text(us)} at delta={delta}" + (f" (of {len(us)} candidates: {why})" if why else "")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -154,18 +154,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         ev = load_runs(args.run_dirs)
-    except EvalInputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    for msg in ev.problems:
-        print(f"warning: {msg}", file=sys.stderr)
-    written = write_curves(ev, args.out, args.delta, f"acc_{args.metric}")
+    except EvalInputError as exc:  # a run of other probe families only still gets their curves
+        ev, failed = None, exc
+    plots: list[Path] = []
     from probes.families import families
 
     for fam in families():  # the other probe families' curves, where the runs have their files
         table = fam.load("table")(args.run_dirs) if fam.table and fam.curves else []
         if len(table):
-            written["plots"] += [p for p in fam.load("curves")(table, args.out) if p.suffix == ".png"]
+            plots += [p for p in fam.load("curves")(table, args.out) if p.suffix == ".png"]
+    if ev is None:
+        if not plots:
+            print(f"error: {failed}", file=sys.stderr)
+            return 2
+        print(f"no minimal-pair curves ({failed}); plots: {args.out} ({len(plots)} PNG files)")
+        return 0
+    for msg in ev.problems:
+        print(f"warning: {msg}", file=sys.stderr)
+    written = write_curves(ev, args.out, args.delta, f"acc_{args.metric}")
+    written["plots"] += plots
     us = pd.read_csv(args.out / "ushapes.csv")
     print(f"{len(ev.runs)} run(s), {len(ev.table)} paradigm x checkpoint rows, convention {ev.convention}")
     print(f"tables: {args.out}/curves.csv, phenomena.csv, ushapes.csv ({u_summary(us, args.delta)})")

@@ -200,7 +200,9 @@ def load_benchmark(cfg: BenchmarkConfig) -> BenchmarkPairs:
     if cfg.max_pairs_per_paradigm is not None and cfg.max_pairs_per_paradigm < 1:
         raise ValueError(f"max_pairs_per_paradigm must be >= 1 or None, got {cfg.max_pairs_per_paradigm}")
     fmt = cfg.format
-    if fmt == "auto" and cfg.name in REGISTRY:
+    # a registry name gives its format, except a generated one's (grammar) to a path: a file named
+    # grammar.jsonl is that file, not the built-in generator
+    if fmt == "auto" and cfg.name in REGISTRY and not (cfg.path and REGISTRY[cfg.name].relpath is None):
         fmt = REGISTRY[cfg.name].format
 
     if fmt == "grammar":

@@ -171,13 +171,14 @@ def pair_hooks(cfg: PairsConfig, ctx) -> "ProbeHook":
 
 
 def summary_metrics(df, benchmark: str) -> dict[str, float]:
-    """MLP accuracy of a benchmark and of each of its phenomena, keyed for the logger."""
+    """MLP accuracy of a benchmark and of each of its phenomena, keyed for the logger (the name says the
+    measure: a W&B chart of `acc` alone did not say whether it was MLP or sum-LP)."""
     from probes.scoring.primitive import accuracy, correct  # torch: `plan` types this config without it
 
-    out = {f"probe/{benchmark}/acc": accuracy(df, "mlp")}
+    out = {f"probe/{benchmark}/acc_mlp": accuracy(df, "mlp")}
     ok = correct(df, "mlp")
     for phenomenon, acc in ok.groupby(df["phenomenon"], sort=True).mean().items():
-        out[f"probe/{benchmark}/{phenomenon}/acc"] = float(acc)
+        out[f"probe/{benchmark}/{phenomenon}/acc_mlp"] = float(acc)
     return out
 
 
