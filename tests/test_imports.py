@@ -158,3 +158,17 @@ def test_help_lists_every_command_and_imports_no_heavy_library():
         wrong = subprocess.run([sys.executable, "-m", package, "verfy" if package == "train" else "reprot"], cwd=ROOT,
                                env=env, capture_output=True, text=True, timeout=600)
         assert wrong.returncode == 2 and "did you mean" in wrong.stderr and wrong.stderr.count("\n") == 1
+
+
+def test_plan_listings_and_the_config_schema_import_no_torch():
+    """A command pays only for what it uses: `plan`, `slurm`, `verify --help`, `probes benchmarks` and the
+    typed config schema (train.config, the probes section's probes.scoring.hook) load no torch, transformers,
+    datasets or DeepSpeed (~5 CPU-s); the model, engine, tokenizer and scorer import them inside the functions
+    that build or run things."""
+    code = ("import sys, train.config, train.plan, train.slurm, train.verify, train.batch, train.neox, "
+            "probes.scoring.hook, probes.benchmarks.registry\n"
+            "print(' '.join(m for m in ('torch', 'transformers', 'datasets', 'deepspeed') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == []

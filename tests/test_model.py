@@ -5,7 +5,7 @@ import pytest
 import torch
 import yaml
 
-from train.model import ModelConfig, build_model, count_parameters, hf_config, pad_vocab
+from train.model import ModelConfig, build_model, count_parameters, hf_config, pad_vocab, parameters_of
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "model"
 
@@ -44,8 +44,17 @@ def test_pythia_sizes_follow_the_tokenizer_unless_pinned(name):
         assert model.config.vocab_size == rows
         # embedding in + untied output layer: 2 x rows x d
         assert count_parameters(model) == PYTHIA_PARAMS[name] - 2 * (50304 - rows) * d
+        assert parameters_of(cfg, n_tok) == count_parameters(model)  # the plan's arithmetic, held to the model
     pinned = build_model(ModelConfig(**{**cfg.__dict__, "vocab_size": 50304}), 8000, device="meta")
     assert count_parameters(pinned) == PYTHIA_PARAMS[name]
+
+
+def test_the_plans_parameter_arithmetic_matches_every_built_model():
+    """train.plan counts parameters without torch (train.model.parameters_of): every preset, tied or not."""
+    for f in sorted(CONFIGS.glob("*.yaml")):
+        for tie in (False, True):
+            cfg = ModelConfig(**{**yaml.safe_load(f.read_text()), "tie_word_embeddings": tie})
+            assert parameters_of(cfg, 8000) == count_parameters(build_model(cfg, 8000, device="meta")), (f.name, tie)
 
 
 def test_pythia_shared_architecture_choices():

@@ -15,8 +15,6 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
-import torch
-
 # The names, files and writers probes read checkpoints by (the checkpoint directory rule, manifest,
 # trainer state, the atomic writer): defined once in train/files.py, used here.
 from train.files import (MANIFEST, REQUIRED_FILES, CorruptCheckpointError, IncompleteCheckpointError,
@@ -165,6 +163,8 @@ def latest_resumable(run_dir: Path) -> Optional[Path]:
 def save_checkpoint(run_dir: Path, step: int, engine, tokenizer, state: dict, dist, *,
                     with_resume: bool) -> Path:
     """Collective: every rank calls it (DeepSpeed writes its shards from every rank)."""
+    import torch  # here, not at the top: `verify --help` and the listings need no torch
+
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(f".tmp-step{step}")
     if dist.main:
@@ -223,6 +223,7 @@ def weights_to_bf16(path: Path) -> None:
     the next call finishes the work. Resume checkpoints keep fp32 weights: the run continues from them.
     Weights that are neither (damaged) are refused, not converted and vouched for."""
     from safetensors import safe_open
+    import torch
     from safetensors.torch import save
 
     config_path = Path(path) / "config.json"
@@ -270,6 +271,8 @@ def refuse_unsafe_pickles(directory: Path, allowed: frozenset[str] = DEEPSPEED_G
     does, every *.pt under `directory` is scanned without running it. A global outside torch's
     weights_only list and not named in `allowed` (DeepSpeed's own records) is refused: a planted payload
     (os.system, pathlib, builtins.exec, ...) never runs."""
+    import torch
+
     for f in sorted(Path(directory).rglob("*.pt")):
         try:
             names = torch.serialization.get_unsafe_globals_in_checkpoint(f)
@@ -282,6 +285,8 @@ def refuse_unsafe_pickles(directory: Path, allowed: frozenset[str] = DEEPSPEED_G
 
 
 def load_rng(resume_dir: Path, rank: int) -> None:
+    import torch
+
     path = Path(resume_dir) / f"rng_rank{rank}.pt"
     if path.exists():
         # weights_only: tensors and plain containers only. A full unpickle would run whatever code a

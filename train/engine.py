@@ -12,15 +12,14 @@ import socket
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
-
-import torch
-import torch.distributed as torch_dist
+from typing import TYPE_CHECKING, Optional
 
 from train.digest import torch_save_hashed
 from train.errors import reading
-from train.loss import ChunkedLMLoss
 from train.optim import OptimConfig, accumulation_steps, build_optimizer, set_lr
+
+if TYPE_CHECKING:  # imported where used: the config schema (train.config) and `plan` need no torch
+    import torch
 
 # How to get past a damaged resume checkpoint: the previous one (schedule.keep_resume) is whole.
 RESUME_HINT = ("a truncated or damaged checkpoint: move {} away and rerun to resume from the previous "
@@ -76,11 +75,16 @@ class Dist:
 
     def barrier(self) -> None:
         if self.world > 1:
+            import torch.distributed as torch_dist
+
             torch_dist.barrier()
 
     def mean(self, value: float) -> float:
         if self.world == 1:
             return value
+        import torch
+        import torch.distributed as torch_dist
+
         t = torch.tensor([value], dtype=torch.float64, device=self.device)  # NCCL reduces GPU tensors only
         torch_dist.all_reduce(t)
         return t.item() / self.world
@@ -96,6 +100,9 @@ def init_distributed(cfg: EngineConfig) -> Dist:
     """Joins the process group that torchrun, the deepspeed launcher or SLURM (via submitit) set up
     in the environment. A lone process gets a one-member group of its own when DeepSpeed needs one:
     without MASTER_ADDR/RANK/... deepspeed falls into MPI discovery and fails on a missing mpi4py."""
+    import torch
+    import torch.distributed as torch_dist
+
     want_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -137,18 +144,21 @@ def _lm_loss(model, batch: torch.Tensor) -> torch.Tensor:
     # No KV cache in training (it also conflicts with activation checkpointing).
     # The loss in float32 at least (bf16 logits lose digits in the log-softmax); a float64 model keeps
     # float64, so the tests can check accumulation and clipping against hand arithmetic exactly.
+    import torch
+
     logits = model(input_ids=batch[:, :-1], use_cache=False).logits
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)),
                                              batch[:, 1:].reshape(-1))
 
 
-@torch.no_grad()
 def heldout_loss(model, ids, seq_len: int, batch: int, device: torch.device) -> float:
     """Mean next-token cross-entropy (nats) over held-out ids (train/sequences.py `heldout_ids`), cut as
     training cuts its view: windows of seq_len + 1 overlapping by one, so every id but the first is
     predicted once; the last, shorter window too. Every rank runs every window (ZeRO-3 gathers its
     parameters in each forward, so all ranks must run the same forwards)."""
+    import torch
+
     ids = torch.as_tensor(ids, dtype=torch.long)
     windows = [ids[s:s + seq_len + 1] for s in range(0, len(ids) - 1, seq_len)]
     full = [w for w in windows if len(w) == seq_len + 1]
@@ -157,7 +167,8 @@ def heldout_loss(model, ids, seq_len: int, batch: int, device: torch.device) -> 
     was_training = model.training
     model.eval()
     try:
-        total = sum(float(_lm_loss(model, g.to(device))) * g[:, 1:].numel() for g in groups)
+        with torch.no_grad():  # evaluation only: no graph kept
+            total = sum(float(_lm_loss(model, g.to(device))) * g[:, 1:].numel() for g in groups)
     finally:
         model.train(was_training)
     return total / (len(ids) - 1)
@@ -165,6 +176,10 @@ def heldout_loss(model, ids, seq_len: int, batch: int, device: torch.device) -> 
 
 class TorchEngine:
     def __init__(self, cfg: EngineConfig, optim: OptimConfig, model: torch.nn.Module, dist: Dist):
+        import torch
+
+        from train.loss import ChunkedLMLoss  # a torch.nn.Module: imported with torch
+
         self.dist, self.optim_cfg, self.pin = dist, optim, cfg.pin_memory
         self.module = model.to(dist.device)
         self.accum = accumulation_steps(optim, dist.world)
@@ -188,6 +203,8 @@ class TorchEngine:
         self.ddp, self.model = None, self.module
 
     def loss(self, batch: torch.Tensor) -> torch.Tensor:
+        import torch
+
         last = self._micro == self.accum - 1
         # DDP all-reduces on every backward; skip it until the last micro-batch of the step.
         sync = nullcontext() if (last or self.ddp is None) else self.ddp.no_sync()
@@ -202,6 +219,8 @@ class TorchEngine:
         self._micro += 1
 
     def step(self, lr: float) -> float:
+        import torch
+
         assert self._micro == self.accum, "step() before all micro-batches of the step were backpropagated"
         self._micro = 0
         norm = float(torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.optim_cfg.grad_clip))
@@ -232,6 +251,8 @@ class TorchEngine:
     def load_resume(self, ckpt_dir: Path) -> None:
         # from_pretrained maps the on-disk names (transformers writes lm_head as embed_out) back to
         # the module's, so the state dict loads strictly: a missing tensor is an error, not a reset.
+        import torch
+
         from train.weights import load_causal_lm
 
         weights, optimizer = ckpt_dir / "model.safetensors", ckpt_dir / "resume" / "optimizer.pt"

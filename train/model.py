@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Optional
-
-import torch
-from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+from typing import TYPE_CHECKING, Optional
 
 from train.errors import ConfigError
+
+if TYPE_CHECKING:  # imported where used: the config schema (train.config) and `plan` need neither
+    import torch
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
 # Fields of ModelConfig that are ours; everything else passes straight to GPTNeoXConfig.
 _OWN_FIELDS = ("name", "lr", "init_method", "gradient_checkpointing")
@@ -67,48 +68,61 @@ def pad_vocab(n: int, multiple: int = 128) -> int:
     return ((n + multiple - 1) // multiple) * multiple
 
 
+def embedding_rows(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None) -> int:
+    """model.vocab_size, or (null) the tokenizer's length padded to a multiple of 128."""
+    if cfg.vocab_size is None:
+        if tokenizer_vocab is None:
+            raise ValueError("model.vocab_size is null and no tokenizer size was given to derive it from")
+        return pad_vocab(tokenizer_vocab)
+    if tokenizer_vocab is not None and cfg.vocab_size < tokenizer_vocab:
+        raise ValueError(
+            f"model.vocab_size={cfg.vocab_size} is smaller than the tokenizer's vocabulary "
+            f"({tokenizer_vocab} ids): set model.vocab_size>={tokenizer_vocab} or null to derive it")
+    return cfg.vocab_size
+
+
 def hf_config(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None, *, bos_token_id=None,
               eos_token_id=None) -> GPTNeoXConfig:
     fields = {k: v for k, v in asdict(cfg).items() if k not in _OWN_FIELDS}
-    if fields["vocab_size"] is None:
-        if tokenizer_vocab is None:
-            raise ValueError("model.vocab_size is null and no tokenizer size was given to derive it from")
-        fields["vocab_size"] = pad_vocab(tokenizer_vocab)
-    elif tokenizer_vocab is not None and fields["vocab_size"] < tokenizer_vocab:
-        raise ValueError(
-            f"model.vocab_size={fields['vocab_size']} is smaller than the tokenizer's vocabulary "
-            f"({tokenizer_vocab} ids): set model.vocab_size>={tokenizer_vocab} or null to derive it")
+    fields["vocab_size"] = embedding_rows(cfg, tokenizer_vocab)
     if fields["hidden_size"] % fields["num_attention_heads"]:
         raise ValueError(f"model.hidden_size={fields['hidden_size']} is not divisible by "
                          f"model.num_attention_heads={fields['num_attention_heads']}")
+    from transformers import GPTNeoXConfig
+
     # Pythia trains without dropout; bias terms and the rotary layout follow GPT-NeoX.
     return GPTNeoXConfig(**fields, attention_dropout=0.0, hidden_dropout=0.0,
                          bos_token_id=bos_token_id, eos_token_id=eos_token_id)
 
 
-@torch.no_grad()
 def init_pythia_(model: GPTNeoXForCausalLM) -> None:
     """Pythia's initialisation: normal(0, sqrt(2/(5d))) ("small_init") for every weight matrix and
     embedding, and normal(0, 2/(L*sqrt(d))) ("wang_init") for the two projections that write into the
     residual stream (attention output, MLP output); biases zero, LayerNorms identity."""
-    d = model.config.hidden_size
-    n_layers = model.config.num_hidden_layers
-    small = math.sqrt(2.0 / (5.0 * d))
-    wang = 2.0 / (n_layers * math.sqrt(d))
-    for name, module in model.named_modules():
-        if isinstance(module, torch.nn.LayerNorm):
-            module.weight.fill_(1.0)
-            module.bias.zero_()
-        elif isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
-            std = wang if name.endswith(("attention.dense", "mlp.dense_4h_to_h")) else small
-            module.weight.normal_(0.0, std)
-            if getattr(module, "bias", None) is not None:
+    import torch
+
+    with torch.no_grad():  # the weights are filled in place, outside autograd
+        d = model.config.hidden_size
+        n_layers = model.config.num_hidden_layers
+        small = math.sqrt(2.0 / (5.0 * d))
+        wang = 2.0 / (n_layers * math.sqrt(d))
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.fill_(1.0)
                 module.bias.zero_()
+            elif isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+                std = wang if name.endswith(("attention.dense", "mlp.dense_4h_to_h")) else small
+                module.weight.normal_(0.0, std)
+                if getattr(module, "bias", None) is not None:
+                    module.bias.zero_()
 
 
 def build_model(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None, *, seed: int = 0,
                 bos_token_id=None, eos_token_id=None, device: str | torch.device = "cpu") -> GPTNeoXForCausalLM:
     """A freshly initialised model; the same seed gives the same weights on every rank."""
+    import torch
+    from transformers import GPTNeoXForCausalLM
+
     config = hf_config(cfg, tokenizer_vocab, bos_token_id=bos_token_id, eos_token_id=eos_token_id)
     with torch.device(device), torch.random.fork_rng(devices=[], enabled=cfg.init_method == "hf"):
         if cfg.init_method == "hf":  # transformers initialises in the constructor: seed it there
@@ -130,3 +144,14 @@ def build_model(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None, *, seed
 
 def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def parameters_of(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None) -> int:
+    """count_parameters(build_model(cfg, tokenizer_vocab)) by arithmetic, without torch (`plan` sizes grids
+    with it; tests/test_model.py holds it to the built model): GPT-NeoX's embedding, per layer two
+    LayerNorms, the fused QKV and output projections and the MLP (all with biases), a final LayerNorm and
+    the output layer (unless tied)."""
+    d, i = cfg.hidden_size, cfg.intermediate_size
+    rows = embedding_rows(cfg, tokenizer_vocab)
+    layer = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (d * i + i) + (i * d + d)
+    return rows * d * (1 if cfg.tie_word_embeddings else 2) + cfg.num_hidden_layers * layer + 2 * d

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
-
-import torch
+from typing import TYPE_CHECKING, Optional
 
 from train.errors import ConfigError
+
+if TYPE_CHECKING:  # imported where used: the config schema (train.config) and `plan` need no torch
+    import torch
 
 
 @dataclass
@@ -117,6 +118,8 @@ def adamw_impl(cfg: OptimConfig, device: torch.device) -> str:
 
 def build_optimizer(cfg: OptimConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
     """AdamW over the model's parameters, with the kernel chosen for the device they live on."""
+    import torch
+
     impl = adamw_impl(cfg, next(model.parameters()).device)
     return torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=tuple(cfg.betas),
                              eps=cfg.eps, fused=impl == "fused", foreach=impl == "foreach")

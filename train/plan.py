@@ -115,13 +115,13 @@ def tokenizer_of(cfg: TrainConfig) -> str:
 
 
 def parameter_count(cfg: TrainConfig) -> int:
-    """All parameters of the model, built on the meta device (no memory, no time)."""
-    from train.model import build_model, count_parameters
+    """All parameters of the model, by arithmetic (train.model.parameters_of: no torch, no model built)."""
+    from train.model import parameters_of
     from train.tokenizer import tokenizer_length
 
     # model.vocab_size=null: the tokenizer's length padded to 128 (build_model pads), as in a real run
     vocab = None if cfg.model.vocab_size is not None else tokenizer_length(cfg.tokenizer)
-    return count_parameters(build_model(cfg.model, vocab, device="meta"))
+    return parameters_of(cfg.model, vocab)
 
 
 def storage_bytes(cfg: TrainConfig, params: int, checkpoints: int) -> int:

@@ -35,10 +35,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
-
-import datasets
-import transformers
+from typing import TYPE_CHECKING, Optional
 
 from train.files import fsync_tree
 from train.errors import ConfigError, InputFileError
@@ -46,6 +43,10 @@ from train.faults import stall_point
 from train.interrupt import run_in_child
 from train.staletmp import clear_stale, tag
 from train.start_token import write_record
+
+if TYPE_CHECKING:  # imported where used: the config schema (train.config) and `plan` need neither
+    import datasets
+    import transformers
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +174,8 @@ def load_tokenizer(path: Path) -> transformers.PreTrainedTokenizerBase:
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"tokenizer directory not found: {path}")
+    import transformers
+
     return transformers.AutoTokenizer.from_pretrained(str(path))
 
 
@@ -297,6 +300,7 @@ def _fast_from_spm(model_file: Path) -> transformers.PreTrainedTokenizerFast:
     """Convert a sentencepiece unigram model into an equivalent `tokenizers` pipeline."""
     from sentencepiece import sentencepiece_model_pb2 as pb
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    import transformers
 
     proto = pb.ModelProto()
     proto.ParseFromString(model_file.read_bytes())

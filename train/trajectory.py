@@ -12,10 +12,13 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from safetensors import safe_open
+
+if TYPE_CHECKING:  # imported where used: `verify --help` needs no torch
+    import torch
 
 GROUP_MIN_ELEMENTS = 1024  # a tensor this large is judged alone; smaller ones pooled per layer
 
@@ -77,16 +80,22 @@ class Trajectory:
 
 def _key(x: torch.Tensor) -> str:
     """A digest of the tensor's bytes: equal values (same dtype and shape) give equal keys."""
+    import torch
+
     raw = x.contiguous().view(torch.uint8).numpy()
     return hashlib.blake2b(raw.data, digest_size=16).hexdigest() + str(tuple(x.shape))
 
 
 def _distance(a: torch.Tensor, b: torch.Tensor) -> float:
+    import torch
+
     return float(torch.linalg.vector_norm(a - b, dtype=torch.float32))
 
 
 def trace(weights: list[Weights]) -> Trajectory:
     """Distances and value keys of every tensor of the first checkpoint, over `weights` (step order)."""
+    import torch
+
     names = sorted(weights[0].files)
     T, K = len(weights), len(names)
     d_init, d_final, d_prev, d_skip = (np.full((T, K), np.nan) for _ in range(4))

@@ -29,7 +29,6 @@ from probes.evals.files import ALL_SUFFIX, eval_done, eval_path, pair_set
 from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint, ids_fingerprint
 from train.files import checkpoint_dir, manifest_hash
 from probes.benchmarks.pairs import Pair
-from probes.scoring.primitive import accuracy, correct, score_pairs
 from probes.scoring.store import read_pairs
 
 __all__ = ["ProbeHook", "ProbesConfig", "probes_config", "score_sharded", "summary_metrics"]
@@ -174,6 +173,8 @@ def pair_hooks(cfg: PairsConfig, ctx) -> "ProbeHook":
 def summary_metrics(df, benchmark: str) -> dict[str, float]:
     """MLP accuracy of a benchmark and of each of its phenomena, keyed for the logger (the name says the
     measure: a W&B chart of `acc` alone did not say whether it was MLP or sum-LP)."""
+    from probes.scoring.primitive import accuracy, correct  # torch: `plan` types this config without it
+
     out = {f"probe/{benchmark}/acc_mlp": accuracy(df, "mlp")}
     ok = correct(df, "mlp")
     for phenomenon, acc in ok.groupby(df["phenomenon"], sort=True).mean().items():
@@ -296,6 +297,8 @@ def score_sharded(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64,
     so every rank must run the same passes: there each rank scores all pairs, unsharded.
     """
     import torch.distributed as torch_dist
+
+    from probes.scoring.primitive import score_pairs
 
     rank, world = _rank_world()
     if world == 1 or any(hasattr(p, "ds_id") for p in model.parameters()):
