@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMON = [o for o in TINY if not o.startswith(("probes.benchmarks", "optim.micro_batch", "data.grammar.n_documents"))] + [
     "probes.benchmarks=[{name: grammar, max_pairs_per_paradigm: 2}]", "data.grammar.n_documents=40",
     "optim.micro_batch=2", "schedule=custom", "schedule.points=[10]", "seed=0"]
-TWO_NODES = ["--nodes", "2", "--gpus-per-node", "2", "--cpus-per-task", "1", "--mem-gb", "2", "--timeout-min", "15"]
+TWO_NODES = ["--nodes", "2", "--gpus-per-node", "2", "--cpus-per-task", "1", "--mem-gb", "2", "--timeout-min", "20",
+             "--signal-delay-s", "30"]  # a first DeepSpeed job compiles its shm op (minutes on a busy machine)
 # launcher -> engine overrides: each launcher once, both engines, ZeRO-1 and ZeRO-2
 VARIANTS = {"srun": ["engine=torch"], "torchrun": ["engine=deepspeed", "engine.zero_stage=2"],
             "deepspeed": ["engine=deepspeed", "engine.zero_stage=1"]}
@@ -61,6 +62,11 @@ def cluster(slurm_two_nodes, tmp_path_factory):
     reference = tmp / "one"
     train(to_typed(compose_cfg([*COMMON, f"data.cache_dir={tmp / 'cache'}", "engine=torch"])), reference)
     jobs = {}
+    # Two runs of one array on n1 (--nodelist overrides the script's own node choice), one deepspeed process
+    # each, which both need a rendezvous port: submitted first, so that both start at once on the idle node
+    out = render(tmp, "ports", ["engine=deepspeed", "probes=none", "seed=0,1"], "--launcher", "deepspeed",
+                 "--nodes", "1", "--gpus-per-node", "0", "--cpus-per-task", "1", "--mem-gb", "2", "--timeout-min", "15")
+    jobs["ports"] = (sbatch(out / "array.sbatch", job_env(), "--nodelist=n1"), out)
     for launcher, engine in VARIANTS.items():
         out = render(tmp, launcher, engine, "--launcher", launcher, *TWO_NODES)
         jobs[launcher] = (sbatch(out / "array.sbatch", job_env()), out)
@@ -68,11 +74,6 @@ def cluster(slurm_two_nodes, tmp_path_factory):
     out = render(tmp, "preempt", ["engine=torch"], *TWO_NODES)
     jobs["preempt"] = (sbatch(out / "array.sbatch", {**job_env(), FAULT: f"mid_step:step{PREEMPT_STEP}:SIGUSR1@rank2"}),
                        out)
-    # two runs of one array, both on n1 (-w n1 overrides the script's own node choice): two deepspeed
-    # processes of one node that each need a rendezvous port
-    out = render(tmp, "ports", ["engine=deepspeed", "probes=none", "seed=0,1"], "--launcher", "deepspeed",
-                 "--nodes", "1", "--gpus-per-node", "0", "--cpus-per-task", "1", "--mem-gb", "2", "--timeout-min", "15")
-    jobs["ports"] = (sbatch(out / "array.sbatch", job_env(), "--nodelist=n1"), out)
     sweep = tmp / "submitit"
     submitit = subprocess.Popen(
         [sys.executable, "-m", "train", "-m", "hydra/launcher=slurm", "hydra.launcher.partition=debug",
@@ -117,7 +118,7 @@ def assert_same_run(run: Path, reference: Path) -> None:
     assert steps == [0, 10, 29]
     # one checkpoint record per checkpoint (one logger: rank 0), one eval file each, each pair once
     assert [r["step"] for r in records(run, "checkpoint")] == steps
-    assert sorted(p.relative_to(run / "evals").as_posix() for p in (run / "evals").rglob("*") if p.is_file()) == \
+    assert sorted(p.relative_to(run / "evals").as_posix() for p in (run / "evals").rglob("*.parquet")) == \
         [f"step{s}/grammar.parquet" for s in steps]
     for s in steps:
         pairs = pd.read_parquet(run / "evals" / f"step{s}" / "grammar.parquet")
