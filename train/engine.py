@@ -295,8 +295,8 @@ class DeepSpeedEngine:
         from train.checkpoint import refuse_unsafe_pickles
         from train.files import read_trainer_state
 
-        # ZeRO shards the optimizer state over the processes that saved it; DeepSpeed's loader reads
-        # another count's shards by rank and fails deep inside (or, for some counts, loads wrong slices).
+        # ZeRO shards the optimizer state over the processes that saved it; DeepSpeed's loader stops on
+        # another count with a traceback (ZeRORuntimeException: "... not currently supported").
         saved = read_trainer_state(ckpt_dir).get("world_size", self.dist.world)
         if saved != self.dist.world and self.ds.zero_optimization_stage() > 0:
             shards = ckpt_dir / "resume" / "deepspeed"
