@@ -39,7 +39,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from train.engine import Dist, EngineConfig, TorchEngine  # noqa: E402
+from train.engine import EngineConfig, build_engine, init_distributed  # noqa: E402
 from train.memory import GiB, estimate  # noqa: E402
 from train.model import ModelConfig, build_model  # noqa: E402
 from train.optim import OptimConfig  # noqa: E402
@@ -77,11 +77,12 @@ def flops_per_token(model: torch.nn.Module, cfg: ModelConfig, seq_len: int) -> f
 
 
 def planned_gib(mcfg: ModelConfig, ecfg: EngineConfig, ocfg: OptimConfig, seq_len: int) -> float:
-    """train/memory.py's estimate of this setup's peak (torch engine, bf16 autocast, one GPU)."""
+    """train/memory.py's estimate of this setup's peak (the engine of ecfg, bf16, one GPU)."""
     params = sum(p.numel() for p in build_model(mcfg, device="meta").parameters())
     return estimate(params=params, layers=mcfg.num_hidden_layers, hidden=mcfg.hidden_size,
                     heads=mcfg.num_attention_heads, vocab=mcfg.vocab_size, seq_len=seq_len,
-                    micro_batch=ocfg.micro_batch, engine_kind="torch", zero_stage=0, bf16=True, gpus=1,
+                    micro_batch=ocfg.micro_batch, engine_kind=ecfg.kind,
+                    zero_stage=ecfg.zero_stage if ecfg.kind == "deepspeed" else 0, bf16=True, gpus=1,
                     checkpointing=mcfg.gradient_checkpointing, attn_implementation=mcfg.attn_implementation,
                     loss_chunk=ecfg.loss_chunk).total / GiB
 
@@ -94,33 +95,45 @@ def peak_tflops(name: str) -> float:
 
 
 def measure(size: str, mcfg: ModelConfig, ecfg: EngineConfig, ocfg: OptimConfig, *, seq_len: int,
-            warmup: int, steps: int) -> tuple[float, float, float]:
-    """(tokens/s, FLOPs per token, peak GiB allocated) of `steps` timed optimizer steps."""
-    dist = Dist(rank=0, world=1, local_rank=0, device=torch.device("cuda"))
+            warmup: int, steps: int) -> tuple[float, float, float, list]:
+    """(tokens/s, FLOPs per token, peak GiB allocated, each step's mean loss) of `steps` timed optimizer
+    steps of the engine ecfg names (the one the training loop builds); on the CPU (bench/gpu_check.py's dry
+    run) the peak is nan."""
+    dist = init_distributed(ecfg)  # DeepSpeed gets a one-process group (NCCL on a GPU)
+    cuda = dist.device.type == "cuda"
     torch.manual_seed(0)
-    model = build_model(mcfg, seed=0, device="cuda")  # initialised on the GPU: seconds, not minutes
+    model = build_model(mcfg, seed=0, device=dist.device)  # initialised on the GPU: seconds, not minutes
     per_token = flops_per_token(model, mcfg, seq_len)
-    engine = TorchEngine(ecfg, ocfg, model, dist)
+    engine = build_engine(ecfg, ocfg, model, dist)
     # Host batches as the loop hands them over (CPU tensors), one per optimizer step.
-    batches = [torch.randint(0, mcfg.vocab_size, (ocfg.global_batch, seq_len + 1)) for _ in range(2)]
-    torch.cuda.reset_peak_memory_stats()
+    gen = torch.Generator().manual_seed(0)
+    batches = [torch.randint(0, mcfg.vocab_size, (ocfg.global_batch, seq_len + 1), generator=gen) for _ in range(2)]
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    losses = []
 
     def step(i: int) -> None:
+        micro_losses = []
         for micro in batches[i % 2].split(ocfg.micro_batch):
-            engine.backward(engine.loss(micro))
+            loss = engine.loss(micro)
+            engine.backward(loss)
+            micro_losses.append(loss.detach())  # read after the clock stops: no sync inside a step
         engine.step(1e-4)
+        losses.append(micro_losses)
 
     for i in range(warmup):
         step(i)
-    torch.cuda.synchronize()
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync()
     start = time.perf_counter()
     for i in range(steps):
         step(i)
-    torch.cuda.synchronize()
+    sync()
     elapsed = time.perf_counter() - start
-    peak = torch.cuda.max_memory_allocated() / 2 ** 30
+    peak = torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else float("nan")
     del engine, model
-    return steps * ocfg.global_batch * seq_len / elapsed, per_token, peak
+    return (steps * ocfg.global_batch * seq_len / elapsed, per_token, peak,
+            [float(torch.stack(m).float().mean()) for m in losses])
 
 
 def main(argv=None) -> int:
@@ -159,8 +172,8 @@ def main(argv=None) -> int:
             m_cfg, e_cfg, o_cfg = replace(mcfg, **m_over), EngineConfig(**e_over), replace(ocfg, **o_over)
             planned = planned_gib(m_cfg, e_cfg, o_cfg, args.seq_len)
             try:
-                tok_s, per_token, mem = measure(size, m_cfg, e_cfg, o_cfg, seq_len=args.seq_len,
-                                                warmup=args.warmup, steps=args.steps)
+                tok_s, per_token, mem, _ = measure(size, m_cfg, e_cfg, o_cfg, seq_len=args.seq_len,
+                                                   warmup=args.warmup, steps=args.steps)
                 tflops = tok_s * per_token / 1e12
                 line = (f"pythia-{size:<5} {label:<22} {tok_s:>10,.0f} {tflops:>8.1f} {tflops / peak:>6.1%} "
                         f"{mem:>8.1f} {planned:>8.1f}")

@@ -21,6 +21,23 @@ has its trough strictly between the true peak and the true recovery. Rows: depth
 >= 0.10 spanning >= 2 checkpoints, FPR <= 0.05.
 At 1 seed every U is also held to the one-seed minimum of pairs (probes.analysis.ushape.min_pairs).
 The detector is probes.analysis.ushape.analyse_curve with UShapeConfig defaults (n_boot 400 for speed).
+
+    python bench/bench_ushape.py --part null [--runs runs/zhoblimp_mini/mini-*] [--reports 20]
+
+False U's per report under nulls that keep the same pairs at every checkpoint and in every seed
+(probes.analysis.synthetic.sample_persistent: fixed pair difficulties, a shock to each paradigm at each
+checkpoint shared in part by the seeds, the pair's own wobble; no independent binomial draw), beside the
+report's bound (ReportConfig.false_u_budget, 0.5 expected false U's per report). Its three parameters are
+fitted to the runs given (checkpoint dispersion over binomial, seeds' residual correlation, pairs flipping
+between checkpoints; the defaults are those measured on runs/zhoblimp_mini/mini-0.41m-b500000-s{0,1}).
+Two nulls, each a whole report's curves (the runs' phenomena, paradigms, pairs, seeds, checkpoints):
+planted (every paradigm flat at its step-0 accuracy or a sigmoid rise) and the runs' own curves with their
+dips removed (each paradigm's seed-mean curve replaced by its isotonic fit, rising or falling, whichever
+is closer). Each report's curves are tested at level false_u_budget / curves, as `probes report` does, by
+the detector with binomial noise only (dispersion 1, the former rule) and with the checkpoints' measured
+dispersion (unoise.dispersion, the rule now). A third null, "shared shocks", is the stress case the fitted
+ones are not: the dips-removed curves with every paradigm shocked at every checkpoint alike in both seeds
+(STRESS), checkpoint noise well above binomial, as if seeds shared their data order and paradigms flipped whole.
 """
 from __future__ import annotations
 
@@ -30,8 +47,9 @@ import time
 import numpy as np
 
 from probes.analysis.evalset import log_tokens
-from probes.analysis.synthetic import planted_dip, sample_correct, sigmoid_curve
-from probes.analysis.ushape import UShapeConfig, analyse_curve, find_u_shapes
+from probes.analysis.synthetic import planted_dip, sample_correct, sample_persistent, sigmoid_curve
+from probes.analysis.unoise import dispersion
+from probes.analysis.ushape import UShapeConfig, analyse_curve, find_u_shapes, onset_index
 from train.schedule import ScheduleConfig, checkpoint_steps
 
 TOKENS_PER_STEP = 2048 * 1024
@@ -60,6 +78,162 @@ def truth_u(truth: np.ndarray, x: np.ndarray):
     return min(u.depth, u.recovered_to - u.trough_y), u.recovery - u.peak - 1, x[u.peak], x[r_max]
 
 
+STRESS = (0.35, 1.0, 0.0, 0.3)  # (shock, shared, common, jitter) of the "shared shocks" null
+# measured on runs/zhoblimp_mini/mini-0.41m-b500000-s{0,1} (calibrate() prints them for the runs given)
+DEFAULT_TARGET = (0.38, 1.01, 0.21, 0.11)  # paradigm and phenomenon dispersion, seed correlation, flips
+
+
+def group_outcomes(ev, bench: str = "zhoblimp"):
+    """Per model x budget group of the runs: x (log10 tokens), per-seed outcomes (S, T, pairs) of one pair
+    order, the paradigm of each pair column, and paradigm -> phenomenon."""
+    from probes.analysis.evalfile import MISSING, MLP
+    from probes.analysis.ushape import _paradigm_columns
+
+    info = {r.name: r for r in ev.runs}
+    groups: dict[tuple, list[str]] = {}
+    for (run, b) in ev.outcomes:
+        if b == bench:
+            groups.setdefault((info[run].model, info[run].budget), []).append(run)
+    phen = dict(ev.table.loc[ev.table.benchmark == bench, ["paradigm", "phenomenon"]].drop_duplicates().values)
+    for key, runs in sorted(groups.items(), key=str):
+        outs = [ev.outcomes[(r, bench)] for r in sorted(runs)]
+        steps = outs[0].steps
+        for o in outs[1:]:
+            steps = np.intersect1d(steps, o.steps)
+        x = log_tokens(np.mean([o.tokens[np.searchsorted(o.steps, steps)] for o in outs], axis=0))
+        cols = [_paradigm_columns(o) for o in outs]
+        names = sorted(set.intersection(*(set(c) for c in cols)))
+        n = min(len(c[p]) for c in cols for p in names)
+        par = np.repeat(names, n)
+        Y = []
+        for o, c in zip(outs, cols):
+            hit = o.correct[np.searchsorted(o.steps, steps)]
+            hit = ((hit & MLP) > 0) & ((hit & MISSING) == 0)
+            Y.append(np.concatenate([hit[:, c[p][:n]] for p in names], axis=1))
+        yield key, x, np.stack(Y), par, phen
+
+
+def moments(x, Y, par, units):
+    """(dispersion of the paradigm curves, of the phenomenon curves (units: paradigm indices), seeds'
+    residual correlation, share of pairs flipping between checkpoints) of outcomes Y (S, T, pairs)."""
+    names = list(dict.fromkeys(par))
+    idx = [np.flatnonzero(par == p) for p in names]
+    means = np.stack([Y[:, :, i].mean(axis=2) for i in idx], axis=2)
+    counts = np.full(means.shape, float(len(idx[0])))
+    d_par = dispersion(x, means, counts, [[k] for k in range(len(names))])
+    d_ph = dispersion(x, means, counts, units)
+    w = ((x[2:] - x[1:-1]) / (x[2:] - x[:-2]))[None, :, None]
+    r = means[:, 1:-1] - (w * means[:, :-2] + (1 - w) * means[:, 2:])
+    corr = float(np.corrcoef(r[0].ravel(), r[1].ravel())[0, 1]) if len(Y) > 1 else 0.0
+    return d_par, d_ph, corr, float(np.mean(Y[:, 1:] != Y[:, :-1]))
+
+
+def simulate(mu, par, S, rng, units, shock, shared, common, jitter):
+    """(S, T, pairs) outcomes of the persistent null with true paradigm curves mu (T, paradigms); a share
+    `common` of each checkpoint's shock variance is common to the paradigms of a phenomenon (units)."""
+    names = list(dict.fromkeys(par))
+    n, T = int(np.sum(par == names[0])), len(mu)
+    out = [None] * len(names)
+
+    def shocks():  # (S, T), variance 1, correlation `shared` across seeds
+        return np.sqrt(shared) * rng.standard_normal(T) + np.sqrt(1 - shared) * rng.standard_normal((S, T))
+    for u in units:
+        ph = shocks()
+        for k in u:
+            c = shock * (np.sqrt(common) * ph + np.sqrt(1 - common) * shocks())
+            out[k] = sample_persistent(mu[:, k], n, S, rng, shock, shared, jitter, c=c)
+    return np.concatenate(out, axis=2)
+
+
+def fit_null(x, mu, par, S, units, target, rng):
+    """The persistent null's (shock, shared, common, jitter) whose moments come closest to target's."""
+    best = None
+    for shock in (0.0, 0.1, 0.2, 0.3, 0.45, 0.6):
+        for shared in (0.0, 0.5, 1.0) if shock else (0.0,):
+            for common in (0.0, 0.5, 0.9) if shock else (0.0,):
+                for jitter in (0.1, 0.2, 0.3, 0.5):
+                    p = (shock, shared, common, jitter)
+                    got = moments(x, simulate(mu, par, S, rng, units, *p), par, units)
+                    err = sum(np.log(max(g, .05) / max(t, .05)) ** 2 for g, t in zip(got[:2], target[:2])) \
+                        + (got[2] - target[2]) ** 2 + np.log(got[3] / target[3]) ** 2
+                    if best is None or err < best[0]:
+                        best = (err, p, got)
+    return best[1], best[2]
+
+
+def null_section(a) -> None:
+    from scipy.optimize import isotonic_regression
+
+    from probes.analysis.evalset import load_runs
+    from probes.analysis.report import ReportConfig
+
+    budget = ReportConfig().false_u_budget
+    rng = np.random.default_rng(a.rng)
+    if a.runs:
+        grid = list(group_outcomes(load_runs(a.runs)))
+    else:  # the laptop grid's shape: 15 phenomena of 8 paradigms, 30 pairs, 2 seeds, 8 checkpoints, at chance
+        x = log_tokens(np.r_[0, 1e4, 2.2e4, 4.6e4, 1e5, 2.2e5, 4.6e5, 5e5])
+        par = np.repeat([f"p{k}" for k in range(120)], 30)
+        grid = [(("laptop-shape", None), x, np.zeros((2, 8, len(par)), bool), par,
+                 {f"p{k}": f"ph{k // 8}" for k in range(120)})]
+    print(f"\nfalse U's per report under item-persistent nulls; bound {budget} (ReportConfig.false_u_budget)")
+    print(f"{'group':<24} {'disp: paradigm':>14} {'phenomenon':>10} {'seed corr':>9} {'flips':>6}   "
+          "null fitted (shock, shared, common, jitter) -> its moments")
+    plans = []
+    for key, x, Y, par, phen in grid:
+        names = list(dict.fromkeys(par))
+        units = {}
+        for k, p in enumerate(names):
+            units.setdefault(phen.get(p, "?"), []).append(k)
+        units = list(units.values())
+        means = np.stack([Y[:, :, par == p].mean(axis=2) for p in names], axis=2)  # (S, T, K)
+        target = moments(x, Y, par, units) if a.runs else DEFAULT_TARGET
+        y = means.mean(axis=0) if a.runs else np.full((len(x), len(names)), 0.5)
+        # dips removed: each paradigm's isotonic fit, rising or falling, whichever is closer
+        fits = [min((isotonic_regression(y[:, k], increasing=up).x for up in (True, False)),
+                    key=lambda f: np.sum((f - y[:, k]) ** 2)) for k in range(len(names))]
+        removed = np.clip(np.stack(fits, axis=1), 0.02, 0.98)
+        params, got = fit_null(x, removed, par, len(Y), units, target, rng)
+        print(f"{str(key):<24} {target[0]:14.2f} {target[1]:10.2f} {target[2]:9.2f} {target[3]:6.3f}   "
+              f"{params} -> {got[0]:.2f}, {got[1]:.2f}, {got[2]:.2f}, {got[3]:.3f}")
+        planted = np.stack([np.full(len(x), y[0, k]) if k % 2 else
+                            np.clip(sigmoid_curve(x, y[0, k], y[0, k] + 0.15, np.median(x), 3.0), .02, .98)
+                            for k in range(len(names))], axis=1)
+        plans += [(x, par, len(Y), params, units, {"planted": planted, "dips removed": removed,
+                                                   "shared shocks": removed})] * a.copies
+    n_curves = sum(len(p[4]) for p in plans)
+    alpha = min(0.05, budget / n_curves)
+    cfg = UShapeConfig(alpha=alpha, n_boot=max(400, int(np.ceil(10 / alpha))), n_null=max(4000, int(np.ceil(40 / alpha))))
+    print(f"{n_curves} phenomenon curves per report, each tested at {alpha:.4f}; {a.reports} null reports per row")
+    print(f"{'null':<14} {'detector':<26} {'dispersion':>10} {'false U/report':>14} {'(se)':>6} {'bound':>6} "
+          f"{'per curve':>9} {'alpha':>7}")
+    for null in ("planted", "dips removed", "shared shocks"):
+        for rule, use in (("binomial only (former)", False), ("measured dispersion (now)", True)):
+            det = np.random.default_rng(a.rng + 1)
+            sim = np.random.default_rng(a.rng + 2)  # the same null data for both rules
+            per_report, measured = [], []
+            for _ in range(a.reports):
+                n_false = 0
+                for x, par, S, fitted, units, mus in plans:
+                    # the stress row: each paradigm shocked at every checkpoint, both seeds alike (one data order)
+                    Y = simulate(mus[null], par, S, sim, units, *(STRESS if null == "shared shocks" else fitted))
+                    Y = Y.astype(float)
+                    names = list(dict.fromkeys(par))
+                    idx = [np.flatnonzero(par == p) for p in names]
+                    means = np.stack([Y[:, :, i].mean(axis=2) for i in idx], axis=2)
+                    measured.append(dispersion(x, means, np.full(means.shape, float(len(idx[0]))), units))
+                    disp = measured[-1] if use else 1.0
+                    onset = onset_index(Y.mean(axis=(0, 2)), cfg.onset_gain)
+                    for u in units:
+                        mats = [[Y[s][:, idx[k]] for k in u] for s in range(S)]
+                        n_false += sum(v["accepted"] for v in analyse_curve(x, mats, cfg, onset, det, disp))
+                per_report.append(n_false)
+            m, se = np.mean(per_report), np.std(per_report, ddof=1) / np.sqrt(len(per_report))
+            print(f"{null:<14} {rule:<26} {np.median(measured):10.2f} {m:14.2f} {se:6.2f} {budget:6.1f} "
+                  f"{m / n_curves:9.4f} {alpha:7.4f}"
+                  + ("  HOLDS" if m <= budget else "  FAILS"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--curves", type=int, default=150, help="planted and clean curves per schedule x seeds")
@@ -67,9 +241,19 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=300)
     ap.add_argument("--schedules", default="dense,pythia,zhoblimp")
     ap.add_argument("--rng", type=int, default=0)
+    ap.add_argument("--part", default="recall,null", help="recall (planted U's), null (false U's per report)")
+    ap.add_argument("--runs", nargs="*", default=[], help="run directories the null is fitted to and built from")
+    ap.add_argument("--reports", type=int, default=20, help="null reports per row of the null part")
+    ap.add_argument("--copies", type=int, default=1, help="each group's curves this many times per null report "
+                    "(6 with one group of runs: a report of the laptop grid's 6 groups)")
     a = ap.parse_args()
-    cfg = UShapeConfig(n_boot=400)
     t0 = time.perf_counter()
+    if "null" in a.part:
+        null_section(a)
+    if "recall" not in a.part:
+        print(f"wall {time.perf_counter() - t0:.1f} s")
+        return
+    cfg = UShapeConfig(n_boot=400)
     print(f"{a.pairs} pairs per paradigm, {a.curves} planted + {a.curves} clean curves per row; delta={cfg.delta}, "
           f"bandwidth={cfg.bandwidth} (+ raw), alpha={cfg.alpha}, min seed agreement={cfg.min_seed_agreement}")
     print(f"{'schedule':<9} {'ckpts':>5} {'seeds':>5} {'depth':>10} {'span':>5} {'U in truth':>10} "

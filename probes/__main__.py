@@ -1,5 +1,5 @@
-"""``python -m probes {score,score-run,watch,tokens,curves,report,compare,benchmarks,syntax-qa,lm-eval-tasks} ...``: one entry point for everything
-that reads models.
+"""``python -m probes COMMAND ...``: one entry point for everything that reads models; ``python -m probes --help``
+lists COMMANDS below and the probe families' commands (train/commands.py).
 
 ``score``, ``score-run`` and ``watch`` parse their arguments here (the last two run
 ``probes.scoring.watch``); the other commands are imported only when called, so scoring does
@@ -12,20 +12,20 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-USAGE = """usage: python -m probes {score,score-run,watch,tokens,curves,report,compare,benchmarks,syntax-qa,lm-eval-tasks} [-h] ...
-
-  score       score one HF causal LM directory on one benchmark, write per-pair parquet
-  score-run   score every whole checkpoint of a run directory (skips finished files)
-  watch       follow a training run and score checkpoints as they become whole
-  tokens      one pair's per-token surprisal over a run's checkpoints (table; --out draws it)
-  curves      learning curves and U-shapes from the eval files of run directories
-  report      report.md + figures + tables: seeds, U-shapes, AoA, scaling grid, case study, regions
-  compare     paired statistics of two runs or checkpoints (McNemar, paired bootstrap, BH q) -> compare.csv
-  benchmarks  list / inspect / check benchmarks
-  syntax-qa   ask a causal LM questions about treebank sentences (TF / MC / FITB, OA)
-  lm-eval-tasks  write lm-eval task YAMLs of our benchmarks (our scoring convention; docs/lm_eval.md)
-
-run `python -m probes COMMAND -h` for a command's options"""
+COMMANDS = {  # `python -m probes NAME ...`: import path of its main(argv), one line of help; the probe families add
+    # theirs (probes/families.py)
+    "score": ("probes.__main__:score_main", "score one HF causal LM directory on one benchmark, write per-pair parquet"),
+    "score-run": ("probes.__main__:score_run_main", "score every whole checkpoint of a run directory (skips finished files)"),
+    "watch": ("probes.__main__:watch_main", "follow a training run and score checkpoints as they become whole"),
+    "tokens": ("probes.scoring.tokens:main", "one pair's per-token surprisal over a run's checkpoints (table; --out draws it)"),
+    "unigram": ("probes.scoring.unigram:main", "add unigram log-prob columns (SLOR, MORCELA) to a run's eval files"),
+    "curves": ("probes.analysis.curves:main", "learning curves and U-shapes from the eval files of run directories"),
+    "report": ("probes.analysis.report:main", "report.md + figures + tables: seeds, U-shapes, AoA, scaling grid, case "
+                                              "study, regions"),
+    "compare": ("probes.analysis.compare:main", "paired statistics of two runs or checkpoints (McNemar, paired "
+                                                "bootstrap, BH q) -> compare.csv"),
+    "benchmarks": ("probes.benchmarks.registry:main", "list / inspect / check benchmarks"),
+}
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
@@ -48,21 +48,46 @@ def build_score_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, type=Path, metavar="DIR",
                    help="HF model directory (config.json + weights + tokenizer files)")
     p.add_argument("--benchmark", required=True, metavar="NAME_OR_PATH",
-                   help="a benchmark name known to probes.benchmarks.registry, or a benchmark file/folder")
-    p.add_argument("--format", default="auto",
-                   help="benchmark reader for a path (default: sniffed per file)")
+                   help="a benchmark name known to probes.benchmarks.registry, or a benchmark file/folder (a path "
+                        "is that file, also when named like a built-in, e.g. grammar.jsonl; a name that is also a path "
+                        "here is refused: write ./NAME for the path)")
     p.add_argument("--out", required=True, type=Path, metavar="FILE.parquet")
-    p.add_argument("--batch-size", type=int, default=64)
+    return _scoring_flags(p)
+
+
+def _scoring_flags(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The flags score, score-run and watch share."""
+    p.add_argument("--format", default="auto", help="benchmark reader for a path (default: sniffed per file)")
+    _field_options(p)
     p.add_argument("--max-pairs-per-paradigm", type=int, default=None, metavar="N",
-                   help="score a fixed-seed sample of N pairs per paradigm (quick looks)")
+                   help="a fixed-seed sample of N pairs per paradigm (default: every pair)")
+    p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on GPUs; lps move by ~1e-2 nats)")
+    p.add_argument("--per-token", action="store_true",
+                   help="also store every token's lp in the eval file's sidecar <stem>.tokens.parquet")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow the model directory's own Python code (off by default)")
-    p.add_argument("--bf16", action="store_true",
-                   help="bfloat16 autocast (faster on GPUs; lps move by ~1e-2 nats)")
-    p.add_argument("--per-token", action="store_true",
-                   help="also write every token's lp to OUT's sidecar <stem>.tokens.parquet (probes/scoring/tokens.py)")
     return p
+
+
+def _check_counts(args) -> None:
+    if args.batch_size < 1:
+        raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.max_pairs_per_paradigm is not None and args.max_pairs_per_paradigm < 1:
+        raise CliError(f"--max-pairs-per-paradigm must be >= 1, got {args.max_pairs_per_paradigm}")
+
+
+def _field_options(p: argparse.ArgumentParser) -> None:
+    from probes.benchmarks.formats import add_field_options  # standard library only
+
+    add_field_options(p)
+
+
+def _fields(args) -> dict:
+    from probes.benchmarks.formats import field_options
+
+    return field_options(args)
 
 
 def build_run_parser(command: str) -> argparse.ArgumentParser:
@@ -84,16 +109,10 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
                         "(needs `pip install -e .[lm-eval]`; docs/lm_eval.md)")
     p.add_argument("--lm-eval-include-path", default=None, metavar="DIR",
                    help="local lm-eval task YAMLs (e.g. from `python -m probes lm-eval-tasks`)")
-    p.add_argument("--format", default="auto", help="benchmark reader for a path")
-    p.add_argument("--max-pairs-per-paradigm", type=int, default=None, metavar="N",
-                   help="a fixed-seed sample of N pairs per paradigm (default: every pair)")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
-    p.add_argument("--per-token", action="store_true",
-                   help="also store every token's lp: evals/step<N>/<benchmark>.tokens.parquet")
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="allow the model directory's own Python code (off by default)")
+    _scoring_flags(p)
+    p.add_argument("--replace", action="store_true",
+                   help="score over eval files of another pair sample (e.g. the in-loop results); without it "
+                        "they are named and nothing is scored")
     if command == "score-run":  # a public suite instead of a run directory (probes/scoring/hub.py)
         p.add_argument("--hub", metavar="ORG/NAME", help="score the revisions of a hub model (e.g. EleutherAI/pythia-160m)")
         p.add_argument("--revisions", metavar="pythia|step0,step1000,...",
@@ -125,10 +144,7 @@ def _score_run(command: str, args) -> int:
     from probes.scoring.watch import ScoreOptions, score_run, watch
     from train.lock import EVAL_LOCK, RunDirLocked, RunLock
 
-    if args.batch_size < 1:
-        raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.max_pairs_per_paradigm is not None and args.max_pairs_per_paradigm < 1:
-        raise CliError(f"--max-pairs-per-paradigm must be >= 1, got {args.max_pairs_per_paradigm}")
+    _check_counts(args)
     if command == "watch" and args.poll <= 0:
         raise CliError(f"--poll must be > 0 seconds, got {args.poll}")
     if not args.benchmark and not args.lm_eval_task:
@@ -146,7 +162,7 @@ def _score_run(command: str, args) -> int:
             if args.max_pairs_per_paradigm is not None:
                 own.max_pairs_per_paradigm = args.max_pairs_per_paradigm
             print(f"--benchmark {spec}: generated with the run's own settings ({args.run_dir / 'config.yaml'})")
-        name, pairs = _load_pairs(spec, args.format, args.max_pairs_per_paradigm, own)
+        name, pairs = _load_pairs(spec, args.format, args.max_pairs_per_paradigm, own, _fields(args))
         if name in benchmarks:
             raise CliError(f"--benchmark {spec}: a second benchmark named {name!r} (the eval "
                            f"file's name); rename the file")
@@ -175,11 +191,15 @@ def _score_run(command: str, args) -> int:
     try:
         with lock:
             if command == "score-run":
-                written = score_run(args.run_dir, benchmarks, opts, lm_eval=lm_eval)
+                written = score_run(args.run_dir, benchmarks, opts, lm_eval=lm_eval, replace_samples=args.replace)
                 print(f"{args.run_dir}: {len(written)} eval files written")
+                if written and (args.run_dir / "curves").is_dir():  # drawn from the files now replaced
+                    from probes.analysis.curves import main as curves_main
+
+                    curves_main([str(args.run_dir), "--out", str(args.run_dir / "curves")])
                 return 0
-            return 0 if watch(args.run_dir, benchmarks, opts, poll_s=args.poll,
-                              timeout_s=args.timeout, lm_eval=lm_eval) else 3
+            return 0 if watch(args.run_dir, benchmarks, opts, poll_s=args.poll, timeout_s=args.timeout,
+                              lm_eval=lm_eval, replace_samples=args.replace) else 3
     except (OSError, ValueError, RunDirLocked, CorruptCheckpointError) as e:  # messages name the checkpoint or file
         raise CliError(str(e)) from None
 
@@ -265,22 +285,28 @@ def _run_benchmark_config(run_dir: Path, spec: str):
         raise CliError(f"{path}: its probes settings cannot be read ({e}); they define --benchmark {spec}") from None
 
 
-def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int], cfg=None) -> tuple[str, list]:
+def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int], cfg=None,
+                fields: Optional[dict] = None) -> tuple[str, list]:
     """(name, pairs) of the benchmark a user named: a registry name, or a file or folder; `cfg`, when
-    given, is the BenchmarkConfig to load it with (a run's own settings)."""
+    given, is the BenchmarkConfig to load it with (a run's own settings); `fields`: the generic reader's
+    column and delimiter options (registry.FIELD_OPTIONS), over a registry entry's own."""
     from probes.benchmarks.registry import FORMATS, REGISTRY, BenchmarkConfig, load_benchmark
 
     if fmt not in FORMATS:
         raise CliError(f"--format {fmt}: unknown; known: {', '.join(FORMATS)}")
+    if spec in REGISTRY and Path(spec).exists():  # which one was meant cannot be guessed
+        raise CliError(f"--benchmark {spec}: both the built-in benchmark {spec!r} and the file or folder "
+                       f"{Path(spec).resolve()}; write ./{spec} for the path, or run from elsewhere for the name")
     if cfg is not None:
         try:
             return cfg.name, load_benchmark(cfg)
         except (ValueError, FileNotFoundError) as e:
             raise CliError(f"--benchmark {spec}: {e}") from None
+    fields = {k: v for k, v in (fields or {}).items() if v is not None}
     if spec in REGISTRY:
-        cfg = BenchmarkConfig(name=spec, format=fmt)
+        cfg = BenchmarkConfig(name=spec, format=fmt, **fields)
     elif Path(spec).exists():
-        cfg = BenchmarkConfig(name=Path(spec).stem, path=spec, format=fmt)
+        cfg = BenchmarkConfig(name=Path(spec).stem, path=spec, format=fmt, **fields)
     else:
         raise CliError(f"--benchmark {spec}: unknown benchmark, and no such file or folder; "
                        f"known names: {', '.join(sorted(REGISTRY))}")
@@ -303,16 +329,13 @@ def score_main(argv: Optional[Sequence[str]] = None) -> int:
 def _score(args) -> int:
     from probes.analysis.outputs import check_output_file
 
-    if args.batch_size < 1:
-        raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.max_pairs_per_paradigm is not None and args.max_pairs_per_paradigm < 1:
-        raise CliError(f"--max-pairs-per-paradigm must be >= 1, got {args.max_pairs_per_paradigm}")
+    _check_counts(args)
     _check_model_dir(args.model)
     try:
         check_output_file(args.out)
     except ValueError as e:
         raise CliError(str(e)) from None
-    name, pairs = _load_pairs(args.benchmark, args.format, args.max_pairs_per_paradigm)
+    name, pairs = _load_pairs(args.benchmark, args.format, args.max_pairs_per_paradigm, fields=_fields(args))
     from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint
     from train.files import CorruptCheckpointError, read_trainer_state
 
@@ -350,6 +373,7 @@ def _score(args) -> int:
     from probes.scoring.primitive import pair_sentence_ids
 
     ids = pair_sentence_ids(tokenizer, pairs)  # scored, and read again by the coverage readout
+    _coverage(name, tokenizer, pairs, Path(args.model), ids)  # before scoring: it may say not to bother
     opts = ScoreOptions(batch_size=args.batch_size, device=device, bf16=args.bf16, progress=True,
                         per_token=args.per_token)
     try:
@@ -364,66 +388,47 @@ def _score(args) -> int:
         raise
     print(f"{name}: {len(df)} pairs, {df['paradigm'].nunique()} paradigms  "
           f"acc_mlp={accuracy(df, 'mlp'):.4f}  acc_sum={accuracy(df, 'sum'):.4f}  -> {args.out}")
-    _readout(name, df, tokenizer, pairs, Path(args.model), ids)
+    from probes.scoring.primitive import CONVENTIONS
+    from probes.scoring.readout import phenomenon_table
+
+    authors = getattr(pairs.report, "authors_convention", None) if hasattr(pairs, "report") else None
+    print(phenomenon_table(df, authors))  # accuracy per phenomenon
+    if authors:
+        print(f"the authors of {name} score by {authors}: {CONVENTIONS[authors]} "
+              f"(acc_{authors}={accuracy(df, authors):.4f})")
     return 0
 
 
-def _readout(name: str, df, tokenizer, pairs, model_dir: Path, ids: Optional[dict] = None) -> None:
-    """Accuracy per phenomenon (MLP: mean log-prob per token, good > bad; sum-LP: summed log-prob), and a
-    warning when the tokenizer reads the benchmark badly (probes/scoring/readout.py)."""
-    from probes.scoring.readout import coverage, coverage_warning, phenomenon_table, run_token_counts
+def _coverage(name: str, tokenizer, pairs, model_dir: Path, ids: Optional[dict] = None) -> None:
+    """How well the tokenizer reads the benchmark, and a warning naming the scripts it cannot write when
+    it reads it badly (probes/scoring/readout.py)."""
+    from probes.scoring.readout import coverage, coverage_warning, run_token_counts, unwritable_scripts
 
-    print(phenomenon_table(df))
     counts, store = run_token_counts(model_dir, len(tokenizer))
     cov = coverage(tokenizer, pairs, counts, ids)
     print(f"tokenizer coverage of {name}: {cov['unknown']:.1%} unknown, {cov['byte_fallback']:.1%} byte-fallback"
           + (f", {cov['unseen']:.1%} never seen in the run's corpus" if "unseen" in cov else "")
           + f" of {int(cov['pieces']):,} pieces")
     warning = coverage_warning(name, cov, store)
-    if warning:
+    if warning:  # only then: which characters it cannot write, named by script
+        warning = coverage_warning(name, cov, store, unwritable_scripts(tokenizer, (t for p in pairs for t in (p.good, p.bad))))
         print(warning, file=sys.stderr)
 
 
+def score_run_main(argv: Sequence[str]) -> int:
+    return run_main("score-run", argv)
+
+
+def watch_main(argv: Sequence[str]) -> int:
+    return run_main("watch", argv)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
-        return 0 if argv else 2
-    command, rest = argv[0], argv[1:]
-    if command == "score":
-        return score_main(rest)
-    if command in ("score-run", "watch"):
-        return run_main(command, rest)
-    if command == "tokens":
-        from probes.scoring.tokens import main as tokens_main
+    from probes.families import families
+    from train.commands import dispatch
 
-        return tokens_main(rest)
-    if command == "curves":
-        from probes.analysis.curves import main as curves_main
-
-        return curves_main(rest)
-    if command == "report":
-        from probes.analysis.report import main as report_main
-
-        return report_main(rest)
-    if command == "compare":
-        from probes.analysis.compare import main as compare_main
-
-        return compare_main(rest)
-    if command == "benchmarks":
-        from probes.benchmarks.registry import main as benchmarks_main
-
-        return benchmarks_main(rest)
-    if command == "syntax-qa":
-        from probes.syntaxqa.score import main as syntax_qa_main
-
-        return syntax_qa_main(rest)
-    if command == "lm-eval-tasks":
-        from probes.lmeval.tasks import main as lm_eval_tasks_main
-
-        return lm_eval_tasks_main(rest)
-    print(f"error: unknown command {command!r}\n{USAGE}", file=sys.stderr)
-    return 2
+    commands = {**COMMANDS, **{name: (target, about) for f in families() for name, target, about in f.commands}}
+    return dispatch("python -m probes", commands, list(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from probes.analysis.aggregate import bootstrap_paradigm_intervals, bootstrap_phenomenon_intervals, seed_summary, t975
+from probes.analysis.aggregate import bootstrap_paradigm_intervals, seed_summary, t975
+from probes.analysis.bands import seed_bands, unit_curves
 
 
 def resample_accuracy(correct: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
@@ -50,10 +51,11 @@ def test_exact_pair_bootstrap_matches_resampling():
 
 
 def test_phenomenon_bootstrap_variance_by_hand():
-    t = pd.DataFrame({"run": "r", "step": 1, "phenomenon": "p", "paradigm": ["a", "b"],
-                      "n_pairs": [100, 400], "acc_mlp": [0.8, 0.5], "acc_sum": [0.8, 0.5]})
-    row = bootstrap_phenomenon_intervals(t, ["run", "step", "phenomenon"]).iloc[0]
+    t = pd.DataFrame({"run": "r", "model": "m", "budget": 1, "seed": 0, "step": 1, "tokens": 10, "benchmark": "b",
+                      "phenomenon": "p", "paradigm": ["a", "b"], "n_pairs": [100, 400], "acc_mlp": [0.8, 0.5]})
+    u = unit_curves(t, "acc_mlp")
     se = np.sqrt(0.8 * 0.2 / 100 + 0.25 / 400) / 2
-    assert row.acc_mlp == pytest.approx(0.65)
-    assert row.acc_mlp_boot_hi - row.acc_mlp == pytest.approx(1.959964 * se)
-    assert row.n_pairs == 500 and row.n_paradigms == 2
+    assert u.acc[0] == pytest.approx(0.65) and u["var"][0] == pytest.approx(se ** 2)
+    assert (u.n_pairs[0], u.n_paradigms[0]) == (500, 2)
+    row = seed_bands(u, ["model", "phenomenon", "step"]).iloc[0]  # one seed: pairs only
+    assert row.band == "pair-bootstrap" and row.hi - row.acc_mean == pytest.approx(1.959964 * se)

@@ -222,3 +222,39 @@ def test_aoa_table_fitted_by_a_worker_is_the_same_table(tmp_path):
     with FigureJobs(2) as jobs:
         pd.testing.assert_frame_equal(start_aoa_table(t, phen, AoAConfig(), again, jobs.compute)(), here)
     assert again.misses == 0 and again.hits == store.misses
+
+
+def test_aoa_interval_over_seeds_and_pairs(tmp_path):
+    """Two seeds, 12 checkpoints over 4 decades: a phenomenon rising 0.5 -> 0.95 at mid 5.0 with 200 pairs per
+    paradigm gets a determined AoA interval around its point estimate, inside the run; one at chance whose
+    point AoA a seed's fit made up is not determined; one rising past the last checkpoint is not acquired;
+    the generator is seeded (the same interval again)."""
+    from probes.analysis.aoa import aoa_intervals
+    from probes.analysis.curves import phenomenon_table
+    from probes.analysis.evalset import load_runs
+    from probes.analysis.synthetic import RunSpec, log_spaced_steps, sigmoid_curve, write_run
+
+    steps = log_spaced_steps(12, 10000)
+    x = np.log10(np.maximum(steps, 1) * 100)
+    curves = np.stack([sigmoid_curve(x, 0.5, 0.95, 5.0, 3.0), np.full(len(x), 0.5),
+                       sigmoid_curve(x, 0.5, 0.95, 6.3, 6.0)], axis=1)
+    rng = np.random.default_rng(3)
+    runs = [write_run(tmp_path / f"s{s}", RunSpec(budget=10**6, seed=s, tokens_per_step=100, steps=list(steps),
+                                                  benchmark="synth"), curves, ["rise", "flat", "late"],
+                      ["rise", "flat", "late"], 200, rng) for s in (1, 2)]
+    ev = load_runs(runs)
+    cfg = AoAConfig(n_boot=60)
+    a = aoa_table(ev.table, phenomenon_table(ev.table), cfg)
+    ph = a[a.level == "phenomenon"].groupby(["model", "budget", "benchmark", "phenomenon"], dropna=False).agg(
+        aoa_log10_tokens=("aoa_log10_tokens", "mean")).reset_index()
+    got = aoa_intervals(ev.outcomes, ev.runs, ph, a, ev.table, cfg).set_index("phenomenon")
+    r = got.loc["rise"]
+    assert r.aoa_interval == "determined" and r.aoa_lo < r.aoa_log10_tokens < r.aoa_hi
+    assert r.aoa_hi - r.aoa_lo < 0.5  # 200 pairs, 2 seeds: a fraction of a decade
+    # the flat one: a seed's fit "acquires" it by chance (a point AoA exists), its interval reaches the end
+    flat = got.loc["flat"]
+    assert np.isfinite(flat.aoa_log10_tokens) and flat.aoa_hi == pytest.approx(6.0) and \
+        flat.aoa_interval == "not determined"
+    assert got.loc["late"].aoa_interval == "not acquired"
+    again = aoa_intervals(ev.outcomes, ev.runs, ph, a, ev.table, cfg).set_index("phenomenon")
+    assert (again.aoa_lo.loc["rise"], again.aoa_hi.loc["rise"]) == (r.aoa_lo, r.aoa_hi)

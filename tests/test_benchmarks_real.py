@@ -53,6 +53,17 @@ EXPECTED = {
     "sling": (40_560, 40_528, 54, 8, 24, 8),
     "babylm_blimp": (59_875, 59_868, 67, 13, 7, 0),
     "babylm_supplement": (5_218, 5_206, 5, 5, 0, 12),
+    # issue 37, counted 2026-11-27 with pandas straight from the files (read_csv with sep=";" for TurBLiMP's
+    # base, "," elsewhere; rows with good == bad; then repeated (paradigm/file, good, bad)). RuBLiMP: 45 PIDs x
+    # 1,000 in 12 `phenomenon` values (its paper's 45 phenomena in 12 groups); TurBLiMP base: 16 files x 1,000
+    # (its README's 16 phenomena) whose `phenomenon` column has 15 values once stripped (both
+    # argument-structure files say argument_structure), 20 identical and 830 repeated pairs; the experimental
+    # sets: 22 files x 100 in 2 `subtype`s; JBLiMP: 331 validated pairs in 37 paradigms and 11 phenomena (its
+    # README's "11 categories").
+    "rublimp": (45_000, 44_996, 45, 12, 0, 4),
+    "turblimp": (16_000, 15_150, 16, 15, 20, 830),
+    "turblimp_experimental": (2_200, 2_115, 22, 2, 10, 75),
+    "jblimp": (331, 331, 37, 11, 0, 0),
 }
 
 
@@ -159,3 +170,35 @@ def test_command_lists_a_real_benchmark(capsys):
     out = capsys.readouterr().out
     assert "ba_construction" in out and "16 paradigms in 9 phenomena" in out
     assert "total: 15,984 pairs in 16 paradigms and 9 phenomena; read 16,000" in out
+
+
+def test_new_suites_keep_their_authors_labels_and_rule():
+    """RuBLiMP's paradigm is its PID and its phenomenon the 12-way group; TurBLiMP's base files are read with
+    their ';' (sniffed from the header row), labels stripped; JBLiMP's from its own fields; each carries the
+    decision rule its authors score with."""
+    ru = load("rublimp")
+    by = {p.paradigm: p.phenomenon for p in ru}
+    assert by["negative_concord"] == "Negation" and by["anaphor_agreement_gender"] == "Anaphor Agreement"
+    tr = load("turblimp")
+    assert {p.phenomenon for p in tr if p.paradigm.endswith("quantifiers")} == {"quantifiers"}
+    assert {p.phenomenon for p in tr if "argument_structure" in p.paradigm} == {"argument_structure"}
+    ja = load("jblimp")
+    assert {p.paradigm for p in ja if p.phenomenon == "island effects"} >= {"complex NP island", "adjunct island"}
+    conventions = {n: load(n).report.authors_convention for n in ("rublimp", "turblimp", "turblimp_experimental", "jblimp")}
+    assert conventions == {"rublimp": "mlp", "turblimp": "sum_after_first", "turblimp_experimental": "sum_after_first",
+                           "jblimp": "sum"}
+
+
+def test_turblimp_file_scored_as_a_path_with_the_field_options(tmp_path):
+    """A suite the registry does not know reads from the command line's field and delimiter options: one
+    TurBLiMP base file as a plain path, its columns named and its ';' given (and sniffed when not given)."""
+    f = ROOT / "turblimp" / "data" / "base" / "augmented_binding.csv"
+    given = load_benchmark(BenchmarkConfig(name="b", path=str(f), format="csv", good_field="good_sentence",
+                                           bad_field="bad_sentence", delimiter=";"))
+    sniffed = load_benchmark(BenchmarkConfig(name="b", path=str(f), format="csv", good_field="good_sentence",
+                                             bad_field="bad_sentence"))
+    assert given.report.n_read == sniffed.report.n_read == 1000
+    assert [p.good for p in given] == [p.good for p in sniffed]
+    with pytest.raises(ValueError, match="augmented_binding.csv:1: the header row is one column with delimiter ',', but it holds ';'"):
+        load_benchmark(BenchmarkConfig(name="b", path=str(f), format="csv", good_field="good_sentence",
+                                       bad_field="bad_sentence", delimiter=","))

@@ -1,5 +1,6 @@
-"""`probes compare`: paired statistics of two checkpoints of a real tiny run, hand-made seed groups,
-the bootstrap interval against its normal approximation, and bad input."""
+"""`probes compare`: paired statistics of two checkpoints of a real tiny run, hand-made seed groups (the
+pair as the unit: a copied seed adds nothing), the bootstrap interval against its normal approximation,
+BH within each level, and refused input (a run against itself, copies, other pair sets)."""
 from __future__ import annotations
 
 import json
@@ -9,12 +10,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from scipy.stats import binomtest
+from scipy.stats import binomtest, false_discovery_control
 from test_curves import config, pair, write_eval
 from trainutil import tiny_cfg
 
 from probes.__main__ import main as probes_main
 from probes.analysis.compare import COLUMNS, compare, paired_stats
+from probes.evals.files import EvalInputError
 from train.files import step_dirs
 
 CONV = "start_token_all_tokens_v2"
@@ -51,10 +53,15 @@ def test_compare_two_checkpoints_of_a_real_run(demo_run, tmp_path, capsys):
         assert (row.n, row.b, row.c) == (len(ra), int((ra & ~rb).sum()), int((~ra & rb).sum()))
         assert row.acc_a == pytest.approx(ra.mean(), abs=1e-12) and row.acc_b == pytest.approx(rb.mean(), abs=1e-12)
         want = binomtest(int(row.b), int(row.b + row.c), 0.5).pvalue if row.b + row.c else 1.0
-        assert row.p_mcnemar == pytest.approx(want, rel=1e-12)
+        assert row.p_sign == pytest.approx(want, rel=1e-12)  # one seed: McNemar's exact test
         assert row.ci_lo <= row.acc_b - row.acc_a + 1e-12 and row.acc_b - row.acc_a <= row.ci_hi + 1e-12
     phen = t[t.level == "phenomenon"]
     assert phen.n.sum() == par.n.sum() and phen.b.sum() == par.b.sum()
+    over = t[t.level == "overall"].iloc[0]
+    assert (over.n, over.b, over.c) == (par.n.sum(), par.b.sum(), par.c.sum())
+    flips = pd.read_csv(out / "flips.csv", keep_default_na=False)
+    assert len(flips) and (flips.right_a != flips.right_b).all()
+    assert (flips.margin_change.abs().diff().dropna() <= 1e-12).all()  # largest change of margin first
     meta = json.loads((out / "compare.json").read_text())
     assert [m["step"] for m in meta["a"] + meta["b"]] == [first, last]
     assert meta["b"][0]["tokens"] > 0 == meta["a"][0]["tokens"]
@@ -62,7 +69,7 @@ def test_compare_two_checkpoints_of_a_real_run(demo_run, tmp_path, capsys):
 
 def _seed_run(root: Path, name: str, seed: int, right: list[bool], step: int = 10) -> Path:
     run = root / name
-    config(run, seed=seed)
+    config(run, model="pythia-70m" if root.name.startswith("B") else "pythia-14m", seed=seed)  # B: another config
     # right pair: -1 vs -3 (MLP right); wrong pair: -3 vs -1
     write_eval(run, step, step * 100, [pair("agr", i, -1.0 if r else -3.0, 1, -3.0 if r else -1.0, 1)
                                        for i, r in enumerate(right)], convention=CONV)
@@ -71,8 +78,8 @@ def _seed_run(root: Path, name: str, seed: int, right: list[bool], step: int = 1
 
 def test_seed_groups_are_paired_seed_by_seed(tmp_path):
     """A's seed 1 gets pairs 0-3 right, seed 2 none; B's seed 1 gets none right, seed 2 all. B's folder
-    lists seed 2 first (directory x_s1 holds seed 2): paired by seed, b = 4 (seed 1), c = 4 (seed 2);
-    paired by position, b = c = 0."""
+    lists seed 2 first (directory x_s1 holds seed 2): paired by seed, every pair is right in half the seeds
+    on each side, so no pair differs (b = c = 0); paired by position, B would be ahead on every pair."""
     _seed_run(tmp_path / "A", "x_s1", 1, [True] * 4)
     _seed_run(tmp_path / "A", "x_s2", 2, [False] * 4)
     _seed_run(tmp_path / "B", "x_s1", 2, [True] * 4)
@@ -80,10 +87,35 @@ def test_seed_groups_are_paired_seed_by_seed(tmp_path):
     _seed_run(tmp_path / "B", "x_s3", 3, [True] * 4)  # no seed 3 in A: left out, with a note
     res = compare(str(tmp_path / "A"), str(tmp_path / "B"))
     row = res.table[res.table.level == "paradigm"].iloc[0]
-    assert (row.n, row.b, row.c, row.acc_a, row.acc_b) == (8, 4, 4, 0.5, 0.5)
-    assert row.p_mcnemar == pytest.approx(binomtest(4, 8, 0.5).pvalue, rel=1e-12)
+    assert (row.n, row.b, row.c, row.acc_a, row.acc_b, row.p_sign) == (4, 0, 0, 0.5, 0.5, 1.0)
     assert any("x_s3" in n for n in res.notes)
     assert sorted(m["seed"] for m in res.meta["b"]) == [1, 2]
+
+
+def test_a_copied_seed_adds_no_evidence(tmp_path):
+    """A: pairs 0-5 right of 8; B: pairs 1-7 right -> b = 1 (pair 0), c = 2 (pairs 6, 7). The same runs again as
+    a second seed (config seed changed, so not refused as a copy) leave every number as it was; pairs x seeds
+    as trials would have given b = 2, c = 4. A copy with the same config hash, and a run against itself, are
+    refused."""
+    a_right, b_right = [True] * 6 + [False] * 2, [False] + [True] * 7
+    single = compare(str(_seed_run(tmp_path / "A1", "r", 1, a_right)), str(_seed_run(tmp_path / "B1", "r", 1, b_right)))
+    for seed in (1, 2):
+        _seed_run(tmp_path / "A2", f"s{seed}", seed, a_right)
+        _seed_run(tmp_path / "B2", f"s{seed}", seed, b_right)
+    double = compare(str(tmp_path / "A2"), str(tmp_path / "B2"))
+    cols = ["n", "b", "c", "acc_a", "acc_b", "p_sign", "ci_lo", "ci_hi", "q_bh"]
+    pd.testing.assert_frame_equal(single.table[cols], double.table[cols])
+    assert single.table.iloc[0][["n", "b", "c"]].tolist() == [8, 1, 2]
+    import shutil
+
+    shutil.copytree(tmp_path / "A2" / "s1", tmp_path / "A2" / "copy")  # one run twice in a group
+    with pytest.raises(EvalInputError, match="copy"):
+        compare(str(tmp_path / "A2"), str(tmp_path / "B2"))
+    run = tmp_path / "A1" / "r"
+    shutil.copytree(run, tmp_path / "r_copy")
+    for other in (run, tmp_path / "r_copy"):
+        with pytest.raises(EvalInputError, match="against itself"):
+            compare(str(run), str(other))
 
 
 def test_bootstrap_interval_matches_its_normal_approximation():
@@ -102,27 +134,42 @@ def test_bootstrap_interval_matches_its_normal_approximation():
     assert (s["n"], s["b"], s["c"], s["acc_a"], s["acc_b"]) == (400, 20, 40, 0.8, 0.85)
     assert s["ci_lo"] == pytest.approx(0.05 - half, abs=0.005)
     assert s["ci_hi"] == pytest.approx(0.05 + half, abs=0.005)
-    assert s["p_mcnemar"] == pytest.approx(binomtest(20, 60, 0.5).pvalue, rel=1e-12)
+    assert s["p_sign"] == pytest.approx(binomtest(20, 60, 0.5).pvalue, rel=1e-12)
 
 
-def test_q_bh_is_benjamini_hochberg_over_the_rows(tmp_path):
-    """Three paradigms with p = binomtest(b, b+c): q_i = min over j >= rank i of p_(j) m / j."""
+def test_q_bh_is_benjamini_hochberg_within_each_level(tmp_path):
+    """Three paradigms in two phenomena: q of each level is scipy's BH over that level's rows alone (over
+    all rows at once, a phenomenon's pairs would be counted twice), and compare.json names the families."""
     rows_a, rows_b = [], []
     for k, (nb, nc) in enumerate(((0, 12), (2, 9), (5, 5))):
         for i in range(20):
             ra, rb = (True, False) if i < nb else (False, True) if i < nb + nc else (True, True)
-            rows_a.append(pair(f"agr{k}", i, -1.0 if ra else -3.0, 1, -3.0 if ra else -1.0, 1, "agreement"))
-            rows_b.append(pair(f"agr{k}", i, -1.0 if rb else -3.0, 1, -3.0 if rb else -1.0, 1, "agreement"))
+            phen = "agreement" if k < 2 else "binding"
+            rows_a.append(pair(f"agr{k}", i, -1.0 if ra else -3.0, 1, -3.0 if ra else -1.0, 1, phen))
+            rows_b.append(pair(f"agr{k}", i, -1.0 if rb else -3.0, 1, -3.0 if rb else -1.0, 1, phen))
     for name, rows in (("a", rows_a), ("b", rows_b)):
-        config(tmp_path / name)
+        config(tmp_path / name, seed=ord(name))
         write_eval(tmp_path / name, 5, 500, rows, convention=CONV)
-    t = compare(str(tmp_path / "a"), str(tmp_path / "b")).table
-    p = t.p_mcnemar.to_numpy()
-    m = len(p)
-    order = np.argsort(p)
-    q = np.empty(m)
-    q[order] = np.minimum.accumulate((p[order] * m / np.arange(1, m + 1))[::-1])[::-1]
-    assert np.allclose(t.q_bh, np.minimum(q, 1), rtol=1e-12)
+    assert probes_main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "o")]) == 0
+    t = pd.read_csv(tmp_path / "o" / "compare.csv", keep_default_na=False)
+    for level, n in (("paradigm", 3), ("phenomenon", 2), ("overall", 1)):
+        at = t[t.level == level]
+        assert len(at) == n
+        assert np.allclose(at.q_bh, false_discovery_control(at.p_sign.to_numpy(), method="bh"), rtol=1e-12)
+    assert not np.allclose(t.q_bh, false_discovery_control(t.p_sign.to_numpy(), method="bh"))
+    fam = json.loads((tmp_path / "o" / "compare.json").read_text())["bh_families"]
+    assert {k: v["rows"] for k, v in fam.items()} == {"paradigm": 3, "phenomenon": 2, "overall": 1}
+
+
+def test_other_pair_sets_are_refused_naming_both_files(tmp_path):
+    """The same pair ids over other sentences (a grammar generated with another seed): refused."""
+    for name, fp in (("a", "1111aaaa2222bbbb"), ("b", "3333cccc4444dddd")):
+        config(tmp_path / name, seed=ord(name))
+        write_eval(tmp_path / name, 5, 500, [pair("agr", i, -1.0, 1, -3.0, 1) for i in range(4)], pair_set=fp)
+    with pytest.raises(EvalInputError, match="pair_set") as e:
+        compare(str(tmp_path / "a"), str(tmp_path / "b"))
+    for name in ("a", "b"):
+        assert str(tmp_path / name / "evals" / "step5" / "grammar.parquet") in str(e.value)
 
 
 def test_bad_input_is_one_error_line(tmp_path, capsys):

@@ -25,7 +25,7 @@ def outcome_matrix(o, paradigm: str) -> list[list[float]]:
 
 
 def write_eval(run: Path, step: int, tokens: int, rows: list[dict], benchmark: str = "grammar",
-               convention: str = CONV, with_ckpt: bool = True) -> Path:
+               convention: str = CONV, with_ckpt: bool = True, pair_set: str | None = None) -> Path:
     """One evals/step<N>/<benchmark>.parquet the way the probe hook writes it."""
     df = pd.DataFrame(rows)
     for col, default in (("benchmark", benchmark), ("good", "g"), ("bad", "b")):
@@ -38,6 +38,8 @@ def write_eval(run: Path, step: int, tokens: int, rows: list[dict], benchmark: s
                 df[f"ntok_{s}_{r}"] = 0
     table = pa.Table.from_pandas(df, preserve_index=False)
     meta = {"step": step, "tokens": tokens, "benchmark": benchmark, "convention": convention}
+    if pair_set:
+        meta["pair_set"] = pair_set
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                            b"syntax_dynamics": json.dumps(meta).encode()})
     path = run / "evals" / f"step{step}" / f"{benchmark}.parquet"
@@ -186,7 +188,7 @@ def test_missing_and_empty_run_dirs_are_named(tmp_path, capsys):
     assert str(empty) in err and "no minimal-pair eval files" in err
     (empty / "evals" / "step0").mkdir(parents=True)
     (empty / "evals" / "step0" / "syntax_qa.parquet").write_bytes(b"")  # only looked for, not read
-    with pytest.raises(EvalInputError, match="syntax-question evals only"):
+    with pytest.raises(EvalInputError, match="syntax_questions evals only"):  # its kind, by its name
         load_runs([empty])
 
 
@@ -308,7 +310,7 @@ def test_end_of_run_u_list_applies_the_reports_rule(tmp_path, capsys):
     us = pd.read_csv(tmp_path / "c1" / "ushapes.csv")
     assert len(us) >= 10  # plenty of geometric dips in 10-pair curves ...
     assert not us.accepted.any() and set(us.verdict) == {"too_thin"}  # ... none of them a U-shape
-    assert "0 U-shape(s) at delta=0.1" in printed and "too few to accept a U of depth 0.1" in printed
+    assert "0 learning U-shape(s) (+0 peaking at step 0, the untrained model) at delta=0.1" in printed and "too few to accept a U of depth 0.1" in printed
 
     # two seeds with planted dips (0.3 deep, and 0.08: a U at the report's delta 0.05, not at 0.1):
     # the end-of-run list and the report's table accept the same U's

@@ -3,7 +3,8 @@
 Scoring each option's *text*, an untrained model picked the shortest text: 0.00 on every transitive task
 against a baseline of 1/7. Answered by letter with the right option at a uniformly random letter, an untrained
 model -- here one with a sharpened output layer, so its fixed token preferences are strong -- must be within
-3 binomial standard errors of 1 / options on every paradigm, and the right letter must be uniform."""
+3 binomial standard errors of 1 / options on every paradigm, and the right letter must be uniform. The context
+pair (probes.elagent.score) must be within 3 standard errors of its 0.5."""
 from __future__ import annotations
 
 import math
@@ -54,11 +55,15 @@ def test_an_untrained_model_scores_the_drawn_baseline():
     torch.set_num_threads(1)
     cfg = ElagentConfig(items_per_paradigm=100, shots=0)  # 100 items: 3 SE of 1/7 is 0.105, below 1/7 itself
     items = build_items(cfg)
-    tok = char_tokenizer([it.prompt for it in items] + ["(a)(b)(c)(d)(e)(f)(g)"])
-    model = untrained(len(tok), 2 + max(len(it.prompt) + len(max(it.options, key=len)) for it in items))
+    tok = char_tokenizer([it.prompt for it in items] + [it.matched for it in items] + ["(a)(b)(c)(d)(e)(f)(g)"])
+    model = untrained(len(tok), 2 + max(max(len(it.prompt), len(it.cloze), len(it.matched)) +
+                                        len(max(it.options, key=len)) for it in items))
     summary = summarize(score_items(model, tok, items, batch_size=64))
     for paradigm in sorted({it.paradigm for it in items}):
         acc, p, n = (summary[f"{paradigm}/{m}"] for m in ("acc", "acc_random", "n_items"))
         se = math.sqrt(p * (1 - p) / n)
         assert abs(acc - p) <= 3 * se, f"{paradigm}: acc {acc:.3f} vs baseline {p:.3f} (3 SE = {3 * se:.3f})"
+        # the context pair: credits in [0, 1] with mean 0.5 have a variance of at most 0.25
+        pair, se = summary[f"{paradigm}/acc_pair"], 0.5 / math.sqrt(n)
+        assert abs(pair - 0.5) <= 3 * se, f"{paradigm}: acc_pair {pair:.3f} vs 0.5 (3 SE = {3 * se:.3f})"
     assert np.isclose(summary["predicates/acc_random"], 1 / 7) and np.isclose(summary["babi/acc_random"], 1 / 4)

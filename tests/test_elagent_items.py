@@ -7,7 +7,7 @@ import pytest
 
 from probes.benchmarks.registry import BenchmarkConfig, load_benchmark
 from probes.elagent.deduction import TEMPLATE, deduction_items, entailed
-from probes.elagent.language_a import NP, PP, Clause, LanguageAConfig, Translator, benchmark_pairs, english
+from probes.benchmarks.language_a import NP, PP, Clause, LanguageAConfig, Translator, benchmark_pairs, english
 from probes.elagent.precedence import STANDARD, evaluate, precedence_items, rule_text
 from probes.elagent.score import ElagentConfig
 

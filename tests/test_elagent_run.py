@@ -38,11 +38,15 @@ def test_every_checkpoint_has_both_elagent_evals(run):
     for s in steps:
         items, meta = read_pairs(d / "evals" / f"step{s}" / "elagent.parquet")
         pairs, _ = read_pairs(d / "evals" / f"step{s}" / "elagent_word_order.parquet")
-        assert meta["kind"] == "elagent_items" and meta["step"] == s and meta["config"]["shots"] == 1
+        assert meta["kind"] == "elagent" and meta["step"] == s and meta["config"]["shots"] == 1
         # 2 precedence + 3 bAbI + 8 predicate paradigms, 3 items each; 4 word-order paradigms x 4 pairs
         assert len(items) == 13 * 3 and set(items.task) == {"precedence", "babi", "predicates"}
         assert len(pairs) == 16 and set(pairs.phenomenon) == {"language_a_word_order"}
         assert meta["summary"]["all/acc"] == pytest.approx(items.correct_sum.mean())
+        # both curves, labelled: the letter and the context pair
+        assert meta["scored"] == {"acc": "letter", "acc_pair": "context pair"}
+        assert meta["summary"]["all/acc_pair"] == pytest.approx(items.correct_pair.mean())
+        assert set(items.correct_pair) <= {0.0, 0.5, 1.0}
         assert meta["summary"]["babi/acc_random"] == pytest.approx(0.25)
 
 
@@ -71,6 +75,15 @@ def test_a_prompt_longer_than_the_model_is_refused_at_start(run, tmp_path):
     assert len(ctx) + max(map(len, tails)) > 64
 
 
+def test_prompts_longer_than_the_training_window_are_named(run, capsys):
+    cache, d = run
+    tok = AutoTokenizer.from_pretrained(list_checkpoints(d)[-1][1])
+    # the run trained on windows of data.seq_len=32 (its config.yaml): every prompt fits 1024 positions, none 32
+    _build_hooks(tiny_cfg(cache, "model.max_position_embeddings=1024", *ELAGENT), tok, d)
+    err = capsys.readouterr().err
+    assert "warning: probes.elagent: 39 of 39 prompts (median " in err and "longer than data.seq_len=32" in err, err
+
+
 def test_report_shows_the_elagent_tasks_and_the_pairs_vs_tasks_view(run, tmp_path, capsys):
     from probes.analysis import curves
     from probes.analysis import report
@@ -80,6 +93,7 @@ def test_report_shows_the_elagent_tasks_and_the_pairs_vs_tasks_view(run, tmp_pat
     assert report.main([str(d), "--out", str(out), "--n-boot", "50"]) == 0
     md = (out / "report.md").read_text()
     assert "## ELAGENT tasks (generated reasoning probes)" in md and "](figures/elagent_tasks.png)" in md
+    assert "| task | context pair | letter | letter chance |" in md and "- **context pair** (`acc_pair`" in md
     # the run table: the actual parameter count (the checkpoints' manifest) and the tokenizer beside the size name
     params = json.loads((list_checkpoints(d)[-1][1] / "manifest.json").read_text())["param_count"]
     assert "| model | model_params | tokenizer |" in md and f"| tiny | {params:,} | sentencepiece-unigram 400 |" in md
@@ -90,7 +104,7 @@ def test_report_shows_the_elagent_tasks_and_the_pairs_vs_tasks_view(run, tmp_pat
         assert line in md, line
     assert (out / "appendix" / "curve_elagent_word_order_language_a_word_order.png").is_file()
     # the generated-tasks curve at the last checkpoint, by hand from the eval files: the word-order pairs' MLP
-    # accuracy (mean over its paradigms) and the three tasks' accuracies, each as (acc - chance) / (1 - chance),
+    # accuracy (mean over its paradigms) and the three tasks' context-pair accuracies, each as (acc - 0.5) / 0.5,
     # averaged; minimal pairs: the grammar's paradigms, (acc - 0.5) / 0.5
     step = list_checkpoints(d)[-1][0]
     pairs, _ = read_pairs(d / "evals" / f"step{step}" / "elagent_word_order.parquet")
@@ -98,8 +112,7 @@ def test_report_shows_the_elagent_tasks_and_the_pairs_vs_tasks_view(run, tmp_pat
     grammar, _ = read_pairs(d / "evals" / f"step{step}" / "grammar.parquet")
     word_order = correct(pairs, "mlp").groupby(pairs.paradigm).mean().mean()
     tasks = items.groupby("task").correct_sum.mean()
-    rand = items.groupby("task").rand_acc.mean()
-    use = ((word_order - 0.5) / 0.5 + ((tasks - rand) / (1 - rand)).sum()) / 4
+    use = ((word_order - 0.5) / 0.5 + ((items.groupby("task").correct_pair.mean() - 0.5) / 0.5).sum()) / 4
     form = (correct(grammar, "mlp").groupby(grammar.paradigm).mean().mean() - 0.5) / 0.5
     s = pd.read_csv(out / "tables" / "formuse.csv")
     last = s[s.step == step].set_index("group")
@@ -107,6 +120,7 @@ def test_report_shows_the_elagent_tasks_and_the_pairs_vs_tasks_view(run, tmp_pat
     assert last.loc["minimal_pairs", "score_mean"] == pytest.approx(form)
     el = pd.read_csv(out / "tables" / "elagent_final.csv").set_index("key")
     assert el.loc["babi", "acc"] == pytest.approx(tasks["babi"]) and el.loc["predicates", "acc_random"] == pytest.approx(1 / 7)
+    assert el.loc["babi", "acc_pair"] == pytest.approx(items.groupby("task").correct_pair.mean()["babi"])
 
     assert curves.main([str(d), "--out", str(tmp_path / "cur")]) == 0
     assert (tmp_path / "cur" / "plots" / f"elagent_{d.name}.png").is_file()

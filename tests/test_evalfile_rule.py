@@ -40,7 +40,8 @@ def _run_without_metadata(root: Path) -> Path:
 def test_analysis_and_scoring_read_a_file_without_metadata_alike(tmp_path):
     run = _run_without_metadata(tmp_path)
     f = run / "evals" / "step600" / "synthetic.parquet"
-    assert eval_file_meta(f) == {"step": 600, "tokens": 600_000, "benchmark": "synthetic", "convention": "unknown"}
+    assert eval_file_meta(f) == {"step": 600, "tokens": 600_000, "benchmark": "synthetic", "convention": "unknown",
+                                 "kind": "minimal_pairs"}  # by its name, as a file from before `kind`
     df, meta = read_pairs(f)
     assert meta == eval_file_meta(f) and len(df) == 40
     assert read_eval_file(f, 600, run).tokens == meta["tokens"]

@@ -75,7 +75,12 @@ def test_a_reused_region_layout_with_u_windows(grid, tmp_path):
                        "recovery_tokens": [a.tokens.iloc[8]]})
     plotting._LAYOUTS.clear()
     plot_regions(a, "a", tmp_path / "a.png", us)
+    ((_fig, axes, _),) = plotting._LAYOUTS.values()
+    assert axes[0, 0].get_title().startswith("a; U windows shaded")
     reused = plot_regions(b, "b", tmp_path / "b.png")
+    assert axes[0, 0].get_title() == "b"  # nothing shaded, nothing said (issue 36 item 8)
+    plot_regions(b, "b", tmp_path / "b.png", us.iloc[:0])  # the report's selection with no U of this paradigm
+    assert axes[0, 0].get_title() == "b"
     plotting._LAYOUTS.clear()
     fresh = plot_regions(b, "b", tmp_path / "b_fresh.png")
     assert np.array_equal(pixels(reused), pixels(fresh))
@@ -101,3 +106,25 @@ def test_add_line_is_plot_and_save_figure_is_savefig(tmp_path):
     ours = save_figure(figs[1], tmp_path / "ours.png")
     assert np.array_equal(np.asarray(Image.open(mpl).convert("RGB")), pixels(ours))
     assert Image.open(ours).mode == "RGB"  # opaque: no alpha channel written
+
+
+@pytest.mark.parametrize("which", ["overall", "heatmap"])
+def test_a_long_title_stays_inside_its_figure(which):
+    """The overall curve's and the scaling heatmap's titles were cut at both edges ("erall accuracy over
+    training", "final accuracy per phenomer"): each is broken into lines of the figure's width."""
+    from probes.analysis.paperfigs import _finish
+    from probes.analysis.scaling import heatmap
+
+    if which == "overall":  # one budget: plot_overall's narrowest figure, with its title
+        fig, axes = new_figure(7.0, 4.4, 1, 1, layout=None)
+        add_line(axes[0, 0], np.array([1.0, 2.0]), np.array([0.5, 0.6]), color="C0", label="m")
+        _finish(fig, axes, 1, "Overall accuracy over training (mean of all paradigms; y axis zoomed); x: tokens seen "
+                "(log), hollow marker = step 0\n95 % t-interval over 3 seeds (mean ± t·s/√n)", axes[0, 0],
+                left=0.95, wspace=0.12, hspace=0.75)
+    else:  # one model, one budget: plot_grid_phenomena's narrowest figure
+        fig, axes = new_figure(2.5 + 0.75, 1.5 + 0.32 * 12)
+        heatmap(axes[0, 0], np.full((12, 1), 0.7), [f"phenomenon_{i}" for i in range(12)], ["tiny"],
+                "zhoblimp_all: final accuracy per phenomenon (%)", "model", "phenomenon")
+    fig.canvas.draw()
+    box = fig._suptitle.get_window_extent(fig.canvas.get_renderer())
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height, (box, fig.bbox)

@@ -10,6 +10,8 @@ import pytest
 
 from probes.analysis.evalset import TABLE_COLUMNS, EvalSet, RunInfo
 from probes.analysis.formuse import formuse_section, group_aoa, group_curves, probe_curves
+from probes.elagent.report import task_rows as elagent_tasks
+from probes.syntaxqa.curves import task_rows as syntax_qa_tasks
 
 X = np.linspace(3, 7, 9)  # log10 tokens of the trained checkpoints; step 0 has 0 tokens
 TOKENS = np.concatenate([[0], 10 ** X]).round().astype(int)
@@ -50,15 +52,16 @@ def _elagent() -> pd.DataFrame:
         rows += [{"run": "r", "step": step, "tokens": int(tok), "key": "babi", "metric": "acc", "value": babi_acc(x)},
                  {"run": "r", "step": step, "tokens": int(tok), "key": "babi", "metric": "acc_random", "value": 0.25},
                  {"run": "r", "step": step, "tokens": int(tok), "key": "babi_base", "metric": "acc", "value": 1.0}]
-    return pd.DataFrame(rows)
+    return elagent_tasks(pd.DataFrame(rows))
 
 
 def test_probes_are_grouped_and_averaged(tmp_path):
     ev = _evalset(tmp_path)
-    qa = pd.DataFrame([{"run": "r", "step": 8, "tokens": int(TOKENS[8]), "kp": kp, "metric": m, "value": v}
+    qa = pd.DataFrame([{"run": "r", "mode": "likelihood", "step": 8, "tokens": int(TOKENS[8]), "kp": kp, "metric": m,
+                        "value": v}
                        for kp, m, v in (("all", "FITB_acc", 0.3), ("all", "FITB_acc_random", 0.1),
                                         ("all", "TF_acc", 0.9), ("GS", "FITB_acc", 0.7))])
-    probes = probe_curves(ev, "acc_mlp", _elagent(), qa)
+    probes = probe_curves(ev, "acc_mlp", [_elagent(), syntax_qa_tasks(qa)])
     members = probes.groupby("probe").group.first().to_dict()
     # grammar_all (the last checkpoint only) and the per-paradigm key babi_base feed nothing
     P, T = "minimal_pairs", "generated_tasks"
@@ -79,7 +82,7 @@ def test_probes_are_grouped_and_averaged(tmp_path):
 
 def test_each_group_gets_its_own_age_of_acquisition(tmp_path):
     ev = _evalset(tmp_path)
-    aoa = group_aoa(group_curves(probe_curves(ev, "acc_mlp", _elagent()))).set_index("group")
+    aoa = group_aoa(group_curves(probe_curves(ev, "acc_mlp", [_elagent()]))).set_index("group")
     # minimal pairs: score sig(4(x - 5)) from 0 to its best at x = 7, sig(8); AoA halfway between 0 and the best
     h = sig(8.0) / 2
     assert aoa.loc["minimal_pairs", "status"] == "ok" and aoa.loc["minimal_pairs", "chance"] == 0
@@ -95,7 +98,7 @@ def test_each_group_gets_its_own_age_of_acquisition(tmp_path):
 
 def test_section_writes_tables_figure_and_says_which_probe_feeds_which_group(tmp_path):
     ev = _evalset(tmp_path)
-    md, figs = formuse_section(ev, tmp_path / "out", "acc_mlp", _elagent())
+    md, figs = formuse_section(ev, tmp_path / "out", "acc_mlp", [_elagent()])
     text = "\n".join(md)
     assert "| minimal_pairs | `blimp` | 0.500 | 1 |" in text and "| generated_tasks | `elagent:babi` | 0.250 | 1 |" in text
     assert "FAC²E" in text and "not FAC²E's knowledge-vs-use measure" in text  # named for what it is

@@ -68,3 +68,20 @@ def test_the_report_draws_the_human_baseline_per_phenomenon(tmp_path):
     assert t.loc["human (validation CSV, our pooled reading)", "BA"] == pytest.approx(want.correct.sum() / want.total.sum())
     assert t.loc["human (paper)", "anaphor"] == 0.856
     assert {"pythia-14m · 10M", "pythia-70m · 10M"} <= set(t.index)
+
+
+def test_blimps_human_aggregate_is_the_mean_of_its_67_paradigms(shared):
+    """Warstadt et al. 2020's human aggregate, 88.6 %, is the mean of the 67 released paradigms' validation
+    means in the BLiMP repository's CSV (it lists 69 conditions; the README's 96.4 % is majority agreement)."""
+    import json
+
+    import pandas as pd
+
+    from probes.analysis.human import blimp_human
+
+    rows = []
+    for f in sorted(shared("benchmarks", "blimp", "data").glob("*.jsonl")):
+        first = json.loads(f.read_text().splitlines()[0])
+        rows.append({"benchmark": "blimp", "paradigm": first["UID"], "phenomenon": first["linguistics_term"]})
+    per_phen, overall = blimp_human(pd.DataFrame(rows))
+    assert len(rows) == 67 and round(100 * overall, 1) == 88.6 and len(per_phen) == 13

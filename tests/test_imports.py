@@ -136,3 +136,25 @@ def test_the_trainer_and_its_config_load_no_probe_module():
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == []
+
+
+def test_help_lists_every_command_and_imports_no_heavy_library():
+    """`python -m train --help` and `python -m probes --help` list every subcommand, one line each, from one table
+    per package, without importing what the commands need (torch, Hydra, pandas: seconds of CPU); a misspelt
+    subcommand is answered with the closest."""
+    from probes.__main__ import COMMANDS as PROBES
+    from probes.families import families
+    from train.__main__ import COMMANDS as TRAIN
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for package, names in (("train", {*TRAIN}), ("probes", {*PROBES, *(c[0] for f in families() for c in f.commands)})):
+        out = subprocess.run([sys.executable, "-X", "importtime", "-m", package, "--help"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        listed = {line.split()[0] for line in out.stdout.splitlines() if line.startswith("  ")}
+        assert listed == names and {"verify", "batch", "plan", "slurm", "neox"} <= {*TRAIN}
+        loaded = {line.split("|")[-1].strip().split(".")[0] for line in out.stderr.splitlines() if "|" in line}
+        assert not loaded & {"torch", "hydra", "pandas", "transformers", "numpy"}, package
+        wrong = subprocess.run([sys.executable, "-m", package, "verfy" if package == "train" else "reprot"], cwd=ROOT,
+                               env=env, capture_output=True, text=True, timeout=600)
+        assert wrong.returncode == 2 and "did you mean" in wrong.stderr and wrong.stderr.count("\n") == 1

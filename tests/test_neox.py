@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ from train.grid import compose_run, hydra_context
 from train.model import build_model
 from train.neox import compare_config, main as neox_main, neox_config, render_yaml
 from train.neox_read import from_neox, save_steps
-from train.neox_ckpt import LAYER_FILE, import_step, sync_run, write_neox_checkpoint
+from train.neox_ckpt import _BLOCK, _MLP, ENGINE_FILE, LAYER_FILE, import_step, sync_run
 from train.optim import lr_at
 from train.schedule import checkpoint_steps
 from train.weights import load_causal_lm
@@ -414,3 +416,53 @@ def test_export_from_a_started_run(tmp_path, capsys):
     assert c["train_iters"] == 7 and save_steps(c) == checkpoint_steps(cfg.schedule, 7, 8 * 32) == [0, 1, 2, 4, 7]
     assert Path(c["vocab_file"]).read_text() == (ckpt / "tokenizer.json").read_text()
     assert "tokenizer:" not in capsys.readouterr().out  # it had one, with <|endoftext|>
+
+
+def write_neox_checkpoint(model, save_dir: Path, step: int, yaml_text: str, *, naming: str = "new",
+                          sequential: bool = False, rotary_buffer: bool = True) -> Path:
+    """Our HF GPTNeoX model as gpt-neox would save it at iteration `step`: save_dir/global_step<N>/ with
+    the layer files (or, sequential, everything in the engine file), configs/neox.yml, then `latest`.
+    The inverse of train.neox_ckpt.read_weights, for the round trip (only tests need it)."""
+    import numpy as np
+
+    from train.files import fsync_tree, write_text_atomic
+
+    sd = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    cfg = model.config
+    n = cfg.num_hidden_layers
+    layers: dict[int, dict] = {0: {"word_embeddings.weight": sd["gpt_neox.embed_in.weight"]}}
+    inv = getattr(model.gpt_neox.rotary_emb, "inv_freq", None)
+    for i in range(n):
+        block = {neox: sd[f"gpt_neox.layers.{i}.{hf}"] for neox, hf in {**_BLOCK, **_MLP[naming]}.items()}
+        if rotary_buffer and inv is not None:
+            block["attention.rotary_emb.inv_freq"] = inv.detach().clone()
+        layers[i + 2] = block
+    layers[n + 3] = {"norm.weight": sd["gpt_neox.final_layer_norm.weight"],
+                     "norm.bias": sd["gpt_neox.final_layer_norm.bias"]}
+    if not cfg.tie_word_embeddings:
+        layers[n + 4] = {"final_linear.weight": model.get_output_embeddings().weight.detach().clone()}
+    save_dir = Path(save_dir)
+    final = save_dir / f"global_step{step}"
+    tmp = save_dir / f".tmp-global_step{step}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    (tmp / "configs").mkdir(parents=True)
+    # what gpt-neox's save_ds_checkpoint adds to DeepSpeed's record (numpy's RNG state among it)
+    engine = {"iteration": step, "global_steps": step, "dp_world_size": 1, "mp_world_size": 1,
+              "args": {"num_layers": n, "hidden_size": cfg.hidden_size, "padded_vocab_size": cfg.vocab_size,
+                       "model_parallel_size": 1},
+              "np_rng_state": np.random.get_state(), "torch_rng_state": torch.get_rng_state(),
+              "module": None}
+    if sequential:
+        engine["module"] = {f"sequential.{i}.{k}": v for i, layer in layers.items() for k, v in layer.items()}
+    else:
+        for i, layer in layers.items():
+            torch.save(layer, tmp / LAYER_FILE.format(i))
+    torch.save(engine, tmp / ENGINE_FILE)
+    (tmp / "configs" / "neox.yml").write_text(yaml_text)
+    fsync_tree(tmp)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    write_text_atomic(save_dir / "latest", f"global_step{step}")
+    return final

@@ -127,3 +127,57 @@ def test_bf16_probe_weights_halve_the_planned_storage_and_the_files_on_disk(tmp_
         assert not [p.name for p in path.iterdir() if p.name.startswith(".")]
     model = GPTNeoXForCausalLM.from_pretrained(ckpts[0][1])
     assert model.config.dtype == torch.bfloat16 or str(model.config.dtype) == "bfloat16"
+
+
+TINY_FILES = ["model=tiny", "data=files", "tokenizer.vocab_size=400", "tokenizer.hard_vocab_limit=false",
+              "data.seq_len=16", "optim.global_batch=2", "optim.micro_batch=2", "probes=none"]
+
+
+def test_the_plan_counts_the_corpus_as_the_run_does_and_marks_the_runs_it_cannot_start(tmp_path):
+    from train.batch import stream_of
+    from train.grid import compose_run, hydra_context
+    from train.plan import BYTES_PER_TOKEN
+    from train.token_store import TokenStore
+    from train.tokenizer import load_tokenizer
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    text = "\n\n".join(f"the cat {i} sat on the mat and the dog {i % 7} ran." for i in range(60))
+    (corpus / "a.txt").write_text(text)
+    args = TINY_FILES + [f"data.paths=[{corpus}]", f"data.cache_dir={tmp_path / 'cache'}"]
+    # No token store yet: an estimate from the bytes, said to be one
+    (p,) = plan(args + ["data.budget_tokens=100000"])
+    assert p.corpus.estimate and p.corpus.tokens == round(len(text.encode()) / BYTES_PER_TOKEN)
+    assert "an estimate" in p.corpus.how and p.cannot_start.startswith("budget 100k needs a corpus of 100k tokens")
+    # --count-tokens: the tokenizer and token store are built as a run builds them; the count is the stream's
+    (p,) = plan(args + ["data.budget_tokens=64"], count_tokens=True)
+    assert not p.corpus.estimate and p.corpus.how.startswith("counted")
+    (store_dir,) = (tmp_path / "cache" / "stores").iterdir()
+    with hydra_context():
+        cfg, _ = compose_run(args + ["data.budget_tokens=64"])
+    tok_dir = next((tmp_path / "cache" / "tokenizers").iterdir())
+    stream = stream_of(cfg, TokenStore(store_dir), load_tokenizer(tok_dir))
+    n = stream.stream_tokens
+    assert p.corpus.tokens == n and not p.cannot_start
+    # the run's own check at start and the plan agree on both sides of the corpus's size
+    for budget, starts in ((n, True), (n + 1, False)):
+        (p,) = plan(args + [f"data.budget_tokens={budget}"])  # the cached store, not an estimate
+        assert (p.cannot_start == "", p.corpus.estimate) == (starts, False), budget
+        with hydra_context():
+            cfg, _ = compose_run(args + [f"data.budget_tokens={budget}"])
+        if starts:
+            stream_of(cfg, TokenStore(store_dir), load_tokenizer(tok_dir))
+        else:
+            with pytest.raises(ValueError, match="the corpus has only"):
+                stream_of(cfg, TokenStore(store_dir), load_tokenizer(tok_dir))
+
+
+@pytest.mark.skipif(not (ROOT.parent / "shared" / "corpora" / "zh").is_dir(), reason="the shipped corpus")
+def test_on_the_shipped_corpus_every_grid_budget_cannot_start(capsys, monkeypatch):
+    monkeypatch.delenv("SYNTAX_DYNAMICS_CORPUS", raising=False)
+    monkeypatch.chdir(ROOT)
+    assert main(["experiment=zhoblimp_grid", "model=pythia-14m", "seed=0"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("  CANNOT START\n") == 4
+    for budget in ("10M", "100M", "1B", "3B"):
+        assert f"CANNOT START (1 of 4 runs, marked above): budget {budget} needs a corpus of {budget} tokens, it has " in out

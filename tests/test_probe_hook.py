@@ -44,11 +44,11 @@ def test_hook_writes_scores_and_skips_existing(tmp_path, monkeypatch):
     assert df["lp_good"].tolist() == pytest.approx(ref["lp_good"].tolist(), abs=1e-6)
 
     ok = correct(ref, "mlp")
-    assert metrics["probe/agr/acc"] == pytest.approx(accuracy(ref, "mlp"))
-    assert metrics["probe/agr/agreement/acc"] == pytest.approx(ok.iloc[:4].mean())
-    assert metrics["probe/agr/determiner/acc"] == float(ok.iloc[4])
-    assert set(metrics) == {"probe/agr/acc", "probe/agr/agreement/acc",
-                            "probe/agr/determiner/acc", "probe/tiny/acc", "probe/tiny/x/acc"}
+    assert metrics["probe/agr/acc_mlp"] == pytest.approx(accuracy(ref, "mlp"))
+    assert metrics["probe/agr/agreement/acc_mlp"] == pytest.approx(ok.iloc[:4].mean())
+    assert metrics["probe/agr/determiner/acc_mlp"] == float(ok.iloc[4])
+    assert set(metrics) == {"probe/agr/acc_mlp", "probe/agr/agreement/acc_mlp",
+                            "probe/agr/determiner/acc_mlp", "probe/tiny/acc_mlp", "probe/tiny/x/acc_mlp"}
     assert sorted(f for f in os.listdir(path.parent) if not f.endswith(".sha256")) == ["agr.parquet", "tiny.parquet"]
 
     # a resumed run reaches step 0 again with other weights: the existing file is kept
@@ -100,7 +100,7 @@ def test_hook_loads_configured_benchmarks_once(tmp_path):
     df, meta = read_pairs(eval_path(tmp_path / "run", 8, "mini"))
     assert meta["benchmark"] == "mini" and meta["source"] == str(f)
     assert list(df["pair_id"]) == ["0", "1", "2", "3", "9"]
-    assert metrics["probe/mini/acc"] == pytest.approx(accuracy(score_pairs(model, tok, PAIRS["agr"])))
+    assert metrics["probe/mini/acc_mlp"] == pytest.approx(accuracy(score_pairs(model, tok, PAIRS["agr"])))
 
     twice = ProbesConfig(benchmarks=[BenchmarkConfig(name="g", path=str(tmp_path)),
                                      BenchmarkConfig(name="g", path=str(tmp_path))])

@@ -153,3 +153,26 @@ def test_tokenizer_with_more_ids_than_the_embedding_is_named(model_dir, bench_fi
     err = capsys.readouterr().err
     assert f"--model {mixed}: the tokenizer has 16 ids but the model's embedding only 14 rows" in err
     assert not out.exists()
+
+
+def test_a_benchmark_path_is_that_file_even_named_as_a_builtin(model_dir, tmp_path, capsys, monkeypatch):
+    """A copy of 6 of the built-in grammar's pairs written to grammar.jsonl: --benchmark with that path scores
+    those 6 pairs (it used to score the built-in generator's, by the file's stem); a name that is also a path
+    in the working directory is an error naming both."""
+    builtin = load_benchmark(BenchmarkConfig(name="grammar"))
+    picked = [p for par in sorted({p.paradigm for p in builtin})[:3]
+              for p in [q for q in builtin if q.paradigm == par][:2]]
+    f = tmp_path / "copy" / "grammar.jsonl"
+    f.parent.mkdir()
+    f.write_text("".join(json.dumps({"sentence_good": p.good, "sentence_bad": p.bad, "UID": p.paradigm,
+                                     "linguistics_term": p.phenomenon, "pairID": p.pair_id}) + "\n" for p in picked))
+    out = tmp_path / "g.parquet"
+    assert main(["score", "--model", str(model_dir), "--benchmark", str(f), "--out", str(out)]) == 0
+    df = pd.read_parquet(out)
+    assert len(builtin) > 6 and sorted(zip(df.paradigm, df.pair_id, df.good)) == \
+        sorted((p.paradigm, p.pair_id, p.good) for p in picked)
+    monkeypatch.chdir(f.parent.parent)
+    (f.parent.parent / "grammar").mkdir()
+    assert main(["score", "--model", str(model_dir), "--benchmark", "grammar", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "built-in benchmark 'grammar'" in err and str(f.parent.parent / "grammar") in err

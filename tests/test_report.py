@@ -155,3 +155,21 @@ def _add_syntax_qa(run, steps):
     for step in steps:
         write_items(items, run / "evals" / f"step{step}" / "syntax_qa.parquet", step=step, tokens=step * 1000,
                     model_dir=run, tokenizer=word_tokenizer(), cfg=SyntaxQAConfig(), reports=[])
+
+
+def test_the_blimp_table4_caption_names_no_zhoblimp_rows(tmp_path, shared):
+    """The BLiMP table's caption described ZhoBLiMP's reference rows (issue 36 item 8); its reference is BLiMP's
+    own human validation, 0.96 for anaphor_gender_agreement in the repository's CSV."""
+    shared("benchmarks", "blimp", "raw_results", "summary", "human_validation_summary.csv")
+    rng = np.random.default_rng(0)
+    spec = RunSpec(model="pythia-14m", budget=10**7, seed=1, tokens_per_step=1000, steps=[0, 1, 2, 4], benchmark="blimp")
+    run = write_run(tmp_path / "r", spec, np.full((4, 1), 0.7), ["anaphor_gender_agreement"], ["anaphor_agreement"],
+                    20, rng)
+    out = tmp_path / "rep"
+    assert report.main([str(run), "--out", str(out), "--n-boot", "20"]) == 0
+    md = (out / "report.md").read_text()
+    caption = next(line for line in md.splitlines() if line.startswith("**blimp**"))
+    assert "Zh-Pythia" not in caption and "human_validation_summary.csv" in caption and "88.6 %" in caption
+    t4 = pd.read_csv(out / "tables" / "table4_blimp.csv")
+    assert t4.row.tolist() == ["pythia-14m · 10M", "human (validation CSV, mean of paradigms)"]
+    assert t4.anaphor_agreement.iloc[1] == t4.overall.iloc[1] == 0.96

@@ -12,6 +12,7 @@ from scipy import stats
 from test_curves import config, write_eval
 
 from probes.analysis import report
+from probes.analysis.bands import seed_bands
 
 Z = stats.norm.ppf(0.975)
 # right pairs of 4 per (seed, step): (agr, bind); seed 3 only where a test asks for it
@@ -43,33 +44,74 @@ def run_report(runs, out):
     return (out / "report.md").read_text()
 
 
-def test_two_seeds_get_each_seed_and_a_pair_bootstrap_band(tmp_path, capsys):
+def test_two_seeds_get_each_seed_and_a_seed_pair_bootstrap_band(tmp_path, capsys):
     md = run_report(grid(tmp_path), tmp_path / "rep")
     printed = capsys.readouterr().out
     assert f"report: {tmp_path / 'rep' / 'report.md'}" in printed
     assert f"first figure: {tmp_path / 'rep' / 'figures' / 'overall_curve.png'}" in printed
     c = pd.read_csv(tmp_path / "rep" / "tables" / "curves_overall.csv")
     r = c[c.step == 1].iloc[0]
-    # seed 1: agr 3/4, bind 4/4 -> 0.875, var (0.75*0.25/4 + 0)/2^2; seed 2: agr 3/4, bind 2/4 -> 0.625
+    # seed 1: agr 3/4, bind 4/4 -> 0.875, var (0.75*0.25/4 + 0)/2^2; seed 2: agr 3/4, bind 2/4 -> 0.625;
+    # seeds resampled too: + (S - 1) sd^2 = 0.25^2 / 2 (probes.analysis.bands)
     v1, v2 = (0.1875 / 4) / 4, (0.1875 / 4 + 0.25 / 4) / 4
-    half = Z * math.sqrt(v1 + v2) / 2
-    assert r.n_seeds == 2 and r.band == "pair-bootstrap"
+    half = Z * math.sqrt(v1 + v2 + 0.25 ** 2 / 2) / 2
+    assert r.n_seeds == 2 and r.band == "seed-pair-bootstrap" and r.seed_spread == 0.25
     assert r.acc_mean == pytest.approx(0.75, abs=1e-12)
-    assert (r.lo, r.hi) == pytest.approx((0.75 - half, 0.75 + half), abs=1e-9)
+    assert (r.lo, r.hi) == pytest.approx((0.75 - half, min(1, 0.75 + half)), abs=1e-9)
     seeds = pd.read_csv(tmp_path / "rep" / "tables" / "curves_overall_seeds.csv")
     assert sorted(seeds[seeds.step == 1].acc) == [0.625, 0.875]  # each seed's own line
     ph = pd.read_csv(tmp_path / "rep" / "tables" / "curves_phenomenon.csv")
     b = ph[(ph.phenomenon == "binding") & (ph.step == 2)].iloc[0]  # 3/4 and 4/4
-    assert b.acc_mean == 0.875 and b.acc_mean - b.lo == pytest.approx(Z * math.sqrt(0.1875 / 4) / 2, abs=1e-9)
+    assert b.acc_mean == 0.875 and b.acc_mean - b.lo == pytest.approx(
+        Z * math.sqrt(0.1875 / 4 + 0.25 ** 2 / 2) / 2, abs=1e-9)
     assert b.hi == 1.0  # clipped
+    t4 = pd.read_csv(tmp_path / "rep" / "tables" / "table4_grammar.csv").iloc[0]  # the last checkpoint's cells
+    assert (t4.binding, t4.binding_lo, t4.band) == (0.875, pytest.approx(b.lo, abs=1e-12), "seed-pair-bootstrap")
     # no t-interval anywhere with 2 seeds, and the report says which band it draws
-    assert set(ph.band) == {"pair-bootstrap"}
-    assert "bands: 95 % pair-bootstrap interval of the seed mean" in md and "t-interval over seeds" not in md
+    assert set(ph.band) == {"seed-pair-bootstrap"}
+    assert "95 % seed-and-pair bootstrap (with 2 seeds the seed variance rests on two draws)" in md
+    assert "t over seeds" not in md
+    # per paradigm (tables/seeds_paradigm): bind at step 1, 4/4 and 2/4: var 0 + 0.25/4, seeds' sd^2 = 0.125
+    sp = pd.read_csv(tmp_path / "rep" / "tables" / "seeds_paradigm.csv")
+    bind = sp[(sp.paradigm == "bind") & (sp.step == 1)].iloc[0]
+    assert bind.band == "seed-pair-bootstrap" and bind.acc_mlp_lo == pytest.approx(
+        0.75 - Z * math.sqrt(0.25 / 4 + 0.125) / 2, abs=1e-12)
+    # the first paragraph: the change from step 0 paired on the same pairs. Per seed and paradigm, d = last -
+    # first per pair: seed 1 agr [0,0,1,1], bind [0,0,1,0] -> 0.375, var (0.25/4 + 0.1875/4)/4; seed 2 agr
+    # [0,1,1,1], bind [0,0,1,1] -> 0.625, the same var; + the seeds' spread 0.25^2/2
+    sm = pd.read_csv(tmp_path / "rep" / "tables" / "summary.csv").iloc[0]
+    half = Z * math.sqrt(2 * (0.25 / 4 + 0.1875 / 4) / 4 + 0.25 ** 2 / 2) / 2
+    assert (sm.first_acc, sm.last_acc, sm.change) == pytest.approx((0.4375, 0.9375, 0.5), abs=1e-12)
+    assert (sm.change_lo, sm.change_hi) == pytest.approx((0.5 - half, 0.5 + half), abs=1e-12)
+    # above chance at the end: binding 3/4 and 4/4, se sqrt(0.1875/4 + 0.125^2 * 2) / 2; agreement 4/4 twice
+    ac = pd.read_csv(tmp_path / "rep" / "tables" / "phenomena_above_chance.csv").set_index("phenomenon")
+    p_bind = stats.norm.sf(0.375 / (math.sqrt(0.1875 / 4 + 0.03125) / 2))
+    assert ac.p_above["binding"] == pytest.approx(p_bind, rel=1e-9) and ac.p_above["agreement"] == 0
+    assert ac.q_above.to_numpy() == pytest.approx(stats.false_discovery_control(ac.p_above.to_numpy()))
+    assert (sm.phenomena_above_chance, sm.phenomena) == (2, 2)
+    assert md.split("\n")[2].startswith("**Summary.** pythia-14m · 1k (grammar, 2 seeds): overall accuracy 43.8 → "
+                                         f"93.8 %, change +50.0 points (95 % seed-pair-bootstrap interval "
+                                         f"{100 * (0.5 - half):+.1f} to {100 * (0.5 + half):+.1f}: told from no change)")
     main = md.split("## Appendix")[0]
     figs = re.findall(r"!\[[^]]*\]\((figures/[^)]+\.png)\)", main)
     assert figs[0] == "figures/overall_curve.png" and "figures/phenomena_grammar.png" in figs
     assert not re.findall(r"\]\((appendix/[^)]+)\)", main)  # per-phenomenon figures only in the appendix
     assert re.findall(r"\]\((appendix/curve_grammar_binding.png)\)", md.split("## Appendix")[1])
+
+
+def test_two_seed_band_covers_the_seeds_it_is_drawn_from():
+    """Two seeds whose curves differ by a known offset d = 0.1, with so many pairs that pair noise is nil
+    (var 1e-6 each): the seed-and-pair bootstrap's half-width is Z sqrt(2e-6 + d^2 / 2) / 2 = 0.693 d, wider
+    than the seeds' own distance d / 2 from their mean; a pair-only band (Z sqrt(2e-6) / 2 = 0.0014) is not."""
+    steps = np.arange(5)
+    base = 0.5 + 0.05 * steps
+    units = pd.concat([pd.DataFrame({"run": f"s{k}", "model": "m", "budget": 1, "seed": k, "benchmark": "b",
+                                     "step": steps, "tokens": 100 * steps, "acc": base + 0.1 * k, "var": 1e-6,
+                                     "n_pairs": 10**6, "n_paradigms": 1}) for k in (0, 1)])
+    b = seed_bands(units, ["model", "budget", "benchmark", "step"])
+    assert set(b.band) == {"seed-pair-bootstrap"} and np.allclose(b.seed_spread, 0.1)
+    assert np.allclose(b.acc_mean - b.lo, Z * math.sqrt(2e-6 + 0.1 ** 2 / 2) / 2, atol=1e-12)
+    assert (b.lo <= base).all() and (b.hi >= base + 0.1).all()  # both seeds inside the band
 
 
 def test_three_seeds_get_a_t_interval(tmp_path):
@@ -79,7 +121,7 @@ def test_three_seeds_get_a_t_interval(tmp_path):
     half = stats.t.ppf(0.975, 2) * 0.25 / math.sqrt(3)
     assert r.band == "t" and r.acc_mean == pytest.approx(0.625)
     assert (r.lo, r.hi) == pytest.approx((0.625 - half, 1.0), abs=1e-9)  # the top clipped at 1
-    assert "bands: 95 % t-interval over seeds" in md
+    assert "bands: 95 % t over seeds" in md
 
 
 def test_table4_reads_all_pairs_and_quotes_the_paper(tmp_path):
@@ -89,6 +131,17 @@ def test_table4_reads_all_pairs_and_quotes_the_paper(tmp_path):
     ours = t[t.source.str.startswith("ours")].iloc[0]
     # all pairs at the last checkpoint: BA (agr) 4/4 in both seeds, FCI (bind) 1/4: overall = mean of paradigms
     assert (ours.BA, ours.fci_licensing, ours.overall, ours.n_seeds) == (1.0, 0.25, 0.625, 2)
+    # each cell's interval: the seeds agree, so only pairs vary (4 per paradigm and seed; 2 seeds)
+    fci = Z * math.sqrt(2 * 0.25 * 0.75 / 4) / 2
+    ov = Z * math.sqrt(2 * (0.25 * 0.75 / 4) / 4) / 2
+    assert (ours.BA_lo, ours.BA_hi, ours.band) == (1.0, 1.0, "seed-pair-bootstrap")
+    assert (ours.fci_licensing_lo, ours.overall_hi) == pytest.approx((max(0, 0.25 - fci), 0.625 + ov), abs=1e-12)
+    assert f"| 62.5 | {100 * (0.625 - ov):.1f}–{100 * (0.625 + ov):.1f} |" in md
+    sc = pd.read_csv(tmp_path / "rep" / "tables" / "scaling_overall.csv")
+    assert sc[sc.benchmark == "zhoblimp_all"].iloc[0].hi == pytest.approx(0.625 + ov, abs=1e-12)
+    g = pd.read_csv(tmp_path / "rep" / "tables" / "difficulty_groups.csv").set_index("phenomenon")
+    assert (g.loc["BA"].best_lo, g.loc["BA"].group, g.loc["BA"].group_sure) == (1.0, "Easy", True)
+    assert g.loc["fci_licensing"].best_hi == pytest.approx(0.25 + fci, abs=1e-12)
     paper = t[t.row == "paper: Zh-Pythia-14M · 3B"].iloc[0]
     assert (paper.BA, paper.fci_licensing, paper.overall) == pytest.approx((0.751, 0.716, 0.699))
     assert t[t.row == "human (paper)"].iloc[0].BA == pytest.approx(0.962)
@@ -207,8 +260,47 @@ def test_case_study_band_with_two_seeds(tmp_path):
     assert report.main([*map(str, grid(tmp_path)), "--out", str(out), "--n-boot", "50", "--case-study", "agr"]) == 0
     s = pd.read_csv(out / "tables" / "case_study_grammar_agr.csv")
     r = s[s.step == 1].iloc[0]  # agr 3/4 in both seeds: se sqrt(0.75 * 0.25 / 4) each
-    half = Z * math.sqrt(2 * 0.75 * 0.25 / 4) / 2
-    assert r.band == "pair-bootstrap" and (r.acc_mlp_lo, r.acc_mlp_hi) == pytest.approx((0.75 - half, 0.75 + half))
+    half = Z * math.sqrt(2 * 0.75 * 0.25 / 4) / 2  # the two seeds agree: no seed part
+    assert r.band == "seed-pair-bootstrap" and (r.acc_mlp_lo, r.acc_mlp_hi) == pytest.approx((0.75 - half, 0.75 + half))
     md = (out / "report.md").read_text()
     case = md.split("## Case study")[1].split("\n## ")[0]
-    assert "bands: 95 % pair-bootstrap interval of the seed mean" in case and "t-interval over seeds" not in case
+    assert "95 % seed-and-pair bootstrap (with 2 seeds the seed variance rests on two draws)" in case
+    assert "t over seeds" not in case
+
+
+def test_a_report_on_one_checkpoint_says_there_is_no_change(tmp_path):
+    """Runs scored at one checkpoint only have no curve: no AoA, no change; the report still writes (it
+    crashed on the empty AoA table) and its first paragraph says why there is no change to report."""
+    run = tmp_path / "one"
+    config(run, seed=1)
+    write_eval(run, 5, 500, pairs("agr", "agreement", 3) + pairs("bind", "binding", 2))
+    md = run_report([run], tmp_path / "rep")
+    assert md.split("\n")[2] == "**Summary.** No benchmark was scored at two or more checkpoints: no change to report."
+    assert "no curves, no bands" in md
+
+
+def test_paper_u_needs_peak_trough_and_recovery_in_the_papers_windows(tmp_path):
+    """The NPI case-study paradigm dips from step 0 in two models: one recovers at ~1e6 tokens (an early dip,
+    not the paper's, which recovers around 100M), the other at ~1e8 (the paper's). Same trough window."""
+    from probes.analysis.evalset import load_runs, log_tokens
+    from probes.analysis.paper_ushapes import paper_u_table
+    from probes.analysis.synthetic import RunSpec, log_spaced_steps, write_run
+    from probes.analysis.ushape import UShapeConfig
+
+    rng = np.random.default_rng(4)
+    steps = log_spaced_steps(30, 50_000)
+    x = log_tokens(steps * 20_000)  # step 0, then 2e4 .. 1e9 tokens
+    npi = "npi_renhe_wh_question_subj"
+    runs = []
+    for model, (fall, rise) in (("pythia-14m", (5.5, 5.7)), ("pythia-70m", (5.5, 7.7))):
+        # 0.8 until 1e5 tokens, 0.5 from 10^fall to 10^rise, 0.85 from 0.3 decades later on
+        curve = np.interp(x, [0, 5.0, fall, rise, rise + 0.3, 12], [0.8, 0.8, 0.5, 0.5, 0.85, 0.85])
+        runs += [write_run(tmp_path / f"{model}-s{s}", RunSpec(model=model, budget=10**9, seed=s, tokens_per_step=20_000,
+                                                               steps=list(steps), benchmark="zhoblimp"),
+                           curve[:, None], [npi], ["npi_licensing"], 300, rng) for s in (1, 2)]
+    t = paper_u_table(load_runs(runs), UShapeConfig(n_boot=400))
+    t = t[t.paper_u == "NPI case study, early dip"].set_index("model")
+    early, paper = t.loc["pythia-14m"], t.loc["pythia-70m"]
+    assert early.status == "a dip, not the paper's U", early.why
+    assert "outside: recovery" in early.why and "recovery 3e+07–1e+09" in early.why
+    assert paper.status == "detected", paper.why

@@ -92,3 +92,25 @@ def test_eval_files_of_an_older_convention_are_scored_again(tmp_path, capsys):
     before = path.stat().st_mtime_ns
     assert probes_main(argv) == 0 and path.stat().st_mtime_ns == before
     assert "0 eval files written" in capsys.readouterr().out
+
+
+def test_another_sample_size_is_refused_then_replaced_and_the_curves_redrawn(tmp_path, capsys):
+    """score-run never silently replaces a run's results of another pair sample (issue 36 item 7): one
+    `error:` line naming the file and --replace; with --replace the run's curves/ are drawn again."""
+    run = tmp_path / "run"
+    checkpoint(run)
+    bench = tmp_path / "mini.jsonl"
+    bench.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    argv = ["score-run", str(run), "--benchmark", str(bench), "--device", "cpu", "--batch-size", "4"]
+    assert probes_main([*argv, "--max-pairs-per-paradigm", "1"]) == 0  # the in-loop sample, as it were
+    assert probes_main(["curves", str(run), "--out", str(run / "curves")]) == 0
+    path, drawn = eval_path(run, 0, "mini"), {p: p.stat().st_mtime_ns for p in (run / "curves").rglob("*.csv")}
+    before = path.stat().st_mtime_ns
+    capsys.readouterr()
+    assert probes_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith(f"error: {path} (1 pairs; asked for 3)") and "--replace" in err
+    assert path.stat().st_mtime_ns == before
+    assert probes_main([*argv, "--replace"]) == 0
+    assert read_pairs(path)[1]["n_pairs"] == 3
+    assert drawn and all(p.stat().st_mtime_ns != t for p, t in drawn.items())  # curves/ drawn from the new files

@@ -75,6 +75,13 @@ def test_the_submitit_launcher_runs_one_task_per_gpu_and_one_without(gpus, tasks
                       return_hydra_config=True)
     launcher = cfg.hydra.launcher
     assert launcher.tasks_per_node == tasks
+    # the launcher Hydra builds is the one that sizes each run from its plan (train/slurm.py, launch_planned)
+    from hydra.core.plugins import Plugins
+
+    # (Hydra's plugin scan loads the modules anew: compare the classes by name)
+    mro = [c.__name__ for c in Plugins.instance().class_name_to_class[launcher._target_].__mro__]
+    assert mro[:3] == ["PlannedSlurmLauncher", "SlurmLauncher", "BaseSubmititLauncher"]
+    assert launcher._target_ == "hydra_plugins.syntax_dynamics_slurm.PlannedSlurmLauncher"
     assert launcher.setup == [f"export OMP_NUM_THREADS={launcher.cpus_per_task}"]
 
 
@@ -93,11 +100,13 @@ def test_the_cli_requires_a_partition_and_writes_both_files(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["experiment=zhoblimp_grid", "--out", str(tmp_path)])
     assert "--partition" in capsys.readouterr().err
-    assert main(["experiment=zhoblimp_grid", "seed=0", "--out", str(tmp_path), "--partition", "a100"]) == 0
+    sized = ["--gpus-per-node", "4", "--mem-gb", "64", "--timeout-min", "600"]  # one request: one array
+    assert main(["experiment=zhoblimp_grid", "seed=0", "--out", str(tmp_path), "--partition", "a100", *sized]) == 0
     assert len((tmp_path / "grid.txt").read_text().splitlines()) == 20
     assert "#SBATCH --partition=a100" in (tmp_path / "array.sbatch").read_text()
     # a `python -m train -m ...` command line works as it is (argparse used to refuse -m)
-    assert main(["-m", "experiment=zhoblimp_grid", "seed=0", "--out", str(tmp_path / "m"), "--partition", "a100"]) == 0
+    assert main(["-m", "experiment=zhoblimp_grid", "seed=0", "--out", str(tmp_path / "m"), "--partition", "a100",
+                 *sized]) == 0
     assert (tmp_path / "m" / "grid.txt").read_text() == (tmp_path / "grid.txt").read_text()
 
 
@@ -139,3 +148,50 @@ def test_slurm_task_variables_become_torch_distributed_ones(monkeypatch):
     monkeypatch.setenv("MASTER_ADDR", "node17")
     export_distributed_env()
     assert [os.environ[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")] == ["5", "8", "1", "20123"]
+
+
+def _requests(out: Path) -> dict[str, tuple[str, str, str]]:
+    """run (its overrides' model-budget) -> (gpus, mem, time) of the array script whose grid lists it."""
+    found = {}
+    for script in sorted(out.glob("array*.sbatch")):
+        text = script.read_text()
+        get = lambda key: text.split(f"#SBATCH --{key}=")[1].split("\n")[0]  # noqa: E731
+        grid = out / script.name.replace("array", "grid").replace(".sbatch", ".txt")
+        for line in grid.read_text().splitlines():
+            words = dict(w.split("=", 1) for w in shlex.split(line))
+            found[f"{words['model']}-{words['budget']}-s{words['seed']}"] = (get("gpus-per-node"), get("mem"), get("time"))
+    return found
+
+
+def test_the_grid_asks_each_run_for_the_gpus_memory_and_time_its_plan_needs(tmp_path, capsys):
+    from train.plan import Hardware, plan
+    from train.slurm import GPU_PEAK_TFLOPS
+
+    out = tmp_path / "out"
+    assert main(["experiment=zhoblimp_grid", "seed=0", "budget=10M,3B", "--out", str(out), "--partition", "gpu"]) == 0
+    got = _requests(out)
+    assert len(got) == 10
+    # a 14M-parameter run on 10M tokens: one GPU, 8 GB + 16 B x 14M for its one process (-> 16 GB), 30 min of
+    # overhead + 1.5 x its planned minutes (-> 1 h); not 8 GPUs, 480 GB, 24 h
+    assert got["pythia-14m-10M-s0"] == ("1", "16G", "01:00:00")
+    # pythia-1.4b on 3B tokens: 1.4e9 x 3e9 x 6 FLOPs at the plan's 41.6 % of an A100's 312 TFLOP/s = 54 GPU-h;
+    # 1 or 2 GPUs would take over the yaml's 24 h, 4 do not (the global batch of 256 takes 4 x 64)
+    (big,) = plan(["experiment=zhoblimp_grid", "seed=0", "budget=3B", "model=pythia-1.4b"],
+                  Hardware(peak_tflops=GPU_PEAK_TFLOPS))
+    assert 1.5 * big.gpu_hours / 2 > 24 > 1.5 * big.gpu_hours / 4
+    assert got["pythia-1.4b-3B-s0"] == ("4", "128G", "24:00:00")
+    assert all(int(g) in (1, 2, 4) for g, _, _ in got.values())  # 256 sequences in micro-batches of 64
+    assert "submit: sbatch" in capsys.readouterr().out
+    # a key the user sets is every run's; the others still follow the plan
+    out2 = tmp_path / "two"
+    assert main(["experiment=zhoblimp_grid", "seed=0", "budget=10M", "--out", str(out2), "--partition", "gpu",
+                 "--gpus-per-node", "2"]) == 0
+    got = _requests(out2)
+    assert {g for g, _, _ in got.values()} == {"2"} and got["pythia-14m-10M-s0"][1] == "32G"  # 2 processes
+
+
+def test_a_run_the_plan_cannot_size_asks_for_the_whole_node_and_says_why(tmp_path, capsys):
+    assert main(["experiment=demo", "data.budget_tokens=null", "--out", str(tmp_path), "--partition", "debug"]) == 0
+    script = (tmp_path / "array.sbatch").read_text()
+    assert "#SBATCH --gpus-per-node=8" in script and "#SBATCH --mem=480G" in script
+    assert "data.budget_tokens is null" in capsys.readouterr().err

@@ -222,7 +222,7 @@ def test_hook_writes_every_checkpoint_once_and_curves_read_them(setup, tmp_path)
     assert model.training  # the hook restores the mode it found
     assert 0.0 <= metrics["probe/syntax_qa/OA"] <= 1.0 and "probe/syntax_qa/GS/OA" in metrics
     df, meta = read_pairs(run / "evals" / "step0" / "syntax_qa.parquet")
-    assert len(df) == len(hook.items) and meta["step"] == 0 and meta["kind"] == "syntax_qa_items"
+    assert len(df) == len(hook.items) and meta["step"] == 0 and meta["kind"] == "syntax_questions"
     assert meta["summary"]["OA"] == pytest.approx(metrics["probe/syntax_qa/OA"])
     assert hook.post_checkpoint_saved(d / "model", 0, 0, model) == {}  # done already: not redone
     hook.post_checkpoint_saved(d / "model", 4, 4096, model)

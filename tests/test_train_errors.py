@@ -207,3 +207,29 @@ def test_a_read_only_sweep_dir_is_named_under_multirun(cache, mount, monkeypatch
     sweep = mount("1m", ro=True)
     line = train_cli(cache, "-m", f"hydra.sweep.dir={sweep}", "seed=0,1", monkeypatch=monkeypatch, capsys=capsys)
     assert line == f"error: hydra.sweep.dir {sweep} is not writable: Read-only file system ({sweep})"
+
+
+def test_a_tokenizer_too_small_for_the_characters_names_vocab_size(shared, tmp_path):
+    """The README's Chinese variant with too few pieces (issue 36 item 4): sentencepiece's reason, the
+    characters it must hold, comes out as `tokenizer.vocab_size` and the count it needs, even where a few
+    lines are also too long for it (the line-length hint was the message before). 2,000 lines of Chinese
+    Wikipedia, copied to tmp_path, hold more characters than 600 pieces; one more line is over 4,192 bytes."""
+    src = shared("corpora", "zh", "wikipedia", "zhwiki_enix223_AA_wiki_00_t2s.txt")
+    lines = src.read_text(encoding="utf-8").splitlines()[:2000]
+    (tmp_path / "zh").mkdir()
+    (tmp_path / "zh" / "a.txt").write_text("\n\n".join(lines) + "\n\n" + "长" * 1500 + "\n", encoding="utf-8")
+    cmd = [sys.executable, "-m", "train", "data=files", f"data.paths=[{tmp_path / 'zh'}]", "data.budget_tokens=10000",
+           "model=tiny", "tokenizer.vocab_size=600", "probes=zhoblimp", "logger=none", f"data.cache_dir={tmp_path / 'c'}",
+           f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    import re
+
+    need = re.search(r"tokenizer\.vocab_size=600 is too small .* need ([\d,]+) pieces", errors[0])
+    assert need and int(need.group(1).replace(",", "")) > 600, errors[0]
+    assert "tokenizer.character_coverage" in errors[0] and "max_sentence_length" not in errors[0]
+    # the silent minutes are announced (issue 36 item 5)
+    assert re.search(r"training the tokenizer: sentencepiece unigram, tokenizer.vocab_size=600, on [\d,]+ lines",
+                     proc.stdout), proc.stdout[-2000:]

@@ -32,7 +32,7 @@ def test_slor_and_morcela_by_hand():
     assert (unigram.score(df, "good", "morcela", beta=1, gamma=0) == unigram.score(df, "good", "slor")).all()
     tie = df.assign(lp_bad=-15.0, ntok_bad=3, ulp_bad=-30.0)
     assert not unigram.correct(tie, "slor")[0]
-    with pytest.raises(ValueError, match="python -m probes.scoring.unigram"):
+    with pytest.raises(ValueError, match="python -m probes unigram"):
         unigram.correct(df.drop(columns=["ulp_bad"]), "slor")
 
 
@@ -86,7 +86,7 @@ def test_a_run_stores_unigram_columns_from_its_own_token_store(tmp_path):
     want = sum(math.log((counts[i] if i < len(counts) and counts[i] else 1) / len(ids))
                for i in tok(row.good, add_special_tokens=False)["input_ids"])
     assert row.ulp_good == pytest.approx(want)
-    # the same columns added after the fact, without the model (python -m probes.scoring.unigram)
+    # the same columns added after the fact, without the model (python -m probes unigram)
     stripped = df.drop(columns=["ulp_good", "ulp_bad"])
     from probes.scoring.store import write_pairs
 
@@ -94,7 +94,11 @@ def test_a_run_stores_unigram_columns_from_its_own_token_store(tmp_path):
     assert unigram.main([str(run), "--cache-dir", str(cache)]) == 0
     again, m2 = read_pairs(files[-1])
     assert np.allclose(again.ulp_good, df.ulp_good) and m2["unigram"] == m["unigram"]
-    acc = unigram.accuracy_table(again)
+    from probes.scoring.primitive import correct as lp_correct  # per paradigm, under every metric
+
+    acc = again[["phenomenon", "paradigm"]].assign(
+        acc_mlp=lp_correct(again, "mlp"), acc_sum=lp_correct(again, "sum"), acc_slor=unigram.correct(again, "slor"),
+        acc_morcela=unigram.correct(again, "morcela")).groupby(["phenomenon", "paradigm"]).mean()
     assert {"acc_mlp", "acc_sum", "acc_slor", "acc_morcela"} <= set(acc.columns)
     # the report's SLOR / MORCELA section reads these columns at the last checkpoint
     from probes.analysis import report

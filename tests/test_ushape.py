@@ -192,3 +192,105 @@ def test_paradigm_means_count_each_paradigms_pairs_present():
     got = _paradigm_means(hit, present, o, ["a", "b"])
     # step 0: a = rows 1, 3, 4 -> 1, 0, 1; b = rows 0, 2 -> 1, 0.  step 1: a = rows 3, 4 -> 1, 1; b = 0, 1
     assert np.array_equal(got, np.array([[2 / 3, 1 / 2], [2 / 2, 1 / 2]]))
+
+
+def test_a_u_peaking_at_step_0_is_not_a_learning_u(tmp_path):
+    # Two paradigms, two seeds: "init" is best at step 0 (the untrained model), falls and recovers; "late"
+    # rises, then dips and recovers after learning began. Both are accepted U's; the headline counts one.
+    from probes.analysis.ushape import count_text, count_ushapes
+
+    rng = np.random.default_rng(7)
+    steps = log_spaced_steps(24, 5000)
+    x = log_tokens(steps * 1000)
+    init = np.interp(x, [x[0], x[1], x[9], x[12], 12], [0.9, 0.55, 0.55, 0.9, 0.9])
+    late = sigmoid_curve(x, 0.5, 0.9, 4.0, 5) - planted_dip(x, 0.35, 5.8, 0.2)
+    runs = [write_run(tmp_path / f"s{s}", RunSpec(seed=s, tokens_per_step=1000, steps=list(steps)),
+                      np.clip(np.stack([init, late], axis=1), 0, 1), ["init", "late"], ["a", "b"], 400, rng)
+            for s in (1, 2)]
+    df, _ = find_u_shapes_in_runs(load_runs(runs), UShapeConfig(delta=0.1, n_boot=200), levels=("paradigm",))
+    acc = df[df.accepted].set_index("paradigm")
+    assert acc.loc["init", "peak_step"] == 0 and acc.loc["late", "peak_step"] > 0
+    assert count_ushapes(df) == {"learning": 1, "from_step0": 1}
+    assert count_text(df).startswith("1 learning U-shape(s) (+1 peaking at step 0")
+
+
+def test_dispersion_reads_the_variance_ratio_it_is_given():
+    # Curves at p plus Gaussian noise of k times the binomial variance of 300 pairs: the estimate is k
+    # times the upper 90 % limit's quantile of chi^2_1 over its median. 400 curves x 18 interior checkpoints
+    # = 7,200 ratios; the median of chi^2_1 (0.455, density 0.47 there) then has a standard error of
+    # 0.5 / sqrt(7200) / 0.47 = 0.0125, 2.8 % of itself: 10 % is 3.6 SE.
+    from scipy.stats import chi2
+
+    from probes.analysis.unoise import dispersion
+
+    ucl = chi2.ppf(0.5 + 1.2816 * 0.5 / np.sqrt(7200), 1) / chi2.median(1)  # 1.027
+
+    rng = np.random.default_rng(8)
+    x = np.sort(rng.uniform(4, 9, 20))
+    p = (0.55 + 0.06 * (x - 4))[:, None]  # a line in x: the neighbours' line passes it exactly
+    for k in (0.25, 1.0, 4.0):
+        y = p + np.sqrt(k * p * (1 - p) / 300) * rng.standard_normal((20, 400))
+        d = dispersion(x, y[None], np.full((1, 20, 400), 300.0), [[j] for j in range(400)])
+        assert d == pytest.approx(k * ucl, rel=0.1)
+    # two seeds that share all their noise: the seed mean moves twice as much as independent seeds' would
+    y = p + np.sqrt(p * (1 - p) / 300) * rng.standard_normal((20, 400))
+    d = dispersion(x, np.stack([y, y]), np.full((2, 20, 400), 300.0), [[j] for j in range(400)])
+    assert d == pytest.approx(2.0 * ucl, rel=0.1)
+
+
+def test_shocks_shared_by_seeds_make_no_false_u_once_measured():
+    # The same 240 pairs (8 paradigms of 30) at every checkpoint and in both seeds; each paradigm takes a
+    # shock at each checkpoint that both seeds share (one data order): the seed mean's variance is ~5x
+    # what binomial noise of independent seeds says. Flat truth: every accepted U is false. The binomial
+    # rule accepts 12 of 30 such curves (13-16 with other generator seeds); with the measured dispersion
+    # at most alpha's share is allowed (0.05 x 30 = 1.5 expected; P(>= 4 | Binomial(30, 0.05)) = 0.06,
+    # so <= 3). A planted 0.3 dip in the same noise is still found, at its place.
+    from probes.analysis.synthetic import sample_persistent
+    from probes.analysis.unoise import dispersion
+
+    x = log_tokens(np.r_[0, np.logspace(4, 6, 11)])
+    cfg = UShapeConfig(n_boot=200)
+    rng = np.random.default_rng(9)
+
+    def curves(truth):
+        Y = np.concatenate([sample_persistent(truth, 30, 2, rng, shock=0.35, shared=1.0) for _ in range(8)], axis=2)
+        means = Y.reshape(2, len(x), 8, 30).mean(axis=3)
+        # read on the 8 paradigm curves (80 residuals; shocks independent across paradigms, so the
+        # phenomenon curve has the same ratio), as a grid's phenomena give it
+        d = dispersion(x, means, np.full(means.shape, 30.0), [[k] for k in range(8)])
+        return [[Y[s].astype(float)] for s in range(2)], d
+
+    false = {"binomial": 0, "measured": 0}
+    for _ in range(30):
+        mats, d = curves(np.full(len(x), 0.6))
+        false["binomial"] += any(u["accepted"] for u in analyse_curve(x, mats, cfg, 0, rng))
+        false["measured"] += any(u["accepted"] for u in analyse_curve(x, mats, cfg, 0, rng, d))
+    assert false["binomial"] >= 5 and false["measured"] <= 3, false
+    dip = 0.8 - planted_dip(x, 0.3, 5.0, 0.25)
+    mats, d = curves(dip)
+    us = [u for u in analyse_curve(x, mats, cfg, 0, rng, d) if u["accepted"]]
+    assert len(us) == 1 and abs(x[us[0]["trough"]] - 5.0) <= 0.3 and d > 1.5
+
+
+def test_run_directories_with_shared_checkpoint_shocks_give_no_u(tmp_path):
+    # Both seeds score the same true curve, flat at 0.6 plus a shock of sd 0.06 per paradigm and checkpoint
+    # (one data order: the seeds share it). Binomial noise of 2 x 200 pairs has sd 0.024, so the paradigm
+    # curves move ~2.5x as much as the binomial rule expects; find_u_shapes_in_runs measures that
+    # (noise_dispersion) and accepts no U on these flat curves.
+    rng = np.random.default_rng(12)
+    steps = log_spaced_steps(24, 5000)
+    truth = np.clip(0.6 + 0.06 * rng.standard_normal((len(steps), 6)), 0, 1)
+    runs = [write_run(tmp_path / f"s{s}", RunSpec(seed=s, tokens_per_step=1000, steps=list(steps)), truth,
+                      [f"p{k}" for k in range(6)], ["ph"] * 6, 200, rng) for s in (1, 2)]
+    df, _ = find_u_shapes_in_runs(load_runs(runs), UShapeConfig(n_boot=200))
+    assert len(df) and (df.noise_dispersion > 3).all()
+    assert not df.accepted.any(), df[df.accepted]
+
+
+def test_a_whole_corpus_run_is_named_full_in_the_notes(tmp_path):
+    """The whole-corpus budget reads "full" in the notes the console prints, as in the figures (it read
+    "tiny/None/grammar": issue 36 item 8)."""
+    spec = RunSpec(model="tiny", budget=None, seed=1, tokens_per_step=1000, steps=[0, 1, 2], benchmark="grammar")
+    run = write_run(tmp_path / "r", spec, np.full((3, 1), 0.7), ["p"], ["ph"], 20, np.random.default_rng(0))
+    _df, notes = find_u_shapes_in_runs(load_runs([run]), UShapeConfig(n_boot=10))
+    assert notes == ["tiny/full/grammar: only 3 checkpoint(s); too few for U-shapes"]

@@ -1,6 +1,8 @@
 """W&B across a requeue, offline: the resumed process continues the same run (one id, stored in the run
 directory), its steps continue where the checkpoint left off, tags and group name the grid cell, and the
-metrics are defined against tokens seen. Checked by reading the .wandb files wandb wrote."""
+metrics are defined against tokens seen. A grid run's group is its cell (experiment/model/budget), its seeds
+the members, the grid axes top-level config keys, its metric names say the measure (issue 36 item 2).
+Checked by reading the .wandb files wandb wrote."""
 from __future__ import annotations
 
 import json
@@ -58,7 +60,7 @@ def test_a_requeued_run_continues_the_same_wandb_run(tmp_path, one_thread):
         params = json.loads((list_checkpoints(run)[-1][1] / "manifest.json").read_text())["param_count"]
         n_tok = len(AutoTokenizer.from_pretrained(list_checkpoints(run)[-1][1]))
         assert list(meta.tags) == ["model=tiny", f"params={params}", f"tokenizer_label=sentencepiece-unigram {n_tok:,}",
-                                   "budget=None", "seed=0", "preset=test"]
+                                   "budget=full", "seed=0", "preset=test"]
         metrics = {r.metric.glob_name or r.metric.name: r.metric.step_metric
                    for r in records if r.WhichOneof("record_type") == "metric"}
         assert metrics.get("train/*") == "tokens" and metrics.get("probe/*") == "tokens"
@@ -68,3 +70,26 @@ def test_a_requeued_run_continues_the_same_wandb_run(tmp_path, one_thread):
     assert a == sorted(set(a)) and b == sorted(set(b)) and max(a) == stopped < min(b)
     assert a + b == list(range(0, total + 1))  # step 0: the initial checkpoint
     assert all(read_state(p)["wandb_run_id"] == run_id for _s, p in list_checkpoints(run))
+
+
+def test_a_grid_run_is_grouped_by_its_cell_with_the_axes_as_config_keys(tmp_path, one_thread):
+    run = tmp_path / "run"
+    cfg = tiny_cfg(tmp_path / "cache", "seed=1", "data.budget_tokens=4096",
+                   "schedule.n_log=2", "logger.wandb=true", "logger.mode=offline", "data.heldout_tokens=20000")
+    train(cfg, run)
+    (path,) = (run / "wandb").glob("offline-run-*/run-*.wandb")
+    records = wandb_records(path)
+    (meta,) = [r.run for r in records if r.WhichOneof("record_type") == "run"][:1]
+    # the group is the cell; the seeds of one cell are its members (W&B's grouped charts average them)
+    assert meta.run_group == "default/tiny/4096" and meta.job_type == "train"
+    config = {i.key: json.loads(i.value_json) for r in records if r.WhichOneof("record_type") in ("run", "config")
+              for i in (r.run.config if r.WhichOneof("record_type") == "run" else r.config).update}
+    assert {k: config[k] for k in ("model_name", "budget", "seed")} == {"model_name": "tiny", "budget": 4096, "seed": 1}
+    keys = {i.key or "/".join(i.nested_key) for r in records if r.WhichOneof("record_type") == "history"
+            for i in r.history.item}
+    assert "probe/grammar/acc_mlp" in keys and "val/loss" in keys and "val/ppl" in keys
+    phen = {k for k in keys if k.startswith("probe/grammar/") and k.count("/") == 3}
+    assert phen and all(k.endswith("/acc_mlp") for k in phen), phen
+    metrics = {r.metric.glob_name or r.metric.name: r.metric.step_metric
+               for r in records if r.WhichOneof("record_type") == "metric"}
+    assert metrics.get("val/*") == "tokens"

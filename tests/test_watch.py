@@ -91,14 +91,19 @@ def test_score_run_scores_whole_checkpoints_once(tmp_path, bench):
     assert score_run(run, benchmarks, OPTS, quiet) == []
     assert {p: p.stat().st_mtime_ns for p in written} == before
 
-    # an eval file of another pair count (an in-loop sample) is replaced by the full set
+    # an eval file of another pair sample on the same checkpoint (an in-loop sample) is never replaced
+    # silently (issue 36 item 7): named and refused, replaced with replace_samples (score-run --replace)
     sample = {"mini": load_benchmark(BenchmarkConfig(name="mini", path=str(bench[0]),
                                                      max_pairs_per_paradigm=1))}
     save_checkpoint(run, 4)
     steps = [0, 2, 4]
-    assert score_run(run, sample, OPTS, quiet) == [eval_path(run, s, "mini") for s in steps]
+    with pytest.raises(ValueError, match=r"step0/mini.parquet \(4 pairs; asked for 2\) and 1 more eval files hold "
+                                         r"another pair sample.*--replace"):
+        score_run(run, sample, OPTS, quiet)
+    assert {p: p.stat().st_mtime_ns for p in written} == before and not eval_path(run, 4, "mini").exists()
+    assert score_run(run, sample, OPTS, quiet, replace_samples=True) == [eval_path(run, s, "mini") for s in steps]
     assert [read_pairs(eval_path(run, s, "mini"))[1]["n_pairs"] for s in steps] == [2, 2, 2]
-    assert score_run(run, benchmarks, OPTS, quiet) == [eval_path(run, s, "mini") for s in steps]
+    assert score_run(run, benchmarks, OPTS, quiet, replace_samples=True) == [eval_path(run, s, "mini") for s in steps]
     assert [read_pairs(eval_path(run, s, "mini"))[1]["n_pairs"] for s in steps] == [4, 4, 4]
     assert run_finished(run)
 

@@ -17,6 +17,9 @@ TINY = [
     "data.seq_len=32", "tokenizer.vocab_size=400", "tokenizer.hard_vocab_limit=false", "optim.global_batch=8", "optim.micro_batch=4",
     "optim.lr=3e-3", "schedule=log", "schedule.n_log=4", "logger.log_every=1", "logger.wandb=false",
     "probes.benchmarks=[{name: grammar, max_pairs_per_paradigm: 10}]", "curves_at_end=false",
+    # no held-out split: the step counts the tests pin are those of the whole corpus (tests/test_heldout.py
+    # and tests/test_wandb.py turn it on)
+    "data.heldout_tokens=0",
 ]
 
 

@@ -1,6 +1,6 @@
 """`python -m train [overrides]`: one run, its directory = Hydra's output dir (hydra.run.dir=...).
-`python -m train verify RUN_DIR …`: checks a run's checkpoints (train/verify.py); Hydra never sees it.
-`python -m train batch RUN_DIR --step N …`: the exact global batch of optimizer step N (train/batch.py).
+`python -m train COMMAND …`: the commands of COMMANDS below (verify, batch, plan, slurm, neox); Hydra never
+sees them, and `python -m train --help` lists them (train/commands.py).
 
 A user error (a config key, a corpus file, a damaged checkpoint, a full disk) is printed as one line
 `error: …` with exit status 2; a bug keeps its traceback (train/cli.py).
@@ -12,6 +12,7 @@ files are written here once the trainer has accepted the run directory.
 """
 from __future__ import annotations
 
+import re
 import signal
 import sys
 from pathlib import Path
@@ -24,21 +25,22 @@ def _interrupted_early(signum, frame) -> None:
     raise SystemExit(130)
 
 
-if __name__ == "__main__":
-    signal.signal(signal.SIGINT, _interrupted_early)
-
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
-
-from train.cli import exit_on_user_error
-from train.config import register, to_typed
-
-register()
+COMMANDS = {  # `python -m train NAME ...`; a first word that is neither a command nor an override is misspelt
+    "verify": ("train.verify:main", "can a run's checkpoints be trusted? (weights, manifests, step 0 vs step N)"),
+    "batch": ("train.batch:main", "the exact global batch of optimizer step N of a run (ids, or --text)"),
+    "plan": ("train.plan:main", "what a run or a grid would cost (GPU-hours, memory, disk), nothing launched"),
+    "slurm": ("train.slurm:main", "a SLURM array job for a grid (grid.txt + array.sbatch), without submitit"),
+    "neox": ("train.neox:main", "gpt-neox interop: our config as a gpt-neox YAML (--import: its checkpoints)"),
+}
+HEAD = ("python -m train [KEY=VALUE ...] trains one run (Hydra overrides; -m: a sweep; --hydra-help: Hydra's\n"
+        "help, config groups included). The other commands:")
 
 
-def write_hydra_record(run_dir: Path, cfg: DictConfig) -> None:
+def write_hydra_record(run_dir: Path, cfg) -> None:
     """<run>/.hydra/{config,hydra,overrides}.yaml, as Hydra's own output_subdir would hold them."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
     from train.files import write_text_atomic
 
     hydra_cfg = HydraConfig.get()
@@ -49,27 +51,37 @@ def write_hydra_record(run_dir: Path, cfg: DictConfig) -> None:
     write_text_atomic(out / "overrides.yaml", OmegaConf.to_yaml(list(hydra_cfg.overrides.task)))
 
 
-@hydra.main(config_path="../configs", config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    from train.loop import train
+def train_main() -> None:
+    """One run: the Hydra app (imported here, so the other commands and --help do not pay for it)."""
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
 
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    out = exit_on_user_error(
-        lambda: train(to_typed(cfg), run_dir, on_accepted=lambda: write_hydra_record(run_dir, cfg)))
-    print(f"run directory: {out}")
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["verify"]:  # a subcommand, not an override (Hydra would reject the word)
-        from train.verify import main as verify
-
-        sys.exit(verify(sys.argv[2:]))
-    if sys.argv[1:2] == ["batch"]:
-        from train.batch import main as batch
-
-        sys.exit(batch(sys.argv[2:]))
+    from train.cli import exit_on_user_error
+    from train.config import register, to_typed
     from train.overrides import check_overrides
+
+    register()
+
+    @hydra.main(config_path="../configs", config_name="config", version_base="1.3")
+    def main(cfg) -> None:
+        from train.loop import train
+
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        out = exit_on_user_error(
+            lambda: train(to_typed(cfg), run_dir, on_accepted=lambda: write_hydra_record(run_dir, cfg)))
+        print(f"run directory: {out}")
 
     # typos and wrong types named in one line before Hydra composes (train/overrides.py)
     sys.argv[1:] = exit_on_user_error(lambda: check_overrides(sys.argv[1:]))
     main()
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, _interrupted_early)
+    first = sys.argv[1] if len(sys.argv) > 1 else ""
+    # a subcommand (Hydra would reject the word), --help, or a word that is not an override (key=value, ~key, -m)
+    if first in ("-h", "--help") or re.fullmatch(r"[A-Za-z][\w-]*", first):
+        from train.commands import dispatch
+
+        sys.exit(dispatch("python -m train", COMMANDS, sys.argv[1:], HEAD))
+    train_main()

@@ -49,7 +49,10 @@ def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None):
     if not path.is_file():
         raise InputFileError(f"{path}: not found; {run_dir} is not a run directory")
     try:
-        cfg = to_typed(OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.load(path)))
+        saved = OmegaConf.load(path)
+        if "heldout_tokens" not in saved.get("data", {}):  # a run from before held-out splits trained on all
+            saved.data.heldout_tokens = 0
+        cfg = to_typed(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved))
     except (ValueError, TypeError) as e:  # omegaconf errors name the key
         raise ConfigError(f"{path}: {e}") from None
     if cache_dir is not None:
@@ -81,7 +84,7 @@ def stream_of(cfg, store, tokenizer):
     return SequenceStream(store, seq_len=cfg.data.seq_len or cfg.model.max_position_embeddings,
                           budget_tokens=cfg.data.budget_tokens, epochs=cfg.data.epochs,
                           order_seed=cfg.data.order_seed, seed=cfg.data.seed, start_id=doc_start, end_id=doc_end,
-                          nested_budgets=cfg.data.nested_budgets)
+                          nested_budgets=cfg.data.nested_budgets, heldout_tokens=cfg.data.heldout_tokens)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,9 +19,18 @@ RESUME_MAY_CHANGE = ("data.cache_dir", "data.num_proc", "data.load_timeout_s", "
                      "model.gradient_checkpointing", "model.attn_implementation")
 
 
+# Keys added later, with the value that gives what runs before them did: left out of the view at that
+# value, so a run started before the key existed resumes with it set so (and is told so otherwise).
+ADDED_LATER = {"data.heldout_tokens": 0}
+
+
 def trajectory_view(resolved: dict) -> dict:
     """The part of a resolved config that fixes the training trajectory (what a resume must match)."""
     view = {key: resolved.get(key) for key in TRAJECTORY_KEYS}
+    for dotted, legacy in ADDED_LATER.items():
+        section, key = dotted.split(".")
+        if isinstance(view.get(section), dict) and view[section].get(key, legacy) == legacy:
+            view[section] = {k: v for k, v in view[section].items() if k != key}
     for dotted in RESUME_MAY_CHANGE:
         section, key = dotted.split(".")
         if isinstance(view.get(section), dict):
@@ -40,8 +49,8 @@ def trajectory_diff(saved: dict, current: dict, prefix: str = "") -> list[str]:
     diffs = []
     keys = TRAJECTORY_KEYS if not prefix else sorted(set(saved) | set(current))
     for key in keys:
-        a, b = saved.get(key), current.get(key)
         name = f"{prefix}{key}"
+        a, b = saved.get(key, ADDED_LATER.get(name)), current.get(key, ADDED_LATER.get(name))
         if isinstance(a, dict) and isinstance(b, dict):
             diffs += trajectory_diff(a, b, name + ".")
         elif a != b and name not in RESUME_MAY_CHANGE:

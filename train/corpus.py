@@ -66,6 +66,9 @@ class DataConfig:
     # that a run of one of these budgets trains first on exactly the sequences of the smaller ones' runs (same
     # seed, one epoch). Empty: one shuffle over the whole view.
     nested_budgets: list[int] = field(default_factory=list)
+    # Held-out documents (train/sequences.py): about this many tokens from the end of the document order (at
+    # most 5 % of the corpus), never trained on; their loss is logged at every checkpoint (val/loss). 0: off.
+    heldout_tokens: int = 20_000
 
     def __post_init__(self) -> None:
         if any(b < 1 for b in self.nested_budgets) or sorted(set(self.nested_budgets)) != list(self.nested_budgets):
@@ -80,6 +83,8 @@ class DataConfig:
         if self.budget_tokens is not None and self.budget_tokens < 1:
             raise ConfigError(f"data.budget_tokens={self.budget_tokens}: must be a positive number of tokens "
                               f"(or null: the whole corpus)")
+        if self.heldout_tokens < 0:
+            raise ConfigError(f"data.heldout_tokens={self.heldout_tokens}: a token count, or 0 for no held-out split")
         if self.num_proc < 1:
             raise ConfigError(f"data.num_proc={self.num_proc}: must be at least 1")
 
@@ -133,14 +138,20 @@ def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
     docs = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
     # Blank documents add nothing but an EOS (null cells were refused by _check_file).
     docs = docs.filter(lambda b: [t is not None and t.strip() != "" for t in b["text"]], batched=True)
-    all_files = sorted(f for fs in groups.values() for f in fs)
     if len(docs) == 0:
-        raise ValueError(f"data.paths: the corpus is empty (no non-blank documents in {[str(f) for f in all_files]})")
-    ident = json.dumps({
+        raise ValueError(f"data.paths: the corpus is empty (no non-blank documents in "
+                         f"{sorted(str(f) for fs in groups.values() for f in fs)})")
+    return docs, corpus_identity(cfg, groups)
+
+
+def corpus_identity(cfg: DataConfig, groups: Optional[dict[str, list[Path]]] = None) -> str:
+    """The corpus identity of data.source=files from the files' names, sizes and mtimes alone: what the
+    tokenizer and token-store caches are keyed by, known without reading the text (train/plan.py)."""
+    all_files = sorted(f for fs in (groups or _collect_files(cfg)).values() for f in fs)
+    return json.dumps({
         "source": "files", "format": cfg.format, "text_field": cfg.text_field,
         "files": [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in all_files],
     }, sort_keys=True)
-    return docs, ident
 
 
 # Below this many bytes per worker a pool of processes costs more than it saves (forking, pickling the

@@ -66,9 +66,3 @@ def torch_save_hashed(obj: Any, path: Path) -> str:
         raw.flush()
     remember(path, writer.sha.hexdigest())
     return writer.sha.hexdigest()
-
-
-def write_bytes_hashed(f: BinaryIO, blob: bytes) -> str:
-    """Writes `blob` to an open file and returns its sha256 (computed from the bytes in memory)."""
-    f.write(blob)
-    return hashlib.sha256(blob).hexdigest()

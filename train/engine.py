@@ -143,6 +143,26 @@ def _lm_loss(model, batch: torch.Tensor) -> torch.Tensor:
                                              batch[:, 1:].reshape(-1))
 
 
+@torch.no_grad()
+def heldout_loss(model, ids, seq_len: int, batch: int, device: torch.device) -> float:
+    """Mean next-token cross-entropy (nats) over held-out ids (train/sequences.py `heldout_ids`), cut as
+    training cuts its view: windows of seq_len + 1 overlapping by one, so every id but the first is
+    predicted once; the last, shorter window too. Every rank runs every window (ZeRO-3 gathers its
+    parameters in each forward, so all ranks must run the same forwards)."""
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    windows = [ids[s:s + seq_len + 1] for s in range(0, len(ids) - 1, seq_len)]
+    full = [w for w in windows if len(w) == seq_len + 1]
+    groups = [torch.stack(full[i:i + batch]) for i in range(0, len(full), batch)] + \
+        [w[None] for w in windows if len(w) < seq_len + 1]
+    was_training = model.training
+    model.eval()
+    try:
+        total = sum(float(_lm_loss(model, g.to(device))) * g[:, 1:].numel() for g in groups)
+    finally:
+        model.train(was_training)
+    return total / (len(ids) - 1)
+
+
 class TorchEngine:
     def __init__(self, cfg: EngineConfig, optim: OptimConfig, model: torch.nn.Module, dist: Dist):
         self.dist, self.optim_cfg, self.pin = dist, optim, cfg.pin_memory

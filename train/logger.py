@@ -4,7 +4,7 @@ The interface is two methods, log(metrics, step, event=...) and close(); only ra
 logger.
 
 train.jsonl holds one record per (step, event): event "train" (train/* every logger.log_every steps),
-"checkpoint" (the hooks' probe/* summaries of a saved checkpoint), "skipped" (a batch skipped for a
+"checkpoint" (the hooks' probe/* summaries and the held-out val/* of a saved checkpoint), "skipped" (a batch skipped for a
 non-finite loss). A resumed run replays the steps after its checkpoint, so the log is first cut back to
 that step (atomically): tables built from it never count a step twice.
 """
@@ -27,7 +27,7 @@ class LoggerConfig:
     mode: str = "offline"  # offline | online | disabled; `wandb sync <run>/wandb/offline-run-*` uploads later
     project: Optional[str] = None  # default: $WANDB_PROJECT, else "syntax-dynamics"
     entity: Optional[str] = None  # default: $WANDB_ENTITY
-    group: Optional[str] = None  # default: the experiment name
+    group: Optional[str] = None  # default: the grid cell, <experiment>/<model>/<budget> (its seeds are the members)
     tags: list[str] = field(default_factory=list)
     log_every: int = 10  # optimizer steps between train/* records
 
@@ -60,15 +60,17 @@ class Logger:
             if run_id is None and id_file.is_file():
                 run_id = id_file.read_text().strip() or None
             self.wandb_run = wandb.init(
-                dir=str(run_dir), id=run_id, resume="allow", mode=cfg.mode, name=name, config=config,
+                dir=str(run_dir), id=run_id, resume="allow", mode=cfg.mode, name=name,
+                config={**config, **grid_axes(config)}, job_type="train",
                 project=cfg.project or os.environ.get("WANDB_PROJECT", "syntax-dynamics"),
                 entity=cfg.entity or os.environ.get("WANDB_ENTITY"),
-                group=cfg.group or config.get("experiment"), tags=run_tags(config, cfg.tags))
+                group=cfg.group or grid_cell(config), tags=run_tags(config, cfg.tags))
             if not id_file.is_file():
                 write_text_atomic(id_file, self.wandb_run.id + "\n")
-            # Curves of different budgets and batch sizes share an x-axis only in tokens seen.
+            # Curves of different budgets and batch sizes share an x-axis only in tokens seen. Step 0 is
+            # logged at tokens = 0, which a log x-axis leaves out (W&B has no symlog): docs/training.md.
             self.wandb_run.define_metric("tokens")
-            for prefix in ("train/*", "probe/*"):
+            for prefix in ("train/*", "probe/*", "val/*"):
                 self.wandb_run.define_metric(prefix, step_metric="tokens")
 
     @property
@@ -126,14 +128,28 @@ def logged_steps(path: Path, event: str) -> set[int]:
     return {r["step"] for r in read_log(path) if kind(r) == event}
 
 
+def grid_axes(config: dict) -> dict:
+    """The grid's axes as top-level config keys: W&B groups and filters runs by top-level keys, and
+    `model` is a section (model.name) there."""
+    budget = (config.get("data") or {}).get("budget_tokens")
+    return {"model_name": (config.get("model") or {}).get("name"), "budget": "full" if budget is None else budget,
+            "seed": config.get("seed")}
+
+
+def grid_cell(config: dict) -> str:
+    """The W&B group of a run: one cell of the grid (experiment x model x budget), whose members are the
+    seeds, which is what W&B's grouped charts average (mean and spread per cell)."""
+    axes = grid_axes(config)
+    return f"{config.get('experiment')}/{axes['model_name']}/{axes['budget']}"
+
+
 def run_tags(config: dict, extra: list[str]) -> list[str]:
     """model=, budget=, seed= from the resolved config, then the configured tags (e.g. preset=...);
     W&B filters a grid's runs by them."""
-    data = config.get("data") or {}
     tags = [f"model={(config.get('model') or {}).get('name')}"]
     # the actual size and tokenizer beside the size name: "pythia-14m" is 3.25M parameters with 8,000 pieces
     tags += [f"{k}={config[k]}" for k in ("params", "tokenizer_label") if config.get(k) is not None]
-    tags += [f"budget={data.get('budget_tokens')}", f"seed={config.get('seed')}"]
+    tags += [f"budget={grid_axes(config)['budget']}", f"seed={config.get('seed')}"]
     return tags + [t for t in extra if t not in tags]
 
 

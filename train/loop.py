@@ -28,7 +28,7 @@ from train.config import TrainConfig
 from train.confighash import config_hash, trajectory_diff
 from train.corpus import load_documents
 from train.dataid import KEY as DATA_KEY, check_resume_data, data_record
-from train.engine import RESUME_HINT, build_engine, init_distributed
+from train.engine import RESUME_HINT, build_engine, heldout_loss, init_distributed
 from train.errors import InputFileError, writing
 from train.faults import fault_point
 from train.files import read_trainer_state, versions, write_text_atomic
@@ -108,6 +108,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
                          f"optim.global_batch={cfg.optim.global_batch} x seq_len={seq_len}")
     tokens_per_step = cfg.optim.global_batch * seq_len
     save_steps = set(checkpoint_steps(cfg.schedule, total_steps, tokens_per_step))
+    heldout = stream.heldout_ids()  # documents no view holds (train/sequences.py); empty: data.heldout_tokens=0
     if dist.main:
         warn_points_beyond_end(cfg.schedule, total_steps, tokens_per_step)
 
@@ -134,7 +135,18 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
     hooks = _build_hooks(cfg, tokenizer, run_dir, total_steps, store)
     if dist.main:
         _print_summary(cfg, run_dir, engine, tokenizer, tokenizer_dir, total_steps, seq_len, save_steps, hooks,
-                       start_step, warned_for)
+                       start_step, warned_for, (len(heldout), len(stream.heldout)))
+
+    def measured(model, step: int, tokens: int, path: Path) -> dict:
+        """The hooks' metrics and the held-out loss of the checkpoint at `path` (weights in `model`)."""
+        metrics = run_hooks(hooks, path, step, tokens, model)
+        if len(heldout) > 1:
+            # at most 8,192 tokens a forward: their fp32 logits over Pythia's 50k rows are 1.6 GB (engine.loss_chunk
+            # keeps training's smaller, this pass materialises them)
+            rows = max(1, min(cfg.optim.micro_batch, 8192 // seq_len))
+            loss = heldout_loss(model, heldout, seq_len, rows, dist.device)
+            metrics.update({"val/loss": loss, "val/ppl": math.exp(min(loss, 700.0))})  # exp overflows past ~709
+        return metrics
 
     def checkpoint(step: int, loss: float | None, lr: float, *, scheduled: bool = True) -> None:
         state = {"step": step, "tokens": step * tokens_per_step, "total_steps": total_steps,
@@ -157,7 +169,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
             dist.barrier()
             return
         fault_point("after_rename", step)
-        metrics = run_hooks(hooks, path, step, state["tokens"], engine.module)
+        metrics = measured(engine.module, step, state["tokens"], path)
         logger.log({"tokens": state["tokens"], **metrics}, step, event="checkpoint")
         dist.barrier()
 
@@ -178,7 +190,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
             # the resumed checkpoint's weights are the engine's; an older one is read from disk
             model = engine.module if step == current else _load_weights(path, dist)
             tokens = read_trainer_state(path)["tokens"]
-            metrics = run_hooks(hooks, path, step, tokens, model)
+            metrics = measured(model, step, tokens, path)
             if dist.main and step not in logged_steps(logger.path, "checkpoint"):
                 logger.log({"tokens": tokens, **metrics}, step, event="checkpoint")
             dist.barrier()
@@ -243,12 +255,12 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
 
 
 def _print_summary(cfg, run_dir, engine, tokenizer, tokenizer_dir, total_steps, seq_len, save_steps, hooks,
-                   start_step, warned_for) -> None:
+                   start_step, warned_for, heldout) -> None:
     """The start-up summary (train/summary.py), and the too-short warnings unless the early check
     already gave them for the same step count."""
     print(startup_summary(cfg, run_dir=run_dir, params=count_parameters(engine.module), tokenizer=tokenizer,
                           tokenizer_dir=tokenizer_dir, total_steps=total_steps, seq_len=seq_len,
-                          save_steps=save_steps, hooks=hooks, start_step=start_step), flush=True)
+                          save_steps=save_steps, hooks=hooks, start_step=start_step, heldout=heldout), flush=True)
     if warned_for != total_steps:
         for line in recipe_warnings(cfg, total_steps, seq_len):
             print(f"warning: {line}", file=sys.stderr, flush=True)

@@ -10,6 +10,9 @@ Assumptions (printed with the table):
   (+1, the last label) in sequences of seq_len+1 tokens overlapping by one, the last partial batch dropped. The corpus need
   not exist; it must hold at least the budget (the run checks that at start). A run without a budget
   (data.budget_tokens=null: the whole corpus) cannot be planned.
+* The corpus, where data.paths exist, in tokens of the run's tokenizer: the count of the token store a run
+  built (cached), or with --count-tokens built now as a run builds it; otherwise an estimate from the files'
+  bytes, said to be one. Runs whose budget is above it are marked CANNOT START.
 * Compute = 6 * N * D FLOPs (N = all parameters, embeddings included; D = tokens trained on) at the
   model-FLOPs utilisation measured for the size on an H100 (train/plan_cost.py; --mfu overrides), plus
   the in-loop probing of every checkpoint (forward passes over the sampled pairs); checkpoint I/O is
@@ -31,6 +34,7 @@ import argparse
 import math
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional, Sequence
 
 from train.config import TrainConfig
@@ -57,6 +61,13 @@ class Hardware:
         return util
 
 
+@dataclass(frozen=True)
+class CorpusSize:
+    tokens: Optional[int]  # stream tokens (every document's tokens and its start/end tokens); None: unknown
+    how: str  # where the figure comes from, for the plan's footnote
+    estimate: bool = False
+
+
 @dataclass
 class RunPlan:
     name: str  # the run directory under the sweep dir
@@ -80,6 +91,9 @@ class RunPlan:
     mfu_source: str = ""
     probes_left_out: tuple = ()  # benchmarks whose size the plan does not know
     warnings: tuple = ()  # recipes too short to mean anything, naming the keys (train/summary.py)
+    cannot_start: str = ""  # why the run would stop at start (its budget is above the corpus), else ""
+    corpus: Optional[CorpusSize] = None
+    cfg: Optional[TrainConfig] = field(default=None, repr=False)  # what train.slurm sizes resources from
 
 
 def planned_steps(cfg: TrainConfig) -> int:
@@ -118,11 +132,82 @@ def storage_bytes(cfg: TrainConfig, params: int, checkpoints: int) -> int:
     return (checkpoints - with_resume) * probe_weights + with_resume * (4 * params + resume)
 
 
-def plan_run(overrides: Sequence[str], hw: Hardware, _params_cache: Optional[dict] = None) -> RunPlan:
+# Measured: ../shared/corpora/zh (26 text files, 15,516,591 bytes) is 2,586,303 tokens in 751 documents under
+# the grid's 49,953-piece sentencepiece (its token store), 2,587,054 with the start tokens: the bytes per token
+# an estimate divides by where no token store is built. A smaller vocabulary cuts text finer (the same corpus
+# under 6,000 pieces: 4,005,088 tokens, 3.9 bytes each; ../shared/corpora/en under 4,000: 3.8), so the estimate
+# says it is one and --count-tokens counts.
+ZH_BYTES, ZH_TOKENS = 15_516_591, 2_587_054
+BYTES_PER_TOKEN = ZH_BYTES / ZH_TOKENS
+
+
+def corpus_size(cfg: TrainConfig, count: bool = False) -> CorpusSize:
+    """The run's corpus in tokens of its tokenizer: from the token store a run built (or, count=True, builds
+    now, as the run would, tokenizer training included), else an estimate from the files' bytes."""
+    from train.corpus import _collect_files, corpus_identity
+
+    d = cfg.data
+    if d.source != "files":
+        return CorpusSize(None, f"data.source={d.source}: generated at start, not sized")
+    try:
+        groups = _collect_files(d)
+    except (FileNotFoundError, ValueError) as e:
+        return CorpusSize(None, f"not checked ({e})")
+    cache = Path(d.cache_dir).expanduser()
+    corpus_id = corpus_identity(d, groups)
+    if count:
+        from train.corpus import load_documents
+        from train.token_store import build_or_load
+        from train.tokenizer import prepare_tokenizer
+
+        docs, corpus_id = load_documents(d)
+        build_or_load(docs, prepare_tokenizer(cfg.tokenizer, docs, corpus_id, cache), corpus_id, cache, d.num_proc)
+    store = _cached_store(cfg, corpus_id, cache)
+    if store is not None:
+        return CorpusSize(*store)
+    text = sum(f.stat().st_size for fmt in ("text", "jsonl") for f in groups.get(fmt, []))
+    if "parquet" in groups or not text:
+        return CorpusSize(None, "parquet files: --count-tokens counts them")
+    return CorpusSize(round(text / BYTES_PER_TOKEN), estimate=True, how=f"an estimate: {text / 1e6:.1f} MB of text at "
+                      f"{BYTES_PER_TOKEN:.2f} bytes a token (../shared/corpora/zh under the grid's tokenizer); "
+                      f"--count-tokens counts it (it trains the tokenizer and builds the token store, cached for the runs)")
+
+
+def _cached_store(cfg: TrainConfig, corpus_id: str, cache: Path) -> Optional[tuple[int, str]]:
+    """(stream tokens, where from) of the token store a run of cfg would load, if it is built."""
+    from train.start_token import document_tokens
+    from train.token_store import TokenStore, store_fingerprint
+    from train.tokenizer import load_tokenizer, pretrained_dir, trained_dir
+
+    t = cfg.tokenizer
+    tdir = pretrained_dir(t) if t.kind == "pretrained" else trained_dir(t, corpus_id, cache)
+    if not (tdir / "tokenizer.json").is_file() and not (tdir / "tokenizer_config.json").is_file():
+        return None
+    path = cache / "stores" / store_fingerprint(corpus_id, tdir)
+    if not (path / "meta.json").is_file():
+        return None
+    store = TokenStore(path)
+    frame = 1 + (document_tokens(load_tokenizer(tdir))[1] is not None)  # start (and end) token per document
+    n_tokens, n_docs = int(store.meta["n_tokens"]), int(store.meta["n_docs"])
+    return n_tokens + frame * n_docs, f"counted: {n_tokens:,} tokens + the start/end tokens of {n_docs:,} documents (token store {path})"
+
+
+def plan_run(overrides: Sequence[str], hw: Hardware, _params_cache: Optional[dict] = None,
+             count_tokens: bool = False) -> RunPlan:
     from train.grid import run_subdir
 
     cfg, choices = compose_run(overrides)
     cache = {} if _params_cache is None else _params_cache
+    d = cfg.data
+    corpus_key = ("corpus", tuple(d.paths), d.source, d.format, d.text_field, d.cache_dir, repr(cfg.tokenizer))
+    if corpus_key not in cache:
+        cache[corpus_key] = corpus_size(cfg, count_tokens)
+    corpus = cache[corpus_key]
+    view = math.ceil(d.budget_tokens / d.epochs) if d.budget_tokens else 0
+    # train/sequences.py's check at start: a budget's view (start tokens included) must fit the corpus
+    cannot_start = (f"budget {_si(d.budget_tokens)} needs a corpus of {_si(view)} tokens, it has "
+                    f"{'~' if corpus.estimate else ''}{_si(corpus.tokens)}"
+                    if corpus.tokens is not None and view > corpus.tokens else "")
     key = repr(cfg.model) + repr(cfg.tokenizer if cfg.model.vocab_size is None else None)
     if key not in cache:
         cache[key] = parameter_count(cfg)
@@ -144,7 +229,8 @@ def plan_run(overrides: Sequence[str], hw: Hardware, _params_cache: Optional[dic
                    tokens=tokens, checkpoints=n_ckpt, gpu_hours=gpu_hours,
                    storage_bytes=storage_bytes(cfg, params, n_ckpt), memory=memory, setup=setup,
                    probe_hours=probing / per_hour, probe_pairs=probe_pairs, mfu=mfu, mfu_source=mfu_source,
-                   probes_left_out=tuple(left_out), warnings=tuple(recipe_warnings(cfg, steps, seq_len)))
+                   probes_left_out=tuple(left_out), warnings=tuple(recipe_warnings(cfg, steps, seq_len)),
+                   cannot_start=cannot_start, corpus=corpus, cfg=cfg)
 
 
 def memory_per_gpu(cfg: TrainConfig, params: int, seq_len: int, gpus: int) -> tuple[Memory, str]:
@@ -166,13 +252,13 @@ def memory_per_gpu(cfg: TrainConfig, params: int, seq_len: int, gpus: int) -> tu
     return memory, setup
 
 
-def plan(overrides: Sequence[str], hw: Optional[Hardware] = None) -> list[RunPlan]:
+def plan(overrides: Sequence[str], hw: Optional[Hardware] = None, count_tokens: bool = False) -> list[RunPlan]:
     from train.grid import hydra_context
 
     hw = hw or Hardware()
     cache: dict = {}
     with hydra_context():
-        return [plan_run(run, hw, cache) for run in expand(overrides)]
+        return [plan_run(run, hw, cache, count_tokens) for run in expand(overrides)]
 
 
 def _si(n: float) -> str:
@@ -189,7 +275,7 @@ def format_plan(plans: list[RunPlan], hw: Hardware) -> str:
     for p in plans:
         lines.append(f"{p.name:<28} {p.preset:<9} {p.params:>13,} {p.tokenizer:<26} {f'{p.global_batch}x{p.seq_len}':>9} "
                      f"{p.steps:>9,} {_si(p.tokens):>8} {p.checkpoints:>5} {p.mfu:>6.1%} {p.gpu_hours:>9.2f} "
-                     f"{p.probe_hours:>8.2f} {p.storage_bytes / GB:>8.1f}GB")
+                     f"{p.probe_hours:>8.2f} {p.storage_bytes / GB:>8.1f}GB{'  CANNOT START' if p.cannot_start else ''}")
     lines.append("-" * len(head))
     lines.append(f"{'total: ' + str(len(plans)) + ' runs':<38} {'':>51} {sum(p.steps for p in plans):>9,} "
                  f"{_si(sum(p.tokens for p in plans)):>8} {sum(p.checkpoints for p in plans):>5} {'':>6} "
@@ -200,16 +286,33 @@ def format_plan(plans: list[RunPlan], hw: Hardware) -> str:
         by_budget.setdefault(p.budget, set()).add(p.checkpoints)
     lines.append("checkpoints per run by budget (step 0 and the last step included): " + ", ".join(
         f"{_si(b)}: {'/'.join(map(str, sorted(c)))}" for b, c in sorted(by_budget.items())))
+    lines += _format_corpus(plans)
     lines += ["", _format_memory(plans, hw)]
     lines += [
         "",
         _format_cost(plans, hw),
-        "steps: from each budget (tokens trained on = steps x batch x seq_len <= budget); the corpus is "
-        "not read and must hold the budget.",
+        "steps: from each budget (tokens trained on = steps x batch x seq_len <= budget); the corpus must "
+        "hold the budget (see corpus above).",
         "storage: every checkpoint's weights (fp32; bf16 off the last keep_resume with "
         "schedule.weights_dtype=bf16) + resume state (optimizer, RNG) on the last schedule.keep_resume only.",
     ]
     return "\n".join(lines)
+
+
+def _format_corpus(plans: list[RunPlan]) -> list[str]:
+    """The corpus each run reads, in tokens, and the runs it is too small for (they stop at start)."""
+    lines = []
+    for corpus in dict.fromkeys(p.corpus for p in plans if p.corpus is not None):
+        runs = [p for p in plans if p.corpus == corpus]
+        paths = " ".join(runs[0].cfg.data.paths) if runs[0].cfg else "?"
+        size = "" if corpus.tokens is None else f"{'~' if corpus.estimate else ''}{_si(corpus.tokens)} tokens, "
+        lines.append(f"corpus {paths}: {size}{corpus.how}")
+        stopped = [p for p in runs if p.cannot_start]
+        for reason in dict.fromkeys(p.cannot_start for p in stopped):
+            names = [p.name for p in stopped if p.cannot_start == reason]
+            lines.append(f"CANNOT START ({len(names)} of {len(plans)} runs, marked above): {reason}; a larger corpus: "
+                         "data.paths or $SYNTAX_DYNAMICS_CORPUS (docs/zhoblimp_grid.md)")
+    return lines
 
 
 def _format_cost(plans: list[RunPlan], hw: Hardware) -> str:
@@ -261,6 +364,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--peak-tflops", type=float, default=H100_BF16_PEAK_TFLOPS)
     parser.add_argument("--gpu", default="H100 (bf16)", help="name printed with the assumptions")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs per run (ZeRO shards states over them)")
+    parser.add_argument("--count-tokens", action="store_true",
+                        help="count the corpus's tokens exactly: train the tokenizer and build the token store "
+                             "where no run has (minutes; both cached for the runs). Default: a built store's "
+                             "count, else an estimate from the files' bytes")
     args = parser.parse_args(argv)
     try:
         util = parse_mfu(args.mfu)
@@ -271,7 +378,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     hw = Hardware(gpu=args.gpu, peak_tflops=args.peak_tflops, mfu=util.everything, gpus=args.gpus,
                   mfu_table={k: v for k, v in util.table.items()})
     try:
-        plans = plan(args.overrides, hw)
+        plans = plan(args.overrides, hw, args.count_tokens)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

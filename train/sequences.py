@@ -18,6 +18,11 @@ budgets into blocks, and each block is shuffled on its own (generator (seed, epo
 order. A run whose budget is one of them then trains, step for step, on exactly the sequences of the smaller
 budgets' runs first: the 10M run and the first 10M tokens of the 100M run (same seed, one epoch) saw the same
 text in the same order. Nothing is materialised: a sequence is gathered from the memmap.
+
+Held-out documents (``data.heldout_tokens``): the last documents of that same order, never part of any view,
+so they are one set for every budget and seed of a grid (fixed by the corpus and `order_seed`); the loop
+measures the loss on them at every checkpoint (train/heldout.py). Taking them from the end keeps every
+budget's view what it was without them: only a budget that reaches into them (the whole corpus) is shorter.
 """
 from __future__ import annotations
 
@@ -33,7 +38,7 @@ from train.token_store import TokenStore
 class SequenceStream:
     def __init__(self, store: TokenStore, *, seq_len: int, budget_tokens: Optional[int], epochs: int,
                  order_seed: int, seed: int, start_id: int, end_id: Optional[int] = None,
-                 nested_budgets: Sequence[int] = ()):
+                 nested_budgets: Sequence[int] = (), heldout_tokens: int = 0):
         if seq_len < 1:
             raise ValueError(f"data.seq_len must be >= 1, got {seq_len}")
         if epochs < 1:
@@ -48,7 +53,10 @@ class SequenceStream:
         self.end_id = end_id
         self._frame = 1 + (end_id is not None)  # tokens the stream adds to each document
         # The document order: fixed by order_seed alone, so every budget and every run seed shares it.
-        self._order = np.random.default_rng(order_seed).permutation(len(store))
+        order = np.random.default_rng(order_seed).permutation(len(store))
+        self.heldout = order[len(order) - heldout_docs(np.diff(store.doc_offsets)[order] + self._frame,
+                                                       heldout_tokens):]
+        self._order = order[:len(order) - len(self.heldout)]
         lengths = np.diff(store.doc_offsets)[self._order] + self._frame
         self._cum = np.zeros(len(lengths) + 1, dtype=np.int64)  # stream position where each doc starts
         np.cumsum(lengths, out=self._cum[1:])
@@ -67,7 +75,9 @@ class SequenceStream:
                 raise ValueError(
                     f"data.budget_tokens={budget_tokens} over data.epochs={epochs} needs a view of "
                     f"{per_epoch} tokens, but the corpus has only {self.stream_tokens} tokens "
-                    f"(start/end tokens included); lower data.budget_tokens or raise data.epochs")
+                    f"(start/end tokens included" + (f"; {len(self.heldout)} documents held out, data."
+                                                     f"heldout_tokens={heldout_tokens}" if len(self.heldout) else "")
+                    + "); lower data.budget_tokens or raise data.epochs")
             self.view_tokens = min(per_epoch + 1, self.stream_tokens)
         self.sequences_per_epoch = (self.view_tokens - 1) // seq_len
         if self.sequences_per_epoch < 1:
@@ -80,6 +90,15 @@ class SequenceStream:
         self._edges = [0, *sorted(e for e in inner if 0 < e < self.sequences_per_epoch), self.sequences_per_epoch]
         self._perm_epoch = -1
         self._perm = np.empty(0, dtype=np.int64)
+
+    def heldout_ids(self) -> np.ndarray:
+        """The held-out documents as the stream frames them (start id, tokens, [end id]), in order, int64."""
+        parts = [[self.start_id], None, [self.end_id] if self.end_id is not None else []]
+        out = []
+        for d in self.heldout:
+            parts[1] = self.store.doc(int(d))
+            out += [np.asarray(p, dtype=np.int64) for p in parts]
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
     def steps(self, global_batch: int) -> int:
         """Optimizer steps available; the last partial batch is dropped."""
@@ -149,3 +168,15 @@ class SequenceStream:
                 pos += 1
             d += 1
         return out
+
+
+HELDOUT_MAX_FRACTION = 0.05  # a small corpus keeps 95 % of its tokens for training
+
+
+def heldout_docs(lengths: np.ndarray, heldout_tokens: int) -> int:
+    """How many documents from the end of the order (`lengths`: their framed lengths, in order) hold
+    `heldout_tokens` tokens, at most HELDOUT_MAX_FRACTION of the corpus (and never all of it); 0: none."""
+    if heldout_tokens <= 0 or len(lengths) < 2:
+        return 0
+    want = min(heldout_tokens, HELDOUT_MAX_FRACTION * lengths.sum())
+    return int(min(np.searchsorted(np.cumsum(lengths[::-1]), want) + 1, len(lengths) - 1))

@@ -8,11 +8,12 @@ lines). `sbatch DIR/array.sbatch` submits it. slurm/README.md documents both pat
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import string
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -64,6 +65,121 @@ def launcher_defaults() -> dict:
     if missing:
         raise KeyError(f"{LAUNCHER_YAML}: no {', '.join(missing)} (train/slurm.py reads its defaults there)")
     return {k: cfg[k] for k in SHARED_KEYS}
+
+
+# Per-run resources from the plan (issue 36): GPUs, host memory and time follow the model size, engine and
+# budget, within the node configs/hydra/launcher/slurm.yaml describes (its gpus_per_node, mem_gb and
+# timeout_min are the most a run gets); a value the user sets (--gpus-per-node, hydra.launcher.mem_gb=...)
+# is taken as it is.
+PLANNED_KEYS = ("gpus_per_node", "mem_gb", "timeout_min")
+GPU_MEMORY_GIB = 80  # the yaml's node: A100-80GB cards
+GPU_PEAK_TFLOPS = 312.0  # an A100's dense bf16 peak: the plan's GPU-hours at the plan's MFU per size
+HOST_GB_PER_PROCESS = 8  # Python, torch, the CUDA context, the corpus reader and the probes, per process
+HOST_BYTES_PER_PARAM = 16  # a checkpoint write holds fp32 weights and Adam states on the host: 4 + 12
+TIME_MARGIN, TIME_OVERHEAD_MIN = 1.5, 30  # x the planned hours, + tokenizer/store building, start, I/O
+# (the time limit is not the run's end: a run that reaches it saves, is requeued and resumes)
+
+
+def planned_resources(p, cap: dict, gpus: Optional[int] = None) -> dict:
+    """gpus_per_node, mem_gb and timeout_min of one run (a train.plan RunPlan planned at GPU_PEAK_TFLOPS):
+    the fewest GPUs (a power of two the global batch divides into micro-batches) whose memory holds the run
+    and whose time fits cap's timeout_min (else the most that hold it), host memory per process, and the
+    planned hours with a margin; each at most cap's value."""
+    from train.memory import GiB
+    from train.optim import accumulation_steps
+    from train.plan import memory_per_gpu
+
+    def hours(n: int) -> float:
+        return (p.gpu_hours + p.probe_hours) / n
+
+    def minutes(n: int) -> float:
+        return 60 * TIME_MARGIN * hours(n) + TIME_OVERHEAD_MIN
+
+    counts = [n for n in (1, 2, 4, 8, 16) if n <= max(cap["gpus_per_node"], 1)
+              and _divides(accumulation_steps, p.cfg.optim, n)
+              and memory_per_gpu(p.cfg, p.params, p.seq_len, n)[0].fits(GPU_MEMORY_GIB * GiB)]
+    if gpus is None:
+        gpus = next((n for n in counts if minutes(n) <= cap["timeout_min"]), counts[-1] if counts else cap["gpus_per_node"])
+    procs = procs_per_node(gpus)
+    mem = procs * HOST_GB_PER_PROCESS + math.ceil(procs * HOST_BYTES_PER_PARAM * p.params / 1e9)
+    # a CPU-only job (gpus_per_node=0): the GPU plan's time says nothing about it
+    time = minutes(gpus) if gpus else cap["timeout_min"]
+    # rounded up to powers of two (GB; hours), so that runs of similar size share one job array
+    return {"gpus_per_node": gpus, "mem_gb": min(_pow2(mem), cap["mem_gb"]),
+            "timeout_min": min(60 * _pow2(time / 60), cap["timeout_min"])}
+
+
+def _pow2(x: float) -> int:
+    return 2 ** max(0, math.ceil(math.log2(x)))
+
+
+def _divides(check, optim, n: int) -> bool:
+    try:
+        check(optim, n)
+        return True
+    except ValueError:
+        return False
+
+
+def resource_groups(runs: Sequence[Sequence[str]], cap: dict, given: dict) -> list[tuple[dict, list[int]]]:
+    """The runs (each its overrides, as train.grid.expand lists them) grouped by resources: the plan's
+    (planned_resources) where `given` has None, in grid order. Returns (resources, run indices) per group:
+    one job array each, since an array's tasks share one request."""
+    from train.grid import hydra_context
+    from train.plan import Hardware, plan_run
+
+    todo = [k for k in PLANNED_KEYS if given.get(k) is None]
+    if not todo:
+        return [(dict(given), list(range(len(runs))))]
+    hw, cache = Hardware(gpu="A100", peak_tflops=GPU_PEAK_TFLOPS), {}
+    groups: dict[tuple, tuple[dict, list[int]]] = {}
+    with hydra_context():
+        for i, run in enumerate(runs):
+            try:
+                planned = planned_resources(plan_run(run, hw, cache), cap, given.get("gpus_per_node"))
+            except ValueError as e:  # a run the plan cannot size (no budget): the node's all, as before
+                print(f"warning: {' '.join(run)}: {e}; it asks for the yaml's {', '.join(todo)} "
+                      f"(set them: --gpus-per-node, --mem-gb, --timeout-min or hydra.launcher.<key>=...)",
+                      file=sys.stderr)
+                planned = {k: cap[k] for k in PLANNED_KEYS}
+            res = {**planned, **{k: v for k, v in given.items() if v is not None}}
+            groups.setdefault(tuple(res.items()), (res, []))[1].append(i)
+    return list(groups.values())
+
+
+def launch_planned(launcher, job_overrides, initial_job_idx: int) -> list:
+    """hydra/launcher=slurm's launch (hydra_plugins/syntax_dynamics_slurm.py): the submitit plugin's, with each
+    run's GPUs, memory and time from resource_groups where the command line sets no hydra.launcher.<key>;
+    one job array per request, all submitted before any is waited on."""
+    import submitit
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.singleton import Singleton
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+    from omegaconf import OmegaConf
+
+    given = {o.split("=", 1)[0].lstrip("+~") for o in launcher.config.hydra.overrides.hydra}
+    cap = dict(launcher.params)
+    saved = HydraConfig.instance().cfg  # plan_run composes each run; the sweep's own config comes back
+    try:
+        groups = resource_groups(job_overrides, cap, {k: cap[k] if f"hydra.launcher.{k}" in given else None
+                                                      for k in PLANNED_KEYS})
+    finally:
+        HydraConfig.instance().cfg = saved
+    Path(str(launcher.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+    base = set(OmegaConf.structured(BaseQueueConf).keys())
+    jobs = {}
+    for res, indices in groups:  # the plugin's own launch, once per group
+        params = {**cap, **res, "tasks_per_node": procs_per_node(res["gpus_per_node"])}
+        executor = submitit.AutoExecutor(cluster="slurm", folder=params["submitit_folder"],
+                                         slurm_max_num_timeout=params["max_num_timeout"])
+        executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()
+                                      if k not in ("submitit_folder", "max_num_timeout")})
+        print(f"{len(indices)} runs: {res['gpus_per_node']} GPUs, {res['mem_gb']} GB, {res['timeout_min']} min each",
+              file=sys.stderr)
+        args = [(list(job_overrides[i]), "hydra.sweep.dir", initial_job_idx + i, f"job_id_for_{initial_job_idx + i}",
+                 Singleton.get_state()) for i in indices]
+        jobs.update(zip(indices, executor.map_array(launcher, *zip(*args))))
+    return [jobs[i].results()[0] for i in range(len(job_overrides))]
 
 
 @dataclass
@@ -119,13 +235,14 @@ def grid_lines(runs: Sequence[Sequence[str]]) -> list[str]:
     return [" ".join(shlex.quote(o) for o in run) for run in runs]
 
 
-def render(runs: Sequence[Sequence[str]], opts: SbatchOptions, out: Path, command: str = "") -> tuple[Path, Path]:
-    """Writes out/grid.txt and out/array.sbatch (atomically) for these runs; returns both paths."""
+def render(runs: Sequence[Sequence[str]], opts: SbatchOptions, out: Path, command: str = "",
+           suffix: str = "") -> tuple[Path, Path]:
+    """Writes out/grid{suffix}.txt and out/array{suffix}.sbatch (atomically) for these runs; returns both."""
     if not runs:
         raise ValueError("no runs to render")
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    grid = out / "grid.txt"
+    grid = out / f"grid{suffix}.txt"
     optional = [f"#SBATCH --{k}={v}" for k, v in (("account", opts.account), ("qos", opts.qos)) if v]
     # A CPU-only node asks for no GPU at all and runs one training process (procs_per_node).
     if opts.gpus_per_node > 0:
@@ -151,7 +268,7 @@ def render(runs: Sequence[Sequence[str]], opts: SbatchOptions, out: Path, comman
         raise RuntimeError(f"{TEMPLATE}: placeholder @@{e.args[0]}@@ is not one render() fills") from e
     (out / "logs").mkdir(exist_ok=True)
     write_text_atomic(grid, "\n".join(grid_lines(runs)) + "\n")
-    sbatch = out / "array.sbatch"
+    sbatch = out / f"array{suffix}.sbatch"
     write_text_atomic(sbatch, script)
     sbatch.chmod(0o755)
     return grid, sbatch
@@ -181,12 +298,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         p.error(str(e))
     try:
         runs = expand(args.overrides)
-    except GridError as e:
+        groups = resource_groups(runs, launcher_defaults(), {k: getattr(args, k) for k in PLANNED_KEYS})
+    except (GridError, ValueError) as e:  # the plan's errors name the key (a budget that is not one step...)
         print(f"error: {e}", file=sys.stderr)
         return 2
     command = " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    grid, sbatch = render(runs, opts, args.out, command)
-    print(f"{len(runs)} runs -> {grid}\nsubmit: sbatch {sbatch}")
+    for res, indices in groups:
+        # one group: grid.txt and array.sbatch as ever; several: one array per request, named by it
+        suffix = "" if len(groups) == 1 else f"-{res['gpus_per_node']}gpu-{res['mem_gb']}G-{res['timeout_min']}min"
+        grid, sbatch = render([runs[i] for i in indices], replace(opts, **res), args.out, command, suffix)
+        print(f"{len(indices)} runs ({res['gpus_per_node']} GPUs, {res['mem_gb']} GB, {res['timeout_min']} min "
+              f"each) -> {grid}\nsubmit: sbatch {sbatch}")
     return 0
 
 

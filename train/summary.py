@@ -103,7 +103,7 @@ def _si(n: float) -> str:
 
 
 def startup_summary(cfg, *, run_dir: Path, params: int, tokenizer, tokenizer_dir: Path, total_steps: int,
-                    seq_len: int, save_steps, hooks, start_step: int = 0) -> str:
+                    seq_len: int, save_steps, hooks, start_step: int = 0, heldout: tuple[int, int] = (0, 0)) -> str:
     """The lines printed before the first step (rank 0)."""
     tokens_per_step = cfg.optim.global_batch * seq_len
     warm = warmup_steps(cfg.optim, total_steps)
@@ -124,4 +124,12 @@ def startup_summary(cfg, *, run_dir: Path, params: int, tokenizer, tokenizer_dir
         f"checkpoints: {len(steps)} (schedule={cfg.schedule.kind}: {shown})",
         f"probes at every checkpoint: {'; '.join(probes) if probes else 'none (probes=none)'}",
     ]
+    n_tok, n_docs = heldout
+    # a forward pass costs about a third of a training step's forward and backward per token
+    share = 100 * n_tok * len(steps) / (3 * max(total_steps * tokens_per_step, 1))
+    lines.append(f"held-out loss at every checkpoint: {n_tok:,} tokens of {n_docs:,} documents never trained on "
+                 f"(data.heldout_tokens={cfg.data.heldout_tokens:,}), {len(steps)} forward passes over them, "
+                 f"~{f'{share:.2g}' if share < 10 else f'{share:,.0f}'} % of training's compute"
+                 + ("; lower data.heldout_tokens to spend less" if share > 50 else "") if n_tok > 1 else
+                 "held-out loss: off (data.heldout_tokens=0)")
     return "\n".join(lines)

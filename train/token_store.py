@@ -107,6 +107,9 @@ def build_or_load(docs: datasets.Dataset, tokenizer_dir: Path, corpus_id: str, c
     final.parent.mkdir(parents=True, exist_ok=True)
     clear_stale(final.parent, f".{fp}.tmp-", "-")  # a build a kill cut short
     tmp = Path(tempfile.mkdtemp(prefix=f".{fp}.tmp-{tag()}-", dir=final.parent))
+    print(f"building the token store: tokenizing {len(docs):,} documents ({docs.data.nbytes / 1e6:,.1f} MB of text) "
+          f"with data.num_proc={num_proc}; cached in {final.parent} for every later run on this corpus and "
+          f"tokenizer", flush=True)
     try:
         _build(docs, Path(tokenizer_dir), corpus_id, fp, tmp, num_proc)
         try:

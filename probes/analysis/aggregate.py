@@ -5,9 +5,10 @@ replacement gives a count of correct pairs distributed exactly Binomial(n, k/n),
 right. The percentile interval of that bootstrap is therefore a pair of binomial quantiles that
 depend only on (k, n) and are computed exactly once per distinct n. A phenomenon's accuracy is the
 mean of its paradigms' accuracies (each paradigm resampled within itself, i.e. a stratified
-bootstrap); its bootstrap variance is exactly sum_j p_j(1-p_j)/n_j / K^2, and we report the
-normal interval with that variance (exact percentiles of a sum of binomials would need a
-convolution per row and change the interval by far less than its width at n >= 100 pairs).
+bootstrap); its bootstrap variance is exactly sum_j p_j(1-p_j)/n_j / K^2, and probes.analysis.bands
+reports the normal interval with that variance, seeds resampled too (exact percentiles of a sum of
+binomials would need a convolution per row and change the interval by far less than its width at
+n >= 100 pairs).
 The paired bootstrap of a U's drop, where pair identities matter, is in probes.analysis.ushape (analyse_curve).
 """
 from __future__ import annotations
@@ -81,21 +82,4 @@ def bootstrap_paradigm_intervals(table: pd.DataFrame, values: Sequence[str] = ("
             lo[rows], hi[rows] = qlo[k], qhi[k]
         out[f"{v}_boot_lo"], out[f"{v}_boot_hi"] = lo, hi
     return out
-
-
-def bootstrap_phenomenon_intervals(table: pd.DataFrame, keys: Sequence[str],
-                                   values: Sequence[str] = ("acc_mlp", "acc_sum")) -> pd.DataFrame:
-    """Phenomenon rows (mean of paradigm accuracies per `keys`) with a stratified-bootstrap interval."""
-    t = table.copy()
-    for v in values:
-        t[f"_{v}_var"] = t[v] * (1 - t[v]) / t["n_pairs"]
-    g = t.groupby(list(keys), dropna=False, sort=True)
-    out = g[list(values)].mean()
-    out["n_pairs"] = g["n_pairs"].sum()
-    out["n_paradigms"] = g["paradigm"].nunique()
-    for v in values:
-        se = np.sqrt(g[f"_{v}_var"].sum()) / out["n_paradigms"]
-        out[f"{v}_boot_lo"] = (out[v] - Z975 * se).clip(0, 1)
-        out[f"{v}_boot_hi"] = (out[v] + Z975 * se).clip(0, 1)
-    return out.reset_index()
 

@@ -42,6 +42,7 @@ class AoAConfig:
     #                            residual RMSEs: a sigmoid fitted to a flat noisy curve catches a
     #                            chance bump at one end, which is no acquisition
     bandwidth: float = 0.15  # smoothing for forgettability, decades of tokens (as UShapeConfig)
+    n_boot: int = 100  # resamples (seeds, then pairs) of a phenomenon's AoA interval (aoa_intervals)
     min_neighbours: int = 2
     metric: str = "mlp"  # mlp | sum
 
@@ -193,27 +194,30 @@ def _minpack_fit(box: _Box, x: np.ndarray, y: np.ndarray, start: np.ndarray, max
                    gtol=1e-12, maxfev=max_nfev, factor=100.0)[0]
 
 
-def fit_sigmoids(x: np.ndarray, Y: np.ndarray, max_nfev: int = 200) -> dict[str, np.ndarray]:
+def fit_sigmoids(x: np.ndarray, Y: np.ndarray, max_nfev: int = 200, polish: bool = True,
+                 start: Optional[np.ndarray] = None, iters: int = 100) -> dict[str, np.ndarray]:
     """Least-squares sigmoid fits of every row of Y (m, n) on the shared x (n,). slope > 0 always:
     a falling curve comes out as hi < lo. Returns arrays lo, hi, mid, slope, rmse of length m.
 
     All curves are refined at once by a batched Levenberg-Marquardt (numpy: one iteration for a whole
     grid costs what one MINPACK call per curve cost in Python overhead); the few that have not
     converged in 100 iterations (flat curves crawling along a valley) are fitted by MINPACK from the
-    same start, exactly as before, so they end where they always did."""
+    same start, exactly as before, so they end where they always did (polish=False leaves them where the
+    batched fit stopped: the bootstrap's resamples, where MINPACK's crawl would cost most of the time).
+    start: (m, 4) lo, hi, mid, slope to start from instead of the grid (a resample from its curve's fit)."""
     x = np.asarray(x, dtype=float)
     Y = np.atleast_2d(np.asarray(Y, dtype=float))
     span = max(x.max() - x.min(), 1e-6)
     # a flat noisy curve pulls mid far outside the data and the slope towards a step: keep both where
     # the fit still describes a curve over the observed range
     box = _Box(np.array([x.min() - span, 1e-3 / span]), np.array([x.max() + span, 200.0 / span]))
-    th = _grid_start(x, Y, span)
+    th = _grid_start(x, Y, span) if start is None else np.asarray(start, dtype=float)
     start = np.concatenate([th[:, :2], box.angle(th[:, 2:])], axis=1)
     theta = start.copy()
-    done = _batched_lm(box, x, Y, theta, iters=100)
+    done = _batched_lm(box, x, Y, theta, iters=iters)
     with warnings.catch_warnings():  # "reached maxfev": the cap is deliberate (see _minpack_fit)
         warnings.simplefilter("ignore", RuntimeWarning)
-        for i in np.flatnonzero(~done):
+        for i in np.flatnonzero(~done) if polish else ():
             theta[i] = _minpack_fit(box, x, Y[i], start[i], max_nfev)
     th = np.concatenate([theta[:, :2], box.inside(theta[:, 2:])], axis=1)
     sse = ((sigmoid(x, th[:, 0], th[:, 1], th[:, 2], th[:, 3]) - Y) ** 2).sum(1)
@@ -422,7 +426,13 @@ def aoa_rows(plan: AoAPlan, fitted: list[dict[str, np.ndarray]], cfg: AoAConfig)
             "aoa_tokens": 10 ** out["aoa"][sl], "status": status[sl],
             "forgettability": out["forget"][sl], "final_acc": last,
         }))
-    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+    # no curve (a report on runs scored at one checkpoint): the columns still, for the report's filters
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=_AOA_COLUMNS)
+
+
+_AOA_COLUMNS = ["run", "model", "budget", "seed", "benchmark", "level", "phenomenon", "paradigm", "metric", "n_points",
+                "fit_lo", "fit_hi", "fit_mid", "fit_slope", "fit_rmse", "best_fitted_acc", "aoa_log10_tokens",
+                "aoa_tokens", "status", "forgettability", "final_acc"]
 
 
 def _fitted_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig):
@@ -430,3 +440,70 @@ def _fitted_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig)
     plan = aoa_plan(table, phen_table, cfg)
     fitted = fit_batches([(x, Y) for x, _rows, Y in plan.batches])
     return aoa_rows(plan, fitted, cfg), [(x, Y, f) for (x, _rows, Y), f in zip(plan.batches, fitted)]
+
+
+def aoa_intervals(outcomes: dict, runs: list, summary: pd.DataFrame, aoa: pd.DataFrame, table: pd.DataFrame,
+                  cfg: AoAConfig, seed: int = 0) -> pd.DataFrame:
+    """summary (one row per model x budget x benchmark x phenomenon: mean AoA over seeds) with its 95 %
+    bootstrap interval: aoa_lo / aoa_hi (log10 tokens) and aoa_interval. `aoa`: the per-run table (aoa_table),
+    whose fits start the resamples' fits; `table`: an EvalSet table (which paradigms a phenomenon has).
+
+    A resample draws the seeds with replacement, then each drawn seed's pairs within each paradigm (the same
+    pairs at every checkpoint, from PairOutcomes); each seed's phenomenon curve is fitted as the table's,
+    from its own curve's fit (batched Levenberg-Marquardt, 30 iterations, without MINPACK's polish: a
+    resample lies near its curve), and its AoA taken, censored at the run's ends: not reached by the last
+    checkpoint counts as the last, above halfway at the first as the first. The statistic is the mean over
+    the drawn seeds. aoa_interval: "determined" where the interval lies inside the run, "not determined"
+    where it reaches the first or the last trained checkpoint (the data do not place the AoA inside the
+    run), "not acquired" where no seed's own curve was (no resampling then)."""
+    from probes.analysis.evalfile import MISSING, MLP, SUM
+    from probes.analysis.ushape import _paradigm_columns
+
+    bit = MLP if cfg.metric == "mlp" else SUM
+    members = table[["benchmark", "phenomenon", "paradigm"]].drop_duplicates()
+    members = members.groupby(["benchmark", "phenomenon"]).paradigm.agg(set).to_dict()
+    fits = aoa[aoa.level == "phenomenon"].set_index(["run", "benchmark", "phenomenon"])
+    rng = np.random.default_rng(seed)
+    B = cfg.n_boot
+    out = summary.copy()
+    out["aoa_lo"], out["aoa_hi"], out["aoa_interval"] = np.nan, np.nan, "not acquired"
+    todo = out[np.isfinite(out.aoa_log10_tokens.astype(float))]
+    info = {r.name: r for r in runs}
+    for (model, budget, bench), rows in todo.groupby(["model", "budget", "benchmark"], dropna=False):
+        outs = sorted((o for (run, b), o in outcomes.items() if b == bench and info[run].model == model and (
+            info[run].budget is None if pd.isna(budget) else info[run].budget == budget)), key=lambda o: o.run)
+        phens = list(rows.phenomenon)
+        per_seed = []  # (phenomena, B) censored AoA of each seed's resampled curves
+        for o in outs:
+            keep = o.tokens > 0
+            x = log_tokens(o.tokens[keep].astype(float))
+            cols = _paradigm_columns(o)
+            Y = np.zeros((len(phens), B, len(x)))
+            for j, ph in enumerate(phens):
+                pars = [p for p in members.get((bench, ph), ()) if len(cols.get(p, ()))]
+                for p in pars:
+                    c = o.correct[keep][:, cols[p]]
+                    ok = ((c & bit) > 0) & ((c & MISSING) == 0)
+                    w = rng.multinomial(len(cols[p]), np.full(len(cols[p]), 1 / len(cols[p])), size=B)
+                    Y[j] += (w @ ok.T.astype(float)) / len(cols[p]) / len(pars)
+            f0 = fits.reindex([(o.run, bench, ph) for ph in phens])[["fit_lo", "fit_hi", "fit_mid", "fit_slope"]]
+            if len(x) < cfg.min_points or not np.isfinite(f0.to_numpy()).all():
+                per_seed = []
+                break
+            fit = fit_sigmoids(x, Y.reshape(-1, len(x)), polish=False, iters=30,
+                               start=np.repeat(f0.to_numpy(dtype=float), B, axis=0))
+            a, _best, st = aoa_from_fit(x, fit, cfg.chance, cfg.min_gain, cfg.min_rise_rmse)
+            per_seed.append(np.where(st == "ok", a, np.where(st == "above_halfway_at_first_checkpoint", x.min(),
+                                                             x.max())).reshape(len(phens), B))
+        if not per_seed:
+            continue
+        A = np.stack(per_seed)  # (S, phenomena, B)
+        S = len(A)
+        draws = rng.integers(S, size=(B, S))
+        # draw i of resample b takes resample (b + i) of its seed: a seed drawn twice gets two pair resamples
+        stat = A[draws, :, (np.arange(B)[:, None] + np.arange(S)) % B].mean(axis=1)  # (B, phenomena)
+        lo, hi = np.quantile(stat, [0.025, 0.975], axis=0)
+        inside = (x.min() < lo) & (hi < x.max())
+        out.loc[rows.index, "aoa_lo"], out.loc[rows.index, "aoa_hi"] = lo, hi
+        out.loc[rows.index, "aoa_interval"] = np.where(inside, "determined", "not determined")
+    return out

@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from probes.analysis.aggregate import seed_summary
+from probes.analysis.bands import MIN_SEEDS_T, band_caption, band_kind, seed_pair_half
 from probes.evals.files import REGIONS as GENERIC
 from probes.analysis.evalset import EvalInputError, EvalSet, log_tokens
 
@@ -223,11 +224,8 @@ def case_study_runs(ev: EvalSet, benchmark: str, paradigm: str,
 
 def summarize(runs: pd.DataFrame, spec: RegionSpec) -> pd.DataFrame:
     """Mean over seeds per model x budget x checkpoint, with the band of probes.analysis.bands: the 95 %
-    t-interval over seeds with >= 3 seeds, else the pair-bootstrap interval of the seed mean
-    (normal, variance sum of the seeds' squared standard errors over pairs / S^2); column `band`."""
-    from probes.analysis.aggregate import Z975
-    from probes.analysis.bands import MIN_SEEDS_T
-
+    t-interval over seeds with >= 3 seeds, else the seed-and-pair bootstrap of the seed mean (normal,
+    variance: the seeds' squared standard errors over pairs plus their spread, seed_pair_half); column `band`."""
     curves = ["acc_mlp", "acc_sum", "mean_total", "sum_total", *[f"{q}_{r}" for r in spec.regions for q in ("mean", "sum")]]
     keys = ["model", "budget", "benchmark", "paradigm", "step"]
     s = seed_summary(runs, keys, [*curves, "n_region_pairs", "n_straddle_pairs", "n_pairs"])
@@ -238,11 +236,11 @@ def summarize(runs: pd.DataFrame, spec: RegionSpec) -> pd.DataFrame:
     for v in curves:
         if f"{v}_v" not in vsum:
             continue
-        half = Z975 * np.sqrt(vsum[f"{v}_v"].to_numpy(dtype=float)) / s["n_seeds"].to_numpy()
+        half = seed_pair_half(vsum[f"{v}_v"], s[f"{v}_sd"], s["n_seeds"])
         m = s[f"{v}_mean"].to_numpy(dtype=float)
         s[f"{v}_lo"] = np.where(few, m - half, s[f"{v}_lo"])
         s[f"{v}_hi"] = np.where(few, m + half, s[f"{v}_hi"])
-    s["band"] = np.where(few, "pair-bootstrap", "t")
+    s["band"] = band_kind(s["n_seeds"].to_numpy())
     return s
 
 
@@ -284,9 +282,7 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
     token_axis(bottom, tok, ylabel=QUANTITIES[quantity].replace(" (good", "\n(good"), chance=False)
     bottom.axhline(0, color="0.4", lw=1, ls="--", zorder=0)
     bottom.legend(fontsize=8, loc="best", title="region", title_fontsize=8)
-    bands = (f"bands: 95 % t-interval over {n_seeds} seeds" if (c["band"] == "t").all() else
-             f"{n_seeds} seed{'s' if n_seeds > 1 else ''}: bands are the 95 % pair-bootstrap interval of the seed mean"
-             + ("; thin lines: each seed" if seeds else ""))
+    bands = f"{n_seeds} seed{'s' if n_seeds > 1 else ''}; " + band_caption(c)
     n = int(c["n_region_pairs_mean"].min()), int(c["n_pairs_mean"].max())
     fig.suptitle(f"{title}\n{spec.source} ({n[0]} of {n[1]} pairs) · {quantity} Δ · {bands}", fontsize=9)
     return save_figure(fig, path)
@@ -358,8 +354,7 @@ def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metri
               f"{'difference in MLP per region: mean log-prob per token of the region, good − bad' if cfg.quantity == 'mean' else 'summed log-prob of the region, good − bad'}"
               f" ({QUANTITIES[cfg.quantity]}), averaged over the paradigm's pairs; accuracy "
               f"({'MLP' if metric == 'acc_mlp' else 'sum-LP'}) over all its pairs. Lines: mean over seeds; bands: "
-              + ("95 % t-interval over seeds" if (s["band"] == "t").all() else "95 % pair-bootstrap interval of the "
-                 "seed mean (fewer than 3 seeds: a t-interval would span most of the axis)")
+              + band_caption(s).removeprefix("bands: ")
               + f". Both quantities (mean_<region>, sum_<region>) are in `tables/{stem}.csv` "
               f"(per run: `tables/{stem}_runs.csv`).", ""]
         drawn = 0

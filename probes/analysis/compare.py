@@ -1,20 +1,28 @@
 """`python -m probes compare A B --out DIR`: paired statistics of two runs or two checkpoints.
 
-Both sides scored the same minimal pairs, so each pair gives two decisions, one per side: the
-question "is B better than A" is a paired one. lm-eval's model comparison applies an unpaired
-z-test to such results; here, per benchmark x paradigm and per benchmark x phenomenon:
+Both sides scored the same minimal pairs, so the question "is B better than A" is a paired one, and the
+unit is the item (the pair): seeds are repeated measurements of it, not new items. Per item, each side's
+seeds are first reduced to the share of seeds right; then, per benchmark x paradigm, per benchmark x
+phenomenon and per benchmark overall (rows of `level` paradigm / phenomenon / overall):
 
-* ``b`` pairs A gets right and B wrong, ``c`` the reverse; ``p_mcnemar`` is McNemar's exact test,
-  the two-sided binomial test of b successes in b + c trials at 1/2 (scipy.stats.binomtest);
-* ``ci_lo``, ``ci_hi``: a 95 % paired-bootstrap interval of acc_b - acc_a, resampling pairs (the same
-  pair on both sides, and for seed groups the same pair in every seed at once);
-* ``q_bh``: Benjamini-Hochberg adjusted p over all rows of the file
-  (scipy.stats.false_discovery_control), since a table of 100 paradigms at p < .05 holds ~5 by chance.
+* ``n`` items; ``b`` items where A's share is higher, ``c`` where B's is; ``p_sign`` the exact sign test
+  of the per-item differences, the two-sided binomial test of c in b + c trials at 1/2
+  (scipy.stats.binomtest; with one seed this is McNemar's exact test). A copied seed changes no item's
+  share, so it leaves every number as it was: pairs x seeds counted as trials made a copy look like
+  evidence (McNemar p 0.031 -> 0.00049);
+* ``ci_lo``, ``ci_hi``: a 95 % bootstrap interval of acc_b - acc_a with the item as the cluster (an item
+  is resampled with all its seeds on both sides);
+* ``q_bh``: Benjamini-Hochberg adjusted p within each level (scipy.stats.false_discovery_control): a
+  phenomenon row holds its paradigms' pairs again, so paradigm and phenomenon rows are separate families
+  (compare.json's ``bh_families``).
 
 A side is a run directory (its last scored checkpoint), ``RUN:STEP``, or a folder of run directories
 (seeds; config.yaml's ``seed``), each optionally with ``:STEP``. Seed groups are paired seed by seed
-where both sides have the seed; two single runs are paired whatever their seeds. Decisions use the
-report's metric: MLP (lp/ntok, ties wrong) unless ``--metric sum``.
+where both sides have the seed; two single runs are paired whatever their seeds. Refused, as the report
+refuses them: a run against itself at the same checkpoint, one run twice (same config hash) on one side or
+at one checkpoint on both, and eval files whose ``pair_set`` fingerprints differ (other sentences under
+the same pair ids). Decisions use the report's metric: MLP (lp/ntok, ties wrong) unless ``--metric sum``;
+``flips.csv`` lists the items whose share right changed, largest change of margin (good - bad score) first.
 
 The report calls :func:`paired_stats` (two outcome matrices in hand, e.g. a U's peak and trough
 checkpoints from PairOutcomes) or :func:`compare` (two sides by name).
@@ -34,12 +42,15 @@ import pandas as pd
 from scipy.stats import binomtest, false_discovery_control
 
 from probes.analysis.evalfile import MLP, SUM, read_eval_file, strings
-from probes.analysis.evalset import ITEM_FILES, _read_run_info
-from probes.evals.files import EvalInputError
+from probes.analysis.evalset import _read_run_info, _refuse_copies
+from probes.evals.files import EvalInputError, eval_file_meta, eval_kind
+from probes.families import families
 from train.files import step_dirs
 
 COLUMNS = ["benchmark", "level", "phenomenon", "paradigm", "n", "b", "c", "acc_a", "acc_b",
-           "p_mcnemar", "ci_lo", "ci_hi", "q_bh"]
+           "p_sign", "ci_lo", "ci_hi", "q_bh"]
+LEVELS = ("paradigm", "phenomenon", "overall")
+N_FLIPS = 100  # items in flips.csv
 _STEP = re.compile(r"^(.*):(?:step)?(\d+)$")
 
 
@@ -82,54 +93,74 @@ def _step_of(run: Path, step: Optional[int], spec: str) -> int:
     return step
 
 
-def _decisions(run: Path, step: int, metric: str) -> dict[str, tuple[pd.DataFrame, str, int]]:
-    """{benchmark: (frame of paradigm, phenomenon, pair_id, ok; convention; tokens)} at one checkpoint."""
-    bit = MLP if metric == "mlp" else SUM
+def _decisions(run: Path, step: int, metric: str, skipped: dict[str, set]
+               ) -> dict[str, tuple[pd.DataFrame, str, int, Optional[str]]]:
+    """{benchmark: (frame of paradigm, phenomenon, pair_id, ok[, margin]; convention; tokens; pair_set)} at one
+    checkpoint, from every file whose probe family gives per-item decisions (probes/families.py); the others'
+    names go to `skipped` under their kind. margin (good - bad under the metric) where the family gives one."""
+    decide = {f.kind: f.load("decisions") for f in families() if f.decisions}
     out = {}
     for f in sorted((run / "evals" / f"step{step}").glob("*.parquet")):
-        if f.name.startswith(".") or ".tmp" in f.name or f.stem in ITEM_FILES or f.name.endswith(".tokens.parquet"):
+        if f.name.startswith(".") or ".tmp" in f.name or f.name.endswith(".tokens.parquet"):
             continue
-        r = read_eval_file(f, step, run)
-        df = pd.DataFrame({"paradigm": strings(r.paradigm), "phenomenon": strings(r.phenomenon),
-                           "pair_id": strings(r.pair_id), "ok": (r.bits & bit) > 0})
+        kind = eval_kind(f)
+        if kind not in decide:
+            skipped.setdefault(kind, set()).add(f.stem)
+            continue
+        df, convention, tokens = decide[kind](f, metric)
         if df.duplicated(["paradigm", "pair_id"]).any():
             raise EvalInputError(f"{f}: a (paradigm, pair_id) occurs twice; pairs cannot be matched")
-        out[f.stem] = (df, r.convention, r.tokens)
+        out[f.stem] = (df if "margin" in df else df.assign(margin=np.nan), convention, tokens,
+                       eval_file_meta(f).get("pair_set"))
     return out
+
+
+def pair_decisions(path: Path, metric: str) -> tuple[pd.DataFrame, str, int]:
+    """A minimal-pair eval file's decisions: each pair right or wrong under `metric` (the family's `decisions`),
+    and its margin, good - bad under the metric (MLP: per token)."""
+    r = read_eval_file(path, -1, path.parent)  # its step: not used here
+    (lpg, lpb), (ng, nb) = r.lps["total"], r.counts
+    return (pd.DataFrame({"paradigm": strings(r.paradigm), "phenomenon": strings(r.phenomenon),
+                          "pair_id": strings(r.pair_id), "ok": (r.bits & (MLP if metric == "mlp" else SUM)) > 0,
+                          "margin": lpg / ng - lpb / nb if metric == "mlp" else lpg - lpb}),
+            r.convention, r.tokens)
 
 
 def paired_stats(a: np.ndarray, b: np.ndarray, n_boot: int = 2000,
                  rng: Optional[np.random.Generator] = None, level: float = 0.95) -> dict:
-    """Paired statistics of two 0/1 outcome matrices (seeds, pairs), the same pair in each column.
+    """Paired statistics of two 0/1 outcome matrices (seeds, items), the same item in each column.
 
-    Returns n, b, c, acc_a, acc_b, p_mcnemar, ci_lo, ci_hi. The bootstrap resamples columns (pairs,
-    every seed at once). A column's difference sum_s (b_s - a_s) takes one of 2S + 1 values, so a
-    resample is a multinomial draw over those values: exact, and O(S) memory per draw whatever n.
+    Returns n (items), b, c, acc_a, acc_b, p_sign, ci_lo, ci_hi (module docstring). Each item's seeds are
+    reduced to its share right first. The bootstrap resamples items (columns); an item's difference of
+    shares takes one of at most 2S + 1 values, so a resample is a multinomial draw over those values:
+    exact, and O(S) memory per draw whatever n.
     """
     a = np.atleast_2d(np.asarray(a, dtype=bool))
     bb = np.atleast_2d(np.asarray(b, dtype=bool))
     if a.shape != bb.shape:
         raise ValueError(f"outcome matrices differ in shape: {a.shape} vs {bb.shape}")
     rng = rng or np.random.default_rng(0)
-    n = a.size
-    n_b, n_c = int((a & ~bb).sum()), int((~a & bb).sum())
-    p = binomtest(n_b, n_b + n_c, 0.5).pvalue if n_b + n_c else 1.0
+    n, S = a.shape[1], a.shape[0]
+    ra, rb = a.mean(axis=0), bb.mean(axis=0)  # share of seeds right per item, each side
+    d = bb.sum(axis=0).astype(np.int64) - a.sum(axis=0)  # S x the per-item difference, in integers
+    n_b, n_c = int((d < 0).sum()), int((d > 0).sum())
+    p = binomtest(n_c, n_b + n_c, 0.5).pvalue if n_b + n_c else 1.0
     lo = hi = np.nan
     if n:
-        d = bb.sum(axis=0).astype(np.int64) - a.sum(axis=0)  # per pair, summed over seeds
         values, counts = np.unique(d, return_counts=True)
-        draws = rng.multinomial(a.shape[1], counts / counts.sum(), size=n_boot)  # (n_boot, values)
-        boot = draws @ values / n
+        draws = rng.multinomial(n, counts / counts.sum(), size=n_boot)  # (n_boot, values)
+        boot = draws @ values / (n * S)
         lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
-    return {"n": n, "b": n_b, "c": n_c, "acc_a": a.mean() if n else np.nan, "acc_b": bb.mean() if n else np.nan,
-            "p_mcnemar": float(p), "ci_lo": float(lo), "ci_hi": float(hi)}
+    return {"n": n, "b": n_b, "c": n_c, "acc_a": ra.mean() if n else np.nan, "acc_b": rb.mean() if n else np.nan,
+            "p_sign": float(p), "ci_lo": float(lo), "ci_hi": float(hi)}
 
 
 @dataclass
 class Comparison:
     table: pd.DataFrame  # COLUMNS
-    meta: dict  # what was compared: runs, steps, tokens, seeds, metric
+    meta: dict  # what was compared: runs, steps, tokens, seeds, metric, BH families
     notes: list[str]
+    flips: pd.DataFrame = field(default_factory=pd.DataFrame)  # the items that flipped most (flips.csv)
 
 
 def _pairs_of_runs(a: Side, b: Side) -> list[tuple[Path, Path]]:
@@ -147,46 +178,72 @@ def _pairs_of_runs(a: Side, b: Side) -> list[tuple[Path, Path]]:
     return [(ra[s], rb[s]) for s in common]
 
 
+def _refuse_same_run(a: Side, b: Side, run_pairs: list[tuple[Path, Path]]) -> None:
+    """As the report refuses copies (probes.analysis.evalset): one run against itself (or its copy) at one
+    checkpoint compares nothing with itself."""
+    for ra, rb in run_pairs:
+        same = ra.resolve() == rb.resolve()
+        ia, ib = _read_run_info(ra), _read_run_info(rb)
+        sa, sb = _step_of(ra, a.step, a.spec), _step_of(rb, b.step, b.spec)
+        if sa == sb and (same or (ia.identity is not None and ia.identity == ib.identity)):
+            raise EvalInputError(f"{ra} and {rb} are " + ("one run" if same else f"the same run (config hash "
+                                 f"{ia.identity[:12]}…)") + f" at the same checkpoint (step {sa}): a run "
+                                 "against itself; compare two checkpoints (RUN:STEP) or two runs")
+
+
 def compare(a: str | Side, b: str | Side, metric: str = "mlp", n_boot: int = 2000, seed: int = 0) -> Comparison:
     """Paired comparison of side B against side A (each a spec string or a Side). Raises EvalInputError."""
     if metric not in ("mlp", "sum"):
         raise ValueError(f"metric must be 'mlp' or 'sum', got {metric!r}")
     a, b = (parse_side(s) if isinstance(s, str) else s for s in (a, b))
     notes: list[str] = []
+    for side in (a, b):  # one run twice on a side would count as a second seed
+        _refuse_copies([_read_run_info(r) for r in side.runs])
     run_pairs = _pairs_of_runs(a, b)
+    _refuse_same_run(a, b, run_pairs)
     for side, runs in ((a, [p[0] for p in run_pairs]), (b, [p[1] for p in run_pairs])):
         left = [str(r) for r in side.runs if r not in runs]
         if left:
             notes.append(f"{side.spec}: run(s) {', '.join(left)} have no seed on the other side; left out")
-    meta: dict = {"metric": metric, "n_boot": n_boot, "bootstrap_seed": seed, "a": [], "b": []}
+    meta: dict = {"metric": metric, "n_boot": n_boot, "bootstrap_seed": seed, "unit": "item (pair); seeds "
+                  "reduced to each item's share right before testing", "test": "exact sign test on the per-item "
+                  "differences (McNemar's exact test with one seed)", "a": [], "b": []}
     per_pair = []  # for each seed pair: {benchmark: merged frame}
     conventions: dict[str, str] = {}
+    skipped: dict[str, set] = {}  # kind -> names of the files whose family gives no decisions to pair
     for ra, rb in run_pairs:
         sides = []
         for key, side, run in (("a", a, ra), ("b", b, rb)):
             step = _step_of(run, side.step, side.spec)
-            dec = _decisions(run, step, metric)
-            toks = sorted({t for _, _, t in dec.values()})
+            dec = _decisions(run, step, metric, skipped)
+            toks = sorted({t for _, _, t, _ in dec.values()})
             meta[key].append({"run": str(run), "step": step, "tokens": toks[0] if len(toks) == 1 else toks,
                               "seed": _read_run_info(run).seed})
-            for bench, (_, conv, _) in dec.items():
+            for bench, (_, conv, _, _) in dec.items():
                 conventions.setdefault(conv, f"{run}/evals/step{step}/{bench}.parquet")
-            sides.append(dec)
+            sides.append((dec, run, step))
+        (da, _, sa), (db, _, sb) = sides
         merged = {}
-        for bench in sorted(set(sides[0]) & set(sides[1])):
-            fa, fb = sides[0][bench][0], sides[1][bench][0]
-            m = fa.merge(fb[["paradigm", "pair_id", "ok"]], on=["paradigm", "pair_id"], suffixes=("_a", "_b"))
+        for bench in sorted(set(da) & set(db)):
+            (fa, _, _, pa), (fb, _, _, pb) = da[bench], db[bench]
+            if pa and pb and pa != pb:
+                raise EvalInputError(f"{ra}/evals/step{sa}/{bench}.parquet (pair_set {pa}) and "
+                                     f"{rb}/evals/step{sb}/{bench}.parquet (pair_set {pb}) hold different pairs "
+                                     "under the same names: not comparable pair by pair; score both on one pair set")
+            m = fa.merge(fb[["paradigm", "pair_id", "ok", "margin"]], on=["paradigm", "pair_id"], suffixes=("_a", "_b"))
             if len(m) < max(len(fa), len(fb)):
                 notes.append(f"{bench}: {ra} has {len(fa)} pairs and {rb} {len(fb)}; the {len(m)} in both are compared")
             merged[bench] = m
-        for bench in sorted(set(sides[0]) ^ set(sides[1])):
+        for bench in sorted(set(da) ^ set(db)):
             notes.append(f"{bench}: scored on one side only ({ra} vs {rb}); not compared")
         per_pair.append(merged)
     if len(conventions) > 1:
         raise EvalInputError("refusing to compare scores of different conventions: " +
                              "; ".join(f"{c!r} (e.g. {f})" for c, f in sorted(conventions.items())))
+    notes += [f"skipped {kind} file(s) {', '.join(sorted(names))}: their probe family gives no per-item decisions "
+              f"to pair" for kind, names in sorted(skipped.items())]
     rng = np.random.default_rng(seed)
-    rows = []
+    rows, flips = [], []
     for bench in sorted(set.intersection(*(set(m) for m in per_pair))):
         # a pair enters when every seed pair scored it, so a bootstrap column is one pair in all seeds
         frames = [m[bench].set_index(["paradigm", "pair_id"]) for m in per_pair]
@@ -194,11 +251,11 @@ def compare(a: str | Side, b: str | Side, metric: str = "mlp", n_boot: int = 200
         for f in frames[1:]:
             keys = keys.intersection(f.index)
         keys = keys.sort_values()
-        ok_a = np.stack([f.loc[keys, "ok_a"].to_numpy() for f in frames])
-        ok_b = np.stack([f.loc[keys, "ok_b"].to_numpy() for f in frames])
+        ok_a, ok_b, mar_a, mar_b = (np.stack([f.loc[keys, c].to_numpy() for f in frames])
+                                    for c in ("ok_a", "ok_b", "margin_a", "margin_b"))
         par = keys.get_level_values("paradigm").to_numpy()
         phen = frames[0].loc[keys, "phenomenon"].to_numpy()
-        for level, names, col in (("paradigm", par, "paradigm"), ("phenomenon", phen, "phenomenon")):
+        for level, names in (("paradigm", par), ("phenomenon", phen), ("overall", np.full(len(par), ""))):
             for name in sorted(set(names)):
                 sel = names == name
                 row = {"benchmark": bench, "level": level,
@@ -206,22 +263,36 @@ def compare(a: str | Side, b: str | Side, metric: str = "mlp", n_boot: int = 200
                        "paradigm": name if level == "paradigm" else ""}
                 row.update(paired_stats(ok_a[:, sel], ok_b[:, sel], n_boot, rng))
                 rows.append(row)
+        f = pd.DataFrame({"benchmark": bench, "phenomenon": phen, "paradigm": par,
+                          "pair_id": keys.get_level_values("pair_id"), "right_a": ok_a.mean(0), "right_b": ok_b.mean(0),
+                          "margin_a": mar_a.mean(0), "margin_b": mar_b.mean(0)})
+        flips.append(f[f.right_a != f.right_b].assign(margin_change=lambda d: d.margin_b - d.margin_a))
     table = pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "q_bh"])
-    table["q_bh"] = false_discovery_control(table["p_mcnemar"].to_numpy(), method="bh") if len(table) else []
+    table["q_bh"] = np.nan
+    meta["bh_families"] = {}
+    for level in LEVELS:  # each level its own family: a phenomenon row repeats its paradigms' pairs
+        at = (table.level == level).to_numpy()
+        if at.any():
+            table.loc[at, "q_bh"] = false_discovery_control(table.loc[at, "p_sign"].to_numpy(), method="bh")
+            meta["bh_families"][level] = {"rows": int(at.sum()), "benchmarks": sorted(set(table.benchmark[at]))}
     meta["convention"] = next(iter(conventions), None)
-    return Comparison(table[COLUMNS], meta, notes)
+    flips = pd.concat(flips, ignore_index=True) if flips else pd.DataFrame()
+    if len(flips):
+        flips = flips.loc[flips.margin_change.abs().sort_values(ascending=False, kind="stable").index[:N_FLIPS]]
+    return Comparison(table[COLUMNS], meta, notes, flips.reset_index(drop=True))
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m probes compare",
-        description="Paired comparison of B against A on the pairs both scored: per benchmark x paradigm and "
-                    "x phenomenon, b (A right, B wrong), c (A wrong, B right), McNemar's exact p, a paired-"
-                    "bootstrap 95%% interval of acc_b - acc_a, Benjamini-Hochberg q over the rows.")
+        description="Paired comparison of B against A on the pairs both scored, the pair as the unit (seeds "
+                    "reduced to each pair's share right): per benchmark x paradigm, x phenomenon and overall, b / c "
+                    "(pairs where A / B is ahead), the exact sign test's p (McNemar's with one seed), a 95 % "
+                    "bootstrap interval of acc_b - acc_a resampling pairs, Benjamini-Hochberg q within each level.")
     p.add_argument("a", metavar="A", help="RUN_DIR (its last scored checkpoint), RUN_DIR:STEP, or a folder of "
                                           "seed runs (optionally :STEP)")
     p.add_argument("b", metavar="B", help="the same forms as A")
-    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="writes DIR/compare.csv and DIR/compare.json")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="writes DIR/compare.csv, DIR/compare.json and DIR/flips.csv")
     p.add_argument("--metric", choices=("mlp", "sum"), default="mlp",
                    help="per-pair decision: mean log-prob per token (default) or summed log-prob")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
@@ -244,6 +315,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         write_csv(args.out / "compare.csv", res.table)
         write_text(args.out / "compare.json", json.dumps({**res.meta, "notes": res.notes}, indent=1) + "\n")
+        write_csv(args.out / "flips.csv", res.flips)
     except (EvalInputError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -251,10 +323,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"warning: {n}", file=sys.stderr)
     t = res.table
     sig = t[(t.level == "paradigm") & (t.q_bh < 0.05)]
+    for r in t[t.level == "overall"].itertuples():
+        print(f"{r.benchmark} overall: {r.acc_a:.3f} -> {r.acc_b:.3f} over {r.n} pairs, difference 95 % interval "
+              f"[{r.ci_lo:+.3f}, {r.ci_hi:+.3f}], sign test p = {r.p_sign:.3g}")
     print(f"{len(t)} rows ({(t.level == 'paradigm').sum()} paradigms); {len(sig)} paradigm(s) differ at q < 0.05 "
           f"({(sig.c > sig.b).sum()} better in B, {(sig.b > sig.c).sum()} worse) -> {args.out / 'compare.csv'}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -25,8 +25,7 @@ import pandas as pd
 from probes.analysis.evalset import EvalInputError, EvalSet, load_runs
 from probes.analysis.outputs import save_figure, write_csv, write_table, write_text
 from probes.analysis.plotting import accuracy_label, colors, finish_legend, new_figure, plot_line, safe_name, short_label, token_axis
-from probes.syntaxqa.curves import syntax_qa_table, write_syntax_qa_curves
-from probes.analysis.ushape import UShapeConfig, find_u_shapes_in_runs
+from probes.analysis.ushape import UShapeConfig, count_text, find_u_shapes_in_runs
 
 TIDY_COLUMNS = ["run", "model", "budget", "seed", "step", "tokens", "benchmark", "phenomenon",
                 "paradigm", "n_pairs", "acc_mlp", "acc_sum"]
@@ -131,11 +130,11 @@ def write_curves(ev: EvalSet, out: Path, delta: float = UShapeConfig.delta,
 
 
 def u_summary(us: pd.DataFrame, delta: float) -> str:
-    """'2 U-shape(s) at delta=0.05 (of 31 candidates: 25 too_thin, 4 below_noise)'."""
-    n_acc = int(us["accepted"].sum()) if len(us) else 0
+    """'2 learning U-shape(s) (+1 peaking at step 0, the untrained model) at delta=0.05 (of 31 candidates:
+    25 too_thin, 4 below_noise)'."""
     rest = us.loc[~us["accepted"].astype(bool), "verdict"].value_counts() if len(us) else pd.Series(dtype=int)
     why = ", ".join(f"{n} {v}" for v, n in rest.items())
-    return f"{n_acc} U-shape(s) at delta={delta}" + (f" (of {len(us)} candidates: {why})" if why else "")
+    return f"{count_text(us)} at delta={delta}" + (f" (of {len(us)} candidates: {why})" if why else "")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -161,19 +160,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for msg in ev.problems:
         print(f"warning: {msg}", file=sys.stderr)
     written = write_curves(ev, args.out, args.delta, f"acc_{args.metric}")
-    qa = syntax_qa_table(args.run_dirs)
-    if len(qa):  # runs probed with probes.syntax_qa.enabled=true
-        written["plots"] += [p for p in write_syntax_qa_curves(qa, args.out) if p.suffix == ".png"]
-    from probes.elagent.report import elagent_table, write_elagent_curves
+    from probes.families import families
 
-    el = elagent_table(args.run_dirs)
-    if len(el):  # runs probed with probes.elagent.enabled=true
-        written["plots"] += [p for p in write_elagent_curves(el, args.out) if p.suffix == ".png"]
-    from probes.lmeval.report import lmeval_table, write_lmeval_curves
-
-    lm = lmeval_table(args.run_dirs)
-    if len(lm):  # runs probed with probes.lm_eval.tasks
-        written["plots"] += [p for p in write_lmeval_curves(lm, args.out) if p.suffix == ".png"]
+    for fam in families():  # the other probe families' curves, where the runs have their files
+        table = fam.load("table")(args.run_dirs) if fam.table and fam.curves else []
+        if len(table):
+            written["plots"] += [p for p in fam.load("curves")(table, args.out) if p.suffix == ".png"]
     us = pd.read_csv(args.out / "ushapes.csv")
     print(f"{len(ev.runs)} run(s), {len(ev.table)} paradigm x checkpoint rows, convention {ev.convention}")
     print(f"tables: {args.out}/curves.csv, phenomena.csv, ushapes.csv ({u_summary(us, args.delta)})")
@@ -181,10 +173,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for n in written["notes"]:
         print(f"U-shapes: {n}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
 
 
 class CurvesHook:

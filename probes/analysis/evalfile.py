@@ -119,7 +119,7 @@ def read_eval_file(path: Path, step: int, run_dir: Path, seen: Optional[Seen] = 
         if len(ng) and (np.nanmin(ng) <= 0 or np.nanmin(nb) <= 0):
             bad_row = int(np.flatnonzero((ng <= 0) | (nb <= 0))[0])
             raise EvalInputError(f"{path}: row {bad_row}: ntok must be positive")
-    # Strict comparisons: a tie counts as wrong (ZhoBLiMP convention, DESIGN.md). Built as bytes: MLP = 1, SUM = 2.
+    # Strict comparisons: a tie counts as wrong (ZhoBLiMP convention, docs/scoring.md). Built as bytes: MLP = 1, SUM = 2.
     bits = (lpg / ng > lpb / nb).view(np.uint8) | ((lpg > lpb).view(np.uint8) << 1)
     lps = {"total": (lpg, lpb)}
     for r in REGIONS:

@@ -1,6 +1,6 @@
 """Read the per-pair eval files of one or many run directories into one analysable object.
 
-Layout read (DESIGN.md, checkpoints.md):
+Layout read (checkpoints.md):
     <run>/config.yaml                               experiment, seed, model.name, data.budget_tokens
     <run>/checkpoints/step<N>/trainer_state.json    {"step": N, "tokens": T, ...}
     <run>/evals/step<N>/<benchmark>.parquet         one row per minimal pair
@@ -28,12 +28,9 @@ import pandas as pd
 
 from probes.analysis.evalcache import read_benchmark
 from probes.analysis.evalfile import PairOutcomes
-from probes.evals.files import ALL_SUFFIX, REGIONS, EvalInputError
+from probes.analysis.evalcache import cache_path
+from probes.evals.files import ALL_SUFFIX, MINIMAL_PAIRS, REGIONS, EvalInputError, eval_kind
 from train.files import step_dirs
-
-# eval files of question items, not minimal pairs: their own readers (probes.syntaxqa.curves, probes.elagent.report)
-ITEM_FILES = ("syntax_qa", "syntax_qa_paper", "elagent")
-ITEM_PREFIXES = ("lmeval_",)  # lm-eval task results (probes/lmeval/hook.py; read by probes.lmeval.report)
 
 
 @dataclass
@@ -156,19 +153,19 @@ def _unique_names(dirs: list[Path]) -> list[str]:
     return [str(d) for d in dirs]
 
 
-def _eval_paths(d: Path) -> tuple[dict[int, Path], dict[str, list[tuple[int, Path]]]]:
-    """A run's step directories and, per benchmark, its minimal-pair eval files [(step, file)]."""
+def _eval_paths(d: Path) -> tuple[dict[int, Path], dict[str, list[tuple[int, Path]]], set[str]]:
+    """A run's step directories, per benchmark its minimal-pair eval files [(step, file)], and the kinds of
+    its other files (other probe families': their own readers, probes/families.py)."""
     evals = step_dirs(d / "evals")
     paths_by_bench: dict[str, list[tuple[int, Path]]] = {}
     for step, sd in sorted(evals.items()):
         for f in sorted(sd.iterdir()):
-            # ITEM_FILES hold question items, not minimal pairs (their own readers)
             # <name>.tokens.parquet is the per-token sidecar of <name>.parquet (probes/scoring/tokens.py)
-            if (f.suffix == ".parquet" and _visible(f) and f.is_file() and f.stem not in ITEM_FILES
-                    and not f.stem.startswith(ITEM_PREFIXES)
-                    and not f.name.endswith(".tokens.parquet")):
+            if f.suffix == ".parquet" and _visible(f) and f.is_file() and not f.name.endswith(".tokens.parquet"):
                 paths_by_bench.setdefault(f.stem, []).append((step, f))
-    return evals, paths_by_bench
+    # one file's kind per benchmark; a cached benchmark is minimal pairs (the only kind the reduced cache holds)
+    kinds = {b: MINIMAL_PAIRS if cache_path(d, b).is_file() else eval_kind(ps[-1][1]) for b, ps in paths_by_bench.items()}
+    return evals, {b: ps for b, ps in paths_by_bench.items() if kinds[b] == MINIMAL_PAIRS}, set(kinds.values()) - {MINIMAL_PAIRS}
 
 
 def _load_run(d: Path, info: RunInfo, cache: bool = True, cached_only: bool = False):
@@ -180,12 +177,12 @@ def _load_run(d: Path, info: RunInfo, cache: bool = True, cached_only: bool = Fa
         return None  # nothing cached: not worth listing the eval files here
     problems: list[str] = []
     conventions: dict[str, str] = {}
-    evals, paths_by_bench = _eval_paths(d)
+    evals, paths_by_bench, others = _eval_paths(d)
     if not paths_by_bench:
-        qa_only = any((sd / f"{b}.parquet").is_file() for sd in evals.values() for b in ("syntax_qa", "syntax_qa_paper"))
         raise EvalInputError(
             f"run directory {d} has no minimal-pair eval files (expected evals/step<N>/<benchmark>.parquet)"
-            + ("; it has syntax-question evals only, which the analysis reads beside minimal pairs" if qa_only else ""))
+            + (f"; it has {', '.join(sorted(others))} evals only, which the analysis reads beside minimal pairs"
+               if others else ""))
     problems += _hub_warnings(d)  # a public suite's checkpoints that are not what their names say
     ckpts = set(step_dirs(d / "checkpoints"))
     outs, frames = {}, []

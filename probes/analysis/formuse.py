@@ -26,7 +26,7 @@ fitted score), fitted per run, averaged over seeds.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -34,7 +34,7 @@ import pandas as pd
 from probes.analysis.aggregate import seed_summary
 from probes.analysis.bands import MIN_SEEDS_T
 from probes.analysis.aoa import AoAConfig, aoa_from_fit, fit_sigmoids
-from probes.analysis.plotting import inch_margins, new_figure, plot_line, token_axis
+from probes.analysis.plotting import draw_baseline, inch_margins, new_figure, plot_line, token_axis
 from probes.analysis.evalset import ALL_SUFFIX, EvalSet, log_tokens
 from probes.analysis.outputs import save_figure, write_csv
 from probes.analysis.scaling import budget_label
@@ -50,34 +50,16 @@ def chance_corrected(acc, chance):
     return (acc - chance) / (1 - chance)
 
 
-def probe_curves(ev: EvalSet, metric: str = "acc_mlp", elagent: Optional[pd.DataFrame] = None,
-                 syntax_qa: Optional[pd.DataFrame] = None) -> pd.DataFrame:
+def probe_curves(ev: EvalSet, metric: str = "acc_mlp", tasks: Sequence[pd.DataFrame] = ()) -> pd.DataFrame:
     """One row per run x step x probe: group, accuracy, chance and the chance-corrected score (module
-    docstring)."""
+    docstring). ``tasks``: the other families' generated-task rows (run, step, tokens, probe, acc, chance; a
+    family's ``tasks``, probes/families.py)."""
     t = ev.table[~ev.table.benchmark.astype(str).str.endswith(ALL_SUFFIX)]
     mp = t.groupby(["run", "step", "benchmark"], sort=True).agg(tokens=("tokens", "first"), acc=(metric, "mean"))
     mp = mp.reset_index().rename(columns={"benchmark": "probe"})
     mp["group"] = np.where(mp.probe.isin(USE_BENCHMARKS), TASKS, PAIRS)
     mp["chance"] = 0.5
-    frames = [mp]
-    if elagent is not None and len(elagent):
-        from probes.elagent.config import ELAGENT_TASKS
-
-        e = elagent[elagent.key.isin(ELAGENT_TASKS)]
-        e = e.pivot_table(index=["run", "step", "tokens", "key"], columns="metric", values="value").reset_index()
-        frames.append(pd.DataFrame({"run": e.run, "step": e.step, "tokens": e.tokens, "group": TASKS,
-                                    "probe": "elagent:" + e.key, "acc": e.acc, "chance": e.acc_random}))
-    if syntax_qa is not None and len(syntax_qa):
-        q = syntax_qa[(syntax_qa.kp == "all") & syntax_qa.metric.isin(["FITB_acc", "FITB_acc_random"])]
-        # each mode is a probe of its own: the likelihood and paper modes' numbers are never averaged
-        mode = q["mode"] if "mode" in q else pd.Series("likelihood", index=q.index)
-        q = q.assign(mode=mode).pivot_table(index=["run", "mode", "step", "tokens"], columns="metric",
-                                            values="value").reset_index()
-        if "FITB_acc" in q:  # absent where generation was skipped
-            probe = np.where(q["mode"] == "likelihood", "syntax_qa:FITB_acc", "syntax_qa_" + q["mode"] + ":FITB_acc")
-            frames.append(pd.DataFrame({"run": q.run, "step": q.step, "tokens": q.tokens, "group": TASKS,
-                                        "probe": probe, "acc": q.FITB_acc,
-                                        "chance": q.get("FITB_acc_random", np.nan)}))
+    frames = [mp] + [f.assign(group=TASKS) for f in tasks if len(f)]
     out = pd.concat(frames, ignore_index=True)
     out["score"] = chance_corrected(out.acc.astype(float), out.chance.astype(float))
     out = out[PROBE_COLUMNS]
@@ -118,7 +100,6 @@ def _plot(seeds: pd.DataFrame, aoa: pd.DataFrame, path: Path) -> Path:
     band over seeds), chance (0) dashed, AoA dotted; one legend and one x label for all panels (a legend in
     every panel, placed by loc="best", was a fifth of the figure's drawing time)."""
     from probes.analysis.paperfigs import budget_order, model_order
-    from probes.syntaxqa.curves import draw_baseline
 
     groups = {key: g for key, g in seeds.groupby(["model", "budget"], dropna=False, sort=False)}
     models, budgets = model_order(seeds), budget_order(seeds)
@@ -166,17 +147,15 @@ def _plot(seeds: pd.DataFrame, aoa: pd.DataFrame, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def formuse_section(ev: EvalSet, out: Path, metric: str = "acc_mlp", elagent: Optional[pd.DataFrame] = None,
-                    syntax_qa: Optional[pd.DataFrame] = None, aoa_cfg: Optional[AoAConfig] = None,
-                    jobs=None) -> tuple[list[str], list[tuple[str, Path]]]:
+def formuse_section(ev: EvalSet, out: Path, metric: str = "acc_mlp", tasks: Sequence[pd.DataFrame] = (),
+                    aoa_cfg: Optional[AoAConfig] = None, jobs=None) -> tuple[list[str], list[tuple[str, Path]]]:
     """Markdown and figures of the minimal-pairs-vs-generated-tasks view; writes tables/formuse_probes.csv (every probe's curve),
     tables/formuse.csv (group curves, seed means), tables/formuse_aoa.csv (per run) and figures/formuse.png.
 
-    ``elagent`` / ``syntax_qa``: the tidy tables of probes.elagent.report / probes.syntaxqa.curves, with run
-    names as in ``ev``. ``jobs`` (probes.analysis.outputs.FigureJobs): the figure is drawn there (a worker,
+    ``tasks``: the generated-task rows of the other families (probe_curves), with run names as in ``ev``. ``jobs`` (probes.analysis.outputs.FigureJobs): the figure is drawn there (a worker,
     the figure cache), else here."""
     out = Path(out)
-    probes = probe_curves(ev, metric, elagent, syntax_qa)
+    probes = probe_curves(ev, metric, tasks)
     info = pd.DataFrame([(r.name, r.model, r.budget) for r in ev.runs], columns=["run", "model", "budget"])
     info["budget"] = info["budget"].astype("Int64")
     groups = group_curves(probes).merge(info, on="run", how="left")
@@ -227,16 +206,18 @@ def formuse_section(ev: EvalSet, out: Path, metric: str = "acc_mlp", elagent: Op
 
 def use_sections(ev: EvalSet, out: Path, metric: str = "acc_mlp", aoa_cfg: Optional[AoAConfig] = None,
                  jobs=None) -> tuple[list[str], list[tuple[str, Path]]]:
-    """The report's ELAGENT section (where runs have its files) and the minimal-pairs-vs-generated-tasks view."""
-    from probes.elagent.report import elagent_section, elagent_table
-    from probes.syntaxqa.curves import syntax_qa_table
+    """The other probe families' report sections (where runs have their files; probes/families.py), then the
+    minimal-pairs-vs-generated-tasks view over the tasks they give."""
+    from probes.families import families
 
     runs = [(r.name, Path(r.path), r.model, r.budget) for r in ev.runs]
-    el_md, el_figs = elagent_section(runs, out)
     names, dirs = [r.name for r in ev.runs], [Path(r.path) for r in ev.runs]
-    fu_md, fu_figs = formuse_section(ev, out, metric, elagent_table(dirs, names), syntax_qa_table(dirs, names),
-                                     aoa_cfg, jobs)
-    from probes.lmeval.report import lmeval_section
-
-    lm_md, lm_figs = lmeval_section(runs, out)  # lm-eval tasks, where runs have them
-    return el_md + lm_md + fu_md, el_figs + lm_figs + fu_figs
+    md, figs, tasks = [], [], []
+    for fam in families():
+        if fam.section:
+            f_md, f_figs = fam.load("section")(runs, out)
+            md, figs = md + f_md, figs + f_figs
+        if fam.tasks:
+            tasks.append(fam.load("tasks")(fam.load("table")(dirs, names)))
+    fu_md, fu_figs = formuse_section(ev, out, metric, tasks, aoa_cfg, jobs)
+    return md + fu_md, figs + fu_figs

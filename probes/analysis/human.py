@@ -75,3 +75,22 @@ def zhoblimp_human(table: pd.DataFrame, path: Union[str, Path, None] = None,
     if rows.empty or not path.is_file():
         return None
     return human_by_phenomenon(load_human(path), rows)
+
+
+BLIMP_CSV = Path("blimp") / "raw_results" / "summary" / "human_validation_summary.csv"  # under benchmarks_root()
+
+
+def blimp_human(table: pd.DataFrame, path: Union[str, Path, None] = None) -> Optional[tuple[pd.DataFrame, float]]:
+    """BLiMP's human reference for the blimp rows of an eval table (None without rows or file): the BLiMP
+    repository's per-paradigm validation means (Condition, total_mean); a phenomenon is the mean of its
+    paradigms', overall the mean of all paradigms' -- 88.6 % over the 67 released ones, the human aggregate
+    of Warstadt et al. 2020 (its README's 96.4 % is majority-vote agreement, another measure)."""
+    from probes.benchmarks.registry import benchmarks_root
+
+    rows = table[table["benchmark"].isin(["blimp", "blimp_all"])]
+    path = Path(path) if path is not None else benchmarks_root() / BLIMP_CSV
+    if rows.empty or not path.is_file():
+        return None
+    h = pd.read_csv(path).rename(columns={"Condition": "paradigm", "total_mean": "human_acc"})
+    m = rows[["paradigm", "phenomenon"]].drop_duplicates("paradigm").merge(h[["paradigm", "human_acc"]], on="paradigm")
+    return m.groupby("phenomenon", as_index=False)["human_acc"].mean(), float(m.human_acc.mean())

@@ -94,15 +94,17 @@ def _read_final(path: Path) -> Optional[tuple[dict, dict[str, np.ndarray], list[
     tenth of the sweep)."""
     import pyarrow.parquet as pq
 
-    from probes.evals.files import EvalInputError, eval_file_meta
+    from probes.evals.files import MINIMAL_PAIRS, EvalInputError, eval_file_meta
 
     try:
         names = set(pq.read_schema(path).names)
         if not {"lp_good", "lp_bad", "ntok_good", "ntok_bad", "paradigm"} <= names:
-            return None  # not a minimal-pair eval file (syntax questions, ELAGENT)
+            return None  # not a minimal-pair eval file (another family's; its columns tell before its kind)
         pf = pq.ParquetFile(path, read_dictionary=[c for c in ("paradigm", "phenomenon") if c in names],
                             pre_buffer=False)
         meta = eval_file_meta(path, pf.schema_arrow.metadata or {})
+        if meta["kind"] != MINIMAL_PAIRS:
+            return None
         t = pf.read(columns=[c for c in _COLUMNS if c in names], use_threads=False)
     except (EvalInputError, ValueError, OSError):
         return None

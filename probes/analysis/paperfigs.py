@@ -25,7 +25,7 @@ import pandas as pd
 from probes.analysis.bands import band_caption
 from probes.analysis.evalset import log_tokens, parse_model_params
 from probes.analysis.outputs import save_figure
-from probes.analysis.plotting import add_line, inch_margins, layout_figure, new_figure, plot_line, token_axis
+from probes.analysis.plotting import add_line, inch_margins, layout_figure, new_figure, plot_line, token_axis, wrap_title
 
 BUDGET_STYLES = ("-", "--", ":", "-.")
 
@@ -90,6 +90,7 @@ def _finish(fig, axes, n_used: int, title: str, legend_ax, left: float, wspace: 
     rows = -(-len(labels) // ncol)
     # below the panels: beside them it collides with a long title on a one-panel figure
     fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), fontsize=8, frameon=False, ncol=ncol)
+    title = wrap_title(title, fig.get_figwidth() - 0.2, 9)
     fig.suptitle(title, fontsize=9, y=1 - 0.08 / fig.get_figheight(), va="top")
     top = 0.1 + 0.16 * (title.count("\n") + 1) + 0.25  # the title's lines, then one line of panel titles
     inch_margins(fig, left=left, right=0.15, top=top, bottom=xticks + 0.1 + 0.19 * rows, wspace=wspace, hspace=hspace)

@@ -35,6 +35,16 @@ def new_figure(width: float = 7.5, height: float = 4.5, nrows: int = 1, ncols: i
     return fig, axes
 
 
+def wrap_title(text: str, width_in: float, fontsize: float) -> str:
+    """`text` broken into lines that fit `width_in` inches at `fontsize` points (an average character is
+    at most ~0.6 em wide): matplotlib centres a title without breaking it, so one wider than its figure
+    was cut at both edges ("erall accuracy over training", "final accuracy per phenomer")."""
+    import textwrap
+
+    per_line = max(int(width_in * 72 / (0.6 * fontsize)), 12)
+    return "\n".join(textwrap.fill(line, per_line) for line in text.split("\n"))
+
+
 _LAYOUTS: dict = {}  # layout key -> (figure, axes, the artists its build made): figures kept for reuse
 
 
@@ -130,6 +140,13 @@ def add_line(ax, x: np.ndarray, y: np.ndarray, **style):
     line = ax.add_line(Line2D(x, y, **style))
     ax.autoscale(enable=None)  # as plot() does: the view is recomputed from the data when drawn
     return line
+
+
+def draw_baseline(ax, tokens, y, ref, color, label: Optional[str] = None, lw: float = 1.2) -> None:
+    """A random-guess baseline: dashed, no markers, so it never reads as a learning curve."""
+    x = 10 ** log_tokens(np.asarray(tokens), np.asarray(ref))
+    order = np.argsort(x, kind="stable")
+    ax.plot(x[order], np.asarray(y, dtype=float)[order], color=color, lw=lw, ls="--", label=label)
 
 
 def plot_line(ax, tokens: np.ndarray, y: np.ndarray, ref_tokens: np.ndarray, label: str, color,

@@ -138,5 +138,6 @@ def plot_regions(curve: pd.DataFrame, title: str, path, ushapes: pd.DataFrame | 
             for ax in (top, bottom):
                 ax.axvspan(lo, hi, color="orange", alpha=0.12, lw=0)
                 ax.axvline(max(u.trough_tokens, floor), color="orange", lw=1, ls=":")
-    top.set_title(title, fontsize=10, y=1.0)
+    shaded = ushapes is not None and len(ushapes) > 0
+    top.set_title(title + ("; U windows shaded (peak to recovery; dotted: trough)" if shaded else ""), fontsize=10, y=1.0)
     return save_figure(fig, path)

@@ -18,14 +18,16 @@ from typing import Optional, Sequence
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from probes.analysis.aggregate import bootstrap_paradigm_intervals, seed_summary
-from probes.analysis.aoa import AoAConfig, FitStore, start_aoa_table
-from probes.analysis.bands import seed_bands, unit_curves
+from probes.analysis.aggregate import bootstrap_paradigm_intervals
+from probes.analysis.aoa import AoAConfig, FitStore, aoa_intervals, start_aoa_table
+from probes.analysis.bands import above_chance, change_units, final_bands, paradigm_bands, seed_bands, unit_curves
+from probes.analysis.evalfile import MLP, SUM
 from probes.analysis.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
 from probes.analysis.curves import phenomenon_table
 from probes.analysis.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_runs
 from probes.analysis.formuse import use_sections
-from probes.analysis.human import zhoblimp_human
+from probes.analysis.heldout import final_heldout, heldout_table, plot_heldout
+from probes.analysis.human import blimp_human, zhoblimp_human
 from probes.analysis.normsweep import sweep_paradigms, sweep_summary
 from probes.analysis.outputs import FigureJobs, staged_output, write_csv, write_parquet, write_table, write_text
 from probes.analysis.paper_ushapes import paper_u_table
@@ -36,8 +38,7 @@ from probes.analysis.scaling import (ScalingConfig, budget_label, difficulty_gro
                                      plot_grid_overall, plot_grid_phenomena)
 from probes.analysis.table4 import table4
 from probes.analysis.ugallery import number_us, plot_u_gallery
-from probes.analysis.ushape import UShapeConfig, find_u_shapes_in_runs
-from probes.syntaxqa.report import syntax_qa_section
+from probes.analysis.ushape import UShapeConfig, count_text, find_u_shapes_in_runs
 from train.cli import exit_on_user_error
 from train.errors import UserError, check_writable
 
@@ -144,7 +145,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
 def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[int], figure_cache: bool,
                   previous: Optional[Path]) -> dict:
     from probes.analysis.figcache import FigureCache
-    from probes.analysis.reportmd import markdown
+    from probes.analysis.reportmd import markdown, summary_table
 
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -179,6 +180,9 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
         b_phen = seed_bands(u_phen, ["model", "budget", "benchmark", "phenomenon", "step"])
         if len(b_over):
             jobs.submit("Overall learning curve", plot_overall, b_over, u_over, fdir / "overall_curve.png", ylabel)
+        R["heldout"] = val = heldout_table(ev.runs)  # beside it: the held-out loss (probes/analysis/heldout.py)
+        if len(val):
+            jobs.submit("Held-out loss", plot_heldout, val, fdir / "heldout_loss.png")
         for bench in curve_b:
             bb = b_phen[b_phen.benchmark == bench]
             largest = budget_order(bb)[-1]
@@ -196,9 +200,16 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
 
         # 2. final accuracy: the Table-4-style table, scaling view and difficulty groups (all pairs where scored)
         final = final_accuracy(ev.table, ev.runs)
-        overall, per_phen = grid_tables(final, metric)
-        R["table4"] = {b: table4(final, b, metric, human) for b in final_b}
-        R["groups"] = groups = difficulty_groups(final[final.benchmark.isin(final_b)], cfg.scaling)
+        # each cell's 95 % interval over seeds and pairs (probes.analysis.bands), from each run's last checkpoint
+        cells = {by: final_bands(ev.table, metric, by) for by in ((), ("phenomenon",), ("phenomenon", "paradigm"))}
+        overall, per_phen = grid_tables(final, metric, (cells[()], cells[("phenomenon",)]))
+        t4_cells = pd.concat([cells[("phenomenon",)], cells[()].assign(phenomenon="overall")], ignore_index=True)
+        refs = {"zhoblimp": human, "blimp": blimp_human(ev.table)}  # human rows: the paper's, BLiMP's own
+        R["table4"] = {b: table4(final, b, metric, refs.get(b.removesuffix(ALL_SUFFIX)), final_heldout(val) if len(val)
+                                 else None, t4_cells) for b in final_b}
+        par_cells = cells[("phenomenon", "paradigm")][["model", "budget", "benchmark", "paradigm", "lo", "hi"]]
+        R["groups"] = groups = difficulty_groups(final[final.benchmark.isin(final_b)].merge(
+            par_cells, on=["model", "budget", "benchmark", "paradigm"], how="left"), cfg.scaling)
         for bench in final_b:
             o, pp = overall[overall.benchmark == bench], per_phen[per_phen.benchmark == bench]
             jobs.submit(f"Scaling, {bench} (model × corpus)", plot_grid_overall, o, bench, metric,
@@ -221,6 +232,16 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
                         fdir / "ushapes.png", ylabel)
         R["paper_us"] = paper_u_table(ev_c, cfg.ushape) if "zhoblimp" in curve_b else pd.DataFrame()
 
+        # the first paragraph: change from step 0, phenomena above chance, U's, pairs needed (reportmd.summary_table)
+        bit = MLP if cfg.metric == "mlp" else SUM
+        ch = change_units(ev.outcomes, ev.runs, bit, curve_b)
+        R["change"] = seed_bands(ch, ["model", "budget", "benchmark"], bounds=(-1, 1)).merge(
+            ch.groupby(["model", "budget", "benchmark"], dropna=False)[["first_acc", "last_acc"]].mean().reset_index(),
+            on=["model", "budget", "benchmark"]) if len(ch) else ch
+        R["phen_final"] = above_chance(cells[("phenomenon",)][cells[("phenomenon",)].benchmark.isin(final_b)])
+        R.update(us=us, ev=ev)
+        R["summary"] = summary_table(R, cfg)
+
         # 4. the generic regions (appendix; paradigms with an accepted U first) and the paper's case study
         par_curves, phen_curves = group_region_curves(ev.table), group_region_curves(phen_all)
         regions_u = u_region_table(us, par_curves, phen_curves, cfg.regions) if len(us) else pd.DataFrame()
@@ -234,7 +255,7 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
             name = f"regions_{safe_name(k.benchmark)}_{safe_name(k.paradigm)}_{safe_name(k.model)}_{budget_label(k.budget)}.png"
             jobs.submit(f"Appendix: regions over training, {k.paradigm} ({_group_label(k.model, k.budget)})",
                         plot_regions, _select(par_curves, k.model, k.budget, k.benchmark, k.paradigm),
-                        f"{k.benchmark} · {k.paradigm} ({_group_label(k.model, k.budget)}); U windows shaded",
+                        f"{k.benchmark} · {k.paradigm} ({_group_label(k.model, k.budget)})",
                         adir / name, _select(acc_u, k.model, k.budget, k.benchmark, k.paradigm) if len(acc_u) else None,
                         metric)
         cs_md, cs_notes = case_study_section(ev, cfg.case_study, out, jobs, metric)
@@ -249,13 +270,16 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
         big_table(tdir / "accuracy_paradigm", bootstrap_paradigm_intervals(ev.table))
         big_table(tdir / "curves_overall", b_over)
         big_table(tdir / "curves_overall_seeds", u_over)
+        write_csv(tdir / "heldout_loss.csv", val)
         big_table(tdir / "curves_phenomenon", b_phen)
         big_table(tdir / "curves_phenomenon_seeds", u_phen)
         big_table(tdir / "seeds_paradigm",
-                  seed_summary(ct, ["model", "budget", "benchmark", "phenomenon", "paradigm", "step"]))
+                  paradigm_bands(ct, ["model", "budget", "benchmark", "phenomenon", "paradigm", "step"]))
         big_table(tdir / "region_curves_paradigm", par_curves)
         if len(sweep):
             big_table(tdir / "normalised_sweep_paradigm", sweep)
+        write_csv(tdir / "summary.csv", R["summary"])
+        write_csv(tdir / "phenomena_above_chance.csv", R["phen_final"])
         for b, t4 in R["table4"].items():
             write_csv(tdir / f"table4_{safe_name(b)}.csv", t4)
         for name, df in (("ushapes", us), ("ushapes_accepted", acc_u), ("ushape_regions", regions_u),
@@ -266,9 +290,6 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
             write_csv(tdir / f"{name}.csv", df)
         runs = pd.DataFrame([dataclasses.asdict(r) for r in ev.runs])
         write_csv(tdir / "runs.csv", runs)
-        # 8. the other probes, where runs have them (appendix)
-        qa_md, qa_figs = syntax_qa_section([(r.name, Path(r.path), r.model, r.budget) for r in ev.runs], out)
-
         # 5. AoA and forgettability, on curves only: last, so that the parent's own work is done while a
         # worker fits (its note keeps its place among the others)
         aoa = finish_aoa()
@@ -283,6 +304,7 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
             n_runs=("run", "nunique"), aoa_log10_tokens=("aoa_log10_tokens", "mean"),
             aoa_acquired_runs=("aoa_log10_tokens", "count"), forgettability=("forgettability", "mean"),
             best_fitted_acc=("best_fitted_acc", "mean"), final_acc=("final_acc", "mean")).reset_index()
+        aoa_ph = aoa_intervals(ev_c.outcomes, ev.runs, aoa_ph, aoa, ct, cfg.aoa, cfg.ushape.seed)
         write_csv(tdir / "aoa.csv", aoa)
         write_csv(tdir / "aoa_phenomenon_summary.csv", aoa_ph)
         figs = jobs.results()
@@ -290,11 +312,11 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
     if notes:
         write_text(out / "problems.txt", "\n".join(notes) + "\n")
     R.update(ev=ev, cfg=cfg, runs=runs, us=us, acc_u=acc_u, u_evidence=u_evidence, aoa_ph=aoa_ph,
-             overall=overall, regions_u=regions_u, figs=figs, other_figs=qa_figs + use_figs, notes=notes,
-             other_md=[*qa_md, *use_md], cs_md=cs_md, human=human, rule=u_rule_text(cfg.ushape, n_curves))
+             overall=overall, regions_u=regions_u, figs=figs, other_figs=use_figs, notes=notes,
+             other_md=use_md, cs_md=cs_md, human=human, rule=u_rule_text(cfg.ushape, n_curves))
     md, main_figs = markdown(R, out)
     write_text(out / "report.md", md)
-    all_figs = figs + qa_figs + use_figs
+    all_figs = figs + use_figs
     result = {"figures": [p for _, p in all_figs], "main_figures": main_figs, "ushapes": us, "aoa": aoa,
               "groups": groups, "notes": notes, "ushape_evidence": u_evidence, "seconds": time.perf_counter() - t0,
               "figure_cache": (cache.hits, cache.misses) if cache else None}
@@ -314,9 +336,11 @@ def u_rule_text(u: UShapeConfig, n_curves: Optional[int] = None) -> str:
               "rising curves far less). " if n_curves else "")
     return (family + f"Candidates: drop and recovery >= {u.delta} on the seed-mean curve, looked for on "
             f"{' and on '.join(looks)}. Accepted when (1) the U's depth, min(drop, recovery), exceeds the "
-            f"deepest drop that binomial noise alone makes anywhere on the schedule at that scale "
-            f"({1 - u.alpha / max(len(looks), 1):.4g} quantile over {u.n_null} Monte Carlo draws, at the "
-            "curve's own accuracies and pairs: looking at every checkpoint is paid for here), (2) the paired "
+            f"deepest drop that noise makes anywhere on the schedule at that scale "
+            f"({1 - u.alpha / max(len(looks), 1):.4g} quantile over {u.n_null} Monte Carlo draws of binomial noise "
+            "at the curve's own accuracies and pairs, its variance times the checkpoints' measured dispersion where "
+            "that is above 1 (column noise_dispersion: the same pairs at every checkpoint, seeds sharing data); "
+            "looking at every checkpoint is paid for here), (2) the paired "
             f"bootstrap over pairs ({u.n_boot} resamples, the same pairs at every checkpoint and seed) puts the "
             f"drop{' and the recovery' if u.require_recovery else ''} above 0 at one-sided level {u.alpha:.3g}, "
             f"and (3) at least {u.min_seed_agreement:.0%} of seeds show it on their own curve (with 2 seeds that "
@@ -339,8 +363,11 @@ def _log_wandb(cfg: ReportConfig, out: Path, figs) -> None:
     os.environ.setdefault("WANDB_MODE", "offline")  # never reach the network unless the user asked for it
     run = wandb.init(project=cfg.wandb_project, job_type="report", dir=str(out))
     run.log({f"report/{Path(p).stem}": wandb.Image(str(p)) for _, p in figs})
-    for name in ("ushapes", "aoa_phenomenon_summary", "difficulty_groups", "scaling_overall", "syntax_qa_final"):
-        if (out / "tables" / f"{name}.csv").is_file():  # syntax_qa_final only where runs have that probe
+    from probes.families import families
+
+    for name in ("ushapes", "aoa_phenomenon_summary", "difficulty_groups", "scaling_overall",
+                 *(t for f in families() for t in f.tables)):
+        if (out / "tables" / f"{name}.csv").is_file():  # a family's tables only where runs have that probe
             run.log({f"report/{name}": wandb.Table(dataframe=pd.read_csv(out / "tables" / f"{name}.csv"))})
     run.finish()
 
@@ -408,15 +435,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"warning: {n}", file=sys.stderr)
     for n in res["ushape_evidence"]:
         print(f"U-shapes: {n}")
-    n_acc = int(res["ushapes"]["accepted"].sum()) if len(res["ushapes"]) else 0
     print(f"report: {a.out / 'report.md'} ({len(res['main_figures'])} figures in the main flow, "
           f"{len(res['figures']) - len(res['main_figures'])} in the appendix; tables in {a.out / 'tables'}); "
-          f"{n_acc} accepted U-shape(s); {res['seconds']:.1f} s"
+          f"{count_text(res['ushapes'])}; {res['seconds']:.1f} s"
           + (f"; {res['figure_cache'][0]} figure(s) reused from the figure cache" if res["figure_cache"] else ""))
     if res["main_figures"]:
         print(f"first figure: {res['main_figures'][0]}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

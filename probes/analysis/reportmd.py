@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from probes.analysis.bands import BAND_BOOT, BAND_T, MIN_SEEDS_T
+from probes.analysis.bands import MIN_SEEDS_T, band_caption
 from probes.analysis.human import PAPER_HUMAN_OVERALL
 from probes.analysis.normsweep import MORCELA_BETAS, MORCELA_GAMMAS, POW_ALPHAS, sweep_markdown
 from probes.analysis.paper_ushapes import REFERENCE_DEPTH, paper_u_markdown
 from probes.analysis.scaling import PAPER_GROUPS, budget_label
 from probes.analysis.table4 import table4_markdown
 from probes.analysis.ugallery import MAX_PANELS
+from probes.analysis.ushape import count_ushapes
 
 
 def md_table(df: pd.DataFrame, limit: int = 30, floatfmt: str = "{:.3g}") -> str:
@@ -34,6 +36,91 @@ def md_table(df: pd.DataFrame, limit: int = 30, floatfmt: str = "{:.3g}") -> str
     return head + body + more
 
 
+def summary_table(R: dict, cfg) -> pd.DataFrame:
+    """One row per model x budget x curve benchmark: what report.md's first paragraph says, with its numbers.
+
+    change (first checkpoint -> last, paired on the same pairs) with its 95 % interval (R["change"], seed_bands
+    over change_units) and whether the interval excludes 0; phenomena ending above chance (q_above < 0.05 in
+    R["phen_final"], the benchmark's final numbers); the accepted U's of the group counted apart (learning /
+    from step 0); and the one "pairs or seeds needed" figure: the pairs per paradigm per seed (or the seeds at
+    these pairs) a U of depth cfg.ushape.delta on a phenomenon curve of the median number of paradigms needs
+    to clear binomial noise on this schedule (probes.analysis.unoise.min_pairs, the rule of paper_ushapes)."""
+    import math
+
+    from probes.analysis.evalset import log_tokens
+    from probes.analysis.unoise import min_pairs, unit_threshold
+    from probes.analysis.ushape import scales
+
+    ch, ph, u = R["change"], R["phen_final"], cfg.ushape
+    table = R["ev"].table
+    rows = []
+    for d in ch.to_dict("records"):
+        g = dict(model=d["model"], budget=d["budget"])
+        at = lambda df: df[(df.model == d["model"]) & (  # noqa: E731
+            df.budget.isna() if pd.isna(d["budget"]) else df.budget == d["budget"])]
+        fin = at(ph[ph.benchmark.str.removesuffix("_all") == d["benchmark"]])
+        us = at(R["us"][R["us"].benchmark == d["benchmark"]]) if len(R["us"]) else R["us"]
+        t = at(table[table.benchmark == d["benchmark"]])
+        x = log_tokens(np.sort(t.tokens.unique()))
+        looks = scales(x, u)
+        c_unit = min(unit_threshold(x, W, 1 - u.alpha / len(looks), u.n_null, u.seed) for _, W in looks)
+        K = int(t.groupby("phenomenon").paradigm.nunique().median())
+        n_pp = float(t.n_pairs.median())
+        S = int(d["n_seeds"])
+        c = count_ushapes(us)
+        rows.append(g | {
+            "benchmark": d["benchmark"], "n_seeds": S, "first_acc": d["first_acc"], "last_acc": d["last_acc"],
+            "change": d["acc_mean"], "change_lo": d["lo"], "change_hi": d["hi"], "band": d["band"],
+            "change_told_from_zero": bool(d["lo"] > 0 or d["hi"] < 0),
+            "final_benchmark": fin.benchmark.iloc[0] if len(fin) else "",
+            "phenomena_above_chance": int((fin.q_above < 0.05).sum()), "phenomena": len(fin),
+            "learning_us": c["learning"], "us_from_step0": c["from_step0"],
+            "u_depth": u.delta, "paradigms_per_phenomenon": K, "pairs_per_paradigm": n_pp,
+            "pairs_needed_per_seed": math.ceil(min_pairs(u.delta, c_unit, K) / S),
+            "seeds_needed": math.ceil((c_unit / u.delta) ** 2 / (K * max(n_pp, 1)))})
+    out = pd.DataFrame(rows)
+    if len(out):
+        out["budget"] = out["budget"].astype("Int64")
+    return out
+
+
+def _summary_md(S: pd.DataFrame) -> list[str]:
+    """The first paragraph: one sentence per model x budget x benchmark (the first 8; all in summary.csv)."""
+    if S.empty:
+        return ["**Summary.** No benchmark was scored at two or more checkpoints: no change to report.", ""]
+    out = []
+    for d in S.head(8).to_dict("records"):
+        seeds = f"{d['n_seeds']} seed{'s' if d['n_seeds'] > 1 else ''}"
+        told = ("told from no change" if d["change_told_from_zero"] else "**cannot be told from no change**")
+        out.append(
+            f"{d['model']} · {budget_label(d['budget'])} ({d['benchmark']}, {seeds}): overall accuracy "
+            f"{100 * d['first_acc']:.1f} → {100 * d['last_acc']:.1f} %, change {100 * d['change']:+.1f} points "
+            f"(95 % {d['band']} interval {100 * d['change_lo']:+.1f} to {100 * d['change_hi']:+.1f}: {told}); "
+            f"{d['phenomena_above_chance']} of {d['phenomena']} phenomena end above chance (q < 0.05, "
+            f"{d['final_benchmark']}); {d['learning_us']} learning U's, {d['us_from_step0']} dips peaking at step 0 "
+            f"(the untrained model, not counted as U's); a U of depth {d['u_depth']} on a phenomenon "
+            f"({d['paradigms_per_phenomenon']} paradigms) needs {d['pairs_needed_per_seed']} pairs per paradigm per "
+            f"seed at {seeds}, or {d['seeds_needed']} seeds at these {d['pairs_per_paradigm']:.0f} pairs.")
+    more = f" ({len(S) - 8} more in tables/summary.csv)" if len(S) > 8 else " (tables/summary.csv)"
+    return ["**Summary.** " + " ".join(out) + more, ""]
+
+
+def authors_rule(bench: str, metric: str) -> str:
+    """A sentence naming the decision rule the benchmark's authors use where the registry knows one
+    (RuBLiMP, TurBLiMP, JBLiMP), so a reader comparing with their paper knows which rule this table is."""
+    from probes.benchmarks.registry import REGISTRY
+    from probes.evals.files import CONVENTIONS
+
+    entry = REGISTRY.get(bench.removesuffix("_all"))
+    rule = entry.authors_convention if entry else None
+    if rule is None:
+        return ""
+    same = " -- the same rule as this table's" if rule == metric else (
+        "; `python -m probes score` prints the accuracy under both, and the eval files record the authors' rule "
+        "as `authors_convention`")
+    return f" This table is {CONVENTIONS[metric].split(':')[0]}; the authors of {bench} score by {CONVENTIONS[rule]}{same}."
+
+
 def markdown(R: dict, out: Path) -> tuple[str, list[Path]]:
     """(report.md text, the figures the main flow embeds, in order)."""
     rel = lambda p: Path(p).relative_to(out).as_posix()  # noqa: E731
@@ -48,19 +135,21 @@ def markdown(R: dict, out: Path) -> tuple[str, list[Path]]:
     runs = R["runs"]
     per_group = runs.groupby(["model", "budget"], dropna=False).size()
     seeds = sorted(set(per_group)) if len(per_group) else [0]
-    band = BAND_T if min(seeds) >= MIN_SEEDS_T else BAND_BOOT
     metric_words = "mean log-prob per token (MLP)" if cfg.metric == "mlp" else "sum of log-probs"
-    L = ["# syntax-dynamics report", "",
+    L = ["# syntax-dynamics report", "", *_summary_md(R["summary"]),
          f"{len(ev.runs)} run(s): {runs.model.nunique()} model size(s) x {runs.budget.nunique(dropna=False)} corpus "
          f"budget(s), {'/'.join(map(str, seeds))} seed(s) each; scoring convention `{ev.convention}`; accuracy = "
-         f"{metric_words}, ties wrong; chance 0.5. Lines are seed means; bands: {band}"
-         + ("" if band == BAND_T else f" (fewer than {MIN_SEEDS_T} seeds: a t-interval from 2 seeds has t = 12.7 "
-            "and spans most of the axis), with each seed drawn as a thin line") + ". Tokens on log axes; step 0 is "
+         f"{metric_words}, ties wrong; chance 0.5. Lines are seed means; {band_caption(R['bands'])}"
+         + ("" if min(seeds) >= MIN_SEEDS_T else f" (fewer than {MIN_SEEDS_T} seeds: a t-interval from 2 seeds has "
+            "t = 12.7 and spans most of the axis)") + ". Tokens on log axes; step 0 is "
          "drawn one decade left of the first trained checkpoint.", ""]
     L += ["## Learning curves", ""]
     L += embed("Overall learning curve", "Mean accuracy over every paradigm of each benchmark against tokens seen; "
                "one line per model size, one panel per corpus budget. Numbers: tables/curves_overall.csv (seed "
                "means and bands), tables/curves_overall_seeds.csv (each seed).")
+    L += embed("Held-out loss", "Language-model quality on the same axis: mean loss per token on held-out documents of the "
+               "corpus that no run trained on (one set for every budget and seed: data.heldout_tokens), at every "
+               "checkpoint. Numbers: tables/heldout_loss.csv.")
     for bench in R["curve_benchmarks"]:
         L += embed(f"All phenomena, {bench} (Figure 5)",
                    f"As ZhoBLiMP Figure 5: every phenomenon of {bench} (mean of its paradigms) on the largest corpus "
@@ -74,11 +163,18 @@ def markdown(R: dict, out: Path) -> tuple[str, list[Path]]:
     for bench, t4 in R["table4"].items():
         where = ("every pair, at each run's last checkpoint (probes.final_all_pairs)" if bench.endswith("_all")
                  else "the pairs scored at each run's last checkpoint")
+        refs = (" Rows in italics are references, labelled with their source: human agreement (the authors' "
+                f"validation CSV, our pooled reading; the paper's Table 4 column says {100 * PAPER_HUMAN_OVERALL:.1f} % "
+                "overall) and the paper's own Zh-Pythia numbers (3B tokens, Table 4), not ours."
+                if bench.removesuffix("_all") == "zhoblimp" else
+                " The row in italics, where present, is BLiMP's human validation (its repository's "
+                "raw_results/summary/human_validation_summary.csv: a phenomenon the mean of its paradigms; over all 67, "
+                "88.6 %, Warstadt et al. 2020's human aggregate), not ours."
+                if bench.removesuffix("_all") == "blimp" else " No reference rows for this benchmark.")
+        held = " Held-out loss: mean over seeds at the last checkpoint (nats per token)." if "val_loss" in t4 else ""
         L += [f"**{bench}**: accuracy (%) on {where}, mean over seeds; a phenomenon is the mean of its paradigms, "
-              "overall the mean of all paradigms. Rows in italics are references, labelled with their source: "
-              f"human agreement (the authors' validation CSV, our pooled reading; the paper's Table 4 column says "
-              f"{100 * PAPER_HUMAN_OVERALL:.1f} % overall) and the paper's own Zh-Pythia numbers (3B tokens, Table 4), "
-              f"not ours. CSV: `tables/table4_{bench}.csv`.", "", table4_markdown(t4), ""]
+              f"overall the mean of all paradigms.{refs}{held} CSV: `tables/table4_{bench}.csv`."
+              f"{authors_rule(bench, cfg.metric)}", "", table4_markdown(t4), ""]
     L += ["### Scaling view", ""]
     L += embed("Scaling, ", "Final accuracy (%) over model size x corpus budget, the same numbers as the table above.")
     ov = R["overall"][R["overall"].benchmark.isin(R["final_benchmarks"])].copy()
@@ -150,7 +246,10 @@ def _aoa_md(R: dict, cfg) -> list[str]:
             f"Sigmoid on log10 tokens; AoA where it crosses halfway between chance and its best accuracy "
             f"(empty: not acquired by {cfg.aoa.min_gain} over chance, no rise above {cfg.aoa.min_rise_rmse}x the fit's "
             "RMSE, decreasing, above halfway at the first checkpoint, or too few checkpoints — per-curve status in "
-            "tables/aoa.csv). Forgettability: sum of drops of the smoothed curve.", "",
+            "tables/aoa.csv). aoa_lo / aoa_hi: 95 % bootstrap interval (seeds, then pairs within paradigm and "
+            f"seed; {cfg.aoa.n_boot} resamples; an AoA not reached counts as the run's end); *not determined* where "
+            "it reaches the first or last trained checkpoint: the runs do not place the AoA inside them. "
+            "Forgettability: sum of drops of the smoothed curve.", "",
             md_table(R["aoa_ph"].sort_values("aoa_log10_tokens")), ""]
 
 
@@ -159,7 +258,10 @@ def _ushape_md(R: dict, cfg, embed) -> list[str]:
     L = ["## U-shapes", "", R["rule"], ""]
     if len(us):
         counts = us["verdict"].value_counts()
-        L += [f"{len(acc)} accepted of {len(us)} candidates on {' and '.join(cfg.u_levels)} curves ("
+        c = count_ushapes(us)
+        L += [f"{c['learning']} learning U's (a dip after step 0) and {c['from_step0']} peaking at step 0 (the "
+              f"untrained model's accuracy, not knowledge), accepted of {len(us)} candidates on "
+              f"{' and '.join(cfg.u_levels)} curves ("
               + ", ".join(f"{n} {v}" for v, n in counts.items())
               + "; every candidate with its verdict and reason in tables/ushapes.csv).", ""]
     else:
@@ -178,7 +280,9 @@ def _ushape_md(R: dict, cfg, embed) -> list[str]:
                    "seeds, ▲ peak ▼ trough ● recovery; title: depth, the noise threshold it cleared, seeds agreeing.")
     L += ["### The paper's U-shapes beside ours", "",
           "ZhoBLiMP reports U's in phenomena near 100M tokens (BA, FCI) and an early dip in its case-study paradigm. "
-          "For each model x budget here: *detected* (an accepted U with its trough in the paper's window), *not "
+          "For each model x budget here: *detected* (an accepted U whose peak, trough and recovery each lie in the "
+          "paper's window for them), *a dip, not the paper's U* (an accepted U in the paper's span with one of them "
+          "outside: ours and the paper's windows are printed), *not "
           "detectable here* (the runs do not reach the window, or the smallest dip this grid can tell from noise — "
           "the curve's noise threshold at its pairs and seeds, not a fixed delta — is deeper than the reference "
           f"depth {REFERENCE_DEPTH}; then what it would take), or *absent* (covered and detectable, none found). "

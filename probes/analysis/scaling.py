@@ -82,16 +82,27 @@ def final_accuracy(table: pd.DataFrame, runs: list[RunInfo]) -> pd.DataFrame:
     return out
 
 
-def grid_tables(final: pd.DataFrame, metric: str = "acc_mlp") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(overall, per_phenomenon): mean over paradigms (and phenomena) per model x budget x benchmark."""
+INTERVAL = ["lo", "hi", "band", "seed_spread"]  # what a cell takes from probes.analysis.bands.final_bands
+
+
+def grid_tables(final: pd.DataFrame, metric: str = "acc_mlp", cells: tuple[pd.DataFrame, pd.DataFrame] | None = None
+                ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(overall, per_phenomenon): mean over paradigms (and phenomena) per model x budget x benchmark;
+    `cells`: (overall, per phenomenon) final_bands, whose 95 % interval, band and seed spread each cell gets."""
     keys = ["model", "model_params", "budget", "benchmark"]
     ph = final.groupby([*keys, "phenomenon"], dropna=False, sort=True)[metric].mean().reset_index()
     overall = final.groupby(keys, dropna=False, sort=True)[metric].mean().reset_index()
+    if cells is not None:
+        on = ["model", "budget", "benchmark"]
+        overall = overall.merge(cells[0][[*on, *INTERVAL]], on=on, how="left")
+        ph = ph.merge(cells[1][[*on, "phenomenon", *INTERVAL]], on=[*on, "phenomenon"], how="left")
     return overall, ph
 
 
 def difficulty_groups(final: pd.DataFrame, cfg: ScalingConfig | None = None) -> pd.DataFrame:
-    """One row per budget x benchmark x paradigm: best accuracy over sizes, r with log size, group."""
+    """One row per budget x benchmark x paradigm: best accuracy over sizes, r with log size, group. Where
+    `final` has a paradigm's 95 % interval (lo, hi: final_bands), the best accuracy's is best_lo / best_hi,
+    and `group_sure` says whether it lies inside the group's accuracy range (no threshold crossed)."""
     cfg = cfg or ScalingConfig()
     metric = f"acc_{cfg.metric}"
     if cfg.budget == "largest" and len(final):
@@ -121,9 +132,12 @@ def difficulty_groups(final: pd.DataFrame, cfg: ScalingConfig | None = None) -> 
             group = "Other"
             why = (f"best {best:.2f} near chance, r {r:.2f} < {cfg.difficult_min_r}" if np.isfinite(r)
                    else f"best {best:.2f} near chance; r needs >= {cfg.min_sizes_for_r} model sizes, have {n_sizes}")
+        lo, hi = (float(final[c].iat[best_i]) if c in final else np.nan for c in ("lo", "hi"))
+        edges = [e for e in (cfg.medium_min_best, cfg.easy_min_best) if lo < e <= hi]
         rows.append({"budget": budget, "benchmark": bench, "phenomenon": phen, "paradigm": par,
-                     "best_acc": best, "best_model": models[best_i], "n_model_sizes": n_sizes,
-                     "pearson_r_log_size": r, "group": group, "reason": why})
+                     "best_acc": best, "best_lo": lo, "best_hi": hi, "best_model": models[best_i],
+                     "n_model_sizes": n_sizes, "pearson_r_log_size": r, "group": group,
+                     "group_sure": bool(np.isfinite(lo) and not edges), "reason": why})
     out = pd.DataFrame(rows)
     if len(out):
         out["budget"] = out["budget"].astype("Int64")
@@ -156,13 +170,16 @@ def _budget_order(values) -> list:
 
 
 def heatmap(ax, data: np.ndarray, rows: list[str], cols: list[str], title: str, xlabel: str, ylabel: str):
+    from probes.analysis.plotting import wrap_title
+
     im = ax.imshow(data, vmin=0.4, vmax=1.0, cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(cols)), cols, rotation=30 if max(map(len, cols), default=0) > 6 else 0,
                   ha="right" if max(map(len, cols), default=0) > 6 else "center", fontsize=8)
     ax.set_yticks(range(len(rows)), rows, fontsize=8)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
+    # above the whole figure, in lines of its width: over a narrow heatmap the title was cut at both edges
+    ax.figure.suptitle(wrap_title(title, ax.figure.get_figwidth() - 0.2, 10), fontsize=10)
     if data.size <= 400:
         for (i, j), v in np.ndenumerate(data):
             if np.isfinite(v):

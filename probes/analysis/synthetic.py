@@ -49,6 +49,26 @@ def sample_correct(p: np.ndarray, n_pairs: int, rng: np.random.Generator, jitter
     return ranks < k[:, None]
 
 
+
+def sample_persistent(p: np.ndarray, n_pairs: int, n_seeds: int, rng: np.random.Generator, shock: float = 0.0,
+                      shared: float = 0.0, jitter: float = 0.3, c: np.ndarray | None = None) -> np.ndarray:
+    """(n_seeds, n_steps, n_pairs) bool: the same pairs at every checkpoint and in every seed, with no
+    independent binomial draw anywhere. Pair i is right at step t of seed s iff z_i < g_t + c_st + e_sti:
+    z_i ~ N(0, 1) its difficulty, fixed for the run and the same in every seed; c_st ~ N(0, shock^2) a
+    shock to the whole paradigm at that checkpoint (its pairs share a template and flip together),
+    correlated `shared` across seeds (data they share); e_sti ~ N(0, jitter^2) the pair's own wobble.
+    g_t = Phi^-1(p_t) sqrt(1 + shock^2 + jitter^2) makes p_t the expected accuracy. c, (n_seeds, n_steps) of
+    variance shock^2: the shocks to use (e.g. partly common to the paradigms of a phenomenon)."""
+    from scipy.stats import norm
+
+    z = rng.standard_normal(n_pairs)
+    if c is None:
+        c = shock * (np.sqrt(shared) * rng.standard_normal(len(p))
+                     + np.sqrt(1 - shared) * rng.standard_normal((n_seeds, len(p))))
+    g = norm.ppf(np.clip(p, 1e-6, 1 - 1e-6)) * np.sqrt(1 + shock ** 2 + jitter ** 2)
+    e = jitter * rng.standard_normal((n_seeds, len(p), n_pairs))
+    return z < (g[:, None] + c[:, :, None] + e)
+
 @dataclass
 class RunSpec:
     model: str = "pythia-14m"

@@ -34,10 +34,13 @@ SHORT = {"BA": "BA", "anaphor": "Anaph", "argument_structure": "ArgStr", "classi
          "relativization": "Rel", "topicalization": "Topic", "verb_phrase": "VP"}
 
 
-def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.DataFrame, float] | None = None
-           ) -> pd.DataFrame:
+def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.DataFrame, float] | None = None,
+           heldout: pd.DataFrame | None = None, cells: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per model x budget (source "ours"), then the reference rows for ZhoBLiMP; one column per
-    phenomenon plus "overall", values as accuracies in [0, 1]."""
+    phenomenon plus "overall", values as accuracies in [0, 1]; `val_loss` on our rows where `heldout`
+    (probes.analysis.heldout.final_heldout) has the run's held-out loss. `cells`: probes.analysis.bands.final_bands
+    per phenomenon, with the overall rows as phenomenon "overall"; each of our cells then gets its 95 %
+    interval as <column>_lo / <column>_hi and the row its `band` kind."""
     from probes.analysis.paperfigs import budget_order, model_order, pick
     from probes.analysis.scaling import budget_label
 
@@ -53,6 +56,14 @@ def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.Dat
                    "n_paradigms": int(g.paradigm.nunique())}
             row.update(g.groupby("phenomenon")[metric].mean().to_dict())
             row["overall"] = float(g[metric].mean())
+            if heldout is not None:
+                row["val_loss"] = pick(heldout, model=model, budget=budget).val_loss.mean()
+            if cells is not None:
+                c = cells[(cells.benchmark == benchmark) & (cells.model == model) & (
+                    cells.budget.isna() if pd.isna(budget) else cells.budget == budget)]
+                row["band"] = "/".join(sorted(set(c.band)))
+                row.update({f"{ph}_{e}": v for ph, lo, hi in zip(c.phenomenon, c.lo, c.hi)
+                            for e, v in (("lo", lo), ("hi", hi))})
             rows.append(row)
     if benchmark.removesuffix("_all") == "zhoblimp":
         if human is not None:
@@ -64,8 +75,15 @@ def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.Dat
         for name, vals in PAPER_ZH_PYTHIA.items():
             rows.append({"row": f"paper: {name} · 3B", "source": "ZhoBLiMP Table 4",
                          **{k: v / 100 for k, v in vals.items()}})
+    elif human is not None:  # BLiMP's (probes.analysis.human.blimp_human)
+        h, overall = human
+        rows.append({"row": "human (validation CSV, mean of paradigms)", "source": "BLiMP repository",
+                     **dict(zip(h.phenomenon, h.human_acc)), "overall": overall})
     out = pd.DataFrame(rows)
-    cols = ["row", "source", "model", "budget", "n_seeds", "n_paradigms", *phens, "overall"]
+    cols = ["row", "source", "model", "budget", "n_seeds", "n_paradigms", *phens, "overall"] + \
+        (["val_loss"] if heldout is not None else [])
+    if cells is not None:
+        cols += ["band", *[f"{p}_{e}" for p in [*phens, "overall"] for e in ("lo", "hi")]]
     out = out.reindex(columns=cols)
     out["budget"] = out["budget"].astype("Int64")
     out["n_seeds"] = out["n_seeds"].astype("Int64")
@@ -74,16 +92,24 @@ def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.Dat
 
 
 def table4_markdown(t: pd.DataFrame) -> str:
-    """Percentages with one decimal, the paper's short column heads; reference rows in italics."""
-    phens = [c for c in t.columns if c not in ("row", "source", "model", "budget", "n_seeds", "n_paradigms")]
-    head = "| model · corpus | seeds | " + " | ".join(SHORT.get(p, p) for p in phens) + " |\n"
-    head += "|---|---|" + "---:|" * len(phens) + "\n"
+    """Percentages with one decimal, the paper's short column heads; reference rows in italics; the overall
+    cell's 95 % interval in a column after it where the table has intervals (the others are in its CSV)."""
+    fixed = ("row", "source", "model", "budget", "n_seeds", "n_paradigms", "band", "val_loss")
+    phens = [c for c in t.columns if c not in fixed and not c.endswith(("_lo", "_hi"))]
+    ci, val = "overall_lo" in t.columns, "val_loss" in t.columns
+    head = "| model · corpus | seeds | " + " | ".join(SHORT.get(p, p) for p in phens) + (" | 95 %" if ci else "") \
+        + (" | held-out loss" if val else "") + " |\n"
+    head += "|---|---|" + "---:|" * (len(phens) + ci + val) + "\n"
     body = ""
     for d in t.to_dict("records"):
         ours = str(d["source"]).startswith("ours")
         name = d["row"] if ours else f"_{d['row']}_"
         seeds = "" if pd.isna(d["n_seeds"]) else str(d["n_seeds"])
         vals = ["" if pd.isna(d[p]) else f"{100 * d[p]:.1f}" for p in phens]
+        if ci:
+            vals.append("" if pd.isna(d["overall_lo"]) else f"{100 * d['overall_lo']:.1f}–{100 * d['overall_hi']:.1f}")
+        if val:
+            vals.append("" if pd.isna(d["val_loss"]) else f"{d['val_loss']:.3f}")
         body += f"| {name} | {seeds} | " + " | ".join(vals) + " |\n"
     legend = ", ".join(f"{SHORT[p]} = {p}" for p in phens if p in SHORT and SHORT[p] != p)
     return head + body + (f"\n{legend}.\n" if legend else "")

@@ -51,8 +51,8 @@ def noise_threshold(sd: np.ndarray, W: np.ndarray, level: float, n_null: int,
     checkpoint's accuracy, as if its pairs were drawn afresh (which bounds the paired case, where a
     pair's outcomes are positively correlated over time, from above). Why this bounds false U's: if
     the true curve mu is non-decreasing, any drop of W @ (mu + e) from an earlier to a later point is
-    at most a drop of W @ e (exactly on the raw scale; up to the smoother's small overshoot at sharp
-    bends on the smoothed one), so P(some candidate's drop > threshold) <= 1 - level however many
+    at most a drop of W @ e (exactly on the raw scale; up to the smoother's overshoot at sharp bends
+    on the smoothed one, which analyse_curve adds to this threshold), so P(some candidate's drop > threshold) <= 1 - level however many
     checkpoints and candidates were looked at. A flat curve is the worst case. A U also needs a
     recovery, so its depth min(drop, recovery) is tested against the same value.
     """
@@ -125,3 +125,44 @@ def min_pairs(depth: float, c_unit: float, n_paradigms: int = 1) -> int:
     n >= (c_unit / depth)^2 / K.
     """
     return int(np.ceil((c_unit / depth) ** 2 / max(n_paradigms, 1)))
+
+
+
+MIN_RESIDUALS = 20  # checkpoint residuals (interior checkpoints x curves) dispersion needs
+
+
+def dispersion(x: np.ndarray, means: np.ndarray, counts: np.ndarray, units: list[list[int]]) -> float:
+    """How much more a group's curves move from checkpoint to checkpoint than binomial noise says: the
+    ratio of the variances, by which the detector scales the binomial variance of a unit's curve.
+
+    means, counts: (seeds, steps, paradigms) accuracies and pairs of one model x budget x benchmark; x:
+    log10 tokens of the steps; units: the paradigm columns of each curve (a phenomenon's is the mean of
+    its paradigms'). The same pairs are scored at every checkpoint and in every seed, and seeds may share
+    their data, so a checkpoint's accuracy moves with the model, not by a fresh draw of pairs: a paradigm's
+    pairs share a template and flip together, and seeds fed the same batches move alike. Each interior
+    checkpoint of each seed-mean unit curve is compared with the line through its neighbours (x-weighted:
+    a linear trend passes exactly); under independent binomial noise the residual's variance is
+    v_t + w^2 v_prev + (1 - w)^2 v_next. The median over checkpoints and curves of residual^2 over that
+    variance, divided by the median of chi^2_1 (0.455), estimates the ratio; a median, so that the few
+    real dips and sharp bends among the curves move it little. Returned is its upper 90 % confidence
+    limit (the order statistic at 0.5 + 1.2816 x 0.5 / sqrt(n) of the n ratios): an underestimate would
+    lower the threshold, and the false U's it lets through are not paid back by an overestimate
+    (measured: bench/bench_ushape.py --part null). NaN (not measured) with fewer than MIN_RESIDUALS
+    residuals: on one or two curves a real U would be read as noise."""
+    x = np.asarray(x, float)
+    if len(x) < 3 or not units:
+        return float("nan")
+    S = means.shape[0]
+    y = np.nanmean(means, axis=0)
+    n = counts.sum(axis=0)
+    p = (y * n + 1) / (n + 2)
+    v = p * (1 - p) * np.sum(1 / np.maximum(counts, 1), axis=0) / S ** 2
+    Y = np.stack([y[:, u].mean(axis=1) for u in units], axis=1)
+    V = np.stack([v[:, u].sum(axis=1) / len(u) ** 2 for u in units], axis=1)
+    w = ((x[2:] - x[1:-1]) / np.maximum(x[2:] - x[:-2], 1e-12))[:, None]
+    r = Y[1:-1] - (w * Y[:-2] + (1 - w) * Y[2:])
+    e = V[1:-1] + w ** 2 * V[:-2] + (1 - w) ** 2 * V[2:]
+    ratio = (r ** 2 / np.maximum(e, 1e-12))[np.isfinite(r)]
+    if len(ratio) < MIN_RESIDUALS:
+        return float("nan")
+    return float(np.quantile(ratio, min(1.0, 0.5 + 1.2816 * 0.5 / np.sqrt(len(ratio)))) / 0.45494)

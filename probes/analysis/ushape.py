@@ -1,11 +1,13 @@
-"""U-shapes in learning curves (DESIGN.md): a drop of at least delta from an earlier peak to a
-trough, followed by a recovery of at least delta, that is not noise.
+"""U-shapes in learning curves (docs/report.md, "U-shapes and the paper's U's"): a drop of at least delta from an
+earlier peak to a trough, followed by a recovery of at least delta, that is not noise.
 
 `find_u_shapes` is the plain geometric finder on one curve (it proposes candidates).
 `analyse_curve` / `find_u_shapes_in_runs` decide which candidates are U-shapes: a noise threshold
-for looking at every checkpoint (raw and smoothed), the paired bootstrap over pairs, agreement
-across seeds, and with one seed a minimum number of pairs. `probes report` and the end-of-run
-`probes curves` both call `find_u_shapes_in_runs`, so they list the same U's.
+for looking at every checkpoint (raw and smoothed; binomial noise times the checkpoints' measured
+dispersion, unoise.dispersion), the paired bootstrap over pairs, agreement across seeds, and with one
+seed a minimum number of pairs. `probes report` and the end-of-run `probes curves` both call
+`find_u_shapes_in_runs`, so they list the same U's; `count_ushapes` counts learning U's apart from dips
+that peak at step 0.
 """
 from __future__ import annotations
 
@@ -14,9 +16,12 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+from scipy.optimize import isotonic_regression
 from threadpoolctl import threadpool_limits
 
-from probes.analysis.unoise import (smoothing_matrix, noise_threshold, unit_threshold, _impute, _resample_counts, unit_sd, min_pairs)
+from probes.analysis.scaling import budget_label
+from probes.analysis.unoise import (smoothing_matrix, noise_threshold, unit_threshold, _impute, _resample_counts, unit_sd, min_pairs,
+                                    dispersion, max_drawdown, MIN_RESIDUALS)
 
 
 @dataclass(frozen=True)
@@ -143,7 +148,7 @@ def scales(x: np.ndarray, cfg: UShapeConfig) -> list[tuple[str, np.ndarray]]:
 
 
 def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig,
-                  onset_index: int = 0, rng: np.random.Generator | None = None) -> list[dict]:
+                  onset_index: int = 0, rng: np.random.Generator | None = None, dispersion: float = 1.0) -> list[dict]:
     """Statistical U's of one unit (a paradigm, or a phenomenon = several paradigms).
 
     x: (n_steps,) log10 tokens. mats[s][k]: (n_steps, n_pairs_k) 0/1 outcomes of seed s on paradigm
@@ -155,15 +160,26 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
     verdict (VERDICTS). Where the two scales find the same dip (overlapping windows) the one that is
     accepted, or else the deeper relative to its threshold, is kept.
     onset_index: first checkpoint at which the model is no longer near-random (see UShapeConfig).
+    dispersion: how many times the binomial variance the unit's checkpoints really vary (unoise.dispersion
+    of its model x budget x benchmark); the noise thresholds use it where it is above 1 (not where it is
+    below 1, or NaN: not measured).
     """
     rng = rng or np.random.default_rng(cfg.seed)
+    inflate = math.sqrt(dispersion) if dispersion > 1 else 1.0
     sd, n_unit = unit_sd(mats)
     sd_worst, _ = unit_sd(mats, worst_case=True)
+    sd = sd * inflate
     n_seeds, n_par = len(mats), len(mats[0])
     mats = [[_impute(np.asarray(m, dtype=float)) for m in seed] for seed in mats]
     raw_seed = np.array([np.mean([m.mean(axis=1) for m in seed], axis=0) for seed in mats])
     looks = scales(x, cfg)
     level = 1 - cfg.alpha / len(looks)  # Bonferroni over the scales looked at
+    # The smoother is not monotone: at a sharp bend of a curve without any U it overshoots and draws a dip
+    # of its own. The closest monotone curve to the data (isotonic, rising or falling), smoothed, shows
+    # how deep that dip is on this curve (a U's depth is min(drop, rise): the smaller of the two on a
+    # monotone curve is the smoother's); it is added to the noise threshold of each scale (0 on raw).
+    mean = raw_seed.mean(axis=0)
+    iso = min((isotonic_regression(mean, increasing=up).x for up in (True, False)), key=lambda f: np.sum((f - mean) ** 2))
     cands = []  # (scale, W, curve, seed curves, UShape, r_max, threshold, one-seed threshold, c_unit)
     for name, W in looks:
         seed_curves = raw_seed @ W.T
@@ -171,8 +187,8 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
         found = find_u_shapes(curve, cfg.delta)
         if not found:
             continue
-        c = noise_threshold(sd, W, level, cfg.n_null, rng)
-        c_unit = unit_threshold(x, W, level, cfg.n_null, cfg.seed)
+        c = noise_threshold(sd, W, level, cfg.n_null, rng) + float(min(max_drawdown(W @ iso), max_drawdown(-W @ iso)))
+        c_unit = unit_threshold(x, W, level, cfg.n_null, cfg.seed) * inflate
         c_thin = float(np.max(sd_worst) / 0.5 * c_unit)  # same draws' law at p = 0.5, this unit's pairs
         for u in found:
             r_max = u.trough + int(np.argmax(curve[u.trough:] >= u.recovered_to - 1e-12))
@@ -237,7 +253,8 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
                       f"needs >= {n_min} pairs per paradigm)")
         elif u_depth <= c:
             verdict = "below_noise"
-            reason = f"depth {u_depth:.3f} <= {c:.3f}, the deepest drop binomial noise makes on this schedule"
+            reason = f"depth {u_depth:.3f} <= {c:.3f}, the deepest drop noise makes on this schedule" + (
+                f" (binomial variance x {inflate ** 2:.2f}, the checkpoints' measured dispersion)" if inflate > 1 else "")
         elif not boot_ok:
             verdict, reason = "not_significant", f"paired bootstrap p_drop={p_drop:.3f}, p_recovery={p_rec:.3f}"
         elif agreement < cfg.min_seed_agreement:
@@ -265,6 +282,24 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
     for r in kept:
         del r["_margin"]
     return sorted(kept, key=lambda r: r["peak"])
+
+
+def count_ushapes(us) -> dict[str, int]:
+    """Accepted U's of a STAT_COLUMNS table, counted apart by where the peak lies: "learning" (peak after
+    step 0, a dip after learning began) and "from_step0" (peak at step 0: the untrained model's accuracy
+    there is its initialisation's, not knowledge, so such a dip is no evidence of unlearning). Headline
+    counts quote "learning" and name "from_step0" beside it."""
+    if us is None or not len(us):
+        return {"learning": 0, "from_step0": 0}
+    acc = us[us["accepted"].astype(bool)]
+    step0 = int((acc["peak_step"] == 0).sum())
+    return {"learning": len(acc) - step0, "from_step0": step0}
+
+
+def count_text(us) -> str:
+    """'2 learning U-shape(s) (+1 peaking at step 0, the untrained model)': the console's count."""
+    c = count_ushapes(us)
+    return f"{c['learning']} learning U-shape(s) (+{c['from_step0']} peaking at step 0, the untrained model)"
 
 
 def _paradigm_columns(o) -> dict[str, np.ndarray]:
@@ -324,7 +359,7 @@ def onset_index(acc_by_step: np.ndarray, gain: float) -> int:
 STAT_COLUMNS = ["model", "budget", "benchmark", "level", "phenomenon", "paradigm", "metric", "n_seeds",
                 "peak_step", "peak_tokens", "trough_step", "trough_tokens", "recovery_step",
                 "recovery_tokens", "peak_acc", "trough_acc", "recovery_acc", "recovered_to", "depth",
-                "u_depth", "scale", "noise_threshold", "n_pairs", "drop_lo", "drop_hi", "p_drop",
+                "u_depth", "scale", "noise_threshold", "noise_dispersion", "n_pairs", "drop_lo", "drop_hi", "p_drop",
                 "p_recovery", "peak_above_chance", "kind", "seed_agreement", "significant", "accepted",
                 "verdict", "reason", "runs"]
 
@@ -356,7 +391,7 @@ def _find_u_shapes_in_runs(ev, cfg: UShapeConfig | None, levels, evidence: list[
     info = {r.name: r for r in ev.runs}
     notes: list[str] = []
     rows: list[dict] = []
-    n_curves = 0
+    n_curves, spread = 0, []
     groups: dict[tuple, list[str]] = {}
     for (run, bench) in ev.outcomes:
         r = info[run]
@@ -366,15 +401,16 @@ def _find_u_shapes_in_runs(ev, cfg: UShapeConfig | None, levels, evidence: list[
     for b, p, ph in zip(pb.benchmark.tolist(), pb.paradigm.tolist(), pb.phenomenon.tolist()):
         phen_by_bench.setdefault(b, {})[p] = ph
     for (model, budget, bench), runs in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        cell = f"{model}/{budget_label(budget)}/{bench}"  # in notes: "full" for the whole corpus, not None
         outs = [ev.outcomes[(run, bench)] for run in sorted(runs)]
         steps = outs[0].steps
         for o in outs[1:]:
             steps = np.intersect1d(steps, o.steps)
         if any(len(o.steps) != len(steps) for o in outs):
-            notes.append(f"{model}/{budget}/{bench}: seeds differ in checkpoints; using the "
+            notes.append(f"{cell}: seeds differ in checkpoints; using the "
                          f"{len(steps)} they share")
         if len(steps) < 4:
-            notes.append(f"{model}/{budget}/{bench}: only {len(steps)} checkpoint(s); too few for U-shapes")
+            notes.append(f"{cell}: only {len(steps)} checkpoint(s); too few for U-shapes")
             continue
         tokens = np.mean([o.tokens[np.searchsorted(o.steps, steps)] for o in outs], axis=0)
         x = log_tokens(tokens)
@@ -410,21 +446,29 @@ def _find_u_shapes_in_runs(ev, cfg: UShapeConfig | None, levels, evidence: list[
         # (a phenomenon's is the mean of its paradigms'). Only units whose curve has a geometric U
         # go on to the per-pair bootstrap, which is where the time goes.
         names = [p for p in sorted(have[0]) if all(p in h for h in have)]
-        par_curve = np.mean([_paradigm_means(h, p, o, names) for h, p, o in zip(hits, present, outs)], axis=0)
+        seed_par = np.stack([_paradigm_means(h, p, o, names) for h, p, o in zip(hits, present, outs)])
+        par_curve = seed_par.mean(axis=0)
         at_scale = [dict(zip(names, (W @ np.nan_to_num(par_curve, nan=0.5)).T)) for _, W in scales(x, cfg)]
         if len(outs) == 1:
             n_pp = float(np.median(np.bincount(outs[0].row_paradigm, minlength=len(outs[0].paradigms))))
-            (notes if evidence is None else evidence).append(thin_note(f"{model}/{budget}/{bench}", x, cfg, n_pp))
+            (notes if evidence is None else evidence).append(thin_note(f"{cell}", x, cfg, n_pp))
+        # how much more than binomial noise this group's curves move between checkpoints, per level
+        col = {p: j for j, p in enumerate(names)}
+        counts = np.stack([np.broadcast_to(np.bincount(o.row_paradigm, minlength=len(o.paradigms))[
+            [list(o.paradigms).index(p) for p in names]], par_curve.shape) for o in outs]).astype(float)
+        disp = {lv: dispersion(x, seed_par, counts, [[col[p] for p in ps] for v, _, _, ps in units
+                                                     if v == lv and all(p in col for p in ps)]) for lv in levels}
+        spread += list(disp.values())
         for level, ph, par, paradigms in units:
             if not all(p in h for h in have for p in paradigms):
-                notes.append(f"{model}/{budget}/{bench}/{par or ph}: not in every seed; skipped")
+                notes.append(f"{cell}/{par or ph}: not in every seed; skipped")
                 continue
             n_curves += 1
             if not any(find_u_shapes(np.mean([s[p] for p in paradigms], axis=0), cfg.delta) for s in at_scale):
                 continue
             mats = [[b[:, c[p]] for p in paradigms] for b, c in zip(*per_pair())]
-            for u in analyse_curve(x, mats, cfg, onset, rng):
-                row = {"model": model, "budget": budget, "benchmark": bench, "level": level,
+            for u in analyse_curve(x, mats, cfg, onset, rng, disp[level]):
+                row = {"model": model, "budget": budget, "benchmark": bench, "level": level, "noise_dispersion": disp[level],
                        "phenomenon": ph, "paradigm": par, "metric": metric, "runs": " ".join(sorted(runs))}
                 for name in ("peak", "trough", "recovery"):
                     row[f"{name}_step"] = int(steps[u[name]])
@@ -438,5 +482,8 @@ def _find_u_shapes_in_runs(ev, cfg: UShapeConfig | None, levels, evidence: list[
             f"{n_curves} curve(s) examined (paradigms and phenomena, per model x budget x benchmark); each "
             f"has at most a {cfg.alpha:.0%} chance of a false U (curves flat at chance; rising curves far "
             f"less, see bench/bench_ushape.py), so up to {cfg.alpha * n_curves:.1f} accepted U's could be "
-            "noise, most likely among chance_dip ones")
+            "noise, most likely among chance_dip ones; the noise to beat is binomial noise times the checkpoints' "
+            + (f"measured dispersion (here {np.nanmin(spread):.2f}-{np.nanmax(spread):.2f}; below 1 counts as 1)"
+               if np.isfinite(spread).any() else f"measured dispersion (not measured: fewer than {MIN_RESIDUALS} "
+               "checkpoint residuals; binomial assumed)"))
     return df, notes

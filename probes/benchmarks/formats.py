@@ -21,10 +21,13 @@ Formats (what each author published; see each folder's SOURCE.txt/README in ../s
             (hypernym, qa_congruence_easy/tricky, subject_aux_inversion, turn_taking): paradigm =
             phenomenon = file stem, id = the record's ordinal in the file (their `row`/`pair_ID`
             fields are not unique). Sentences keep their embedded newlines (dialogue turns).
-  jsonl/csv generic, with a column mapping (`FieldMap`).
+  jsonl/csv generic, with a column mapping (`FieldMap`); a csv's delimiter is the one of `,;|<tab>` its
+            header row holds most often (TurBLiMP's base files use `;`, its experimental ones `,`), or
+            `FieldMap.delimiter`.
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
@@ -51,6 +54,28 @@ class FieldMap:
     paradigm: Optional[str] = None  # default: the file's path below the root, without suffix
     phenomenon: Optional[str] = None  # default: the paradigm
     pair_id: Optional[str] = None  # default: the record's ordinal in its file (0, 1, ...)
+    delimiter: Optional[str] = None  # csv only; default: sniffed from the header row (DELIMITERS)
+
+
+DELIMITERS = (",", ";", "\t", "|")
+
+
+FIELD_OPTIONS = ("good_field", "bad_field", "paradigm_field", "phenomenon_field", "id_field", "delimiter")
+
+
+def add_field_options(ap: argparse.ArgumentParser) -> None:
+    """The generic reader's options (the field names of probes.evals.config.BenchmarkConfig) on a command
+    that takes a benchmark file or folder: `benchmarks`, `score`, `score-run`, `watch`."""
+    for f in FIELD_OPTIONS[:-1]:
+        what = f.removesuffix("_field").replace("id", "pair id")
+        ap.add_argument(f"--{f.replace('_', '-')}", help=f"generic jsonl/csv: the column holding the {what}")
+    ap.add_argument("--delimiter", help="generic csv: the delimiter (default: the one of , ; | tab the header "
+                                        "row holds most)")
+
+
+def field_options(args: argparse.Namespace) -> dict:
+    """The BenchmarkConfig keyword arguments `add_field_options` parsed."""
+    return {f: getattr(args, f) for f in FIELD_OPTIONS}
 
 
 # ---------------------------------------------------------------- low-level record readers
@@ -91,10 +116,19 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield lineno, rec
 
 
-def iter_csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+def header_delimiter(path: Path) -> str:
+    """The delimiter of `DELIMITERS` the file's first line holds most often (`,` when it holds none):
+    a header row names columns, so unlike a sentence it holds the delimiter and no stray commas."""
+    first = _decode(path).split("\n", 1)[0]
+    return max(DELIMITERS, key=first.count) if any(d in first for d in DELIMITERS) else ","
+
+
+def iter_csv_rows(path: Path, delimiter: str = ",") -> Iterator[tuple[int, list[str]]]:
     """(1-based line where the row starts, cells) for each non-blank row, header included."""
+    if len(delimiter) != 1:
+        raise BenchmarkFormatError(f"{path}: the csv delimiter must be one character, got {delimiter!r}")
     # newline="" semantics via StringIO: the csv module then handles CRLF and quoted embedded newlines
-    reader = csv.reader(io.StringIO(_decode(path), newline=""))
+    reader = csv.reader(io.StringIO(_decode(path), newline=""), delimiter=delimiter)
     start = 1
     for row in reader:
         if any(cell.strip() for cell in row):
@@ -102,19 +136,26 @@ def iter_csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
         start = reader.line_num + 1
 
 
-def iter_csv(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
-    """(1-based line where the record starts, row as a dict keyed by the header row)."""
-    rows = iter_csv_rows(path)
+def iter_csv(path: Path, delimiter: Optional[str] = None) -> Iterator[tuple[int, dict[str, str]]]:
+    """(1-based line where the record starts, row as a dict keyed by the header row); `delimiter`
+    None: `header_delimiter`."""
+    delimiter = delimiter or header_delimiter(path)
+    rows = iter_csv_rows(path, delimiter)
     header: Optional[list[str]] = None
     for lineno, row in rows:
         if header is None:
             header = row
+            other = [d for d in DELIMITERS if len(header) == 1 and d in header[0]]
+            if other:
+                raise BenchmarkFormatError(f"{path}:{lineno}: the header row is one column with delimiter "
+                                           f"{delimiter!r}, but it holds {other[0]!r}: set the delimiter to {other[0]!r}")
             dupes = sorted({h for h in header if header.count(h) > 1})
             if dupes:
                 raise BenchmarkFormatError(f"{path}:{lineno}: repeated column names in the header row: {dupes}")
             continue
         if len(row) != len(header):
-            raise BenchmarkFormatError(f"{path}:{lineno}: {len(row)} columns, the header row has {len(header)}")
+            raise BenchmarkFormatError(f"{path}:{lineno}: {len(row)} columns, the header row has {len(header)} "
+                                       f"(delimiter {delimiter!r}: set the delimiter option if it is another)")
         yield lineno, dict(zip(header, row))
 
 
@@ -271,8 +312,9 @@ def _generic(records: Iterator[tuple[int, dict]], file: Path, root: Path, label:
     default_paradigm = _paradigm_by_path(file, root)
     out = []
     for i, (lineno, rec) in enumerate(records):
-        paradigm = str(_get(rec, (fields.paradigm,), file, lineno, "paradigm_field")) if fields.paradigm else default_paradigm
-        phenomenon = str(_get(rec, (fields.phenomenon,), file, lineno, "phenomenon_field")) if fields.phenomenon else paradigm
+        # labels are stripped: TurBLiMP writes one phenomenon as "quantifiers" and "quantifiers  "
+        paradigm = str(_get(rec, (fields.paradigm,), file, lineno, "paradigm_field")).strip() if fields.paradigm else default_paradigm
+        phenomenon = str(_get(rec, (fields.phenomenon,), file, lineno, "phenomenon_field")).strip() if fields.phenomenon else paradigm
         pair_id = str(_get(rec, (fields.pair_id,), file, lineno, "id_field")) if fields.pair_id else str(i)
         out.append(Pair(label, paradigm, phenomenon, pair_id,
                         _sentence(rec, good_key, file, lineno), _sentence(rec, bad_key, file, lineno)))
@@ -284,7 +326,7 @@ def read_jsonl(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pai
 
 
 def read_csv(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:
-    return _generic(iter_csv(file), file, root, label, fields)
+    return _generic(iter_csv(file, fields.delimiter), file, root, label, fields)
 
 
 Reader = Callable[[Path, Path, str, FieldMap], list[Pair]]
@@ -320,7 +362,7 @@ def sniff_format(file: Path) -> str:
     """Guess one file's format from its first record (format=auto)."""
     if file.suffix == ".csv":
         first = _decode(file).split("\n", 1)[0].rstrip("\r")
-        if first.replace(" ", "") == ",0,1,2,3" or "," not in first:
+        if first.replace(" ", "") == ",0,1,2,3" or not any(d in first for d in DELIMITERS):
             return "climp"
         return "csv"
     if file.suffix == ".txt":

@@ -24,6 +24,11 @@ Counts on the real files (as published -> kept under the rule):
   sling         40,560 -> 40,528   54 files (40 x 1000 + 14 x 40), 8 phenomena (24 identical, 8 duplicates)
   babylm_blimp  59,875 -> 59,868   67 paradigms (7 identical)
   babylm_supplement 5,218 -> 5,206 5 files (12 duplicates)
+  rublimp       45,000 -> 44,996   45 paradigms (PID), 12 phenomena (4 duplicates)
+  turblimp      16,000 -> 16,000   16 paradigms (files), 15 phenomena (both argument-structure files
+                                   say argument_structure)
+  turblimp_experimental 2,200 -> 2,200  22 paradigms (files), 2 phenomena (subtype)
+  jblimp           331 -> 331      37 paradigms, 11 phenomena
 The issue's reference figures (35,400 / 67 x 1000 / 16,000 / 40,560 / 59,875) are the as-published
 counts, i.e. before the rule.
 """
@@ -45,7 +50,8 @@ import pandas as pd
 from probes.benchmarks import grammar
 from probes.evals.config import BenchmarkConfig
 from train.corpus import GrammarConfig
-from probes.benchmarks.formats import READERS, BenchmarkFormatError, FieldMap, data_files, sniff_format
+from probes.benchmarks.formats import (READERS, BenchmarkFormatError, FieldMap, add_field_options, data_files,
+                                       field_options, sniff_format)
 from probes.benchmarks.pairs import Pair
 
 log = logging.getLogger(__name__)
@@ -62,11 +68,17 @@ class RegistryEntry:
     format: str
     relpath: Optional[str]  # below the benchmarks root; None for the built-in grammar
     about: str
+    fields: FieldMap = FieldMap()  # generic jsonl/csv: the authors' column names (options override them)
+    # the decision rule the benchmark's authors score with, a reduction of probes.scoring.primitive
+    # (CONVENTIONS): recorded in every eval file of the benchmark and shown beside ours
+    authors_convention: Optional[str] = None
 
 
 REGISTRY: dict[str, RegistryEntry] = {
-    "zhoblimp": RegistryEntry("zhoblimp", "zhoblimp/data/ZhoBLiMP", "ZhoBLiMP, 118 paradigms x 300 (zh)"),
-    "blimp": RegistryEntry("blimp", "blimp/data", "BLiMP, 67 paradigms x 1000 (en)"),
+    # ZhoBLiMP's code compares mean log-probs per token, ties wrong; BLiMP's paper full-sentence probabilities
+    "zhoblimp": RegistryEntry("zhoblimp", "zhoblimp/data/ZhoBLiMP", "ZhoBLiMP, 118 paradigms x 300 (zh)",
+                              authors_convention="mlp"),
+    "blimp": RegistryEntry("blimp", "blimp/data", "BLiMP, 67 paradigms x 1000 (en)", authors_convention="sum"),
     "climp": RegistryEntry("climp", "climp/CLiMP_corpus", "CLiMP, 16 paradigms x 1000 (zh)"),
     "sling": RegistryEntry("sling", "sling/SLING_Data", "SLING, 40 x 1000 + 14 x 40 (zh)"),
     "babylm_blimp": RegistryEntry(
@@ -75,9 +87,22 @@ REGISTRY: dict[str, RegistryEntry] = {
     "babylm_supplement": RegistryEntry(
         "babylm", "babylm_2025_full_eval/evaluation_data/full_eval/supplement_filtered", "BabyLM 2025 BLiMP supplement (en)"
     ),
+    # the authors score by perplexity after "</s>" (src/scorer.py): exp(-mean lp), lower wins = MLP
+    "rublimp": RegistryEntry("csv", "rublimp/datasets", "RuBLiMP, 45 paradigms x 1000 (ru)",
+                             FieldMap("source_sentence", "target_sentence", "PID", "phenomenon", "id"), "mlp"),
+    # the authors sum minicons log-probs (evaluation.py), which leave the first token unscored
+    "turblimp": RegistryEntry("csv", "turblimp/data/base", "TurBLiMP, 16 phenomena x 1000 (tr)",
+                              FieldMap("good_sentence", "bad_sentence", phenomenon="phenomenon"), "sum_after_first"),
+    "turblimp_experimental": RegistryEntry(
+        "csv", "turblimp/data/experimental", "TurBLiMP word-order and subordination sets, 22 x 100 (tr)",
+        FieldMap("good_sentence", "bad_sentence", phenomenon="subtype"), "sum_after_first"),
+    # the paper compares the probabilities of the two sentences, as BLiMP does: summed log-probs
+    "jblimp": RegistryEntry("jsonl", "jblimp/data/validated/validated_minimal_pairs.jsonl",
+                            "JBLiMP, 331 validated pairs, 37 paradigms (ja)",
+                            FieldMap("good_sentence", "bad_sentence", "paradigm", "phenomenon", "ID"), "sum"),
     "grammar": RegistryEntry("grammar", None, "built-in grammar, English (probes.benchmarks.grammar)"),
     "grammar_zh": RegistryEntry("grammar", None, "built-in grammar, Chinese (probes.benchmarks.grammar)"),
-    # generated, no files: ELAGENT's Language A word order after k demonstrations (probes.elagent.language_a)
+    # generated, no files: ELAGENT's Language A word order after k demonstrations (probes.benchmarks.language_a)
     "elagent_word_order": RegistryEntry("elagent", None, "ELAGENT Language A word order (generated)"),
 }
 
@@ -94,6 +119,7 @@ class LoadReport:
     duplicates: dict[tuple[str, str], int]  # (phenomenon, paradigm) -> repeated pairs dropped
     # paradigm -> (pairs with template slots, pairs); empty where the source has no templates
     slots: dict[str, tuple[int, int]] = field(default_factory=dict)
+    authors_convention: Optional[str] = None  # RegistryEntry.authors_convention of a registry benchmark
 
     @property
     def n_identical(self) -> int:
@@ -174,13 +200,15 @@ def load_benchmark(cfg: BenchmarkConfig) -> BenchmarkPairs:
     if cfg.max_pairs_per_paradigm is not None and cfg.max_pairs_per_paradigm < 1:
         raise ValueError(f"max_pairs_per_paradigm must be >= 1 or None, got {cfg.max_pairs_per_paradigm}")
     fmt = cfg.format
-    if fmt == "auto" and cfg.name in REGISTRY:
+    # a registry name gives its format, except a generated one's (grammar) to a path: a file named
+    # grammar.jsonl is that file, not the built-in generator
+    if fmt == "auto" and cfg.name in REGISTRY and not (cfg.path and REGISTRY[cfg.name].relpath is None):
         fmt = REGISTRY[cfg.name].format
 
     if fmt == "grammar":
         raw, source, formats = _load_grammar(cfg), f"probes.benchmarks.grammar({_grammar_cfg(cfg)})", {"grammar": 1}
     elif fmt == "elagent":
-        from probes.elagent.language_a import benchmark_pairs
+        from probes.benchmarks.language_a import benchmark_pairs
 
         raw, source, formats = benchmark_pairs(cfg.language_a, cfg.name), f"probes.elagent({cfg.language_a})", {"elagent": 1}
     else:
@@ -189,6 +217,8 @@ def load_benchmark(cfg: BenchmarkConfig) -> BenchmarkPairs:
     if not raw:
         raise ValueError(f"benchmark {cfg.name!r}: no pairs in {source}")
     pairs, report = _apply_rule(raw, cfg.name, source, formats)
+    if cfg.name in REGISTRY and cfg.format == "auto":
+        report = dataclasses.replace(report, authors_convention=REGISTRY[cfg.name].authors_convention)
     if report.n_identical or report.n_duplicates:
         log.warning(
             "%s: dropped %d identical (good == bad) and %d duplicate pairs of %d read (%s)",
@@ -260,7 +290,10 @@ def _load_files(cfg: BenchmarkConfig, fmt: str) -> tuple[list[Pair], str, dict[s
     files = data_files(root)
     if not files:
         raise FileNotFoundError(f"benchmark {cfg.name!r}: no .jsonl/.csv/.txt data files under {root}")
-    fields = FieldMap(cfg.good_field, cfg.bad_field, cfg.paradigm_field, cfg.phenomenon_field, cfg.id_field)
+    given = FieldMap(cfg.good_field, cfg.bad_field, cfg.paradigm_field, cfg.phenomenon_field, cfg.id_field,
+                     cfg.delimiter)
+    known = REGISTRY[cfg.name].fields if cfg.name in REGISTRY else FieldMap()
+    fields = FieldMap(*(g if g is not None else k for g, k in zip(dataclasses.astuple(given), dataclasses.astuple(known))))
     pairs: list[Pair] = []
     formats: Counter[str] = Counter()
     origin: dict[str, set[Path]] = defaultdict(set)  # paradigm -> files it came from
@@ -382,8 +415,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--name", help="label for a path (default: the file's stem or the directory's name)")
     ap.add_argument("--max-pairs-per-paradigm", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0, help="subsample seed")
-    for f in ("good", "bad", "paradigm", "phenomenon", "id"):
-        ap.add_argument(f"--{f}-field", help=f"generic jsonl/csv: the column holding the {f}")
+    add_field_options(ap)
     args = ap.parse_args(argv)
 
     if args.target in REGISTRY and not Path(args.target).exists():
@@ -397,8 +429,7 @@ def main(argv: list[str]) -> int:
         name, path = args.name or (target.stem if target.is_file() else target.name), args.target
     cfg = BenchmarkConfig(
         name=name, path=path, format=args.format, max_pairs_per_paradigm=args.max_pairs_per_paradigm,
-        subsample_seed=args.seed, good_field=args.good_field, bad_field=args.bad_field,
-        paradigm_field=args.paradigm_field, phenomenon_field=args.phenomenon_field, id_field=args.id_field,
+        subsample_seed=args.seed, **field_options(args),
     )
     try:
         pairs = load_benchmark(cfg)
@@ -430,7 +461,3 @@ def main(argv: list[str]) -> int:
         print(f"template slots (phrase regions) recovered for {ok:,} of {len(pairs):,} pairs"
               + "".join(f"\n  {k}: {a} of {b}" for k, (a, b) in partial.items()))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

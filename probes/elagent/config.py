@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 ELAGENT_TASKS = ("precedence", "babi", "predicates")  # probes/elagent: the multiple-choice tasks
 BENCHMARK = "elagent"  # the eval file's name: evals/step<N>/elagent.parquet
+KIND = "elagent"  # its kind (probes/families.py)
 
 
 @dataclass

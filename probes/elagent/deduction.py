@@ -11,7 +11,10 @@ negation and quantifier variants turn the answer into "not enough information is
 generated (they were left out when options were scored by their text, where that long phrase against one-word
 entities measured length; answered by letter they could be added).
 
-Every item is answered with the letter of its option (``items.py`` says why: the option texts differ in length).
+Every item is answered with the letter of its option (``items.py`` says why: the option texts differ in length),
+and by its context pair: the matched question asks, over the same facts, about the first other person whose kind
+fears another kind (Task 5) or about the template's role b instead of a (Task 6; a p b, b p c, d p a), so its
+right answer is another text.
 
 Task 6 (C.6): the template "Suppose (1) X1 p X2, (2) X2 p X3, and (3) X4 p X1, what does X1 p", with the
 predicate p of one of the four types of Table 4 (transitive or not x symmetric or not); the seven fixed options
@@ -66,15 +69,23 @@ def draw_babi(rng: random.Random, paradigm: str) -> Solved:
     facts += [f"{p} is a {kinds[of[k]][0]}." for k, p in enumerate(persons)]
     rng.shuffle(facts)
     ask = rng.randrange(4)
-    target = fears[of[ask]]
-    if extended:  # the person of the feared kind: one more step (the kinds are a bijection, so one person)
-        options, answer = tuple(persons), of.index(target)
-        question = f"Based on the above sentences, who is {persons[ask]} afraid of?"
-    else:
-        options, answer = tuple(k for k, _ in kinds), target
-        question = f"Based on the above sentences, what is {persons[ask]} afraid of?"
+    # the matched question asks about the first other person whose kind fears another kind (same facts)
+    twin = next((j for j in range(4) if fears[of[j]] != fears[of[ask]]), None)
+    if twin is None:  # every person fears the same kind: no matched question has another answer
+        return draw_babi(rng, paradigm)
     text = " ".join(f"({i + 1}) {f}" for i, f in enumerate(facts))
-    return Solved(f"{text}\n{question}\n{listed(options)}", options, answer)
+
+    def solved(who: int, twin: Solved | None = None) -> Solved:
+        target = fears[of[who]]
+        if extended:  # the person of the feared kind: one more step (the kinds are a bijection, so one person)
+            options, answer = tuple(persons), of.index(target)
+            question = f"Based on the above sentences, who is {persons[who]} afraid of?"
+        else:
+            options, answer = tuple(k for k, _ in kinds), target
+            question = f"Based on the above sentences, what is {persons[who]} afraid of?"
+        return Solved(f"{text}\n{question}\n{listed(options)}", options, answer, twin)
+
+    return solved(ask, solved(twin))
 
 
 # ------------------------------------------------------------------------------------------- Task 6
@@ -134,28 +145,27 @@ def draw_predicate(rng: random.Random, paradigm: str) -> Solved:
     role = dict(zip("abcd", names))
     facts = [(role[x], role[y]) for x, y in TEMPLATE]
     rng.shuffle(facts)
-    asked = role["a"]
-    gold = entailed(facts, asked, transitive, symmetric)
-    others = sorted(n for n in names if n != asked)
-    opts = option_texts(others)
-    # The paper lists the seven options in one fixed order for all four types, so the right one is always at
-    # the same letter within a type ((g) for transitive-and-symmetric); answered by letter, a model that
-    # prefers a letter would score 0 or 1. Shuffled per item, the right letter is uniform (items.py).
-    rng.shuffle(opts)
-    answer = [s for _, s in opts].index(frozenset(gold))
-    if variant == "ranpred":
-        p = random_name(rng, 4, 6)
-        definition = f"'X {p} Y' means '{statement.format(x='X', y='Y')}'."
-        said = [f"{x} {p} {y}" for x, y in facts]
-        q = f"What does {asked} {p}?"
-    else:
-        definition = ""
-        said = [statement.format(x=x, y=y) for x, y in facts]
-        q = question.format(x=asked)
+    # The paper lists the seven options in one fixed order for all four types, so the right one is always at the
+    # same letter within a type ((g) for transitive-and-symmetric); answered by letter, a model that prefers a
+    # letter would score 0 or 1. Shuffled per item (the same draws as shuffling the options), the right letter
+    # is uniform (items.py).
+    order = list(range(7))
+    rng.shuffle(order)
+    p = random_name(rng, 4, 6) if variant == "ranpred" else ""
+    definition = f"'X {p} Y' means '{statement.format(x='X', y='Y')}'." if p else ""
+    said = [f"{x} {p} {y}" if p else statement.format(x=x, y=y) for x, y in facts]
     listed_facts = ", ".join(f"({i + 1}) {s}" for i, s in enumerate(said[:-1])) + f", and (3) {said[-1]}"
-    text = " ".join(filter(None, [definition, f"Suppose {listed_facts}.", q]))
-    options = tuple(t for t, _ in opts)
-    return Solved(f"{text}\n{listed(options)}", options, answer)
+
+    def solved(asked: str, order: list[int], twin: Solved | None = None) -> Solved:
+        gold = entailed(facts, asked, transitive, symmetric)
+        opts = [option_texts(sorted(n for n in names if n != asked))[k] for k in order]
+        q = f"What does {asked} {p}?" if p else question.format(x=asked)
+        text = " ".join(filter(None, [definition, f"Suppose {listed_facts}.", q]))
+        return Solved(f"{text}\n{listed(tuple(t for t, _ in opts))}", tuple(t for t, _ in opts),
+                      [s for _, s in opts].index(frozenset(gold)), twin)
+
+    # the matched question asks about role b (a p b, b p c): its entailed set differs from a's in every type
+    return solved(role["a"], order, solved(role["b"], list(range(7))))
 
 
 def deduction_items(n: int, shots: int, seed: int) -> list[MCItem]:

@@ -9,6 +9,13 @@ shortest text (ELAGENT Task 6's right option is the longest of the seven in ever
 item). The letters are the same for every item of a paradigm, and the generators put the right option at a
 uniformly random letter, so a model that does not use the item's content -- length, position or any fixed
 preference -- is right with probability 1 / options: the baseline the summaries draw.
+
+Small models cannot bind an answer to its letter (Robinson & Wingate 2023; OLMES, Gu et al. 2024): they answer
+"(a)" whatever they know. So every item also carries a *context pair* that needs no letters: its question in the
+cloze layout (no options listed; examples answered by their text), ``cloze``, whose answer is the right option
+text A, and a *matched* question, ``matched``, with one thing changed (another person asked about, another
+entity, the usual precedence) so that its answer B is another text. Scored by probes.elagent.score, each text is
+compared with itself after the two contexts, so length and frequency cancel.
 """
 from __future__ import annotations
 
@@ -29,6 +36,9 @@ class MCItem:
     prompt: str  # the k solved examples and the question, ending with ANSWER
     options: tuple[str, ...]  # option texts, scored after the prompt
     answer: int  # index of the right option
+    cloze: str  # the same k examples and question in the cloze layout: licenses options[answer]
+    matched: str  # the cloze prompt with one change (items.Solved.twin) that licenses matched_answer instead
+    matched_answer: str
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -40,6 +50,8 @@ class MCItem:
             raise ValueError(f"item {self.item_id}: answer {self.answer} of {len(self.options)} options")
         if len(set(self.options)) != len(self.options):
             raise ValueError(f"item {self.item_id}: options repeat: {self.options}")
+        if self.matched_answer == self.options[self.answer] or self.matched == self.cloze:
+            raise ValueError(f"item {self.item_id}: its matched question must change the context and the answer")
 
 
 @dataclass(frozen=True)
@@ -49,19 +61,43 @@ class Solved:
     question: str  # ends with the options listed (``listed(options)``), not with ANSWER
     options: tuple[str, ...]
     answer: int
+    twin: Solved | None = None  # the matched question: one change to this one, another right text
 
     @property
     def gold(self) -> str:
         """The answer as a solved example writes it: the right option's letter."""
         return letters(len(self.options))[self.answer]
 
+    @property
+    def stem(self) -> str:
+        """The question without its options line (the cloze layout)."""
+        return self.question.rpartition("\n")[0]
 
-def few_shot(examples: list[Solved], test: Solved, header: str = "") -> str:
-    """``header``, then each example with its answer, then the test question; blank lines between."""
+    @property
+    def text(self) -> str:
+        return self.options[self.answer]
+
+
+def few_shot(examples: list[Solved], test: Solved, header: str = "", cloze: bool = False) -> str:
+    """``header``, then each example with its answer, then the test question; blank lines between. ``cloze``:
+    questions without their options line, answered by the right option's text."""
     blocks = [header] if header else []
-    blocks += [f"{e.question}\n{ANSWER} {e.gold}" for e in examples]
-    blocks.append(f"{test.question}\n{ANSWER}")
+    blocks += [f"{e.stem}\n{ANSWER} {e.text}" if cloze else f"{e.question}\n{ANSWER} {e.gold}" for e in examples]
+    blocks.append(f"{test.stem if cloze else test.question}\n{ANSWER}")
     return "\n\n".join(blocks)
+
+
+def mc_item(task: str, paradigm: str, item_id: str, examples: list[Solved], test: Solved, header: str = "",
+            matched_examples: list[Solved] | None = None, matched_header: str | None = None) -> MCItem:
+    """The item of ``test`` after ``examples``: both layouts, and the matched context (``test.twin`` after
+    ``matched_examples`` under ``matched_header``, by default the same examples and header)."""
+    if test.twin is None:
+        raise ValueError(f"item {item_id}: its question has no matched twin")
+    other_ex = examples if matched_examples is None else matched_examples
+    other_head = header if matched_header is None else matched_header
+    return MCItem(task, paradigm, item_id, few_shot(examples, test, header), test.options, test.answer,
+                  few_shot(examples, test, header, cloze=True), few_shot(other_ex, test.twin, other_head, cloze=True),
+                  test.twin.text)
 
 
 def make_items(task: str, paradigm: str, n: int, shots: int, seed: int,
@@ -84,8 +120,7 @@ def make_items(task: str, paradigm: str, n: int, shots: int, seed: int,
             tries += 1
             if e.question != test.question or tries > 100:
                 examples.append(e)
-        items.append(MCItem(task, paradigm, f"{paradigm}-{i}", few_shot(examples, test, head),
-                            test.options, test.answer))
+        items.append(mc_item(task, paradigm, f"{paradigm}-{i}", examples, test, head))
     return items
 
 

@@ -14,7 +14,8 @@ Asked as multiple choice: every question, examples included, lists the value und
 under the usual rule, in a random order, "(a) [52] (b) [1]", and is answered by the letter ("Answer: (a)";
 items.py says why not by the value: the two value strings differ in length in ~30 % of items); with
 ``options > 2`` the further distractors are values under other precedences (as Task 2 picks wrong choices
-whose values differ, C.2). The paper's Task 1 asks for the value itself, generated. Division is left out by default (``operators``): the paper's decimal answers
+whose values differ, C.2). The context pair's matched context states the usual priorities instead, its
+examples answered under them, so the test expression's right value is the usual one. The paper's Task 1 asks for the value itself, generated. Division is left out by default (``operators``): the paper's decimal answers
 (``[63.67567567567567]``) would make the comparison one of 16-digit strings; ``"+-*/"`` restores it.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import random
 from fractions import Fraction
 
-from probes.elagent.items import MCItem, Solved, few_shot, listed
+from probes.elagent.items import MCItem, Solved, listed, mc_item
 
 STANDARD = {"*": 2, "/": 2, "+": 4, "-": 4}  # Fig. 1(a): slots 1-5, smaller = evaluated first
 SLOTS = (1, 2, 3, 4, 5)
@@ -108,11 +109,13 @@ def _values(rng: random.Random, operands: list[int], ops: list[str], slots: dict
 
 
 def _question(rng: random.Random, text: str, values: list[Fraction]) -> Solved:
-    """The question with its values listed in a random order (the right one, values[0], at a uniform letter)."""
+    """The question with its values listed in a random order (the right one, values[0], at a uniform letter);
+    its twin: the same question under the usual rule, whose value is values[1] (the matched context)."""
     order = list(range(len(values)))
     rng.shuffle(order)
     options = tuple(value_text(values[k]) for k in order)
-    return Solved(f"{text}\n{listed(options)}", options, order.index(0))
+    question = f"{text}\n{listed(options)}"
+    return Solved(question, options, order.index(0), Solved(question, options, order.index(1)))
 
 
 def draw_item(rng: random.Random, *, moves: int, n_ops: int, digits: int, operators: str, shots: int,
@@ -135,8 +138,10 @@ def draw_item(rng: random.Random, *, moves: int, n_ops: int, digits: int, operat
             examples.append(_question(rng, f"What is the value of {expression_text(ex_operands, ex_ops)}?", ex_values))
     test = _question(rng, f"Based on the new priorities, what is the value of {expression_text(operands, ops)}?",
                      values)
-    header = f"We redefine the priorities of elementary arithmetic operators as follows: {rule_text(ops, slots)}"
-    return MCItem("precedence", paradigm, item_id, few_shot(examples, test, header), test.options, test.answer)
+    header = "We redefine the priorities of elementary arithmetic operators as follows: {}"
+    # the matched context states the usual priorities, and its examples are answered under them
+    return mc_item("precedence", paradigm, item_id, examples, test, header.format(rule_text(ops, slots)),
+                   [e.twin for e in examples], header.format(rule_text(ops, STANDARD)))
 
 
 def precedence_items(n: int, shots: int, seed: int, *, n_ops: int = 3, digits: int = 1, operators: str = "+-*",

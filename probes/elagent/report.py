@@ -1,4 +1,5 @@
-"""ELAGENT multiple-choice curves: accuracy per task against tokens, the random baseline dashed beside it.
+"""ELAGENT curves: per task against tokens, the context-pair accuracy (``acc_pair``, solid; chance 0.5, grey
+dashed) and the letter accuracy (``acc``, dotted; its random baseline 1 / options dashed in its colour).
 
 Numbers come from the summaries stored in every ``<run>/evals/step<N>/elagent.parquet`` (nothing is
 re-scored). ``elagent_table`` gives tidy rows; ``write_elagent_curves`` is the part of ``probes curves``
@@ -8,24 +9,22 @@ minimal pairs: the report's learning-curve, U-shape and AoA sections draw them l
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
 from probes.analysis.aggregate import seed_summary
 from probes.analysis.bands import MIN_SEEDS_T
-from probes.analysis.plotting import colors, new_figure, plot_line, token_axis, write_run_figures
-from probes.evals.files import META_KEY
+from probes.analysis.plotting import colors, draw_baseline, new_figure, plot_line, token_axis, write_run_figures
+from probes.evals.files import EvalInputError, eval_file_meta
 from probes.analysis.outputs import save_figure, write_csv
 from probes.analysis.scaling import budget_label
-from probes.elagent.config import BENCHMARK, ELAGENT_TASKS as TASKS  # not .score: that imports torch
+from probes.elagent.config import BENCHMARK, ELAGENT_TASKS as TASKS, KIND  # not .score: that imports torch
 
 COLUMNS = ["run", "step", "tokens", "key", "metric", "value"]
-METRICS = ("acc", "acc_mean", "acc_random")
+METRICS = ("acc", "acc_se", "acc_mean", "acc_random", "acc_pair", "acc_pair_se")
 ABOUT = {"precedence": "redefined operator precedence (Task 1)", "babi": "bAbI deduction (Task 5)",
          "predicates": "transitive / symmetric predicates (Task 6)"}
 Run = tuple[str, Path, str, Optional[int]]  # name, run directory, model, budget
@@ -40,7 +39,12 @@ def elagent_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = Non
     rows = []
     for run, name in zip(run_dirs, names):
         for path in sorted((run / "evals").glob(f"step*/{BENCHMARK}.parquet")):
-            meta = json.loads(pq.read_schema(path).metadata[META_KEY])
+            try:
+                meta = eval_file_meta(path)
+            except EvalInputError:  # a torn file is rescored by the hook; nothing to draw
+                continue
+            if meta["kind"] != KIND:
+                continue
             for k, v in (meta.get("summary") or {}).items():
                 key, _, metric = k.rpartition("/")
                 if metric in METRICS and v is not None:
@@ -49,34 +53,49 @@ def elagent_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = Non
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def task_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """Each task as a generated task of the pairs-vs-tasks view (probes.analysis.formuse): its context-pair
+    accuracy against 0.5 (the letter curve of a small model sits at chance whatever it knows); the letter
+    accuracy for eval files from before the context pair."""
+    e = table[table.key.isin(TASKS)]
+    e = e.pivot_table(index=["run", "step", "tokens", "key"], columns="metric", values="value").reset_index()
+    if not len(e):
+        return pd.DataFrame()
+    pair = "acc_pair" in e
+    return pd.DataFrame({"run": e.run, "step": e.step, "tokens": e.tokens, "probe": "elagent:" + e.key,
+                         "acc": e.acc_pair if pair else e.acc, "chance": 0.5 if pair else e.acc_random})
+
+
 def _curve(df: pd.DataFrame, key: str, metric: str, value: str = "value") -> pd.DataFrame:
     return df[(df.key == key) & (df.metric == metric)].sort_values("tokens")
 
 
 def draw_tasks(ax, df: pd.DataFrame, ref, value: str = "value", band: bool = False) -> int:
-    """Accuracy of each task (and of all items, black) with its random baseline dashed in the same colour."""
-    from probes.syntaxqa.curves import draw_baseline
-
-    keys = [t for t in TASKS if len(_curve(df, t, "acc"))] + ["all"]
+    """Per task: the context-pair accuracy (solid) with its chance 0.5 (grey dashed), and the letter accuracy
+    (dotted) with its random baseline (dashed, the task's colour)."""
+    keys = [t for t in TASKS if len(_curve(df, t, "acc"))]
     n = 0
-    for key, c in zip(keys, colors(len(keys) - 1) + ["black"]):
-        d = _curve(df, key, "acc")
-        if not len(d):
-            continue
-        b = (d["lo"].clip(0, 1).to_numpy(), d["hi"].clip(0, 1).to_numpy()) if band and (d.n_seeds >= MIN_SEEDS_T).all() else None
-        plot_line(ax, d.tokens.to_numpy(), d[value].to_numpy(), ref, ABOUT.get(key, "all items"), c,
-                  band=b, lw=2.4 if key == "all" else 1.6)
+    for key, c in zip(keys, colors(len(keys))):
+        for metric, about, ls in (("acc_pair", "context pair", "-"), ("acc", "letter", ":")):
+            d = _curve(df, key, metric)
+            if not len(d):
+                continue
+            b = (d["lo"].clip(0, 1).to_numpy(), d["hi"].clip(0, 1).to_numpy()) if band and (d.n_seeds >= MIN_SEEDS_T).all() else None
+            plot_line(ax, d.tokens.to_numpy(), d[value].to_numpy(), ref, f"{ABOUT[key]} · {about}", c, band=b,
+                      lw=2.0 if metric == "acc_pair" else 1.2, ls=ls)
+            n += 1
         r = _curve(df, key, "acc_random")
         draw_baseline(ax, r.tokens.to_numpy(), r[value].to_numpy(), ref, c)
-        n += 1
-    return n
+    if n:
+        ax.axhline(0.5, color="0.5", lw=1.2, ls="--", label="context pair: chance 0.5")
+    return n + bool(n)
 
 
 def write_elagent_curves(table: pd.DataFrame, out: Path) -> list[Path]:
-    """elagent.csv, and per run one figure of task accuracies (``probes curves``)."""
-    return write_run_figures(table, out, "elagent", ["run", "key", "metric", "step"], draw_tasks,
-                             "accuracy (log-prob of the answer letter)",
-                             "ELAGENT tasks · run {run} (dashed: random guess, 1/options)")
+    """elagent.csv, and per run one figure of task accuracies, both curves (``probes curves``)."""
+    return write_run_figures(table, out, "elagent", ["run", "key", "metric", "step"], draw_tasks, "accuracy",
+                             "ELAGENT tasks · run {run} (solid: context pair, chance 0.5 grey; dotted: answer "
+                             "letter, its 1/options dashed)")
 
 
 def seed_means(table: pd.DataFrame) -> pd.DataFrame:
@@ -128,28 +147,34 @@ def elagent_section(runs: list[Run], out: Path) -> tuple[list[str], list[tuple[s
         ax.set_visible(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right center", fontsize=7, frameon=False)
-    fig.suptitle("ELAGENT tasks: accuracy by answer-letter likelihood (dashed: random guess; band: 95 % t over seeds where 3+)",
-                 fontsize=10)
+    fig.suptitle("ELAGENT tasks: context pair (solid; chance 0.5, grey) and answer letter (dotted; 1/options dashed); "
+                 "band: 95 % t over seeds where 3+", fontsize=10)
     figs = [("ELAGENT tasks: accuracy per model × budget", save_figure(fig, out / "figures" / "elagent_tasks.png"))]
 
     md = ["## ELAGENT tasks (generated reasoning probes)", "",
           "New tasks generated from the rules of Li et al. (ELAGENT; `probes.elagent`), so no item can be in the "
-          "training data: arithmetic under a redefined operator precedence (Task 1; options: the value under the "
-          "new rule vs the usual rule), bAbI basic deduction with bAbI's or random names (Task 5; options: the "
-          "four animals, or the four persons one step further) and deduction with (non-)transitive / "
-          "(non-)symmetric predicates (Task 6; the paper's seven options). Each item follows k solved examples "
-          "of its paradigm; every question lists its options as (a), (b), ... in a random order and is answered "
-          "by the letter: a letter is scored by its log-probability after the prompt, and the item is right when "
-          "the right letter scores strictly highest (`acc`; `acc_mean`: per-token mean instead). Scoring the "
-          "letter, not the option's text, keeps length out of the score: a model without the knowledge is right "
-          "1 / number of options of the time, the dashed baseline (an untrained model scores it). These are "
-          "likelihood choices, not comparable to the paper's accuracies of generated answers. Language A word order (Tasks 3-4) is "
-          "the minimal-pair benchmark `elagent_word_order` in the sections above. Every number: "
-          "`tables/elagent.csv`.", "",
-          "Last checkpoint of each run (`tables/elagent_final.csv`):", "",
-          "| run | model | budget | step | task | acc | acc_mean | random |", "|---|---|---|---|---|---|---|---|"]
+          "training data: arithmetic under a redefined operator precedence (Task 1), bAbI basic deduction with "
+          "bAbI's or random names (Task 5) and deduction with (non-)transitive / (non-)symmetric predicates "
+          "(Task 6), each item after k solved examples of its paradigm. Two curves (docs/elagent.md):", "",
+          "- **context pair** (`acc_pair`, chance 0.5 exactly): the right answer text A is scored after its own "
+          "question and after a matched one that changes one thing (another person or entity asked about, the "
+          "usual precedence) and has another answer B, and B likewise; right when each text is likelier after "
+          "the context that licenses it (a tie half right). No letters, each text compared with itself, and "
+          "counterbalanced: a model that does not relate the answer to the context scores 0.5 on every item. "
+          "Above 0.5 the answer follows the context; it does not say by which route (a cue the change also moves "
+          "counts).",
+          "- **answer letter** (`acc`, the ELAGENT layout): options listed as (a), (b), ... in a random order, the "
+          "item right when its letter is likeliest; chance 1 / options. Small models do not bind answers to "
+          "letters, so this curve can stay at chance whatever they know.", "",
+          "These are likelihood choices, not comparable to the paper's accuracies of generated answers. Language A "
+          "word order (Tasks 3-4) is the minimal-pair benchmark `elagent_word_order` in the sections above. "
+          "Every number: `tables/elagent.csv`.", "",
+          "Last checkpoint of each run (`tables/elagent_final.csv`; ± one standard error over items):", "",
+          "| run | model | budget | step | task | context pair | letter | letter chance |", "|---|---|---|---|---|---|---|---|"]
     for r in final[final.key.isin([*TASKS, "all"])].itertuples(index=False):
-        md.append(f"| {r.run} | {r.model} | {budget_label(r.budget)} | {r.step} | {r.key} | {_fmt(r.acc)} | "
-                  f"{_fmt(r.acc_mean)} | {_fmt(r.acc_random)} |")
+        pair, letter = ((f"{_fmt(r.acc_pair)} ± {_fmt(r.acc_pair_se)}", f"{_fmt(r.acc)} ± {_fmt(r.acc_se)}")
+                        if "acc_pair" in final else ("", _fmt(r.acc)))  # files from before: the letter alone
+        md.append(f"| {r.run} | {r.model} | {budget_label(r.budget)} | {r.step} | {r.key} | {pair} | {letter} | "
+                  f"{_fmt(r.acc_random)} |")
     md += [""] + [f"![{t}]({p.relative_to(out).as_posix()})" for t, p in figs] + [""]
     return md, figs

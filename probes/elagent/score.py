@@ -1,22 +1,32 @@
-"""Score ELAGENT multiple-choice items by likelihood; summarise; write ``evals/step<N>/elagent.parquet``.
+"""Score ELAGENT items by likelihood; summarise; write ``evals/step<N>/elagent.parquet``.
 
-Every question lists its options with letters and is answered by the letter (probes.elagent.items): an item's
-letters ``(a)``, ``(b)`` ... are scored as continuations of the same prompt with the one scoring primitive
-(``probes.scoring.primitive.token_logprobs``): the prompt and each prompt + " " + letter are tokenised whole (as
-the model would read them), the context is the token prefix all of them share, and a letter's score is the
-named reduction (``probes.scoring.primitive.REDUCTIONS``) of its remaining tokens' log-probs: ``sum`` (the
-accuracy the curves show) and ``mean`` (per token). Right = the right letter scores strictly higher than every
-other one (a tie is wrong, as for minimal pairs).
+Two curves per item, both in every eval file (a row's columns and the metadata summary):
 
-The rule is length-neutral: what is scored is a letter, not the option's text, and the right option sits at a
-uniformly random letter, so a model without the knowledge -- one whose scores ignore the item's content, or
-follow its lengths -- is right with probability 1 / options. That is the baseline drawn (``acc_random``); at
-step 0 an untrained model scores it (tests/test_elagent_chance.py). Scoring the texts, an untrained model's
-accuracy ran from 0.00 to 0.46 against these baselines (it picks the shortest text).
+* ``acc_pair`` -- the context pair, which needs no symbol binding (items.py: ``cloze``, ``matched``): the right
+  text A is scored after its own cloze context C and after the matched context C' (one change, whose answer
+  is B), and B likewise: pair 1 is right when lp(A | C) > lp(A | C'), pair 2 when lp(B | C') > lp(B | C); a
+  tie is half right, and the item scores the mean of its two pairs (0, 0.5 or 1). Each text is compared with
+  itself, so its length and frequency cancel; and the two pairs are counterbalanced, so the context's own
+  likelihood cancels too: a model whose log-probs are any f(text) + g(context) -- one that does not relate
+  the answer to its context -- scores exactly 0.5 on every item (``pair_credit``). Chance is 0.5 by
+  construction, for every paradigm, at any step. Above 0.5: the model's answer follows the context (the
+  rule, the asked person, the asked entity); the credit does not tell a deduction from a shallower cue
+  that the change also moves.
+* ``acc`` -- the letter (the ELAGENT layout): every question lists its options with letters and is answered
+  by the letter; the letters ``(a)``, ``(b)`` ... are scored as continuations of the same prompt; right = the
+  right letter scores strictly higher than every other one (``acc``: ``sum``; ``acc_mean``: per token).
+  The right option sits at a uniformly random letter, so a model without the knowledge is right 1 / options
+  of the time (``acc_random``). Small models do not bind answers to letters: they pick one letter, and this
+  curve stays at chance whatever they know (docs/elagent.md).
+
+Every continuation is scored with the one primitive (``probes.scoring.primitive.token_logprobs``): the
+context and each context + " " + continuation are tokenised whole, the context is the token prefix all of
+them share, and a continuation's score is the named reduction of its remaining tokens' log-probs.
 """
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -24,11 +34,10 @@ import numpy as np
 import pandas as pd
 
 from probes.elagent.deduction import deduction_items
-from probes.elagent.config import BENCHMARK, ElagentConfig
+from probes.elagent.config import BENCHMARK, KIND, ElagentConfig
 from probes.elagent.items import MCItem
 from probes.elagent.precedence import precedence_items
 from probes.scoring.primitive import ENCODE, REDUCTIONS, start_id, token_logprobs
-
 
 
 def build_items(cfg: ElagentConfig) -> list[MCItem]:
@@ -41,6 +50,17 @@ def build_items(cfg: ElagentConfig) -> list[MCItem]:
     return items
 
 
+def corpus_documents(cfg) -> list[str]:
+    """A training corpus of the probes' kind (``data.generator=probes.elagent.score.corpus_documents``;
+    ``cfg``: train.corpus.GrammarConfig): about ``n_documents`` solved items, each once in the letter layout
+    and once in the cloze layout, drawn with the seed -1 - ``data.grammar.seed`` (a seed the probes,
+    ``probes.elagent.seed`` >= 0, never draw with)."""
+    n = -(-cfg.n_documents // (2 * 13))  # 13 paradigms
+    items = build_items(ElagentConfig(items_per_paradigm=n, seed=-1 - cfg.seed))
+    docs = [d for it in items for d in (f"{it.prompt} {it.labels[it.answer]}", f"{it.cloze} {it.options[it.answer]}")]
+    return docs[:cfg.n_documents]
+
+
 def _lcp(a: list[int], b: list[int]) -> int:
     n = 0
     while n < min(len(a), len(b)) and a[n] == b[n]:
@@ -48,50 +68,87 @@ def _lcp(a: list[int], b: list[int]) -> int:
     return n
 
 
-def option_sequences(tokenizer, item: MCItem) -> tuple[list[int], list[list[int]]]:
-    """(context ids with the start token, the ids of each option's letter after it): context + tail_k is
-    exactly the tokenisation of prompt + " " + letter_k, and every letter continues the same context."""
-    texts = [item.prompt] + [f"{item.prompt} {o}" for o in item.labels]
-    enc = [list(map(int, e)) for e in tokenizer(texts, **ENCODE)["input_ids"]]
+def continuation_ids(tokenizer, prompt: str, texts, item_id: str) -> tuple[list[int], list[list[int]]]:
+    """(context ids with the start token, the ids of each text after it): context + tail_k is exactly the
+    tokenisation of prompt + " " + text_k, and every text continues the same context."""
+    enc = [list(map(int, e)) for e in tokenizer([prompt] + [f"{prompt} {o}" for o in texts], **ENCODE)["input_ids"]]
     n = min([len(enc[0])] + [_lcp(enc[0], e) for e in enc[1:]])
     tails = [e[n:] for e in enc[1:]]
     if any(not t for t in tails) or len({tuple(t) for t in tails}) != len(tails):
-        raise ValueError(f"elagent item {item.item_id}: the tokenizer cannot tell its answer letters {item.labels} apart")
+        raise ValueError(f"elagent item {item_id}: the tokenizer cannot tell its answers {tuple(texts)} apart")
     return [start_id(tokenizer)] + enc[0][:n], tails
 
 
-def check_lengths(tokenizer, items: list[MCItem], max_positions: int | None) -> None:
-    """Every prompt + option must fit the model: refused before any checkpoint is scored, naming the item."""
-    if max_positions is None:
-        return
+def option_sequences(tokenizer, item: MCItem) -> tuple[list[int], list[list[int]]]:
+    """The letter prompt's context ids and the ids of each option's letter after it."""
+    return continuation_ids(tokenizer, item.prompt, item.labels, item.item_id)
+
+
+def pair_sequences(tokenizer, item: MCItem) -> list[tuple[list[int], int]]:
+    """The four scored sequences of the context pair, A after C, B after C, A after C', B after C', each
+    with the number of its last tokens that are the answer's."""
+    texts = (item.options[item.answer], item.matched_answer)
+    out = []
+    for prompt in (item.cloze, item.matched):
+        ctx, tails = continuation_ids(tokenizer, prompt, texts, item.item_id)
+        out += [(ctx + t, len(t)) for t in tails]
+    return out
+
+
+def pair_credit(lp: np.ndarray) -> np.ndarray:
+    """Credit of items from their log-probs ``lp[..., (A|C, B|C, A|C', B|C')]``: the mean of pair 1
+    (A after C over A after C') and pair 2 (B after C' over B after C), a tie half right. With
+    lp = f(text) + g(context), margin 2 is margin 1 negated, so the credit is exactly 0.5."""
+    lp = np.asarray(lp, dtype=float)
+    m1, m2 = lp[..., 0] - lp[..., 2], lp[..., 3] - lp[..., 1]
+    return ((np.sign(m1) + 1) / 2 + (np.sign(m2) + 1) / 2) / 2
+
+
+def check_lengths(tokenizer, items: list[MCItem], max_positions: int | None,
+                  seq_len: int | None = None) -> None:
+    """Every prompt + continuation must fit the model: refused before any checkpoint is scored, naming the
+    item. Prompts longer than the windows the model was trained on (``seq_len``) fit but are read at
+    positions it never trained: a warning, naming the probe."""
+    lengths = []
     for it in items:
         ctx, tails = option_sequences(tokenizer, it)
-        n = len(ctx) + max(map(len, tails))
-        if n > max_positions:
+        n = max([len(ctx) + max(map(len, tails))] + [len(s) for s, _ in pair_sequences(tokenizer, it)])
+        lengths.append(n)
+        if max_positions is not None and n > max_positions:
             raise ValueError(f"probes.elagent: item {it.item_id} has {n} tokens with its longest option, more than "
                              f"model.max_position_embeddings={max_positions}; lower probes.elagent.shots or "
                              "leave that task out of probes.elagent.tasks")
+    over = sum(n > seq_len for n in lengths) if seq_len else 0
+    if over:
+        print(f"warning: probes.elagent: {over} of {len(items)} prompts (median {int(np.median(lengths))} tokens, "
+              f"longest {max(lengths)}) are longer than data.seq_len={seq_len}, the windows the model is trained "
+              "on: their later tokens sit at positions it never trained; lower probes.elagent.shots or raise "
+              "data.seq_len", file=sys.stderr, flush=True)
 
 
 def score_items(model, tokenizer, items: list[MCItem], *, batch_size: int = 32, device=None) -> pd.DataFrame:
     """One row per item: options, their letters, answer, per-letter lp (sum) and ntok, predictions and
-    correctness under the ``sum`` and ``mean`` reductions, the random baseline (1 / options)."""
+    correctness under the ``sum`` and ``mean`` reductions, the random baseline (1 / options); the context
+    pair's texts, its four log-probs ``pair_lp`` (A|C, B|C, A|C', B|C') and its credit ``correct_pair``."""
     seqs, where = [], []
     for k, it in enumerate(items):
         ctx, tails = option_sequences(tokenizer, it)
-        for j, t in enumerate(tails):
-            seqs.append(ctx + t)
-            where.append((k, j, len(t)))
+        pairs = [(ctx + t, len(t)) for t in tails] + pair_sequences(tokenizer, it)
+        seqs += [q for q, _ in pairs]
+        where += [(k, n) for _, n in pairs]
     lps = token_logprobs(model, seqs, batch_size=batch_size, device=device)
     per_item: list[list[np.ndarray]] = [[] for _ in items]
-    for (k, _j, n), lp in zip(where, lps):
-        per_item[k].append(lp[-n:])  # the letter's own tokens: the last n positions
+    for (k, n), lp in zip(where, lps):
+        per_item[k].append(lp[-n:])  # the continuation's own tokens: the last n positions
     rows = []
-    for it, opt_lps in zip(items, per_item):
+    for it, scored in zip(items, per_item):
+        opt_lps, pair_lp = scored[:-4], [REDUCTIONS["sum"](x) for x in scored[-4:]]
         row = {"task": it.task, "paradigm": it.paradigm, "item_id": it.item_id, "prompt": it.prompt,
                "options": list(it.options), "labels": list(it.labels), "answer": it.answer, "n_options": len(it.options),
                "lp": [REDUCTIONS["sum"](x) for x in opt_lps], "ntok": [len(x) for x in opt_lps],
-               "rand_acc": 1.0 / len(it.options)}
+               "rand_acc": 1.0 / len(it.options), "cloze": it.cloze, "matched": it.matched,
+               "pair_texts": [it.options[it.answer], it.matched_answer], "pair_lp": pair_lp,
+               "correct_pair": float(pair_credit(pair_lp))}
         for name in ("sum", "mean"):
             s = np.array([REDUCTIONS[name](x) for x in opt_lps])
             others = np.delete(s, it.answer)
@@ -102,21 +159,25 @@ def score_items(model, tokenizer, items: list[MCItem], *, batch_size: int = 32, 
 
 
 def summarize(df: pd.DataFrame) -> dict[str, float]:
-    """acc (sum reduction), acc_mean (per-token), acc_random (mean of 1/options), n_items: over all items
-    ("all/..."), per task and per paradigm ("<task or paradigm>/...")."""
+    """acc (letter, sum reduction), acc_mean (per-token), acc_random (mean of 1/options), acc_pair (context
+    pair; chance 0.5), their standard errors over items acc_se and acc_pair_se, n_items: over all items ("all/..."), per task and per paradigm
+    ("<task or paradigm>/...")."""
     out: dict[str, float] = {}
     groups = [("all", df)] + list(df.groupby("task", sort=True)) + list(df.groupby("paradigm", sort=True))
     for name, d in groups:
         out[f"{name}/acc"] = float(d["correct_sum"].mean())
         out[f"{name}/acc_mean"] = float(d["correct_mean"].mean())
         out[f"{name}/acc_random"] = float(d["rand_acc"].mean())
+        out[f"{name}/acc_pair"] = float(d["correct_pair"].mean())  # chance 0.5 exactly (pair_credit)
+        for metric, col in (("acc_se", "correct_sum"), ("acc_pair_se", "correct_pair")):  # over items
+            out[f"{name}/{metric}"] = float(d[col].astype(float).sem()) if len(d) > 1 else float("nan")
         out[f"{name}/n_items"] = float(len(d))
     return out
 
 
 def item_key(item) -> tuple:
     """What identifies an item in the pair set of an elagent eval file (an MCItem or one of its rows)."""
-    return tuple(getattr(item, k, None) for k in ("item_id", "prompt"))
+    return tuple(getattr(item, k, None) for k in ("item_id", "prompt", "matched"))
 
 
 def evaluate_items(model, tokenizer, items: list[MCItem], cfg: ElagentConfig, *, step: int, tokens: int,
@@ -126,11 +187,11 @@ def evaluate_items(model, tokenizer, items: list[MCItem], cfg: ElagentConfig, *,
     from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint
 
     def describe(df: pd.DataFrame) -> dict:
-        return {"kind": "elagent_items", "config": asdict(cfg), "reduction": "sum", "scored": "letter",
+        return {"config": asdict(cfg), "reduction": "sum", "scored": {"acc": "letter", "acc_pair": "context pair"},
                 "summary": {k: (None if math.isnan(v) else v) for k, v in summarize(df).items()}}
 
     return evaluate_checkpoint(
         model, tokenizer, items, name=BENCHMARK, step=step, tokens=tokens, ckpt_dir=ckpt_dir, run_dir=run_dir,
         opts=ScoreOptions(batch_size=cfg.batch_size), key=item_key,
         score=lambda m, tok, its, opts: score_items(m, tok, its, batch_size=opts.batch_size, device=opts.device),
-        describe=describe, cache=False)  # items, not minimal pairs
+        describe=describe, kind=KIND)

@@ -10,7 +10,7 @@ from typing import Optional
 
 from train.corpus import GrammarConfig
 
-LANGUAGE_A_LEXICONS = ("tgt", "english")  # probes/elagent/language_a.py
+LANGUAGE_A_LEXICONS = ("tgt", "english")  # probes/benchmarks/language_a.py
 
 
 @dataclass
@@ -41,6 +41,7 @@ class BenchmarkConfig:
     paradigm_field: Optional[str] = None
     phenomenon_field: Optional[str] = None
     id_field: Optional[str] = None
+    delimiter: Optional[str] = None  # generic csv; None: sniffed from the header row
     grammar: GrammarConfig = field(default_factory=GrammarConfig)  # for name=grammar / grammar_zh
     language_a: LanguageAConfig = field(default_factory=LanguageAConfig)  # for format elagent
     # ZhoBLiMP files: recover each pair's template slots (phrase regions such as the case study's

@@ -27,8 +27,20 @@ from train.evalsums import sum_path, sum_problem
 
 META_KEY = b"syntax_dynamics"  # parquet schema-metadata key of an eval file's JSON metadata
 CONVENTION = "start_token_all_tokens_v2"  # the scoring convention (probes/scoring/primitive.py documents it)
+# the decision rules a pair's lps are read by (probes.scoring.primitive.correct), ours and benchmark authors'
+CONVENTIONS = {
+    "mlp": "MLP: mean log-prob per token, good > bad (ours; RuBLiMP's lower perplexity is the same rule)",
+    "sum": "sum-LP: summed log-prob, good > bad (BLiMP's full-sentence probability)",
+    "sum_after_first": "summed log-prob of every token but the first, good > bad (minicons' default, "
+                       "which leaves the first token unscored)",
+}
 REGIONS = ("prefix", "critical", "suffix")  # the generic per-pair regions of every eval file
 ALL_SUFFIX = "_all"  # probes.final_all_pairs: every pair of <name> at the last checkpoint, as "<name>_all"
+MINIMAL_PAIRS = "minimal_pairs"  # the `kind` of a per-pair eval file; each probe family writes its own (probes/families.py)
+# files from before eval files said their kind (issue 39): the name rule of that day, frozen, and the kind values
+# two families wrote then; a family added since writes `kind`, so nothing needs to be added here
+_OLD_NAMES = {"syntax_qa": "syntax_questions", "syntax_qa_paper": "syntax_questions", "elagent": "elagent"}
+_OLD_KINDS = {"syntax_qa_items": "syntax_questions", "elagent_items": "elagent"}
 # benchmark names become file names: keep them to one safe path component
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -68,15 +80,35 @@ def pair_set(pairs: Iterable, key: Callable[[object], tuple] = pair_key) -> str:
 
 def eval_meta(*, step: int, tokens: int, benchmark: str, model_dir: Optional[Path], tokenizer: str,
               dtype: Optional[str], bf16: bool, manifest: Optional[str], n_pairs: int, pair_set: str,
-              **extra) -> dict:
+              kind: str = MINIMAL_PAIRS, **extra) -> dict:
     """The metadata every eval file carries, whoever wrote it (the hook, score-run/watch, `probes
-    score`, syntax-qa): step and tokens (-1 when a model directory does not know them), the scoring
-    convention, the model directory resolved, the tokenizer's ids_fingerprint, the weights' dtype and
-    whether bf16 autocast ran, the checkpoint's manifest_hash, the pair set, package versions."""
-    return {"step": int(step), "tokens": int(tokens), "benchmark": benchmark, "convention": CONVENTION,
+    score`, syntax-qa): step and tokens (-1 when a model directory does not know them), the probe family's
+    `kind`, the scoring convention, the model directory resolved, the tokenizer's ids_fingerprint, the weights'
+    dtype and whether bf16 autocast ran, the checkpoint's manifest_hash, the pair set, package versions."""
+    return {"step": int(step), "tokens": int(tokens), "benchmark": benchmark, "kind": kind, "convention": CONVENTION,
             "model_dir": None if model_dir is None else str(Path(model_dir).resolve()),
             "tokenizer": tokenizer, "dtype": dtype, "bf16": bool(bf16), "manifest": manifest,
             "n_pairs": int(n_pairs), "pair_set": pair_set, "versions": versions(), **extra}
+
+
+def old_kind(benchmark: str) -> str:
+    """The kind of an eval file that does not say it, by its benchmark name (the rule of files before kind)."""
+    return "lm_eval" if benchmark.startswith("lmeval_") else _OLD_NAMES.get(benchmark, MINIMAL_PAIRS)
+
+
+def _kind(meta: dict, benchmark: str) -> str:
+    return _OLD_KINDS.get(meta.get("kind"), meta.get("kind")) or old_kind(benchmark)
+
+
+def eval_kind(path: Path) -> str:
+    """The kind of an eval file from its schema alone, for a reader sorting a run's files; a file that does not
+    read gets its name's kind (old_kind), so that its family's reader names the problem."""
+    import pyarrow.parquet as pq
+
+    try:
+        return _kind(json.loads((pq.read_schema(path).metadata or {})[META_KEY]), Path(path).stem)
+    except Exception:  # unreadable, foreign or without metadata: pyarrow's errors are of several types
+        return old_kind(Path(path).stem)
 
 
 def check_meta(meta: dict, where: str) -> None:
@@ -135,6 +167,7 @@ def eval_file_meta(path: Path, schema_meta: Optional[dict] = None, data: Optiona
                                      f"training was")
             meta["tokens"] = tokens
     check_meta(meta, str(path))
+    meta["kind"] = _kind(meta, meta["benchmark"])
     if dir_step is not None and meta["step"] != dir_step:
         raise EvalInputError(f"{path}: metadata step {meta['step']} != directory step{dir_step}")
     named = path.name[:-len(TOKENS_SUFFIX)] if path.name.endswith(TOKENS_SUFFIX) else path.stem

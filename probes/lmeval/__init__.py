@@ -1,3 +1,12 @@
 """lm-evaluation-harness beside our probes: its tasks as checkpoint probes (hook.py, run.py), our minimal
 pairs as its tasks (tasks.py), its curves in our report (report.py). lm-eval is an optional extra
 (``pip install -e .[lm-eval]``); only run.py imports it, when a task is run. docs/lm_eval.md."""
+
+from probes.families import Family
+from probes.lmeval.config import KIND, LmEvalConfig
+
+FAMILY = Family(kind=KIND, key="lm_eval", config=LmEvalConfig, hook="probes.lmeval.hook:build",
+                table="probes.lmeval.report:lmeval_table", curves="probes.lmeval.report:write_lmeval_curves",
+                section="probes.lmeval.report:lmeval_section",
+                commands=(("lm-eval-tasks", "probes.lmeval.tasks:main",
+                           "write lm-eval task YAMLs of our benchmarks (our scoring convention; docs/lm_eval.md)"),))

@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+KIND = "lm_eval"  # its eval files' kind (probes/families.py)
+
 
 @dataclass
 class LmEvalConfig:
@@ -14,6 +16,10 @@ class LmEvalConfig:
     include_path: Optional[str] = None
     batch_size: int = 32
     limit: Optional[int] = None  # the first N documents of each task (quick looks); null = all
+
+    @property
+    def enabled(self) -> bool:  # what ProbesConfig.build asks of every family's section
+        return bool(self.tasks)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:

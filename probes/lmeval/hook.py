@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Optional
 
 from probes.evals.files import eval_done, eval_path, pair_set
-from probes.lmeval.config import LmEvalConfig
+from probes.lmeval.config import KIND, LmEvalConfig
 from train.files import checkpoint_dir, manifest_hash
 
 PREFIX = "lmeval_"  # eval-file names: lmeval_<task> (probes.analysis.evalset leaves them to report.py)
-KIND = "lm_eval"
 
 
 def include_digest(include_path: Optional[str]) -> str:
@@ -81,11 +80,15 @@ class LmEvalProbe:
         for t in tasks:
             ev = evaluate_checkpoint(model, tokenizer, [self.keys[t]], name=file_name(t), step=step, tokens=tokens,
                                      ckpt_dir=ckpt_dir, run_dir=self.run_dir, fingerprint=fingerprint, score=score,
-                                     key=lambda x: x, cache=False, kind=KIND, task=t,
+                                     key=lambda x: x, kind=KIND, task=t,
                                      describe=lambda df, t=t: {"summary": summary.get(t, {})},
                                      lm_eval=dict(limit=self.cfg.limit, include_path=self.cfg.include_path))
             metrics.update({f"probe/lm_eval/{t}/{k}": v for k, v in ev.meta["summary"].items()})
         return metrics
+
+
+def build(cfg: LmEvalConfig, ctx) -> "LmEvalHook":
+    return LmEvalHook(cfg, ctx.tokenizer, ctx.run_dir)
 
 
 class LmEvalHook:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from probes.evals.files import eval_meta, eval_path, pair_key, pair_set
+from probes.evals.files import MINIMAL_PAIRS, eval_meta, eval_path, pair_key, pair_set
 from train.files import manifest_hash
 
 
@@ -75,12 +75,13 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
                         ckpt_dir: Optional[Path], run_dir: Optional[Path] = None, out: Optional[Path] = None,
                         opts: ScoreOptions = ScoreOptions(), fingerprint: Optional[str] = None,
                         score: Optional[Callable] = None, key: Callable = pair_key,
-                        describe: Optional[Callable[[Any], dict]] = None, cache: bool = True,
+                        describe: Optional[Callable[[Any], dict]] = None, kind: str = MINIMAL_PAIRS,
                         ids: Optional[dict] = None, **extra) -> Optional[Evaluation]:
     """Score `pairs` with `model` (the weights of `ckpt_dir`), write the eval file, refresh the cache.
 
     The file goes to ``out`` or else ``<run_dir>/evals/step<step>/<name>.parquet``; in a run directory
-    the reduced cache of `name` is refreshed after it (``cache=False``: not a minimal-pair table).
+    the reduced cache of `name` is refreshed after it where it holds minimal pairs. `kind`: the probe family's
+    kind (probes/families.py), written into the metadata so that every reader tells families' files apart.
     `score(model, tokenizer, pairs, opts)` returns the rows (default: probes.scoring.primitive.score_pairs), or
     None on a rank that does not write (then nothing is written and None is returned); `key` names
     what identifies one pair or item in the pair set; `describe(df)` adds metadata known only after
@@ -99,18 +100,60 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
     meta = eval_meta(step=step, tokens=tokens, benchmark=name, model_dir=ckpt_dir,
                      tokenizer=fingerprint or ids_fingerprint(tokenizer), dtype=weights_dtype(model),
                      bf16=opts.bf16, manifest=manifest, n_pairs=len(df),
-                     pair_set=pair_set(pairs, key), seconds=round(time.perf_counter() - t0, 3), **extra)
+                     pair_set=pair_set(pairs, key), seconds=round(time.perf_counter() - t0, 3), kind=kind, **extra)
     report = getattr(pairs, "report", None)  # load_benchmark says where pairs came from
     if report is not None:
         meta["source"] = report.source
+        if report.authors_convention:  # the benchmark authors' decision rule, shown beside ours
+            meta["authors_convention"] = report.authors_convention
     if describe is not None:
         meta.update(describe(df))
 
     from probes.scoring.tokens import write_eval
 
     write_eval(df, path, meta)  # and the per-token sidecar when df has its columns
-    if out is None and cache:
+    if out is None and kind == MINIMAL_PAIRS:
         from probes.analysis.evalset import refresh_cache
 
         refresh_cache(run_dir, name)  # so the report reads one small file, not every eval
     return Evaluation(df, path, meta)
+
+
+class ItemsHook:
+    """A family's checkpoint hook over items built once per run (syntax questions, ELAGENT): rank 0 scores them
+    at every checkpoint into evals/step<N>/<benchmark>.parquet, unless done there (a resumed run does not redo a
+    file); their summary goes to the logger. A subclass sets benchmark, items, pair_set, run_dir and gives
+    `evaluate(model, step, tokens, ckpt_dir)` (an Evaluation) and `summarize(df)`."""
+    benchmark: str
+    pair_set: str
+    run_dir: Path
+
+    def post_checkpoint_saved(self, ckpt_dir: Path, step: int, tokens: int, model) -> dict[str, float]:
+        import math
+
+        import torch.distributed as torch_dist
+
+        from probes.evals.files import eval_done
+
+        if torch_dist.is_available() and torch_dist.is_initialized() and torch_dist.get_rank() != 0:
+            return {}  # rank 0 scores: a few hundred items, next to thousands of minimal pairs
+        if eval_done(eval_path(self.run_dir, step, self.benchmark), self.pair_set, manifest_hash(ckpt_dir)):
+            return {}
+        was_training = model.training
+        model.eval()
+        try:
+            ev = self.evaluate(model, step, tokens, ckpt_dir)
+        finally:
+            model.train(was_training)
+        return {f"probe/{self.benchmark}/{k}": v for k, v in self.summarize(ev.df).items()
+                if not math.isnan(v) and not k.endswith("n_items")}
+
+    def missing(self, step: int) -> bool:
+        from probes.evals.files import eval_done
+        from train.files import checkpoint_dir
+
+        return not eval_done(eval_path(self.run_dir, step, self.benchmark), self.pair_set,
+                             manifest_hash(checkpoint_dir(self.run_dir, step)))
+
+    def close(self) -> None:
+        pass

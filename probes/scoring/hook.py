@@ -8,24 +8,23 @@ the metrics; the other ranks return {}. The rows are those of one process, in th
 
 Which benchmarks: ``probes.benchmarks`` (``ProbesConfig`` below says how entries read). ProbesConfig
 types the run's ``probes`` section (configs/config.yaml names it as the section's ``_target_``;
-train.config.to_typed checks every key against it) and its ``build`` gives the hooks train/hooks.py
-runs: this one, the syntax-question and ELAGENT hooks when enabled, and the end-of-run curves.
+train.config.to_typed checks every key against it): its own keys are the minimal pairs', and each other probe
+family of the registry (probes/families.py) adds its section. Its ``build`` gives the hooks train/hooks.py
+runs: every enabled family's, and the end-of-run curves.
 A benchmark whose eval file is already done for the checkpoint (``probes.evals.files.eval_done``: same
 pair set, same checkpoint manifest) is not scored again; a checkpoint replaced under its name is.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import pandas as pd
 
 from probes.benchmarks.registry import benchmark_configs, load_benchmark
-from probes.elagent.config import ElagentConfig
-from probes.lmeval.config import LmEvalConfig
 from probes.evals.config import BenchmarkConfig
-from probes.syntaxqa.config import SyntaxQAConfig
+from probes.families import Family, families
 from probes.evals.files import ALL_SUFFIX, eval_done, eval_path, pair_set
 from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint, ids_fingerprint
 from train.files import checkpoint_dir, manifest_hash
@@ -33,15 +32,15 @@ from probes.benchmarks.pairs import Pair
 from probes.scoring.primitive import accuracy, correct, score_pairs
 from probes.scoring.store import read_pairs
 
-__all__ = ["ProbeHook", "ProbesConfig", "score_sharded", "summary_metrics"]
+__all__ = ["ProbeHook", "ProbesConfig", "probes_config", "score_sharded", "summary_metrics"]
 
 
 _ENTRY_KEYS = {f.name for f in fields(BenchmarkConfig)}
 
 
 @dataclass
-class ProbesConfig:
-    """What the probe hook scores at every checkpoint.
+class PairsConfig:
+    """What the probe hook scores at every checkpoint (and, in ProbesConfig, each family's section).
 
     ``benchmarks`` lists bare registry names and/or mappings of ``BenchmarkConfig`` fields, e.g.::
 
@@ -75,12 +74,7 @@ class ProbesConfig:
     unigram: bool = True
     # true: every eval file also gets a sidecar <name>.tokens.parquet with each token's lp (probes/scoring/tokens.py)
     per_token: bool = False
-    # The syntax-questions probe (probes.syntaxqa): probes.syntax_qa.enabled=true with sources
-    syntax_qa: SyntaxQAConfig = field(default_factory=SyntaxQAConfig)
-    # The ELAGENT multiple-choice probe (probes.elagent): probes.elagent.enabled=true
-    elagent: ElagentConfig = field(default_factory=ElagentConfig)
-    # lm-evaluation-harness tasks (probes.lmeval, docs/lm_eval.md): probes.lm_eval.tasks=[...] (+ include_path)
-    lm_eval: LmEvalConfig = field(default_factory=LmEvalConfig)
+    families: ClassVar[tuple[Family, ...]] = ()  # the families whose hooks `build` gives (probes_config)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -129,43 +123,61 @@ class ProbesConfig:
 
     def build(self, ctx) -> list:
         """The checkpoint hooks (train.hooks.Hook) of this config, built on every rank from a
-        train.hooks.HookContext: the probe hook shards the pairs across ranks and rank 0 writes the
-        files; the syntax-question and ELAGENT hooks when enabled; the curves at the end of the run.
-        ``ctx.token_store``: the run's token store, for the unigram columns (``unigram``)."""
+        train.hooks.HookContext: one per family whose section is enabled (the minimal pairs' probe hook shards
+        the pairs across ranks and rank 0 writes the files), then the curves at the end of the run."""
         if not self.enabled:
             return []
-        from probes.scoring.hook import ProbeHook
-
-        unigram = None
-        if self.unigram and ctx.token_store is not None:  # SLOR / MORCELA need the corpus's own unigram counts
-            from probes.scoring.unigram import from_token_store
-
-            unigram = (from_token_store(ctx.token_store, len(ctx.tokenizer)),
-                       f"token_store:{Path(ctx.token_store).name}")
-        hooks = [ProbeHook(self, ctx.tokenizer, ctx.run_dir, final_step=ctx.final_step, unigram=unigram)]
-        if self.syntax_qa.enabled:
-            from probes.syntaxqa.hook import SyntaxQAHook
-
-            hooks.append(SyntaxQAHook(self.syntax_qa, ctx.tokenizer, ctx.run_dir))
-        if self.elagent.enabled:  # max_positions: the model's context, which long k-shot prompts must fit
-            from probes.elagent.hook import ElagentHook
-
-            hooks.append(ElagentHook(self.elagent, ctx.tokenizer, ctx.run_dir, ctx.max_positions))
-        if self.lm_eval.tasks:
-            from probes.lmeval.hook import LmEvalHook
-
-            hooks.append(LmEvalHook(self.lm_eval, ctx.tokenizer, ctx.run_dir))
+        hooks = []
+        for fam in self.families:
+            section = self if fam.key is None else getattr(self, fam.key)
+            if fam.hook and section.enabled:
+                hooks.append(fam.load("hook")(section, ctx))
         from probes.analysis.curves import CurvesHook
 
         return hooks + [CurvesHook()]
 
 
+_CLASSES: dict[tuple, type] = {}
+
+
+def probes_config() -> type:
+    """The dataclass of the ``probes`` section: PairsConfig's keys plus one section per family of the registry
+    that has one (``probes.syntax_qa.enabled=true``); made once per registry."""
+    fams = tuple(families())
+    if fams not in _CLASSES:
+        cls = make_dataclass("ProbesConfig", [(f.key, f.config, field(default_factory=f.config)) for f in fams if f.key],
+                             bases=(PairsConfig,), namespace={"families": fams, "__doc__": PairsConfig.__doc__})
+        cls.__module__ = __name__
+        _CLASSES[fams] = cls
+    return _CLASSES[fams]
+
+
+def __getattr__(name: str):
+    # ProbesConfig, the `_target_` of configs/config.yaml, as the registry has it now: a family registered
+    # since this module was imported (a plug-in, a test) has its section too
+    if name == "ProbesConfig":
+        return probes_config()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def pair_hooks(cfg: PairsConfig, ctx) -> "ProbeHook":
+    """The minimal pairs' checkpoint hook (probes/families.py). ``ctx.token_store``: the run's token store,
+    for the unigram columns (``unigram``)."""
+    unigram = None
+    if cfg.unigram and ctx.token_store is not None:  # SLOR / MORCELA need the corpus's own unigram counts
+        from probes.scoring.unigram import from_token_store
+
+        unigram = (from_token_store(ctx.token_store, len(ctx.tokenizer)), f"token_store:{Path(ctx.token_store).name}")
+    return ProbeHook(cfg, ctx.tokenizer, ctx.run_dir, final_step=ctx.final_step, unigram=unigram)
+
+
 def summary_metrics(df, benchmark: str) -> dict[str, float]:
-    """MLP accuracy of a benchmark and of each of its phenomena, keyed for the logger."""
-    out = {f"probe/{benchmark}/acc": accuracy(df, "mlp")}
+    """MLP accuracy of a benchmark and of each of its phenomena, keyed for the logger (the name says the
+    measure: a W&B chart of `acc` alone did not say whether it was MLP or sum-LP)."""
+    out = {f"probe/{benchmark}/acc_mlp": accuracy(df, "mlp")}
     ok = correct(df, "mlp")
     for phenomenon, acc in ok.groupby(df["phenomenon"], sort=True).mean().items():
-        out[f"probe/{benchmark}/{phenomenon}/acc"] = float(acc)
+        out[f"probe/{benchmark}/{phenomenon}/acc_mlp"] = float(acc)
     return out
 
 
@@ -176,7 +188,7 @@ class ProbeHook:
     already hold pairs in memory (the built-in grammar, tests).
     """
 
-    def __init__(self, cfg: ProbesConfig, tokenizer, run_dir: Path, *,
+    def __init__(self, cfg: PairsConfig, tokenizer, run_dir: Path, *,
                  pairs: Optional[dict[str, list[Pair]]] = None, final_step: Optional[int] = None,
                  unigram=None):
         self.cfg = cfg
@@ -305,7 +317,7 @@ def score_sharded(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64,
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
 
 
-def _load_benchmarks(cfg: ProbesConfig, all_pairs: bool = False) -> dict[str, list[Pair]]:
+def _load_benchmarks(cfg: PairsConfig, all_pairs: bool = False) -> dict[str, list[Pair]]:
     configs = cfg.resolved_benchmarks()
     if all_pairs:
         from dataclasses import replace

@@ -1,6 +1,6 @@
 """The one scoring primitive (per-token log-probs) and the named reductions built on it.
 
-Convention ``start_token_all_tokens_v2`` (DESIGN.md "Contracts"; pinned here, stored in every eval file):
+Convention ``start_token_all_tokens_v2`` (docs/scoring.md; pinned here, stored in every eval file):
 
 * A sentence is tokenized with ``tokenizer(text, add_special_tokens=False, split_special_tokens=True)``
   (text is text: a literal ``<|endoftext|>`` is spelled, not the control id) and the start token is
@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from probes.evals.files import CONVENTION, REGIONS as REGION_NAMES  # defined by the eval contract
+from probes.evals.files import CONVENTION, CONVENTIONS, REGIONS as REGION_NAMES  # defined by the eval contract
 from probes.benchmarks.pairs import Pair
 from probes.scoring.head import _HeadLSE, _batch_split, _drop_last, _split_head
 from probes.scoring.pack import ATTENTION, packed_logprobs
@@ -331,6 +331,8 @@ def score_pairs(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64, de
             "pair_id": str(p.pair_id), "good": p.good, "bad": p.bad,
             "lp_good": float(lg.sum()), "lp_bad": float(lb.sum()),
             "ntok_good": len(tg), "ntok_bad": len(tb),
+            # the first token's lp: what minicons' default leaves unscored (reduction sum_after_first)
+            "lp_good_first": float(lg[0]), "lp_bad_first": float(lb[0]),
         }
         for side, lp in (("good", lg), ("bad", lb)):
             cuts = {"prefix": (0, pre), "critical": (pre, len(lp) - suf),
@@ -342,7 +344,7 @@ def score_pairs(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64, de
         rows.append(row)
     slot_columns = _add_slot_sums(tokenizer, pairs, rows, ids, lps, index)
     columns = ["benchmark", "paradigm", "phenomenon", "pair_id", "good", "bad",
-               "lp_good", "lp_bad", "ntok_good", "ntok_bad"]
+               "lp_good", "lp_bad", "ntok_good", "ntok_bad", "lp_good_first", "lp_bad_first"]
     columns += [f"{k}_{side}_{name}" for k in ("lp", "ntok") for side in ("good", "bad")
                 for name in REGION_NAMES]
     df = pd.DataFrame(rows, columns=columns + slot_columns)
@@ -402,13 +404,20 @@ def _add_slot_sums(tokenizer, pairs: list[Pair], rows: list[dict], ids: list[lis
     return list(columns)
 
 
+# The decision rules a pair can be scored by (``correct``; their names and descriptions: CONVENTIONS, in the eval
+# contract), all on the lps above: ours (MLP) and the ones benchmark authors use (probes.benchmarks.registry).
 def correct(df: pd.DataFrame, reduction: str = "mlp") -> pd.Series:
-    """Per-pair correctness (bool), strict: a tie is wrong. ``reduction``: "mlp" | "sum"."""
+    """Per-pair correctness (bool), strict: a tie is wrong. ``reduction``: a key of ``CONVENTIONS``."""
     if reduction == "mlp":
         return (df["lp_good"] / df["ntok_good"]) > (df["lp_bad"] / df["ntok_bad"])
     if reduction == "sum":
         return df["lp_good"] > df["lp_bad"]
-    raise ValueError(f"unknown reduction {reduction!r}; expected 'mlp' or 'sum'")
+    if reduction == "sum_after_first":
+        if "lp_good_first" not in df:
+            raise ValueError("sum_after_first needs the lp_good_first/lp_bad_first columns, which eval files "
+                             "scored before them lack: score the checkpoint again")
+        return (df["lp_good"] - df["lp_good_first"]) > (df["lp_bad"] - df["lp_bad_first"])
+    raise ValueError(f"unknown reduction {reduction!r}; expected one of {sorted(CONVENTIONS)}")
 
 
 def accuracy(df: pd.DataFrame, reduction: str = "mlp") -> float:

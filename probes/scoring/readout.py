@@ -11,6 +11,7 @@ token store is at hand -- of pieces that never occur in the run's corpus, and wa
 from __future__ import annotations
 
 import re
+import unicodedata
 from itertools import chain
 from pathlib import Path
 from typing import Optional
@@ -27,12 +28,14 @@ MAX_UNSEEN = 0.05
 _BYTE_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
 
 
-def phenomenon_table(df: pd.DataFrame) -> str:
-    """Pairs, paradigms and MLP / sum-LP accuracy per phenomenon, and the whole set last."""
-    scored = df.assign(mlp=correct(df, "mlp").astype(float), sum=correct(df, "sum").astype(float))
+def phenomenon_table(df: pd.DataFrame, authors: Optional[str] = None) -> str:
+    """Pairs, paradigms and MLP / sum-LP accuracy per phenomenon, and the whole set last; `authors`, the
+    benchmark authors' convention (primitive.CONVENTIONS), adds its column `acc_<name>` where it is another."""
+    rules = ["mlp", "sum"] + ([authors] if authors and authors not in ("mlp", "sum") else [])
+    scored = df.assign(**{r: correct(df, r).astype(float) for r in rules})
     table = scored.groupby("phenomenon", sort=True).agg(pairs=("mlp", "size"), paradigms=("paradigm", "nunique"),
-                                                        acc_mlp=("mlp", "mean"), acc_sum=("sum", "mean"))
-    table.loc["(all)"] = [len(scored), scored["paradigm"].nunique(), scored["mlp"].mean(), scored["sum"].mean()]
+                                                        **{f"acc_{r}": (r, "mean") for r in rules})
+    table.loc["(all)"] = [len(scored), scored["paradigm"].nunique(), *(scored[r].mean() for r in rules)]
     table[["pairs", "paradigms"]] = table[["pairs", "paradigms"]].astype(int)
     return table.to_string(float_format=lambda x: f"{x:.3f}")
 
@@ -60,8 +63,51 @@ def coverage(tokenizer, pairs, corpus_counts: Optional[np.ndarray] = None,
     return out
 
 
-def coverage_warning(name: str, cov: dict[str, float], store: Optional[Path] = None) -> Optional[str]:
-    """One line when the tokenizer reads benchmark `name` badly, else None."""
+def script_of(ch: str) -> str:
+    """The script a character belongs to, as a reader names it: the first word of its Unicode name
+    (Cyrillic, Hiragana, Katakana, Arabic ...), CJK ideographs as "CJK (kanji/hanzi)", Latin letters
+    beyond ASCII as "Latin with diacritics" (Turkish ç ğ ı ö ş ü, ...); marks and non-letters by kind."""
+    kind = unicodedata.category(ch)[0]
+    if kind == "M":
+        return "combining marks"
+    if kind != "L":
+        return "punctuation, digits and symbols"
+    name = unicodedata.name(ch, "UNKNOWN")
+    if name.startswith("CJK"):
+        return "CJK (kanji/hanzi)"
+    if name.startswith("LATIN"):
+        return "Latin" if ch.isascii() else "Latin with diacritics"
+    return name.split()[0].capitalize()
+
+
+def unwritable_scripts(tokenizer, texts) -> dict[str, list[str]]:
+    """{script: characters} of the characters the tokenizer can only write as its unknown piece or as
+    byte-fallback pieces (read from the character offsets of those pieces in `texts`; a slow tokenizer
+    without offsets is asked character by character)."""
+    texts = list(dict.fromkeys(texts))
+    bad_ids = {i for piece, i in tokenizer.get_vocab().items() if _BYTE_PIECE.match(piece)}
+    if tokenizer.unk_token_id is not None:
+        bad_ids.add(tokenizer.unk_token_id)
+    chars: set[str] = set()
+    if getattr(tokenizer, "is_fast", False):
+        enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+        for text, ids, offsets in zip(texts, enc["input_ids"], enc["offset_mapping"]):
+            chars.update(c for i, (a, z) in zip(ids, offsets) if i in bad_ids for c in text[a:z])
+    else:
+        every = sorted(set("".join(texts)))
+        for ch, ids in zip(every, tokenizer(every, add_special_tokens=False)["input_ids"]):
+            if any(i in bad_ids for i in ids):
+                chars.add(ch)
+    out: dict[str, list[str]] = {}
+    for ch in sorted(c for c in chars if not c.isspace()):
+        out.setdefault(script_of(ch), []).append(ch)
+    return out
+
+
+def coverage_warning(name: str, cov: dict[str, float], store: Optional[Path] = None,
+                     scripts: Optional[dict[str, list[str]]] = None) -> Optional[str]:
+    """One line when the tokenizer reads benchmark `name` badly, else None; `scripts`
+    (``unwritable_scripts``) names what it cannot write."""
     bad = []
     if cov["unknown"] > MAX_UNKNOWN:
         bad.append(f"{cov['unknown']:.0%} unknown pieces")
@@ -71,9 +117,11 @@ def coverage_warning(name: str, cov: dict[str, float], store: Optional[Path] = N
         bad.append(f"{cov['unseen']:.0%} pieces never seen in the run's corpus ({store})")
     if not bad:
         return None
+    cannot = "; ".join(f"{script} ({len(cs)}: {' '.join(cs[:8])}{' ...' if len(cs) > 8 else ''})"
+                       for script, cs in sorted((scripts or {}).items(), key=lambda kv: -len(kv[1])))
     return (f"warning: the tokenizer reads benchmark {name} badly: of its {int(cov['pieces']):,} pieces, "
-            f"{', '.join(bad)}; its scores say more about the tokenizer than about syntax (train the tokenizer "
-            f"on text in the benchmark's language)")
+            f"{', '.join(bad)}{f'; it cannot write {cannot}' if cannot else ''}; its scores say more about "
+            f"the tokenizer than about syntax (train the tokenizer on text in the benchmark's language)")
 
 
 def run_token_counts(model_dir: Path, vocab_size: int) -> tuple[Optional[np.ndarray], Optional[Path]]:

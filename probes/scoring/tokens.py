@@ -273,7 +273,3 @@ def _main(args) -> int:
         draw(points, f"{args.run_dir.name}: {bench} {args.paradigm} pair {args.pair}", args.out)
         print(f"-> {args.out}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

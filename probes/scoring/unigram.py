@@ -16,7 +16,7 @@ shows the authors' whole grids (probes.analysis.normsweep), never one point as "
 
 Per-pair columns (eval-file contract, checkpoints.md): ``ulp_good``, ``ulp_bad`` (float, nats), and the
 eval file's meta ``unigram`` names the table. They need no model, so they are added to existing eval
-files too: ``python -m probes.scoring.unigram RUN_DIR... [--table FILE]``.
+files too: ``python -m probes unigram RUN_DIR... [--table FILE]``.
 
 Where the unigram probabilities come from:
 * our runs: the counts of every id in the run's token store (``<cache_dir>/stores/<fp>/tokens.bin``, the
@@ -126,18 +126,8 @@ def correct(df: pd.DataFrame, metric: str, **params) -> pd.Series:
     """Per-pair correctness under SLOR / MORCELA, strict (a tie is wrong); NaN-free rows required."""
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
-        raise ValueError(f"no {', '.join(missing)} columns: add them with python -m probes.scoring.unigram RUN_DIR")
+        raise ValueError(f"no {', '.join(missing)} columns: add them with python -m probes unigram RUN_DIR")
     return score(df, "good", metric, **params) > score(df, "bad", metric, **params)
-
-
-def accuracy_table(df: pd.DataFrame, **params) -> pd.DataFrame:
-    """Per paradigm: accuracy under MLP, sum-LP, SLOR and MORCELA (rows of one eval file)."""
-    from probes.scoring.primitive import correct as lp_correct
-
-    t = df[["phenomenon", "paradigm"]].copy()
-    t["acc_mlp"], t["acc_sum"] = lp_correct(df, "mlp"), lp_correct(df, "sum")
-    t["acc_slor"], t["acc_morcela"] = correct(df, "slor", **params), correct(df, "morcela", **params)
-    return t.groupby(["phenomenon", "paradigm"], sort=True).mean().reset_index()
 
 
 def add_to_run(run_dir: Union[str, Path], table: Optional[Union[str, Path]] = None,
@@ -192,7 +182,7 @@ def _run_store(run_dir: Path, ckpt: Path, cache_dir) -> Path:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m probes.scoring.unigram",
+    p = argparse.ArgumentParser(prog="python -m probes unigram",
                                 description="Add unigram log-prob columns (ulp_good, ulp_bad) to a run's eval files.")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--table", help="an {id: probability} JSON (e.g. zhoblimp/unigram/chinese-llama.json); "
@@ -207,7 +197,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 2
         print(f"{run}: ulp columns in {len(files)} eval file(s)")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

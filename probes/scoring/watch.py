@@ -11,8 +11,9 @@ checkpoint, the same files the in-loop probe hook writes, and are idempotent:
   its files;
 * an eval file is done when it was scored under the current convention on the pair set now asked
   for and on the checkpoint now on disk (its manifest hash; ``probes.evals.files.eval_done``); anything
-  else is (re)scored and replaced atomically, so an in-loop file of a per-paradigm sample is
-  replaced by the full set, a checkpoint replaced under its name is probed again, and a process
+  else is (re)scored and replaced atomically (a file of another pair sample on the same checkpoint, an
+  in-loop sample, only with ``replace_samples``/``--replace``: else it is named and nothing is scored),
+  so a checkpoint replaced under its name is probed again, and a process
   killed at any point leaves only whole files (and perhaps a hidden ``.<name>.*.tmp`` that every
   reader ignores) -- a restart continues.
 
@@ -139,7 +140,7 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
     for name, pairs in benchmarks.items():
         ev = evaluate_checkpoint(model, tokenizer, pairs, name=name, step=step, tokens=int(state.get("tokens", -1)),
                                  ckpt_dir=ckpt_dir, run_dir=run_dir, opts=opts, fingerprint=fingerprint)
-        acc = summary_metrics(ev.df, name)[f"probe/{name}/acc"]
+        acc = summary_metrics(ev.df, name)[f"probe/{name}/acc_mlp"]
         say(f"step{step} {name}: {len(ev.df)} pairs acc_mlp={acc:.4f} -> {ev.path}")
         written.append(ev.path)
     if lm_tasks:
@@ -150,14 +151,40 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
     return written
 
 
+def other_samples(run_dir: Path, work: list[tuple[int, Path, list[str]]], benchmarks: dict[str, list[Pair]]) -> list[str]:
+    """The eval files among `work` that hold results of another pair sample (another
+    --max-pairs-per-paradigm, or the training run's in-loop sample) on the same checkpoint and convention:
+    what scoring would replace, not redo."""
+    out = []
+    for step, ckpt, todo in work:
+        manifest = manifest_hash(ckpt)
+        for name in todo:
+            path = eval_path(run_dir, step, name)
+            try:
+                meta = eval_file_meta(path) if path.is_file() else {}
+            except ValueError:  # damaged: rescored, as ever
+                continue
+            if meta.get("manifest") == manifest and meta.get("pair_set") not in (None, pair_set(benchmarks[name])):
+                out.append(f"{path} ({meta.get('n_pairs')} pairs; asked for {len(benchmarks[name]):,})")
+    return out
+
+
 def score_run(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptions,
-              say: Callable[[str], None] = print, lm_eval=None) -> list[Path]:
+              say: Callable[[str], None] = print, lm_eval=None, replace_samples: bool = False) -> list[Path]:
     """Score every whole checkpoint of a run on every benchmark (and lm-eval task of ``lm_eval``, a
-    probes.lmeval.hook.LmEvalProbe) not yet done; the files written."""
+    probes.lmeval.hook.LmEvalProbe) not yet done; the files written. Files of another pair sample on the
+    same checkpoints are replaced only with ``replace_samples``: otherwise a ValueError names them."""
     from train.neox_ckpt import sync_run
 
     sync_run(run_dir, say=say)  # a gpt-neox save directory: new global_step<N> -> checkpoints/step<N>
-    work = {step: (ckpt, todo, []) for step, ckpt, todo in pending(run_dir, benchmarks, opts.per_token)}
+    todo_list = pending(run_dir, benchmarks, opts.per_token)
+    other = [] if replace_samples else other_samples(run_dir, todo_list, benchmarks)
+    if other:
+        raise ValueError(f"{other[0]}{f' and {len(other) - 1} more eval files' if len(other) > 1 else ''} hold "
+                         f"another pair sample scored on the same checkpoint (the run's in-loop results?); "
+                         f"--replace scores over them (the run's curves/ are redrawn), or give the "
+                         f"--max-pairs-per-paradigm they were scored with")
+    work = {step: (ckpt, todo, []) for step, ckpt, todo in todo_list}
     if lm_eval is not None:
         for step, ckpt in whole_checkpoints(run_dir):
             tasks = lm_eval.todo(step, manifest_hash(ckpt))
@@ -172,7 +199,7 @@ def score_run(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptio
 
 def watch(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptions, *,
           poll_s: float = 60.0, timeout_s: Optional[float] = None,
-          say: Callable[[str], None] = print, lm_eval=None) -> bool:
+          say: Callable[[str], None] = print, lm_eval=None, replace_samples: bool = False) -> bool:
     """Follow a run: score checkpoints as they become whole until the run has finished (True) or
     ``timeout_s`` has passed (False). The run directory need not exist yet."""
     if poll_s <= 0:
@@ -183,7 +210,7 @@ def watch(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptions, 
         # the next pass before the loop ends
         finished = run_finished(run_dir)
         try:
-            score_run(run_dir, benchmarks, opts, say, lm_eval=lm_eval)
+            score_run(run_dir, benchmarks, opts, say, lm_eval=lm_eval, replace_samples=replace_samples)
         except OSError as e:  # e.g. a rerun replacing a checkpoint while it was read: try again
             say(f"warning: {e}; trying again in {poll_s:g}s")
             finished = False

@@ -11,3 +11,12 @@ summarise, CLI); ``generation`` is the one greedy-generation path.
 ``paper_items`` (test set, held-out exemplar set, exemplar seeds, MVP's reused true/false items),
 ``paper_parse`` (reading an answer out of a generation), ``paper_score`` (build, generate, score).
 """
+
+from probes.families import Family
+from probes.syntaxqa.config import KIND, SyntaxQAConfig
+
+FAMILY = Family(kind=KIND, key="syntax_qa", config=SyntaxQAConfig, hook="probes.syntaxqa.hook:build",
+                table="probes.syntaxqa.curves:syntax_qa_table", curves="probes.syntaxqa.curves:write_syntax_qa_curves",
+                section="probes.syntaxqa.report:syntax_qa_section", tasks="probes.syntaxqa.curves:task_rows",
+                tables=("syntax_qa_final",), commands=(("syntax-qa", "probes.syntaxqa.score:main", "ask a causal LM "
+                                                        "questions about treebank sentences (TF / MC / FITB, OA)"),))

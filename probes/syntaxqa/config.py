@@ -26,6 +26,7 @@ class PaperConfig:
 
 
 SYNTAX_QA_MODES = ("likelihood", "paper")
+KIND = "syntax_questions"  # its eval files' kind (probes/families.py)
 
 
 @dataclass

@@ -17,10 +17,10 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from probes.evals.files import eval_file_meta
-from probes.analysis.plotting import colors, finish_legend, new_figure, plot_line, token_axis
-from probes.analysis.evalset import log_tokens
 from probes.analysis.outputs import save_figure, write_csv
+from probes.analysis.plotting import colors, draw_baseline, finish_legend, new_figure, plot_line, token_axis
+from probes.evals.files import eval_file_meta
+from probes.syntaxqa.config import KIND
 from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS, PAPER_BENCHMARK
 
 PARTS = ("OA", "OA_random", "TF_acc", "MC_acc", "FITB_acc", "FITB_F1")
@@ -67,6 +67,8 @@ def syntax_qa_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = N
         paths = [p for b in (BENCHMARK, PAPER_BENCHMARK) for p in sorted((run / "evals").glob(f"step*/{b}.parquet"))]
         for path in paths:
             meta = eval_file_meta(path)
+            if meta["kind"] != KIND:
+                continue
             at = {"run": name, "mode": _mode(meta), "step": meta["step"], "tokens": meta["tokens"]}
             for key, value in (meta.get("summary") or {}).items():
                 kp, _, metric = key.rpartition("/")
@@ -76,16 +78,21 @@ def syntax_qa_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = N
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def task_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """Fill-in-the-blank accuracy as a generated task of the pairs-vs-tasks view (probes.analysis.formuse): the
+    model produces the phrase. Each mode is a probe of its own: the two modes' numbers are never averaged."""
+    q = table[(table.kp == "all") & table.metric.isin(["FITB_acc", "FITB_acc_random"])]
+    q = q.pivot_table(index=["run", "mode", "step", "tokens"], columns="metric", values="value").reset_index()
+    if "FITB_acc" not in q:  # absent where generation was skipped
+        return pd.DataFrame()
+    probe = np.where(q["mode"] == "likelihood", "syntax_qa:FITB_acc", "syntax_qa_" + q["mode"] + ":FITB_acc")
+    return pd.DataFrame({"run": q.run, "step": q.step, "tokens": q.tokens, "probe": probe, "acc": q.FITB_acc,
+                         "chance": q.get("FITB_acc_random", np.nan)})
+
+
 # ---------------------------------------------------------------------------------------- plots
 # The drawers take tidy rows (kp, metric, tokens, value) of one run, or of one model x budget with
 # the seeds already averaged; `ref` is every token count drawn on the figure (step 0's position).
-
-
-def draw_baseline(ax, tokens, y, ref, color, label: Optional[str] = None, lw: float = 1.2) -> None:
-    """A random-guess baseline: dashed, no markers, so it never reads as a learning curve."""
-    x = 10 ** log_tokens(np.asarray(tokens), np.asarray(ref))
-    order = np.argsort(x, kind="stable")
-    ax.plot(x[order], np.asarray(y, dtype=float)[order], color=color, lw=lw, ls="--", label=label)
 
 
 def _curve(df: pd.DataFrame, kp: str, metric: str) -> pd.DataFrame:

@@ -33,7 +33,7 @@ import pandas as pd
 from probes.syntaxqa import prompts as P
 from probes.syntaxqa.items import SourceReport, collect_facts
 from probes.syntaxqa.metrics import exact_match, overall_accuracy, strict_f1
-from probes.syntaxqa.config import SYNTAX_QA_MODES as MODES, PaperConfig, SyntaxQAConfig
+from probes.syntaxqa.config import KIND, SYNTAX_QA_MODES as MODES, PaperConfig, SyntaxQAConfig
 from probes.syntaxqa.questions import QUESTION_TYPES, Item, balanced_sample, candidates, render, statistics_table
 from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS, benchmark_name
 
@@ -267,7 +267,7 @@ def item_key(item) -> tuple:
 
 
 def _describe(df: pd.DataFrame, cfg: SyntaxQAConfig, reports: list[SourceReport]) -> dict:
-    return {"kind": "syntax_qa_items", "config": asdict(cfg),
+    return {"config": asdict(cfg),
             "summary": {k: (None if math.isnan(v) else v) for k, v in summarize(df).items()},
             "sources": [{"source": r.source, "sentences": r.sentences, "facts": r.facts, "errors": r.errors[:20],
                          "n_errors": len(r.errors), "empty": r.empty} for r in reports]}
@@ -288,7 +288,7 @@ def evaluate_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, rep
         model, tokenizer, items, name=benchmark_name(cfg.mode), step=step, tokens=tokens, ckpt_dir=ckpt_dir,
         run_dir=run_dir, out=out, opts=ScoreOptions(batch_size=cfg.batch_size, device=device), key=item_key,
         score=lambda m, tok, its, opts: score(m, tok, its, cfg, device=opts.device),
-        describe=lambda df: _describe(df, cfg, reports), cache=False, mode=cfg.mode)  # items, not minimal pairs
+        describe=lambda df: _describe(df, cfg, reports), kind=KIND, mode=cfg.mode)
 
 
 def write_items(df: pd.DataFrame, path: Path, *, step: int, tokens: int, model_dir: Path, tokenizer,
@@ -298,7 +298,7 @@ def write_items(df: pd.DataFrame, path: Path, *, step: int, tokens: int, model_d
 
     evaluate_checkpoint(None, tokenizer, list(df.itertuples(index=False)), name=benchmark_name(cfg.mode), step=step,
                         tokens=tokens, ckpt_dir=model_dir, out=path, key=item_key, score=lambda *_: df,
-                        describe=lambda d: _describe(d, cfg, reports), mode=cfg.mode)
+                        describe=lambda d: _describe(d, cfg, reports), kind=KIND, mode=cfg.mode)
     return summarize(df)
 
 

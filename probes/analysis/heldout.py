@@ -1,0 +1,52 @@
+"""The held-out loss beside the syntax curves: what the trainer logged at every checkpoint (`val/loss`,
+`val/ppl` in each run's logs/train.jsonl; train/sequences.py says which documents), read back and drawn
+as the overall curve is (one panel per corpus budget, one line per model size, each seed a thin line)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from train.logger import read_log
+
+
+def heldout_table(runs) -> pd.DataFrame:
+    """One row per run x checkpoint with a held-out loss: run, model, budget, seed, step, tokens, val_loss,
+    val_ppl. Empty where no run logged one (runs from before held-out splits, data.heldout_tokens=0)."""
+    rows = [{"run": r.name, "model": r.model, "budget": r.budget, "seed": r.seed, "step": rec["step"],
+             "tokens": rec.get("tokens"), "val_loss": rec["val/loss"], "val_ppl": rec.get("val/ppl")}
+            for r in runs for rec in read_log(Path(r.path) / "logs" / "train.jsonl")
+            if rec.get("event") == "checkpoint" and "val/loss" in rec]
+    cols = ["run", "model", "budget", "seed", "step", "tokens", "val_loss", "val_ppl"]
+    # a resumed run may log a checkpoint again: its last record counts
+    return pd.DataFrame(rows, columns=cols).drop_duplicates(["run", "step"], keep="last").astype({"budget": "Int64"})
+
+
+def final_heldout(table: pd.DataFrame) -> pd.DataFrame:
+    """model, budget, val_loss: each run's last checkpoint, mean over seeds (the Table-4 run rows)."""
+    last = table.sort_values("step").groupby("run").tail(1)
+    return last.groupby(["model", "budget"], dropna=False, as_index=False)["val_loss"].mean()
+
+
+def plot_heldout(table: pd.DataFrame, path: Path) -> Path:
+    """Held-out loss against tokens seen; the band is the range over seeds."""
+    from probes.analysis.outputs import save_figure
+    from probes.analysis.paperfigs import _budget, _colors, _finish, budget_order, draw_model_lines, model_order, pick
+    from probes.analysis.plotting import new_figure, token_axis
+
+    t = table.rename(columns={"val_loss": "acc"})
+    bands = t.groupby(["model", "budget", "step"], dropna=False, as_index=False).agg(
+        tokens=("tokens", "first"), acc_mean=("acc", "mean"), lo=("acc", "min"), hi=("acc", "max"),
+        n_seeds=("run", "nunique"))
+    budgets, colors = budget_order(bands), _colors(model_order(bands))
+    fig, axes = new_figure(max(3.6 * len(budgets) + 1.0, 7.0), 4.4, 1, len(budgets), layout=None, sharey=True)
+    ref = bands.tokens.to_numpy()
+    for ax, budget in zip(axes.flat, budgets):
+        draw_model_lines(ax, pick(bands, budget=budget), pick(t, budget=budget), ref, colors)
+        token_axis(ax, ref, ylabel="held-out loss (nats per token)" if ax is axes[0, 0] else "", chance=False)
+        ax.set_xlabel("")
+        ax.set_title(f"corpus {_budget(budget)}", fontsize=9, y=1.0)
+    _finish(fig, axes, len(budgets), "Held-out loss over training (documents no run trained on, val/loss); "
+            "x: tokens seen (log), hollow marker = step 0\nlines: seed means; band: range over seeds",
+            axes[0, 0], left=0.95, wspace=0.12, hspace=0.0)
+    return save_figure(fig, path)

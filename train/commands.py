@@ -1,0 +1,31 @@
+"""One command table per package (`python -m train`, `python -m probes`): each subcommand an import path and one
+line of help, listed by --help, its module imported only when it runs (so help and listings start in well
+under a CPU-second), a misspelt name answered with the closest."""
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Optional, Sequence
+
+from train.errors import did_you_mean
+
+
+def usage(prog: str, commands: dict[str, tuple[str, str]], head: str = "") -> str:
+    width = max(map(len, commands)) + 2
+    lines = [f"usage: {prog} COMMAND [-h] ...", "", *([head, ""] if head else [])]
+    lines += [f"  {name:<{width}}{about}" for name, (_, about) in commands.items()]
+    return "\n".join(lines + ["", f"run `{prog} COMMAND -h` for a command's options"])
+
+
+def dispatch(prog: str, commands: dict[str, tuple[str, str]], argv: Sequence[str], head: str = "") -> int:
+    """Run the command argv[0] names with the rest of argv; --help lists the table."""
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage(prog, commands, head))
+        return 0 if argv else 2
+    if argv[0] not in commands:
+        print(f"error: unknown command {argv[0]!r}{did_you_mean(argv[0], commands)}; `{prog} --help` lists them",
+              file=sys.stderr)
+        return 2
+    module, _, name = commands[argv[0]][0].partition(":")
+    status: Optional[int] = getattr(importlib.import_module(module), name)(list(argv[1:]))
+    return status or 0
