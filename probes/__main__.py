@@ -220,12 +220,15 @@ def _hub_args(args) -> bool:
         raise CliError("--hub needs --revisions (pythia, or step0,step1000,...) and --out RUN_DIR")
     if args.tokens_per_step is not None and args.tokens_per_step < 1:
         raise CliError(f"--tokens-per-step must be >= 1, got {args.tokens_per_step}")
+    if args.trust_remote_code:  # a downloaded suite is untrusted input (DESIGN.md, Known traps)
+        raise CliError("--trust-remote-code is refused with --hub: a downloaded suite's Python never runs here "
+                       "(Pythia's revisions need none); download it and score the directory with probes score")
     return True
 
 
 def _score_hub(args, benchmarks: dict, opts) -> int:
     from probes.evals.files import EvalInputError
-    from probes.scoring.hub import PYTHIA_TOKENS_PER_STEP, HubOptions, parse_revisions, score_hub
+    from probes.scoring.hub import PYTHIA_TOKENS_PER_STEP, HubOptions, RevisionError, check_out, parse_revisions, score_hub
     from train.lock import EVAL_LOCK, RunDirLocked, RunLock
     from train.weights import WeightsMismatchError
 
@@ -234,11 +237,12 @@ def _score_hub(args, benchmarks: dict, opts) -> int:
     except ValueError as e:
         raise CliError(str(e)) from None
     hub = HubOptions(args.hub, revisions, args.tokens_per_step or PYTHIA_TOKENS_PER_STEP, args.delete_after)
-    args.out.mkdir(parents=True, exist_ok=True)
     try:
+        check_out(args.out)  # before the lock file goes in
+        args.out.mkdir(parents=True, exist_ok=True)
         with RunLock(args.out, name=EVAL_LOCK, why="another score-run is scoring this directory"):
             written, warnings, errors = score_hub(args.out, hub, benchmarks, opts)
-    except (OSError, ValueError, RunDirLocked, EvalInputError, WeightsMismatchError) as e:
+    except (OSError, ValueError, RunDirLocked, EvalInputError, WeightsMismatchError, RevisionError) as e:
         raise CliError(str(e)) from None
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)

@@ -33,3 +33,15 @@ def tiny_neox(vocab: int = len(WORDS) + 3, seed: int = 0) -> GPTNeoXForCausalLM:
 def generate_pairs(engine, template, n: int, seed: int, benchmark: str = "zhoblimp_generated"):
     """n pairs of one template, reproducible per (template, seed): the real engine, seeded as a test wants."""
     return engine.pairs(template, n, random.Random(f"zhoblimp:{template.name}:{seed}"), benchmark)
+
+
+def write_items(df, path, *, step: int, tokens: int, model_dir, tokenizer, cfg, reports) -> None:
+    """Syntax-question rows already scored, written to ``path`` with the metadata the in-loop hook writes."""
+    from probes.scoring.evaluate import evaluate_checkpoint
+    from probes.syntaxqa.config import KIND
+    from probes.syntaxqa.records import benchmark_name
+    from probes.syntaxqa.score import _describe, item_key
+
+    evaluate_checkpoint(None, tokenizer, list(df.itertuples(index=False)), name=benchmark_name(cfg.mode), step=step,
+                        tokens=tokens, ckpt_dir=model_dir, out=path, key=item_key, score=lambda *_: df,
+                        describe=lambda d: _describe(d, cfg, reports), kind=KIND, mode=cfg.mode)

@@ -89,3 +89,31 @@ def test_cli_writes_the_batch_and_decodes_it(runs, tmp_path):
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     lines = bad.stderr.strip().splitlines()
     assert bad.returncode == 2 and lines[-1].startswith("error: --step 0") and len(lines) == 1
+
+
+def test_a_hub_suite_or_a_read_only_out_is_one_error_line(tmp_path, capsys):
+    """Issue 38 item 10: a hub suite directory gave "Incompatible value 'None'", a read-only --out an OSError
+    traceback (after the corpus was read)."""
+    from train.batch import main
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "config.yaml").write_text("experiment: hub\nmodel:\n  name: EleutherAI/pythia-160m\nseed: null\n")
+    (suite / "hub.json").write_text("{}")
+    with pytest.raises(SystemExit) as ex:
+        main([str(suite), "--step", "1"])
+    err = capsys.readouterr().err.strip()
+    assert ex.value.code == 2 and err == (f"error: {suite / 'config.yaml'}: a public suite's scores (probes score-run "
+                                          f"--hub, {suite / 'hub.json'}), not a run trained here: it has no corpus or "
+                                          f"token store to rebuild a batch from")
+    point = tmp_path / "ro"
+    point.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(point)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        with pytest.raises(SystemExit) as ex:
+            main([str(suite), "--step", "1", "--out", str(point / "b.npy")])
+        err = capsys.readouterr().err.strip()
+        assert ex.value.code == 2 and err == f"error: --out {point} is not writable: Read-only file system ({point})"
+    finally:
+        subprocess.run(["umount", "-l", str(point)], check=True)

@@ -125,3 +125,23 @@ def test_report_shows_the_elagent_tasks_and_the_pairs_vs_tasks_view(run, tmp_pat
     assert curves.main([str(d), "--out", str(tmp_path / "cur")]) == 0
     assert (tmp_path / "cur" / "plots" / f"elagent_{d.name}.png").is_file()
     assert set(pd.read_csv(tmp_path / "cur" / "elagent.csv").key) >= {"all", "babi", "precedence_1move"}
+
+
+def test_curves_of_a_run_with_no_minimal_pairs_draw_the_tasks(run, tmp_path, capsys):
+    """A run probed on ELAGENT tasks only (`probes.benchmarks=[]`): the end-of-run curves draw the tasks rather
+    than stopping at "no minimal-pair eval files"; a run with nothing to draw still gets that error."""
+    import shutil
+
+    from probes.analysis import curves
+
+    _, d = run
+    only = tmp_path / "only_tasks"
+    shutil.copytree(d / "evals", only / "evals", ignore=shutil.ignore_patterns("grammar*", "elagent_word_order*", ".reduced-*"))
+    shutil.copy(d / "config.yaml", only / "config.yaml")
+    assert curves.main([str(only), "--out", str(tmp_path / "cur")]) == 0
+    assert (tmp_path / "cur" / "plots" / f"elagent_{only.name}.png").is_file()
+    assert "no minimal-pair curves" in capsys.readouterr().out
+    empty = tmp_path / "empty"
+    (empty / "evals").mkdir(parents=True)
+    assert curves.main([str(empty), "--out", str(tmp_path / "cur2")]) == 2
+    assert "no minimal-pair eval files" in capsys.readouterr().err

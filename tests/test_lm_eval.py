@@ -166,3 +166,20 @@ def test_lm_eval_tasks_writes_a_task_of_our_pairs(tmp_path):
     assert {"sentence_good", "sentence_bad", "paradigm", "pair_id"} <= set(rows.columns) and len(rows)
     text = (tmp_path / "sd_grammar.yaml").read_text()
     assert 'target_delimiter: ""' in text and "doc_to_target: 1" in text and str(tmp_path.resolve()) in text
+
+
+def test_a_malformed_task_yaml_is_named_with_its_parse_error(tmp_path):
+    """Issue 38 item 10: a task YAML that does not parse was reported as "unknown task", the parse error hidden."""
+    from probes.lmeval.run import check_tasks
+
+    assert main_tasks(tmp_path) == 0
+    yaml_file = tmp_path / f"{TASK}.yaml"
+    yaml_file.write_text(yaml_file.read_text() + "metric_list: [unclosed\n")
+    with pytest.raises(ValueError, match=rf"^{yaml_file}: not valid YAML \(.*line \d+.*\); lm-eval skipped that file"):
+        check_tasks([TASK], str(tmp_path))
+
+
+def main_tasks(out: Path) -> int:
+    from probes.__main__ import main
+
+    return main(["lm-eval-tasks", "--benchmark", "grammar", "--max-pairs-per-paradigm", "2", "--out", str(out)])

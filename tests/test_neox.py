@@ -20,7 +20,7 @@ from train.errors import ConfigError, InputFileError
 from train.grid import compose_run, hydra_context
 from train.model import build_model
 from train.neox import compare_config, main as neox_main, neox_config, render_yaml
-from train.neox_read import from_neox, save_steps
+from train.neox_read import model_fields, normalize_keys, save_steps
 from train.neox_ckpt import _BLOCK, _MLP, ENGINE_FILE, LAYER_FILE, import_step, sync_run
 from train.optim import lr_at
 from train.schedule import checkpoint_steps
@@ -37,6 +37,31 @@ def compose(*extra: str):
     with hydra_context():
         cfg, _ = compose_run([*TINY, BUDGET, *extra])
     return cfg
+
+
+def from_neox(neox: dict) -> dict:
+    """What a gpt-neox config trains, in our terms (the inverse of train.neox.neox_config, for what it expresses):
+    {"model": {ModelConfig fields}, "optim": {...}, "seq_len", "total_steps", "world_size",
+    "save_steps": the iterations gpt-neox checkpoints}. Keys may be spelt with - or _ (gpt-neox accepts
+    both); gpt-neox's own defaults apply to missing keys. Raises InputFileError naming a key our
+    GPTNeoX model cannot express."""
+    c = normalize_keys(neox)
+    model = model_fields(c)
+    opt = c.get("optimizer") or {}
+    params = opt.get("params") or {}
+    lr = params.get("lr", c.get("lr"))
+    total = c.get("train_iters")
+    decay_iters = c.get("lr_decay_iters") or total
+    micro, accum = c.get("train_micro_batch_size_per_gpu"), c.get("gradient_accumulation_steps", 1)
+    batch = c.get("train_batch_size")
+    world = batch // (micro * accum) if batch and micro else None
+    optim = {"lr": lr, "betas": list(params.get("betas", [0.9, 0.999])), "eps": params.get("eps", 1e-8),
+             "weight_decay": c.get("weight_decay", 0.1), "grad_clip": c.get("gradient_clipping", 1.0),
+             "min_lr_ratio": (c.get("min_lr", 0.0) / lr) if lr else None,
+             "decay": c.get("lr_decay_style", "linear"), "global_batch": batch,
+             "warmup_steps": c.get("warmup", 0.01) * decay_iters if decay_iters else None}
+    return {"model": model, "optim": optim, "seq_len": c.get("seq_length"), "total_steps": total,
+            "world_size": world, "save_steps": save_steps(c)}
 
 
 def test_export_reads_back_as_our_run():

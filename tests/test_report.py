@@ -145,8 +145,8 @@ def test_report_logs_figures_and_tables_to_wandb(tmp_path, monkeypatch):
 
 def _add_syntax_qa(run, steps):
     """Syntax-question results, written by the probe's own writer, beside the minimal-pair evals."""
-    from probeutil import word_tokenizer
-    from probes.syntaxqa.score import SyntaxQAConfig, write_items
+    from probeutil import word_tokenizer, write_items
+    from probes.syntaxqa.score import SyntaxQAConfig
 
     items = pd.DataFrame([
         {"item_id": "tf", "kp": "GS", "qtype": "TF", "correct": 1.0, "rand_acc": 0.5, "f1": np.nan, "rand_f1": np.nan},

@@ -11,7 +11,7 @@ from probes.syntaxqa.metrics import exact_match, overall_accuracy, strict_f1, wo
 from probes.syntaxqa.prompts import build_prompt, continuations
 from probes.syntaxqa.ptb import read_ptb
 from probes.syntaxqa.questions import balanced_sample, candidates, distractors, render, statistics_table
-from probes.syntaxqa.score import SyntaxQAConfig, build_items, summarize
+from probes.syntaxqa.score import SyntaxQAConfig, build_items_and_reports, summarize
 
 TREE = """\
 ( (S (NP-SBJ (DT The) (JJ old) (NN bank) ) (VP (VBD gave) (NP (PRP its) (NNS clients) ) (NP (DT a) (JJ small) (NN refund) )
@@ -125,7 +125,7 @@ def test_build_items_statistics_and_fewshot(tmp_path):
     p = tmp_path / "t.mrg"
     p.write_text(TREE)
     cfg = SyntaxQAConfig(sources=[str(p)], knowledge_points=["GS", "DO", "PPA"], k_per_tuple=1, shots=1, shot_seeds=2)
-    items = build_items(cfg)
+    items = build_items_and_reports(cfg)[0]
     table = statistics_table(items)
     assert list(table.columns) == ["TF", "MC", "FITB", "total"] and table.loc["total", "total"] == len(items)
     assert table.loc["IO", "total"] == 0 and table.loc["GS", "TF"] == 4  # four TF answer categories × k=1

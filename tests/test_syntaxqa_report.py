@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from probeutil import word_tokenizer
+from probeutil import word_tokenizer, write_items
 from probes.syntaxqa.report import syntax_qa_section
-from probes.syntaxqa.score import SyntaxQAConfig, write_items
+from probes.syntaxqa.score import SyntaxQAConfig
 
 T975_1 = 12.7062  # two-sided 95 % t quantile, 1 degree of freedom (two seeds)
 

@@ -12,7 +12,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
 
 from probes.syntaxqa.items import EmptyKnowledgePointWarning
-from probes.syntaxqa.score import SyntaxQAConfig, build_items, continuation_ids, generate_answers, main, score_items, summarize
+from probes.syntaxqa.score import SyntaxQAConfig, build_items_and_reports, continuation_ids, generate_answers, main, score_items, summarize
 
 # Hand-written trees and dependency sentences (our own text); enough facts for all three question types.
 TREES = """\
@@ -64,7 +64,7 @@ def setup(tmp_path_factory):
     cfg = SyntaxQAConfig(sources=[str(d / "hand.mrg"), str(d / "zh_hand.conllu")], knowledge_points=["GS", "ADJ", "DO", "PPA"],
                          k_per_tuple=2, seed=0, max_new_tokens=6, batch_size=8)
     with pytest.warns(EmptyKnowledgePointWarning, match=r"zh_hand.conllu: no items for knowledge point\(s\) DO, PPA"):
-        items = build_items(cfg)
+        items = build_items_and_reports(cfg)[0]
     texts = [p for it in items for p in it.prompts] + [it.answer for it in items] + ['"True"', '"False"'] * 20
     tok = _tokenizer(texts, save_to=d / "model")
     model = _model(len(tok))

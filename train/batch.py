@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from train.errors import ConfigError, InputFileError
+from train.errors import ConfigError, InputFileError, check_writable
 
 
 def batch_ids(stream, step: int, global_batch: int) -> np.ndarray:
@@ -48,6 +48,9 @@ def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None):
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise InputFileError(f"{path}: not found; {run_dir} is not a run directory")
+    if (Path(run_dir) / "hub.json").is_file():  # probes score-run --hub wrote it: scores, no corpus
+        raise InputFileError(f"{path}: a public suite's scores (probes score-run --hub, {Path(run_dir) / 'hub.json'}), "
+                             f"not a run trained here: it has no corpus or token store to rebuild a batch from")
     try:
         saved = OmegaConf.load(path)
         if "heldout_tokens" not in saved.get("data", {}):  # a run from before held-out splits trained on all
@@ -112,6 +115,8 @@ def _main(args) -> int:
 
     if args.out is not None and args.out.suffix != ".npy":
         raise ConfigError(f"--out {args.out}: name a .npy file")
+    if args.out is not None:
+        check_writable(args.out.parent, "--out")  # a read-only place: one line, before the corpus is read
     cfg = load_run_config(args.run_dir, args.cache_dir)
     tokenizer, stream = open_stream(cfg)
     total = stream.steps(cfg.optim.global_batch)

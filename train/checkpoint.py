@@ -1,16 +1,9 @@
 """Checkpoints on disk: written whole or not at all, found again for resume, resume state pruned.
 
-Layout (checkpoints.md documents it for users):
-  <run>/checkpoints/step<N>/config.json, model.safetensors, tokenizer files   (from_pretrained works)
-  <run>/checkpoints/step<N>/start_token.json         the document-start token (train/start_token.py)
-  <run>/checkpoints/step<N>/trainer_state.json
-  <run>/checkpoints/step<N>/resume/                 optimizer / DeepSpeed state, RNG (last K only)
-  <run>/checkpoints/step<N>/manifest.json           sha256 of every file above, step, tokens, param
-                                                    count, config hash (written last, before the rename)
-A checkpoint is assembled under checkpoints/.tmp-step<N>/ and renamed to step<N> once every file is
-fsynced, so a directory with a final name is always whole; readers ignore names starting with ".".
-The manifest lets a resume prove that the files are the ones written (a damaged byte is refused, not
-trained on) and that the run's config is the one this checkpoint was trained with.
+Layout: checkpoints.md. A checkpoint is assembled under checkpoints/.tmp-step<N>/ and renamed to step<N>
+once every file is fsynced, so a directory with a final name is always whole; readers ignore names
+starting with ".". The manifest (written last) lets a resume prove that the files are the ones written
+(a damaged byte is refused, not trained on) and that the run's config is the one it was trained with.
 """
 from __future__ import annotations
 
@@ -42,11 +35,8 @@ __all__ = ["DEEPSPEED_GLOBALS", "MANIFEST", "REQUIRED_FILES", "CorruptCheckpoint
 
 
 def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def checkpoint_files(path: Path) -> list[str]:

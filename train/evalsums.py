@@ -41,22 +41,44 @@ def write_sum(path: Path) -> None:
     write_text_atomic(sum_path(path), f"{_sha256(path)}  {path.name}\n")
 
 
-def _expects_sum(path: Path) -> bool:
-    """Whether the file's parquet metadata says it was written with a .sha256 (any JSON value there)."""
+def _own_meta(path: Path) -> dict:
+    """The eval file's own metadata: the JSON object in its parquet schema metadata that holds a step
+    (found by looking, as train imports nothing of probes), or {}."""
     import pyarrow.parquet as pq
 
     try:
         metadata = pq.read_schema(path).metadata or {}
     except Exception:  # noqa: BLE001 - unreadable: its reader names that
-        return False
+        return {}
     for blob in metadata.values():
         try:
             value = json.loads(blob)
         except ValueError:
             continue
-        if isinstance(value, dict) and value.get(CHECKSUM_KEY) == CHECKSUM:
-            return True
-    return False
+        if isinstance(value, dict) and "step" in value:
+            return value
+    return {}
+
+
+def checkpoint_problem(path: Path, meta: Optional[dict] = None) -> Optional[str]:
+    """Why the eval file <run>/evals/step<N>/<name>.parquet is not the scores of the checkpoint beside it
+    (<run>/checkpoints/step<N>), or None: its own metadata records another checkpoint's manifest_hash
+    (another run's file copied in with its .sha256). No checkpoint there (pruned, a hub suite), or no
+    manifest on either side: nothing to compare."""
+    from train.files import CorruptCheckpointError, manifest_hash
+
+    path = Path(path)
+    recorded = (_own_meta(path) if meta is None else meta).get("manifest")
+    ckpt = path.parents[2] / "checkpoints" / path.parent.name
+    try:
+        here = manifest_hash(ckpt) if recorded and path.parent.parent.name == "evals" else None
+    except CorruptCheckpointError:  # the checkpoint's own finding (verify), not the eval file's
+        return None
+    if here is None or here == recorded:
+        return None
+    return (f"{path}: its metadata names another checkpoint (manifest {str(recorded)[:12]}…) than {ckpt} "
+            f"beside it ({here[:12]}…): copied from another run, or scored before that checkpoint was replaced; "
+            f"delete it and its {SUFFIX} and score again (probes score-run)")
 
 
 def sum_problem(path: Path, meta: Optional[dict] = None, data: Optional[bytes] = None) -> Optional[str]:
@@ -70,7 +92,7 @@ def sum_problem(path: Path, meta: Optional[dict] = None, data: Optional[bytes] =
             return (f"{path} does not match its sha256 in {side.name}: damaged, or its write was cut short; "
                     f"score it again (probes score-run rewrites it) or delete both files")
         return None
-    expected = (meta or {}).get(CHECKSUM_KEY) == CHECKSUM if meta is not None else _expects_sum(path)
+    expected = (meta if meta is not None else _own_meta(path)).get(CHECKSUM_KEY) == CHECKSUM
     if expected:
         return (f"{path}: its {side.name} is missing (the file was written with one), so it cannot be checked; "
                 f"score it again (probes score-run rewrites both) or restore {side.name}")

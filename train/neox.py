@@ -1,24 +1,14 @@
-"""EleutherAI gpt-neox interop, config side: our run config as a gpt-neox YAML, and back.
+"""EleutherAI gpt-neox interop, config side: our run config as a gpt-neox YAML, and back (docs/gpt-neox.md).
 
     python -m train.neox experiment=demo [overrides] --out DIR [--world-size 8] [--tokenizer DIR]
     python -m train.neox --import NEOX_DIR [--out HF_DIR] [--config YAML] [--tokenizer DIR]
-
-The export writes DIR/<experiment>.yml, a config that gpt-neox's `deepy.py train.py` trains the same
-model with: sizes, rotary, parallel residual, init, activation, norm, AdamW, lr schedule, batch (for a
-stated number of GPUs), sequence length, train iterations and the checkpoint steps (as
-`checkpoint_factor` + `extra_save_iters`), and the tokenizer (its tokenizer.json copied beside it). What
-gpt-neox cannot express is listed in the file's header and printed (`differences`).
-
-`--import` reads a gpt-neox checkpoint (train/neox_ckpt.py): one `global_step<N>` directory into an HF
-directory, or a whole gpt-neox save directory into `<dir>/checkpoints/step<N>` (what `probes watch`
-and `score-run` do on such a run).
 
 Every gpt-neox key written here was checked by name against gpt-neox commit NEOX_COMMIT:
 megatron/neox_arguments/neox_args.py and deepspeed_args.py (the schema), configs/pythia/*.yml (the
 spelling in use), megatron/training.py (`is_save_iter`, the final save, the AnnealingLR arguments),
 megatron/learning_rates.py, megatron/model/transformer.py (ParallelMLP's ffn size) and
 megatron/model/activations.py. Tests cannot reach that repository, so they check the meaning on our
-side: the YAML read back (`from_neox`) gives our config, steps, batch and checkpoint steps again.
+side: the YAML read back (tests/test_neox.py, `from_neox`) gives our config, steps, batch and checkpoint steps again.
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """A gpt-neox config in our terms: the model, optimizer and checkpoint steps it trains.
 
-Read by the export's round trip (train/neox.py) and by the checkpoint import (train/neox_ckpt.py), so
-both stand on this module and neither imports the other's reader. Every key was checked by name
-against gpt-neox commit train.neox.NEOX_COMMIT (megatron/neox_arguments/neox_args.py, megatron/training.py).
+Read by the export (train/neox.py) and by the checkpoint import (train/neox_ckpt.py), so both stand
+on this module and neither imports the other's reader; tests/test_neox.py reads an export back with it.
+Every key was checked by name against gpt-neox commit train.neox.NEOX_COMMIT
+(megatron/neox_arguments/neox_args.py, megatron/training.py).
 """
 from __future__ import annotations
 
@@ -12,31 +13,6 @@ from typing import Optional
 from train.errors import InputFileError
 
 EOD = "<|endoftext|>"  # gpt-neox's HFTokenizer ends every document with this piece (tokenizer.py: eod_id)
-
-
-def from_neox(neox: dict) -> dict:
-    """What a gpt-neox config trains, in our terms (the inverse of `neox_config`, for what it expresses):
-    {"model": {ModelConfig fields}, "optim": {...}, "seq_len", "total_steps", "world_size",
-    "save_steps": the iterations gpt-neox checkpoints}. Keys may be spelt with - or _ (gpt-neox accepts
-    both); gpt-neox's own defaults apply to missing keys. Raises InputFileError naming a key our
-    GPTNeoX model cannot express."""
-    c = normalize_keys(neox)
-    model = model_fields(c)
-    opt = c.get("optimizer") or {}
-    params = opt.get("params") or {}
-    lr = params.get("lr", c.get("lr"))
-    total = c.get("train_iters")
-    decay_iters = c.get("lr_decay_iters") or total
-    micro, accum = c.get("train_micro_batch_size_per_gpu"), c.get("gradient_accumulation_steps", 1)
-    batch = c.get("train_batch_size")
-    world = batch // (micro * accum) if batch and micro else None
-    optim = {"lr": lr, "betas": list(params.get("betas", [0.9, 0.999])), "eps": params.get("eps", 1e-8),
-             "weight_decay": c.get("weight_decay", 0.1), "grad_clip": c.get("gradient_clipping", 1.0),
-             "min_lr_ratio": (c.get("min_lr", 0.0) / lr) if lr else None,
-             "decay": c.get("lr_decay_style", "linear"), "global_batch": batch,
-             "warmup_steps": c.get("warmup", 0.01) * decay_iters if decay_iters else None}
-    return {"model": model, "optim": optim, "seq_len": c.get("seq_length"), "total_steps": total,
-            "world_size": world, "save_steps": save_steps(c)}
 
 
 def save_steps(c: dict) -> list[int]:

@@ -103,7 +103,9 @@ class Preemption:
         previous = self._previous.get(self.signum)
         self.uninstall()
         print(Preempted(step, self.signum), file=sys.stderr, flush=True)
-        if callable(previous):
+        # Ctrl-C's previous handler is the entry point's (train/__main__.py: "before the run started"), not
+        # a requeue: calling it printed that false line and exited 130 after the checkpoint was saved
+        if callable(previous) and self.signum != signal.SIGINT:
             previous(self.signum, None)  # submitit: checkpoint_and_try_requeue -> sys.exit
         raise Preempted(step, self.signum)
 

@@ -1,23 +1,12 @@
 """The document-start token: the one id training puts before every document and scoring puts before
-every sentence, so a scored sentence starts from a context the model was trained in.
+every sentence, so a scored sentence starts from a context the model was trained in (docs/scoring.md;
+the record, ``start_token.json``, in checkpoints.md).
 
-One rule decides it for training (train/sequences.py via `document_tokens`) and for scoring
-(probes/scoring/primitive.py via `scoring_start_id`):
-
-* start = the tokenizer's BOS, else its EOS. Tokenizers trained here have one piece, ``<|endoftext|>``,
-  that is BOS, EOS and padding at once (Pythia/GPT-NeoX style), so the stream reads
-  ``<|endoftext|> doc <|endoftext|> doc ...``, the very first document included.
-* end = the EOS after every document, only when the tokenizer has an EOS distinct from the start
-  (a Llama-style ``tokenizer=pretrained`` with BOS ``<s>`` and EOS ``</s>`` gives ``<s> doc </s> <s> doc </s>``).
-
-The start token is recorded in ``start_token.json`` beside the tokenizer files of every trained
-tokenizer and every checkpoint (checkpoints.md), and `scoring_start_id` reads it back. A directory
-without the record: a checkpoint of this project written before the record existed (it has
-trainer_state.json) was trained with EOS after each document and nothing before the first, so its
-start is EOS (told apart from HF Trainer's trainer_state.json by its keys); any other model (a Pythia revision, a Hub model) gets the rule above, which is what
-its own pretraining fed (Pythia: ``<|endoftext|>``, both BOS and EOS; Llama: BOS).
-
-Deliberately free of heavy imports: probes imports it too.
+One rule for training (train/sequences.py, `document_tokens`) and scoring (probes/scoring/primitive.py,
+`scoring_start_id`): start = BOS, else EOS; end = EOS after every document only when it differs from the
+start (Llama-style ``<s> doc </s>``). Without a record, our older checkpoints (told from HF Trainer's
+trainer_state.json by its keys) were trained EOS-separated, so their start is EOS; any other model gets
+the rule, which is what its own pretraining fed. Deliberately free of heavy imports: probes imports it too.
 """
 from __future__ import annotations
 

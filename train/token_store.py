@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from train.files import fsync_tree
 from train.errors import InputFileError, reading
+from train.interrupt import run_in_child
 from train.staletmp import clear_stale, tag
 from train.tokenizer import load_tokenizer, pipeline_fingerprint
 
@@ -111,7 +112,16 @@ def build_or_load(docs: datasets.Dataset, tokenizer_dir: Path, corpus_id: str, c
           f"with data.num_proc={num_proc}; cached in {final.parent} for every later run on this corpus and "
           f"tokenizer", flush=True)
     try:
-        _build(docs, Path(tokenizer_dir), corpus_id, fp, tmp, num_proc)
+        if num_proc > 1:
+            # datasets' pool of forked workers, inside a spawned child that a signal's handler kills whole
+            # (train/interrupt.py). In this process the handler's SIGKILL of the workers left the pool's
+            # shared task-queue lock held by a dead worker; the pool's worker-handler thread forked a
+            # replacement that waited on that lock forever (a futex in sem_wait), and the pool's teardown
+            # joined it: SIGTERM did not help, as the replacement had inherited our handler in its
+            # already-raised state, which ignores further signals (3 hangs in 3 Ctrl-Cs, issue 38).
+            run_in_child(_build, docs, Path(tokenizer_dir), corpus_id, fp, tmp, num_proc)
+        else:
+            _build(docs, Path(tokenizer_dir), corpus_id, fp, tmp, num_proc)
         try:
             os.replace(tmp, final)
         except OSError:

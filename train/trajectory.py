@@ -1,22 +1,10 @@
 """The weights of a run's checkpoints as one trajectory: per tensor, how far each checkpoint is from
 step 0, from the final model and from its neighbours, and which checkpoints hold identical values.
 
-`python -m train verify` (train/verify.py) turns these numbers into findings. What a healthy run looks
-like, measured on the demo (`experiment=demo`, 20 checkpoints, 1,184 steps):
-* ||θ_t − θ_0|| of the whole model grows at every checkpoint, but per tensor it need not: a LayerNorm
-  weight fell to 0.83 of its earlier maximum. Monotone distance is therefore not the rule.
-* Every tensor moves at every checkpoint (Adam's first step moves each element by lr), so a tensor with
-  the same values at two steps was copied there, unless it never changes at all.
-* The path is continuous: checkpoint t lies between its neighbours. The detour ratio
-  (|θ_{t-1} − θ_t| + |θ_t − θ_{t+1}|) / |θ_{t-1} − θ_{t+1}| is 1 for a straight path and about √2 for a
-  random walk of equal steps. A tensor from another step or run at t makes both legs long and the chord
-  short: ratio ≫ 2. Small tensors oscillate, though: in the 12 runs of the laptop ZhoBLiMP grid
-  (/work/minigrid, 0.41M-1.6M parameters) 32-element biases reach 2.67. So the ratio is taken per
-  group: each tensor of at least GROUP_MIN_ELEMENTS alone, the smaller ones of a layer pooled (distances
-  add in squares). The largest group ratio in those 12 runs, the demo and the test runs is 1.61.
-
+`python -m train verify` (train/verify.py) turns these numbers into findings; docs/verify.md gives the
+measured rules (why the detour ratio and not monotone distance, why small tensors are pooled per layer).
 One pass: each tensor is read once per checkpoint (lazily, with safe_open), held beside step 0's, the
-final model's and the previous two checkpoints' copies of that tensor only, and compared in float32.
+final model's and the previous two checkpoints' copies only, and compared in float32.
 """
 from __future__ import annotations
 

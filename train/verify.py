@@ -188,13 +188,14 @@ def _check_token_store(cks: list[_Checkpoint], report: RunReport) -> None:
 
 
 def _check_eval_files(run_dir: Path, report: RunReport) -> None:
-    """Every eval file and per-token sidecar under evals/step<N>/ against its .sha256 (train/evalsums.py)."""
-    from train.evalsums import sum_problem
+    """Every eval file and per-token sidecar under evals/step<N>/ against its .sha256 and the checkpoint
+    beside it (train/evalsums.py)."""
+    from train.evalsums import checkpoint_problem, sum_problem
 
     for path in sorted((run_dir / "evals").glob("step*/*.parquet")):
         if path.name.startswith("."):
             continue
-        problem = sum_problem(path)
+        problem = sum_problem(path) or checkpoint_problem(path)
         if problem:
             step = path.parent.name[4:]
             report.findings.append(Finding(int(step) if step.isdigit() else None, str(path), "eval-file",
@@ -232,7 +233,6 @@ def verify_run(run_dir: Path, fast: bool = False) -> RunReport:
         report.notes.append(f"{run_dir}: no step0 checkpoint: distances are from step{cks[0].step}")
     _check_config_hashes(run_dir, cks, report)
     _check_token_store(cks, report)
-    _check_eval_files(run_dir, report)
     _check_identical_files(cks, report)
     # A copy of another step is reported once and left out of the trace: as a neighbour it would
     # bend the path of the checkpoints beside it.
@@ -251,6 +251,7 @@ def verify_run(run_dir: Path, fast: bool = False) -> RunReport:
         traj = None
     if traj is not None:
         _check_distance_backwards(traj, report, {ck.step: ck.path for ck in cks})
+    _check_eval_files(run_dir, report)  # after the weights' checks: those skip steps already blamed
     d_init = traj.model_distance(traj.d_init) if traj else None
     d_final = traj.model_distance(traj.d_final) if traj else None
     row = {s: r for r, s in enumerate(traj.steps)} if traj else {}

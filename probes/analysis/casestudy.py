@@ -1,21 +1,12 @@
 """The ZhoBLiMP case study (§5.4, Figure 6) for any paradigm: accuracy and phrase-region differences
-over training, mean and 95 % interval over seeds.
-
-The paper splits npi_renhe_wh_question_subj (那个人/任何人 会做什么？) into an NP (that/any man) and
-a VP (will do what?) and traces, per region R, the difference in MLP averaged over the paradigm's
-pairs. Per pair that is
+over training, mean and 95 % interval over seeds (docs/probing.md, "Case study"). Per pair and region R:
 
     mean Δ_R = lp_good_R / ntok_good_R − lp_bad_R / ntok_bad_R     (nats per token; the default)
     sum  Δ_R = lp_good_R − lp_bad_R                                 (nats; also in every table)
 
-where lp_*_R / ntok_*_R add up the eval file's per-slot columns (``lp_good_slot_<slot>`` …, written
-by probes.scoring.primitive for pairs with template slots) over the slots that probes/benchmarks/phrase_regions.json
-groups into R. A paradigm not in that file shows one region per slot. Pairs without slot columns
-fall back to the generic split of the eval file (shared prefix / critical span / shared suffix),
-and every figure and table says which regions it shows and for how many pairs.
-
-Regions are followed from the per-pair eval files of the one paradigm (read with a row filter),
-not from the reduced per-paradigm cache, which keeps only summed generic deltas.
+summing the eval file's per-slot columns (``lp_good_slot_<slot>`` …) over the slots that
+probes/benchmarks/phrase_regions.json groups into R. Regions are followed from the per-pair eval files of
+the one paradigm (read with a row filter), not from the reduced cache, which keeps only summed generic deltas.
 """
 from __future__ import annotations
 

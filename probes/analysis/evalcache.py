@@ -3,7 +3,8 @@
 A whole grid's eval files take ~15 s to read and reduce on 2 cores; the reduction (one byte per
 pair and checkpoint + the per-paradigm rows) is ~2 % of their size. It is kept per run and
 benchmark in <run>/evals/.reduced-<benchmark>.npz (a dot name: readers of run directories ignore
-it) together with the step, size and mtime of every eval file it came from. All unchanged: it is
+it) together with the step, size, mtime and sha256 (from its .sha256) of every eval file it came from,
+and the sha256 of its own arrays. All unchanged: it is
 used as is. Only new checkpoints after its first one (a run still training; the probe hook
 refreshes it after every eval): those files alone are read and added. Anything else -- a
 rewritten or deleted file, an eval before its first checkpoint -- means a fresh read. Plain
@@ -13,6 +14,7 @@ directory just goes uncached.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import json
 from dataclasses import dataclass
@@ -25,9 +27,10 @@ import pandas as pd
 from probes.analysis import evalfile
 from probes.analysis.evalfile import PairOutcomes
 from probes.evals.files import REGIONS
+from train.evalsums import sum_path
 from train.files import atomic_open
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 _CACHE_FRAME = ("step", "tokens", "n_pairs", "acc_mlp", "acc_sum", *[f"delta_{r}" for r in ("total", *REGIONS)])
 
 
@@ -36,11 +39,26 @@ def cache_path(run_dir: Path, benchmark: str) -> Path:
 
 
 def _entries(paths: list[tuple[int, Path]]) -> list[list]:
+    """Per eval file: step, name, size, mtime and the sha256 its .sha256 records (None without one), so a
+    file replaced under the same size and mtime is another key."""
     rows = []
     for step, f in paths:
         st = f.stat()
-        rows.append([step, f.name, st.st_size, st.st_mtime_ns])
+        try:
+            digest = sum_path(f).read_text().split()[0]
+        except (OSError, IndexError):
+            digest = None
+        rows.append([step, f.name, st.st_size, st.st_mtime_ns, digest])
     return rows
+
+
+def _digest(arrays: dict) -> str:
+    """sha256 of the cached arrays: a cache edited after it was written (acc 0.99 planted) is not used."""
+    h = hashlib.sha256()
+    for k in sorted(arrays):
+        if k != "meta":
+            h.update(k.encode() + b"\0" + np.ascontiguousarray(arrays[k]).tobytes())
+    return h.hexdigest()
 
 
 def _new_since(hit: "_Cached", entries: list[list]) -> Optional[list[int]]:
@@ -71,7 +89,7 @@ def _read_cache(run_dir: Path, bench: str) -> Optional[_Cached]:
         with np.load(path, allow_pickle=False) as z:
             a = {k: z[k] for k in z.files}
         meta = json.loads(str(a["meta"]))
-        if meta.get("version") != CACHE_VERSION:
+        if meta.get("version") != CACHE_VERSION or meta.get("sha256") != _digest(a):
             return None
     except Exception:  # absent, torn by a crash, written by another version: read the eval files
         return None
@@ -107,6 +125,7 @@ def _write_cache(run_dir: Path, bench: str, entries: list[list], out: PairOutcom
         "t_paradigm": code,
         **{f"t_{c}": df[c].to_numpy() for c in _CACHE_FRAME},
     }
+    arrays["meta"] = np.array(json.dumps({**meta, "sha256": _digest(arrays)}))
     # a unique temporary name per writer: report threads and a probe hook may refresh one run at once
     # not fsynced: a torn file fails np.load's zip checks and is read afresh
     with contextlib.suppress(OSError), atomic_open(cache_path(run_dir, bench), "wb", durable=False) as fh:

@@ -1,22 +1,10 @@
-"""The report's figure cache: a figure is a pure function of its inputs, so a report on unchanged data
-copies the PNG it drew last time instead of drawing it again (~0.3 s of matplotlib per figure).
+"""The report's figure cache (docs/report.md, "Figure cache"): a figure is a pure function of its inputs,
+so a report on unchanged data copies the PNG it drew last time (~0.3 s of matplotlib per figure saved).
 
-Each figure job gets a content key, a SHA-256 of
-  * the function (module + qualified name),
-  * its arguments: DataFrames and Series by column names, dtypes, index and every value (numeric columns
-    by their bytes, strings through pandas' hash, anything else by pickle); numpy arrays by dtype, shape
-    and bytes; paths inside the report directory relative to it (the staged build and the final report
-    then agree); other values by type and repr, or pickle;
-  * a code version: the source of every probes/**/*.py and train/**/*.py module (the plotting code and all
-    it can import of ours), the matplotlib, numpy, pandas and Pillow versions and the rcParams in force.
-A false miss (a redraw that was not needed) costs time; a false hit would show an old picture, so anything
-the key cannot describe exactly -- an unpicklable argument, a path outside the report that the function
-might read -- makes the job uncacheable (drawn every time). A figure function must take its numbers as
-arguments: a file it read inside the report directory would not be in the key.
-
-Entries are ``<report>/.figure-cache/<key>.png``. Hits are read from the previous report's cache and
-written into the one being built, so the cache of a report holds exactly the figures it used. An entry
-is trusted only whole: every PNG chunk's CRC is checked, so a torn or damaged file is a miss.
+The key hashes DataFrames/Series by columns, dtypes, index and values (numeric by bytes, strings through
+pandas' hash, else pickle), arrays by dtype, shape and bytes, paths inside the report relative to it (so the
+staged build and the final report agree). A false hit would show an old picture, so anything the key cannot
+describe exactly makes the job uncacheable; a figure function must take its numbers as arguments.
 """
 from __future__ import annotations
 

@@ -1,23 +1,10 @@
 """Length- and frequency-normalised scores as the ZhoBLiMP authors report them: whole sweeps, not one point.
 
-The authors' scorer (sjtu-compling/ZhoBLiMP, src/metrics.py and src/run.py) computes, per sentence s of
-|s| scored tokens with LM log-prob lp and unigram log-prob ulp:
-
-    pow-norm(alpha)      = lp / |s|^alpha                  alpha in 0.1, 0.2, ..., 0.9   (their default 0.5)
-    MORCELA(beta, gamma) = (lp - beta * ulp + gamma) / |s|  beta in 0.1, ..., 1.0, gamma in 0, 2, ..., 20
-                                                            (110 points; their function's default beta=1,
-                                                            gamma=0 is SLOR)
-
-and reports the accuracy of every point (a pair is right when the good sentence scores strictly
-higher). alpha = 0 is sum-LP and alpha = 1 MLP; gamma / |s| always favours the shorter sentence, so
-on paradigms whose good and bad sentences differ in length the accuracy moves with gamma. One point of
-such a grid is a choice, not "the" score: the report shows each sweep's range over the grid (and where
-its ends lie), the authors' defaults, and how far single paradigms move.
-
-Everything is computed from the per-pair sums every eval file stores (lp_*, ntok_*, ulp_*), at each
-run's last checkpoint (the all-pairs file `<benchmark>_all` where the run has one), no model calls.
-Their |s| counts tokens with a non-zero log-prob; ours counts every scored token (equal unless a
-token's probability rounds to exactly 1).
+The grids (pow-norm lp/|s|^alpha, MORCELA (lp - beta*ulp + gamma)/|s|, from sjtu-compling/ZhoBLiMP
+src/metrics.py and src/run.py) and why no single point is "the" score: docs/report.md, "Normalised scores".
+Everything comes from the per-pair sums every eval file stores (lp_*, ntok_*, ulp_*) at each run's last
+checkpoint (the all-pairs file `<benchmark>_all` where the run has one), no model calls. Their |s| counts
+tokens with a non-zero log-prob; ours counts every scored token (equal unless a token's probability rounds to 1).
 """
 from __future__ import annotations
 

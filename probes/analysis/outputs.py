@@ -95,10 +95,13 @@ def staged_output(out: Path) -> Iterator[Path]:
     sibling ``.<out>.<pid>@<host>.tmp``, then moved into `out` entry by entry, report.md last. A killed
     report leaves the previous one as it was (not old report.md beside new tables); the next run removes
     what it left (train/staletmp.py). Entries of `out` that the new report lacks but an old one wrote
-    (a problems.txt with no problems now) go; anything else in `out` stays. An error removes the stage."""
+    (a problems.txt with no problems now) go; anything else in `out` stays. An error removes the stage.
+    Every file the report writes is listed in `out`/.report-files; a file of the user's inside what would
+    be replaced (a figures/my_figure.pdf) is refused before any work, never deleted."""
     from train.staletmp import clear_stale, tag
 
     out = Path(out)
+    check_report_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     for suffix in (".tmp", ".old"):
         clear_stale(out.parent, f".{out.name}.", ".", suffix)
@@ -109,6 +112,8 @@ def staged_output(out: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+    files = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if not p.is_dir())
+    write_text(stage / MANIFEST, "\n".join([*files, MANIFEST]) + "\n")
     out.mkdir(exist_ok=True)
     old = out.parent / f".{out.name}.{tag()}.{uuid.uuid4().hex[:12]}.old"
     old.mkdir()
@@ -129,7 +134,35 @@ def staged_output(out: Path) -> Iterator[Path]:
 
 
 # what an older report may have left, report.md aside (an old figure cache goes with the report it served)
-REPORT_ENTRIES = ("problems.txt", "figures", "tables", ".figure-cache", ".cache")
+REPORT_ENTRIES = ("figures", "appendix", "tables", "problems.txt", ".figure-cache", ".cache", ".report-files")
+MANIFEST = ".report-files"  # one path per line, relative to the report: what it wrote
+
+
+def check_report_out(out: Path) -> None:
+    """Refuses a report directory with files under its entries that no report wrote (MANIFEST lacks them):
+    the swap would delete them."""
+    from train.errors import UserError
+
+    foreign = _foreign_files(Path(out))
+    if foreign:
+        raise UserError(f"{foreign[0]}: not written by a report (not in {out / MANIFEST}), and a report replaces "
+                        f"report.md, figures/, appendix/, tables/ whole ({len(foreign)} such file(s)): move them "
+                        f"out of {out}, or give --out another directory")
+
+
+def _foreign_files(out: Path) -> list[Path]:
+    """Files under `out`'s report entries that the report there did not write (its MANIFEST lacks them)."""
+    try:
+        written = set((out / MANIFEST).read_text().splitlines())
+    except OSError:
+        written = set()
+    found = []
+    for name in ("report.md", *REPORT_ENTRIES):
+        path = out / name
+        for f in ([path] if not path.is_dir() else sorted(path.rglob("*"))):
+            if (f.is_file() or f.is_symlink()) and str(f.relative_to(out)) not in written:
+                found.append(f)
+    return found
 
 
 def fork_pool(workers: int):

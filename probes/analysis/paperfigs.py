@@ -27,8 +27,6 @@ from probes.analysis.evalset import log_tokens, parse_model_params
 from probes.analysis.outputs import save_figure
 from probes.analysis.plotting import add_line, inch_margins, layout_figure, new_figure, plot_line, token_axis, wrap_title
 
-BUDGET_STYLES = ("-", "--", ":", "-.")
-
 
 def model_order(df: pd.DataFrame) -> list[str]:
     return sorted(df["model"].unique(), key=lambda m: (parse_model_params(str(m)) or float("inf"), str(m)))

@@ -29,7 +29,7 @@ from probes.analysis.formuse import use_sections
 from probes.analysis.heldout import final_heldout, heldout_table, plot_heldout
 from probes.analysis.human import blimp_human, zhoblimp_human
 from probes.analysis.normsweep import sweep_paradigms, sweep_summary
-from probes.analysis.outputs import FigureJobs, staged_output, write_csv, write_parquet, write_table, write_text
+from probes.analysis.outputs import FigureJobs, check_report_out, staged_output, write_csv, write_parquet, write_table, write_text
 from probes.analysis.paper_ushapes import paper_u_table
 from probes.analysis.paperfigs import budget_order, plot_all_phenomena, plot_overall, plot_phenomenon
 from probes.analysis.plotting import accuracy_label, safe_name
@@ -415,6 +415,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                            case_study=CaseStudyConfig(paradigm=a.case_study, quantity=a.case_study_quantity,
                                                       phrase_regions=a.phrase_regions))
         check_writable(a.out, "--out")  # a read-only or missing place: one line, before any work
+        check_report_out(a.out)  # nor a file of the user's that the new report would replace
         ev = load_runs(a.run_dirs)
         pick_paradigms(ev, cfg.case_study.paradigm)  # a misspelt paradigm fails before any work
     except (EvalInputError, ValueError, UserError) as exc:

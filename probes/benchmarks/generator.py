@@ -141,9 +141,6 @@ class Template:
     source: str = "<template>"  # file the template came from, for error messages
 
 
-# ---------------------------------------------------------------- sampling state
-
-
 class _Retry(Exception):
     """One sample failed (no shared value, repeated word ...): draw again."""
 

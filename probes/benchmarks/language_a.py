@@ -19,11 +19,9 @@ present, an object, an adverb and a PP modifying the verb, so every rule has som
 from a small lexicon and a seeded generator instead of GPT-4 and spaCy (C.3 steps 1-2): the parse is known by
 construction, so the gold translation is the rules applied to it.
 
-A pair: ``shots`` demonstrations (English sentence, its Language A translation; Task 4 shows two), then a new
-English sentence and, as the good sentence, its Language A translation; the bad one has the same Language A
-words (morphology included) with one rule's order undone, as Task 4's 1-order / 2-order contrasts do:
-``all_rules`` (English order), ``S1_SOV`` (SVO), ``S2_PV`` (verb modifiers after the verb), ``S3_PN`` (the
-noun's PP after it). The demonstrations are a shared prefix, so the pair differs only in the test translation.
+A pair (paradigms: docs/elagent.md): ``shots`` demonstrations, a new English sentence and its translation
+(good) or the same Language A words with one rule's order undone (bad, as Task 4's 1-/2-order contrasts);
+the demonstrations are a shared prefix, so the pair differs only in the test translation.
 """
 from __future__ import annotations
 
@@ -76,8 +74,6 @@ class Clause:
     vpp: PP
 
 
-# ------------------------------------------------------------------------------------------- English
-
 def _np_en(np: NP) -> list[str]:
     return [np.det, *np.adjs, np.noun[1] if np.plural else np.noun[0]] + (_pp_en(np.pp) if np.pp else [])
 
@@ -92,8 +88,6 @@ def english(c: Clause) -> str:
     words = _np_en(c.subj) + [verb] + _np_en(c.obj) + [c.adv] + _pp_en(c.vpp)
     return " ".join(words)[0].upper() + " ".join(words)[1:] + "."
 
-
-# ------------------------------------------------------------------------------------------- Language A
 
 class Translator:
     """Renders a clause in Language A with the syntactic rules in ``rules`` on (morphology always on)."""
@@ -127,8 +121,6 @@ class Translator:
             words = subj + (mods + verb + obj if "S2" in self.rules else verb + obj + mods)
         return " ".join(words + ["."])
 
-
-# ------------------------------------------------------------------------------------------- generator
 
 def _np(rng: random.Random, nouns, adj_p: float, pp: Optional[PP] = None) -> NP:
     plural = rng.random() < 0.5

@@ -13,9 +13,6 @@ class GrammarError(ValueError):
     """A template, phrase or vocabulary that cannot work; the message names file/template and slot."""
 
 
-# ---------------------------------------------------------------- vocabulary
-
-
 @dataclass(frozen=True)
 class Entry:
     expression: str

@@ -23,7 +23,7 @@ from typing import Callable, Iterable, Optional
 
 from train.errors import InputFileError
 from train.files import STEP_DIR, TRAINER_STATE, read_trainer_state, versions
-from train.evalsums import sum_path, sum_problem
+from train.evalsums import checkpoint_problem, sum_path, sum_problem
 
 META_KEY = b"syntax_dynamics"  # parquet schema-metadata key of an eval file's JSON metadata
 CONVENTION = "start_token_all_tokens_v2"  # the scoring convention (probes/scoring/primitive.py documents it)
@@ -176,6 +176,8 @@ def eval_file_meta(path: Path, schema_meta: Optional[dict] = None, data: Optiona
                              f"move it away (or to {meta['benchmark']}.parquet)")
     if not has_sum:  # lost, where the file says it was written with one
         _check_sum(path, meta)
+    if dir_step is not None and (problem := checkpoint_problem(path, meta)):
+        raise EvalInputError(problem)
     return meta
 
 

@@ -40,11 +40,33 @@ def check_tasks(tasks: Sequence[str], include_path: Optional[str]):
     ValueError naming them. (Indexing lm-eval's own tasks takes seconds: callers keep it.)"""
     tm = task_manager(include_path)
     unknown = [t for t in tasks if t not in tm.all_tasks]
+    broken = _unparsable(include_path) if unknown and include_path else []
+    if broken:  # lm-eval logs and skips a YAML it cannot parse: the cause, not "unknown task"
+        raise ValueError(f"{broken[0]}; lm-eval skipped that file, so probes.lm_eval.tasks {unknown} are unknown: "
+                         f"fix the YAML")
     if unknown:
         raise ValueError(f"probes.lm_eval.tasks: unknown lm-eval task(s) {unknown}"
                          + (f" (none under probes.lm_eval.include_path={include_path})" if include_path else
                             "; local task YAMLs need probes.lm_eval.include_path"))
     return tm
+
+
+def _unparsable(include_path: str) -> list[str]:
+    """'<file>: <parse error>' for every task YAML under include_path that YAML cannot parse (its tags, such
+    as lm-eval's !function, are read as nothing: nothing is imported here)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("", lambda loader, suffix, node: None)
+    found = []
+    for f in sorted(Path(include_path).rglob("*.yaml")):
+        try:
+            yaml.load(f.read_text(), Loader=Loader)
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            found.append(f"{f}: not valid YAML ({' '.join(str(e).split())})")
+    return found
 
 
 def _sample_rows(task: str, samples: list[dict]) -> list[dict]:

@@ -1,16 +1,8 @@
 """``python -m probes lm-eval-tasks --benchmark NAME --out DIR``: our minimal pairs as lm-eval tasks.
 
-One task per benchmark, written as ``DIR/<task>.yaml`` + ``DIR/<task>.jsonl`` (the pairs, one per line),
-loaded by lm-eval's ``json`` dataset builder from that local file (no hub). The YAML scores each pair
-the way ``probes score`` does (convention start_token_all_tokens_v2, probes/scoring/primitive.py):
-
-* empty context: lm-eval then conditions the continuation on the model's prefix token alone
-  (``HFLM.prefix_token_id``); give it our start token with ``--model_args ...,prefix_token_id=<id>``
-  (``start_token_id`` of the model directory's start_token.json; our in-loop hook does it itself);
-* ``target_delimiter: ""``: no space before the sentence (lm-eval's default " " changes the first token);
-* choices ``[bad, good]``, target 1: lm-eval's ``acc`` takes the first of tied options, so a tie counts
-  wrong, as our sum-LP accuracy does. ``acc`` is then our sum-LP accuracy; the per-sample log-likelihoods
-  (``--log_samples``) are our ``lp_bad``, ``lp_good``.
+One task per benchmark, ``DIR/<task>.yaml`` + ``DIR/<task>.jsonl`` (read by lm-eval's ``json`` builder, no
+hub), scoring each pair as ``probes score`` does; docs/lm_eval.md's table says why each setting (empty
+context, our start token as prefix token, ``target_delimiter: ""``, choices ``[bad, good]``) is what it is.
 """
 from __future__ import annotations
 

@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from probes.benchmarks.pairs import Pair
-from probes.evals.files import CONVENTION, EvalInputError, eval_done, eval_file_meta, eval_path, pair_set
+from probes.evals.files import CONVENTION, EvalInputError, eval_file_meta, eval_path, pair_set
 from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint, ids_fingerprint
+from train.errors import InputFileError, reading
 from train.files import write_json_atomic, write_text_atomic
 
 PYTHIA_TOKENS_PER_STEP = 1024 * 2048  # Pythia's global batch: 1,024 sequences of 2,048 tokens
@@ -87,9 +88,23 @@ def fetch(name: str, revision: str) -> Path:
         offline = " (HF_HUB_OFFLINE is set: only the local cache is read)" if _offline() else ""
         raise RevisionError(f"{name} revision {revision}: cannot be had{offline}: {type(e).__name__}: "
                             f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    check_snapshot(snap)
     if not weight_files(snap):
         raise RevisionError(f"{name} revision {revision}: {snap} holds no weights (*.safetensors, *.bin)")
     return snap
+
+
+def check_snapshot(snap: Path) -> None:
+    """Refuses a cache snapshot with an entry that resolves outside its repository's blobs/: reading it
+    would read a file elsewhere as the revision's, and huggingface_hub's deletion follows the link and
+    deletes that file (DESIGN.md, Known traps). A directory that is no cache snapshot is left alone."""
+    if snap.parent.name != "snapshots":
+        return
+    blobs = (snap.parent.parent / "blobs").resolve()
+    for f in sorted(snap.rglob("*")):
+        if f.is_symlink() and not f.resolve().is_relative_to(blobs):
+            raise RevisionError(f"{f}: links to {f.resolve()}, outside the cache's {blobs}; refused (not read, not "
+                                f"deleted): delete {snap} and download the revision again")
 
 
 def _offline() -> bool:
@@ -192,17 +207,36 @@ def _read_record(out_dir: Path, opts: HubOptions) -> dict:
     return rec
 
 
-def _done(out_dir: Path, step: int, rev: str, benchmarks: dict[str, str]) -> bool:
+def _done(out_dir: Path, step: int, rev: str, benchmarks: dict[str, str], name: str) -> bool:
+    """Every benchmark's file holds this revision of this suite on this pair set. Not compared: the
+    manifest (eval_done's key), which a snapshot that carries a manifest.json records and the next run,
+    before fetching the snapshot, cannot know."""
     for bench, pairs_hash in benchmarks.items():
         path = eval_path(out_dir, step, bench)
-        if not eval_done(path, pairs_hash, None) or eval_file_meta(path).get("hub_revision") != rev:
+        try:
+            meta = eval_file_meta(path) if path.is_file() else {}
+        except EvalInputError:  # damaged or foreign: scored again, which replaces it
+            return False
+        if [meta.get(k) for k in ("convention", "pair_set", "hub", "hub_revision")] != [CONVENTION, pairs_hash,
+                                                                                         name, rev]:
             return False
     return True
 
 
-def _delete(name: str, commit: str) -> None:
+def check_out(out_dir: Path) -> None:
+    """--out must not be a training run: its eval files would be overwritten by the suite's."""
+    config = out_dir / "config.yaml"
+    held = (out_dir / "checkpoints").exists() or (
+        config.is_file() and not config.read_text(errors="replace").startswith("experiment: hub\n"))
+    if held:
+        raise EvalInputError(f"{out_dir}: holds a training run (checkpoints/ or its own config.yaml); "
+                             f"score-run --hub would overwrite its eval files: give --out a new directory")
+
+
+def _delete(name: str, commit: str, snap: Path) -> None:
     from huggingface_hub import scan_cache_dir
 
+    check_snapshot(snap)  # again, just before: huggingface_hub deletes whatever a link points at
     info = scan_cache_dir()
     for repo in info.repos:
         if repo.repo_id == name:
@@ -231,14 +265,17 @@ def score_hub(out_dir: Path, opts: HubOptions, benchmarks: dict[str, list[Pair]]
     ref_snap: Optional[Path] = None
     for rev in opts.revisions:
         step = int(rev[4:])
-        if rev in rec["revisions"] and _done(out_dir, step, rev, sets):
+        if rev in rec["revisions"] and _done(out_dir, step, rev, sets, opts.name):
             continue
         try:
             snap = fetch(opts.name, rev)
-        except RevisionError as e:
+            # a downloaded suite is untrusted: False, not the default None (which asks on stdin, and a "y"
+            # runs the repository's Python)
+            with reading(snap / "tokenizer_config.json", "the revision's tokenizer"):
+                tokenizer = AutoTokenizer.from_pretrained(snap, trust_remote_code=False)
+        except (RevisionError, InputFileError) as e:
             errors.append(str(e))
             continue
-        tokenizer = AutoTokenizer.from_pretrained(snap)
         start, _ = document_tokens(tokenizer)
         start_piece = tokenizer.convert_ids_to_tokens(start)
         if "start_token" not in rec:
@@ -248,10 +285,24 @@ def score_hub(out_dir: Path, opts: HubOptions, benchmarks: dict[str, list[Pair]]
             errors.append(f"{opts.name} revision {rev}: its tokenizer starts documents with {start_piece!r}, "
                           f"the earlier revisions with {rec['start_token']!r}: not one suite")
             continue
-        model = load_causal_lm(snap, AutoModelForCausalLM)
+        fingerprint = ids_fingerprint(tokenizer)
+        if rec.setdefault("tokenizer", fingerprint) != fingerprint:  # other ids: not points of one curve
+            rec.setdefault("refused", {})[rev] = (
+                f"{opts.name} revision {rev}: its tokenizer gives other ids (fingerprint {fingerprint}) than the "
+                f"suite's ({rec['tokenizer']}, hub.json): not scored into the same curve")
+            errors.append(rec["refused"][rev])
+            write_json_atomic(out_dir / RECORD, {**rec, "warnings": _warnings(opts.name, rec)})
+            continue
+        weights = weight_files(snap)
+        try:
+            with reading(weights[0] if len(weights) == 1 else snap, "the revision's weights",
+                         f"delete {snap} and download the revision again"):
+                model = load_causal_lm(snap, AutoModelForCausalLM, trust_remote_code=False)
+        except InputFileError as e:
+            errors.append(str(e))
+            continue
         check_vocabulary(snap, tokenizer, model)
         model.to(device)
-        fingerprint = ids_fingerprint(tokenizer)
         entry = {"step": step, "commit": snap.name, "weights": blob_ids(snap), "reference": ref_rev}
         if rev == ref_rev:
             entry["distance"] = 0.0
@@ -271,15 +322,21 @@ def score_hub(out_dir: Path, opts: HubOptions, benchmarks: dict[str, list[Pair]]
             say(f"{rev} {bench}: {len(ev.df)} pairs -> {ev.path}")
             written.append(ev.path)
         rec["revisions"][rev] = entry
-        rec["warnings"] = sanity_warnings(opts.name, rec["revisions"])
+        rec.get("refused", {}).pop(rev, None)
+        rec["warnings"] = _warnings(opts.name, rec)
         write_json_atomic(out_dir / RECORD, rec)
         del model
         if opts.delete_after and rev != ref_rev:
-            _delete(opts.name, snap.name)
-    rec["warnings"] = sanity_warnings(opts.name, rec["revisions"])
+            _delete(opts.name, snap.name, snap)
+    rec["warnings"] = _warnings(opts.name, rec)
     rec["convention"] = CONVENTION
     write_json_atomic(out_dir / RECORD, rec)
     return written, rec["warnings"], errors
+
+
+def _warnings(name: str, rec: dict) -> list[str]:
+    """hub.json's warnings (what `probes report` lists as problems): the sanity checks and refused revisions."""
+    return sanity_warnings(name, rec["revisions"]) + list(rec.get("refused", {}).values())
 
 
 def _write_run_config(out_dir: Path, name: str) -> None:
@@ -289,5 +346,5 @@ def _write_run_config(out_dir: Path, name: str) -> None:
         write_text_atomic(path, f"experiment: hub\nmodel:\n  name: {name}\nseed: null\n")
 
 
-__all__ = ["HubOptions", "PYTHIA_STEPS", "PYTHIA_TOKENS_PER_STEP", "RevisionError", "distance", "fetch",
+__all__ = ["HubOptions", "check_out", "check_snapshot", "PYTHIA_STEPS", "PYTHIA_TOKENS_PER_STEP", "RevisionError", "distance", "fetch",
            "parse_revisions", "sanity_warnings", "score_hub"]

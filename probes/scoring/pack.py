@@ -1,25 +1,9 @@
-"""Trie-packed scoring: the body runs once per distinct prefix, the head once per distinct prefix too.
+"""Trie-packed scoring: the body and the head run once per distinct prefix (docs/speed.md, "What changed").
 
-BLiMP-like benchmarks repeat most of every sentence: the start token begins them all, a pair's two
-sentences share the words before they differ, paradigms reuse openings. On 20,100 BLiMP sentences
-(215,587 scored positions) there are 126,125 distinct prefixes. ``packed_logprobs`` computes each
-prefix's hidden state once:
-
-* The sequences are sorted lexicographically; the prefixes form a trie whose node ids are given in
-  that order (a preorder: a node comes after its parent, and a subtree is a contiguous run).
-* Each sequence contributes the trie nodes it reaches first (``Trie.fresh``); consecutive sequences'
-  fresh nodes are packed into rows of ``ROW_CAP`` nodes (a row that starts with a sequence gets its
-  whole path, so every node in a row has its ancestors in the row; a longer path gets a longer row).
-* A row is fed with ``input_ids`` = the nodes' tokens, ``position_ids`` = their depths and a 4D
-  attention mask [rows, 1, R, R] in which a node sees its ancestors and itself (``tree_mask``), so
-  its hidden state is the one the unpacked sentence gives it, up to float32 reassociation (the
-  masked keys add exact zeros). Padding positions see only themselves.
-* The logit of each (prefix, next token) edge is one dot product, computed when its prefix's hidden
-  state is; the logsumexp over the vocabulary of each prefix is deferred into chunks of
-  ``_HeadLSE.chunk`` rows (the last one partial), which keep the CPU GEMM at its best shape; on a
-  CPU they run in worker threads beside the body (``_head_workers``).
-
-A forward holds about ``batch_size`` sentences' worth of tokens, as unpacked (``token_budget``).
+Sorted sequences give a trie whose node ids are a preorder (a subtree is a contiguous run). Each sequence's
+fresh nodes (``Trie.fresh``) are packed into rows of ``ROW_CAP`` nodes; a row that starts with a sequence
+gets its whole path, so every node in a row has its ancestors in it, and ``tree_mask`` lets a node see
+exactly those, which gives the unpacked hidden state up to float32 reassociation.
 """
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
 """Syntax-questions curves: OA and its parts per knowledge point against tokens seen.
 
-Reads the summaries stored in every ``<run>/evals/step<N>/syntax_qa.parquet`` and ``syntax_qa_paper.parquet``
-(their metadata holds ``summarize``'s numbers, so nothing is re-scored) and writes a tidy table plus plots.
-The ``mode`` column says which produced a number: ``likelihood`` (TF/MC ranked by likelihood, our
-wording) or ``paper`` (the paper's prompts, every answer generated and parsed); files written before
-modes existed are ``likelihood``. The random
-baselines of the question types are not in the summary; they are the item rows' expected
-random-guess scores (``rand_acc``, ``rand_f1``), read as four small columns.
+Reads the summaries in the metadata of every ``<run>/evals/step<N>/syntax_qa.parquet`` and
+``syntax_qa_paper.parquet`` (nothing is re-scored); ``mode`` says which wrote a number (files older than
+modes are ``likelihood``). The question types' random baselines are the item rows' ``rand_acc``, ``rand_f1``.
 """
 from __future__ import annotations
 
@@ -90,7 +86,6 @@ def task_rows(table: pd.DataFrame) -> pd.DataFrame:
                          "chance": q.get("FITB_acc_random", np.nan)})
 
 
-# ---------------------------------------------------------------------------------------- plots
 # The drawers take tidy rows (kp, metric, tokens, value) of one run, or of one model x budget with
 # the seeds already averaged; `ref` is every token count drawn on the figure (step 0's position).
 
@@ -99,42 +94,30 @@ def _curve(df: pd.DataFrame, kp: str, metric: str) -> pd.DataFrame:
     return df[(df.kp == kp) & (df.metric == metric)].sort_values("tokens")
 
 
+def _line(ax, d: pd.DataFrame, ref, label: str, color, baseline: bool = False, **kw) -> int:
+    """Draws curve ``d`` (tokens, value), dashed when ``baseline``; 1 when it has points, else 0."""
+    if not len(d):
+        return 0
+    x, y = d.tokens.to_numpy(), d.value.to_numpy()
+    draw_baseline(ax, x, y, ref, color, label, **kw) if baseline else plot_line(ax, x, y, ref, label, color, **kw)
+    return 1
+
+
 def draw_knowledge_points(ax, df: pd.DataFrame, ref) -> int:
     """OA of every knowledge point, the overall OA (black, thick) and OA_random; returns the line count."""
     kps = [kp for kp in KNOWLEDGE_POINTS if len(_curve(df, kp, "OA"))]
-    n = 0
-    for kp, c in zip(kps, colors(len(kps))):
-        d = _curve(df, kp, "OA")
-        plot_line(ax, d.tokens.to_numpy(), d.value.to_numpy(), ref, kp, c, lw=1.1)
-        n += 1
-    d = _curve(df, "all", "OA")
-    if len(d):
-        plot_line(ax, d.tokens.to_numpy(), d.value.to_numpy(), ref, "all points", "black", lw=2.4)
-        n += 1
-    d = _curve(df, "all", "OA_random")
-    if len(d):
-        draw_baseline(ax, d.tokens.to_numpy(), d.value.to_numpy(), ref, "black", "OA_random (all points)")
-        n += 1
-    return n
+    n = sum(_line(ax, _curve(df, kp, "OA"), ref, kp, c, lw=1.1) for kp, c in zip(kps, colors(len(kps))))
+    n += _line(ax, _curve(df, "all", "OA"), ref, "all points", "black", lw=2.4)
+    return n + _line(ax, _curve(df, "all", "OA_random"), ref, "OA_random (all points)", "black", baseline=True)
 
 
 def draw_question_types(ax, df: pd.DataFrame, ref) -> int:
     """TF/MC/FITB scores over all points, each with its random baseline dashed in its colour, and OA."""
     n = 0
     for part, c in zip(QUESTION_TYPES, colors(len(QUESTION_TYPES))):
-        d = _curve(df, "all", part)
-        if len(d):
-            plot_line(ax, d.tokens.to_numpy(), d.value.to_numpy(), ref, part, c)
-            n += 1
-        r = _curve(df, "all", f"{part}_random")
-        if len(r):
-            draw_baseline(ax, r.tokens.to_numpy(), r.value.to_numpy(), ref, c, f"{part} random", lw=1.0)
-            n += 1
-    d = _curve(df, "all", "OA")
-    if len(d):
-        plot_line(ax, d.tokens.to_numpy(), d.value.to_numpy(), ref, "OA", "black", lw=2.4)
-        n += 1
-    return n
+        n += _line(ax, _curve(df, "all", part), ref, part, c)
+        n += _line(ax, _curve(df, "all", f"{part}_random"), ref, f"{part} random", c, baseline=True, lw=1.0)
+    return n + _line(ax, _curve(df, "all", "OA"), ref, "OA", "black", lw=2.4)
 
 
 def score_limits(ax, values) -> None:

@@ -1,22 +1,13 @@
-"""Test set, held-out exemplar set and few-shot prompts of the syntax-question paper's setting.
+"""Test set, held-out exemplar set and few-shot prompts of the syntax-question paper's setting (§3.2,
+Appendix D.1, Table 1; docs/syntax-questions.md says what mode=paper asks).
 
-The paper (§3.2, Appendix D.1, Table 1) and what we do:
-
-- Test set: k = 5 questions per (question type, knowledge point, answer category) tuple, drawn at
-  random (``questions.balanced_sample``, the same sampler as the likelihood mode).
-- Exemplar set: "employing a similar approach but with a reduced sample size" - 1,300 exemplars
-  beside 3,170 test questions, about 2 per tuple where the test set has 5; ``exemplar_k`` = 2. We
-  draw it only from sentences that no test item asks about, so no exemplar shows a test sentence or
-  answers a test question. Where a (knowledge point, type) has fewer than ``shots`` x ``shot_seeds``
-  exemplars (a small treebank), it is topped up from the other unused questions of that knowledge
-  point and type, so that the seeds can differ.
-- Few-shot: for each question, 5 exemplars "having the same syntactic knowledge point and question
-  type", chosen at random; three random seeds choose them, and the scores are averaged.
-- MVP's true/false questions "are the same as those in surface subject, subject complement, direct
-  object, and indirect object, so we directly reuse the questions of these four ... and do not count
-  them in the total number" (Table 1, ‡; 440 = 130 + 130 + 150 + 30). So MVP gets no true/false
-  items of its own: the GS/SC/DO/IO true/false items carry ``kp_also = "MVP"`` and are counted once
-  overall and again in MVP's scores (``score.summarize``).
+- Test set: k = 5 questions per (question type, knowledge point, answer category), ``questions.balanced_sample``.
+- Exemplar set: the paper's "reduced sample size" (1,300 exemplars beside 3,170 test questions: ``exemplar_k``
+  = 2 per tuple), drawn only from sentences no test item asks about. Where a (knowledge point, type) has fewer
+  than ``shots`` x ``shot_seeds`` exemplars (a small treebank), it is topped up from the other unused
+  questions of that knowledge point and type, so that the seeds can differ.
+- MVP's true/false items are the GS/SC/DO/IO ones (Table 1, ‡; 440 = 130 + 130 + 150 + 30): they carry
+  ``kp_also = "MVP"`` and are counted once overall and again in MVP's scores (``score.summarize``).
 """
 from __future__ import annotations
 

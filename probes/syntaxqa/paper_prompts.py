@@ -26,7 +26,6 @@ from __future__ import annotations
 from probes.syntaxqa.questions import LETTERS, Item
 
 OPEN, CLOSE = "“", "”"  # the paper's quotes (Figures 5 and 6)
-BLANK = "_____"  # five underscores, as printed in Figure 5
 
 # kp -> (TF statement, TF negated statement, MC question, FITB question); {a} = anchor, {x} = candidate.
 # MVP has no anchor and no TF templates of its own (its TF items are GS/SC/DO/IO's, Table 1 note ‡).

@@ -1,21 +1,10 @@
-"""``mode=paper``: the syntax questions asked and answered as in their paper.
+"""``mode=paper``: the syntax questions asked and answered as in their paper (docs/syntax-questions.md).
 
-Items and prompts come from ``paper_items`` / ``paper_prompts`` (the paper's templates, instruction
-lines, "Options:", 'Answer: The answer is “', 5 exemplars of the same knowledge point and type from
-a held-out exemplar set, 3 exemplar seeds). Every answer - true/false and multiple choice too - is
-generated greedily (temperature 0: ``generate`` with ``do_sample=False``; EOS = the tokenizer's,
-padding = its pad else the start token) with at most 10 new tokens for TF/MC and 256 for FITB
-(Appendix D.1), and read by ``paper_parse``. An item's correct / f1 / unparsed are means over its
-exemplar seeds; an unparsed answer counts wrong and is counted in ``unparsed``.
-
-A model whose positions end before prompt + budget: the budget is cut to what fits (rows keep the
-budget they had in ``max_new_tokens``; a warning says how many prompts) - generation stops at the
-closing quote anyway. A prompt that does not fit at all is an error naming the item.
-
-Rows are those of ``score.score_items`` (same columns, so ``summarize``, curves and report read both)
-with ``mode = "paper"`` and: ``kp_also`` (MVP's reuse of GS/SC/DO/IO true/false items),
-``generations`` and ``preds`` (per exemplar seed), ``unparsed``, ``n_shots``, ``exemplar_ids``,
-``max_new_tokens``.
+Every answer is generated greedily (padding = the tokenizer's pad else the start token) and read by
+``paper_parse``; an item's correct / f1 / unparsed are means over its exemplar seeds. When prompt + budget
+overruns the model's positions, the budget is cut to fit (a warning counts the prompts); a prompt that does
+not fit at all is an error naming the item. Rows are those of ``score.score_items`` with ``mode = "paper"``
+and ``kp_also``, ``generations``, ``preds``, ``unparsed``, ``n_shots``, ``exemplar_ids``, ``max_new_tokens``.
 """
 from __future__ import annotations
 

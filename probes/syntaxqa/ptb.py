@@ -197,9 +197,6 @@ def sentence_from_tree(root: Node, path: str, sent_id: str, line: int) -> Senten
     return sent
 
 
-# ---------------------------------------------------------------- patterns
-
-
 def _verb_chains(vp: Node) -> list[tuple[list[int], Node]]:
     """Auxiliaries + main verb of a VP, descending through VP-in-VP; one entry per coordinated VP.
 

@@ -22,18 +22,6 @@ KNOWLEDGE_POINTS: tuple[str, ...] = ("GS", "SC", "DO", "IO", "MVP", "ADJ", "ADV"
 # true/false, multiple choice, fill-in-the-blank (probes.syntaxqa.questions renders them)
 QUESTION_TYPES: tuple[str, ...] = ("TF", "MC", "FITB")
 
-KP_NAMES: dict[str, str] = {
-    "GS": "grammatical subject",
-    "SC": "subject complement",
-    "DO": "direct object",
-    "IO": "indirect object",
-    "MVP": "main verb phrase",
-    "ADJ": "post-nominal adjectival modifier (relative / reduced relative clause)",
-    "ADV": "adverbial modifier",
-    "CO": "coordination",
-    "PPA": "prepositional-phrase attachment",
-}
-
 
 @dataclass(frozen=True)
 class Span:

@@ -1,13 +1,8 @@
 """The syntax-questions section of `python -m probes report`: curves per model x budget, one table.
 
-Runs of one model x budget are seeds: every curve is their mean with a 95 % t-interval over seeds
-(the same interval as the report's minimal-pair curves; none with one seed). Numbers come from
-``syntax_qa_table``, i.e. the summaries stored in each run's ``evals/step<N>/syntax_qa.parquet``
-(likelihood mode) and ``syntax_qa_paper.parquet`` (paper mode); every table, line and legend names the
-mode, and the two are never averaged together.
-
-Outputs: tables/syntax_qa.csv (seed mean per model x budget x knowledge point x metric x step),
-tables/syntax_qa_final.csv (each run's last probed checkpoint) and three figures.
+Runs of one model x budget are seeds: every curve is their mean with a 95 % t-interval over seeds (as the
+minimal-pair curves), from ``syntax_qa_table``; the two modes are named everywhere, never averaged together.
+Outputs: tables/syntax_qa.csv (seed means), tables/syntax_qa_final.csv (each run's last checkpoint), figures.
 """
 from __future__ import annotations
 

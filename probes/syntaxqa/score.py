@@ -38,10 +38,7 @@ from probes.syntaxqa.questions import QUESTION_TYPES, Item, balanced_sample, can
 from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS, benchmark_name
 
 
-__all__ = ["SyntaxQAConfig", "build_items", "evaluate_items", "score_items", "summarize", "write_items"]
-
-
-# ---------------------------------------------------------------- items
+__all__ = ["SyntaxQAConfig", "build_items_and_reports", "evaluate_items", "score_items", "summarize"]
 
 
 def build_items_and_reports(cfg: SyntaxQAConfig) -> tuple[list[Item], list[SourceReport]]:
@@ -63,13 +60,6 @@ def build_items_and_reports(cfg: SyntaxQAConfig) -> tuple[list[Item], list[Sourc
             pool[key] = [render(c, facts, cfg.seed) for c in picked]
     P.attach_prompts(items, pool, cfg.shots, cfg.shot_seeds, cfg.seed)
     return items, reports
-
-
-def build_items(cfg: SyntaxQAConfig) -> list[Item]:
-    return build_items_and_reports(cfg)[0]
-
-
-# ---------------------------------------------------------------- scoring
 
 
 def _lcp(a: list[int], b: list[int]) -> int:
@@ -180,7 +170,7 @@ def score_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, device
     """One row per item: correct (mean over exemplar seeds), FITB f1, prediction, random baselines."""
     for it in items:
         if not it.prompts:
-            raise ValueError(f"syntax-qa item {it.item_id} has no prompt; build items with build_items(cfg)")
+            raise ValueError(f"syntax-qa item {it.item_id} has no prompt; build items with build_items_and_reports(cfg)")
     device = device if device is not None else next(model.parameters()).device
     lik = _likelihood_scores(model, tokenizer, [it for it in items if it.qtype in ("TF", "MC")], cfg, device)
     fitb = [it for it in items if it.qtype == "FITB"] if cfg.generate else []
@@ -209,9 +199,6 @@ def score_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, device
             row["f1"] = float(np.mean([strict_f1(p, it.golds) for p in preds]))
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-# ---------------------------------------------------------------- summary
 
 
 def _parts(df: pd.DataFrame, acc: str, f1: str) -> tuple[float, float, float, float]:
@@ -291,20 +278,6 @@ def evaluate_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, rep
         describe=lambda df: _describe(df, cfg, reports), kind=KIND, mode=cfg.mode)
 
 
-def write_items(df: pd.DataFrame, path: Path, *, step: int, tokens: int, model_dir: Path, tokenizer,
-                cfg: SyntaxQAConfig, reports: list[SourceReport]) -> dict[str, float]:
-    """Per-item rows already scored to ``path``, with the metadata evaluate_items writes; returns the summary."""
-    from probes.scoring.evaluate import evaluate_checkpoint
-
-    evaluate_checkpoint(None, tokenizer, list(df.itertuples(index=False)), name=benchmark_name(cfg.mode), step=step,
-                        tokens=tokens, ckpt_dir=model_dir, out=path, key=item_key, score=lambda *_: df,
-                        describe=lambda d: _describe(d, cfg, reports), kind=KIND, mode=cfg.mode)
-    return summarize(df)
-
-
-# ---------------------------------------------------------------- CLI
-
-
 # Each flag is a SyntaxQAConfig field (`--max-items` is max_items, as probes.syntax_qa.max_items in a
 # training config), every field but the in-loop `enabled`. A flag not given leaves the field's default:
 # the defaults live in the dataclass only.
@@ -372,19 +345,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
+    from train.files import read_trainer_state
     from train.weights import WeightsMismatchError, load_causal_lm
 
     try:
         model = load_causal_lm(args.model, AutoModelForCausalLM).to(device)
-    except WeightsMismatchError as e:
-        print(f"error: --model {e}", file=sys.stderr)
-        return 2
-    from train.files import read_trainer_state
-
-    try:
         state = read_trainer_state(args.model, missing_ok=True)  # {}: a model directory not trained here
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except ValueError as e:  # WeightsMismatchError is one
+        print(f"error: {'--model ' if isinstance(e, WeightsMismatchError) else ''}{e}", file=sys.stderr)
         return 2
     ev = evaluate_items(model, tokenizer, items, cfg, reports, step=int(state.get("step", -1)),
                         tokens=int(state.get("tokens", -1)), ckpt_dir=args.model, out=args.out, device=device)

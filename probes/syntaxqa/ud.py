@@ -158,9 +158,6 @@ def read_conllu(path: str | Path) -> tuple[list[Sentence], list[Fact], list[Conl
     return sentences, facts, errors
 
 
-# ---------------------------------------------------------------- patterns
-
-
 def _is_negation(t: _Tree, i: int) -> bool:
     return t.base(i) == "advmod" and (t.lemmas[i].lower() in NEGATION or t.forms[i].lower() in NEGATION)
 
