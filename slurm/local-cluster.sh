@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# A one-node SLURM cluster on this machine, for the tests (tests/test_slurm_cluster.py) and for trying the
-# cluster path by hand: slurmctld + slurmd on localhost, munge for authentication, partition `debug`.
+# A SLURM cluster of one or more nodes on this machine, on loopback only, for the tests
+# (tests/test_slurm_cluster.py, tests/test_two_nodes.py) and for trying the cluster path by hand: slurmctld
+# and one slurmd per node, munge for authentication, partition `debug`.
 #
-#   bash slurm/local-cluster.sh up      # install (apt, only if missing), configure, start; wait for the node
-#   bash slurm/local-cluster.sh status  # sinfo; exit 0 when the node takes jobs
-#   bash slurm/local-cluster.sh down    # stop the daemons (configuration and packages stay)
+#   bash slurm/local-cluster.sh up [--nodes N]      # install (apt, only if missing), configure, start; wait
+#   bash slurm/local-cluster.sh status [--nodes N]  # sinfo; exit 0 when N nodes (default 1) take jobs
+#   bash slurm/local-cluster.sh down                # stop the daemons (configuration and packages stay)
 #
-# Runs as root and starts the daemons directly (no systemd here). `up` is idempotent: a running cluster whose
-# node is idle is left alone. It exits non-zero, with the daemons' last log lines, when the node does not
-# come up within LOCAL_SLURM_WAIT_S seconds (60).
+# Every daemon runs in a UTS namespace of its own (`unshare -u`) under its own hostname: the controller as
+# `ctl` (its SlurmctldHost), the nodes as n1..nN, all at NodeAddr=127.0.0.1 with a distinct Port= per
+# slurmd and per-node spool, pid and log files (%n). A job step sees its node's name (`hostname`), as on a
+# real cluster, and the names resolve to 127.0.0.1 through /etc/hosts. Runs as root and starts the daemons
+# directly (no systemd here). `up` is idempotent: a running cluster of N nodes that take jobs is left alone;
+# one of another size is stopped and configured anew. It exits non-zero, with the daemons' last log lines,
+# when the nodes do not come up within LOCAL_SLURM_WAIT_S seconds (60).
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/sbin"  # slurmctld, slurmd, munged live there; a CI shell's PATH may lack it
 
@@ -17,25 +22,25 @@ CONF=$CONF_DIR/slurm.conf
 LOG_DIR=/var/log/slurm
 SPOOL=/var/spool
 PARTITION=debug
-# GPUs the node advertises as a generic resource: lets a GPU-rendered script (--gpus-per-node=N) be
+CTL=ctl
+HOSTS_TAG="# slurm/local-cluster.sh"
+# GPUs each node advertises as a generic resource: lets a GPU-rendered script (--gpus-per-node=N) be
 # scheduled here and run its N ranks on the CPU. Slurm wants one character device per GPU; these are
 # aliases of /dev/null (no CUDA device behind them). 0 advertises none.
 FAKE_GPUS=${LOCAL_SLURM_FAKE_GPUS:-2}
 FAKE_GPU_DIR=/var/lib/slurm-local/fake-gpu
 WAIT_S=${LOCAL_SLURM_WAIT_S:-60}
+NODES=1
 
 die() { echo "local-cluster: $*" >&2; exit 1; }
 say() { echo "local-cluster: $*" >&2; }
 
-node_state() {  # the node's state as sinfo prints it (idle, mixed, down*, drained, ...), empty if no answer
-  timeout 10 sinfo -h -N -p "$PARTITION" -o %T 2>/dev/null | head -n 1 || true
+node_states() {  # "name state" per node as sinfo prints it (idle, mixed, down*, drained, ...); empty if no answer
+  timeout 10 sinfo -h -N -p "$PARTITION" -o '%N %T' 2>/dev/null || true
 }
 
-takes_jobs() {
-  case "$(node_state)" in
-    idle|mixed|allocated|completing) return 0 ;;
-    *) return 1 ;;
-  esac
+takes_jobs() {  # at least NODES nodes are idle, mixed, allocated or completing
+  [ "$(node_states | awk '$2 ~ /^(idle|mixed|allocated|completing)$/' | wc -l)" -ge "$NODES" ]
 }
 
 install_packages() {
@@ -51,13 +56,29 @@ install_packages() {
   apt-get update -q >/dev/null || die "apt-get update failed"
   apt-get install -y -q slurm-wlm munge >/dev/null || die "apt-get install -y slurm-wlm munge failed"
 }
+start_munge() {
+  if munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then
+    return 0
+  fi
+  mkdir -p /etc/munge /run/munge /var/lib/munge /var/log/munge
+  if [ ! -s /etc/munge/munge.key ]; then
+    dd if=/dev/urandom of=/etc/munge/munge.key bs=1 count=1024 status=none
+  fi
+  chown munge:munge /etc/munge /etc/munge/munge.key /run/munge /var/lib/munge /var/log/munge
+  chmod 0700 /etc/munge
+  chmod 0400 /etc/munge/munge.key
+  chmod 0755 /run/munge
+  runuser -u munge -- /usr/sbin/munged || die "munged did not start (see /var/log/munge/munged.log)"
+  munge -n </dev/null | unmunge >/dev/null || die "munge round trip failed (see /var/log/munge/munged.log)"
+}
+
+running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 write_config() {
-  local host hw gres_line="" node_gres=""
+  local hw gres_line="" node_gres="" i
   mkdir -p "$CONF_DIR" "$LOG_DIR" "$SPOOL/slurmctld" "$SPOOL/slurmd"
-  host=$(hostname -s)
-  # The node's hardware as slurmd itself detects it (CPUs, sockets, cores, threads, RealMemory): a
-  # configuration that claims more than slurmd finds leaves the node drained.
+  # The machine's hardware as slurmd itself detects it (CPUs, sockets, cores, threads, RealMemory), for
+  # every node: a configuration that claims more than slurmd finds leaves the node drained.
   hw=$(slurmd -C | head -n 1 | sed 's/^NodeName=[^ ]* //') || die "slurmd -C could not read the hardware"
   [ -n "$hw" ] || die "slurmd -C printed nothing"
   if [ "$FAKE_GPUS" -gt 0 ]; then
@@ -71,10 +92,16 @@ write_config() {
   else
     rm -f "$CONF_DIR/gres.conf"
   fi
-  cat >"$CONF.tmp" <<EOF
-# Written by slurm/local-cluster.sh: a one-node test cluster on localhost. Edits are overwritten by 'up'.
+  # The names resolve to loopback: MASTER_ADDR is a node's name, and gloo binds to its host's name.
+  # Rewritten in place (/etc/hosts may be a mount that a rename cannot replace).
+  local hosts
+  hosts=$(grep -v "$HOSTS_TAG" /etc/hosts || true)
+  printf '%s\n127.0.0.1 %s %s %s\n' "$hosts" "$CTL" "$(seq -f 'n%g' -s ' ' 1 "$NODES")" "$HOSTS_TAG" >/etc/hosts
+  {
+    cat <<EOF
+# Written by slurm/local-cluster.sh: a $NODES-node test cluster on loopback. Edits are overwritten by 'up'.
 ClusterName=local
-SlurmctldHost=$host(127.0.0.1)
+SlurmctldHost=$CTL(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -97,67 +124,62 @@ KillWait=10
 # Finished jobs stay visible to squeue/scontrol for this long (the tests read their exit codes).
 MinJobAge=600
 StateSaveLocation=$SPOOL/slurmctld
-SlurmdSpoolDir=$SPOOL/slurmd
+# One file system for all slurmds: spool, pid and log files per node (%n).
+SlurmdSpoolDir=$SPOOL/slurmd/%n
 SlurmctldPidFile=/run/slurmctld.pid
-SlurmdPidFile=/run/slurmd.pid
+SlurmdPidFile=/run/slurmd-%n.pid
 SlurmctldLogFile=$LOG_DIR/slurmctld.log
-SlurmdLogFile=$LOG_DIR/slurmd.log
+SlurmdLogFile=$LOG_DIR/slurmd-%n.log
 $gres_line
-NodeName=$host NodeAddr=127.0.0.1 $hw $node_gres State=UNKNOWN
-PartitionName=$PARTITION Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF
+    for i in $(seq 1 "$NODES"); do  # one address, a port per slurmd
+      echo "NodeName=n$i NodeAddr=127.0.0.1 Port=$((6817 + i)) $hw $node_gres State=UNKNOWN"
+    done
+    echo "PartitionName=$PARTITION Nodes=$(seq -f 'n%g' -s ',' 1 "$NODES") Default=YES MaxTime=INFINITE State=UP"
+  } >"$CONF.tmp"
   mv "$CONF.tmp" "$CONF"
 }
 
-start_munge() {
-  if munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then
-    return 0
-  fi
-  mkdir -p /etc/munge /run/munge /var/lib/munge /var/log/munge
-  if [ ! -s /etc/munge/munge.key ]; then
-    dd if=/dev/urandom of=/etc/munge/munge.key bs=1 count=1024 status=none
-  fi
-  chown munge:munge /etc/munge /etc/munge/munge.key /run/munge /var/lib/munge /var/log/munge
-  chmod 0700 /etc/munge
-  chmod 0400 /etc/munge/munge.key
-  chmod 0755 /run/munge
-  runuser -u munge -- /usr/sbin/munged || die "munged did not start (see /var/log/munge/munged.log)"
-  munge -n </dev/null | unmunge >/dev/null || die "munge round trip failed (see /var/log/munge/munged.log)"
+in_namespace() {  # in_namespace NAME CMD...: CMD in a new UTS namespace whose hostname is NAME
+  unshare -u sh -c 'hostname "$0" && exec "$@"' "$@"
 }
-
-running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 up() {
   [ "$(id -u)" -eq 0 ] || die "must run as root (it installs packages and starts slurmctld/slurmd)"
-  if command -v sinfo >/dev/null && takes_jobs; then
-    say "already up: node $(hostname -s) is $(node_state) in partition $PARTITION"
+  if command -v sinfo >/dev/null && takes_jobs && [ "$(node_states | wc -l)" -eq "$NODES" ]; then
+    say "already up: $NODES node(s) in partition $PARTITION"
     return 0
   fi
   install_packages
+  down  # another size, or daemons left half up: start over
   write_config
   start_munge
-  running /run/slurmctld.pid || slurmctld || die "slurmctld did not start (see $LOG_DIR/slurmctld.log)"
-  running /run/slurmd.pid || slurmd || die "slurmd did not start (see $LOG_DIR/slurmd.log)"
-  local waited=0 state
+  # -c: the saved state names the last configuration's nodes and jobs, gone with its daemons
+  in_namespace "$CTL" slurmctld -c || die "slurmctld did not start (see $LOG_DIR/slurmctld.log)"
+  local i waited=0 node
+  for i in $(seq 1 "$NODES"); do
+    mkdir -p "$SPOOL/slurmd/n$i"
+    in_namespace "n$i" slurmd || die "slurmd of n$i did not start (see $LOG_DIR/slurmd-n$i.log)"
+  done
   until takes_jobs; do
-    state=$(node_state)
-    case "$state" in
-      down*|drain*|fail*) scontrol update NodeName="$(hostname -s)" State=RESUME >/dev/null 2>&1 || true ;;
-    esac
+    for node in $(node_states | awk '$2 ~ /^(down|drain|fail)/ {print $1}'); do
+      scontrol update NodeName="$node" State=RESUME >/dev/null 2>&1 || true
+    done
     if [ "$waited" -ge "$WAIT_S" ] && ! takes_jobs; then
       # The daemons' last lines first (less the PMIx plugin noise), the verdict last.
-      tail -n 15 "$LOG_DIR/slurmctld.log" "$LOG_DIR/slurmd.log" 2>/dev/null | grep -v -i pmix >&2 || true
-      die "node $(hostname -s) is '$(node_state)' after ${WAIT_S}s, not idle (logs: $LOG_DIR)"
+      tail -n 15 "$LOG_DIR"/slurmctld.log "$LOG_DIR"/slurmd-n*.log 2>/dev/null | grep -v -i pmix >&2 || true
+      die "not $NODES node(s) taking jobs after ${WAIT_S}s: $(node_states | tr '\n' ' ')(logs: $LOG_DIR)"
     fi
     sleep 1
     waited=$((waited + 1))
   done
-  say "up: node $(hostname -s) is $(node_state) in partition $PARTITION ($(sinfo -h -N -o '%c CPUs, %m MB, gres %G' | head -n 1))"
+  say "up: $(sinfo -h -N -o '%N %T, %c CPUs, %m MB, gres %G;' | tr '\n' ' ')partition $PARTITION"
 }
 
 down() {
   local pidfile pid
-  for pidfile in /run/slurmd.pid /run/slurmctld.pid; do
+  # slurmd.pid: the one-node cluster of an earlier version of this script
+  for pidfile in /run/slurmd-*.pid /run/slurmd.pid /run/slurmctld.pid; do
     if running "$pidfile"; then
       pid=$(cat "$pidfile")
       kill "$pid"
@@ -173,12 +195,23 @@ down() {
 status() {
   command -v sinfo >/dev/null || die "slurm is not installed (run: bash slurm/local-cluster.sh up)"
   timeout 10 sinfo || die "slurmctld does not answer (run: bash slurm/local-cluster.sh up)"
-  takes_jobs || die "node is '$(node_state)', not taking jobs"
+  takes_jobs || die "fewer than $NODES node(s) take jobs (run: bash slurm/local-cluster.sh up --nodes $NODES)"
 }
 
-case "${1:-}" in
+usage() { echo "usage: $0 up|down|status [--nodes N]" >&2; exit 2; }
+command=${1:-}
+[ $# -gt 0 ] && shift
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --nodes) NODES=${2:-}; shift $(( $# > 1 ? 2 : 1 )) ;;
+    --nodes=*) NODES=${1#--nodes=}; shift ;;
+    *) usage ;;
+  esac
+done
+[[ "$NODES" =~ ^[1-9][0-9]*$ ]] || die "--nodes '$NODES': expected a whole number of nodes, at least 1"
+case "$command" in
   up) up ;;
   down) down ;;
   status) status ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  *) usage ;;
 esac

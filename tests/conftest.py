@@ -35,13 +35,15 @@ def shared():
     return need
 
 
-def _slurm_cluster_problem() -> str | None:
-    """None when the one-node cluster takes jobs (brought up by slurm/local-cluster.sh if need be), else why not."""
+def _slurm_cluster_problem(nodes: int = 1) -> str | None:
+    """None when a cluster of at least `nodes` nodes takes jobs (brought up by slurm/local-cluster.sh if need
+    be), else why not."""
     import shutil
     import subprocess
 
     script = ROOT / "slurm" / "local-cluster.sh"
-    if shutil.which("sinfo") and subprocess.run(["bash", str(script), "status"], capture_output=True,
+    size = ["--nodes", str(nodes)]
+    if shutil.which("sinfo") and subprocess.run(["bash", str(script), "status", *size], capture_output=True,
                                                 timeout=60).returncode == 0:
         return None
     if os.geteuid() != 0:
@@ -49,11 +51,11 @@ def _slurm_cluster_problem() -> str | None:
     if not shutil.which("slurmctld") and not shutil.which("apt-get"):
         return "no SLURM cluster, and no apt-get to install slurm-wlm/munge"
     try:
-        up = subprocess.run(["bash", str(script), "up"], capture_output=True, text=True, timeout=900)
+        up = subprocess.run(["bash", str(script), "up", *size], capture_output=True, text=True, timeout=900)
     except subprocess.TimeoutExpired:
         return "slurm/local-cluster.sh up did not finish within 900 s"
     if up.returncode != 0:
-        return f"slurm/local-cluster.sh up failed:\n{up.stderr[-3000:]}"
+        return f"slurm/local-cluster.sh up {' '.join(size)} failed:\n{up.stderr[-3000:]}"
     return None
 
 
@@ -62,6 +64,16 @@ def slurm_partition() -> str:
     """The partition of a real one-node SLURM cluster on this machine (slurm/local-cluster.sh). Skips where
     none can be brought up (not root, no apt); under CI=true that is a failure instead."""
     problem = _slurm_cluster_problem()
+    if problem is not None:
+        skip_or_fail_in_ci(problem)
+    return "debug"
+
+
+@pytest.fixture(scope="session")
+def slurm_two_nodes() -> str:
+    """The partition of a real two-node SLURM cluster on this machine (slurm/local-cluster.sh up --nodes 2:
+    n1 and n2 on loopback); skips or fails under CI=true as slurm_partition does."""
+    problem = _slurm_cluster_problem(nodes=2)
     if problem is not None:
         skip_or_fail_in_ci(problem)
     return "debug"

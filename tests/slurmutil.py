@@ -46,8 +46,9 @@ def job_env() -> dict:
             "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
 
 
-def sbatch(script: Path, env: dict) -> str:
-    out = subprocess.run(["sbatch", "--parsable", str(script)], env=env, capture_output=True, text=True,
+def sbatch(script: Path, env: dict, *options: str) -> str:
+    """Submits the script (options such as --nodelist=n1 override its #SBATCH lines); returns the job id."""
+    out = subprocess.run(["sbatch", "--parsable", *options, str(script)], env=env, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip().split(";")[0]
@@ -90,3 +91,14 @@ def wait_done(job: str, timeout: float) -> dict[str, dict[str, str]]:
 
 def logs(directory: Path) -> str:
     return "\n".join(f"== {p}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(Path(directory).rglob("*.out")))
+
+
+def requeued(job: str):
+    """The task once `scontrol requeue` put it back (Restarts=1, pending). SLURM holds a requeued batch job
+    for about two minutes (BeginTime) before it may start again: release it in 2 s (not at once: a launch
+    in the second of the requeue is refused, "Job credential revoked")."""
+    fields = next(iter(tasks(job).values()))
+    if fields["Restarts"] == "1" and fields["JobState"] == "PENDING":
+        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now+2"], check=True, timeout=30)
+        return fields
+    return None

@@ -57,3 +57,68 @@ def test_two_processes_match_one(tmp_path, engine, stage):
             # 1e-3: the key bias gets a zero gradient up to rounding (softmax ignores a shift of all
             # scores), which Adam scales up to ~5e-4 here; every other tensor agrees within ~2e-6.
             assert torch.allclose(w2[name], w1[name], rtol=0, atol=1e-3), name
+
+
+def launch_until(nproc: int, run_dir: Path, cache: Path, stop: int | None, *overrides: str) -> subprocess.CompletedProcess:
+    """torchrun with `nproc` processes; with `stop`, SIGUSR1 reaches rank nproc - 1 alone during that step
+    (train/faults.py), so every rank saves a resume checkpoint after it and exits for requeue."""
+    from train.faults import ENV
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+           f"--master_port={29500 + os.getpid() % 1000}", "-m", "train", *RESIZE, f"data.cache_dir={cache}",
+           f"hydra.run.dir={run_dir}", *overrides]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
+    if stop is not None:
+        env[ENV] = f"mid_step:step{stop}:SIGUSR1@rank{nproc - 1}"
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+# 29 steps of 8 rows; a micro batch of 2 lets 1, 2 and 4 processes split them
+RESIZE = [o for o in COMMON if not o.startswith(("optim.micro_batch", "data.grammar.n_documents"))] + [
+    "optim.micro_batch=2", "data.grammar.n_documents=40"]
+
+
+@pytest.mark.slow
+def test_a_run_resumes_on_another_world_size(tmp_path):
+    """4 processes train to step 8, 2 resume to step 17, 4 finish (torch engine, gloo): the batches are the
+    one-process run's and the losses within float reduction order of it (tests/numerics.py)."""
+    from numerics import loss_tol
+    from transformers import GPTNeoXConfig
+
+    from trainutil import compose_cfg, train_records as records_of
+    from train.config import to_typed
+    from train.loop import train
+
+    cache, one, resized = tmp_path / "cache", tmp_path / "one", tmp_path / "resized"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(to_typed(compose_cfg([*RESIZE, f"data.cache_dir={cache}", "engine=torch"])), one)
+    finally:
+        torch.set_num_threads(threads)
+    for nproc, stop in ((4, 8), (2, 17), (4, None)):
+        proc = launch_until(nproc, resized, cache, stop)
+        assert (proc.returncode == 0) == (stop is None), proc.stderr[-3000:]
+        assert max(r["step"] for r in records_of(resized)) == (stop or 29), proc.stderr[-3000:]
+    got, ref = records_of(resized), records_of(one)
+    assert [r["step"] for r in got] == [r["step"] for r in ref] == list(range(1, 30))
+    assert [r["world_size"] for r in got] == [4] * 8 + [2] * 9 + [4] * 12
+    assert [r["batch_sha256"] for r in got] == [r["batch_sha256"] for r in ref]
+    config = GPTNeoXConfig.from_pretrained(list_checkpoints(one)[0][1])
+    for a, b in zip(ref, got):
+        assert b["train/loss"] == pytest.approx(a["train/loss"], abs=loss_tol(config, 32, 8 * 32, a["train/loss"])), a["step"]
+
+
+@pytest.mark.slow
+def test_a_deepspeed_zero_run_resumed_on_another_world_size_is_refused_naming_both(tmp_path):
+    cache, run = tmp_path / "cache", tmp_path / "run"
+    ds = ["engine=deepspeed", "engine.zero_stage=1"]
+    launch_until(2, run, cache, 3, *ds)
+    assert [s for s, _ in list_checkpoints(run)][-1] == 3
+    cmd = [sys.executable, "-m", "train", *RESIZE, *ds, f"data.cache_dir={cache}", f"hydra.run.dir={run}"]
+    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+    assert "ZeRO-1 state saved by 2 processes, this run has 1: resume it on 2 processes" in line, line
+    assert "python -m deepspeed.checkpoint.ds_to_universal --input_folder" in line and "Traceback" not in proc.stderr

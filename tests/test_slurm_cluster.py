@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from slurmutil import VARIANTS, expected_lines, job_env, logs, sbatch, tasks, wait_done, wait_until
+from slurmutil import VARIANTS, expected_lines, job_env, logs, requeued, sbatch, tasks, wait_done, wait_until
 from trainutil import TINY, losses, tiny_cfg
 from train.checkpoint import list_checkpoints, read_state
 from train.loop import train
@@ -174,17 +174,6 @@ def records(run: Path) -> list[dict]:
 def logged_steps(run: Path) -> int:
     log = run / "logs" / "train.jsonl"
     return log.read_text().count("train/loss") if log.exists() else 0
-
-
-def requeued(job: str):
-    """The task once `scontrol requeue` put it back (Restarts=1, pending). SLURM holds a requeued batch job
-    for about two minutes (BeginTime) before it may start again: release it in 2 s (not at once: a launch
-    in the second of the requeue is refused, "Job credential revoked")."""
-    fields = next(iter(tasks(job).values()))
-    if fields["Restarts"] == "1" and fields["JobState"] == "PENDING":
-        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now+2"], check=True, timeout=30)
-        return fields
-    return None
 
 
 def test_scancel_usr1_requeues_the_task_and_the_rerun_ends_on_the_uninterrupted_trajectory(cluster):

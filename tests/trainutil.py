@@ -55,3 +55,9 @@ def signal_at_step(cmd: list[str], env: dict, step: int, *, timeout: float = 120
     proc = subprocess.run(cmd, cwd=root, env={**env, ENV: f"mid_step:step{step}:SIGUSR1"},
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout)
     return proc.returncode, proc.stderr
+
+
+def train_records(run_dir: Path) -> list[dict]:
+    """The train.jsonl records of trained steps, in order (a resume cuts the log back to its checkpoint)."""
+    lines = (Path(run_dir) / "logs" / "train.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if "train/loss" in r]

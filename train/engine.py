@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from train.digest import torch_save_hashed
-from train.errors import reading
+from train.errors import ConfigError, reading
 from train.optim import OptimConfig, accumulation_steps, build_optimizer, set_lr
 
 if TYPE_CHECKING:  # imported where used: the config schema (train.config) and `plan` need no torch
@@ -334,7 +334,19 @@ class DeepSpeedEngine:
 
     def load_resume(self, ckpt_dir: Path) -> None:
         from train.checkpoint import refuse_unsafe_pickles
+        from train.files import read_trainer_state
 
+        # ZeRO shards the optimizer state over the processes that saved it; DeepSpeed's loader stops on
+        # another count with a traceback (ZeRORuntimeException: "... not currently supported").
+        saved = read_trainer_state(ckpt_dir).get("world_size", self.dist.world)
+        if saved != self.dist.world and self.ds.zero_optimization_stage() > 0:
+            shards = ckpt_dir / "resume" / "deepspeed"
+            raise ConfigError(
+                f"{ckpt_dir}: DeepSpeed ZeRO-{self.ds.zero_optimization_stage()} state saved by {saved} processes, "
+                f"this run has {self.dist.world}: resume it on {saved} processes (this loop loads no universal "
+                f"checkpoint); DeepSpeed converts the shards for another count with `python -m "
+                f"deepspeed.checkpoint.ds_to_universal --input_folder {shards} --output_folder {shards}_universal "
+                f"--inject_missing_state`")
         refuse_unsafe_pickles(ckpt_dir / "resume" / "deepspeed")  # DeepSpeed unpickles them in full
         with reading(ckpt_dir / "resume", "the DeepSpeed resume state", RESUME_HINT.format(ckpt_dir)):
             self.ds.load_checkpoint(str(ckpt_dir / "resume"), tag="deepspeed", load_optimizer_states=True,

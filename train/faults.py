@@ -1,7 +1,8 @@
 """Fault injection for the crash and preemption tests: SYNTAX_DYNAMICS_FAULT=<point>:step<N> kills this
 process with SIGKILL when it reaches <point> for step N; <point>:step<N>:<SIGNAL> (e.g. SIGUSR1) sends that
-signal instead, so a preemption lands at a named step rather than whenever a test's poll catches up. Unset
-(always, outside the tests) nothing happens.
+signal instead, so a preemption lands at a named step rather than whenever a test's poll catches up;
+<point>:step<N>:<SIGNAL>@rank<R> only in the process of that RANK (a notice that reaches one node first).
+Unset (always, outside the tests) nothing happens.
 
 The points (where each call sits):
   mid_step          the loop, after the backward passes of step N, before the optimizer update
@@ -31,10 +32,11 @@ def fault_point(point: str, step: int) -> None:
     if not spec:
         return
     where, at, *sig = spec.split(":")
-    if (where, at) == (point, f"step{step}"):
+    sig, _, rank = (sig or [""])[0].partition("@rank")
+    if (where, at) == (point, f"step{step}") and rank in ("", os.environ.get("RANK", "0")):
         # a handled signal runs its Python handler before the next bytecode: the step then finishes as
         # it would after a signal from outside
-        os.kill(os.getpid(), signal.Signals[sig[0]] if sig else signal.SIGKILL)
+        os.kill(os.getpid(), signal.Signals[sig] if sig else signal.SIGKILL)
 
 
 def stall_requested(point: str) -> bool:

@@ -229,7 +229,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
             tokens_per_s = window_tokens / (time.perf_counter() - window_start)
             logger.log({"tokens": done * tokens_per_step, "train/loss": loss, "train/lr": lr,
                         "train/grad_norm": float("nan") if grad_norm is None else grad_norm,
-                        "train/tokens_per_s": tokens_per_s,
+                        "train/tokens_per_s": tokens_per_s, "world_size": dist.world,
                         "batch_sha256": _global_sha(batch, dist)}, done)
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_s:,.0f}")
             window_start, window_tokens = time.perf_counter(), 0
