@@ -168,7 +168,11 @@ def corpus_size(cfg: TrainConfig, count: bool = False) -> CorpusSize:
     text = sum(f.stat().st_size for fmt in ("text", "jsonl") for f in groups.get(fmt, []))
     if "parquet" in groups or not text:
         return CorpusSize(None, "parquet files: --count-tokens counts them")
-    return CorpusSize(round(text / BYTES_PER_TOKEN), estimate=True, how=f"an estimate: {text / 1e6:.1f} MB of text at "
+    from train.sequences import HELDOUT_MAX_FRACTION
+
+    tokens = text / BYTES_PER_TOKEN
+    tokens -= min(d.heldout_tokens, HELDOUT_MAX_FRACTION * tokens)  # the held-out split is never trained on
+    return CorpusSize(round(tokens), estimate=True, how=f"an estimate: {text / 1e6:.1f} MB of text at "
                       f"{BYTES_PER_TOKEN:.2f} bytes a token (../shared/corpora/zh under the grid's tokenizer); "
                       f"--count-tokens counts it (it trains the tokenizer and builds the token store, cached for the runs)")
 
@@ -186,10 +190,19 @@ def _cached_store(cfg: TrainConfig, corpus_id: str, cache: Path) -> Optional[tup
     path = cache / "stores" / store_fingerprint(corpus_id, tdir)
     if not (path / "meta.json").is_file():
         return None
+    import numpy as np
+
+    from train.sequences import split_order
+
     store = TokenStore(path)
     frame = 1 + (document_tokens(load_tokenizer(tdir))[1] is not None)  # start (and end) token per document
     n_tokens, n_docs = int(store.meta["n_tokens"]), int(store.meta["n_docs"])
-    return n_tokens + frame * n_docs, f"counted: {n_tokens:,} tokens + the start/end tokens of {n_docs:,} documents (token store {path})"
+    # the stream a run trains from: the held-out documents (data.heldout_tokens) are never in it
+    lengths = np.diff(store.doc_offsets) + frame
+    order, held = split_order(lengths, cfg.data.order_seed, cfg.data.heldout_tokens)
+    return int(lengths[order].sum()), (f"counted: {n_tokens:,} tokens + the start/end tokens of {n_docs:,} documents"
+                                       + (f", less {len(held):,} held-out documents ({int(lengths[held].sum()):,} "
+                                          f"tokens, data.heldout_tokens)" if len(held) else "") + f" (token store {path})")
 
 
 def plan_run(overrides: Sequence[str], hw: Hardware, _params_cache: Optional[dict] = None,
@@ -199,7 +212,8 @@ def plan_run(overrides: Sequence[str], hw: Hardware, _params_cache: Optional[dic
     cfg, choices = compose_run(overrides)
     cache = {} if _params_cache is None else _params_cache
     d = cfg.data
-    corpus_key = ("corpus", tuple(d.paths), d.source, d.format, d.text_field, d.cache_dir, repr(cfg.tokenizer))
+    corpus_key = ("corpus", tuple(d.paths), d.source, d.format, d.text_field, d.cache_dir, repr(cfg.tokenizer),
+                  d.order_seed, d.heldout_tokens)
     if corpus_key not in cache:
         cache[corpus_key] = corpus_size(cfg, count_tokens)
     corpus = cache[corpus_key]

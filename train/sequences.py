@@ -27,12 +27,14 @@ budget's view what it was without them: only a budget that reaches into them (th
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
-import torch
 
-from train.token_store import TokenStore
+if TYPE_CHECKING:  # the plan sizes a corpus with split_order below and needs neither
+    import torch
+
+    from train.token_store import TokenStore
 
 
 class SequenceStream:
@@ -53,10 +55,7 @@ class SequenceStream:
         self.end_id = end_id
         self._frame = 1 + (end_id is not None)  # tokens the stream adds to each document
         # The document order: fixed by order_seed alone, so every budget and every run seed shares it.
-        order = np.random.default_rng(order_seed).permutation(len(store))
-        self.heldout = order[len(order) - heldout_docs(np.diff(store.doc_offsets)[order] + self._frame,
-                                                       heldout_tokens):]
-        self._order = order[:len(order) - len(self.heldout)]
+        self._order, self.heldout = split_order(np.diff(store.doc_offsets) + self._frame, order_seed, heldout_tokens)
         lengths = np.diff(store.doc_offsets)[self._order] + self._frame
         self._cum = np.zeros(len(lengths) + 1, dtype=np.int64)  # stream position where each doc starts
         np.cumsum(lengths, out=self._cum[1:])
@@ -130,6 +129,8 @@ class SequenceStream:
             raise IndexError(f"step {step} out of range: {self.steps(global_batch)} steps of {global_batch} sequences")
         first = step * global_batch
         rows = [self.sequence(k) for k in range(first + rank, first + global_batch, world)]
+        import torch
+
         return torch.from_numpy(np.stack(rows))
 
     def _epoch_perm(self, epoch: int) -> np.ndarray:
@@ -171,6 +172,14 @@ class SequenceStream:
 
 
 HELDOUT_MAX_FRACTION = 0.05  # a small corpus keeps 95 % of its tokens for training
+
+
+def split_order(lengths: np.ndarray, order_seed: int, heldout_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """(training order, held-out documents) of documents with framed `lengths`: one permutation fixed by
+    order_seed alone, its last documents held out (heldout_docs). train.plan sizes the corpus by the same split."""
+    order = np.random.default_rng(order_seed).permutation(len(lengths))
+    held = heldout_docs(lengths[order], heldout_tokens)
+    return order[:len(order) - held], order[len(order) - held:]
 
 
 def heldout_docs(lengths: np.ndarray, heldout_tokens: int) -> int:
