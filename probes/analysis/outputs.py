@@ -157,7 +157,8 @@ def _foreign_files(out: Path) -> list[Path]:
     except OSError:
         written = set()
     found = []
-    for name in ("report.md", *REPORT_ENTRIES):
+    # the hidden entries are the report's own caches and list: it prunes them itself, nobody keeps work there
+    for name in ("report.md", *(e for e in REPORT_ENTRIES if not e.startswith("."))):
         path = out / name
         for f in ([path] if not path.is_dir() else sorted(path.rglob("*"))):
             if (f.is_file() or f.is_symlink()) and str(f.relative_to(out)) not in written:
