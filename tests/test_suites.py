@@ -3,29 +3,18 @@ per-phenomenon table with the authors' rule beside ours and writes the eval file
 that cannot write the language is named by script before scoring; the authors' rules on hand-computed lps."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from probeutil import tiny_neox, word_tokenizer
+from test_probes_cli import model_dir  # noqa: F401  (the saved tiny model directory, a fixture)
 from probes.__main__ import main
 from probes.scoring.primitive import correct, score_pairs
 from probes.scoring.readout import unwritable_scripts
 from probes.scoring.store import read_pairs
 from probes.benchmarks.pairs import Pair
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("model")
-    word_tokenizer().save_pretrained(d)
-    tiny_neox().save_pretrained(d)
-    (d / "trainer_state.json").write_text(json.dumps({"step": 4, "tokens": 8192}))
-    return d
 
 
 # name: (a phenomenon in the table, the authors' rule, the script the English word tokenizer cannot write)
