@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from probes.benchmarks.formats import add_field_options, field_options  # standard library only
+
 COMMANDS = {  # `python -m probes NAME ...`: import path of its main(argv), one line of help; the probe families add
     # theirs (probes/families.py)
     "score": ("probes.__main__:score_main", "score one HF causal LM directory on one benchmark, write per-pair parquet"),
@@ -58,7 +60,7 @@ def build_score_parser() -> argparse.ArgumentParser:
 def _scoring_flags(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The flags score, score-run and watch share."""
     p.add_argument("--format", default="auto", help="benchmark reader for a path (default: sniffed per file)")
-    _field_options(p)
+    add_field_options(p)
     p.add_argument("--max-pairs-per-paradigm", type=int, default=None, metavar="N",
                    help="a fixed-seed sample of N pairs per paradigm (default: every pair)")
     p.add_argument("--batch-size", type=int, default=64)
@@ -76,18 +78,6 @@ def _check_counts(args) -> None:
         raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.max_pairs_per_paradigm is not None and args.max_pairs_per_paradigm < 1:
         raise CliError(f"--max-pairs-per-paradigm must be >= 1, got {args.max_pairs_per_paradigm}")
-
-
-def _field_options(p: argparse.ArgumentParser) -> None:
-    from probes.benchmarks.formats import add_field_options  # standard library only
-
-    add_field_options(p)
-
-
-def _fields(args) -> dict:
-    from probes.benchmarks.formats import field_options
-
-    return field_options(args)
 
 
 def build_run_parser(command: str) -> argparse.ArgumentParser:
@@ -162,7 +152,7 @@ def _score_run(command: str, args) -> int:
             if args.max_pairs_per_paradigm is not None:
                 own.max_pairs_per_paradigm = args.max_pairs_per_paradigm
             print(f"--benchmark {spec}: generated with the run's own settings ({args.run_dir / 'config.yaml'})")
-        name, pairs = _load_pairs(spec, args.format, args.max_pairs_per_paradigm, own, _fields(args))
+        name, pairs = _load_pairs(spec, args.format, args.max_pairs_per_paradigm, own, field_options(args))
         if name in benchmarks:
             raise CliError(f"--benchmark {spec}: a second benchmark named {name!r} (the eval "
                            f"file's name); rename the file")
@@ -339,7 +329,7 @@ def _score(args) -> int:
         check_output_file(args.out)
     except ValueError as e:
         raise CliError(str(e)) from None
-    name, pairs = _load_pairs(args.benchmark, args.format, args.max_pairs_per_paradigm, fields=_fields(args))
+    name, pairs = _load_pairs(args.benchmark, args.format, args.max_pairs_per_paradigm, fields=field_options(args))
     from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint
     from train.files import CorruptCheckpointError, read_trainer_state
 
