@@ -52,12 +52,13 @@ def build_items(cfg: ElagentConfig) -> list[MCItem]:
 
 def corpus_documents(cfg) -> list[str]:
     """A training corpus of the probes' kind (``data.generator=probes.elagent.score.corpus_documents``;
-    ``cfg``: train.corpus.GrammarConfig): about ``n_documents`` solved items, each once in the letter layout
-    and once in the cloze layout, drawn with the seed -1 - ``data.grammar.seed`` (a seed the probes,
-    ``probes.elagent.seed`` >= 0, never draw with)."""
-    n = -(-cfg.n_documents // (2 * 13))  # 13 paradigms
+    ``cfg``: train.corpus.GrammarConfig): ``n_documents`` documents, solved items each in the letter layout,
+    the cloze layout and the matched cloze context (both contexts of the pair are text of the corpus), drawn
+    with the seed -1 - ``data.grammar.seed`` (a seed the probes, ``probes.elagent.seed`` >= 0, never use)."""
+    n = -(-cfg.n_documents // (3 * 13))  # 13 paradigms
     items = build_items(ElagentConfig(items_per_paradigm=n, seed=-1 - cfg.seed))
-    docs = [d for it in items for d in (f"{it.prompt} {it.labels[it.answer]}", f"{it.cloze} {it.options[it.answer]}")]
+    docs = [d for it in items for d in (f"{it.prompt} {it.labels[it.answer]}", f"{it.cloze} {it.options[it.answer]}",
+                                        f"{it.matched} {it.matched_answer}")]
     return docs[:cfg.n_documents]
 
 
