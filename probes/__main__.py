@@ -1,18 +1,15 @@
-"""``python -m probes COMMAND ...``: one entry point for everything that reads models; ``python -m probes --help``
-lists COMMANDS below and the probe families' commands (train/commands.py).
-
-``score``, ``score-run`` and ``watch`` parse their arguments here (the last two run
-``probes.scoring.watch``); the other commands are imported only when called, so scoring does
-not pay for plotting imports and vice versa.
-"""
+"""``python -m probes COMMAND ...``: COMMANDS below and the probe families' commands (train/commands.py);
+``score``, ``score-run`` and ``watch`` parse their arguments here, the others are imported only when called."""
 from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Optional, Sequence
 
 from probes.benchmarks.formats import add_field_options, field_options  # standard library only
+from probes.families import families
 
 COMMANDS = {  # `python -m probes NAME ...`: import path of its main(argv), one line of help; the probe families add
     # theirs (probes/families.py)
@@ -94,11 +91,9 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", nargs="?" if command == "score-run" else None)
     p.add_argument("--benchmark", action="append", default=[], metavar="NAME_OR_PATH",
                    help="a benchmark name or file/folder; repeat for several")
-    p.add_argument("--lm-eval-task", action="append", default=[], metavar="TASK",
-                   help="an lm-eval task, written as evals/step<N>/lmeval_<task>.parquet; repeat for several "
-                        "(needs `pip install -e .[lm-eval]`; docs/lm_eval.md)")
-    p.add_argument("--lm-eval-include-path", default=None, metavar="DIR",
-                   help="local lm-eval task YAMLs (e.g. from `python -m probes lm-eval-tasks`)")
+    for fam in families():  # each family's own flags (probes/families.py), read back by _family_probes
+        for flag, name, kwargs in fam.options:
+            p.add_argument(flag, dest=f"{fam.key}.{name}", default=None, **kwargs)
     _scoring_flags(p)
     p.add_argument("--replace", action="store_true",
                    help="score over eval files of another pair sample (e.g. the in-loop results); without it "
@@ -137,11 +132,13 @@ def _score_run(command: str, args) -> int:
     _check_counts(args)
     if command == "watch" and args.poll <= 0:
         raise CliError(f"--poll must be > 0 seconds, got {args.poll}")
-    if not args.benchmark and not args.lm_eval_task:
-        raise CliError("nothing to score: give --benchmark and/or --lm-eval-task")
     from train.neox_ckpt import is_neox_run
 
     hub = command == "score-run" and _hub_args(args)
+    probes = _family_probes(args, hub)  # before any model is read: an extra not installed, a task unknown
+    if not args.benchmark and not probes:
+        flags = " or ".join(fam.options[0][0] for fam in families() if fam.options)
+        raise CliError(f"nothing to score: give --benchmark and/or {flags}")
     if command == "score-run" and not hub and not (args.run_dir / "checkpoints").is_dir() and not is_neox_run(args.run_dir):
         raise CliError(f"{args.run_dir}: no checkpoints/ directory; not a run directory "
                        f"(nor a gpt-neox save directory with global_step<N>)")
@@ -159,19 +156,6 @@ def _score_run(command: str, args) -> int:
         if not pairs:
             raise CliError(f"--benchmark {spec}: no pairs")
         benchmarks[name] = pairs
-    lm_eval = None
-    if args.lm_eval_task and hub:
-        raise CliError("--lm-eval-task scores the checkpoints of a run directory, not hub checkpoints")
-    if args.lm_eval_task:  # checked before any model is read: lm-eval installed, every task known
-        from probes.lmeval.config import LmEvalConfig
-        from probes.lmeval.hook import LmEvalProbe
-
-        try:
-            lm_eval = LmEvalProbe(LmEvalConfig(tasks=args.lm_eval_task, include_path=args.lm_eval_include_path,
-                                               batch_size=args.batch_size), args.run_dir)
-        except ValueError as e:
-            raise CliError(str(e).replace("probes.lm_eval.tasks", "--lm-eval-task")
-                           .replace("probes.lm_eval.include_path", "--lm-eval-include-path")) from None
     opts = ScoreOptions(batch_size=args.batch_size, device=args.device, bf16=args.bf16,
                         trust_remote_code=args.trust_remote_code, per_token=args.per_token)
     if hub:
@@ -181,7 +165,7 @@ def _score_run(command: str, args) -> int:
     try:
         with lock:
             if command == "score-run":
-                written = score_run(args.run_dir, benchmarks, opts, lm_eval=lm_eval, replace_samples=args.replace)
+                written = score_run(args.run_dir, benchmarks, opts, probes=probes, replace_samples=args.replace)
                 print(f"{args.run_dir}: {len(written)} eval files written")
                 if written and (args.run_dir / "curves").is_dir():  # drawn from the files now replaced
                     from probes.analysis.curves import main as curves_main
@@ -189,9 +173,36 @@ def _score_run(command: str, args) -> int:
                     curves_main([str(args.run_dir), "--out", str(args.run_dir / "curves")])
                 return 0
             return 0 if watch(args.run_dir, benchmarks, opts, poll_s=args.poll, timeout_s=args.timeout,
-                              lm_eval=lm_eval, replace_samples=args.replace) else 3
+                              probes=probes, replace_samples=args.replace) else 3
     except (OSError, ValueError, RunDirLocked, CorruptCheckpointError) as e:  # messages name the checkpoint or file
         raise CliError(str(e)) from None
+
+
+def _family_probes(args, hub: bool) -> list:
+    """What the families whose score-run/watch flags were given score the run with (Family.options, .probe)."""
+    from dataclasses import fields
+
+    out = []
+    for fam in families():
+        given = {name: getattr(args, f"{fam.key}.{name}") for _, name, _ in fam.options}
+        given = {name: value for name, value in given.items() if value is not None}
+        if not given:
+            continue
+        if "batch_size" in {f.name for f in fields(fam.config)}:
+            given["batch_size"] = args.batch_size
+        try:
+            section = fam.config(**given)
+            if not section.enabled:  # e.g. a task folder without a task
+                continue
+            if hub:
+                raise CliError(f"{fam.options[0][0]} scores the checkpoints of a run directory, not hub checkpoints")
+            out.append(fam.load("probe")(section, args.run_dir))
+        except ValueError as e:  # the section's messages name its config keys; here they are flags
+            message = str(e)
+            for flag, name, _ in fam.options:
+                message = message.replace(f"probes.{fam.key}.{name}", flag)
+            raise CliError(message) from None
+    return out
 
 
 def _hub_args(args) -> bool:
@@ -418,7 +429,6 @@ def watch_main(argv: Sequence[str]) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from probes.families import families
     from train.commands import dispatch
 
     commands = {**COMMANDS, **{name: (target, about) for f in families() for name, target, about in f.commands}}

@@ -112,11 +112,11 @@ def pending(run_dir: Path, benchmarks: dict[str, list[Pair]],
 
 
 def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[str, list[Pair]],
-                     opts: ScoreOptions, say: Callable[[str], None] = print, lm_eval=None,
-                     lm_tasks: Sequence[str] = ()) -> list[Path]:
+                     opts: ScoreOptions, say: Callable[[str], None] = print,
+                     probe_tasks: Sequence[tuple] = ()) -> list[Path]:
     """Score ``benchmarks`` on one checkpoint with the model and tokenizer saved in it; write
-    one eval file per benchmark; return their paths. ``lm_eval`` (a probes.lmeval.hook.LmEvalProbe) runs
-    ``lm_tasks`` on the same loaded model."""
+    one eval file per benchmark; return their paths. ``probe_tasks``: (a family's probe, its tasks) to run on
+    the same loaded model (probes/families.py, Family.probe)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -143,11 +143,11 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
         acc = summary_metrics(ev.df, name)[f"probe/{name}/acc_mlp"]
         say(f"step{step} {name}: {len(ev.df)} pairs acc_mlp={acc:.4f} -> {ev.path}")
         written.append(ev.path)
-    if lm_tasks:
-        for key, value in lm_eval.evaluate(model, tokenizer, ckpt_dir, step, int(state.get("tokens", -1)),
-                                           tasks=list(lm_tasks), fingerprint=fingerprint).items():
+    for probe, tasks in probe_tasks:
+        for key, value in probe.evaluate(model, tokenizer, ckpt_dir, step, int(state.get("tokens", -1)),
+                                         tasks=list(tasks), fingerprint=fingerprint).items():
             say(f"step{step} {key.removeprefix('probe/')}={value:.4f}")
-        written += [eval_path(run_dir, step, lm_eval.file_name(t)) for t in lm_tasks]
+        written += [eval_path(run_dir, step, probe.file_name(t)) for t in tasks]
     return written
 
 
@@ -170,9 +170,9 @@ def other_samples(run_dir: Path, work: list[tuple[int, Path, list[str]]], benchm
 
 
 def score_run(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptions,
-              say: Callable[[str], None] = print, lm_eval=None, replace_samples: bool = False) -> list[Path]:
-    """Score every whole checkpoint of a run on every benchmark (and lm-eval task of ``lm_eval``, a
-    probes.lmeval.hook.LmEvalProbe) not yet done; the files written. Files of another pair sample on the
+              say: Callable[[str], None] = print, probes: Sequence = (), replace_samples: bool = False) -> list[Path]:
+    """Score every whole checkpoint of a run on every benchmark (and task of every family probe in ``probes``,
+    probes/families.py) not yet done; the files written. Files of another pair sample on the
     same checkpoints are replaced only with ``replace_samples``: otherwise a ValueError names them."""
     from train.neox_ckpt import sync_run
 
@@ -185,21 +185,21 @@ def score_run(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptio
                          f"--replace scores over them (the run's curves/ are redrawn), or give the "
                          f"--max-pairs-per-paradigm they were scored with")
     work = {step: (ckpt, todo, []) for step, ckpt, todo in todo_list}
-    if lm_eval is not None:
+    for probe in probes:
         for step, ckpt in whole_checkpoints(run_dir):
-            tasks = lm_eval.todo(step, manifest_hash(ckpt))
+            tasks = probe.todo(step, manifest_hash(ckpt))
             if tasks:
-                work.setdefault(step, (ckpt, [], []))[2].extend(tasks)
+                work.setdefault(step, (ckpt, [], []))[2].append((probe, tasks))
     written = []
     for step, (ckpt, todo, tasks) in sorted(work.items()):
         written += score_checkpoint(ckpt, run_dir, step, {n: benchmarks[n] for n in todo}, opts, say,
-                                    lm_eval=lm_eval, lm_tasks=tasks)
+                                    probe_tasks=tasks)
     return written
 
 
 def watch(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptions, *,
           poll_s: float = 60.0, timeout_s: Optional[float] = None,
-          say: Callable[[str], None] = print, lm_eval=None, replace_samples: bool = False) -> bool:
+          say: Callable[[str], None] = print, probes: Sequence = (), replace_samples: bool = False) -> bool:
     """Follow a run: score checkpoints as they become whole until the run has finished (True) or
     ``timeout_s`` has passed (False). The run directory need not exist yet."""
     if poll_s <= 0:
@@ -210,7 +210,7 @@ def watch(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptions, 
         # the next pass before the loop ends
         finished = run_finished(run_dir)
         try:
-            score_run(run_dir, benchmarks, opts, say, lm_eval=lm_eval, replace_samples=replace_samples)
+            score_run(run_dir, benchmarks, opts, say, probes=probes, replace_samples=replace_samples)
         except OSError as e:  # e.g. a rerun replacing a checkpoint while it was read: try again
             say(f"warning: {e}; trying again in {poll_s:g}s")
             finished = False
