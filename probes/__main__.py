@@ -11,8 +11,7 @@ from typing import Optional, Sequence
 from probes.benchmarks.formats import add_field_options, field_options  # standard library only
 from probes.families import families
 
-COMMANDS = {  # `python -m probes NAME ...`: import path of its main(argv), one line of help; the probe families add
-    # theirs (probes/families.py)
+COMMANDS = {  # `python -m probes NAME ...`: import path of its main(argv), one line of help
     "score": ("probes.__main__:score_main", "score one HF causal LM directory on one benchmark, write per-pair parquet"),
     "score-run": ("probes.__main__:score_run_main", "score every whole checkpoint of a run directory (skips finished files)"),
     "watch": ("probes.__main__:watch_main", "follow a training run and score checkpoints as they become whole"),
@@ -115,25 +114,15 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
     return p
 
 
-def run_main(command: str, argv: Sequence[str]) -> int:
-    args = build_run_parser(command).parse_args(argv)
-    try:
-        return _score_run(command, args)
-    except CliError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-
-
 def _score_run(command: str, args) -> int:
-    from train.files import CorruptCheckpointError
     from probes.scoring.watch import ScoreOptions, score_run, watch
+    from train.files import CorruptCheckpointError
     from train.lock import EVAL_LOCK, RunDirLocked, RunLock
+    from train.neox_ckpt import is_neox_run
 
     _check_counts(args)
     if command == "watch" and args.poll <= 0:
         raise CliError(f"--poll must be > 0 seconds, got {args.poll}")
-    from train.neox_ckpt import is_neox_run
-
     hub = command == "score-run" and _hub_args(args)
     probes = _family_probes(args, hub)  # before any model is read: an extra not installed, a task unknown
     if not args.benchmark and not probes:
@@ -160,10 +149,9 @@ def _score_run(command: str, args) -> int:
                         trust_remote_code=args.trust_remote_code, per_token=args.per_token)
     if hub:
         return _score_hub(args, benchmarks, opts)
-    lock = RunLock(args.run_dir, name=EVAL_LOCK,
-                   why="another score-run or watch is scoring this run; wait for it to finish")
     try:
-        with lock:
+        with RunLock(args.run_dir, name=EVAL_LOCK,
+                     why="another score-run or watch is scoring this run; wait for it to finish"):
             if command == "score-run":
                 written = score_run(args.run_dir, benchmarks, opts, probes=probes, replace_samples=args.replace)
                 print(f"{args.run_dir}: {len(written)} eval files written")
@@ -221,7 +209,7 @@ def _hub_args(args) -> bool:
         raise CliError("--hub needs --revisions (pythia, or step0,step1000,...) and --out RUN_DIR")
     if args.tokens_per_step is not None and args.tokens_per_step < 1:
         raise CliError(f"--tokens-per-step must be >= 1, got {args.tokens_per_step}")
-    if args.trust_remote_code:  # a downloaded suite is untrusted input (DESIGN.md, Known traps)
+    if args.trust_remote_code:  # a downloaded suite is untrusted input
         raise CliError("--trust-remote-code is refused with --hub: a downloaded suite's Python never runs here "
                        "(Pythia's revisions need none); download it and score the directory with probes score")
     return True
@@ -267,10 +255,8 @@ def _check_model_dir(d: Path) -> None:
 
 
 def _run_benchmark_config(run_dir: Path, spec: str):
-    """The BenchmarkConfig a run probed a generated benchmark with (its pairs come from settings, not
-    files: grammar, elagent_word_order), from the run's config.yaml; None for a benchmark with files, a
-    run without config.yaml (a gpt-neox save directory) or one whose probes did not list it. Scoring with
-    the defaults instead would write other pairs under the same eval name as the in-loop files."""
+    """The BenchmarkConfig a run's config.yaml probed a generated benchmark (grammar, ...) with, else None: the
+    defaults would write other pairs under the same eval name as the in-loop files."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -292,9 +278,8 @@ def _run_benchmark_config(run_dir: Path, spec: str):
 
 def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int], cfg=None,
                 fields: Optional[dict] = None) -> tuple[str, list]:
-    """(name, pairs) of the benchmark a user named: a registry name, or a file or folder; `cfg`, when
-    given, is the BenchmarkConfig to load it with (a run's own settings); `fields`: the generic reader's
-    column and delimiter options (registry.FIELD_OPTIONS), over a registry entry's own."""
+    """(name, pairs) of a registry name, or a file or folder; `cfg`: the BenchmarkConfig to load it with (a run's
+    own settings); `fields`: the generic reader's column and delimiter options, over a registry entry's own."""
     from probes.benchmarks.registry import FORMATS, REGISTRY, BenchmarkConfig, load_benchmark
 
     if fmt not in FORMATS:
@@ -302,37 +287,55 @@ def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int], cfg=None,
     if spec in REGISTRY and Path(spec).exists():  # which one was meant cannot be guessed
         raise CliError(f"--benchmark {spec}: both the built-in benchmark {spec!r} and the file or folder "
                        f"{Path(spec).resolve()}; write ./{spec} for the path, or run from elsewhere for the name")
-    if cfg is not None:
-        try:
-            return cfg.name, load_benchmark(cfg)
-        except (ValueError, FileNotFoundError) as e:
-            raise CliError(f"--benchmark {spec}: {e}") from None
     fields = {k: v for k, v in (fields or {}).items() if v is not None}
-    if spec in REGISTRY:
-        cfg = BenchmarkConfig(name=spec, format=fmt, **fields)
-    elif Path(spec).exists():
-        cfg = BenchmarkConfig(name=Path(spec).stem, path=spec, format=fmt, **fields)
-    else:
+    if cfg is None and spec in REGISTRY:
+        cfg = BenchmarkConfig(name=spec, format=fmt, max_pairs_per_paradigm=max_per_paradigm, **fields)
+    elif cfg is None and Path(spec).exists():
+        cfg = BenchmarkConfig(name=Path(spec).stem, path=spec, format=fmt, max_pairs_per_paradigm=max_per_paradigm,
+                              **fields)
+    elif cfg is None:
         raise CliError(f"--benchmark {spec}: unknown benchmark, and no such file or folder; "
                        f"known names: {', '.join(sorted(REGISTRY))}")
-    cfg.max_pairs_per_paradigm = max_per_paradigm
     try:
         return cfg.name, load_benchmark(cfg)
     except (ValueError, FileNotFoundError) as e:  # loader messages name the file and line
         raise CliError(f"--benchmark {spec}: {e}") from None
 
 
-def score_main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_score_parser().parse_args(argv)
+def _main(parser: argparse.ArgumentParser, run, argv: Optional[Sequence[str]]) -> int:
+    """``run(args)``, a CliError printed as one line with exit status 2."""
+    args = parser.parse_args(argv)
     try:
-        return _score(args)
+        return run(args)
     except CliError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
 
+def score_main(argv: Optional[Sequence[str]] = None) -> int:
+    return _main(build_score_parser(), _score, argv)
+
+
+def run_main(command: str, argv: Sequence[str]) -> int:
+    return _main(build_run_parser(command), partial(_score_run, command), argv)
+
+
+score_run_main = partial(run_main, "score-run")
+watch_main = partial(run_main, "watch")
+
+
 def _score(args) -> int:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     from probes.analysis.outputs import check_output_file
+    from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint
+    from probes.scoring.primitive import CONVENTIONS, accuracy, pair_sentence_ids
+    from probes.scoring.readout import phenomenon_table
+    from probes.scoring.watch import check_vocabulary
+    from train.errors import is_user_error, reading
+    from train.files import CorruptCheckpointError, read_trainer_state
+    from train.weights import WeightsMismatchError, load_causal_lm
 
     _check_counts(args)
     _check_model_dir(args.model)
@@ -341,9 +344,6 @@ def _score(args) -> int:
     except ValueError as e:
         raise CliError(str(e)) from None
     name, pairs = _load_pairs(args.benchmark, args.format, args.max_pairs_per_paradigm, fields=field_options(args))
-    from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint
-    from train.files import CorruptCheckpointError, read_trainer_state
-
     try:
         # {}: a model directory that is not one of our checkpoints does not know its step/tokens (-1)
         state = read_trainer_state(args.model, missing_ok=True)
@@ -351,23 +351,12 @@ def _score(args) -> int:
         raise CliError(str(e)) from None
     if not pairs:
         raise CliError(f"--benchmark {args.benchmark}: no pairs")
-
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from probes.scoring.primitive import accuracy
-    from probes.scoring.watch import check_vocabulary
-    from train.errors import reading
-
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(args.model,
-                                                  trust_remote_code=args.trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
     except (OSError, ValueError) as e:
         # the ids scored must come from the tokenizer saved with the model, never a substitute
         raise CliError(f"--model {args.model}: cannot load the tokenizer: {e}") from None
-    from train.weights import WeightsMismatchError, load_causal_lm
-
     try:
         with reading(args.model, "the model (config.json, weights)"):
             model = load_causal_lm(args.model, AutoModelForCausalLM, trust_remote_code=args.trust_remote_code)
@@ -375,8 +364,6 @@ def _score(args) -> int:
     except (WeightsMismatchError, ValueError) as e:
         raise CliError(f"--model {e}") from None
     model.to(device)
-    from probes.scoring.primitive import pair_sentence_ids
-
     ids = pair_sentence_ids(tokenizer, pairs)  # scored, and read again by the coverage readout
     _coverage(name, tokenizer, pairs, Path(args.model), ids)  # before scoring: it may say not to bother
     opts = ScoreOptions(batch_size=args.batch_size, device=device, bf16=args.bf16, progress=True,
@@ -386,16 +373,11 @@ def _score(args) -> int:
                                  tokens=int(state.get("tokens", -1)), ckpt_dir=args.model, out=args.out, opts=opts,
                                  ids=ids, max_pairs_per_paradigm=args.max_pairs_per_paradigm).df
     except Exception as e:  # its manifest.json does not read; a sentence longer than the model's context, ...
-        from train.errors import is_user_error
-
         if isinstance(e, CorruptCheckpointError) or is_user_error(e):
             raise CliError(f"--benchmark {args.benchmark}: {e}" if isinstance(e, ValueError) else str(e)) from None
         raise
     print(f"{name}: {len(df)} pairs, {df['paradigm'].nunique()} paradigms  "
           f"acc_mlp={accuracy(df, 'mlp'):.4f}  acc_sum={accuracy(df, 'sum'):.4f}  -> {args.out}")
-    from probes.scoring.primitive import CONVENTIONS
-    from probes.scoring.readout import phenomenon_table
-
     authors = getattr(pairs.report, "authors_convention", None) if hasattr(pairs, "report") else None
     print(phenomenon_table(df, authors))  # accuracy per phenomenon
     if authors:
@@ -405,8 +387,7 @@ def _score(args) -> int:
 
 
 def _coverage(name: str, tokenizer, pairs, model_dir: Path, ids: Optional[dict] = None) -> None:
-    """How well the tokenizer reads the benchmark, and a warning naming the scripts it cannot write when
-    it reads it badly (probes/scoring/readout.py)."""
+    """How well the tokenizer reads the benchmark; when badly, a warning naming the scripts it cannot write."""
     from probes.scoring.readout import coverage, coverage_warning, run_token_counts, unwritable_scripts
 
     counts, store = run_token_counts(model_dir, len(tokenizer))
@@ -418,14 +399,6 @@ def _coverage(name: str, tokenizer, pairs, model_dir: Path, ids: Optional[dict] 
     if warning:  # only then: which characters it cannot write, named by script
         warning = coverage_warning(name, cov, store, unwritable_scripts(tokenizer, (t for p in pairs for t in (p.good, p.bad))))
         print(warning, file=sys.stderr)
-
-
-def score_run_main(argv: Sequence[str]) -> int:
-    return run_main("score-run", argv)
-
-
-def watch_main(argv: Sequence[str]) -> int:
-    return run_main("watch", argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -8,7 +8,7 @@ is loaded only by a command that uses it. Every eval file's metadata says its fa
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from probes.evals.files import MINIMAL_PAIRS
@@ -38,7 +38,7 @@ class Family:
     # its `score-run` / `watch` flags: (flag, field of `config`, argparse keywords); a flag given makes the section
     # (a `batch_size` field takes --batch-size), and `probe` (section, run dir) -> the object
     # probes.scoring.watch.score_run scores the run's checkpoints with (todo, evaluate, file_name)
-    options: tuple = ()
+    options: tuple = field(default=(), hash=False)  # argparse keywords are dicts
     probe: Optional[str] = None
 
     def load(self, what: str) -> Any:

@@ -1,25 +1,11 @@
 """`python -m probes score-run --hub ORG/NAME --revisions pythia|step0,step1000,… --out RUN_DIR`: a public
-checkpoint suite (Pythia, PolyPythias) scored into a run directory like our own runs.
+checkpoint suite (Pythia, PolyPythias) scored into a run directory like our own runs (docs/public_suites.md).
 
-Each revision is fetched with huggingface_hub's snapshot_download, which honours HF_HUB_OFFLINE and the
-local cache (models--ORG--NAME/refs/<revision> -> snapshots/<commit>/ -> blobs/), and the model is
-loaded with from_pretrained from that snapshot (the files from_pretrained(name, revision=…) resolves
-to) through train.weights.load_causal_lm, so a weight that does not fit is an error, not a random
-tensor. Scores go through the eval contract (evaluate_checkpoint) into RUN_DIR/evals/step<N>/
-<benchmark>.parquet with tokens = N x tokens per step (Pythia: 1,024 sequences x 2,048 tokens =
-2,097,152), so `probes report RUN_DIR our_runs…` draws both on one tokens axis.
-
-First token: Pythia's tokenizer adds no BOS; its training stream (GPT-NeoX preprocessing of the Pile)
-put `<|endoftext|>` (id 0, its BOS and EOS at once) after every document, so every document but the
-very first was read after `<|endoftext|>`. That is the token the scorer puts before each sentence
-(train/start_token.py: BOS, else EOS; Pythia's BOS is `<|endoftext|>`), recorded as ``start_token`` in
-RUN_DIR/hub.json and checked against the tokenizer at every revision.
-
-Checkpoint sanity (Pythia issues 83, 195, 206): a revision whose weight files are the same blobs as
-another revision's (the cache names blobs by their sha256, so this costs nothing), and a revision
-whose weights are closer to step 0's than an earlier revision's were (distance from the reference
-revision, read tensor by tensor from the two files), are named in warnings with both revisions; the
-warnings go to RUN_DIR/hub.json, which `probes report` reads (probes.analysis.evalset). Scoring goes on.
+Each revision is a huggingface_hub snapshot (HF_HUB_OFFLINE and the local cache honoured) loaded through
+train.weights.load_causal_lm, so a weight that does not fit is an error, not a random tensor; tokens = N x
+tokens per step. RUN_DIR/hub.json records the start token, each revision's commit, weight blobs and distance from
+the reference revision, and the sanity warnings (the same blobs as another revision; weights closer to the
+reference than an earlier revision's), which `probes report` lists.
 """
 from __future__ import annotations
 
@@ -41,7 +27,6 @@ PYTHIA_TOKENS_PER_STEP = 1024 * 2048  # Pythia's global batch: 1,024 sequences o
 # Pythia's 154 revisions: step0, the log-spaced 1..512, then every 1,000 steps to 143,000
 PYTHIA_STEPS = [0] + [2 ** i for i in range(10)] + list(range(1000, 143001, 1000))
 RECORD = "hub.json"
-WEIGHT_SUFFIXES = (".safetensors", ".bin")
 # Relative drop of the distance from the reference revision below an earlier revision's that is named:
 # training moves away from its initialisation at every checkpoint (train/trajectory.py, measured on the
 # demo), and the reading is exact up to float32 summation (~1e-6 relative), so 1e-3 is far above noise.
@@ -85,7 +70,8 @@ def fetch(name: str, revision: str) -> Path:
         if not weight_files(snap):  # an older revision with pytorch_model.bin only
             snap = Path(snapshot_download(name, revision=revision, allow_patterns=patterns + ["*.bin"]))
     except (LocalEntryNotFoundError, RepositoryNotFoundError, HfHubHTTPError, OSError, ValueError) as e:
-        offline = " (HF_HUB_OFFLINE is set: only the local cache is read)" if _offline() else ""
+        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+        offline = " (HF_HUB_OFFLINE is set: only the local cache is read)" if offline else ""
         raise RevisionError(f"{name} revision {revision}: cannot be had{offline}: {type(e).__name__}: "
                             f"{str(e).splitlines()[0] if str(e) else ''}") from None
     check_snapshot(snap)
@@ -95,9 +81,8 @@ def fetch(name: str, revision: str) -> Path:
 
 
 def check_snapshot(snap: Path) -> None:
-    """Refuses a cache snapshot with an entry that resolves outside its repository's blobs/: reading it
-    would read a file elsewhere as the revision's, and huggingface_hub's deletion follows the link and
-    deletes that file (DESIGN.md, Known traps). A directory that is no cache snapshot is left alone."""
+    """Refuses a cache snapshot with an entry that resolves outside its repository's blobs/: it would be read as
+    the revision's, and huggingface_hub's deletion follows the link and deletes that file."""
     if snap.parent.name != "snapshots":
         return
     blobs = (snap.parent.parent / "blobs").resolve()
@@ -107,10 +92,6 @@ def check_snapshot(snap: Path) -> None:
                                 f"deleted): delete {snap} and download the revision again")
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-
-
 def weight_files(snap: Path) -> list[Path]:
     """The weight files from_pretrained reads: safetensors when there are any, else .bin."""
     files = sorted(p for p in snap.iterdir() if p.suffix == ".safetensors")
@@ -118,8 +99,8 @@ def weight_files(snap: Path) -> list[Path]:
 
 
 def blob_ids(snap: Path) -> dict[str, str]:
-    """{weight file: the cache's blob name} -- the sha256 of the file for LFS files, so equal names are
-    equal bytes without reading them. Outside a hub cache (no symlinks) the files are hashed."""
+    """{weight file: the cache's blob name, the sha256 of an LFS file (so equal bytes without reading them)}; outside
+    a hub cache (no symlinks) the files are hashed."""
     out = {}
     for f in weight_files(snap):
         target = f.resolve()
@@ -208,9 +189,8 @@ def _read_record(out_dir: Path, opts: HubOptions) -> dict:
 
 
 def _done(out_dir: Path, step: int, rev: str, benchmarks: dict[str, str], name: str) -> bool:
-    """Every benchmark's file holds this revision of this suite on this pair set. Not compared: the
-    manifest (eval_done's key), which a snapshot that carries a manifest.json records and the next run,
-    before fetching the snapshot, cannot know."""
+    """Every benchmark's file holds this revision of this suite on this pair set. Not compared: the manifest
+    (eval_done's key), which the next run cannot know before it fetches the snapshot."""
     for bench, pairs_hash in benchmarks.items():
         path = eval_path(out_dir, step, bench)
         try:
@@ -345,6 +325,3 @@ def _write_run_config(out_dir: Path, name: str) -> None:
     if not path.is_file():
         write_text_atomic(path, f"experiment: hub\nmodel:\n  name: {name}\nseed: null\n")
 
-
-__all__ = ["HubOptions", "check_out", "check_snapshot", "PYTHIA_STEPS", "PYTHIA_TOKENS_PER_STEP", "RevisionError", "distance", "fetch",
-           "parse_revisions", "sanity_warnings", "score_hub"]

@@ -1,22 +1,9 @@
-"""Token-level evidence: per-token log-probs of every pair, kept beside the eval file, and
-``python -m probes tokens`` to draw them over checkpoints.
+"""Token-level evidence: the per-token log-probs of every pair in a sidecar beside its eval file,
+``<run>/evals/step<N>/<benchmark>.tokens.parquet`` (schema: checkpoints.md), and ``python -m probes tokens`` to
+draw them over checkpoints.
 
-    python -m probes score-run RUN --benchmark zhoblimp --per-token     # or probes.per_token=true
-    python -m probes tokens RUN --paradigm P --pair ID [--benchmark B] [--out fig.png]
-
-Sidecar ``<run>/evals/step<N>/<benchmark>.tokens.parquet`` (``tokens_path``), one row per pair of
-the eval file ``<benchmark>.parquet``, keyed by ``paradigm`` + ``pair_id``:
-
-    ids_good, ids_bad        list<int32>    the scored token ids (the start token is not scored)
-    pieces_good, pieces_bad  list<string>   the tokenizer's pieces of those ids
-    lps_good, lps_bad        list<float32>  natural-log probability of each token (convention of
-                                            probes/scoring/primitive.py)
-
-The lps are the float32 values the model produced, so their float64 sum is bit for bit the eval
-file's ``lp_good`` / ``lp_bad``. The schema metadata is the eval file's (``probes.scoring.store``). The
-sidecar is written before its eval file, with the shared atomic writer; an eval file rescored
-without per-token removes its old sidecar first, so a sidecar never outlives the scores it explains
-(and ``pair_tokens`` checks the sums against the eval file anyway).
+The sidecar is written before its eval file; an eval file rescored without per-token removes its old sidecar
+first, so a sidecar never outlives the scores it explains (``pair_tokens`` checks the sums anyway).
 """
 from __future__ import annotations
 
@@ -82,7 +69,7 @@ def write_eval(df, path: Path, meta: dict) -> None:
 
 
 def write_tokens(table: pa.Table, path: Path, meta: dict) -> None:
-    """The sidecar, atomically (probes.analysis.outputs.atomic_open), with the eval file's metadata."""
+    """The sidecar, atomically, with the eval file's metadata."""
     from probes.evals.files import META_KEY
     from train.evalsums import CHECKSUM, CHECKSUM_KEY, write_sum
     from train.files import atomic_open
@@ -102,12 +89,10 @@ def write_tokens(table: pa.Table, path: Path, meta: dict) -> None:
 
 def read_tokens(path: Path, paradigm: Optional[str] = None, pair_id: Optional[str] = None):
     """(rows as a list of dicts, metadata) of a sidecar; filtered to one paradigm / pair when given."""
-    from probes.scoring.store import META_KEY
-
-    filters = [(k, "=", v) for k, v in (("paradigm", paradigm), ("pair_id", pair_id)) if v is not None]
-    from probes.evals.files import EvalInputError
+    from probes.evals.files import META_KEY, EvalInputError
     from train.evalsums import sum_problem
 
+    filters = [(k, "=", v) for k, v in (("paradigm", paradigm), ("pair_id", pair_id)) if v is not None]
     meta = json.loads((pq.read_schema(path).metadata or {}).get(META_KEY, b"{}"))
     problem = sum_problem(path, meta)
     if problem:
@@ -184,23 +169,21 @@ def _labeller(pieces: list[str]):
 
 def draw(points: list[dict], title: str, out: Path) -> Path:
     """Good and bad side by side: one line per token position, surprisal (nats) over tokens seen."""
-    from probes.analysis.plotting import new_figure, plot_line, token_axis
+    from matplotlib import colormaps
+
     from probes.analysis.outputs import save_figure
+    from probes.analysis.plotting import new_figure, plot_line, token_axis
 
     table = surprisal_table(points)
     all_tokens = np.array(sorted({pt["tokens"] for pt in points}), dtype=float)
-    from matplotlib import colormaps
-
     family, label_of = _labeller([p for pt in points[-1:] for side in SIDES for p in pt[f"pieces_{side}"]])
     fig, axes = new_figure(12.0, 4.8, 1, 2, sharey=True)
-    cmap = colormaps["tab20"]
     text = {"fontfamily": [family, "DejaVu Sans"]} if family else {}
     for ax, side in zip(axes[0], SIDES):
         sub = table[table["side"] == side]
         for j, g in sub.groupby("position", sort=True):
-            color = cmap(j % 20)
-            label = f"{j}: {label_of(g['piece'].iloc[-1])}"
-            plot_line(ax, g["tokens"].to_numpy(), g["surprisal"].to_numpy(), all_tokens, label, color, lw=1.2)
+            plot_line(ax, g["tokens"].to_numpy(), g["surprisal"].to_numpy(), all_tokens,
+                      f"{j}: {label_of(g['piece'].iloc[-1])}", colormaps["tab20"](j % 20), lw=1.2)
         token_axis(ax, all_tokens, ylabel="surprisal (nats)", chance=False)
         last = points[-1][f"pieces_{side}"]
         sentence = " ".join(map(label_of, last))
@@ -235,6 +218,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _main(args) -> int:
+    import pandas as pd
+
     evals = args.run_dir / "evals"
     if not evals.is_dir():
         raise ValueError(f"{args.run_dir}: no evals/ directory; not a probed run directory")
@@ -258,8 +243,6 @@ def _main(args) -> int:
         raise ValueError(f"--paradigm {args.paradigm} --pair {args.pair}: no such pair in the per-token "
                          f"files of {bench} under {evals}")
     table = surprisal_table(points)
-    import pandas as pd
-
     with pd.option_context("display.width", 200, "display.max_columns", 50):
         for side in SIDES:
             sub = table[table["side"] == side]

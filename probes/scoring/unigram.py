@@ -1,30 +1,14 @@
-"""Unigram-normalised acceptability (SLOR, MORCELA) beside MLP and sum-LP, from stored per-pair columns.
-
-Definitions, as the ZhoBLiMP authors compute them (sjtu-compling/ZhoBLiMP src/metrics.py), for a sentence
-s of |s| = ntok scored tokens with LM log-probability lp = log P(s) and unigram log-probability
-ulp = log P_u(s) = sum of the natural-log unigram probabilities of the same tokens:
+"""Unigram-normalised acceptability (SLOR, MORCELA) beside MLP and sum-LP, from stored per-pair columns
+(docs/scoring.md), as the ZhoBLiMP authors compute them (sjtu-compling/ZhoBLiMP src/metrics.py):
 
     SLOR(s)    = (lp - ulp) / |s|                      Pauls & Klein 2012; Lau et al. 2017
-    MORCELA(s) = (lp - beta * ulp + gamma) / |s|       Tjuatja et al. 2025 ("What Goes Into a LM
-                                                        Acceptability Judgment?"); beta=1, gamma=0 is SLOR
+    MORCELA(s) = (lp - beta * ulp + gamma) / |s|       Tjuatja et al. 2025; beta=1, gamma=0 is SLOR
 
-A pair is right when the good sentence scores strictly higher (ties wrong, as for MLP). In Tjuatja et
-al. beta and gamma are fitted per model to gradient human ratings; ZhoBLiMP has only pairwise human
-validation, and the authors' run.py sweeps beta in 0.1..1.0 and gamma in 0..20. So they are parameters
-here; the defaults (MORCELA_BETA, MORCELA_GAMMA) are one point of that sweep, for single-file use; the report
-shows the authors' whole grids (probes.analysis.normsweep), never one point as "the" MORCELA score.
-
-Per-pair columns (eval-file contract, checkpoints.md): ``ulp_good``, ``ulp_bad`` (float, nats), and the
-eval file's meta ``unigram`` names the table. They need no model, so they are added to existing eval
-files too: ``python -m probes unigram RUN_DIR... [--table FILE]``.
-
-Where the unigram probabilities come from:
-* our runs: the counts of every id in the run's token store (``<cache_dir>/stores/<fp>/tokens.bin``, the
-  whole corpus that every budget is a prefix of): p(id) = count / N; an id never seen gets 1 / N.
-* the authors' tables ``../shared/benchmarks/zhoblimp/unigram/*.json``: {token id: probability} over
-  their 3B-token training corpus; ``chinese-llama.json`` is for the chinese-llama tokenizer (the paper's
-  Zh-Pythia, ``tokenizer=pretrained``), ``char.json`` / ``word.json`` for their character- and word-level
-  tokenizers. An id absent from a table gets 1/3e9, the authors' floor (their corpus size).
+with ulp the summed natural-log unigram probabilities of the scored tokens (columns ``ulp_good``, ``ulp_bad``;
+the eval file's meta ``unigram`` names the table). Ties are wrong. The authors sweep beta and gamma; the
+defaults here are one point of that sweep, and the report shows the whole grid (probes.analysis.normsweep).
+Unigram probabilities: our runs' token store counts (an unseen id gets 1/N), or the authors' {id: probability}
+tables over their 3B-token corpus (an absent id gets their floor, 1/3e9).
 """
 from __future__ import annotations
 
@@ -54,7 +38,6 @@ def from_counts(counts: np.ndarray, vocab_size: int) -> np.ndarray:
 
 
 def from_token_store(store_dir: Union[str, Path], vocab_size: int) -> np.ndarray:
-    """Log unigram probabilities from a token store's tokens.bin (counted in chunks: no full copy)."""
     return from_counts(token_counts(store_dir, vocab_size), vocab_size)
 
 
@@ -87,12 +70,8 @@ def from_json(path: Union[str, Path], vocab_size: int) -> np.ndarray:
 
 
 def add_unigram_columns(df: pd.DataFrame, tokenizer, log_uni: np.ndarray) -> pd.DataFrame:
-    """``df`` (per-pair rows with good, bad, ntok_good, ntok_bad) plus ulp_good / ulp_bad.
-
-    The sentence tokens are those ``lp_*`` scores: the tokenizer's ids of the text without special
-    tokens (the start token is context, not scored); their count must equal ntok_*, else the eval file
-    was scored with another tokenizer and the columns would be wrong.
-    """
+    """``df`` (per-pair rows with good, bad, ntok_good, ntok_bad) plus ulp_good / ulp_bad of the tokens ``lp_*``
+    scores; their count must equal ntok_*, else the eval file was scored with another tokenizer."""
     texts = list(dict.fromkeys([*df["good"], *df["bad"]]))
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
     top = max((max(x) for x in ids if len(x)), default=-1)
@@ -132,10 +111,8 @@ def correct(df: pd.DataFrame, metric: str, **params) -> pd.Series:
 
 def add_to_run(run_dir: Union[str, Path], table: Optional[Union[str, Path]] = None,
                cache_dir: Optional[Union[str, Path]] = None) -> list[Path]:
-    """Add ulp_good / ulp_bad to every eval file of a run (rewritten atomically, meta kept + "unigram").
-
-    The unigram table: ``table`` (an authors'-style JSON), else the run's own token store, found from
-    its config (data.cache_dir) and the tokenizer saved in its checkpoints."""
+    """Add ulp_good / ulp_bad to every eval file of a run (rewritten atomically, meta + "unigram"), from ``table``
+    (an authors'-style JSON), else the run's own token store (its data.cache_dir, its checkpoints' tokenizer)."""
     from train.files import list_checkpoints
     from probes.scoring.store import read_pairs, write_pairs
     from train.tokenizer import load_tokenizer
@@ -165,10 +142,10 @@ def _run_store(run_dir: Path, ckpt: Path, cache_dir) -> Path:
     """The token store the run trained on: cache_dir/stores/<fp>, fp from its corpus and tokenizer."""
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.load(run_dir / "config.yaml")
-    root = Path(cache_dir or cfg.data.cache_dir).expanduser() / "stores"
     from train.tokenizer import pipeline_fingerprint
 
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    root = Path(cache_dir or cfg.data.cache_dir).expanduser() / "stores"
     fp_tok = pipeline_fingerprint(ckpt)
     found = [meta.parent for meta in sorted(root.glob("*/meta.json"))
              if json.loads(meta.read_text()).get("tokenizer_fingerprint") == fp_tok]

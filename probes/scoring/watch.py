@@ -1,24 +1,8 @@
-"""Probing a run's checkpoints after the fact (``score-run``) or while it trains (``watch``).
-
-    python -m probes score-run RUN_DIR --benchmark blimp [--benchmark zhoblimp ...]
-    python -m probes watch RUN_DIR --benchmark blimp --poll 60 --timeout 86400
-
-Both write ``<run>/evals/step<N>/<benchmark>.parquet`` (``probes.scoring.store``) for every whole
-checkpoint, the same files the in-loop probe hook writes, and are idempotent:
-
-* only directories named ``checkpoints/step<N>`` are read (the trainer assembles a checkpoint
-  under ``.tmp-step<N>`` and renames it when whole), and only when ``verify_checkpoint`` finds
-  its files;
-* an eval file is done when it was scored under the current convention on the pair set now asked
-  for and on the checkpoint now on disk (its manifest hash; ``probes.evals.files.eval_done``); anything
-  else is (re)scored and replaced atomically (a file of another pair sample on the same checkpoint, an
-  in-loop sample, only with ``replace_samples``/``--replace``: else it is named and nothing is scored),
-  so a checkpoint replaced under its name is probed again, and a process
-  killed at any point leaves only whole files (and perhaps a hidden ``.<name>.*.tmp`` that every
-  reader ignores) -- a restart continues.
-
-``watch`` polls until the run has finished -- a checkpoint whose ``trainer_state.json`` has
-``step == total_steps`` exists -- and scores that last checkpoint before it exits.
+"""Probing a run's checkpoints after the fact (``score-run``) or while it trains (``watch``), into the files the
+in-loop probe hook writes. Only whole ``checkpoints/step<N>`` directories are read; an eval file done for the
+checkpoint now on disk (``probes.evals.files.eval_done``) is not redone, and a file of another pair sample on the
+same checkpoint is replaced only with ``replace_samples`` (``--replace``). Writes are atomic, so a killed
+process restarts where it stopped. ``watch`` polls until a checkpoint has ``step == total_steps``.
 """
 from __future__ import annotations
 
@@ -36,12 +20,9 @@ from train.errors import InputFileError, reading
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ScoreOptions", "pending", "run_finished", "score_checkpoint", "score_run", "watch", "whole_checkpoints"]
-
 
 def whole_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """(step, dir) of every whole checkpoint of a run, by step; temporary and incomplete ones are
-    left out (an incomplete one under a final name is logged: the trainer never makes one)."""
+    """(step, dir) of every whole checkpoint of a run, by step; an incomplete one under a final name is logged."""
     out = []
     for step, child in list_checkpoints(run_dir):
         try:
@@ -61,10 +42,9 @@ def check_vocabulary(ckpt_dir: Path, tokenizer, model) -> None:
                              f"only {rows} rows: the tokenizer files do not belong to this model")
 
 
-def recorded_fingerprint(run_dir: Path, step: int) -> Optional[tuple[str, Path]]:
-    """(fingerprint, eval file) of the tokenizer recorded in the run's eval files -- the probe hook
-    writes probes.scoring.evaluate.ids_fingerprint of the tokenizer training used -- preferring this
-    step's files. Every checkpoint of a run shares that tokenizer."""
+def check_fingerprint(run_dir: Path, step: int, ckpt_dir: Path, fingerprint: str) -> None:
+    """A checkpoint whose tokenizer is not the one the run's eval files recorded (ids_fingerprint; this step's
+    files first) would be scored with ids the model never saw: refused."""
     evals = Path(run_dir) / "evals"
     this_step = sorted((evals / f"step{step}").glob("*.parquet"))
     for f in this_step + sorted(p for p in evals.glob("step*/*.parquet") if p not in this_step):
@@ -72,19 +52,12 @@ def recorded_fingerprint(run_dir: Path, step: int) -> Optional[tuple[str, Path]]
             recorded = eval_file_meta(f).get("tokenizer")
         except ValueError:  # an unreadable eval file is rescored; it records nothing
             continue
+        if recorded and recorded != fingerprint:
+            raise InputFileError(f"{ckpt_dir}: its tokenizer (fingerprint {fingerprint}) is not the one this run "
+                                 f"was probed with ({recorded}, recorded in {f}): a checkpoint or tokenizer from "
+                                 f"another run?")
         if recorded:
-            return recorded, f
-    return None
-
-
-def check_fingerprint(run_dir: Path, step: int, ckpt_dir: Path, fingerprint: str) -> None:
-    """A checkpoint whose tokenizer is not the run's (a foreign checkpoint or tokenizer dropped in,
-    even one of the same size) would be scored with ids the model never saw: refused."""
-    recorded = recorded_fingerprint(run_dir, step)
-    if recorded is not None and recorded[0] != fingerprint:
-        raise InputFileError(f"{ckpt_dir}: its tokenizer (fingerprint {fingerprint}) is not the one this run "
-                             f"was probed with ({recorded[0]}, recorded in {recorded[1]}): a checkpoint or "
-                             f"tokenizer from another run?")
+            return
 
 
 def run_finished(run_dir: Path) -> bool:
@@ -152,9 +125,8 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
 
 
 def other_samples(run_dir: Path, work: list[tuple[int, Path, list[str]]], benchmarks: dict[str, list[Pair]]) -> list[str]:
-    """The eval files among `work` that hold results of another pair sample (another
-    --max-pairs-per-paradigm, or the training run's in-loop sample) on the same checkpoint and convention:
-    what scoring would replace, not redo."""
+    """The eval files among `work` that hold another pair sample (another --max-pairs-per-paradigm, the in-loop
+    sample) on the same checkpoint: what scoring would replace, not redo."""
     out = []
     for step, ckpt, todo in work:
         manifest = manifest_hash(ckpt)
@@ -200,8 +172,8 @@ def score_run(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptio
 def watch(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptions, *,
           poll_s: float = 60.0, timeout_s: Optional[float] = None,
           say: Callable[[str], None] = print, probes: Sequence = (), replace_samples: bool = False) -> bool:
-    """Follow a run: score checkpoints as they become whole until the run has finished (True) or
-    ``timeout_s`` has passed (False). The run directory need not exist yet."""
+    """Score checkpoints as they become whole until the run has finished (True) or ``timeout_s`` has passed
+    (False). The run directory need not exist yet."""
     if poll_s <= 0:
         raise ValueError(f"poll interval must be > 0 seconds, got {poll_s}")
     start = time.monotonic()
