@@ -17,10 +17,8 @@ import torch
 
 from probes.scoring.head import _HeadLSE
 
-# Nodes per packed row (a longer sequence gets a row of its own length). Longer rows lose less at
-# row starts (a row recomputes the path of its first sequence) but attend over more keys: each query
-# costs R keys whatever the mask. On 20,100 BLiMP sentences, pythia-14m, 1 thread, the body took
-# 4.15, 4.19 and 4.32 CPU-s with rows of 64, 96 and 128 (6.9 unpacked).
+# Nodes per packed row (a longer sequence gets a row of its own length): longer rows recompute fewer paths but
+# attend over more keys. On 20,100 BLiMP sentences, pythia-14m: 4.15, 4.19, 4.32 CPU-s at 64, 96, 128.
 ROW_CAP = 96
 ATTENTION = ("sdpa", "eager")  # implementations that take a 4D mask as given (transformers 5)
 
@@ -99,9 +97,8 @@ def _row_len(row: list[tuple[int, int, int]]) -> int:
 
 
 def forwards(rows: list[list[tuple[int, int, int]]], budget: int) -> list[list[list[tuple[int, int, int]]]]:
-    """Rows grouped into forwards of at most max(widest row, ``budget``) positions, padding included:
-    widest first (an out-of-memory shows up in the first forward), so a long row pads only rows of
-    its own length. Rows are independent (each holds its nodes' ancestors), so any order is right."""
+    """Rows grouped into forwards of at most max(widest row, ``budget``) positions, padding included, widest
+    first (an out-of-memory shows up in the first forward; rows are independent, so any order is right)."""
     rows = sorted(rows, key=_row_len, reverse=True)
     out, i = [], 0
     while i < len(rows):
@@ -127,9 +124,8 @@ def tree_mask(depth: np.ndarray) -> np.ndarray:
 
 
 def token_budget(trie: Trie, batch_size: int) -> int:
-    """Positions per forward: ``batch_size`` sequences of the mean body length. Unpacked, the largest
-    forward held batch_size sequences of the longest length, so a packed forward (at most
-    max(widest row, budget) positions) is never larger: memory as before."""
+    """Positions per forward: ``batch_size`` sequences of the mean body length, so a packed forward is never
+    larger than the largest unpacked one (memory as before)."""
     return max(1, int(np.ceil(batch_size * (np.diff(trie.offsets) - 1).mean())))
 
 
@@ -170,13 +166,9 @@ def packed_logprobs(body, head: torch.nn.Linear, seqs: list[list[int]], *, batch
 def _head_workers(threads: int) -> tuple[int, int]:
     """(intra-op threads of the body, worker threads of the CPU head) for ``threads`` torch threads.
 
-    Each head chunk runs in a worker with one intra-op thread: no OpenMP barrier per op. With two
-    threads an op waits for both at its end, and when another process holds one core that wait is a
-    scheduler time slice: measured with one busy process beside it, pythia-14m's head took 16.7 ns a
-    logit on 2 OpenMP threads, 1.4 in two workers (0.93 and 0.90 on an idle machine). The body keeps
-    half the threads and the head gets the rest; with two threads or fewer the body runs on one and
-    the head gets them all (they take the head's backlog once the last forward is done), so the
-    cores are never oversubscribed by more than one thread, and the one-thread body has no barrier."""
+    Each head chunk runs in a worker with one intra-op thread: no OpenMP barrier per op, which a busy machine
+    turns into a scheduler time slice (16.7 ns a logit on 2 OpenMP threads, 1.4 in two workers; docs/speed.md).
+    The cores are never oversubscribed by more than one thread."""
     if threads <= 2:
         return 1, threads
     return threads // 2, threads - threads // 2

@@ -20,6 +20,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import pandas as pd
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from probes.evals.files import CONVENTION, CONVENTIONS, REGIONS as REGION_NAMES  # defined by the eval contract
 from probes.benchmarks.pairs import Pair
@@ -84,10 +85,8 @@ def _scoring(model, device: torch.device, bf16: bool):
 
 
 def _prefix_nodes(seqs: list[list[int]]) -> tuple[list[np.ndarray], int]:
-    """For each sequence, one node id per scored position j (0 .. len-2): the id of the prefix
-    ``seq[:j+1]``. Equal prefixes get equal ids (a trie), so a position's hidden state, and the
-    logsumexp over the vocabulary at it, is computed once for every sequence that shares it: the
-    BOS of every sentence, the words a pair shares before it differs, repeated sentences."""
+    """For each sequence, the id of the prefix ``seq[:j+1]`` per scored position j: equal prefixes get equal ids
+    (a trie), so the logsumexp at a prefix is computed once for every sequence that shares it."""
     child: dict[tuple[int, int], int] = {}
     out = []
     for s in seqs:
@@ -100,15 +99,10 @@ def _prefix_nodes(seqs: list[list[int]]) -> tuple[list[np.ndarray], int]:
 
 
 def _right_padded(batch: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
-    """(ids, mask, the mask to pass the model) of sequences right-padded to the longest. Right padding
-    leaves real tokens at positions 0..L-1, as unpadded. Sorted by length, most batches have one
-    length: then no mask is passed (nothing to build or apply)."""
-    width = max(map(len, batch))
-    ids = torch.zeros((len(batch), width), dtype=torch.long)
-    mask = torch.zeros((len(batch), width), dtype=torch.long)
-    for row, s in enumerate(batch):
-        ids[row, :len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[row, :len(s)] = 1
+    """(ids, mask, the mask to pass the model) of sequences right-padded to the longest (real tokens keep the
+    positions 0..L-1); no mask is passed where every row is whole (most batches, sorted by length)."""
+    ids = pad_sequence([torch.tensor(s, dtype=torch.long) for s in batch], batch_first=True)
+    mask = (torch.arange(ids.shape[1]) < torch.tensor([[len(s)] for s in batch])).long()
     ids, mask = ids.to(device), mask.to(device)
     return ids, mask, (None if bool(mask.all()) else mask)
 
@@ -140,9 +134,8 @@ def token_logprobs(model, seqs: list[list[int]], *, batch_size: int = 64, device
 
 
 def _batched(model, split, seqs, todo, out, batch_size, device, bf16, progress) -> None:
-    """token_logprobs of models whose attention takes no 4D mask (or whose logits are not
-    head(body)): right-padded batches sorted by length, longest first (an out-of-memory shows up in
-    the first batch; little padding); the head only where needed when ``split`` is not None."""
+    """token_logprobs without packing: right-padded batches, longest first (an out-of-memory shows up in the first
+    batch); the head only where needed when ``split`` is not None."""
     order = sorted(todo, key=lambda i: -len(seqs[i]))
     batches = [order[k:k + batch_size] for k in range(0, len(order), batch_size)]
     if progress:
@@ -170,12 +163,8 @@ def _batched(model, split, seqs, todo, out, batch_size, device, bf16, progress) 
 
 def next_token_logprobs(model, contexts: list[list[int]], candidates: list[list[int]], *,
                         batch_size: int = 64, device=None, bf16: bool = False) -> list[np.ndarray]:
-    """out[i][k] = log p(candidates[i][k] | contexts[i]) in float64 numpy: several one-token
-    continuations of one context scored with ONE forward pass of the context (the continuation's
-    own position is never fed, so it needs none). Equal, up to float rounding, to
-    ``token_logprobs(model, [contexts[i] + [c]])[0][-1]`` for each candidate c, which runs the whole
-    context once per candidate. Batching, padding and modes as in ``token_logprobs``.
-    """
+    """out[i][k] = log p(candidates[i][k] | contexts[i]) in float64 numpy: one forward of each context for all
+    its one-token continuations; equal, up to float rounding, to ``token_logprobs`` of context + candidate."""
     if len(contexts) != len(candidates):
         raise ValueError(f"{len(contexts)} contexts but {len(candidates)} candidate lists")
     device = _checked(model, contexts, batch_size, device, "context", extra=1)  # the candidate's position too
@@ -209,8 +198,7 @@ def _batch_plain(model, ids: torch.Tensor, mask: Optional[torch.Tensor]) -> torc
 
 
 def _align(good: Sequence[int], bad: Sequence[int]) -> tuple[int, int]:
-    """(shared prefix length, shared suffix length) of two token lists; the suffix never overlaps
-    the prefix, so identical lists are all prefix."""
+    """(shared prefix length, shared suffix length) of two token lists; identical lists are all prefix."""
     n = min(len(good), len(bad))
     p = 0
     while p < n and good[p] == bad[p]:
