@@ -206,9 +206,8 @@ def _done(out_dir: Path, step: int, rev: str, benchmarks: dict[str, str], name: 
 def check_out(out_dir: Path) -> None:
     """--out must not be a training run: its eval files would be overwritten by the suite's."""
     config = out_dir / "config.yaml"
-    held = (out_dir / "checkpoints").exists() or (
-        config.is_file() and not config.read_text(errors="replace").startswith("experiment: hub\n"))
-    if held:
+    if (out_dir / "checkpoints").exists() or (
+            config.is_file() and not config.read_text(errors="replace").startswith("experiment: hub\n")):
         raise EvalInputError(f"{out_dir}: holds a training run (checkpoints/ or its own config.yaml); "
                              f"score-run --hub would overwrite its eval files: give --out a new directory")
 
@@ -218,10 +217,8 @@ def _delete(name: str, commit: str, snap: Path) -> None:
 
     check_snapshot(snap)  # again, just before: huggingface_hub deletes whatever a link points at
     info = scan_cache_dir()
-    for repo in info.repos:
-        if repo.repo_id == name:
-            info.delete_revisions(commit).execute()
-            return
+    if any(repo.repo_id == name for repo in info.repos):
+        info.delete_revisions(commit).execute()
 
 
 def score_hub(out_dir: Path, opts: HubOptions, benchmarks: dict[str, list[Pair]], score_opts: ScoreOptions,
@@ -237,7 +234,8 @@ def score_hub(out_dir: Path, opts: HubOptions, benchmarks: dict[str, list[Pair]]
 
     out_dir.mkdir(parents=True, exist_ok=True)
     rec = _read_record(out_dir, opts)
-    _write_run_config(out_dir, opts.name)
+    if not (out_dir / "config.yaml").is_file():  # the run labelled by the suite, as the analysis reads config.yaml
+        write_text_atomic(out_dir / "config.yaml", f"experiment: hub\nmodel:\n  name: {opts.name}\nseed: null\n")
     sets = {n: pair_set(p) for n, p in benchmarks.items()}
     device = score_opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
     written, errors = [], []
@@ -317,11 +315,4 @@ def score_hub(out_dir: Path, opts: HubOptions, benchmarks: dict[str, list[Pair]]
 def _warnings(name: str, rec: dict) -> list[str]:
     """hub.json's warnings (what `probes report` lists as problems): the sanity checks and refused revisions."""
     return sanity_warnings(name, rec["revisions"]) + list(rec.get("refused", {}).values())
-
-
-def _write_run_config(out_dir: Path, name: str) -> None:
-    """config.yaml as the analysis reads it (model name -> size, experiment): the run is labelled by the suite."""
-    path = out_dir / "config.yaml"
-    if not path.is_file():
-        write_text_atomic(path, f"experiment: hub\nmodel:\n  name: {name}\nseed: null\n")
 
