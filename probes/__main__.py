@@ -223,10 +223,7 @@ def _score_hub(args, benchmarks: dict, opts) -> int:
 
     try:
         revisions = parse_revisions(args.revisions)
-    except ValueError as e:
-        raise CliError(str(e)) from None
-    hub = HubOptions(args.hub, revisions, args.tokens_per_step or PYTHIA_TOKENS_PER_STEP, args.delete_after)
-    try:
+        hub = HubOptions(args.hub, revisions, args.tokens_per_step or PYTHIA_TOKENS_PER_STEP, args.delete_after)
         check_out(args.out)  # before the lock file goes in
         args.out.mkdir(parents=True, exist_ok=True)
         with RunLock(args.out, name=EVAL_LOCK, why="another score-run is scoring this directory"):
@@ -341,10 +338,7 @@ def _score(args) -> int:
     _check_model_dir(args.model)
     try:
         check_output_file(args.out)
-    except ValueError as e:
-        raise CliError(str(e)) from None
-    name, pairs = _load_pairs(args.benchmark, args.format, args.max_pairs_per_paradigm, fields=field_options(args))
-    try:
+        name, pairs = _load_pairs(args.benchmark, args.format, args.max_pairs_per_paradigm, fields=field_options(args))
         # {}: a model directory that is not one of our checkpoints does not know its step/tokens (-1)
         state = read_trainer_state(args.model, missing_ok=True)
     except ValueError as e:

@@ -58,8 +58,7 @@ def pair_key(pair) -> tuple:
 
 
 def pair_set(pairs: Iterable, key: Callable[[object], tuple] = pair_key) -> str:
-    """Order-free sha256 of the pairs (or items) an eval file holds: a sample of another seed or size,
-    or an edited benchmark file, is another pair set."""
+    """Order-free sha256 of the pairs (or items) an eval file holds (another sample or an edited file differs)."""
     lines = sorted(json.dumps(key(p), ensure_ascii=False) for p in pairs)
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
@@ -106,12 +105,9 @@ def check_meta(meta: dict, where: str) -> None:
 
 
 def eval_file_meta(path: Path, schema_meta: Optional[dict] = None, data: Optional[bytes] = None) -> dict:
-    """The metadata of an eval file by the one rule every reader uses: the JSON under META_KEY; what a file lacks
-    (another tool's, or one from before metadata) its place ``<run>/evals/step<N>/<name>.parquet`` fills in (step
-    N, benchmark <name>, convention "unknown", tokens from the checkpoint's trainer_state.json), and only there.
-    EvalInputError names a file that breaks the rule. `schema_meta`, `data`: the schema metadata and the file's
-    bytes, when the caller already holds them (the .sha256 is checked against the bytes the caller parses).
-    """
+    """The metadata of an eval file by the one rule every reader uses: the JSON under META_KEY, what a file lacks
+    filled in from its place ``<run>/evals/step<N>/<name>.parquet`` only (convention "unknown"); EvalInputError
+    names a file that breaks it. `schema_meta`, `data`: the schema and bytes, when the caller holds them."""
     path = Path(path)
     has_sum = sum_path(path).is_file()
     if has_sum:  # first: a damaged file is named as such, whatever it reads as

@@ -57,14 +57,10 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
                         score: Optional[Callable] = None, key: Callable = pair_key,
                         describe: Optional[Callable[[Any], dict]] = None, kind: str = MINIMAL_PAIRS,
                         ids: Optional[dict] = None, **extra) -> Optional[Evaluation]:
-    """Score `pairs` with `model` (the weights of `ckpt_dir`) into ``out``, else ``<run_dir>/evals/step<step>/
-    <name>.parquet`` (then a minimal-pair file's reduced cache is refreshed).
-
-    `kind`: the probe family's (probes/families.py); `score(model, tokenizer, pairs, opts)`: the rows (default
-    score_pairs), None on a rank that does not write (nothing written, None returned); `key`: what identifies a
-    pair or item in the pair set; `describe(df)`: metadata known only after scoring; `extra`: more metadata;
-    `fingerprint`, `ids`: the tokenizer's ids_fingerprint and pair_sentence_ids when already known.
-    """
+    """Score `pairs` with `model` (the weights of `ckpt_dir`) into ``out``, else the run's eval file of `name`.
+    `score(model, tokenizer, pairs, opts)`: the rows (default score_pairs), None on a rank that does not write;
+    `key`: what identifies a pair or item in the pair set; `describe(df)`: metadata known only after scoring;
+    `extra`: more metadata; `fingerprint`, `ids`: ids_fingerprint and pair_sentence_ids when already known."""
     if out is None and run_dir is None:
         raise ValueError("evaluate_checkpoint needs run_dir (an eval file of a run) or out (a file)")
     path = Path(out) if out is not None else eval_path(run_dir, step, name)

@@ -35,9 +35,8 @@ def _split_head(model):
 
 
 def _drop_last(mask: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    """The mask of a batch without its last column. The last token of a sequence is predicted,
-    never a context, so the forward leaves the last column out (on BLiMP 8 % fewer tokens);
-    right padding puts every row's last real token in it or in the row's padding."""
+    """The mask without its last column: a sequence's last token is predicted, never a context, so the forward
+    leaves it out (on BLiMP 8 % fewer tokens)."""
     if mask is None:
         return None
     mask = mask[:, :-1]

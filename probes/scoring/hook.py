@@ -1,9 +1,6 @@
-"""The probe hook: after a checkpoint is whole, score every configured benchmark on it, on every rank.
-
-Each rank scores a contiguous shard of the pairs; rank 0 gathers the rows and alone writes
-``<run>/evals/step<N>/<benchmark>.parquet`` (``evaluate_checkpoint``) and returns the metrics. ``ProbesConfig``
-types the run's ``probes`` section (its ``_target_`` in configs/config.yaml): the minimal pairs' keys plus one
-section per family of the registry (probes/families.py); its ``build`` gives the hooks train/hooks.py runs.
+"""The probe hook: after a checkpoint is whole, every rank scores a contiguous shard of the pairs and rank 0 writes
+``<run>/evals/step<N>/<benchmark>.parquet``. ``ProbesConfig`` types the run's ``probes`` section: the minimal
+pairs' keys plus one section per registered family (probes/families.py); its ``build`` gives the hooks.
 """
 from __future__ import annotations
 
@@ -27,12 +24,9 @@ _ENTRY_KEYS = {f.name for f in fields(BenchmarkConfig)}
 
 @dataclass
 class PairsConfig:
-    """What the probe hook scores at every checkpoint (and, in ProbesConfig, each family's section).
-
-    ``benchmarks``: registry names and/or mappings of ``BenchmarkConfig`` fields, e.g.
-    ``probes.benchmarks=[zhoblimp,{name: mine, path: /data/mine.jsonl, max_pairs_per_paradigm: null}]``; the
-    top-level ``max_pairs_per_paradigm`` and ``subsample_seed`` fill what an entry does not set (docs/probing.md).
-    """
+    """What the probe hook scores at every checkpoint. ``benchmarks``: registry names and/or mappings of
+    ``BenchmarkConfig`` fields (``[zhoblimp,{name: mine, path: /data/mine.jsonl}]``); the top-level
+    ``max_pairs_per_paradigm`` and ``subsample_seed`` fill what an entry does not set."""
     # what the run's config.yaml records, so the section names its type wherever it is read back
     _target_: str = f"{__name__}.ProbesConfig"
     enabled: bool = True
@@ -137,9 +131,10 @@ def pair_hooks(cfg: PairsConfig, ctx) -> "ProbeHook":
     """The minimal pairs' checkpoint hook (probes/families.py)."""
     unigram = None
     if cfg.unigram and ctx.token_store is not None:  # SLOR / MORCELA need the corpus's own unigram counts
-        from probes.scoring.unigram import from_token_store
+        from probes.scoring.unigram import from_counts, token_counts
 
-        unigram = (from_token_store(ctx.token_store, len(ctx.tokenizer)), f"token_store:{Path(ctx.token_store).name}")
+        counts = token_counts(ctx.token_store, len(ctx.tokenizer))
+        unigram = (from_counts(counts, len(ctx.tokenizer)), f"token_store:{Path(ctx.token_store).name}")
     return ProbeHook(cfg, ctx.tokenizer, ctx.run_dir, final_step=ctx.final_step, unigram=unigram)
 
 
@@ -148,11 +143,9 @@ def summary_metrics(df, benchmark: str) -> dict[str, float]:
     a W&B chart of `acc` alone did not say whether it was MLP or sum-LP)."""
     from probes.scoring.primitive import accuracy, correct  # torch: `plan` types this config without it
 
-    out = {f"probe/{benchmark}/acc_mlp": accuracy(df, "mlp")}
-    ok = correct(df, "mlp")
-    for phenomenon, acc in ok.groupby(df["phenomenon"], sort=True).mean().items():
-        out[f"probe/{benchmark}/{phenomenon}/acc_mlp"] = float(acc)
-    return out
+    by_phenomenon = correct(df, "mlp").groupby(df["phenomenon"], sort=True).mean()
+    return {f"probe/{benchmark}/acc_mlp": accuracy(df, "mlp"),
+            **{f"probe/{benchmark}/{ph}/acc_mlp": float(acc) for ph, acc in by_phenomenon.items()}}
 
 
 class ProbeHook:
@@ -182,11 +175,9 @@ class ProbeHook:
         # the tokenizer is the one saved in every checkpoint of this run: hash it once
         self.fingerprint = ids_fingerprint(tokenizer) if self.benchmarks else ""
 
-    def post_checkpoint_saved(self, ckpt_dir: Path, step: int, tokens: int,
-                              model) -> dict[str, float]:
-        """Score every benchmark with ``model`` (the weights of ``ckpt_dir``); write the eval files. Collective:
-        every rank calls it. Files already done are kept (a resumed run does not redo them), their summaries
-        still returned so the logger sees every checkpoint."""
+    def post_checkpoint_saved(self, ckpt_dir: Path, step: int, tokens: int, model) -> dict[str, float]:
+        """Score every benchmark (collective: every rank calls it) and write the eval files; a file already done
+        is kept, its summary still returned so the logger sees every checkpoint."""
         metrics: dict[str, float] = {}
         rank, world = _rank_world()
         benchmarks = self.benchmarks
@@ -230,8 +221,7 @@ class ProbeHook:
         return add_unigram_columns(df, tokenizer, self.unigram[0])
 
     def missing(self, step: int) -> bool:
-        """Some benchmark's eval file of checkpoint `step` is not done for the checkpoint now on disk
-        (absent, or scored on a checkpoint since replaced): the trainer probes it again."""
+        """Some eval file of `step` is not done for the checkpoint now on disk: the trainer probes it again."""
         manifest = manifest_hash(checkpoint_dir(self.run_dir, step))
         return any(not eval_done(eval_path(self.run_dir, step, name), self._pair_sets[name], manifest,
                                  self.cfg.per_token)
@@ -247,12 +237,9 @@ class ProbeHook:
 
 
 def score_sharded(model, tokenizer, pairs: list[Pair], opts: ScoreOptions) -> Optional[pd.DataFrame]:
-    """``score_pairs`` over the ranks of the default process group: the whole frame on rank 0, None on the others.
-
-    Shards are contiguous, so the pairs of a paradigm (which share prefixes and sentences) mostly stay on one
-    rank. Under ZeRO-3 a forward gathers the partitioned parameters from every rank, so every rank must run the
-    same passes: there each rank scores all pairs, unsharded.
-    """
+    """``score_pairs`` over the ranks in contiguous shards (a paradigm's shared prefixes mostly on one rank): the
+    frame on rank 0, None on the others. Under ZeRO-3 a forward gathers parameters from every rank, so every rank
+    runs the same passes: all pairs, unsharded."""
     import torch.distributed as torch_dist
 
     from probes.scoring.primitive import score_pairs

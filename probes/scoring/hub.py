@@ -1,11 +1,7 @@
-"""`python -m probes score-run --hub ORG/NAME --revisions pythia|step0,step1000,… --out RUN_DIR`: a public
-checkpoint suite (Pythia, PolyPythias) scored into a run directory like our own runs (docs/public_suites.md).
-
-Each revision is a huggingface_hub snapshot (HF_HUB_OFFLINE and the local cache honoured) loaded through
-train.weights.load_causal_lm, so a weight that does not fit is an error, not a random tensor; tokens = N x
-tokens per step. RUN_DIR/hub.json records the start token, each revision's commit, weight blobs and distance from
-the reference revision, and the sanity warnings (the same blobs as another revision; weights closer to the
-reference than an earlier revision's), which `probes report` lists.
+"""`python -m probes score-run --hub ORG/NAME --revisions pythia|step0,… --out RUN_DIR`: a public checkpoint
+suite scored into a run directory like our own runs (docs/public_suites.md: the first token, hub.json, the
+sanity warnings). Each revision is a huggingface_hub snapshot loaded through train.weights.load_causal_lm, so a
+weight that does not fit is an error, not a random tensor.
 """
 from __future__ import annotations
 
@@ -174,20 +170,6 @@ def sanity_warnings(name: str, revisions: dict[str, dict]) -> list[str]:
     return out
 
 
-def _read_record(out_dir: Path, opts: HubOptions) -> dict:
-    path = out_dir / RECORD
-    if not path.is_file():
-        return {"hub": opts.name, "tokens_per_step": opts.tokens_per_step, "revisions": {}}
-    try:
-        rec = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise EvalInputError(f"{path}: unreadable ({e}); delete it to rebuild the record") from None
-    if rec.get("hub") != opts.name or rec.get("tokens_per_step") != opts.tokens_per_step:
-        raise EvalInputError(f"{path}: holds {rec.get('hub')} at {rec.get('tokens_per_step')} tokens per step, "
-                             f"not {opts.name} at {opts.tokens_per_step}; use another --out")
-    return rec
-
-
 def _done(out_dir: Path, step: int, rev: str, benchmarks: dict[str, str], name: str) -> bool:
     """Every benchmark's file holds this revision of this suite on this pair set. Not compared: the manifest
     (eval_done's key), which the next run cannot know before it fetches the snapshot."""
@@ -223,8 +205,7 @@ def _delete(name: str, commit: str, snap: Path) -> None:
 
 def score_hub(out_dir: Path, opts: HubOptions, benchmarks: dict[str, list[Pair]], score_opts: ScoreOptions,
               say: Callable[[str], None] = print) -> tuple[list[Path], list[str], list[str]]:
-    """Score every revision not yet done; returns (files written, warnings, errors). An unavailable revision
-    is an error naming it; the others are scored."""
+    """Score every revision not yet done: (files written, warnings, errors naming unavailable revisions)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -233,7 +214,15 @@ def score_hub(out_dir: Path, opts: HubOptions, benchmarks: dict[str, list[Pair]]
     from train.weights import load_causal_lm
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    rec = _read_record(out_dir, opts)
+    rec = {"hub": opts.name, "tokens_per_step": opts.tokens_per_step, "revisions": {}}
+    if (out_dir / RECORD).is_file():
+        try:
+            rec = json.loads((out_dir / RECORD).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise EvalInputError(f"{out_dir / RECORD}: unreadable ({e}); delete it to rebuild the record") from None
+        if [rec.get("hub"), rec.get("tokens_per_step")] != [opts.name, opts.tokens_per_step]:
+            raise EvalInputError(f"{out_dir / RECORD}: holds {rec.get('hub')} at {rec.get('tokens_per_step')} tokens "
+                                 f"per step, not {opts.name} at {opts.tokens_per_step}; use another --out")
     if not (out_dir / "config.yaml").is_file():  # the run labelled by the suite, as the analysis reads config.yaml
         write_text_atomic(out_dir / "config.yaml", f"experiment: hub\nmodel:\n  name: {opts.name}\nseed: null\n")
     sets = {n: pair_set(p) for n, p in benchmarks.items()}

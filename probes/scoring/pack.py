@@ -25,10 +25,9 @@ ATTENTION = ("sdpa", "eager")  # implementations that take a 4D mask as given (t
 
 @dataclass
 class Trie:
-    """Prefix trie of sequences, in lexicographic order (``order``: sequence indices). Flat arrays
-    hold the sorted sequences one after another (``offsets``): ``tokens`` and ``nodes`` (the node
-    id of each prefix seq[:j+1]). Sorted sequence k computes the body of its positions
-    ``fresh[k] .. len-2`` (the prefixes no earlier sequence computed); ``parent`` of each node."""
+    """Prefix trie of sequences in lexicographic order (``order``), flat (``offsets``): ``tokens``, ``nodes`` (the
+    id of each prefix seq[:j+1]), ``parent`` of each node; sorted sequence k computes its positions ``fresh[k] ..
+    len-2`` (the prefixes no earlier sequence computed)."""
     order: np.ndarray
     offsets: np.ndarray
     tokens: np.ndarray
@@ -70,9 +69,8 @@ def build_trie(seqs: list[list[int]]) -> Trie:
 
 
 def pack_rows(trie: Trie, cap: int) -> list[list[tuple[int, int, int]]]:
-    """Rows of segments (k, a, z): positions a..z-1 of sorted sequence k. A row opens with a
-    sequence's whole body path (a = 0, so its ancestors are in the row) and holds up to ``cap``
-    positions, or that path's length when longer; later segments hold only fresh positions."""
+    """Rows of segments (k, a, z): positions a..z-1 of sorted sequence k. A row opens with a sequence's whole path
+    (its ancestors are in the row) and holds up to ``cap`` positions; later segments hold only fresh ones."""
     rows: list[list[tuple[int, int, int]]] = []
     cur: list[tuple[int, int, int]] = []
     used = room = 0
@@ -109,11 +107,8 @@ def forwards(rows: list[list[tuple[int, int, int]]], budget: int) -> list[list[l
 
 
 def tree_mask(depth: np.ndarray) -> np.ndarray:
-    """[B, R, R] bool: position p attends to q when q is an ancestor of p or p itself.
-
-    ``depth`` [B, R]: the depth of each position's node, -1 for padding. A row is a preorder walk of
-    a subtrie (ancestors included), so q's subtree is the run after q up to the next position no
-    deeper than q; padding (depth -1) ends every run and sees only itself."""
+    """[B, R, R] bool: position p attends to q when q is an ancestor of p or p itself. ``depth`` [B, R]: -1 for
+    padding. A row is a preorder walk, so q's subtree runs up to the next position no deeper than q."""
     n = depth.shape[1]
     later = np.arange(n)[None, :] > np.arange(n)[:, None]  # [q, p]: p after q
     ends = later[None] & (depth[:, None, :] <= depth[:, :, None])  # [B, q, p]
@@ -124,16 +119,14 @@ def tree_mask(depth: np.ndarray) -> np.ndarray:
 
 
 def token_budget(trie: Trie, batch_size: int) -> int:
-    """Positions per forward: ``batch_size`` sequences of the mean body length, so a packed forward is never
-    larger than the largest unpacked one (memory as before)."""
+    """Positions per forward: ``batch_size`` sequences of the mean body length (never more memory than unpacked)."""
     return max(1, int(np.ceil(batch_size * (np.diff(trie.offsets) - 1).mean())))
 
 
 def packed_logprobs(body, head: torch.nn.Linear, seqs: list[list[int]], *, batch_size: int,
                     device: torch.device, bf16: bool = False, progress: bool = False,
                     row_cap: Optional[int] = None) -> list[np.ndarray]:
-    """out[i][j] = log p(seqs[i][j+1] | seqs[i][:j+1]) (float64) for sequences of >= 2 ids,
-    computed as the module docstring says. ``body``/``head``: ``probes.scoring.head._split_head``."""
+    """out[i][j] = log p(seqs[i][j+1] | seqs[i][:j+1]) (float64) for sequences of >= 2 ids (module docstring)."""
     trie = build_trie(seqs)
     groups = forwards(pack_rows(trie, row_cap or ROW_CAP), token_budget(trie, batch_size))
     n_nodes = len(trie.parent)
@@ -164,11 +157,9 @@ def packed_logprobs(body, head: torch.nn.Linear, seqs: list[list[int]], *, batch
 
 
 def _head_workers(threads: int) -> tuple[int, int]:
-    """(intra-op threads of the body, worker threads of the CPU head) for ``threads`` torch threads.
-
-    Each head chunk runs in a worker with one intra-op thread: no OpenMP barrier per op, which a busy machine
-    turns into a scheduler time slice (16.7 ns a logit on 2 OpenMP threads, 1.4 in two workers; docs/speed.md).
-    The cores are never oversubscribed by more than one thread."""
+    """(intra-op threads of the body, worker threads of the CPU head), never more than one thread too many. Each
+    head chunk runs with one intra-op thread: no OpenMP barrier per op, which a busy machine turns into a
+    scheduler time slice (16.7 ns a logit on 2 OpenMP threads, 1.4 in two workers; docs/speed.md)."""
     if threads <= 2:
         return 1, threads
     return threads // 2, threads - threads // 2

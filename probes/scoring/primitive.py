@@ -1,15 +1,9 @@
 """The one scoring primitive (per-token log-probs) and the named reductions built on it.
 
-Convention ``start_token_all_tokens_v2`` (docs/scoring.md, which also says how minicons, lm-eval and ZhoBLiMP's
-code differ): a sentence is encoded with ``ENCODE`` (a literal ``<|endoftext|>`` in text is spelled, not the
-control id) after the start token training put before every document (train/start_token.py); ``lp`` is the
-natural-log probability of ALL its tokens, ``ntok`` counts them. MLP accuracy is ``lp_good / ntok_good >
-lp_bad / ntok_bad``, sum-LP ``lp_good > lp_bad``; both strict (a tie is wrong, as in the ZhoBLiMP code).
-
-Region sums are diff-based: shared prefix, critical span, shared suffix (never overlapping the prefix). Pairs
-with ``Pair.regions`` (template slots) also get ``{lp,ntok,xtok}_{good,bad}_slot_<name>``: a token belongs to
-the slot holding its last character (a leading ``▁`` does not pull a word into the previous slot); ``xtok``
-counts the slot's tokens that also hold an earlier slot's text. Slots need a fast tokenizer (offsets).
+Convention ``start_token_all_tokens_v2`` (docs/scoring.md; how minicons, lm-eval and ZhoBLiMP's code differ):
+each sentence encoded with ``ENCODE`` after the start token training put before every document; ``lp`` sums the
+natural-log probability of ALL its tokens, ``ntok`` counts them; MLP and sum-LP accuracy are strict (a tie is
+wrong). Region columns (diff-based prefix/critical/suffix, template slots; checkpoints.md) come with each pair.
 """
 from __future__ import annotations
 
@@ -109,15 +103,10 @@ def _right_padded(batch: list[list[int]], device) -> tuple[torch.Tensor, torch.T
 
 def token_logprobs(model, seqs: list[list[int]], *, batch_size: int = 64, device=None,
                    progress: bool = False, bf16: bool = False) -> list[np.ndarray]:
-    """out[i][j] = log p(seqs[i][j+1] | seqs[i][:j+1]) in float64 numpy, len(seqs[i])-1 values; ``batch_size``:
-    about that many sequences' tokens per forward. ``bf16``: bfloat16 autocast (the logsumexp stays fp32; lps
-    move by ~1e-2), off by default so scores are fp32-exact.
-
-    Why it is fast (docs/speed.md): for a small model the output layer costs more than the body. When the logits
-    are head(body) (``_split_head``) under sdpa or eager attention, ``probes.scoring.pack`` runs the body once per
-    distinct prefix (a trie packed into rows with a tree mask) and the logsumexp over the vocabulary once per
-    prefix, in chunks; other models (``_batched``) get right-padded batches sorted by length.
-    """
+    """out[i][j] = log p(seqs[i][j+1] | seqs[i][:j+1]) in float64 numpy; ``batch_size``: about that many sequences'
+    tokens per forward; ``bf16``: autocast (lps move by ~1e-2), off so scores are fp32-exact. When the logits are
+    head(body) under sdpa or eager attention, ``probes.scoring.pack`` runs the body and the logsumexp over the
+    vocabulary once per distinct prefix (docs/speed.md); other models get right-padded batches (``_batched``)."""
     device = _checked(model, seqs, batch_size, device, "sequence")
     out: list[Optional[np.ndarray]] = [np.zeros(0, dtype=np.float64) if len(s) == 1 else None for s in seqs]
     todo = [i for i in range(len(seqs)) if out[i] is None]  # only the BOS: nothing to predict

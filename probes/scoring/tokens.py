@@ -43,48 +43,33 @@ def frame_columns(tokenizer, pairs, ids: list[list[int]], lps: list[np.ndarray],
     return out
 
 
-def split_frame(df):
-    """(eval frame without the per-token columns, pyarrow table of the sidecar or None)."""
-    if not set(FRAME_COLUMNS) <= set(df.columns):
-        return df, None
-    cols = {"paradigm": pa.array(df["paradigm"].astype(str).tolist(), pa.string()),
-            "pair_id": pa.array(df["pair_id"].astype(str).tolist(), pa.string())}
-    for c in FRAME_COLUMNS:
-        cols[c] = pa.array(df[c].tolist(), _TYPES[c.split("_")[0]])
-    return df.drop(columns=list(FRAME_COLUMNS)), pa.table(cols)
-
-
 def write_eval(df, path: Path, meta: dict) -> None:
-    """Write an eval file (``probes.scoring.store.write_pairs``) and, when ``df`` has the per-token
-    columns, its sidecar first; without them an old sidecar is removed first (module doc)."""
-    from probes.scoring.store import write_pairs
-
-    df, table = split_frame(df)
-    side = tokens_path(path)
-    if table is None:
-        side.unlink(missing_ok=True)
-    else:
-        write_tokens(table, side, meta)
-    write_pairs(df, path, meta)
-
-
-def write_tokens(table: pa.Table, path: Path, meta: dict) -> None:
-    """The sidecar, atomically, with the eval file's metadata."""
+    """Write an eval file and first its sidecar (with the eval file's metadata), from ``df``'s per-token columns,
+    or else remove an old sidecar."""
     from probes.evals.files import META_KEY
+    from probes.scoring.store import write_pairs
     from train.evalsums import CHECKSUM, CHECKSUM_KEY, write_sum
     from train.files import atomic_open
 
+    side = tokens_path(path)
+    if not set(FRAME_COLUMNS) <= set(df.columns):
+        side.unlink(missing_ok=True)
+        return write_pairs(df, path, meta)
+    cols = {"paradigm": pa.array(df["paradigm"].astype(str).tolist(), pa.string()),
+            "pair_id": pa.array(df["pair_id"].astype(str).tolist(), pa.string()),
+            **{c: pa.array(df[c].tolist(), _TYPES[c.split("_")[0]]) for c in FRAME_COLUMNS}}
     blob = json.dumps({**meta, "kind": "per_token", CHECKSUM_KEY: CHECKSUM}, default=str).encode()
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: blob})
+    table = pa.table(cols).replace_schema_metadata({META_KEY: blob})
     floats = [f"{c}.list.element" for c in table.column_names if c.startswith("lps_")]
-    with atomic_open(path, "wb") as fh:
+    with atomic_open(side, "wb") as fh:
         # ids and pieces repeat across pairs: dictionary + zstd. The lps do not repeat: byte-stream
         # split lets zstd find their shared exponent bytes (it excludes a dictionary). On all 35,400
         # ZhoBLiMP pairs: 4.8 MB with parquet's defaults + zstd, 3.5 MB so (README "Token-level evidence")
         pq.write_table(table, fh, compression="zstd", use_byte_stream_split=floats,
                        use_dictionary=[c if c in ("paradigm", "pair_id") else f"{c}.list.element"
                                        for c in table.column_names if not c.startswith("lps_")])
-    write_sum(path)
+    write_sum(side)
+    write_pairs(df.drop(columns=list(FRAME_COLUMNS)), path, meta)
 
 
 def read_tokens(path: Path, paradigm: Optional[str] = None, pair_id: Optional[str] = None):
@@ -102,9 +87,8 @@ def read_tokens(path: Path, paradigm: Optional[str] = None, pair_id: Optional[st
 
 
 def pair_tokens(run_dir: Path, benchmark: str, paradigm: str, pair_id: str) -> list[dict]:
-    """One dict per checkpoint with a sidecar holding the pair, by step: step, tokens, and the
-    sidecar row (ids/pieces/lps of good and bad). A sidecar whose sums differ from its eval
-    file's lp (the eval file was replaced without it) is an error naming both files."""
+    """Per checkpoint with a sidecar holding the pair, by step: step, tokens and the sidecar row; a sidecar whose
+    sums differ from its eval file's lp is an error naming both files."""
     evals = Path(run_dir) / "evals"
     out = []
     for d in sorted(evals.glob("step*"), key=lambda d: int(d.name[4:]) if d.name[4:].isdigit() else -1):

@@ -1,14 +1,8 @@
-"""Unigram-normalised acceptability (SLOR, MORCELA) beside MLP and sum-LP, from stored per-pair columns
-(docs/scoring.md), as the ZhoBLiMP authors compute them (sjtu-compling/ZhoBLiMP src/metrics.py):
-
-    SLOR(s)    = (lp - ulp) / |s|                      Pauls & Klein 2012; Lau et al. 2017
-    MORCELA(s) = (lp - beta * ulp + gamma) / |s|       Tjuatja et al. 2025; beta=1, gamma=0 is SLOR
-
-with ulp the summed natural-log unigram probabilities of the scored tokens (columns ``ulp_good``, ``ulp_bad``;
-the eval file's meta ``unigram`` names the table). Ties are wrong. The authors sweep beta and gamma; the
-defaults here are one point of that sweep, and the report shows the whole grid (probes.analysis.normsweep).
-Unigram probabilities: our runs' token store counts (an unseen id gets 1/N), or the authors' {id: probability}
-tables over their 3B-token corpus (an absent id gets their floor, 1/3e9).
+"""Unigram-normalised acceptability beside MLP and sum-LP (docs/scoring.md), as the ZhoBLiMP authors compute it
+(src/metrics.py): SLOR = (lp - ulp) / ntok, MORCELA = (lp - beta * ulp + gamma) / ntok (Tjuatja et al. 2025;
+beta=1, gamma=0 is SLOR), ulp the summed log unigram probabilities of the scored tokens (``ulp_good``,
+``ulp_bad``). Unigram tables: the run's token store counts (an unseen id gets 1/N), or the authors' {id:
+probability} tables (an absent id gets their floor, 1/3e9). Ties are wrong.
 """
 from __future__ import annotations
 
@@ -35,10 +29,6 @@ def from_counts(counts: np.ndarray, vocab_size: int) -> np.ndarray:
     if n <= 0:
         raise ValueError("cannot build a unigram table from an empty token store")
     return np.log(np.where(c > 0, c, 1.0) / n)
-
-
-def from_token_store(store_dir: Union[str, Path], vocab_size: int) -> np.ndarray:
-    return from_counts(token_counts(store_dir, vocab_size), vocab_size)
 
 
 def token_counts(store_dir: Union[str, Path], vocab_size: int) -> np.ndarray:
@@ -127,7 +117,7 @@ def add_to_run(run_dir: Union[str, Path], table: Optional[Union[str, Path]] = No
         log_uni, source = from_json(table, vocab), f"json:{Path(table).name}"
     else:
         store = _run_store(run_dir, ckpts[-1][1], cache_dir)
-        log_uni, source = from_token_store(store, vocab), f"token_store:{store.name}"
+        log_uni, source = from_counts(token_counts(store, vocab), vocab), f"token_store:{store.name}"
     done = []
     for path in sorted((run_dir / "evals").glob("step*/*.parquet")):
         df, meta = read_pairs(path)

@@ -87,9 +87,8 @@ def pending(run_dir: Path, benchmarks: dict[str, list[Pair]],
 def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[str, list[Pair]],
                      opts: ScoreOptions, say: Callable[[str], None] = print,
                      probe_tasks: Sequence[tuple] = ()) -> list[Path]:
-    """Score ``benchmarks`` on one checkpoint with the model and tokenizer saved in it; write
-    one eval file per benchmark; return their paths. ``probe_tasks``: (a family's probe, its tasks) to run on
-    the same loaded model (probes/families.py, Family.probe)."""
+    """Score ``benchmarks`` and ``probe_tasks`` ((a family's probe, its tasks)) on one checkpoint with the model
+    and tokenizer saved in it; the eval files written."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -143,9 +142,8 @@ def other_samples(run_dir: Path, work: list[tuple[int, Path, list[str]]], benchm
 
 def score_run(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptions,
               say: Callable[[str], None] = print, probes: Sequence = (), replace_samples: bool = False) -> list[Path]:
-    """Score every whole checkpoint of a run on every benchmark (and task of every family probe in ``probes``,
-    probes/families.py) not yet done; the files written. Files of another pair sample on the
-    same checkpoints are replaced only with ``replace_samples``: otherwise a ValueError names them."""
+    """Score every whole checkpoint of a run on every benchmark and family probe's task not yet done; the files
+    written. Files of another pair sample are replaced only with ``replace_samples``, else named (ValueError)."""
     from train.neox_ckpt import sync_run
 
     sync_run(run_dir, say=say)  # a gpt-neox save directory: new global_step<N> -> checkpoints/step<N>
@@ -172,8 +170,7 @@ def score_run(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptio
 def watch(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptions, *,
           poll_s: float = 60.0, timeout_s: Optional[float] = None,
           say: Callable[[str], None] = print, probes: Sequence = (), replace_samples: bool = False) -> bool:
-    """Score checkpoints as they become whole until the run has finished (True) or ``timeout_s`` has passed
-    (False). The run directory need not exist yet."""
+    """Score checkpoints as they become whole until the run has finished (True) or ``timeout_s`` passed (False)."""
     if poll_s <= 0:
         raise ValueError(f"poll interval must be > 0 seconds, got {poll_s}")
     start = time.monotonic()
