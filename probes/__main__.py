@@ -284,15 +284,14 @@ def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int], cfg=None,
     if spec in REGISTRY and Path(spec).exists():  # which one was meant cannot be guessed
         raise CliError(f"--benchmark {spec}: both the built-in benchmark {spec!r} and the file or folder "
                        f"{Path(spec).resolve()}; write ./{spec} for the path, or run from elsewhere for the name")
-    fields = {k: v for k, v in (fields or {}).items() if v is not None}
-    if cfg is None and spec in REGISTRY:
-        cfg = BenchmarkConfig(name=spec, format=fmt, max_pairs_per_paradigm=max_per_paradigm, **fields)
-    elif cfg is None and Path(spec).exists():
-        cfg = BenchmarkConfig(name=Path(spec).stem, path=spec, format=fmt, max_pairs_per_paradigm=max_per_paradigm,
-                              **fields)
-    elif cfg is None:
+    if cfg is None and spec not in REGISTRY and not Path(spec).exists():
         raise CliError(f"--benchmark {spec}: unknown benchmark, and no such file or folder; "
                        f"known names: {', '.join(sorted(REGISTRY))}")
+    if cfg is None:
+        named = spec in REGISTRY
+        cfg = BenchmarkConfig(name=spec if named else Path(spec).stem, path=None if named else spec, format=fmt,
+                              max_pairs_per_paradigm=max_per_paradigm,
+                              **{k: v for k, v in (fields or {}).items() if v is not None})
     try:
         return cfg.name, load_benchmark(cfg)
     except (ValueError, FileNotFoundError) as e:  # loader messages name the file and line
@@ -338,7 +337,8 @@ def _score(args) -> int:
     _check_model_dir(args.model)
     try:
         check_output_file(args.out)
-        name, pairs = _load_pairs(args.benchmark, args.format, args.max_pairs_per_paradigm, fields=field_options(args))
+        name, pairs = _load_pairs(args.benchmark, args.format, args.max_pairs_per_paradigm,
+                                  fields=field_options(args))
         # {}: a model directory that is not one of our checkpoints does not know its step/tokens (-1)
         state = read_trainer_state(args.model, missing_ok=True)
     except ValueError as e:

@@ -46,9 +46,7 @@ def eval_path(run_dir: Path, step: int, benchmark: str) -> Path:
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
         raise ValueError(f"step must be a non-negative int, got {step!r}")
     if not _NAME.match(benchmark):
-        raise ValueError(
-            f"benchmark name {benchmark!r} cannot be a file name: use letters, digits, '_', '-', '.'"
-        )
+        raise ValueError(f"benchmark name {benchmark!r} cannot be a file name: use letters, digits, '_', '-', '.'")
     return Path(run_dir) / "evals" / f"step{step}" / f"{benchmark}.parquet"
 
 
@@ -158,8 +156,7 @@ def eval_file_meta(path: Path, schema_meta: Optional[dict] = None, data: Optiona
 
 def _check_sum(path: Path, meta: Optional[dict] = None, data: Optional[bytes] = None) -> None:
     """Raises EvalInputError when the file does not match its .sha256, or lost it (train/evalsums.py)."""
-    problem = sum_problem(path, meta, data)
-    if problem:
+    if problem := sum_problem(path, meta, data):
         raise EvalInputError(problem)
 
 
@@ -169,8 +166,7 @@ TOKENS_SUFFIX = ".tokens.parquet"  # the per-token sidecar beside an eval file (
 def tokens_path(eval_file: Path) -> Path:
     """``<dir>/<benchmark>.tokens.parquet`` beside ``<dir>/<benchmark>.parquet``."""
     eval_file = Path(eval_file)
-    stem = eval_file.name[:-len(".parquet")] if eval_file.name.endswith(".parquet") else eval_file.name
-    return eval_file.with_name(stem + TOKENS_SUFFIX)
+    return eval_file.with_name(eval_file.name.removesuffix(".parquet") + TOKENS_SUFFIX)
 
 
 def eval_done(path: Path, pairs_hash: str, manifest: Optional[str], per_token: bool = False) -> bool:

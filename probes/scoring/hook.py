@@ -50,8 +50,7 @@ class PairsConfig:
         if self.batch_size < 1:
             raise ValueError(f"probes.batch_size must be >= 1, got {self.batch_size}")
         if self.max_pairs_per_paradigm is not None and self.max_pairs_per_paradigm < 1:
-            raise ValueError(f"probes.max_pairs_per_paradigm must be >= 1 or null, "
-                             f"got {self.max_pairs_per_paradigm}")
+            raise ValueError(f"probes.max_pairs_per_paradigm must be >= 1 or null, got {self.max_pairs_per_paradigm}")
         self.resolved_benchmarks()  # a bad entry fails when the config is built
 
     def resolved_benchmarks(self) -> list[BenchmarkConfig]:
@@ -70,8 +69,7 @@ class PairsConfig:
             if OmegaConf.is_config(entry):
                 entry = OmegaConf.to_container(entry)
             if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-                raise ValueError(f"{where}: expected a benchmark name or a mapping with a 'name', "
-                                 f"got {entry!r}")
+                raise ValueError(f"{where}: expected a benchmark name or a mapping with a 'name', got {entry!r}")
             unknown = sorted(set(entry) - _ENTRY_KEYS)
             if unknown:
                 raise ValueError(f"{where}: unknown key(s) {unknown}; known: {sorted(_ENTRY_KEYS)}")
@@ -83,8 +81,7 @@ class PairsConfig:
                 merged = OmegaConf.merge(OmegaConf.structured(base), entry)
                 out.append(OmegaConf.to_object(merged))
             except OmegaConfBaseException as e:
-                raise ValueError(f"{where}.{getattr(e, 'full_key', '')}: "
-                                 f"{getattr(e, 'msg', str(e))}") from None
+                raise ValueError(f"{where}.{getattr(e, 'full_key', '')}: {getattr(e, 'msg', str(e))}") from None
             except ValueError as e:
                 raise ValueError(f"{where}: {e}") from None
         return out

@@ -10,6 +10,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -97,15 +98,12 @@ def weight_files(snap: Path) -> list[Path]:
 def blob_ids(snap: Path) -> dict[str, str]:
     """{weight file: the cache's blob name, the sha256 of an LFS file (so equal bytes without reading them)}; outside
     a hub cache (no symlinks) the files are hashed."""
+    from train.checkpoint import sha256_file
+
     out = {}
     for f in weight_files(snap):
         target = f.resolve()
-        if target != f.absolute() and target.parent.name == "blobs":
-            out[f.name] = target.name
-        else:
-            from train.checkpoint import sha256_file
-
-            out[f.name] = sha256_file(f)
+        out[f.name] = target.name if target != f.absolute() and target.parent.name == "blobs" else sha256_file(f)
     return out
 
 
@@ -118,12 +116,10 @@ def _tensors(files: list[Path]):
     for f in files:
         if f.suffix == ".safetensors":
             h = safe_open(f, framework="pt")
-            for k in h.keys():
-                out[k] = (lambda h=h, k=k: h.get_tensor(k))
+            out.update({k: partial(h.get_tensor, k) for k in h.keys()})
         else:
             sd = torch.load(f, map_location="cpu", mmap=True, weights_only=True)
-            for k, v in sd.items():
-                out[k] = (lambda v=v: v)
+            out.update({k: partial(lambda v: v, v) for k, v in sd.items()})
     return out
 
 
@@ -147,12 +143,10 @@ def sanity_warnings(name: str, revisions: dict[str, dict]) -> list[str]:
     seen: dict[tuple, str] = {}
     for rev, r in ordered:
         key = tuple(sorted(r["weights"].items()))
-        if key in seen:
+        if seen.setdefault(key, rev) != rev:
             out.append(f"{name}: revision {rev} serves the same weight files as revision {seen[key]} "
                        f"(blob {next(iter(r['weights'].values()))[:12]}…): one of them is not the checkpoint "
                        f"its name says")
-        else:
-            seen[key] = rev
     best, best_rev = -1.0, None
     for rev, r in ordered:
         d = r.get("distance")

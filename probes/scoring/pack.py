@@ -14,6 +14,7 @@ from typing import Optional
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from probes.scoring.head import _HeadLSE
 
@@ -40,9 +41,7 @@ def build_trie(seqs: list[list[int]]) -> Trie:
     order = sorted(range(len(seqs)), key=seqs.__getitem__)  # shorter first among equal prefixes
     nodes: list[int] = []
     fresh = np.zeros(len(order), dtype=np.int64)
-    prev: list[int] = []
-    prev_path: list[int] = []
-    nid = 0
+    prev, prev_path, nid = [], [], 0
     for k, i in enumerate(order):
         s = seqs[i]
         n = min(len(s), len(prev))
@@ -57,8 +56,7 @@ def build_trie(seqs: list[list[int]]) -> Trie:
         nodes += path
         prev, prev_path = s, path
     lengths = np.fromiter((len(seqs[i]) for i in order), dtype=np.int64, count=len(order))
-    offsets = np.zeros(len(order) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     tokens = np.fromiter((t for i in order for t in seqs[i]), dtype=np.int64, count=int(offsets[-1]))
     flat = np.asarray(nodes, dtype=np.int64)
     parent = np.full(nid, -1, dtype=np.int64)
@@ -82,12 +80,9 @@ def pack_rows(trie: Trie, cap: int) -> list[list[tuple[int, int, int]]]:
             cur.append((k, a, end))
             used += end - a
         else:
-            if cur:
-                rows.append(cur)
+            rows.append(cur)
             cur, used, room = [(k, 0, end)], end, max(cap, end)
-    if cur:
-        rows.append(cur)
-    return rows
+    return [r for r in rows + [cur] if r]
 
 
 def _row_len(row: list[tuple[int, int, int]]) -> int:
@@ -153,7 +148,7 @@ def packed_logprobs(body, head: torch.nn.Linear, seqs: list[list[int]], *, batch
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
             torch.set_num_threads(threads)
-    return _unpack(trie, edge_logit.cpu(), lse.cpu(), len(seqs))
+    return _unpack(trie, edge_logit.cpu(), lse.cpu())
 
 
 def _head_workers(threads: int) -> tuple[int, int]:
@@ -169,11 +164,7 @@ def _run(body, head, trie, groups, pending, edge_logit, first_kid, kids, node_to
     """The forwards: each row group's fresh hidden states, their edges' logits, their head rows."""
     mask_dtype = None if body.config._attn_implementation == "sdpa" else body.dtype
     weight = head.weight
-    if progress:
-        from tqdm.auto import tqdm
-
-        groups = tqdm(groups, desc="scoring", unit="batch")
-    for group in groups:
+    for group in tqdm(groups, desc="scoring", unit="batch", disable=not progress):
         ids, pos, node, fresh = _layout(trie, group)
         mask = torch.from_numpy(tree_mask(np.where(node >= 0, pos, -1))[:, None]).to(device)
         if mask_dtype is not None:  # eager attention adds the mask to the scores
@@ -269,16 +260,11 @@ def _inference(fn, *args):
         return fn(*args)
 
 
-def _unpack(trie: Trie, edge_logit: torch.Tensor, lse: torch.Tensor, n_seqs: int) -> list[np.ndarray]:
+def _unpack(trie: Trie, edge_logit: torch.Tensor, lse: torch.Tensor) -> list[np.ndarray]:
     """Per original sequence: lp[j] = logit of edge seq[:j+2] - logsumexp at prefix seq[:j+1]."""
-    last = np.zeros(len(trie.nodes), dtype=bool)
-    last[trie.offsets[1:] - 1] = True
-    first = np.zeros(len(trie.nodes), dtype=bool)
-    first[trie.offsets[:-1]] = True
+    position = np.arange(len(trie.nodes))
+    first, last = np.isin(position, trie.offsets[:-1]), np.isin(position, trie.offsets[1:] - 1)
     idx = torch.from_numpy(trie.nodes)
     flat = (edge_logit[idx[~first]] - lse[idx[~last]]).to(torch.float64).numpy()
     parts = np.split(flat, np.cumsum(np.diff(trie.offsets) - 1)[:-1])
-    out: list[Optional[np.ndarray]] = [None] * n_seqs
-    for k, i in enumerate(trie.order):
-        out[i] = parts[k]
-    return out  # type: ignore[return-value]
+    return [parts[k] for k in np.argsort(trie.order)]  # back to the callers' order

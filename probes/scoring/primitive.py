@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import torch
 from torch.nn.utils.rnn import pad_sequence
+from tqdm.auto import tqdm
 
 from probes.evals.files import CONVENTION, CONVENTIONS, REGIONS as REGION_NAMES  # defined by the eval contract
 from probes.benchmarks.pairs import Pair
@@ -127,15 +128,11 @@ def _batched(model, split, seqs, todo, out, batch_size, device, bf16, progress) 
     batch); the head only where needed when ``split`` is not None."""
     order = sorted(todo, key=lambda i: -len(seqs[i]))
     batches = [order[k:k + batch_size] for k in range(0, len(order), batch_size)]
-    if progress:
-        from tqdm.auto import tqdm
-
-        batches = tqdm(batches, desc="scoring", unit="batch")
     nodes, n_nodes = _prefix_nodes(seqs) if split is not None else (None, 0)
     lse = torch.empty(n_nodes, dtype=torch.float32, device=device)
     have = torch.zeros(n_nodes, dtype=torch.bool, device=device)
     lse_head = _HeadLSE(split[1], device, bf16) if split is not None else None
-    for batch in batches:
+    for batch in tqdm(batches, desc="scoring", unit="batch", disable=not progress):
         ids, mask, call_mask = _right_padded([seqs[i] for i in batch], device)
         if split is None:
             lp = _batch_plain(model, ids, call_mask)
@@ -300,9 +297,9 @@ def _add_slot_sums(tokenizer, pairs: list[Pair], rows: list[dict], ids: list[lis
                         cross[r.name] += bool(text[start:a].strip())
                         break
             for name in names:
-                for k, values in (("lp", sums), ("ntok", counts), ("xtok", cross)):
-                    row[f"{k}_{side}_slot_{name}"] = values[name]
-                    columns[f"{k}_{side}_slot_{name}"] = None
+                for what, values in (("lp", sums), ("ntok", counts), ("xtok", cross)):
+                    row[f"{what}_{side}_slot_{name}"] = values[name]
+                    columns[f"{what}_{side}_slot_{name}"] = None
     return list(columns)
 
 

@@ -14,7 +14,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from probes.scoring.primitive import correct
+from probes.scoring.primitive import correct, pair_sentence_ids
 
 # Above these shares the benchmark's scores say little about the model (the reader is told why).
 MAX_UNKNOWN = 0.01
@@ -39,10 +39,7 @@ def coverage(tokenizer, pairs, corpus_counts: Optional[np.ndarray] = None,
              scored: Optional[dict[str, list[int]]] = None) -> dict[str, float]:
     """Shares of the benchmark's pieces that are unknown, byte fallback and (with the run's id counts) never seen
     in training; `pieces`: how many. `scored`: primitive.pair_sentence_ids, when the caller has them."""
-    if scored is None:
-        from probes.scoring.primitive import pair_sentence_ids
-
-        scored = pair_sentence_ids(tokenizer, pairs)
+    scored = pair_sentence_ids(tokenizer, pairs) if scored is None else scored
     ids = np.fromiter(chain.from_iterable(scored[s][1:] for p in pairs for s in (p.good, p.bad)), dtype=np.int64)
     n = max(1, len(ids))
     byte_ids = {i for piece, i in tokenizer.get_vocab().items() if _BYTE_PIECE.match(piece)}

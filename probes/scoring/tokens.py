@@ -79,8 +79,7 @@ def read_tokens(path: Path, paradigm: Optional[str] = None, pair_id: Optional[st
 
     filters = [(k, "=", v) for k, v in (("paradigm", paradigm), ("pair_id", pair_id)) if v is not None]
     meta = json.loads((pq.read_schema(path).metadata or {}).get(META_KEY, b"{}"))
-    problem = sum_problem(path, meta)
-    if problem:
+    if problem := sum_problem(path, meta):
         raise EvalInputError(problem)
     table = pq.read_table(path, filters=filters or None)
     return table.to_pylist(), meta
@@ -121,12 +120,10 @@ def surprisal_table(points: list[dict]):
     """Long table: one row per checkpoint x side x position, surprisal in nats (-lp)."""
     import pandas as pd
 
-    rows = []
-    for pt in points:
-        for side in SIDES:
-            for j, (piece, lp) in enumerate(zip(pt[f"pieces_{side}"], pt[f"lps_{side}"])):
-                rows.append({"step": pt["step"], "tokens": pt["tokens"], "side": side, "position": j,
-                             "piece": piece, "surprisal": -float(lp)})
+    rows = [{"step": pt["step"], "tokens": pt["tokens"], "side": side, "position": j, "piece": piece,
+             "surprisal": -float(lp)}
+            for pt in points for side in SIDES
+            for j, (piece, lp) in enumerate(zip(pt[f"pieces_{side}"], pt[f"lps_{side}"]))]
     return pd.DataFrame(rows, columns=["step", "tokens", "side", "position", "piece", "surprisal"])
 
 
