@@ -172,8 +172,7 @@ def _family_probes(args, hub: bool) -> list:
 
     out = []
     for fam in families():
-        given = {name: getattr(args, f"{fam.key}.{name}") for _, name, _ in fam.options}
-        given = {name: value for name, value in given.items() if value is not None}
+        given = {name: v for _, name, _ in fam.options if (v := getattr(args, f"{fam.key}.{name}")) is not None}
         if not given:
             continue
         if "batch_size" in {f.name for f in fields(fam.config)}:
@@ -389,10 +388,9 @@ def _coverage(name: str, tokenizer, pairs, model_dir: Path, ids: Optional[dict] 
     print(f"tokenizer coverage of {name}: {cov['unknown']:.1%} unknown, {cov['byte_fallback']:.1%} byte-fallback"
           + (f", {cov['unseen']:.1%} never seen in the run's corpus" if "unseen" in cov else "")
           + f" of {int(cov['pieces']):,} pieces")
-    warning = coverage_warning(name, cov, store)
-    if warning:  # only then: which characters it cannot write, named by script
-        warning = coverage_warning(name, cov, store, unwritable_scripts(tokenizer, (t for p in pairs for t in (p.good, p.bad))))
-        print(warning, file=sys.stderr)
+    if coverage_warning(name, cov, store):  # only then: which characters it cannot write, named by script
+        scripts = unwritable_scripts(tokenizer, (t for p in pairs for t in (p.good, p.bad)))
+        print(coverage_warning(name, cov, store, scripts), file=sys.stderr)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

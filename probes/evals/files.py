@@ -181,5 +181,4 @@ def eval_done(path: Path, pairs_hash: str, manifest: Optional[str], per_token: b
     except EvalInputError as e:  # a foreign or damaged file: scoring again replaces it
         logging.getLogger(__name__).warning("%s; it will be scored again", e)
         return False
-    return (meta.get("convention") == CONVENTION and meta.get("pair_set") == pairs_hash
-            and meta.get("manifest") == manifest)
+    return [meta.get(k) for k in ("convention", "pair_set", "manifest")] == [CONVENTION, pairs_hash, manifest]

@@ -27,9 +27,8 @@ def _split_head(model):
         return None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     body = getattr(model, "base_model", None)
-    if not isinstance(head, torch.nn.Linear) or body is None or body is model:
-        return None
-    if hasattr(head.weight, "ds_id"):  # DeepSpeed ZeRO-3 holds the weight only inside forward()
+    # ds_id: DeepSpeed ZeRO-3 holds the weight only inside forward()
+    if not isinstance(head, torch.nn.Linear) or body is None or body is model or hasattr(head.weight, "ds_id"):
         return None
     return body, head
 

@@ -70,8 +70,7 @@ class PairsConfig:
                 entry = OmegaConf.to_container(entry)
             if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
                 raise ValueError(f"{where}: expected a benchmark name or a mapping with a 'name', got {entry!r}")
-            unknown = sorted(set(entry) - _ENTRY_KEYS)
-            if unknown:
+            if unknown := sorted(set(entry) - _ENTRY_KEYS):
                 raise ValueError(f"{where}: unknown key(s) {unknown}; known: {sorted(_ENTRY_KEYS)}")
             name, path = entry["name"], entry.get("path")
             try:
@@ -152,12 +151,10 @@ class ProbeHook:
     def __init__(self, cfg: PairsConfig, tokenizer, run_dir: Path, *,
                  pairs: Optional[dict[str, list[Pair]]] = None, final_step: Optional[int] = None,
                  unigram=None):
-        self.cfg = cfg
+        self.cfg, self.tokenizer, self.run_dir = cfg, tokenizer, Path(run_dir)
         self.unigram = unigram  # (log unigram probabilities per id, source) or None: no ulp columns
         self.final_step = final_step  # the run's last step (cfg.final_all_pairs scores all pairs there)
         self._all_pairs: Optional[dict[str, list[Pair]]] = None if pairs is None else dict(pairs)
-        self.tokenizer = tokenizer
-        self.run_dir = Path(run_dir)
         if not cfg.enabled:
             self.benchmarks: dict[str, list[Pair]] = {}
         elif pairs is not None:

@@ -192,8 +192,7 @@ def _run(body, head, trie, groups, pending, edge_logit, first_kid, kids, node_to
 def _layout(trie: Trie, group: list[list[tuple[int, int, int]]]):
     """ids, position ids, node ids (-1: padding) and first-computation flags [B, W] of rows."""
     width = max(map(_row_len, group))
-    ids = np.zeros((len(group), width), dtype=np.int64)
-    pos = np.zeros((len(group), width), dtype=np.int64)
+    ids, pos = np.zeros((2, len(group), width), dtype=np.int64)
     node = np.full((len(group), width), -1, dtype=np.int64)
     fresh = np.zeros((len(group), width), dtype=bool)
     for b, r in enumerate(group):
@@ -214,9 +213,7 @@ class _Pending:
     def __init__(self, head_lse: _HeadLSE, lse: torch.Tensor, pool: Optional[ThreadPoolExecutor] = None,
                  workers: int = 0):
         self.head_lse, self.lse, self.pool = head_lse, lse, pool
-        self.h: list[torch.Tensor] = []
-        self.shift: list[torch.Tensor] = []
-        self.node: list[torch.Tensor] = []
+        self.h, self.shift, self.node = [], [], []  # waiting: hidden states, their shifts, their prefixes
         self.rows = 0
         self.jobs: deque[tuple[torch.Tensor, Future]] = deque()
         # chunks in flight at most: the body (faster than the head) waits rather than queue every

@@ -23,8 +23,6 @@ from probes.scoring.head import _HeadLSE, _batch_split, _drop_last, _split_head
 from probes.scoring.pack import ATTENTION, packed_logprobs
 from train.start_token import scoring_start_id
 
-log = logging.getLogger(__name__)
-
 # How sentence text is encoded, everywhere ids are compared with the scored ones.
 ENCODE = {"add_special_tokens": False, "split_special_tokens": True}
 
@@ -62,9 +60,7 @@ def _checked(model, seqs: list[list[int]], batch_size: int, device, what: str, e
         if max_pos is not None and len(s) + extra > max_pos:
             raise ValueError(f"{what} {i} has {len(s)} tokens{', with its continuation,' if extra else ','} more "
                              f"than the model's max_position_embeddings={max_pos}")
-    if device is not None:
-        return torch.device(device)
-    return next(model.parameters(), torch.zeros(0)).device
+    return torch.device(device) if device is not None else next(model.parameters(), torch.zeros(0)).device
 
 
 @contextmanager
@@ -267,8 +263,9 @@ def _add_slot_sums(tokenizer, pairs: list[Pair], rows: list[dict], ids: list[lis
     if not marked:
         return []
     if not getattr(tokenizer, "is_fast", False):
-        log.warning("%s is not a fast tokenizer (no character offsets): Pair.regions are not "
-                    "scored, only the diff-based prefix/critical/suffix", type(tokenizer).__name__)
+        logging.getLogger(__name__).warning("%s is not a fast tokenizer (no character offsets): Pair.regions are "
+                                            "not scored, only the diff-based prefix/critical/suffix",
+                                            type(tokenizer).__name__)
         return []
     texts = list(dict.fromkeys(t for k in marked for t in (pairs[k].good, pairs[k].bad)))
     enc = tokenizer(texts, **ENCODE, return_offsets_mapping=True)

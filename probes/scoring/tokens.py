@@ -81,8 +81,7 @@ def read_tokens(path: Path, paradigm: Optional[str] = None, pair_id: Optional[st
     meta = json.loads((pq.read_schema(path).metadata or {}).get(META_KEY, b"{}"))
     if problem := sum_problem(path, meta):
         raise EvalInputError(problem)
-    table = pq.read_table(path, filters=filters or None)
-    return table.to_pylist(), meta
+    return pq.read_table(path, filters=filters or None).to_pylist(), meta
 
 
 def pair_tokens(run_dir: Path, benchmark: str, paradigm: str, pair_id: str) -> list[dict]:
@@ -98,9 +97,8 @@ def pair_tokens(run_dir: Path, benchmark: str, paradigm: str, pair_id: str) -> l
         rows, meta = read_tokens(f, paradigm, pair_id)
         if not rows:
             continue
-        row = rows[0]
-        _check_sums(row, eval_file, f, paradigm, pair_id)
-        out.append({"step": int(meta.get("step", d.name[4:])), "tokens": int(meta.get("tokens", -1)), **row})
+        _check_sums(rows[0], eval_file, f, paradigm, pair_id)
+        out.append({"step": int(meta.get("step", d.name[4:])), "tokens": int(meta.get("tokens", -1)), **rows[0]})
     return out
 
 
@@ -175,7 +173,7 @@ def draw(points: list[dict], title: str, out: Path) -> Path:
     return save_figure(fig, out)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m probes tokens",
         description="Per-token surprisal of one pair's good and bad sentence over a run's checkpoints, "
@@ -186,11 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--benchmark", default=None,
                    help="the eval file's name (default: the only benchmark with sidecars)")
     p.add_argument("--out", type=Path, default=None, metavar="FIG.png", help="draw the figure here")
-    return p
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = p.parse_args(argv)
     try:
         return _main(args)
     except ValueError as e:

@@ -50,8 +50,7 @@ def from_json(path: Union[str, Path], vocab_size: int) -> np.ndarray:
         table = {int(k): float(v) for k, v in json.loads(path.read_text()).items()}
     except (ValueError, TypeError, AttributeError) as e:
         raise ValueError(f"{path}: expected a JSON object {{token id: probability}}: {e}") from None
-    bad = [k for k, v in table.items() if not 0 < v <= 1]
-    if bad:
+    if bad := [k for k, v in table.items() if not 0 < v <= 1]:
         raise ValueError(f"{path}: id {bad[0]} has probability {table[bad[0]]}, not in (0, 1]")
     p = np.full(vocab_size, AUTHORS_FLOOR)
     ids = np.fromiter((k for k in table if 0 <= k < vocab_size), dtype=np.int64)
@@ -93,8 +92,7 @@ def score(df: pd.DataFrame, side: str, metric: str, beta: float = MORCELA_BETA,
 
 def correct(df: pd.DataFrame, metric: str, **params) -> pd.Series:
     """Per-pair correctness under SLOR / MORCELA, strict (a tie is wrong); NaN-free rows required."""
-    missing = [c for c in COLUMNS if c not in df.columns]
-    if missing:
+    if missing := [c for c in COLUMNS if c not in df.columns]:
         raise ValueError(f"no {', '.join(missing)} columns: add them with python -m probes unigram RUN_DIR")
     return score(df, "good", metric, **params) > score(df, "bad", metric, **params)
 

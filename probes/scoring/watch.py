@@ -18,8 +18,6 @@ from train.files import (IncompleteCheckpointError, list_checkpoints, manifest_h
 from probes.benchmarks.pairs import Pair
 from train.errors import InputFileError, reading
 
-log = logging.getLogger(__name__)
-
 
 def whole_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     """(step, dir) of every whole checkpoint of a run, by step; an incomplete one under a final name is logged."""
@@ -28,7 +26,7 @@ def whole_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
         try:
             verify_checkpoint(child)
         except IncompleteCheckpointError as e:
-            log.warning("skipped: %s", e)
+            logging.getLogger(__name__).warning("skipped: %s", e)
             continue
         out.append((step, child))
     return out
@@ -62,11 +60,8 @@ def check_fingerprint(run_dir: Path, step: int, ckpt_dir: Path, fingerprint: str
 
 def run_finished(run_dir: Path) -> bool:
     """True when a whole checkpoint has ``step == total_steps`` in its trainer_state.json."""
-    for _step, ckpt in reversed(whole_checkpoints(run_dir)):
-        state = read_trainer_state(ckpt)
-        if "total_steps" in state and state.get("step") == state["total_steps"]:
-            return True
-    return False
+    states = (read_trainer_state(ckpt) for _step, ckpt in reversed(whole_checkpoints(run_dir)))
+    return any("total_steps" in s and s.get("step") == s["total_steps"] for s in states)
 
 
 def pending(run_dir: Path, benchmarks: dict[str, list[Pair]],
@@ -148,8 +143,7 @@ def score_run(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptio
 
     sync_run(run_dir, say=say)  # a gpt-neox save directory: new global_step<N> -> checkpoints/step<N>
     todo_list = pending(run_dir, benchmarks, opts.per_token)
-    other = [] if replace_samples else other_samples(run_dir, todo_list, benchmarks)
-    if other:
+    if other := ([] if replace_samples else other_samples(run_dir, todo_list, benchmarks)):
         raise ValueError(f"{other[0]}{f' and {len(other) - 1} more eval files' if len(other) > 1 else ''} hold "
                          f"another pair sample scored on the same checkpoint (the run's in-loop results?); "
                          f"--replace scores over them (the run's curves/ are redrawn), or give the "
@@ -157,8 +151,7 @@ def score_run(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptio
     work = {step: (ckpt, todo, []) for step, ckpt, todo in todo_list}
     for probe in probes:
         for step, ckpt in whole_checkpoints(run_dir):
-            tasks = probe.todo(step, manifest_hash(ckpt))
-            if tasks:
+            if tasks := probe.todo(step, manifest_hash(ckpt)):
                 work.setdefault(step, (ckpt, [], []))[2].append((probe, tasks))
     written = []
     for step, (ckpt, todo, tasks) in sorted(work.items()):
