@@ -2,6 +2,7 @@
 the schema-metadata key ``syntax_dynamics`` (step, tokens, benchmark, convention at least)."""
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -12,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from probes.evals.files import CONVENTION, META_KEY, EvalInputError, check_meta, eval_file_meta, eval_path
-from train.evalsums import CHECKSUM, CHECKSUM_KEY, write_sum
-from train.files import atomic_open, versions
+from train.evalsums import CHECKSUM, CHECKSUM_KEY, write_summed
+from train.files import versions
 from train.faults import fault_point
 
 
@@ -33,10 +34,11 @@ def write_pairs(df: pd.DataFrame, path: Path, meta: dict) -> None:
 
     table = pa.Table.from_pandas(df, preserve_index=False)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: blob.encode()})
-    with atomic_open(path, "wb") as f:
-        pq.write_table(table, f)
-        fault_point("eval_write", meta["step"])  # the crash tests' kill point; nothing otherwise
-    write_sum(path)
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    # the crash tests' kill points; nothing otherwise
+    write_summed(path, buf.getvalue(), fault=lambda: fault_point("eval_write", meta["step"]))
+    fault_point("eval_written", meta["step"])
 
 
 def _bad(o):

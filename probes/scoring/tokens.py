@@ -8,6 +8,7 @@ first, so a sidecar never outlives the scores it explains (``pair_tokens`` check
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from pathlib import Path
@@ -48,8 +49,7 @@ def write_eval(df, path: Path, meta: dict) -> None:
     or else remove an old sidecar."""
     from probes.evals.files import META_KEY
     from probes.scoring.store import write_pairs
-    from train.evalsums import CHECKSUM, CHECKSUM_KEY, write_sum
-    from train.files import atomic_open
+    from train.evalsums import CHECKSUM, CHECKSUM_KEY, write_summed
 
     side = tokens_path(path)
     if not set(FRAME_COLUMNS) <= set(df.columns):
@@ -61,14 +61,14 @@ def write_eval(df, path: Path, meta: dict) -> None:
     blob = json.dumps({**meta, "kind": "per_token", CHECKSUM_KEY: CHECKSUM}, default=str).encode()
     table = pa.table(cols).replace_schema_metadata({META_KEY: blob})
     floats = [f"{c}.list.element" for c in table.column_names if c.startswith("lps_")]
-    with atomic_open(side, "wb") as fh:
-        # ids and pieces repeat across pairs: dictionary + zstd. The lps do not repeat: byte-stream
-        # split lets zstd find their shared exponent bytes (it excludes a dictionary). On all 35,400
-        # ZhoBLiMP pairs: 4.8 MB with parquet's defaults + zstd, 3.5 MB so (README "Token-level evidence")
-        pq.write_table(table, fh, compression="zstd", use_byte_stream_split=floats,
-                       use_dictionary=[c if c in ("paradigm", "pair_id") else f"{c}.list.element"
-                                       for c in table.column_names if not c.startswith("lps_")])
-    write_sum(side)
+    buf = io.BytesIO()
+    # ids and pieces repeat across pairs: dictionary + zstd. The lps do not repeat: byte-stream
+    # split lets zstd find their shared exponent bytes (it excludes a dictionary). On all 35,400
+    # ZhoBLiMP pairs: 4.8 MB with parquet's defaults + zstd, 3.5 MB so (README "Token-level evidence")
+    pq.write_table(table, buf, compression="zstd", use_byte_stream_split=floats,
+                   use_dictionary=[c if c in ("paradigm", "pair_id") else f"{c}.list.element"
+                                   for c in table.column_names if not c.startswith("lps_")])
+    write_summed(side, buf.getvalue())
     write_pairs(df.drop(columns=list(FRAME_COLUMNS)), path, meta)
 
 
