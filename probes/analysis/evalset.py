@@ -28,7 +28,6 @@ import pandas as pd
 
 from probes.analysis.evalcache import read_benchmark
 from probes.analysis.evalfile import PairOutcomes
-from probes.analysis.evalcache import cache_path
 from probes.evals.files import ALL_SUFFIX, MINIMAL_PAIRS, REGIONS, EvalInputError, eval_kind
 from train.files import step_dirs
 
@@ -153,9 +152,9 @@ def _unique_names(dirs: list[Path]) -> list[str]:
     return [str(d) for d in dirs]
 
 
-def _eval_paths(d: Path) -> tuple[dict[int, Path], dict[str, list[tuple[int, Path]]], set[str]]:
-    """A run's step directories, per benchmark its minimal-pair eval files [(step, file)], and the kinds of
-    its other files (other probe families': their own readers, probes/families.py)."""
+def _eval_paths(d: Path) -> tuple[dict[int, Path], dict[str, list[tuple[int, Path]]], dict[str, str]]:
+    """A run's step directories, per benchmark its minimal-pair eval files [(step, file)], and the kind of
+    each other benchmark (other probe families': their own readers, probes/families.py)."""
     evals = step_dirs(d / "evals")
     paths_by_bench: dict[str, list[tuple[int, Path]]] = {}
     for step, sd in sorted(evals.items()):
@@ -163,9 +162,11 @@ def _eval_paths(d: Path) -> tuple[dict[int, Path], dict[str, list[tuple[int, Pat
             # <name>.tokens.parquet is the per-token sidecar of <name>.parquet (probes/scoring/tokens.py)
             if f.suffix == ".parquet" and _visible(f) and f.is_file() and not f.name.endswith(".tokens.parquet"):
                 paths_by_bench.setdefault(f.stem, []).append((step, f))
-    # one file's kind per benchmark; a cached benchmark is minimal pairs (the only kind the reduced cache holds)
-    kinds = {b: MINIMAL_PAIRS if cache_path(d, b).is_file() else eval_kind(ps[-1][1]) for b, ps in paths_by_bench.items()}
-    return evals, {b: ps for b, ps in paths_by_bench.items() if kinds[b] == MINIMAL_PAIRS}, set(kinds.values()) - {MINIMAL_PAIRS}
+    # the newest file's kind per benchmark, even where a reduced cache exists: a file rewritten by another
+    # family after the cache was made is not minimal pairs (0.24 ms a schema)
+    kinds = {b: eval_kind(ps[-1][1]) for b, ps in paths_by_bench.items()}
+    pairs = {b: ps for b, ps in paths_by_bench.items() if kinds[b] == MINIMAL_PAIRS}
+    return evals, pairs, {b: k for b, k in kinds.items() if k != MINIMAL_PAIRS}
 
 
 def _load_run(d: Path, info: RunInfo, cache: bool = True, cached_only: bool = False):
@@ -181,8 +182,14 @@ def _load_run(d: Path, info: RunInfo, cache: bool = True, cached_only: bool = Fa
     if not paths_by_bench:
         raise EvalInputError(
             f"run directory {d} has no minimal-pair eval files (expected evals/step<N>/<benchmark>.parquet)"
-            + (f"; it has {', '.join(sorted(others))} evals only, which the analysis reads beside minimal pairs"
-               if others else ""))
+            + (f"; it has {', '.join(sorted(set(others.values())))} evals only, which the analysis reads beside "
+               "minimal pairs" if others else ""))
+    if others:
+        from probes.families import families
+
+        known = {f.kind for f in families()}
+        problems += [f"{d}: benchmark {b}'s eval files say kind {k!r}, which no registered probe family reads "
+                     "(probes/families.py); not analysed" for b, k in sorted(others.items()) if k not in known]
     problems += _hub_warnings(d)  # a public suite's checkpoints that are not what their names say
     ckpts = set(step_dirs(d / "checkpoints"))
     outs, frames = {}, []
