@@ -1,15 +1,7 @@
 """Aggregation: mean and 95 % interval over seeds; bootstrap intervals over pairs.
 
-Bootstrap over pairs without resampling loops: resampling the n pairs of one paradigm with
-replacement gives a count of correct pairs distributed exactly Binomial(n, k/n), where k pairs were
-right. The percentile interval of that bootstrap is therefore a pair of binomial quantiles that
-depend only on (k, n) and are computed exactly once per distinct n. A phenomenon's accuracy is the
-mean of its paradigms' accuracies (each paradigm resampled within itself, i.e. a stratified
-bootstrap); its bootstrap variance is exactly sum_j p_j(1-p_j)/n_j / K^2, and probes.analysis.bands
-reports the normal interval with that variance, seeds resampled too (exact percentiles of a sum of
-binomials would need a convolution per row and change the interval by far less than its width at
-n >= 100 pairs).
-The paired bootstrap of a U's drop, where pair identities matter, is in probes.analysis.ushape (analyse_curve).
+Resampling a paradigm's n pairs gives a count of correct pairs distributed exactly Binomial(n, k/n), so its
+percentile bootstrap is a pair of binomial quantiles computed once per distinct n, without resampling loops.
 """
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""The ZhoBLiMP case study (§5.4, Figure 6) for any paradigm: accuracy and phrase-region differences
-over training, mean and 95 % interval over seeds (docs/probing.md, "Case study"). Per pair and region R:
-
-    mean Δ_R = lp_good_R / ntok_good_R − lp_bad_R / ntok_bad_R     (nats per token; the default)
-    sum  Δ_R = lp_good_R − lp_bad_R                                 (nats; also in every table)
-
-summing the eval file's per-slot columns (``lp_good_slot_<slot>`` …) over the slots that
-probes/benchmarks/phrase_regions.json groups into R. Regions are followed from the per-pair eval files of
-the one paradigm (read with a row filter), not from the reduced cache, which keeps only summed generic deltas.
+"""The ZhoBLiMP case study (§5.4, Figure 6) for any paradigm: accuracy and phrase-region differences over
+training (docs/probing.md, "Case study"), from the per-slot columns of the paradigm's eval rows (read with a row
+filter: the reduced cache keeps only summed generic deltas), grouped by probes/benchmarks/phrase_regions.json.
 """
 from __future__ import annotations
 

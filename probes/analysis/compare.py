@@ -1,31 +1,8 @@
-"""`python -m probes compare A B --out DIR`: paired statistics of two runs or two checkpoints.
+"""`python -m probes compare A B --out DIR`: paired statistics of two runs or two checkpoints (docs/public_suites.md,
+"Paired comparisons": sides, columns, what is refused).
 
-Both sides scored the same minimal pairs, so the question "is B better than A" is a paired one, and the
-unit is the item (the pair): seeds are repeated measurements of it, not new items. Per item, each side's
-seeds are first reduced to the share of seeds right; then, per benchmark x paradigm, per benchmark x
-phenomenon and per benchmark overall (rows of `level` paradigm / phenomenon / overall):
-
-* ``n`` items; ``b`` items where A's share is higher, ``c`` where B's is; ``p_sign`` the exact sign test
-  of the per-item differences, the two-sided binomial test of c in b + c trials at 1/2
-  (scipy.stats.binomtest; with one seed this is McNemar's exact test). A copied seed changes no item's
-  share, so it leaves every number as it was: pairs x seeds counted as trials made a copy look like
-  evidence (McNemar p 0.031 -> 0.00049);
-* ``ci_lo``, ``ci_hi``: a 95 % bootstrap interval of acc_b - acc_a with the item as the cluster (an item
-  is resampled with all its seeds on both sides);
-* ``q_bh``: Benjamini-Hochberg adjusted p within each level (scipy.stats.false_discovery_control): a
-  phenomenon row holds its paradigms' pairs again, so paradigm and phenomenon rows are separate families
-  (compare.json's ``bh_families``).
-
-A side is a run directory (its last scored checkpoint), ``RUN:STEP``, or a folder of run directories
-(seeds; config.yaml's ``seed``), each optionally with ``:STEP``. Seed groups are paired seed by seed
-where both sides have the seed; two single runs are paired whatever their seeds. Refused, as the report
-refuses them: a run against itself at the same checkpoint, one run twice (same config hash) on one side or
-at one checkpoint on both, and eval files whose ``pair_set`` fingerprints differ (other sentences under
-the same pair ids). Decisions use the report's metric: MLP (lp/ntok, ties wrong) unless ``--metric sum``;
-``flips.csv`` lists the items whose share right changed, largest change of margin (good - bad score) first.
-
-The report calls :func:`paired_stats` (two outcome matrices in hand, e.g. a U's peak and trough
-checkpoints from PairOutcomes) or :func:`compare` (two sides by name).
+The pair is the unit: each side's seeds are first reduced to the pair's share right, so a copied seed leaves every
+number as it was (counting pairs x seeds as trials made a copy look like evidence: McNemar p 0.031 -> 0.00049).
 """
 from __future__ import annotations
 

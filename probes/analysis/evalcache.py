@@ -1,15 +1,8 @@
-"""The reduced-read cache: a run's eval files, reduced once, kept beside them.
-
-A whole grid's eval files take ~15 s to read and reduce on 2 cores; the reduction (one byte per
-pair and checkpoint + the per-paradigm rows) is ~2 % of their size. It is kept per run and
-benchmark in <run>/evals/.reduced-<benchmark>.npz (a dot name: readers of run directories ignore
-it) together with the step, size, mtime and sha256 (from its .sha256) of every eval file it came from,
-and the sha256 of its own arrays. All unchanged: it is
-used as is. Only new checkpoints after its first one (a run still training; the probe hook
-refreshes it after every eval): those files alone are read and added. Anything else -- a
-rewritten or deleted file, an eval before its first checkpoint -- means a fresh read. Plain
-numpy arrays only (no pickle). Written atomically (train.files.atomic_open); a read-only run
-directory just goes uncached.
+"""The reduced-read cache: a run's eval files reduced once (~2 % of their size; a grid's files take ~15 s to
+read), kept in <run>/evals/.reduced-<benchmark>.npz with the step, size, mtime and sha256 of every eval file it
+came from and the sha256 of its own arrays. All unchanged: used as is. Only checkpoints after its first one are
+new (a run still training): those files alone are read and added. Anything else means a fresh read. Plain numpy
+arrays (no pickle), written atomically; a read-only run directory just goes uncached.
 """
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""One run's eval files: read each, align them across checkpoints, reduce them.
-
-Each <run>/evals/step<N>/<benchmark>.parquet (one row per minimal pair, probes.scoring.store) becomes one
-byte per pair (MLP and sum-LP correctness) plus the per-paradigm accuracies and mean region deltas
-of that checkpoint. Every checkpoint is aligned to the pair order of the run's first one
-(`Reference`), so pairs can be followed across training and resampled for bootstrap intervals.
-probes.analysis.evalset reads whole run directories with this; probes.analysis.evalcache keeps its output.
+"""One run's eval files: read each, align them across checkpoints to the pair order of the run's first one
+(`Reference`, so pairs can be followed and resampled), reduce them to one byte per pair (MLP and sum-LP
+correctness) plus per-paradigm accuracies and mean region deltas.
 """
 from __future__ import annotations
 

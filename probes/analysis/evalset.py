@@ -1,16 +1,9 @@
-"""Read the per-pair eval files of one or many run directories into one analysable object.
+"""Read the per-pair eval files of one or many run directories (layout: checkpoints.md) into one analysable object.
 
-Layout read (checkpoints.md):
-    <run>/config.yaml                               experiment, seed, model.name, data.budget_tokens
-    <run>/checkpoints/step<N>/trainer_state.json    {"step": N, "tokens": T, ...}
-    <run>/evals/step<N>/<benchmark>.parquet         one row per minimal pair
-Temporary names (starting with "." or containing ".tmp") are ignored: they are files being written.
-
-Per-pair rows are reduced at read time to one byte per pair and checkpoint (MLP and sum-LP
-correctness) plus per-paradigm accuracies and mean region deltas, so a whole scaling grid
-(60 runs x 47 checkpoints x 35k pairs) stays in a few hundred MB and bootstrap intervals can still be
-drawn from the pairs later without rerunning a model. One file's reading and the alignment across
-checkpoints: probes.analysis.evalfile; the reduced copy kept in each run: probes.analysis.evalcache.
+Per-pair rows are reduced at read time to one byte per pair and checkpoint plus per-paradigm accuracies and mean
+region deltas, so a whole scaling grid (60 runs x 47 checkpoints x 35k pairs) stays in a few hundred MB and
+bootstrap intervals can still be drawn from the pairs later (one file: probes.analysis.evalfile; the reduced copy
+kept in each run: probes.analysis.evalcache). Temporary names (a leading "." or ".tmp") are files being written.
 """
 from __future__ import annotations
 
@@ -227,13 +220,9 @@ def _hub_warnings(run_dir: Path) -> list[str]:
 
 
 def refresh_cache(run_dir: str | Path, benchmark: str) -> bool:
-    """Bring a run's reduced cache of `benchmark` up to date, reading only eval files it lacks.
-
-    The probe hook and `probes score`/`watch` call it after writing each eval file, so a report
-    on runs this suite probed never reads their eval files again (50-120 ms a checkpoint for 35k pairs, where a
-    first read of a whole grid's files takes most of a report's time). Never raises: a problem
-    (a bad eval file, a read-only directory) is logged and left for the report to name.
-    """
+    """Bring a run's reduced cache of `benchmark` up to date (the probe hook and `probes score`/`watch` call it
+    after each eval file, so a report never reads them again). Never raises: a problem is logged and left for the
+    report to name."""
     d = Path(run_dir)
     paths = [(step, sd / f"{benchmark}.parquet") for step, sd in sorted(step_dirs(d / "evals").items())
              if (sd / f"{benchmark}.parquet").is_file()]
@@ -248,11 +237,8 @@ def refresh_cache(run_dir: str | Path, benchmark: str) -> bool:
 
 
 def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cache: bool = True) -> EvalSet:
-    """Read every eval file of every run directory. Raises EvalInputError naming what is wrong.
-
-    workers: runs read at once by forked processes; default: the number of CPUs, at most 4.
-    cache: reuse / write the reduced form in <run>/evals/.reduced-<benchmark>.npz (see probes.analysis.evalcache).
-    """
+    """Read every eval file of every run directory (`workers` runs at once, forked; default min(4, CPUs)),
+    reusing and writing the reduced caches unless cache=False. Raises EvalInputError naming what is wrong."""
     from probes.analysis.outputs import fork_pool
 
     workers = workers or min(4, os.cpu_count() or 1)
@@ -328,12 +314,8 @@ def _compact(steps: list[int], limit: int = 12) -> str:
 
 
 def log_tokens(tokens: np.ndarray, reference: Optional[np.ndarray] = None) -> np.ndarray:
-    """log10 tokens, with step 0 (0 tokens) placed one decade before the first trained checkpoint.
-
-    The initialisation has no position on a log axis; putting it a fixed decade to the left keeps
-    it visible and ordered in plots and smoothing without pretending it saw data. Pass the tokens
-    of all curves drawn together as `reference` so they share that position.
-    """
+    """log10 tokens, step 0 (0 tokens, no place on a log axis) one decade before the first trained checkpoint of
+    `reference` (the tokens of every curve drawn together, so they share that position)."""
     t = np.asarray(tokens, dtype=np.float64)
     ref = t if reference is None else np.asarray(reference, dtype=np.float64)
     pos = ref[ref > 0]

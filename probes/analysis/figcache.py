@@ -1,10 +1,6 @@
-"""The report's figure cache (docs/report.md, "Figure cache"): a figure is a pure function of its inputs,
-so a report on unchanged data copies the PNG it drew last time (~0.3 s of matplotlib per figure saved).
-
-The key hashes DataFrames/Series by columns, dtypes, index and values (numeric by bytes, strings through
-pandas' hash, else pickle), arrays by dtype, shape and bytes, paths inside the report relative to it (so the
-staged build and the final report agree). A false hit would show an old picture, so anything the key cannot
-describe exactly makes the job uncacheable; a figure function must take its numbers as arguments.
+"""The report's figure cache (docs/report.md, "Figure cache"): a report on unchanged data copies the PNG it
+drew last time. A false hit would show an old picture, so anything the key cannot describe exactly makes the
+job uncacheable; a figure function must take its numbers as arguments.
 """
 from __future__ import annotations
 
@@ -250,6 +246,3 @@ def draw_and_store(fn, args: tuple, entry: Optional[Path]):
     if entry is not None:
         _store(Path(path).read_bytes(), entry)
     return path
-
-
-__all__ = ["CACHE_DIR", "FigureCache", "code_version", "draw_and_store", "figure_key", "png_intact", "tree_hash"]

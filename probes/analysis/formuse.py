@@ -1,27 +1,8 @@
-"""Minimal pairs vs generated tasks over training, each probe on one chance-corrected scale.
+"""Minimal pairs vs generated tasks over training, each probe on one chance-corrected scale (docs/elagent.md,
+"Minimal pairs vs generated tasks"; the report's section says which probes feed which group).
 
-Which is learnt first: telling a grammatical sentence from its minimal-pair twin, or solving a task generated
-from rules the model has not seen (after k solved examples)? The probes of a run fall into two groups:
-
-* ``minimal_pairs``: every minimal-pair benchmark (grammar, BLiMP, ZhoBLiMP, ...), except the generated
-  ELAGENT one below and the last-checkpoint-only ``<name>_all`` copies;
-* ``generated_tasks``: the generated ELAGENT tasks (Language A word order ``elagent_word_order`` as minimal
-  pairs, and the multiple-choice tasks precedence, bAbI, predicates), and fill-in-the-blank of the syntax
-  questions (``FITB_acc``: the model produces the phrase) where runs have them.
-
-What this is not: FAC²E's language-vs-cognition or knowledge-vs-use measure (Wang et al., ../shared/papers/003_*).
-FAC²E scores, *within one item*, the elicited rationale of recalling the knowledge (crystallized step) apart
-from applying it (fluid step), by instruction following -- which these small base models cannot do -- and its
-taxonomy puts grammaticality *and* numeric, logical and deductive reasoning on the same, language side. So the
-comparison is named for what it is, not for FAC²E.
-
-One scale: the probes have different chance levels (minimal pairs 0.5, bAbI 1/4, predicates 1/7, FITB a random
-phrase of the sentence), so a mean of raw accuracies would move with whichever probe moves and its chance line
-would be a mixture. Each probe's accuracy is first put on ``score = (acc - chance) / (1 - chance)``: 0 at chance,
-1 at perfect, negative below chance. A group's curve is the mean score of its probes at each checkpoint (a probe
-without a known chance level is listed and left out). The age of acquisition of each group's curve is the
-report's (``probes.analysis.aoa``: a sigmoid on log10 tokens, halfway between chance -- 0 here -- and the best
-fitted score), fitted per run, averaged over seeds.
+The probes' chance levels differ (0.5, 1/4, 1/7, ...): a mean of raw accuracies would move with whichever probe
+moves, so each is put on ``score = (acc - chance) / (1 - chance)`` first; a group's curve is its probes' mean score.
 """
 from __future__ import annotations
 
@@ -149,11 +130,8 @@ def _plot(seeds: pd.DataFrame, aoa: pd.DataFrame, path: Path) -> Path:
 
 def formuse_section(ev: EvalSet, out: Path, metric: str = "acc_mlp", tasks: Sequence[pd.DataFrame] = (),
                     aoa_cfg: Optional[AoAConfig] = None, jobs=None) -> tuple[list[str], list[tuple[str, Path]]]:
-    """Markdown and figures of the minimal-pairs-vs-generated-tasks view; writes tables/formuse_probes.csv (every probe's curve),
-    tables/formuse.csv (group curves, seed means), tables/formuse_aoa.csv (per run) and figures/formuse.png.
-
-    ``tasks``: the generated-task rows of the other families (probe_curves), with run names as in ``ev``. ``jobs`` (probes.analysis.outputs.FigureJobs): the figure is drawn there (a worker,
-    the figure cache), else here."""
+    """Markdown and figures of the minimal-pairs-vs-generated-tasks view, its tables/formuse*.csv and
+    figures/formuse.png (drawn by `jobs`, a FigureJobs, where given). ``tasks``: as probe_curves takes them."""
     out = Path(out)
     probes = probe_curves(ev, metric, tasks)
     info = pd.DataFrame([(r.name, r.model, r.budget) for r in ev.runs], columns=["run", "model", "budget"])

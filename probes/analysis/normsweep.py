@@ -1,10 +1,6 @@
-"""Length- and frequency-normalised scores as the ZhoBLiMP authors report them: whole sweeps, not one point.
-
-The grids (pow-norm lp/|s|^alpha, MORCELA (lp - beta*ulp + gamma)/|s|, from sjtu-compling/ZhoBLiMP
-src/metrics.py and src/run.py) and why no single point is "the" score: docs/report.md, "Normalised scores".
-Everything comes from the per-pair sums every eval file stores (lp_*, ntok_*, ulp_*) at each run's last
-checkpoint (the all-pairs file `<benchmark>_all` where the run has one), no model calls. Their |s| counts
-tokens with a non-zero log-prob; ours counts every scored token (equal unless a token's probability rounds to 1).
+"""Length- and frequency-normalised scores as the ZhoBLiMP authors sweep them (docs/report.md, "Normalised
+scores"), from the per-pair sums every eval file stores at each run's last checkpoint: no model calls. Their |s|
+counts tokens with a non-zero log-prob, ours every scored token (equal unless a token's probability rounds to 1).
 """
 from __future__ import annotations
 

@@ -18,9 +18,6 @@ import pyarrow.parquet as pq
 
 from train.files import atomic_open
 
-__all__ = ["FigureJobs", "atomic_open", "check_output_file", "save_figure", "write_csv", "write_parquet", "write_table",
-           "write_text"]
-
 
 def check_output_file(path: str | Path, flag: str = "--out") -> None:
     """Before any work: an output file whose place cannot be written (a parent that is a file, a
@@ -70,12 +67,8 @@ def write_table(stem: str | Path, df: pd.DataFrame) -> list[Path]:
 
 
 def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
-    """Save a matplotlib Figure (built without pyplot) as PNG, atomically.
-
-    Our figures use constrained layout, so no bbox_inches="tight" (it would draw everything twice).
-    Drawn by Agg at `dpi` as savefig draws it, then written by Pillow as RGB (the figures are opaque) at
-    zlib level 3: the same pixels as savefig's RGBA at level 6, ~6 % smaller and ~10 % cheaper a figure.
-    """
+    """A Figure as PNG, atomically: drawn by Agg as savefig draws it (no bbox_inches="tight": it draws twice),
+    written by Pillow as RGB at zlib level 3 (savefig's pixels, ~6 % smaller and ~10 % cheaper a figure)."""
     from PIL import Image
 
     fig.set_dpi(dpi)
@@ -91,13 +84,9 @@ def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
 
 @contextlib.contextmanager
 def staged_output(out: Path) -> Iterator[Path]:
-    """A directory of outputs (the report: report.md, figures/, tables/) built whole under a hidden
-    sibling ``.<out>.<pid>@<host>.tmp``, then moved into `out` entry by entry, report.md last. A killed
-    report leaves the previous one as it was (not old report.md beside new tables); the next run removes
-    what it left (train/staletmp.py). Entries of `out` that the new report lacks but an old one wrote
-    (a problems.txt with no problems now) go; anything else in `out` stays. An error removes the stage.
-    Every file the report writes is listed in `out`/.report-files; a file of the user's inside what would
-    be replaced (a figures/my_figure.pdf) is refused before any work, never deleted."""
+    """The report's directory built whole under a hidden sibling, then moved into `out` entry by entry,
+    report.md last: a killed report leaves the previous one as it was (not old report.md beside new tables).
+    Every file written is listed in `out`/.report-files; a file of the user's that would be replaced is refused."""
     from train.staletmp import clear_stale, tag
 
     out = Path(out)
@@ -167,11 +156,8 @@ def _foreign_files(out: Path) -> list[Path]:
 
 
 def fork_pool(workers: int):
-    """A ProcessPoolExecutor of `workers` forked processes, or None (one worker, or no fork here).
-
-    fork, not spawn: a spawned worker spends ~2 s importing pandas and matplotlib. The work sent
-    to it must not touch CUDA or threads of the parent (ours reads files and draws figures).
-    """
+    """`workers` forked processes, or None (one worker, or no fork): a spawned worker spends ~2 s importing
+    pandas and matplotlib. The work must not touch CUDA or threads of the parent."""
     import multiprocessing as mp
 
     if workers <= 1 or "fork" not in mp.get_all_start_methods():
@@ -183,12 +169,8 @@ def fork_pool(workers: int):
 
 
 def _worker_start(parent: int) -> None:
-    """In each worker, first: the objects inherited from the parent become the permanent generation of
-    its garbage collector, so that no collection walks them (one walked the parent's whole heap, copying
-    its pages into the worker: 0.6 CPU-s of a grid report's figures, ~5 % of its reading). Then SIGKILL
-    when the parent dies (Linux PR_SET_PDEATHSIG): a killed `probes report` otherwise left its workers
-    blocked on the task queue for good (ppid 1), and `report | cat` waited on the stdout they inherited.
-    A parent already gone by now is caught by the ppid check."""
+    """gc.freeze() the inherited objects (a collection walking the parent's heap copied its pages: 0.6 CPU-s of
+    a grid report), and SIGKILL when the parent dies (a killed report left its workers blocked for good)."""
     import ctypes
     import signal
 
@@ -203,23 +185,11 @@ def _worker_start(parent: int) -> None:
 
 
 class FigureJobs:
-    """Draw figures in worker processes while the caller goes on computing.
-
-    Drawing is matplotlib Python code under the GIL (~0.3 s a figure), so threads do not help;
-    forked workers do, and the analysis that feeds the next figures keeps the parent busy meanwhile.
-    `submit(title, fn, *args)` queues fn(*args) -> path and returns that path (the one .png path among
-    the arguments); `results()` waits and returns [(title, path)] in submission order, re-raising the
-    first worker error; a job with title None is drawn and awaited but left out (its caller lists it).
-    workers=1 (or a platform without fork) draws in the caller, at submit time. Arguments travel by
-    pickle: pass the rows a figure needs, not whole tables.
-
-    With a `cache` (probes.analysis.figcache.FigureCache) a job whose content key is in the cache is
-    not drawn: its PNG is copied from there; a drawn one is copied into it.
-
-    `compute(fn, *args)` runs a computation there too (the report's sigmoid fits), so that the caller's
-    own chain of statistics, which the figures wait on, is not the longest path; `.result()` of what it
-    returns gives fn's value (or raises its error).
-    """
+    """Draw figures in forked workers while the caller goes on computing (drawing is Python under the GIL:
+    threads do not help). submit(title, fn, *args) queues fn(*args) -> its .png argument, or copies it from the
+    `cache` (figcache.FigureCache); results() -> [(title, path)] in order, title None left out; compute(fn, *args)
+    runs a computation there too (the report's sigmoid fits). Arguments travel by pickle: pass only the rows a
+    figure needs. workers=1, or no fork: drawn in the caller at submit time."""
 
     def __init__(self, workers: int | None = None, cache=None):
         self._pool = fork_pool(workers if workers is not None else min(2, os.cpu_count() or 1))

@@ -1,18 +1,9 @@
-"""The report's curve figures, laid out as the ZhoBLiMP paper draws them.
+"""The report's curve figures, laid out as the ZhoBLiMP paper draws them: the overall curve (a panel per
+budget, a line per model size), every phenomenon in one figure (its Figure 5) and one phenomenon per figure.
+Each line is the seed mean with the band of probes.analysis.bands, each seed a thin line beside it.
 
-* `plot_overall`: the overall learning curve (mean over every paradigm of a benchmark), one panel per
-  corpus budget (rows: benchmarks), one line per model size; the paper's Figure 3/2(b) view over training.
-* `plot_all_phenomena`: the paper's Figure 5, all phenomena in one small-multiples figure, one line per
-  model size, x = tokens, on one corpus budget (the largest: the paper draws its 3B-token runs).
-* `plot_phenomenon`: one phenomenon, one panel per budget (the appendix's per-phenomenon figures).
-
-Every line is the seed mean with the band of probes.analysis.bands (t over seeds with >= 3 seeds, else
-the pair bootstrap) and, beside it, each seed's own curve as a thin line. The numbers behind each
-figure are written by the report as CSV (tables/curves_overall.csv, tables/curves_phenomenon.csv).
-
-Drawing cost (a grid report draws dozens): margins are fixed in inches (constrained layout measures every text
-and draws twice), the seeds of a model are one line broken between runs, and titles get y=1.0 (with a y given,
-matplotlib does not measure the tick labels to place them).
+A grid report draws dozens: margins are fixed in inches (constrained layout draws twice), a model's seeds are one
+line broken between runs, and titles get y=1.0 (then matplotlib does not measure the tick labels to place them).
 """
 from __future__ import annotations
 

@@ -49,13 +49,9 @@ _LAYOUTS: dict = {}  # layout key -> (figure, axes, the artists its build made):
 
 
 def layout_figure(key, build):
-    """(fig, axes) of the layout `key` -- a hashable description of everything build() sets up -- ready for
-    its data. The first time in this process build() -> (fig, axes) makes it; later, the same figure comes
-    back with every artist added since build() removed and its data limits reset. Creating axes and their
-    ticks is about half of drawing a small-multiples figure, and a report draws dozens of figures of one
-    layout (the appendix's curves of every phenomenon): a figure worker pays it once. What build() does
-    must not depend on the data; what the caller adds must not change the static artists (tests/
-    test_figures.py compares the pixels with a figure built afresh)."""
+    """(fig, axes) of the layout `key` (hashable: everything build() sets up, which must not depend on the data):
+    made by build() once per process, later the same figure with every artist added since removed. Creating axes
+    and ticks is half of drawing a small-multiples figure, and a report draws dozens of one layout."""
     got = _LAYOUTS.get(key)
     if got is None:
         fig, axes = build()

@@ -1,13 +1,6 @@
-"""Regions over training: accuracy and per-region delta (summed lp good - lp bad, mean over pairs).
-
-The generic, diff-based view of every paradigm (the paper's phrase-region case study, NP/VP from
-template slots with mean-per-token deltas, is probes.analysis.casestudy): the critical span (where good and
-bad tokens differ) and the spillover suffix are followed checkpoint by checkpoint next to the accuracy, and for each detected
-U-shape we say which region's delta moves first. "Moves" is measured inside the U's window (peak
-to recovery): a region's onset is the first checkpoint at which its delta has changed by
-`move_fraction` of its largest change in the window, and a region whose largest change is below
-`min_move` nats does not move at all. The prefix is shared by good and bad sentences, so its delta
-is ~0 by construction unless a benchmark marks finer regions.
+"""Regions over training: accuracy and per-region delta (summed lp good - lp bad, mean over pairs) of every
+paradigm's generic regions, and for each U which region's delta moves first inside the U's window (peak to
+recovery). The phrase-region case study is probes.analysis.casestudy.
 """
 from __future__ import annotations
 

@@ -130,12 +130,9 @@ def report_config(ev: EvalSet, cfg: Optional[ReportConfig] = None, alpha: Option
 
 def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[int] = None,
                  figure_cache: bool = True, previous: Optional[Path] = None) -> dict:
-    """Write report.md, figures/ (the main flow), appendix/ (per-phenomenon, case-study and region figures)
-    and tables/ under `out`. Figures are drawn by `workers` processes (default: up to 2) while the
-    statistics for the next ones are computed. What the report in `previous` (the report this one
-    replaces; default `out` itself) computed from unchanged inputs is reused, the same bits, not
-    recomputed: its sigmoid fits (`.cache/`, CACHE_DIR) and, with `figure_cache`, its figures (copied from
-    its `.figure-cache`; `out/.figure-cache` keeps the figures of this report)."""
+    """Write report.md, figures/, appendix/ and tables/ under `out`, the figures drawn by `workers` processes
+    (default: up to 2) meanwhile. What the report in `previous` (default `out`) computed from unchanged inputs is
+    reused, the same bits: its sigmoid fits (CACHE_DIR) and, with `figure_cache`, its figures."""
     # one BLAS thread: the figure workers hold the other cores, and idle BLAS threads spin (the AoA fits
     # took 3.1 CPU-s with two threads for 2.5 with one, in the same wall time and to the same bits)
     with threadpool_limits(1, user_api="blas"):

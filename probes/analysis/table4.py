@@ -1,14 +1,6 @@
-"""The Table-4-style table: final accuracy per model (x budget) x phenomenon, beside humans and the paper.
-
-Our rows: each model x corpus budget at its runs' last checkpoint, mean over seeds, on every pair
-where the runs scored every pair there (`<benchmark>_all`, probes.final_all_pairs), else on the
-per-checkpoint sample. A phenomenon's value is the mean of its paradigms' accuracies, "overall" the
-mean over all paradigms (with 300 pairs in every paradigm, the paper's overall: its Zh-Pythia-14M
-column averages to 66.4 over phenomena but reads 69.9 overall, the mean over paradigms).
-Reference rows for ZhoBLiMP, each labelled with where it comes from: human agreement from the authors'
-validation CSV (our pooled reading, probes.analysis.human), the paper's human column, and the paper's
-published Zh-Pythia columns (14M, 160M, 1.4B trained on 3B tokens; its Table 4).
-"""
+"""The Table-4-style table: final accuracy per model (x budget) x phenomenon, beside humans and the paper
+(docs/report.md). "overall" is the mean over paradigms, as the paper's (its Zh-Pythia-14M column averages to
+66.4 over phenomena but reads 69.9 overall)."""
 from __future__ import annotations
 
 import pandas as pd

@@ -1,9 +1,5 @@
-"""Small pictures of the accepted U-shapes: one panel per U, numbered as the report's U table.
-
-Each panel is the U's curve (seed mean with the band of probes.analysis.bands, each seed thin) with
-its peak, trough and recovery marked and its evidence in the title: depth, the noise threshold it
-cleared, seeds agreeing. At most MAX_PANELS panels (the deepest U's); the table lists every U.
-"""
+"""Small pictures of the accepted U-shapes (the MAX_PANELS deepest), one panel per U, numbered as the report's
+U table, with its peak, trough and recovery marked and its evidence in the title."""
 from __future__ import annotations
 
 from pathlib import Path
