@@ -310,7 +310,7 @@ def test_end_of_run_u_list_applies_the_reports_rule(tmp_path, capsys):
     # Issue 11: a one-seed run scored at 10 pairs per paradigm listed "170 U-shapes at delta = 0.1"
     # at the end of training (every geometric dip of a noisy curve). The list must be the report's.
     from probes.analysis.report import ReportConfig
-    from probes.analysis.synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
+    from synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
     from probes.analysis.ushape import find_u_shapes_in_runs
 
     rng = np.random.default_rng(7)
