@@ -132,16 +132,11 @@ def _refuse_copies(runs: list[RunInfo]) -> None:
 
 def _unique_names(dirs: list[Path]) -> list[str]:
     dirs = [d.resolve() for d in dirs]  # "." or "run/.." name the directory they point at
-    names = [d.name for d in dirs]
-    if len(set(names)) == len(names):
-        return names
-    # Same leaf name in several places (e.g. sweep/0/seed1, sweep/1/seed1): add parents until unique.
-    depth = 2
-    while depth < 10:
+    # the leaf name; the same in several places (e.g. sweep/0/seed1, sweep/1/seed1): parents added until unique
+    for depth in range(1, 10):
         names = ["/".join(d.parts[-depth:]) for d in dirs]
         if len(set(names)) == len(names):
             return names
-        depth += 1
     return [str(d) for d in dirs]
 
 
@@ -208,8 +203,6 @@ def _load_run(d: Path, info: RunInfo, cache: bool = True, cached_only: bool = Fa
 def _hub_warnings(run_dir: Path) -> list[str]:
     """The checkpoint-sanity warnings `score-run --hub` (probes/scoring/hub.py) recorded in <run>/hub.json;
     read here, not imported from there: scoring sits below analysis and imports its cache refresh."""
-    import json
-
     path = run_dir / "hub.json"
     if not path.is_file():
         return []

@@ -231,12 +231,8 @@ class FigureCache:
         if not self.dir.is_dir():
             return
         for p in self.dir.iterdir():
-            if p.name.startswith(".") or p.stem not in self.used or p.suffix != ".png":
-                if p.is_file():
-                    try:
-                        p.unlink()
-                    except FileNotFoundError:
-                        pass
+            if (p.name.startswith(".") or p.stem not in self.used or p.suffix != ".png") and p.is_file():
+                p.unlink(missing_ok=True)
 
 
 def draw_and_store(fn, args: tuple, entry: Optional[Path]):

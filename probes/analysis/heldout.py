@@ -31,7 +31,7 @@ def final_heldout(table: pd.DataFrame) -> pd.DataFrame:
 def plot_heldout(table: pd.DataFrame, path: Path) -> Path:
     """Held-out loss against tokens seen; the band is the range over seeds."""
     from probes.analysis.outputs import save_figure
-    from probes.analysis.paperfigs import _budget, _colors, _finish, budget_order, draw_model_lines, model_order, pick
+    from probes.analysis.paperfigs import _colors, _finish, budget_label, budget_order, draw_model_lines, model_order, pick
     from probes.analysis.plotting import new_figure, token_axis
 
     t = table.rename(columns={"val_loss": "acc"})
@@ -45,7 +45,7 @@ def plot_heldout(table: pd.DataFrame, path: Path) -> Path:
         draw_model_lines(ax, pick(bands, budget=budget), pick(t, budget=budget), ref, colors)
         token_axis(ax, ref, ylabel="held-out loss (nats per token)" if ax is axes[0, 0] else "", chance=False)
         ax.set_xlabel("")
-        ax.set_title(f"corpus {_budget(budget)}", fontsize=9, y=1.0)
+        ax.set_title(f"corpus {budget_label(budget)}", fontsize=9, y=1.0)
     _finish(fig, axes, len(budgets), "Held-out loss over training (documents no run trained on, val/loss); "
             "x: tokens seen (log), hollow marker = step 0\nlines: seed means; band: range over seeds",
             axes[0, 0], left=0.95, wspace=0.12, hspace=0.0)

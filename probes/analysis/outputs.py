@@ -9,6 +9,7 @@ import gc
 import os
 import shutil
 import uuid
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Iterator
 
@@ -46,12 +47,8 @@ def write_csv(path: str | Path, df: pd.DataFrame) -> Path:
     return Path(path)
 
 
-def write_parquet(path: str | Path, df: pd.DataFrame, metadata: dict[str, str] | None = None) -> Path:
+def write_parquet(path: str | Path, df: pd.DataFrame) -> Path:
     table = pa.Table.from_pandas(df, preserve_index=False)
-    if metadata:
-        merged = dict(table.schema.metadata or {})
-        merged.update({k.encode(): v.encode() for k, v in metadata.items()})
-        table = table.replace_schema_metadata(merged)
     # dictionaries for the text columns only: a grid's table of floats tried (and dropped) a dictionary
     # for every float column, a third of its write time
     text = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
@@ -210,20 +207,21 @@ class FigureJobs:
         self._jobs.append((title, self._submit(*call) if self._pool else draw_and_store(*call[1:])))
         return path
 
-    def compute(self, fn, *args):
+    def compute(self, fn, *args) -> Future:
         if self._pool is not None:
             return self._submit(fn, *args)
+        done = Future()
         try:
-            return _Done(fn(*args))
+            done.set_result(fn(*args))
         except Exception as e:  # noqa: BLE001 -- raised by result(), as a worker's error is
-            return _Done(error=e)
+            done.set_exception(e)
+        return done
 
     def _submit(self, fn, *args):
         """pool.submit; the first call forks the workers (all of them, under fork), prepared for that."""
-        if self._forked:
-            return self._pool.submit(fn, *args)
-        _load_matplotlib()  # here, before the pool forks its workers: not once in each
-        self._forked = True
+        if not self._forked:
+            _load_matplotlib()  # here, before the pool forks its workers: not once in each
+            self._forked = True
         return self._pool.submit(fn, *args)
 
     def results(self) -> list[tuple[str, Path]]:
@@ -247,16 +245,6 @@ class FigureJobs:
         self.close()
 
 
-class _Done:
-    """A value computed here (or its error), with the Future's result() of one computed in a worker."""
-
-    def __init__(self, value=None, error: Exception | None = None):
-        self.value, self.error = value, error
-
-    def result(self):
-        if self.error is not None:
-            raise self.error
-        return self.value
 
 
 def _load_matplotlib() -> None:

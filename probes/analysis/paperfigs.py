@@ -16,6 +16,7 @@ import pandas as pd
 from probes.analysis.bands import band_caption
 from probes.analysis.evalset import log_tokens, parse_model_params
 from probes.analysis.outputs import save_figure
+from probes.analysis.scaling import budget_label
 from probes.analysis.plotting import add_line, inch_margins, layout_figure, new_figure, plot_line, token_axis, wrap_title
 
 
@@ -103,7 +104,7 @@ def plot_overall(bands: pd.DataFrame, units: pd.DataFrame, path: Path, ylabel: s
             token_axis(ax, ref, ylabel=f"{bench}: {ylabel}" if j == 0 else "")
             ax.set_xlabel("")  # said once below: the panel-wide label overlaps its neighbours
             ax.set_ylim(*ylim)
-            ax.set_title(f"{bench} · corpus {_budget(budget)}", fontsize=9, y=1.0)
+            ax.set_title(f"{bench} · corpus {budget_label(budget)}", fontsize=9, y=1.0)
     _finish(fig, axes, axes.size, f"Overall accuracy over training (mean of all paradigms; y axis zoomed); "
             "x: tokens seen (log), hollow marker = step 0\n"
             f"{band_caption(bands)}",
@@ -135,7 +136,7 @@ def plot_all_phenomena(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str,
         ax.tick_params(labelsize=7)
     fig.supylabel(ylabel, fontsize=8, x=0.08 / fig.get_figwidth())  # 0.08 in from the edge
     # the x label goes in the title: at the bottom it collides with the legend
-    _finish(fig, axes, len(phens), f"{benchmark}: every phenomenon over training, corpus {_budget(budget)} "
+    _finish(fig, axes, len(phens), f"{benchmark}: every phenomenon over training, corpus {budget_label(budget)} "
             f"(as ZhoBLiMP Figure 5); x: tokens seen (log), hollow marker = step 0\n{band_caption(b)}", axes.flat[0],
             left=0.75, wspace=0.12, hspace=0.35, xticks=0.25)
     return save_figure(fig, path)
@@ -147,7 +148,7 @@ def plot_phenomenon(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str, ph
     every phenomenon of a report: built once per process (plotting.layout_figure)."""
     budgets = budget_order(bands)
     colors = _colors(model_order(bands))
-    titles = tuple(f"corpus {_budget(budget)}" for budget in budgets)
+    titles = tuple(f"corpus {budget_label(budget)}" for budget in budgets)
 
     def build():
         fig, axes = new_figure(max(3.4 * len(budgets) + 1.0, 7.0), 4.2, 1, len(budgets), layout=None, sharey=True)
@@ -167,9 +168,3 @@ def plot_phenomenon(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str, ph
     _finish(fig, axes, len(budgets), f"{benchmark} · {phenomenon}; x: tokens seen (log), hollow marker = step 0\n"
             f"{band_caption(bands)}", axes[0, 0], left=0.95, wspace=0.12, hspace=0.0)
     return save_figure(fig, path)
-
-
-def _budget(b) -> str:
-    from probes.analysis.scaling import budget_label
-
-    return budget_label(b)

@@ -31,7 +31,7 @@ from probes.analysis.human import blimp_human, zhoblimp_human
 from probes.analysis.normsweep import sweep_paradigms, sweep_summary
 from probes.analysis.outputs import FigureJobs, check_report_out, staged_output, write_csv, write_parquet, write_table, write_text
 from probes.analysis.paper_ushapes import paper_u_table
-from probes.analysis.paperfigs import budget_order, plot_all_phenomena, plot_overall, plot_phenomenon
+from probes.analysis.paperfigs import budget_order, pick, plot_all_phenomena, plot_overall, plot_phenomenon
 from probes.analysis.plotting import accuracy_label, safe_name
 from probes.analysis.regions import RegionConfig, group_region_curves, plot_regions, u_region_table
 from probes.analysis.scaling import (ScalingConfig, budget_label, difficulty_groups, final_accuracy, grid_tables,
@@ -80,14 +80,6 @@ def big_table(stem: Path, df: pd.DataFrame) -> None:
         write_table(stem, df)
 
 
-def _group_label(model, budget) -> str:
-    return f"{model} · {budget_label(budget)}"
-
-
-def _select(df: pd.DataFrame, model, budget, benchmark, paradigm) -> pd.DataFrame:
-    sel = ((df.model == model) & (df.benchmark == benchmark) & (df.paradigm == paradigm)
-           & (df.budget.isna() if pd.isna(budget) else df.budget == budget))
-    return df[sel]
 
 
 def curve_benchmarks(table: pd.DataFrame) -> list[str]:
@@ -248,12 +240,12 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
         candidates = par_curves.loc[has_regions, keys].drop_duplicates()
         with_u = candidates.merge(acc_u[keys].drop_duplicates(), on=keys) if len(acc_u) else candidates.iloc[:0]
         pick_r = pd.concat([with_u, candidates]).drop_duplicates().head(cfg.regions.max_plots)
-        for k in pick_r.itertuples(index=False):
-            name = f"regions_{safe_name(k.benchmark)}_{safe_name(k.paradigm)}_{safe_name(k.model)}_{budget_label(k.budget)}.png"
-            jobs.submit(f"Appendix: regions over training, {k.paradigm} ({_group_label(k.model, k.budget)})",
-                        plot_regions, _select(par_curves, k.model, k.budget, k.benchmark, k.paradigm),
-                        f"{k.benchmark} · {k.paradigm} ({_group_label(k.model, k.budget)})",
-                        adir / name, _select(acc_u, k.model, k.budget, k.benchmark, k.paradigm) if len(acc_u) else None,
+        for k in pick_r.to_dict("records"):
+            group = f"{k['model']} · {budget_label(k['budget'])}"
+            name = "_".join(["regions", *(safe_name(k[c]) for c in ("benchmark", "paradigm", "model"))])
+            jobs.submit(f"Appendix: regions over training, {k['paradigm']} ({group})", plot_regions,
+                        pick(par_curves, **k), f"{k['benchmark']} · {k['paradigm']} ({group})",
+                        adir / f"{name}_{budget_label(k['budget'])}.png", pick(acc_u, **k) if len(acc_u) else None,
                         metric)
         cs_md, cs_notes = case_study_section(ev, cfg.case_study, out, jobs, metric)
         notes += cs_notes
@@ -264,15 +256,12 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
         R["sweep"] = sweep_summary(sweep) if len(sweep) else pd.DataFrame()
 
         # 7. every number behind the figures, written while the workers draw
-        big_table(tdir / "accuracy_paradigm", bootstrap_paradigm_intervals(ev.table))
-        big_table(tdir / "curves_overall", b_over)
-        big_table(tdir / "curves_overall_seeds", u_over)
         write_csv(tdir / "heldout_loss.csv", val)
-        big_table(tdir / "curves_phenomenon", b_phen)
-        big_table(tdir / "curves_phenomenon_seeds", u_phen)
-        big_table(tdir / "seeds_paradigm",
-                  paradigm_bands(ct, ["model", "budget", "benchmark", "phenomenon", "paradigm", "step"]))
-        big_table(tdir / "region_curves_paradigm", par_curves)
+        for name, df in (("accuracy_paradigm", bootstrap_paradigm_intervals(ev.table)), ("curves_overall", b_over),
+                         ("curves_overall_seeds", u_over), ("curves_phenomenon", b_phen),
+                         ("curves_phenomenon_seeds", u_phen), ("seeds_paradigm", paradigm_bands(ct, [*keys, "step"])),
+                         ("region_curves_paradigm", par_curves)):
+            big_table(tdir / name, df)
         if len(sweep):
             big_table(tdir / "normalised_sweep_paradigm", sweep)
         write_csv(tdir / "summary.csv", R["summary"])
