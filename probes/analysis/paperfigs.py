@@ -32,7 +32,7 @@ def pick(df: pd.DataFrame, **eq) -> pd.DataFrame:
     """Rows where each column equals its value; a NaN/NA value selects the missing ones (budget null)."""
     m = np.ones(len(df), dtype=bool)
     for col, v in eq.items():
-        m &= (df[col].isna() if pd.isna(v) else df[col] == v).to_numpy(dtype=bool)
+        m &= (df[col].isna() if pd.isna(v) else df[col] == v).to_numpy(dtype=bool, na_value=False)  # NA == v: no
     return df[m]
 
 
@@ -144,27 +144,34 @@ def plot_all_phenomena(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str,
 
 def plot_phenomenon(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str, phenomenon: str, path: Path,
                     ylabel: str, human: Optional[float] = None) -> Path:
-    """One phenomenon, one panel per corpus budget (appendix). The panels, axes and labels are the same for
-    every phenomenon of a report: built once per process (plotting.layout_figure)."""
+    """One phenomenon, one panel per corpus budget (appendix)."""
+    return plot_budgets(bands, units, path, ylabel, f"{benchmark} · {phenomenon}; x: tokens seen (log), hollow "
+                        f"marker = step 0\n{band_caption(bands)}", human)
+
+
+def plot_budgets(bands: pd.DataFrame, units: pd.DataFrame, path: Path, ylabel: str, title: str,
+                 human: Optional[float] = None, accuracy: bool = True, width: float = 3.4, height: float = 4.2) -> Path:
+    """A panel per corpus budget, a line per model size (an accuracy: chance marked, y in [0, 1]). The panels,
+    axes and labels are the same for every phenomenon of a report: built once per process (layout_figure)."""
     budgets = budget_order(bands)
     colors = _colors(model_order(bands))
     titles = tuple(f"corpus {budget_label(budget)}" for budget in budgets)
 
     def build():
-        fig, axes = new_figure(max(3.4 * len(budgets) + 1.0, 7.0), 4.2, 1, len(budgets), layout=None, sharey=True)
+        fig, axes = new_figure(max(width * len(budgets) + 1.0, 7.0), height, 1, len(budgets), layout=None, sharey=True)
         for ax, title in zip(axes.flat, titles):
-            token_axis(ax, np.ones(1), ylabel=ylabel if ax is axes[0, 0] else "")
+            token_axis(ax, np.ones(1), ylabel=ylabel if ax is axes[0, 0] else "", chance=accuracy)
             ax.set_xlabel("")  # said once in the title: side by side the panels' labels ran into each other
-            ax.set_ylim(-0.02, 1.02)
+            if accuracy:
+                ax.set_ylim(-0.02, 1.02)
             ax.set_title(title, fontsize=9, y=1.0)
         return fig, axes
 
-    fig, axes = layout_figure(("plot_phenomenon", titles, ylabel), build)
+    fig, axes = layout_figure(("plot_budgets", titles, ylabel, accuracy, width, height), build)
     ref = bands.tokens.to_numpy()
     for ax, budget in zip(axes.flat, budgets):
         draw_model_lines(ax, pick(bands, budget=budget), pick(units, budget=budget), ref, colors)
         if human is not None and human == human:
             ax.axhline(human, color="0.3", ls=":", lw=1.1, label="human (validation CSV)")
-    _finish(fig, axes, len(budgets), f"{benchmark} · {phenomenon}; x: tokens seen (log), hollow marker = step 0\n"
-            f"{band_caption(bands)}", axes[0, 0], left=0.95, wspace=0.12, hspace=0.0)
+    _finish(fig, axes, len(budgets), title, axes[0, 0], left=0.95, wspace=0.12, hspace=0.0)
     return save_figure(fig, path)
