@@ -7,6 +7,7 @@ number as it was (counting pairs x seeds as trials made a copy look like evidenc
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -224,10 +225,7 @@ def compare(a: str | Side, b: str | Side, metric: str = "mlp", n_boot: int = 200
     for bench in sorted(set.intersection(*(set(m) for m in per_pair))):
         # a pair enters when every seed pair scored it, so a bootstrap column is one pair in all seeds
         frames = [m[bench].set_index(["paradigm", "pair_id"]) for m in per_pair]
-        keys = frames[0].index
-        for f in frames[1:]:
-            keys = keys.intersection(f.index)
-        keys = keys.sort_values()
+        keys = functools.reduce(pd.Index.intersection, (f.index for f in frames)).sort_values()
         ok_a, ok_b, mar_a, mar_b = (np.stack([f.loc[keys, c].to_numpy() for f in frames])
                                     for c in ("ok_a", "ok_b", "margin_a", "margin_b"))
         par = keys.get_level_values("paradigm").to_numpy()

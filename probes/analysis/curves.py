@@ -44,8 +44,6 @@ def phenomenon_table(table: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-# ---------------------------------------------------------------------------------------- plots
-
 def plot_phenomenon(table: pd.DataFrame, phen_table: pd.DataFrame, benchmark: str, phenomenon: str,
                     path: Path, metric: str = "acc_mlp") -> Path:
     sub = table[(table.benchmark == benchmark) & (table.phenomenon == phenomenon)]
@@ -98,8 +96,6 @@ def plot_overview(phen_table: pd.DataFrame, benchmark: str, path: Path, metric: 
     fig.suptitle(f"{benchmark}: all phenomena", fontsize=11)
     return save_figure(fig, path)
 
-
-# ---------------------------------------------------------------------------------------- CLI
 
 def write_curves(ev: EvalSet, out: Path, delta: float = UShapeConfig.delta,
                  metric: str = "acc_mlp") -> dict[str, list]:

@@ -7,6 +7,7 @@ kept in each run: probes.analysis.evalcache). Temporary names (a leading "." or 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -255,14 +256,10 @@ def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cac
     loaded = [_load_run(d, info, cache, cached_only=True) if cache else None for d, info in zip(dirs, infos)]
     stale = [i for i, got in enumerate(loaded) if got is None]
     pool = fork_pool(min(workers, len(stale))) if len(stale) > 1 else None
-    if pool is None:
-        for i in stale:
-            loaded[i] = _load_run(dirs[i], infos[i], cache)
-    else:
-        with pool:
-            for i, got in zip(stale, pool.map(_load_run, [dirs[i] for i in stale], [infos[i] for i in stale],
-                                              [cache] * len(stale))):
-                loaded[i] = got
+    with pool or contextlib.nullcontext():
+        for i, got in zip(stale, (pool.map if pool else map)(_load_run, [dirs[i] for i in stale],
+                                                              [infos[i] for i in stale], [cache] * len(stale))):
+            loaded[i] = got
     problems: list[str] = []
     runs: list[RunInfo] = []
     all_outcomes: dict[tuple[str, str], PairOutcomes] = {}
@@ -294,9 +291,7 @@ def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cac
             problems.append(f"run {name} lacks benchmark(s) {sorted(every - have)}; analysed where present")
     # in (run, benchmark, paradigm, step) order: each frame is in (paradigm, step) order (_load_run)
     table = pd.concat([frames[k] for k in sorted(frames)], ignore_index=True)
-    table["budget"] = table["budget"].astype("Int64")
-    table["seed"] = table["seed"].astype("Int64")
-    table = table[TABLE_COLUMNS]
+    table = table.astype({"budget": "Int64", "seed": "Int64"})[TABLE_COLUMNS]
     return EvalSet(runs=runs, table=table, outcomes=all_outcomes, convention=next(iter(conventions)),
                    problems=problems)
 

@@ -1,9 +1,5 @@
-"""Plot helpers every figure of the suite uses: a pyplot-free Figure, the log-token x axis with step 0
-and chance marked, curve lines with bands, colours, legends, file-safe names.
-
-`probes curves`, `probes report` and the syntax-question figures all draw with these, so their axes
-look and read the same; no module here imports a CLI.
-"""
+"""Plot helpers every figure of the suite draws with (`probes curves`, `probes report`, the families' figures), so
+their axes look and read the same: a pyplot-free Figure, the log-token axis with step 0 and chance, bands, legends."""
 from __future__ import annotations
 
 import re
@@ -22,10 +18,8 @@ def safe_name(s: str) -> str:
 
 def new_figure(width: float = 7.5, height: float = 4.5, nrows: int = 1, ncols: int = 1,
                layout: str | None = "constrained", **kw):
-    """A Figure with an Agg canvas, without pyplot's global state (safe in threads and tests).
-
-    layout=None for figures drawn by the dozen whose margins are known: constrained layout draws
-    every figure twice (once to measure)."""
+    """A Figure with an Agg canvas, without pyplot's global state. layout=None for figures drawn by the dozen whose
+    margins are known: constrained layout draws every figure twice (once to measure)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -61,8 +61,6 @@ def first_mover(curve: pd.DataFrame, peak_step: int, end_step: int, cfg: RegionC
     return res
 
 
-def _budget_key(b):
-    return -1 if pd.isna(b) else int(b)  # a whole-corpus run (no budget) as a key that equals itself
 
 
 def _positions(curves: pd.DataFrame, keys: list[str]) -> dict[tuple, np.ndarray]:
@@ -83,7 +81,8 @@ def u_region_table(ushapes: pd.DataFrame, par_curves: pd.DataFrame, phen_curves:
     for _, u in ushapes[ushapes.accepted].iterrows():
         level = "paradigm" if u.level == "paradigm" else "phenomenon"
         curves = par_curves if level == "paradigm" else phen_curves
-        key = tuple(_budget_key(u[k]) if k == "budget" else u[k] for k in keys[level])
+        # a whole-corpus run (no budget) as a key that equals itself, as _positions makes it
+        key = tuple((-1 if pd.isna(u[k]) else int(u[k])) if k == "budget" else u[k] for k in keys[level])
         sel = where[level].get(key, np.arange(0))
         res = first_mover(curves.iloc[sel], int(u.peak_step), int(u.recovery_step), cfg)
         rows.append({k: u[k] for k in ("model", "budget", "benchmark", "level", "phenomenon", "paradigm",
