@@ -39,8 +39,6 @@ def seed_summary(table: pd.DataFrame, keys: Sequence[str], values: Sequence[str]
     return out.reset_index()
 
 
-
-
 def bootstrap_paradigm_intervals(table: pd.DataFrame, values: Sequence[str] = ("acc_mlp", "acc_sum"),
                                  level: float = 0.95) -> pd.DataFrame:
     """Adds <v>_boot_lo / <v>_boot_hi: exact percentile bootstrap over pairs for each paradigm row."""

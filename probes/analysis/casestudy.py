@@ -19,8 +19,11 @@ import pyarrow.parquet as pq
 
 from probes.analysis.aggregate import seed_summary
 from probes.analysis.bands import MIN_SEEDS_T, band_caption, band_kind, seed_pair_half
-from probes.evals.files import REGIONS as GENERIC
-from probes.analysis.evalset import EvalInputError, EvalSet, log_tokens
+from probes.analysis.evalset import EvalInputError, EvalSet, log_tokens, parse_model_params
+from probes.analysis.outputs import save_figure, write_csv
+from probes.analysis.plotting import accuracy_label, new_figure, plot_line, safe_name, token_axis
+from probes.analysis.scaling import budget_label
+from probes.evals.files import ALL_SUFFIX, REGIONS as GENERIC
 
 PHRASE_REGIONS = Path(__file__).parents[1] / "benchmarks" / "phrase_regions.json"
 # --case-study auto: the paper's paradigm (real or generated pairs), else the built-in grammar's
@@ -233,9 +236,6 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
                     metric: str = "acc_mlp", runs: Optional[pd.DataFrame] = None) -> Path:
     """Figure 6 of the paper: accuracy (top) and each region's Δ (bottom) against tokens, log x;
     lines are seed means, bands the 95 % interval over seeds (none with one seed)."""
-    from probes.analysis.plotting import accuracy_label, new_figure, plot_line, token_axis
-    from probes.analysis.outputs import save_figure
-
     c = s.sort_values("step")
     tok = c["tokens"].to_numpy()
     n_seeds = int(c["n_seeds"].min())
@@ -290,8 +290,6 @@ def pick_paradigms(ev: EvalSet, name: str) -> list[tuple[str, str]]:
 
 
 def _largest_first(s: pd.DataFrame) -> list[tuple]:
-    from probes.analysis.evalset import parse_model_params
-
     keys = s[["model", "budget"]].drop_duplicates()
     order = sorted(keys.itertuples(index=False), key=lambda k: (-(parse_model_params(k.model) or 0),
                                                                   -(0 if pd.isna(k.budget) else k.budget)))
@@ -302,13 +300,8 @@ def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metri
                        ) -> tuple[list, list[str]]:
     """Tables under out/tables, figures submitted to ``jobs``; returns (markdown blocks, notes): a
     block is a line, a DataFrame (a table) or ("figures", title prefix) for the figures drawn."""
-    from probes.analysis.plotting import safe_name
-    from probes.analysis.outputs import write_csv
-    from probes.analysis.scaling import budget_label
-
     if cfg.quantity not in QUANTITIES:
         raise EvalInputError(f"case study quantity {cfg.quantity!r}: expected one of {sorted(QUANTITIES)}")
-    from probes.evals.files import ALL_SUFFIX
 
     # "<benchmark>_all" holds only the last checkpoint: a case study needs a curve
     targets = [t for t in pick_paradigms(ev, cfg.paradigm) if not t[0].endswith(ALL_SUFFIX)]

@@ -18,7 +18,8 @@ from probes.analysis.aoa import AoAConfig, aoa_from_fit, fit_sigmoids
 from probes.analysis.plotting import draw_baseline, inch_margins, new_figure, plot_line, token_axis
 from probes.analysis.evalset import ALL_SUFFIX, EvalSet, log_tokens
 from probes.analysis.outputs import save_figure, write_csv
-from probes.analysis.scaling import budget_label
+from probes.analysis.paperfigs import model_order
+from probes.analysis.scaling import budget_label, budget_order
 
 PAIRS, TASKS = "minimal_pairs", "generated_tasks"
 USE_BENCHMARKS = ("elagent_word_order",)  # minimal-pair benchmarks that are generated tasks
@@ -80,8 +81,6 @@ def _plot(seeds: pd.DataFrame, aoa: pd.DataFrame, path: Path) -> Path:
     """A grid of panels, a row per model (by size) and a column per budget: both groups' scores (seed mean,
     band over seeds), chance (0) dashed, AoA dotted; one legend and one x label for all panels (a legend in
     every panel, placed by loc="best", was a fifth of the figure's drawing time)."""
-    from probes.analysis.paperfigs import budget_order, model_order
-
     groups = {key: g for key, g in seeds.groupby(["model", "budget"], dropna=False, sort=False)}
     models, budgets = model_order(seeds), budget_order(seeds)
     # a column is one budget: one x range, its tick labels under the bottom panel only

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from probes.analysis.paperfigs import plot_budgets
 from train.logger import read_log
 
 
@@ -30,8 +31,6 @@ def final_heldout(table: pd.DataFrame) -> pd.DataFrame:
 
 def plot_heldout(table: pd.DataFrame, path: Path) -> Path:
     """Held-out loss against tokens seen; the band is the range over seeds."""
-    from probes.analysis.paperfigs import plot_budgets
-
     t = table.rename(columns={"val_loss": "acc"})
     bands = t.groupby(["model", "budget", "step"], dropna=False, as_index=False).agg(
         tokens=("tokens", "first"), acc_mean=("acc", "mean"), lo=("acc", "min"), hi=("acc", "max"),

@@ -9,6 +9,11 @@ from typing import Optional
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
+
+from probes.analysis.scaling import budget_label
+from probes.evals.files import ALL_SUFFIX, MINIMAL_PAIRS, EvalInputError, eval_file_meta
+from train.files import step_dirs
 
 POW_ALPHAS = tuple(round(0.1 * i, 1) for i in range(1, 10))
 MORCELA_BETAS = tuple(round(0.1 * i, 1) for i in range(1, 11))
@@ -60,9 +65,6 @@ def pair_correct(df) -> tuple[np.ndarray, list[tuple[str, str, float, float]]]:
 
 def _final_file(run_path: Path) -> list[Path]:
     """The last checkpoint's eval files of a run, the all-pairs file in place of its sample."""
-    from train.files import step_dirs
-    from probes.evals.files import ALL_SUFFIX
-
     steps = step_dirs(run_path / "evals")
     if not steps:
         return []
@@ -75,10 +77,6 @@ def _read_final(path: Path) -> Optional[tuple[dict, dict[str, np.ndarray], list[
     phenomenon) of a minimal-pair eval file, or None for any other file. Strings are read as
     dictionaries: a name is sorted once, not once a row (pd.factorize of a file's 35k names was a
     tenth of the sweep)."""
-    import pyarrow.parquet as pq
-
-    from probes.evals.files import MINIMAL_PAIRS, EvalInputError, eval_file_meta
-
     try:
         names = set(pq.read_schema(path).names)
         if not {"lp_good", "lp_bad", "ntok_good", "ntok_bad", "paradigm"} <= names:
@@ -178,8 +176,6 @@ def sweep_summary(par: pd.DataFrame, move: float = 0.20) -> pd.DataFrame:
 
 def sweep_markdown(summary: pd.DataFrame) -> str:
     """One line per model x budget x benchmark: each family's range (ends' points) and default."""
-    from probes.analysis.scaling import budget_label
-
     if summary.empty:
         return "_(no eval files at the last checkpoints)_\n"
     move_col = next(c for c in summary.columns if c.startswith("paradigms_moving_over_"))

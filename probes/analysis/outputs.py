@@ -245,8 +245,6 @@ class FigureJobs:
         self.close()
 
 
-
-
 def _load_matplotlib() -> None:
     """Import matplotlib's Agg backend and load the default font by drawing a tiny text (~0.3 s): done in
     the parent before the fork, each worker inherits it instead of paying it."""

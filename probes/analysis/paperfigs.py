@@ -16,16 +16,12 @@ import pandas as pd
 from probes.analysis.bands import band_caption
 from probes.analysis.evalset import log_tokens, parse_model_params
 from probes.analysis.outputs import save_figure
-from probes.analysis.scaling import budget_label
+from probes.analysis.scaling import budget_label, budget_order
 from probes.analysis.plotting import add_line, inch_margins, layout_figure, new_figure, plot_line, token_axis, wrap_title
 
 
 def model_order(df: pd.DataFrame) -> list[str]:
     return sorted(df["model"].unique(), key=lambda m: (parse_model_params(str(m)) or float("inf"), str(m)))
-
-
-def budget_order(df: pd.DataFrame) -> list:
-    return sorted(df["budget"].drop_duplicates(), key=lambda b: (pd.isna(b), 0 if pd.isna(b) else float(b)))
 
 
 def pick(df: pd.DataFrame, **eq) -> pd.DataFrame:

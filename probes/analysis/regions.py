@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 
 from probes.analysis.evalset import REGIONS
+from probes.analysis.outputs import save_figure
+from probes.analysis.plotting import accuracy_label, layout_figure, new_figure, plot_line, token_axis
 
 REGION_COLORS = {"prefix": "tab:gray", "critical": "tab:red", "suffix": "tab:blue", "total": "black"}
 
@@ -61,8 +63,6 @@ def first_mover(curve: pd.DataFrame, peak_step: int, end_step: int, cfg: RegionC
     return res
 
 
-
-
 def _positions(curves: pd.DataFrame, keys: list[str]) -> dict[tuple, np.ndarray]:
     k = curves[keys].assign(budget=pd.to_numeric(curves["budget"]).fillna(-1).astype("int64"))
     return {key if isinstance(key, tuple) else (key,): idx for key, idx in k.groupby(keys, sort=False).indices.items()}
@@ -94,9 +94,6 @@ def plot_regions(curve: pd.DataFrame, title: str, path, ushapes: pd.DataFrame | 
                  metric: str = "acc_mlp"):
     """Accuracy (top) and mean region deltas (bottom) against tokens, U windows shaded. The axes are
     built once per process for all such figures of a report (plotting.layout_figure)."""
-    from probes.analysis.plotting import accuracy_label, layout_figure, new_figure, plot_line, token_axis
-    from probes.analysis.outputs import save_figure
-
     c = curve.sort_values("step")
     tok = c["tokens"].to_numpy()
     step0 = bool((tok <= 0).any())  # the x label says where step 0 is drawn

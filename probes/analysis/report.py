@@ -80,8 +80,6 @@ def big_table(stem: Path, df: pd.DataFrame) -> None:
         write_table(stem, df)
 
 
-
-
 def curve_benchmarks(table: pd.DataFrame) -> list[str]:
     """Benchmarks with a curve: scored at two or more checkpoints of some run. "<name>_all" (every pair
     at the last checkpoint only) is not one: it feeds the final-accuracy table and the scaling view."""

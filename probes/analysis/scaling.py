@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from probes.analysis.evalset import RunInfo, parse_model_params
-
+from probes.analysis.outputs import save_figure
+from probes.analysis.plotting import new_figure, wrap_title
 
 # ZhoBLiMP §5.3: "Out of the 118 paradigms, 80 and 15 paradigms are of easy and medium level [...]
 # 13 are difficult and 10 are other" (Zh-Pythia 14M-1.4B trained on 3B tokens).
@@ -53,6 +54,10 @@ def budget_label(b) -> str:
         if b >= scale:
             return f"{b / scale:g}{unit}"
     return f"{b:g}"
+
+
+def budget_order(df: pd.DataFrame) -> list:
+    return sorted(df["budget"].drop_duplicates(), key=lambda b: (pd.isna(b), 0 if pd.isna(b) else float(b)))
 
 
 def final_accuracy(table: pd.DataFrame, runs: list[RunInfo]) -> pd.DataFrame:
@@ -150,8 +155,6 @@ def _model_labels(df: pd.DataFrame, models: list[str]) -> list[str]:
 
 def _grid(overall: pd.DataFrame, benchmark: str) -> tuple[pd.DataFrame, list[str], list]:
     """The benchmark's cells, its models by parameter count and its budgets in order (both heatmaps')."""
-    from probes.analysis.paperfigs import budget_order
-
     o = overall[overall.benchmark == benchmark]
     m = o[["model", "model_params"]].drop_duplicates("model")
     m = m.assign(_p=m.model_params.fillna(np.inf)).sort_values(["_p", "model"])
@@ -160,8 +163,6 @@ def _grid(overall: pd.DataFrame, benchmark: str) -> tuple[pd.DataFrame, list[str
 
 def heatmap(ax, data: np.ndarray, rows: list[str], cols: list[str], title: str, xlabel: str, ylabel: str) -> None:
     """The heatmap of `data` (accuracies, % in the cells) with its colour bar."""
-    from probes.analysis.plotting import wrap_title
-
     im = ax.imshow(data, vmin=0.4, vmax=1.0, cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(cols)), cols, rotation=30 if max(map(len, cols), default=0) > 6 else 0,
                   ha="right" if max(map(len, cols), default=0) > 6 else "center", fontsize=8)
@@ -180,9 +181,6 @@ def heatmap(ax, data: np.ndarray, rows: list[str], cols: list[str], title: str, 
 
 
 def plot_grid_overall(overall: pd.DataFrame, benchmark: str, metric: str, path):
-    from probes.analysis.outputs import save_figure
-    from probes.analysis.plotting import new_figure
-
     o, models, budgets = _grid(overall, benchmark)
     data = np.full((len(models), len(budgets)), np.nan)
     for _, r in o.iterrows():
@@ -194,9 +192,6 @@ def plot_grid_overall(overall: pd.DataFrame, benchmark: str, metric: str, path):
 
 
 def plot_grid_phenomena(overall: pd.DataFrame, per_phen: pd.DataFrame, benchmark: str, metric: str, path):
-    from probes.analysis.outputs import save_figure
-    from probes.analysis.plotting import new_figure
-
     _, models, budgets = _grid(overall, benchmark)  # model and budget order as in the overall heatmap
     p = per_phen[per_phen.benchmark == benchmark]
     phens = sorted(p.phenomenon.unique())

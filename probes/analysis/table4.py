@@ -6,6 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from probes.analysis.human import PAPER_HUMAN, PAPER_HUMAN_OVERALL
+from probes.analysis.paperfigs import model_order, pick
+from probes.analysis.scaling import budget_label, budget_order
 
 # ZhoBLiMP Table 4, Zh-Pythia columns (3B tokens), keyed by the benchmark files' phenomenon names.
 _PHEN = ["BA", "anaphor", "argument_structure", "classifier", "control_raising", "ellipsis", "fci_licensing",
@@ -33,9 +35,6 @@ def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.Dat
     (probes.analysis.heldout.final_heldout) has the run's held-out loss. `cells`: probes.analysis.bands.final_bands
     per phenomenon, with the overall rows as phenomenon "overall"; each of our cells then gets its 95 %
     interval as <column>_lo / <column>_hi and the row its `band` kind."""
-    from probes.analysis.paperfigs import budget_order, model_order, pick
-    from probes.analysis.scaling import budget_label
-
     f = final[final.benchmark == benchmark]
     phens = sorted(f.phenomenon.unique())
     rows = []

@@ -11,6 +11,7 @@ from probes.analysis.bands import band_caption
 from probes.analysis.outputs import save_figure
 from probes.analysis.paperfigs import draw_model_lines, pick
 from probes.analysis.plotting import new_figure, token_axis
+from probes.analysis.scaling import budget_label
 
 MAX_PANELS = 12
 
@@ -18,8 +19,6 @@ MAX_PANELS = 12
 def plot_u_gallery(us: pd.DataFrame, bands: pd.DataFrame, units: pd.DataFrame, path: Path, ylabel: str) -> Path:
     """us: accepted U rows with a `u_id` column, deepest first; bands/units: the curves (phenomenon and
     paradigm rows, `paradigm` empty for phenomena) of probes.analysis.bands."""
-    from probes.analysis.scaling import budget_label
-
     us = us.head(MAX_PANELS)
     ncols = min(4, len(us))
     nrows = -(-len(us) // ncols)
