@@ -23,6 +23,7 @@ import pandas as pd
 from probes.analysis.evalcache import read_benchmark
 from probes.analysis.evalfile import PairOutcomes
 from probes.evals.files import ALL_SUFFIX, MINIMAL_PAIRS, REGIONS, EvalInputError, eval_kind
+from probes.families import families
 from train.files import step_dirs
 
 
@@ -174,8 +175,6 @@ def _load_run(d: Path, info: RunInfo, cache: bool = True, cached_only: bool = Fa
             + (f"; it has {', '.join(sorted(set(others.values())))} evals only, which the analysis reads beside "
                "minimal pairs" if others else ""))
     if others:
-        from probes.families import families
-
         known = {f.kind for f in families()}
         problems += [f"{d}: benchmark {b}'s eval files say kind {k!r}, which no registered probe family reads "
                      "(probes/families.py); not analysed" for b, k in sorted(others.items()) if k not in known]

@@ -20,6 +20,7 @@ from probes.analysis.evalset import ALL_SUFFIX, EvalSet, log_tokens
 from probes.analysis.outputs import save_figure, write_csv
 from probes.analysis.paperfigs import model_order
 from probes.analysis.scaling import budget_label, budget_order
+from probes.families import families
 
 PAIRS, TASKS = "minimal_pairs", "generated_tasks"
 USE_BENCHMARKS = ("elagent_word_order",)  # minimal-pair benchmarks that are generated tasks
@@ -185,8 +186,6 @@ def use_sections(ev: EvalSet, out: Path, metric: str = "acc_mlp", aoa_cfg: Optio
                  jobs=None) -> tuple[list[str], list[tuple[str, Path]]]:
     """The other probe families' report sections (where runs have their files; probes/families.py), then the
     minimal-pairs-vs-generated-tasks view over the tasks they give."""
-    from probes.families import families
-
     runs = [(r.name, Path(r.path), r.model, r.budget) for r in ev.runs]
     names, dirs = [r.name for r in ev.runs], [Path(r.path) for r in ev.runs]
     md, figs, tasks = [], [], []

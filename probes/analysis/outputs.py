@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import multiprocessing as mp
 import os
 import shutil
 import uuid
-from concurrent.futures import Future
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
@@ -17,15 +18,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from probes.analysis.figcache import draw_and_store
+from train.errors import NotWritableError, UserError, check_writable
 from train.files import atomic_open
+from train.staletmp import clear_stale, tag
 
 
 def check_output_file(path: str | Path, flag: str = "--out") -> None:
     """Before any work: an output file whose place cannot be written (a parent that is a file, a
     read-only directory) or that names a directory is refused now, not after an hour of scoring.
     Raises ValueError naming the flag and the path."""
-    from train.errors import NotWritableError, check_writable
-
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag} {path}: is a directory; name the output file")
@@ -84,8 +86,6 @@ def staged_output(out: Path) -> Iterator[Path]:
     """The report's directory built whole under a hidden sibling, then moved into `out` entry by entry,
     report.md last: a killed report leaves the previous one as it was (not old report.md beside new tables).
     Every file written is listed in `out`/.report-files; a file of the user's that would be replaced is refused."""
-    from train.staletmp import clear_stale, tag
-
     out = Path(out)
     check_report_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -127,8 +127,6 @@ MANIFEST = ".report-files"  # one path per line, relative to the report: what it
 def check_report_out(out: Path) -> None:
     """Refuses a report directory with files under its entries that no report wrote (MANIFEST lacks them):
     the swap would delete them."""
-    from train.errors import UserError
-
     foreign = _foreign_files(Path(out))
     if foreign:
         raise UserError(f"{foreign[0]}: not written by a report (not in {out / MANIFEST}), and a report replaces "
@@ -155,12 +153,8 @@ def _foreign_files(out: Path) -> list[Path]:
 def fork_pool(workers: int):
     """`workers` forked processes, or None (one worker, or no fork): a spawned worker spends ~2 s importing
     pandas and matplotlib. The work must not touch CUDA or threads of the parent."""
-    import multiprocessing as mp
-
     if workers <= 1 or "fork" not in mp.get_all_start_methods():
         return None
-    from concurrent.futures import ProcessPoolExecutor
-
     return ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_worker_start,
                                initargs=(os.getpid(),))
 
@@ -195,8 +189,6 @@ class FigureJobs:
         self._forked = False
 
     def submit(self, title: str | None, fn, *args) -> Path | None:
-        from probes.analysis.figcache import draw_and_store
-
         path = _png_argument(args)
         key = self.cache.key(fn, args) if self.cache is not None and path is not None else None
         if key is not None and self.cache.fetch(key, path):

@@ -3,11 +3,13 @@ their axes look and read the same: a pyplot-free Figure, the log-token axis with
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
 from probes.analysis.evalset import log_tokens
+from probes.analysis.outputs import save_figure, write_csv
 
 CHANCE = 0.5
 
@@ -188,10 +190,6 @@ def short_label(label: str, limit: int = 40) -> str:
 def write_run_figures(table, out, name: str, sort: list, draw, ylabel: str, title: str) -> list:
     """`<out>/<name>.csv` (the tidy table) and per run one figure `<out>/plots/<name>_<run>.png`: the
     probes-curves view of a probe family (ELAGENT tasks, lm-eval tasks). draw(ax, run_rows, ref) -> lines."""
-    from pathlib import Path
-
-    from probes.analysis.outputs import save_figure, write_csv
-
     out = Path(out)
     written = [write_csv(out / f"{name}.csv", table.sort_values(sort))]
     for run, df in table.groupby("run"):
