@@ -127,10 +127,8 @@ def _write_cache(run_dir: Path, bench: str, entries: list[list], out: PairOutcom
 
 def read_benchmark(name: str, run_dir: Path, bench: str, paths: list[tuple[int, Path]], cache: bool,
                    cached_only: bool = False):
-    """(PairOutcomes, per-paradigm rows, conventions, problems) of one benchmark of a run, named
-    `name`, from `paths` [(step, eval file)]: from the cache where it is still valid, reading only
-    the files added since; cache=False reads every file and leaves the cache alone. cached_only: None
-    instead of reading any eval file (the cache is not current)."""
+    """(PairOutcomes, per-paradigm rows, conventions, problems) of one benchmark of a run from `paths` [(step,
+    eval file)], through the cache unless cache=False; cached_only: None where the cache is not current."""
     entries = _entries(paths)
     hit = _read_cache(run_dir, bench) if cache else None
     if hit is not None and hit.entries == entries:

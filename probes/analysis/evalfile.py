@@ -55,10 +55,6 @@ class FileResult:
     counts_key: Optional[str] = None  # ... and of its token counts
     counts: Optional[tuple[np.ndarray, np.ndarray]] = None  # ntok good, bad as floats
 
-    def delta(self, name: str) -> np.ndarray:
-        good, bad = self.lps[name]
-        return good - bad
-
 
 # what aligns a file's rows with another file's: its pairs' paradigm and id, in row order
 _KEY = ("paradigm", "pair_id")
@@ -303,7 +299,7 @@ def _file_rows(ref: Reference, f: FileResult, path: str, benchmark: str, problem
             if np.isfinite(t).all():  # then so is every delta: a NaN or inf would be in its paradigm's sum
                 row[f"delta_{name}"] = t / n
                 continue
-            dv = f.delta(name)[sel]
+            dv = np.subtract(*f.lps[name])[sel]
             finite = np.isfinite(dv)  # the mean over the finite ones
             cnt = np.bincount(fc[finite], minlength=k)
             t = np.bincount(fc[finite], weights=dv[finite], minlength=k)

@@ -188,9 +188,8 @@ def _store(data: bytes, entry: Path) -> None:
 
 
 class FigureCache:
-    """Figures of the report being built in `out`, reused from `previous`'s cache (default: `out`'s own,
-    for a report rebuilt in place). The entries this report used are written into `out`'s cache; prune()
-    then drops any other (a report rebuilt in place keeps no stale figures)."""
+    """Figures of the report being built in `out`, reused from `previous`'s cache (default `out`'s own); the
+    entries it used are written into `out`'s cache, and prune() drops any other."""
 
     def __init__(self, out: Path, previous: Optional[Path] = None):
         self.out = Path(out)

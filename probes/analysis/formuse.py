@@ -34,9 +34,8 @@ def chance_corrected(acc, chance):
 
 
 def probe_curves(ev: EvalSet, metric: str = "acc_mlp", tasks: Sequence[pd.DataFrame] = ()) -> pd.DataFrame:
-    """One row per run x step x probe: group, accuracy, chance and the chance-corrected score (module
-    docstring). ``tasks``: the other families' generated-task rows (run, step, tokens, probe, acc, chance; a
-    family's ``tasks``, probes/families.py)."""
+    """One row per run x step x probe: group, accuracy, chance and the chance-corrected score. ``tasks``: the
+    other families' generated-task rows (run, step, tokens, probe, acc, chance; probes/families.py)."""
     t = ev.table[~ev.table.benchmark.astype(str).str.endswith(ALL_SUFFIX)]
     mp = t.groupby(["run", "step", "benchmark"], sort=True).agg(tokens=("tokens", "first"), acc=(metric, "mean"))
     mp = mp.reset_index().rename(columns={"benchmark": "probe"})

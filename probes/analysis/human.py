@@ -48,9 +48,8 @@ def load_human(path: Union[str, Path, None] = None) -> pd.DataFrame:
 
 
 def human_by_phenomenon(human: pd.DataFrame, paradigms: pd.DataFrame) -> tuple[pd.DataFrame, float]:
-    """Per phenomenon of ``paradigms`` (columns paradigm, phenomenon: the benchmark's own labels):
-    pooled human accuracy over its paradigms in the CSV, n_paradigms, and the paper's Table 4 value;
-    plus the pooled overall accuracy over every such paradigm."""
+    """Per phenomenon of ``paradigms`` (the benchmark's own labels): pooled human accuracy over its paradigms in
+    the CSV, n_paradigms and the paper's Table 4 value; and the pooled overall accuracy."""
     m = paradigms[["paradigm", "phenomenon"]].drop_duplicates("paradigm").merge(human, on="paradigm")
     g = m.groupby("phenomenon", sort=True).agg(correct=("correct", "sum"), total=("total", "sum"),
                                                n_paradigms=("paradigm", "nunique")).reset_index()

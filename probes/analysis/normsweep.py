@@ -73,10 +73,8 @@ def _final_file(run_path: Path) -> list[Path]:
 
 
 def _read_final(path: Path) -> Optional[tuple[dict, dict[str, np.ndarray], list[str], np.ndarray, np.ndarray]]:
-    """(metadata, numeric columns, sorted paradigm names, each row's index into them, each name's
-    phenomenon) of a minimal-pair eval file, or None for any other file. Strings are read as
-    dictionaries: a name is sorted once, not once a row (pd.factorize of a file's 35k names was a
-    tenth of the sweep)."""
+    """(metadata, numeric columns, sorted paradigm names, each row's index into them, each name's phenomenon) of
+    a minimal-pair eval file, else None. A name is sorted once, not once a row (pd.factorize: a tenth of the sweep)."""
     try:
         names = set(pq.read_schema(path).names)
         if not {"lp_good", "lp_bad", "ntok_good", "ntok_bad", "paradigm"} <= names:

@@ -25,9 +25,8 @@ from train.staletmp import clear_stale, tag
 
 
 def check_output_file(path: str | Path, flag: str = "--out") -> None:
-    """Before any work: an output file whose place cannot be written (a parent that is a file, a
-    read-only directory) or that names a directory is refused now, not after an hour of scoring.
-    Raises ValueError naming the flag and the path."""
+    """Before any work, not after an hour of scoring: ValueError naming the flag where the output file cannot be
+    written there (a parent that is a file, a read-only directory) or names a directory."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag} {path}: is a directory; name the output file")

@@ -1,6 +1,7 @@
 """The report's curve figures, laid out as the ZhoBLiMP paper draws them: the overall curve (a panel per
-budget, a line per model size), every phenomenon in one figure (its Figure 5) and one phenomenon per figure.
-Each line is the seed mean with the band of probes.analysis.bands, each seed a thin line beside it.
+budget, a line per model size), every phenomenon in one figure (its Figure 5), one phenomenon per figure,
+and the accepted U-shapes (a panel per U, numbered as the report's U table). Each line is the seed mean with
+the band of probes.analysis.bands, each seed a thin line beside it.
 
 A grid report draws dozens: margins are fixed in inches (constrained layout draws twice), a model's seeds are one
 line broken between runs, and titles get y=1.0 (then matplotlib does not measure the tick labels to place them).
@@ -171,3 +172,49 @@ def plot_budgets(bands: pd.DataFrame, units: pd.DataFrame, path: Path, ylabel: s
             ax.axhline(human, color="0.3", ls=":", lw=1.1, label="human (validation CSV)")
     _finish(fig, axes, len(budgets), title, axes[0, 0], left=0.95, wspace=0.12, hspace=0.0)
     return save_figure(fig, path)
+
+
+MAX_PANELS = 12  # U gallery panels: the deepest U's (the report's U table lists every one)
+
+
+def plot_u_gallery(us: pd.DataFrame, bands: pd.DataFrame, units: pd.DataFrame, path: Path, ylabel: str) -> Path:
+    """us: accepted U rows with a `u_id` column, deepest first; bands/units: the curves (phenomenon and
+    paradigm rows, `paradigm` empty for phenomena) of probes.analysis.bands."""
+    us = us.head(MAX_PANELS)
+    ncols = min(4, len(us))
+    nrows = -(-len(us) // ncols)
+    fig, axes = new_figure(3.2 * ncols, 2.7 * nrows + 0.5, nrows, ncols, sharey=True)
+    shown = []
+    for ax, u in zip(axes.flat, us.to_dict("records")):
+        sel = dict(model=u["model"], budget=u["budget"], benchmark=u["benchmark"], phenomenon=u["phenomenon"],
+                   paradigm=u["paradigm"] if isinstance(u["paradigm"], str) else "")
+        b, n = pick(bands, **sel), pick(units, **sel)
+        shown.append(b)
+        ref = b.tokens.to_numpy()
+        draw_model_lines(ax, b, n, ref, {u["model"]: "C0"})
+        token_axis(ax, ref, ylabel="")
+        ax.set_xlabel("")
+        for k, mk in (("peak", "^"), ("trough", "v"), ("recovery", "o")):
+            t = u[f"{k}_tokens"]
+            y = u[f"{k}_acc"]
+            ax.plot([t if t > 0 else ref[ref > 0].min() / 10], [y], ls="none", marker=mk, ms=7, color="C3")
+        ax.set_ylim(-0.02, 1.02)
+        name = u["paradigm"] if isinstance(u["paradigm"], str) and u["paradigm"] else u["phenomenon"]
+        ax.set_title(f"#{u['u_id']} {name}\n{u['model']} · {budget_label(u['budget'])}: depth {u['u_depth']:.2f} "
+                     f"> noise {u['noise_threshold']:.2f}, seeds {u['seed_agreement']:.0%}", fontsize=7)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(us):]:
+        ax.set_visible(False)
+    fig.supylabel(ylabel, fontsize=8)
+    fig.supxlabel("tokens seen (log); ▲ peak ▼ trough ● recovery", fontsize=8)
+    cap = band_caption(pd.concat(shown)) if shown else ""
+    fig.suptitle(f"Accepted U-shapes (numbered as the report's table)\n{cap}", fontsize=9)
+    return save_figure(fig, path)
+
+
+def number_us(acc: pd.DataFrame) -> pd.DataFrame:
+    """Accepted U's deepest first, with u_id 1, 2, ... (the gallery's panel numbers)."""
+    acc = acc.sort_values("u_depth", ascending=False, ignore_index=True).copy()
+    acc.insert(0, "u_id", np.arange(1, len(acc) + 1))
+    acc["in_gallery"] = acc["u_id"] <= MAX_PANELS
+    return acc

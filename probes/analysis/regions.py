@@ -24,9 +24,7 @@ class RegionConfig:
 
 
 def group_region_curves(table: pd.DataFrame) -> pd.DataFrame:
-    """Seed means of accuracy and region deltas per model x budget x benchmark x unit x step.
-
-    `table` is a paradigm table (has 'paradigm') or a phenomenon table."""
+    """Seed means of accuracy and region deltas per model x budget x benchmark x unit (paradigm or phenomenon) x step."""
     unit = ["phenomenon", "paradigm"] if "paradigm" in table.columns else ["phenomenon"]
     cols = ["acc_mlp", "acc_sum", "delta_total", *[f"delta_{r}" for r in REGIONS]]
     g = table.groupby(["model", "budget", "benchmark", *unit, "step"], dropna=False, sort=True)

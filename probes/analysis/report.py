@@ -37,7 +37,7 @@ from probes.analysis.regions import RegionConfig, group_region_curves, plot_regi
 from probes.analysis.scaling import (ScalingConfig, budget_label, difficulty_groups, final_accuracy, grid_tables,
                                      plot_grid_overall, plot_grid_phenomena)
 from probes.analysis.table4 import table4
-from probes.analysis.ugallery import number_us, plot_u_gallery
+from probes.analysis.paperfigs import number_us, plot_u_gallery
 from probes.analysis.ushape import UShapeConfig, count_text, find_u_shapes_in_runs
 from train.cli import exit_on_user_error
 from train.errors import UserError, check_writable
@@ -107,9 +107,8 @@ def u_levels_alpha(ev: EvalSet, cfg: ReportConfig) -> tuple[int, float]:
 
 
 def report_config(ev: EvalSet, cfg: Optional[ReportConfig] = None, alpha: Optional[float] = None) -> ReportConfig:
-    """The configuration a report on `ev` runs with: `cfg` (default ReportConfig()) with the U search's
-    per-curve level for the whole report (u_levels_alpha, unless given; bootstrap and null draws enough
-    for it) and the report's metric in every section."""
+    """`cfg` with the U search's per-curve level for the whole report (u_levels_alpha unless `alpha`; bootstrap
+    and null draws enough for it) and the report's metric in every section."""
     cfg = cfg or ReportConfig()
     alpha = u_levels_alpha(ev, cfg)[1] if alpha is None else alpha
     u = dataclasses.replace(cfg.ushape, alpha=alpha, n_boot=max(cfg.ushape.n_boot, math.ceil(10 / alpha)),

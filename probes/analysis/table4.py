@@ -30,11 +30,9 @@ SHORT = {"BA": "BA", "anaphor": "Anaph", "argument_structure": "ArgStr", "classi
 
 def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.DataFrame, float] | None = None,
            heldout: pd.DataFrame | None = None, cells: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per model x budget (source "ours"), then the reference rows for ZhoBLiMP; one column per
-    phenomenon plus "overall", values as accuracies in [0, 1]; `val_loss` on our rows where `heldout`
-    (probes.analysis.heldout.final_heldout) has the run's held-out loss. `cells`: probes.analysis.bands.final_bands
-    per phenomenon, with the overall rows as phenomenon "overall"; each of our cells then gets its 95 %
-    interval as <column>_lo / <column>_hi and the row its `band` kind."""
+    """One row per model x budget (source "ours"), then the reference rows; a column per phenomenon and "overall"
+    (accuracies in [0, 1]), `val_loss` from `heldout` (heldout.final_heldout), and with `cells` (bands.final_bands
+    per phenomenon and "overall") each cell's 95 % interval as <column>_lo / <column>_hi and the row's `band`."""
     f = final[final.benchmark == benchmark]
     phens = sorted(f.phenomenon.unique())
     rows = []
