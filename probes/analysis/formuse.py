@@ -28,11 +28,6 @@ COLORS = {PAIRS: "tab:blue", TASKS: "tab:orange"}
 PROBE_COLUMNS = ["run", "step", "tokens", "group", "probe", "acc", "chance", "score"]
 
 
-def chance_corrected(acc, chance):
-    """(acc - chance) / (1 - chance): 0 at chance, 1 at perfect; NaN where the chance level is unknown."""
-    return (acc - chance) / (1 - chance)
-
-
 def probe_curves(ev: EvalSet, metric: str = "acc_mlp", tasks: Sequence[pd.DataFrame] = ()) -> pd.DataFrame:
     """One row per run x step x probe: group, accuracy, chance and the chance-corrected score. ``tasks``: the
     other families' generated-task rows (run, step, tokens, probe, acc, chance; probes/families.py)."""
@@ -43,7 +38,8 @@ def probe_curves(ev: EvalSet, metric: str = "acc_mlp", tasks: Sequence[pd.DataFr
     mp["chance"] = 0.5
     frames = [mp] + [f.assign(group=TASKS) for f in tasks if len(f)]
     out = pd.concat(frames, ignore_index=True)
-    out["score"] = chance_corrected(out.acc.astype(float), out.chance.astype(float))
+    acc, chance = out.acc.astype(float), out.chance.astype(float)
+    out["score"] = (acc - chance) / (1 - chance)  # 0 at chance, 1 at perfect; NaN where chance is unknown
     out = out[PROBE_COLUMNS]
     return out.sort_values(["run", "group", "probe", "step"], ignore_index=True)
 
