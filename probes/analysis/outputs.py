@@ -174,7 +174,7 @@ def _worker_start(parent: int) -> None:
         os._exit(1)
 
 
-class FigureJobs:
+class FigureJobs(contextlib.AbstractContextManager):
     """Draw figures in forked workers while the caller goes on computing (drawing is Python under the GIL:
     threads do not help). submit(title, fn, *args) queues fn(*args) -> its .png argument, or copies it from the
     `cache` (figcache.FigureCache); results() -> [(title, path)] in order, title None left out; compute(fn, *args)
@@ -228,9 +228,6 @@ class FigureJobs:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-
-    def __enter__(self) -> "FigureJobs":
-        return self
 
     def __exit__(self, *exc) -> None:
         self.close()

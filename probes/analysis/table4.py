@@ -74,10 +74,7 @@ def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.Dat
     if cells is not None:
         cols += ["band", *[f"{p}_{e}" for p in [*phens, "overall"] for e in ("lo", "hi")]]
     out = out.reindex(columns=cols)
-    out["budget"] = out["budget"].astype("Int64")
-    out["n_seeds"] = out["n_seeds"].astype("Int64")
-    out["n_paradigms"] = out["n_paradigms"].astype("Int64")
-    return out
+    return out.astype({"budget": "Int64", "n_seeds": "Int64", "n_paradigms": "Int64"})
 
 
 def table4_markdown(t: pd.DataFrame) -> str:
