@@ -89,8 +89,7 @@ def load_phrase_regions(path: str | Path | None = None) -> dict[str, dict[str, l
 
 def region_spec(columns: list[str], paradigm: str, mapping: dict[str, dict[str, list[str]]],
                 has_slots: bool) -> RegionSpec:
-    """The regions of ``paradigm`` given the columns of its eval rows (``has_slots``: some row of
-    the paradigm has finite slot values)."""
+    """The regions of ``paradigm`` from its eval rows' columns (``has_slots``: some row has finite slot values)."""
     slots = [m.group(1) for c in columns if (m := _SLOT_COL.match(c))]
     if has_slots and slots:
         if paradigm in mapping:
@@ -137,8 +136,7 @@ def straddling(df: pd.DataFrame, spec: RegionSpec) -> pd.Series:
 
 
 def paradigm_point(df: pd.DataFrame, spec: RegionSpec) -> dict:
-    """One checkpoint of one run: accuracies over all pairs, region deltas averaged over the pairs
-    that have the regions (``n_region_pairs``)."""
+    """One run's checkpoint: accuracies over all pairs, region deltas over the pairs that have the regions."""
     d = pair_deltas(df, spec)
     row = {"n_pairs": len(df),
            "acc_mlp": float((df.lp_good / df.ntok_good > df.lp_bad / df.ntok_bad).mean()),

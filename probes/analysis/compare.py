@@ -157,8 +157,7 @@ def _pairs_of_runs(a: Side, b: Side) -> list[tuple[Path, Path]]:
 
 
 def _refuse_same_run(a: Side, b: Side, run_pairs: list[tuple[Path, Path]]) -> None:
-    """As the report refuses copies (probes.analysis.evalset): one run against itself (or its copy) at one
-    checkpoint compares nothing with itself."""
+    """As the report refuses copies: a run against itself (or its copy) at one checkpoint compares nothing."""
     for ra, rb in run_pairs:
         same = ra.resolve() == rb.resolve()
         ia, ib = _read_run_info(ra), _read_run_info(rb)

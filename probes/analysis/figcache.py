@@ -112,8 +112,7 @@ class _Hasher:
                 raise Uncacheable(f"{type(x).__qualname__}: {e}") from None
 
     def _path(self, p: Path) -> str:
-        """A path inside the report, relative to it; any other path may be read by the figure function,
-        and its contents are not in the key."""
+        """A path inside the report, relative to it; another path's contents are not in the key: uncacheable."""
         try:
             return Path(os.path.abspath(p)).relative_to(self.root).as_posix()
         except ValueError:
@@ -150,8 +149,7 @@ class _Hasher:
 
 
 def figure_key(fn, args: tuple, report_dir: Path, version: Optional[str] = None) -> Optional[str]:
-    """The content key of fn(*args) drawn into `report_dir`, or None where it cannot be exact. `version`:
-    code_version() when the caller holds it."""
+    """The content key of fn(*args) drawn into `report_dir`, or None where it cannot be exact."""
     h = _Hasher(Path(os.path.abspath(report_dir)))
     h.tag(f"{fn.__module__}.{fn.__qualname__}")
     h.tag(version or code_version())
@@ -208,8 +206,7 @@ class FigureCache:
         return self.dir / f"{key}.png"
 
     def fetch(self, key: str, dest: Path) -> bool:
-        """Copy the cached figure `key` to `dest` (and into this report's cache); False on a miss, a torn
-        or unreadable entry included."""
+        """Copy the cached figure `key` to `dest` (and into this report's cache); False on a miss or a torn entry."""
         try:
             data = (self.read_dir / f"{key}.png").read_bytes()
         except OSError:

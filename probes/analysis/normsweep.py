@@ -23,8 +23,7 @@ MORCELA_DEFAULT = (1.0, 0)  # metrics.morcela's defaults: SLOR
 
 
 def point_names(has_unigram: bool) -> list[tuple[str, str, float, float]]:
-    """(metric, name, param1, param2) of every point scored: mlp, sum, pow alphas, and with unigram
-    columns slor and the MORCELA grid."""
+    """(metric, name, param1, param2) of every point: mlp, sum, pow alphas; with unigram columns SLOR, MORCELA."""
     pts = [("mlp", "mlp", np.nan, np.nan), ("sum", "sum", np.nan, np.nan)]
     pts += [("pow", f"pow{a}", a, np.nan) for a in POW_ALPHAS]
     if has_unigram:

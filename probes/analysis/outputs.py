@@ -124,8 +124,7 @@ MANIFEST = ".report-files"  # one path per line, relative to the report: what it
 
 
 def check_report_out(out: Path) -> None:
-    """Refuses a report directory with files under its entries that no report wrote (MANIFEST lacks them):
-    the swap would delete them."""
+    """Refuses a report directory with files under its entries that no report wrote: the swap would delete them."""
     foreign = _foreign_files(Path(out))
     if foreign:
         raise UserError(f"{foreign[0]}: not written by a report (not in {out / MANIFEST}), and a report replaces "
@@ -248,7 +247,6 @@ def _load_matplotlib() -> None:
 
 
 def _png_argument(args: tuple) -> Path | None:
-    """The file a figure job writes: its one argument that is a path ending in .png (None: not known,
-    the job is drawn but not cached)."""
+    """A figure job's one argument that is a path ending in .png (None: not known; drawn, not cached)."""
     pngs = [Path(a) for a in args if isinstance(a, (str, Path)) and str(a).endswith(".png")]
     return pngs[0] if len(pngs) == 1 else None
