@@ -1,8 +1,9 @@
 """A sha256 beside every eval file and per-token sidecar: ``<file>.sha256`` in sha256sum's format
 (``sha256sum -c`` checks it by hand). One flipped bit turned an lp_good of -10.13 into -162.13 and read
-back silently in 216 of 401 trials: parquet checks little of its own. The hash is written after the file
-(a crash in between leaves a mismatch, and a mismatch is scored again by score-run, watch and the probe
-hook); the readers and `python -m train verify` check it.
+back silently in 216 of 401 trials: parquet checks little of its own. The hash is written before the file,
+from the bytes about to be written: a kill in between leaves a .sha256 whose file is not there yet (the next
+write replaces it) or a mismatch with the old file (scored again by score-run, watch and the probe hook),
+never a file refused for a missing .sha256. The readers and `python -m train verify` check it.
 
 The file's own metadata records that it was written with one (CHECKSUM_KEY), so deleting the .sha256
 does not turn a damaged file into an unchecked one. Files written before this have neither: read as
@@ -16,9 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
-from train.files import write_text_atomic
+from train.files import atomic_open, write_text_atomic
 
 SUFFIX = ".sha256"
 CHECKSUM_KEY, CHECKSUM = "checksum", "sha256 sidecar"  # in an eval file's metadata: written with one
@@ -35,10 +36,29 @@ def _sha256(path: Path, data: Optional[bytes] = None) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def write_sum(path: Path) -> None:
-    """``<path>.sha256`` for the file just written, atomically."""
+def write_sum(path: Path, data: Optional[bytes] = None) -> None:
+    """``<path>.sha256``, atomically, for `data` (the bytes about to be written to `path`) or `path` as it is."""
     path = Path(path)
-    write_text_atomic(sum_path(path), f"{_sha256(path)}  {path.name}\n")
+    write_text_atomic(sum_path(path), f"{_sha256(path, data)}  {path.name}\n")
+
+
+def write_summed(path: Path, data: bytes, fault: Optional[Callable[[], None]] = None) -> None:
+    """`data` to `path` atomically, its .sha256 first (module docstring); `fault`: the crash tests' kill point,
+    with the file written but not yet renamed into place."""
+    side = sum_path(path)
+    old = side.read_text() if side.is_file() else None
+    write_sum(path, data)
+    try:
+        with atomic_open(path, "wb") as f:
+            f.write(data)
+            if fault is not None:
+                fault()
+    except BaseException:  # the old file stays: so does the .sha256 that matches it
+        if old is None:
+            side.unlink(missing_ok=True)
+        else:
+            write_text_atomic(side, old)
+        raise
 
 
 def _own_meta(path: Path) -> dict:

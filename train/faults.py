@@ -9,6 +9,7 @@ The points (where each call sits):
   checkpoint_write  train.checkpoint.save_checkpoint, with checkpoints/.tmp-step<N>/ half written
   after_rename      the loop, once checkpoints/step<N> is whole, before any hook ran on it
   eval_write        probes.scoring.store.write_pairs, with the eval file of step N under its temporary name
+  eval_written      probes.scoring.store.write_pairs, once the eval file of step N is in place
   bf16_rewrite      train.checkpoint.weights_to_bf16, step N's bf16 weights renamed in, config.json not yet
 
 SYNTAX_DYNAMICS_FAULT=<point>:stall makes a set-up point hang as a stuck C call or worker does: signals
@@ -24,7 +25,7 @@ import sys
 import time
 
 ENV = "SYNTAX_DYNAMICS_FAULT"
-POINTS = ("mid_step", "checkpoint_write", "after_rename", "eval_write", "bf16_rewrite")
+POINTS = ("mid_step", "checkpoint_write", "after_rename", "eval_write", "eval_written", "bf16_rewrite")
 
 
 def fault_point(point: str, step: int) -> None:
