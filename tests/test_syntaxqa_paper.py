@@ -11,10 +11,9 @@ import pytest
 import torch
 
 from probes.syntaxqa.metrics import exact_match
-from probes.syntaxqa.paper_items import PaperConfig, PaperItem
-from probes.syntaxqa.paper_parse import answer_text, parse_answer
-from probes.syntaxqa.paper_prompts import build_paper_prompt, question_text
-from probes.syntaxqa.paper_score import build_paper_items_and_reports
+from probes.syntaxqa.config import PaperConfig
+from probes.syntaxqa.paper import (PaperItem, answer_text, build_paper_items_and_reports, build_paper_prompt,
+                                   parse_answer, question_text)
 from probes.syntaxqa.score import SyntaxQAConfig, main, summarize
 from test_syntaxqa_score import _model, _tokenizer
 
@@ -168,7 +167,7 @@ def test_answer_text_cuts_at_the_first_closing_quote_or_newline():
 
 
 def test_item_scores_from_hand_written_generations():
-    from probes.syntaxqa.paper_score import score_generations
+    from probes.syntaxqa.paper import score_generations
 
     def item(qtype, answer, golds=(), options=()):
         return PaperItem(item_id="i", source="s", sent_id="1", lang="en", kp="GS", qtype=qtype, category="",

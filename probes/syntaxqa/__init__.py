@@ -7,9 +7,7 @@ fill-in-the-blank items and samples them balanced; ``prompts`` formats zero-/few
 ``metrics`` holds exact match, strict F1 and OA; ``score`` is the entry point (config, build, score,
 summarise, CLI); ``generation`` is the one greedy-generation path.
 
-``mode=paper`` asks as the paper does: ``paper_prompts`` (its templates and prompt strings),
-``paper_items`` (test set, held-out exemplar set, exemplar seeds, MVP's reused true/false items),
-``paper_parse`` (reading an answer out of a generation), ``paper_score`` (build, generate, score).
+``mode=paper`` asks as the paper does: ``paper`` (its templates, prompts, exemplars, answer parser and scores).
 """
 
 from probes.families import Family

@@ -19,12 +19,7 @@ class SyntaxQAHook(ItemsHook):
     def __init__(self, cfg: SyntaxQAConfig, tokenizer, run_dir: Path):
         self.cfg, self.tokenizer, self.run_dir = cfg, tokenizer, Path(run_dir)
         self.benchmark = benchmark_name(cfg.mode)
-        if cfg.mode == "paper":
-            from probes.syntaxqa.paper_score import build_paper_items_and_reports
-
-            self.items, _, self.reports = build_paper_items_and_reports(cfg)
-        else:
-            self.items, self.reports = build_items_and_reports(cfg)
+        self.items, self.reports = build_items_and_reports(cfg)
         if not self.items:
             raise ValueError(f"probes.syntax_qa: no items from sources {cfg.sources}")
         self.pair_set = pair_set(self.items, item_key)

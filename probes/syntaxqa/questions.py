@@ -69,6 +69,15 @@ class Item:
     rand_f1: float = float("nan")  # FITB only: expected strict F1 of a random option
     prompts: list[str] = field(default_factory=list)  # one per few-shot seed (prompts.attach_prompts)
 
+    def row(self, mode: str) -> dict:
+        """The item's eval row before scoring (score.score_items and paper.score_paper_items fill the scores)."""
+        return {"item_id": self.item_id, "source": self.source, "sent_id": self.sent_id, "lang": self.lang,
+                "kp": self.kp, "qtype": self.qtype, "category": self.category, "sentence": self.sentence,
+                "question": self.question, "answer": self.answer, "options": list(self.options),
+                "golds": list(self.golds), "n_prompts": len(self.prompts), "mode": mode, "pred": "",
+                "correct": float("nan"), "f1": float("nan"), "lp_options": [], "rand_acc": self.rand_acc,
+                "rand_f1": self.rand_f1}
+
 
 @dataclass(frozen=True)
 class Candidate:

@@ -1,20 +1,16 @@
-"""Build syntax-question items from treebanks, score any causal LM on them, summarise as OA.
+"""Build syntax-question items from treebanks, score any causal LM on them, summarise as OA (mode=likelihood;
+mode=paper: ``paper``).
 
-True/false and multiple choice are scored by likelihood, so base models of any size need no
-generation: each answer continuation ("True"/"False", "A"–"D") is scored after the prompt, which
-ends with the opening quote of ``The answer is "``. How continuations are tokenised
-(``continuation_ids``): the prefix and every prefix+continuation are tokenised as whole strings
-(never the continuation alone, whose tokens could differ from those it gets in context); the
-context is the longest token prefix shared by the prefix and *all* prefix+continuation strings,
-and each candidate is scored as the sum of the log-probs of its remaining tokens. A tokenizer
-that merges the quote with the answer (one token ``"True``) or splits ``True`` into ``T``+``rue``
-is handled the same way: the candidates are still compared on one identical context, as the
-probability of the rest of the string. The highest sum wins; a tie for the highest is wrong.
+True/false and multiple choice are scored by likelihood, so base models of any size need no generation: each
+answer continuation ("True"/"False", "A"–"D") is scored after the prompt, which ends with the opening quote of
+``The answer is "``. The prefix and every prefix+continuation are tokenised as whole strings (a continuation alone
+could tokenise differently than in context, e.g. a quote merged with ``"True``); the context is the longest token
+prefix they all share and each candidate scores the sum of its remaining tokens' log-probs, so all are compared on
+one context. The highest sum wins; a tie for the highest is wrong.
 
-Fill-in-the-blank is greedy generation (``model.generate``, no sampling) stopped at the closing
-quote, EOS or ``max_new_tokens``; the text before the closing quote is the answer, scored by exact
-match and the strict in-order F1 of ``metrics``. OA = (TF_acc + MC_acc + (FITB_acc + FITB_F1)/2)/3,
-and OA_random is the same formula over each item's expected random-guess scores.
+Fill-in-the-blank is greedy generation stopped at the closing quote, EOS or ``max_new_tokens``, scored by exact
+match and the strict in-order F1 of ``metrics``. OA = (TF_acc + MC_acc + (FITB_acc + FITB_F1)/2)/3; OA_random is the
+same formula over each item's expected random-guess scores.
 """
 from __future__ import annotations
 
@@ -42,6 +38,11 @@ __all__ = ["SyntaxQAConfig", "build_items_and_reports", "evaluate_items", "score
 
 
 def build_items_and_reports(cfg: SyntaxQAConfig) -> tuple[list[Item], list[SourceReport]]:
+    if cfg.mode == "paper":  # its exemplar set is in the items' prompts
+        from probes.syntaxqa.paper import build_paper_items_and_reports
+
+        items, _, reports = build_paper_items_and_reports(cfg)
+        return items, reports
     facts, reports = collect_facts(cfg.sources, cfg.knowledge_points, cfg.max_sentences)
     cands = candidates(facts, cfg.seed, tuple(cfg.question_types))
     chosen = balanced_sample(cands, cfg.k_per_tuple, cfg.seed, cfg.max_items)
@@ -70,11 +71,7 @@ def _lcp(a: list[int], b: list[int]) -> int:
 
 
 def continuation_ids(tokenizer, prefix: str, conts: list[str]) -> tuple[list[int], list[list[int]]]:
-    """(context ids, ids of each continuation) with context + ids_i == BOS + tokens(prefix + conts[i]).
-
-    See the module docstring: the context is the token prefix shared by the prefix and all the
-    prefix+continuation strings, so every candidate is scored on the same context.
-    """
+    """(context ids, ids of each continuation) with context + ids_i == BOS + tokens(prefix + conts[i]) (module doc)."""
     from probes.scoring.primitive import bos_id
 
     enc = tokenizer([prefix] + [prefix + c for c in conts], add_special_tokens=False)["input_ids"]
@@ -183,13 +180,7 @@ def score_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, device
         by_item.setdefault(it.item_id, []).append(g)
     rows = []
     for it in items:
-        row = {
-            "item_id": it.item_id, "source": it.source, "sent_id": it.sent_id, "lang": it.lang, "kp": it.kp,
-            "qtype": it.qtype, "category": it.category, "sentence": it.sentence, "question": it.question,
-            "answer": it.answer, "options": list(it.options), "golds": list(it.golds), "n_prompts": len(it.prompts),
-            "mode": "likelihood", "pred": "", "correct": float("nan"), "f1": float("nan"), "lp_options": [],
-            "rand_acc": it.rand_acc, "rand_f1": it.rand_f1,
-        }
+        row = it.row("likelihood")
         if it.item_id in lik:
             row["correct"], row["pred"], row["lp_options"] = lik[it.item_id]
         elif it.item_id in by_item:
@@ -211,7 +202,7 @@ def _parts(df: pd.DataFrame, acc: str, f1: str) -> tuple[float, float, float, fl
 
 def _kp_rows(df: pd.DataFrame, kp: str) -> pd.DataFrame:
     """The rows of one knowledge point; in paper mode MVP's also include the GS/SC/DO/IO true/false
-    items it reuses (``kp_also``, see ``paper_items``)."""
+    items it reuses (``kp_also``, see ``paper``)."""
     mask = df["kp"] == kp
     if "kp_also" in df.columns:
         mask |= df["kp_also"] == kp
@@ -268,7 +259,7 @@ def evaluate_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, rep
     from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint
 
     if cfg.mode == "paper":
-        from probes.syntaxqa.paper_score import score_paper_items as score
+        from probes.syntaxqa.paper import score_paper_items as score
     else:
         score = score_items
     return evaluate_checkpoint(
@@ -327,12 +318,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not (args.model / "config.json").is_file():
             raise ValueError(f"--model {args.model}: no config.json; not a Hugging Face model directory")
         check_output_file(args.out)
-        if cfg.mode == "paper":
-            from probes.syntaxqa.paper_score import build_paper_items_and_reports
-
-            items, _, reports = build_paper_items_and_reports(cfg)
-        else:
-            items, reports = build_items_and_reports(cfg)
+        items, reports = build_items_and_reports(cfg)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
