@@ -185,61 +185,38 @@ def _paradigm_by_path(file: Path, root: Path) -> str:
 # ---------------------------------------------------------------- format readers
 
 
+def _pair(rec: dict, file: Path, lineno: int, label: str, paradigm: str, phenomenon, pair_id) -> Pair:
+    """The Pair of a `sentence_good`/`sentence_bad` record; `phenomenon`, `pair_id`: the value, or the keys of
+    the record that may hold it (the first present)."""
+    def value(v, what: str) -> str:
+        return str(_get(rec, v, file, lineno, what) if isinstance(v, tuple) else v)
+
+    return Pair(label, paradigm, value(phenomenon, "phenomenon"), value(pair_id, "pair id"),
+                _sentence(rec, "sentence_good", file, lineno), _sentence(rec, "sentence_bad", file, lineno))
+
+
+def _blimp_pair(rec: dict, file: Path, lineno: int, label: str) -> Pair:
+    return _pair(rec, file, lineno, label, str(rec.get("UID") or file.stem), ("linguistics_term",), ("pairID", "pair_id"))
+
+
 def read_blimp(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:
-    return [_blimp_record(rec, file, lineno, label) for lineno, rec in iter_jsonl(file)]
-
-
-def _blimp_record(rec: dict, file: Path, lineno: int, label: str) -> Pair:
-    return Pair(
-        benchmark=label,
-        paradigm=str(rec.get("UID") or file.stem),
-        phenomenon=str(_get(rec, ("linguistics_term",), file, lineno, "phenomenon")),
-        pair_id=str(_get(rec, ("pairID", "pair_id"), file, lineno, "pair id")),
-        good=_sentence(rec, "sentence_good", file, lineno),
-        bad=_sentence(rec, "sentence_bad", file, lineno),
-    )
+    return [_blimp_pair(rec, file, n, label) for n, rec in iter_jsonl(file)]
 
 
 def read_zhoblimp(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:
-    out = []
-    for lineno, rec in iter_jsonl(file):
-        out.append(
-            Pair(
-                benchmark=label,
-                paradigm=str(rec.get("UID") or file.stem),
-                # the data file's own label; the file-name prefix (BA_, ...) is not the phenomenon
-                phenomenon=str(_get(rec, ("phenomenon",), file, lineno, "phenomenon")),
-                pair_id=str(_get(rec, ("pairID",), file, lineno, "pair id")),
-                good=_sentence(rec, "sentence_good", file, lineno),
-                bad=_sentence(rec, "sentence_bad", file, lineno),
-            )
-        )
-    return out
+    # the phenomenon is the data file's own label; the file-name prefix (BA_, ...) is not it
+    return [_pair(rec, file, n, label, str(rec.get("UID") or file.stem), ("phenomenon",), ("pairID",))
+            for n, rec in iter_jsonl(file)]
 
 
 def read_sling(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:
     paradigm = _paradigm_by_path(file, root)
-    parts = paradigm.split("/")
-    folder_phenomenon = parts[0] if len(parts) > 1 else None
-    out = []
+    folder = paradigm.split("/")[0] if "/" in paradigm else None  # the phenomenon
     if file.suffix == ".txt":
-        for i, (lineno, good, bad) in enumerate(_iter_sling_txt(file)):
-            phen = folder_phenomenon or file.parent.name
-            out.append(Pair(label, paradigm, phen, str(i), good, bad))
-        return out
-    for lineno, rec in iter_jsonl(file):
-        phen = folder_phenomenon or str(_get(rec, ("Phenomenon", "phenomenon"), file, lineno, "phenomenon"))
-        out.append(
-            Pair(
-                benchmark=label,
-                paradigm=paradigm,
-                phenomenon=phen,
-                pair_id=str(_get(rec, ("pair_ID", "pairID", "pair_id"), file, lineno, "pair id")),
-                good=_sentence(rec, "sentence_good", file, lineno),
-                bad=_sentence(rec, "sentence_bad", file, lineno),
-            )
-        )
-    return out
+        return [Pair(label, paradigm, folder or file.parent.name, str(i), good, bad)
+                for i, (lineno, good, bad) in enumerate(_iter_sling_txt(file))]
+    return [_pair(rec, file, n, label, paradigm, folder or ("Phenomenon", "phenomenon"), ("pair_ID", "pairID", "pair_id"))
+            for n, rec in iter_jsonl(file)]
 
 
 def _iter_sling_txt(file: Path) -> Iterator[tuple[int, str, str]]:
@@ -295,16 +272,8 @@ def _climp_headerless(file: Path, text: str, label: str) -> list[Pair]:
 
 
 def read_babylm(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:
-    out = []
-    for i, (lineno, rec) in enumerate(iter_jsonl(file)):
-        if "linguistics_term" in rec:
-            out.append(_blimp_record(rec, file, lineno, label))
-        else:
-            out.append(
-                Pair(label, file.stem, file.stem, str(i),
-                     _sentence(rec, "sentence_good", file, lineno), _sentence(rec, "sentence_bad", file, lineno))
-            )
-    return out
+    return [_blimp_pair(rec, file, n, label) if "linguistics_term" in rec
+            else _pair(rec, file, n, label, file.stem, file.stem, i) for i, (n, rec) in enumerate(iter_jsonl(file))]
 
 
 def _generic(records: Iterator[tuple[int, dict]], file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:

@@ -15,22 +15,8 @@ the built-in grammar), after reading and before subsampling:
   * among pairs with the same (paradigm, good, bad) only the FIRST in file order is KEPT: a repeated
     item would otherwise weigh twice in the paradigm's accuracy.
 Pair ids stay the source's, so every kept pair can be traced back. The drops are counted per
-paradigm, logged as a warning, and shown by `describe` and `python -m probes benchmarks`.
-
-Counts on the real files (as published -> kept under the rule):
-  zhoblimp      35,400 -> 35,400   118 paradigms, 15 phenomena
-  blimp         67,000 -> 66,993   67 paradigms, 13 linguistics_term groups (7 identical)
-  climp         16,000 -> 15,984   16 paradigms, 9 phenomena (16 duplicates)
-  sling         40,560 -> 40,528   54 files (40 x 1000 + 14 x 40), 8 phenomena (24 identical, 8 duplicates)
-  babylm_blimp  59,875 -> 59,868   67 paradigms (7 identical)
-  babylm_supplement 5,218 -> 5,206 5 files (12 duplicates)
-  rublimp       45,000 -> 44,996   45 paradigms (PID), 12 phenomena (4 duplicates)
-  turblimp      16,000 -> 16,000   16 paradigms (files), 15 phenomena (both argument-structure files
-                                   say argument_structure)
-  turblimp_experimental 2,200 -> 2,200  22 paradigms (files), 2 phenomena (subtype)
-  jblimp           331 -> 331      37 paradigms, 11 phenomena
-The issue's reference figures (35,400 / 67 x 1000 / 16,000 / 40,560 / 59,875) are the as-published
-counts, i.e. before the rule.
+paradigm, logged as a warning, and shown by `describe` and `python -m probes benchmarks`. Counts on the
+real files, as published -> kept under the rule: docs/probing.md ("Supported suites").
 """
 from __future__ import annotations
 
@@ -74,37 +60,32 @@ class RegistryEntry:
     authors_convention: Optional[str] = None
 
 
-REGISTRY: dict[str, RegistryEntry] = {
-    # ZhoBLiMP's code compares mean log-probs per token, ties wrong; BLiMP's paper full-sentence probabilities
-    "zhoblimp": RegistryEntry("zhoblimp", "zhoblimp/data/ZhoBLiMP", "ZhoBLiMP, 118 paradigms x 300 (zh)",
-                              authors_convention="mlp"),
-    "blimp": RegistryEntry("blimp", "blimp/data", "BLiMP, 67 paradigms x 1000 (en)", authors_convention="sum"),
-    "climp": RegistryEntry("climp", "climp/CLiMP_corpus", "CLiMP, 16 paradigms x 1000 (zh)"),
-    "sling": RegistryEntry("sling", "sling/SLING_Data", "SLING, 40 x 1000 + 14 x 40 (zh)"),
-    "babylm_blimp": RegistryEntry(
-        "babylm", "babylm_2025_full_eval/evaluation_data/full_eval/blimp_filtered", "BabyLM 2025 filtered BLiMP (en)"
-    ),
-    "babylm_supplement": RegistryEntry(
-        "babylm", "babylm_2025_full_eval/evaluation_data/full_eval/supplement_filtered", "BabyLM 2025 BLiMP supplement (en)"
-    ),
-    # the authors score by perplexity after "</s>" (src/scorer.py): exp(-mean lp), lower wins = MLP
-    "rublimp": RegistryEntry("csv", "rublimp/datasets", "RuBLiMP, 45 paradigms x 1000 (ru)",
-                             FieldMap("source_sentence", "target_sentence", "PID", "phenomenon", "id"), "mlp"),
-    # the authors sum minicons log-probs (evaluation.py), which leave the first token unscored
-    "turblimp": RegistryEntry("csv", "turblimp/data/base", "TurBLiMP, 16 phenomena x 1000 (tr)",
-                              FieldMap("good_sentence", "bad_sentence", phenomenon="phenomenon"), "sum_after_first"),
-    "turblimp_experimental": RegistryEntry(
-        "csv", "turblimp/data/experimental", "TurBLiMP word-order and subordination sets, 22 x 100 (tr)",
-        FieldMap("good_sentence", "bad_sentence", phenomenon="subtype"), "sum_after_first"),
-    # the paper compares the probabilities of the two sentences, as BLiMP does: summed log-probs
-    "jblimp": RegistryEntry("jsonl", "jblimp/data/validated/validated_minimal_pairs.jsonl",
-                            "JBLiMP, 331 validated pairs, 37 paradigms (ja)",
-                            FieldMap("good_sentence", "bad_sentence", "paradigm", "phenomenon", "ID"), "sum"),
-    "grammar": RegistryEntry("grammar", None, "built-in grammar, English (probes.benchmarks.grammar)"),
-    "grammar_zh": RegistryEntry("grammar", None, "built-in grammar, Chinese (probes.benchmarks.grammar)"),
-    # generated, no files: ELAGENT's Language A word order after k demonstrations (probes.benchmarks.language_a)
-    "elagent_word_order": RegistryEntry("elagent", None, "ELAGENT Language A word order (generated)"),
-}
+# The authors' rules: ZhoBLiMP's code compares mean log-probs per token, ties wrong; BLiMP's paper full-sentence
+# probabilities; RuBLiMP's authors rank by perplexity after "</s>" (src/scorer.py: exp(-mean lp), lower wins = MLP);
+# TurBLiMP's sum minicons log-probs (evaluation.py), which leave the first token unscored; JBLiMP's paper compares
+# the two sentences' probabilities, as BLiMP does. A relpath of None: generated, no files.
+_BABYLM = "babylm_2025_full_eval/evaluation_data/full_eval/"
+_TURBLIMP = FieldMap("good_sentence", "bad_sentence", phenomenon="phenomenon")
+REGISTRY: dict[str, RegistryEntry] = {name: RegistryEntry(*entry) for name, *entry in [
+    ("zhoblimp", "zhoblimp", "zhoblimp/data/ZhoBLiMP", "ZhoBLiMP, 118 paradigms x 300 (zh)", FieldMap(), "mlp"),
+    ("blimp", "blimp", "blimp/data", "BLiMP, 67 paradigms x 1000 (en)", FieldMap(), "sum"),
+    ("climp", "climp", "climp/CLiMP_corpus", "CLiMP, 16 paradigms x 1000 (zh)"),
+    ("sling", "sling", "sling/SLING_Data", "SLING, 40 x 1000 + 14 x 40 (zh)"),
+    ("babylm_blimp", "babylm", _BABYLM + "blimp_filtered", "BabyLM 2025 filtered BLiMP (en)"),
+    ("babylm_supplement", "babylm", _BABYLM + "supplement_filtered", "BabyLM 2025 BLiMP supplement (en)"),
+    ("rublimp", "csv", "rublimp/datasets", "RuBLiMP, 45 paradigms x 1000 (ru)",
+     FieldMap("source_sentence", "target_sentence", "PID", "phenomenon", "id"), "mlp"),
+    ("turblimp", "csv", "turblimp/data/base", "TurBLiMP, 16 phenomena x 1000 (tr)", _TURBLIMP, "sum_after_first"),
+    ("turblimp_experimental", "csv", "turblimp/data/experimental",
+     "TurBLiMP word-order and subordination sets, 22 x 100 (tr)",
+     FieldMap("good_sentence", "bad_sentence", phenomenon="subtype"), "sum_after_first"),
+    ("jblimp", "jsonl", "jblimp/data/validated/validated_minimal_pairs.jsonl",
+     "JBLiMP, 331 validated pairs, 37 paradigms (ja)",
+     FieldMap("good_sentence", "bad_sentence", "paradigm", "phenomenon", "ID"), "sum"),
+    ("grammar", "grammar", None, "built-in grammar, English (probes.benchmarks.grammar)"),
+    ("grammar_zh", "grammar", None, "built-in grammar, Chinese (probes.benchmarks.grammar)"),
+    ("elagent_word_order", "elagent", None, "ELAGENT Language A word order (generated)"),  # language_a.py
+]}
 
 
 @dataclass(frozen=True)
@@ -381,27 +362,12 @@ def describe(pairs: list[Pair]) -> pd.DataFrame:
     (known when `pairs` came from `load_benchmark`); a last row, phenomenon "TOTAL", sums them."""
     n: Counter[tuple[str, str]] = Counter((p.phenomenon, p.paradigm) for p in pairs)
     report = getattr(pairs, "report", None)
-    identical = report.identical if report else {}
-    duplicates = report.duplicates if report else {}
+    identical, duplicates = (report.identical, report.duplicates) if report else ({}, {})
     keys = sorted(set(n) | set(identical) | set(duplicates))
-    df = pd.DataFrame(
-        {
-            "phenomenon": [k[0] for k in keys],
-            "paradigm": [k[1] for k in keys],
-            "n_pairs": [n.get(k, 0) for k in keys],
-            "n_identical_dropped": [identical.get(k, 0) for k in keys],
-            "n_duplicates_dropped": [duplicates.get(k, 0) for k in keys],
-        }
-    )
-    n_phen = len({k[0] for k in keys})
-    total = {
-        "phenomenon": "TOTAL",
-        "paradigm": f"{len(keys)} paradigms in {n_phen} phenomena",
-        "n_pairs": int(df["n_pairs"].sum()),
-        "n_identical_dropped": int(df["n_identical_dropped"].sum()),
-        "n_duplicates_dropped": int(df["n_duplicates_dropped"].sum()),
-    }
-    return pd.concat([df, pd.DataFrame([total])], ignore_index=True)
+    df = pd.DataFrame([(*k, n.get(k, 0), identical.get(k, 0), duplicates.get(k, 0)) for k in keys],
+                      columns=["phenomenon", "paradigm", "n_pairs", "n_identical_dropped", "n_duplicates_dropped"])
+    total = ["TOTAL", f"{len(keys)} paradigms in {df.phenomenon.nunique()} phenomena", *df.iloc[:, 2:].sum()]
+    return pd.concat([df, pd.DataFrame([total], columns=df.columns)], ignore_index=True)
 
 
 def main(argv: list[str]) -> int:
