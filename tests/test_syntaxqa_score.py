@@ -241,7 +241,7 @@ def test_enabled_without_sources_names_the_key():
 
 def test_options_share_one_forward_of_the_prompt_with_the_same_scores(setup, monkeypatch):
     from probes.scoring import primitive as scoring
-    from probes.syntaxqa import prompts as P
+    from probes.syntaxqa import questions as P
     from probes.syntaxqa.score import _likelihood_scores
 
     _, cfg, items, tok, model = setup

@@ -1,13 +1,8 @@
-"""Syntax questions probe (issue 6): ask a causal LM about the syntax of treebank sentences.
+"""Syntax questions probe (docs/syntax-questions.md): ask a causal LM about the syntax of treebank sentences.
 
-Modules: ``ptb`` (bracketed trees with function tags) and ``ud`` (.conllu) read sentences and extract
-facts for nine knowledge points (``records.KNOWLEDGE_POINTS``); ``items`` gathers them per source and
-reports empty knowledge points; ``questions`` renders true/false, multiple-choice and
-fill-in-the-blank items and samples them balanced; ``prompts`` formats zero-/few-shot prompts;
-``metrics`` holds exact match, strict F1 and OA; ``score`` is the entry point (config, build, score,
-summarise, CLI); ``generation`` is the one greedy-generation path.
-
-``mode=paper`` asks as the paper does: ``paper`` (its templates, prompts, exemplars, answer parser and scores).
+``ptb`` (.mrg) and ``ud`` (.conllu) read facts for nine knowledge points, ``items`` gathers them per source,
+``questions`` renders balanced true/false, multiple-choice and fill-in-the-blank items and their prompts, ``score``
+scores them (mode=likelihood; ``paper``: mode=paper) with ``metrics`` and ``generation``, and is the CLI.
 """
 
 from probes.families import Family

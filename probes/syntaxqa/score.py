@@ -26,11 +26,11 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from probes.syntaxqa import prompts as P
 from probes.syntaxqa.items import SourceReport, collect_facts
 from probes.syntaxqa.metrics import exact_match, overall_accuracy, strict_f1
 from probes.syntaxqa.config import KIND, SYNTAX_QA_MODES as MODES, PaperConfig, SyntaxQAConfig
-from probes.syntaxqa.questions import QUESTION_TYPES, Item, balanced_sample, candidates, render, statistics_table
+from probes.syntaxqa.questions import (QUESTION_TYPES, Item, attach_prompts, balanced_sample, candidates, continuations,
+                                       frame_for, render, statistics_table)
 from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS, benchmark_name
 
 
@@ -59,7 +59,7 @@ def build_items_and_reports(cfg: SyntaxQAConfig) -> tuple[list[Item], list[Sourc
             # enough for every exemplar seed, with spare ones for items that share a sentence
             picked = rng.sample(group, min(len(group), cfg.shots * cfg.shot_seeds + 8))
             pool[key] = [render(c, facts, cfg.seed) for c in picked]
-    P.attach_prompts(items, pool, cfg.shots, cfg.shot_seeds, cfg.seed)
+    attach_prompts(items, pool, cfg.shots, cfg.shot_seeds, cfg.seed)
     return items, reports
 
 
@@ -109,7 +109,7 @@ def _likelihood_scores(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig,
     shared_where: list[tuple[int, int]] = []  # (item, prompt)
     for i, it in enumerate(items):
         for j, prompt in enumerate(it.prompts):
-            ctx, tails = continuation_ids(tokenizer, prompt, P.continuations(it))
+            ctx, tails = continuation_ids(tokenizer, prompt, continuations(it))
             for t in tails:
                 _check_length(model, len(ctx) + len(t), it)
             if share_context and all(len(t) == 1 for t in tails):
@@ -132,7 +132,7 @@ def _likelihood_scores(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig,
     out: dict[str, list] = {}
     for i, it in enumerate(items):
         # canonical labels ("True"/"False", letters) whatever words the prompt's language uses
-        labels = ["True", "False"] if it.qtype == "TF" else P.continuations(it)
+        labels = ["True", "False"] if it.qtype == "TF" else continuations(it)
         gold = it.answer
         hits, preds, first = [], [], []
         for j in range(len(it.prompts)):
@@ -174,7 +174,7 @@ def score_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, device
     flat = [(it, p) for it in fitb for p in it.prompts]
     for it, p in flat:  # the prompt and the longest answer must fit the model's positions
         _check_length(model, len(tokenizer(p, add_special_tokens=False)["input_ids"]) + 1 + cfg.max_new_tokens, it)
-    gens = generate_answers(model, tokenizer, [p for _, p in flat], [P.frame_for(it).close for it, _ in flat], cfg, device) if flat else []
+    gens = generate_answers(model, tokenizer, [p for _, p in flat], [frame_for(it).close for it, _ in flat], cfg, device) if flat else []
     by_item: dict[str, list[str]] = {}
     for (it, _), g in zip(flat, gens):
         by_item.setdefault(it.item_id, []).append(g)
