@@ -8,15 +8,11 @@ Where the real benchmarks live: `<repo>/../shared/benchmarks/<relpath>` (REGISTR
 $SYNTAX_DYNAMICS_BENCHMARKS (a directory laid out like shared/benchmarks), or `BenchmarkConfig.path`.
 The per-format readers are in `probes.benchmarks.formats`.
 
-ONE rule for identical and duplicate pairs, applied to every source (real files, generic files,
-the built-in grammar), after reading and before subsampling:
-  * a pair whose good and bad sentences are the same string is DROPPED: it cannot discriminate,
-    and under the strict comparison (a tie is wrong) it would be scored as an error of the model;
-  * among pairs with the same (paradigm, good, bad) only the FIRST in file order is KEPT: a repeated
-    item would otherwise weigh twice in the paradigm's accuracy.
-Pair ids stay the source's, so every kept pair can be traced back. The drops are counted per
-paradigm, logged as a warning, and shown by `describe` and `python -m probes benchmarks`. Counts on the
-real files, as published -> kept under the rule: docs/probing.md ("Supported suites").
+ONE rule for every source, after reading and before subsampling (DEDUP_RULE): a pair whose good and bad are
+the same string cannot discriminate (under the strict comparison it would count as the model's error), and a
+repeated (paradigm, good, bad) would weigh twice in its paradigm's accuracy. Pair ids stay the source's. The
+drops are counted per paradigm, logged, and shown by `describe` and `python -m probes benchmarks`; counts on the
+real files: docs/probing.md ("Supported suites").
 """
 from __future__ import annotations
 
@@ -44,9 +40,7 @@ log = logging.getLogger(__name__)
 
 ENV_VAR = "SYNTAX_DYNAMICS_BENCHMARKS"
 FORMATS = ("auto", *READERS, "grammar", "elagent")
-DEDUP_RULE = (
-    "pairs with good == bad are dropped; of pairs with the same (paradigm, good, bad) the first is kept"
-)
+DEDUP_RULE = "pairs with good == bad are dropped; of pairs with the same (paradigm, good, bad) the first is kept"
 
 
 @dataclass(frozen=True)
@@ -139,36 +133,25 @@ def default_path(name: str) -> Path:
 
 def _entry(name: str) -> RegistryEntry:
     if name not in REGISTRY:
-        raise ValueError(
-            f"unknown benchmark name {name!r} (BenchmarkConfig.name); known: {sorted(REGISTRY)}; "
-            "or give BenchmarkConfig.path to load any file or directory under that label"
-        )
+        raise ValueError(f"unknown benchmark name {name!r} (BenchmarkConfig.name); known: {sorted(REGISTRY)}; "
+                         "or give BenchmarkConfig.path to load any file or directory under that label")
     return REGISTRY[name]
 
 
-def benchmark_configs(
-    names: list[str],
-    max_pairs_per_paradigm: Optional[int] = None,
-    subsample_seed: int = 0,
-    paths: Optional[dict[str, str]] = None,
-) -> list[BenchmarkConfig]:
+def benchmark_configs(names: list[str], max_pairs_per_paradigm: Optional[int] = None, subsample_seed: int = 0,
+                      paths: Optional[dict[str, str]] = None) -> list[BenchmarkConfig]:
     """One BenchmarkConfig per name, for a config that lists names (`probes.benchmarks=[zhoblimp,blimp]`):
     registry names use their default location unless `paths` names another; any other name needs a path."""
     paths = dict(paths or {})
     unknown = [n for n in names if n not in REGISTRY and n not in paths]
     if unknown:
-        raise ValueError(
-            f"unknown benchmark name(s) {unknown} in the benchmark list; known: {sorted(REGISTRY)}; "
-            "a benchmark of your own needs a path under its name"
-        )
+        raise ValueError(f"unknown benchmark name(s) {unknown} in the benchmark list; known: {sorted(REGISTRY)}; "
+                         "a benchmark of your own needs a path under its name")
     stray = sorted(set(paths) - set(names))
     if stray:
         raise ValueError(f"benchmark path(s) given for {stray}, which are not in the benchmark list {names}")
-    return [
-        BenchmarkConfig(name=n, path=paths.get(n), max_pairs_per_paradigm=max_pairs_per_paradigm,
-                        subsample_seed=subsample_seed)
-        for n in names
-    ]
+    return [BenchmarkConfig(name=n, path=paths.get(n), max_pairs_per_paradigm=max_pairs_per_paradigm,
+                            subsample_seed=subsample_seed) for n in names]
 
 
 # ---------------------------------------------------------------- loading
@@ -201,10 +184,8 @@ def load_benchmark(cfg: BenchmarkConfig) -> BenchmarkPairs:
     if cfg.name in REGISTRY and cfg.format == "auto":
         report = dataclasses.replace(report, authors_convention=REGISTRY[cfg.name].authors_convention)
     if report.n_identical or report.n_duplicates:
-        log.warning(
-            "%s: dropped %d identical (good == bad) and %d duplicate pairs of %d read (%s)",
-            cfg.name, report.n_identical, report.n_duplicates, report.n_read, DEDUP_RULE,
-        )
+        log.warning("%s: dropped %d identical (good == bad) and %d duplicate pairs of %d read (%s)",
+                    cfg.name, report.n_identical, report.n_duplicates, report.n_read, DEDUP_RULE)
     if cfg.max_pairs_per_paradigm is not None:
         pairs = subsample(pairs, cfg.max_pairs_per_paradigm, cfg.subsample_seed)
     if "zhoblimp" in formats and cfg.templates != "":
@@ -263,11 +244,10 @@ def _load_files(cfg: BenchmarkConfig, fmt: str) -> tuple[list[Pair], str, dict[s
     else:
         root = default_path(cfg.name)
         if not root.exists():
-            raise FileNotFoundError(
-                f"benchmark {cfg.name!r}: default location {root} does not exist. Set {ENV_VAR} to a directory "
-                f"laid out like shared/benchmarks (containing {REGISTRY[cfg.name].relpath}), "
-                f"or give the path (BenchmarkConfig.path / probes.benchmarks.<i>.path)"
-            )
+            raise FileNotFoundError(f"benchmark {cfg.name!r}: default location {root} does not exist. Set {ENV_VAR} to "
+                                    f"a directory laid out like shared/benchmarks (containing "
+                                    f"{REGISTRY[cfg.name].relpath}), or give the path (BenchmarkConfig.path / "
+                                    f"probes.benchmarks.<i>.path)")
     files = data_files(root)
     if not files:
         raise FileNotFoundError(f"benchmark {cfg.name!r}: no .jsonl/.csv/.txt data files under {root}")
@@ -323,22 +303,17 @@ def _apply_rule(raw: list[Pair], label: str, source: str, formats: dict[str, int
         # would overwrite each other's scores
         other = ids.setdefault((p.paradigm, p.pair_id), (p.good, p.bad))
         if other != (p.good, p.bad):
-            raise BenchmarkFormatError(
-                f"{source}: pair id {p.pair_id!r} names two different pairs in paradigm {p.paradigm!r} "
-                f"({other[0]!r} and {p.good!r}); map id_field to a unique column, or leave it unset to number records"
-            )
+            raise BenchmarkFormatError(f"{source}: pair id {p.pair_id!r} names two different pairs in paradigm "
+                                       f"{p.paradigm!r} ({other[0]!r} and {p.good!r}); map id_field to a unique "
+                                       "column, or leave it unset to number records")
         kept.append(p)
-    report = LoadReport(label, source, formats, len(raw), dict(identical), dict(duplicates))
-    return kept, report
+    return kept, LoadReport(label, source, formats, len(raw), dict(identical), dict(duplicates))
 
 
 def subsample(pairs: list[Pair], max_per_paradigm: int, seed: int = 0) -> list[Pair]:
-    """At most `max_per_paradigm` pairs of each paradigm, in their original order.
-
-    Deterministic: each paradigm draws from its own generator seeded by (seed, paradigm name), so a
-    paradigm's sample does not depend on which other paradigms are loaded, and the k-sample is a
-    prefix of one fixed permutation, so a smaller sample is contained in a larger one.
-    """
+    """At most `max_per_paradigm` pairs of each paradigm, in their original order. A paradigm draws from its own
+    generator seeded by (seed, paradigm), so its sample does not depend on the other paradigms loaded, and a
+    k-sample is a prefix of one fixed permutation (a smaller sample is contained in a larger one)."""
     by_paradigm: dict[str, list[int]] = defaultdict(list)
     for i, p in enumerate(pairs):
         by_paradigm[p.paradigm].append(i)
@@ -372,10 +347,8 @@ def describe(pairs: list[Pair]) -> pd.DataFrame:
 
 def main(argv: list[str]) -> int:
     """`python -m probes benchmarks PATH_OR_NAME [--format F]` (argv: the words after `benchmarks`)."""
-    ap = argparse.ArgumentParser(
-        prog="python -m probes benchmarks",
-        description="List a benchmark's phenomena, paradigms and pair counts (and what the dedup rule dropped).",
-    )
+    ap = argparse.ArgumentParser(prog="python -m probes benchmarks", description="List a benchmark's phenomena, "
+                                 "paradigms and pair counts (and what the dedup rule dropped).")
     ap.add_argument("target", metavar="PATH_OR_NAME", help=f"a registry name {sorted(REGISTRY)} or a file/directory")
     ap.add_argument("--format", default="auto", choices=FORMATS)
     ap.add_argument("--name", help="label for a path (default: the file's stem or the directory's name)")
@@ -393,10 +366,8 @@ def main(argv: list[str]) -> int:
     else:
         target = Path(args.target).resolve()
         name, path = args.name or (target.stem if target.is_file() else target.name), args.target
-    cfg = BenchmarkConfig(
-        name=name, path=path, format=args.format, max_pairs_per_paradigm=args.max_pairs_per_paradigm,
-        subsample_seed=args.seed, **field_options(args),
-    )
+    cfg = BenchmarkConfig(name=name, path=path, format=args.format, max_pairs_per_paradigm=args.max_pairs_per_paradigm,
+                          subsample_seed=args.seed, **field_options(args))
     try:
         pairs = load_benchmark(cfg)
     except (OSError, ValueError, NotImplementedError) as e:
@@ -404,23 +375,15 @@ def main(argv: list[str]) -> int:
         return 2
     table = describe(pairs)
     body = table.iloc[:-1]
-    by_phen = (
-        body.groupby("phenomenon", sort=True)
-        .agg(n_paradigms=("paradigm", "size"), n_pairs=("n_pairs", "sum"))
-        .reset_index()
-    )
+    by_phen = body.groupby("phenomenon").agg(n_paradigms=("paradigm", "size"), n_pairs=("n_pairs", "sum")).reset_index()
     rep = pairs.report
     formats = ", ".join(f"{k} x{v}" for k, v in rep.formats.items())
     print(f"benchmark {name}: {rep.source} (format: {formats})\n")
     with pd.option_context("display.max_rows", None, "display.max_colwidth", 80, "display.width", 200):
-        print(table.to_string(index=False))
-        print()
-        print(by_phen.to_string(index=False))
-    print(
-        f"\ntotal: {len(pairs):,} pairs in {len(body)} paradigms and {len(by_phen)} phenomena"
-        f"{' (subsampled)' if cfg.max_pairs_per_paradigm else ''}; read {rep.n_read:,}, "
-        f"dropped {rep.n_identical} identical and {rep.n_duplicates} duplicate pairs ({DEDUP_RULE})"
-    )
+        print(f"{table.to_string(index=False)}\n\n{by_phen.to_string(index=False)}")
+    print(f"\ntotal: {len(pairs):,} pairs in {len(body)} paradigms and {len(by_phen)} phenomena"
+          f"{' (subsampled)' if cfg.max_pairs_per_paradigm else ''}; read {rep.n_read:,}, "
+          f"dropped {rep.n_identical} identical and {rep.n_duplicates} duplicate pairs ({DEDUP_RULE})")
     if rep.slots:
         ok = sum(a for a, _ in rep.slots.values())
         partial = {k: v for k, v in sorted(rep.slots.items()) if v[0] < v[1]}
