@@ -58,8 +58,6 @@ class FieldMap:
 
 
 DELIMITERS = (",", ";", "\t", "|")
-
-
 FIELD_OPTIONS = ("good_field", "bad_field", "paradigm_field", "phenomenon_field", "id_field", "delimiter")
 
 
@@ -165,9 +163,7 @@ def _get(rec: dict, keys: tuple[str, ...], path: Path, lineno: int, what: str) -
         if k in rec and rec[k] is not None:
             return rec[k]
     names = " or ".join(repr(k) for k in keys)
-    raise BenchmarkFormatError(
-        f"{path}:{lineno}: missing required field {names} ({what}); fields present: {sorted(rec)}"
-    )
+    raise BenchmarkFormatError(f"{path}:{lineno}: missing required field {names} ({what}); fields present: {sorted(rec)}")
 
 
 def _sentence(rec: dict, key: str, path: Path, lineno: int) -> str:
@@ -177,7 +173,7 @@ def _sentence(rec: dict, key: str, path: Path, lineno: int) -> str:
     return value
 
 
-def _paradigm_by_path(file: Path, root: Path) -> str:
+def paradigm_by_path(file: Path, root: Path) -> str:
     rel = file.relative_to(root) if root.is_dir() else Path(file.name)
     return rel.with_suffix("").as_posix()
 
@@ -210,7 +206,7 @@ def read_zhoblimp(file: Path, root: Path, label: str, fields: FieldMap) -> list[
 
 
 def read_sling(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:
-    paradigm = _paradigm_by_path(file, root)
+    paradigm = paradigm_by_path(file, root)
     folder = paradigm.split("/")[0] if "/" in paradigm else None  # the phenomenon
     if file.suffix == ".txt":
         return [Pair(label, paradigm, folder or file.parent.name, str(i), good, bad)
@@ -243,13 +239,11 @@ def read_climp(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pai
         (ln_good, g), (ln_bad, b) = rows[k], rows[k + 1]
         for ln, row, want in ((ln_good, g, "1"), (ln_bad, b, "0")):
             if len(row) != 5:
-                raise BenchmarkFormatError(
-                    f"{file}:{ln}: {len(row)} columns, expected 5 (index, phenomenon, paradigm, sentence, label)"
-                )
+                raise BenchmarkFormatError(f"{file}:{ln}: {len(row)} columns, expected 5 (index, phenomenon, "
+                                           "paradigm, sentence, label)")
             if row[4].strip() != want:
-                raise BenchmarkFormatError(
-                    f"{file}:{ln}: label {row[4]!r}, expected {want!r}: CLiMP rows alternate good (1) / bad (0)"
-                )
+                raise BenchmarkFormatError(f"{file}:{ln}: label {row[4]!r}, expected {want!r}: CLiMP rows alternate "
+                                           "good (1) / bad (0)")
             if not row[3].strip():
                 raise BenchmarkFormatError(f"{file}:{ln}: empty sentence")
         if (g[1], g[2]) != (b[1], b[2]):
@@ -278,7 +272,7 @@ def read_babylm(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pa
 
 def _generic(records: Iterator[tuple[int, dict]], file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:
     good_key, bad_key = fields.good or "sentence_good", fields.bad or "sentence_bad"
-    default_paradigm = _paradigm_by_path(file, root)
+    default_paradigm = paradigm_by_path(file, root)
     out = []
     for i, (lineno, rec) in enumerate(records):
         # labels are stripped: TurBLiMP writes one phenomenon as "quantifiers" and "quantifiers  "
@@ -299,15 +293,8 @@ def read_csv(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]
 
 
 Reader = Callable[[Path, Path, str, FieldMap], list[Pair]]
-READERS: dict[str, Reader] = {
-    "blimp": read_blimp,
-    "zhoblimp": read_zhoblimp,
-    "climp": read_climp,
-    "sling": read_sling,
-    "babylm": read_babylm,
-    "jsonl": read_jsonl,
-    "csv": read_csv,
-}
+READERS: dict[str, Reader] = {"blimp": read_blimp, "zhoblimp": read_zhoblimp, "climp": read_climp, "sling": read_sling,
+                              "babylm": read_babylm, "jsonl": read_jsonl, "csv": read_csv}
 
 
 # ---------------------------------------------------------------- discovery and sniffing
@@ -317,13 +304,9 @@ def data_files(path: Path) -> list[Path]:
     """The data files under `path` (itself if a file), sorted; hidden and temporary names skipped."""
     if path.is_file():
         return [path]
-    files = [
-        p for p in path.rglob("*")
-        if p.is_file() and p.suffix in DATA_SUFFIXES
-        and not any(part.startswith((".", "~", "__")) for part in p.relative_to(path).parts)
-        and ".tmp" not in p.name
-        and not p.name.lower().startswith("readme")
-    ]
+    files = [p for p in path.rglob("*") if p.is_file() and p.suffix in DATA_SUFFIXES
+             and not any(part.startswith((".", "~", "__")) for part in p.relative_to(path).parts)
+             and ".tmp" not in p.name and not p.name.lower().startswith("readme")]
     return sorted(files, key=lambda p: p.relative_to(path).as_posix())
 
 
@@ -341,10 +324,7 @@ def sniff_format(file: Path) -> str:
         raise BenchmarkFormatError(f"{file}: unknown .txt format (only SLING's 'good@@@bad' lines are read)")
     if file.suffix != ".jsonl":
         raise BenchmarkFormatError(f"{file}: unknown file type {file.suffix!r}; expected one of {DATA_SUFFIXES}")
-    keys: set[str] = set()
-    for _, rec in iter_jsonl(file):
-        keys = set(rec)
-        break
+    keys = set(next((rec for _, rec in iter_jsonl(file)), {}))  # the first record's
     if "linguistics_term" in keys:
         return "blimp"
     if {"UID", "phenomenon"} <= keys:

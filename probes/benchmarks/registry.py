@@ -33,7 +33,7 @@ from probes.benchmarks import grammar
 from probes.evals.config import BenchmarkConfig
 from train.corpus import GrammarConfig
 from probes.benchmarks.formats import (READERS, BenchmarkFormatError, FieldMap, add_field_options, data_files,
-                                       field_options, sniff_format)
+                                       field_options, paradigm_by_path, sniff_format)
 from probes.benchmarks.pairs import Pair
 
 log = logging.getLogger(__name__)
@@ -277,7 +277,7 @@ def _key_by_path(pairs: list[Pair], file: Path, root: Path, origin: dict[str, se
     out = []
     for p in pairs:
         if len(origin[p.paradigm]) > 1:
-            rel = (file.relative_to(root) if root.is_dir() else Path(file.name)).with_suffix("").as_posix()
+            rel = paradigm_by_path(file, root)
             name = rel if rel.rsplit("/", 1)[-1] == p.paradigm else f"{rel}/{p.paradigm}"
             p = dataclasses.replace(p, paradigm=name)
         out.append(p)
