@@ -243,7 +243,7 @@ def test_cli_paper_mode_end_to_end(tiny, capsys):
 def test_hook_writes_both_modes_and_curves_and_report_label_them(tiny, tmp_path):
     from probes.analysis.evalfile import EvalInputError
     from probes.analysis.evalset import load_runs
-    from probes.syntaxqa.curves import syntax_qa_table, write_syntax_qa_curves
+    from probes.syntaxqa.report import syntax_qa_table, write_syntax_qa_curves
     from probes.syntaxqa.hook import SyntaxQAHook
     from probes.syntaxqa.report import syntax_qa_section
 

@@ -210,7 +210,7 @@ def test_cli_errors_name_the_flag_or_file(setup, tmp_path, capsys):
 
 def test_hook_writes_every_checkpoint_once_and_curves_read_them(setup, tmp_path):
     from probes.scoring.store import read_pairs
-    from probes.syntaxqa.curves import syntax_qa_table, write_syntax_qa_curves
+    from probes.syntaxqa.report import syntax_qa_table, write_syntax_qa_curves
     from probes.syntaxqa.hook import SyntaxQAHook
 
     d, cfg, items, tok, model = setup
