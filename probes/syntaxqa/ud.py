@@ -77,7 +77,8 @@ def _check_heads(heads: list[int], path: str, line: int) -> None:
 def _parse_sentence(rows: list[tuple[int, str]], path: str, lang: str, index: int) -> tuple[Sentence, _Tree]:
     start = rows[0][0]
     sent_id = f"{Path(path).name}#{index}"
-    forms, upos, lemmas, heads_raw, rels, space_after, head_lines = [], [], [], [], [], [], []
+    toks: list[tuple[str, str, str, int, str, int]] = []  # form, upos, lemma, head, relation, line
+    space_after: list[bool] = []
     mwt_end, mwt_space = -1, True
     for line, row in rows:
         if row.startswith("#"):
@@ -96,25 +97,16 @@ def _parse_sentence(rows: list[tuple[int, str]], path: str, lang: str, index: in
                 raise ConlluError(f"{path}:{line}: bad multiword token id {tid!r}")
             mwt_end, mwt_space = int(b), "SpaceAfter=No" not in cols[9].split("|")
             continue
-        if not tid.isdigit() or int(tid) != len(forms) + 1:
-            raise ConlluError(f"{path}:{line}: token id {tid!r} out of sequence (expected {len(forms) + 1})")
+        if not tid.isdigit() or int(tid) != len(toks) + 1:
+            raise ConlluError(f"{path}:{line}: token id {tid!r} out of sequence (expected {len(toks) + 1})")
         if not cols[6].isdigit():
             raise ConlluError(f"{path}:{line}: head {cols[6]!r} of token {tid} is not a number")
-        forms.append(cols[1])
-        lemmas.append(cols[2])
-        upos.append(cols[3])
-        heads_raw.append(int(cols[6]))
-        rels.append(cols[7])
-        head_lines.append(line)
-        k = int(tid)
-        if k < mwt_end:
-            space_after.append(False)  # inside "don't": do|n't
-        elif k == mwt_end:
-            space_after.append(mwt_space)
-        else:
-            space_after.append("SpaceAfter=No" not in cols[9].split("|"))
-    if not forms:
+        toks.append((cols[1], cols[3], cols[2], int(cols[6]), cols[7], line))
+        k = int(tid)  # inside a multiword token ("don't": do|n't) no space; its last word takes the token's
+        space_after.append(False if k < mwt_end else mwt_space if k == mwt_end else "SpaceAfter=No" not in cols[9].split("|"))
+    if not toks:
         raise ConlluError(f"{path}:{start}: sentence {sent_id} has no tokens")
+    forms, upos, lemmas, heads_raw, rels, head_lines = map(list, zip(*toks))
     n = len(forms)
     for i, h in enumerate(heads_raw):
         if h > n:
