@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import sys
 from dataclasses import asdict
@@ -63,20 +64,13 @@ def build_items_and_reports(cfg: SyntaxQAConfig) -> tuple[list[Item], list[Sourc
     return items, reports
 
 
-def _lcp(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < len(a) and n < len(b) and a[n] == b[n]:
-        n += 1
-    return n
-
-
 def continuation_ids(tokenizer, prefix: str, conts: list[str]) -> tuple[list[int], list[list[int]]]:
     """(context ids, ids of each continuation) with context + ids_i == BOS + tokens(prefix + conts[i]) (module doc)."""
     from probes.scoring.primitive import bos_id
 
     enc = tokenizer([prefix] + [prefix + c for c in conts], add_special_tokens=False)["input_ids"]
     p_ids, fulls = list(enc[0]), [list(e) for e in enc[1:]]
-    n = min([len(p_ids)] + [_lcp(p_ids, f) for f in fulls])
+    n = len(os.path.commonprefix([p_ids, *fulls]))  # the longest token prefix they all share
     tails = [f[n:] for f in fulls]
     for c, t in zip(conts, tails):
         if not t:
@@ -133,16 +127,11 @@ def _likelihood_scores(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig,
     for i, it in enumerate(items):
         # canonical labels ("True"/"False", letters) whatever words the prompt's language uses
         labels = ["True", "False"] if it.qtype == "TF" else continuations(it)
-        gold = it.answer
-        hits, preds, first = [], [], []
+        preds = []
         for j in range(len(it.prompts)):
             s = sums[(i, j)]
-            best = max(s)
-            winner = labels[s.index(best)] if s.count(best) == 1 else "<tie>"
-            hits.append(float(winner == gold))
-            preds.append(winner)
-            first = first or s
-        out[it.item_id] = [float(np.mean(hits)), preds[0], first]
+            preds.append(labels[s.index(max(s))] if s.count(max(s)) == 1 else "<tie>")
+        out[it.item_id] = [float(np.mean([p == it.answer for p in preds])), preds[0], sums[(i, 0)]]
     return out
 
 
@@ -193,9 +182,8 @@ def score_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, device
 
 
 def _parts(df: pd.DataFrame, acc: str, f1: str) -> tuple[float, float, float, float]:
-    def mean(qtype: str, col: str) -> float:
-        v = df.loc[df["qtype"] == qtype, col].dropna()
-        return float(v.mean()) if len(v) else float("nan")
+    def mean(qtype: str, col: str) -> float:  # NaN where no row of the type is scored
+        return float(df.loc[df["qtype"] == qtype, col].mean())
 
     return mean("TF", acc), mean("MC", acc), mean("FITB", acc), mean("FITB", f1)
 
@@ -231,10 +219,9 @@ def summarize(df: pd.DataFrame) -> dict[str, float]:
         out[prefix + "TF_acc"], out[prefix + "MC_acc"], out[prefix + "FITB_acc"], out[prefix + "FITB_F1"] = tf, mc, fa, ff
         out[prefix + "n_items"] = float(len(d))
         if "unparsed" in d.columns:
-            out[prefix + "unparsed"] = float(d["unparsed"].mean()) if len(d) else float("nan")
+            out[prefix + "unparsed"] = float(d["unparsed"].mean())  # NaN without rows
             for qtype in QUESTION_TYPES:
-                v = d.loc[d["qtype"] == qtype, "unparsed"]
-                out[f"{prefix}{qtype}_unparsed"] = float(v.mean()) if len(v) else float("nan")
+                out[f"{prefix}{qtype}_unparsed"] = float(d.loc[d["qtype"] == qtype, "unparsed"].mean())
     return out
 
 
