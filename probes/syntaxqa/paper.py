@@ -1,29 +1,16 @@
-"""``mode=paper``: the syntax questions asked and answered as in their paper (docs/syntax-questions.md).
+"""``mode=paper``: the syntax questions asked and answered as in their paper (docs/syntax-questions.md says what
+it asks, with which exemplars and budgets; ../shared/papers/000_*.txt is the paper).
 
-Source: "How Well Do Large Language Models Understand Syntax? An Evaluation by Asking Natural Language
-Questions" (../shared/papers/000_*.txt). Copied character for character: Figure 5's grammatical-subject (GS)
-templates and Figure 6's prompt for foundation models (instruction lines, "Sentence: ", "Question: ", the option
-block "Options: \\n A. <a>\\n ..." with a space after the colon and before each letter, "Answer: The answer is “",
-which the model continues; exemplars end with their answer and the closing quote; no blank lines). Ours by
-analogy: the other knowledge points' templates (GS's frame) and the FITB instruction lines (Figure 6: "similar to"
-true/false).
+Copied character for character: Figure 5's grammatical-subject templates and Figure 6's prompt (its instruction
+lines, "Sentence: ", "Question: ", "Options: \\n A. <a>\\n ..." with a space after the colon and before each
+letter, "Answer: The answer is “", exemplars closed by their answer and quote, no blank lines). Ours by analogy: the
+other knowledge points' templates and the FITB instruction lines (Figure 6: "similar to" true/false).
 
-Test set: ``k_per_tuple`` per (type, knowledge point, answer category). Exemplar set: the paper's reduced sample
-(``exemplar_k`` = 2 per tuple; §3.2) from sentences no test item asks about, topped up per (knowledge point, type) to
-``shots`` x ``shot_seeds`` where a small treebank has fewer. MVP's true/false items are GS/SC/DO/IO's (Table 1 ‡):
-they carry ``kp_also = "MVP"`` and count once overall and again in MVP's scores (``score.summarize``).
-
-Answers (the paper prints no extraction code; ours, ``parse_answer``): the text up to the first closing quote (” or
+Answers (the paper prints no extraction code; ``parse_answer``): the text up to the first closing quote (” or
 "), else the first newline, else all of it, stripped. TF: "True"/"False", any case, trailing . , ; : ! allowed. MC:
 a letter A-D alone ("B", "(B)", "B.") or followed by ".", ")" or ":" ("B. Pierre Vinken"), else the text of exactly
 one option (``metrics.words``) read as its letter. FITB: any non-empty text. Anything else is *unparsed*: scored
-wrong, as the paper's accuracy over all questions implies, and counted (``unparsed``), so a reader can tell "answered
-wrongly" from "did not answer in the format".
-
-Generation is greedy; an item's correct / f1 / unparsed are means over its exemplar seeds. A prompt + budget beyond
-the model's positions gets its budget cut (a warning counts them); a prompt that does not fit at all is an error.
-Rows: ``score.score_items``'s with ``mode = "paper"`` and ``kp_also``, ``generations``, ``preds``, ``unparsed``,
-``n_shots``, ``exemplar_ids``, ``max_new_tokens``.
+wrong, as the paper's accuracy over all questions implies, and counted (``unparsed``).
 """
 from __future__ import annotations
 
@@ -85,7 +72,7 @@ class GenerationBudgetWarning(UserWarning):
 
 @dataclass
 class PaperItem(Item):
-    kp_also: str = ""  # "MVP" on GS/SC/DO/IO true/false items when MVP is asked (module doc)
+    kp_also: str = ""  # "MVP" on GS/SC/DO/IO true/false items when MVP is asked: they count again in MVP's scores
     exemplar_ids: list[list[str]] = field(default_factory=list)  # per prompt, the exemplars' item ids
 
 
@@ -136,7 +123,8 @@ def render_paper(c: Candidate, facts: list[Fact], seed: int) -> PaperItem:
 
 def exemplar_candidates(cands: list[Candidate], test: list[Candidate], facts: list[Fact], cfg: PaperConfig,
                         seed: int) -> list[Candidate]:
-    """The held-out exemplar set (module doc)."""
+    """The held-out exemplar set: ``exemplar_k`` per tuple (the paper's reduced sample, §3.2) from sentences no test
+    item asks about, topped up per (knowledge point, type) to ``shots`` x ``shot_seeds`` where a treebank has fewer."""
     def sentence(c: Candidate) -> tuple[str, str]:
         return facts[c.fact].sentence.source, facts[c.fact].sentence.sent_id
 
@@ -242,7 +230,8 @@ def parse_answer(generation: str, qtype: str, options: list[str] = ()) -> Parsed
 
 
 def _budgets(model, tokenizer, items: list[PaperItem], cfg: SyntaxQAConfig) -> list[list[int]]:
-    """Per item and prompt: the paper's budget, cut to the model's positions (module doc)."""
+    """Per item and prompt: the paper's budget, cut to the model's positions (a warning counts the prompts cut); a
+    prompt that leaves no room is an error."""
     from probes.scoring.primitive import sentence_ids
 
     limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
@@ -280,7 +269,8 @@ def score_generations(item: Item, generations: list[str]) -> dict:
 
 
 def score_paper_items(model, tokenizer, items: list[PaperItem], cfg: SyntaxQAConfig, device=None) -> pd.DataFrame:
-    """One row per item (columns: module doc); correct, f1 and unparsed are means over the exemplar seeds."""
+    """One row per item, ``Item.row``'s and kp_also, generations, preds, unparsed, n_shots, exemplar_ids,
+    max_new_tokens; correct, f1 and unparsed are means over the exemplar seeds (greedy generations)."""
     for it in items:
         if not it.prompts:
             raise ValueError(f"syntax-qa item {it.item_id} has no prompt; build items with build_paper_items_and_reports")
