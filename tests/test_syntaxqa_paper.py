@@ -156,7 +156,7 @@ OPTS = ["The board", "Pierre Vinken", "61 years old", "A nonexecutive director"]
     ("”", "FITB", None), ("   ", "FITB", None),
 ])
 def test_parser_on_hand_written_generations(gen, qtype, want):
-    assert parse_answer(gen, qtype, OPTS).answer == want
+    assert parse_answer(gen, qtype, OPTS) == want
 
 
 def test_answer_text_cuts_at_the_first_closing_quote_or_newline():
@@ -217,7 +217,7 @@ def test_cli_paper_mode_end_to_end(tiny, capsys):
     assert (df.loc[df.qtype != "FITB", "max_new_tokens"] == 10).all() and (df.loc[df.qtype == "FITB", "max_new_tokens"] == 256).all()
     # every score is the parse of the stored generations, averaged over the exemplar seeds
     for r in df.itertuples():
-        parsed = [parse_answer(g, r.qtype, list(r.options)).answer for g in r.generations]
+        parsed = [parse_answer(g, r.qtype, list(r.options)) for g in r.generations]
         assert list(r.preds) == [p or "" for p in parsed]
         assert r.unparsed == pytest.approx(sum(p is None for p in parsed) / 2)
         if r.qtype != "FITB":

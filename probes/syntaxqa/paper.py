@@ -191,13 +191,6 @@ def build_paper_items_and_reports(cfg: SyntaxQAConfig) -> tuple[list[PaperItem],
 # ------------------------------------------------------------------------------- answers and scores
 
 
-@dataclass(frozen=True)
-class Parsed:
-    text: str  # the answer text (up to the closing quote / newline)
-    answer: str | None  # "True"/"False", a letter, the FITB phrase; None = unparsed
-    closed: bool  # a closing quote ended the answer
-
-
 def answer_text(generation: str) -> tuple[str, bool]:
     """(the text before the closing quote / newline, whether a closing quote ended it)."""
     quote = min((i for i in (generation.find(q) for q in CLOSING) if i >= 0), default=-1)
@@ -209,8 +202,9 @@ def answer_text(generation: str) -> tuple[str, bool]:
     return generation.strip(), False
 
 
-def parse_answer(generation: str, qtype: str, options: list[str] = ()) -> Parsed:
-    text, closed = answer_text(generation)
+def parse_answer(generation: str, qtype: str, options: list[str] = ()) -> str | None:
+    """"True"/"False", a letter, the FITB phrase; None: unparsed (module doc)."""
+    text, _ = answer_text(generation)
     answer: str | None = None
     if qtype == "TF":
         answer = _TF.get(text.rstrip(".,;:!").strip().lower())
@@ -226,7 +220,7 @@ def parse_answer(generation: str, qtype: str, options: list[str] = ()) -> Parsed
         answer = text or None
     else:
         raise ValueError(f"unknown question type {qtype!r}")
-    return Parsed(text, answer, closed)
+    return answer
 
 
 def _budgets(model, tokenizer, items: list[PaperItem], cfg: SyntaxQAConfig) -> list[list[int]]:
@@ -257,7 +251,7 @@ def _budgets(model, tokenizer, items: list[PaperItem], cfg: SyntaxQAConfig) -> l
 def score_generations(item: Item, generations: list[str]) -> dict:
     """An item's correct (FITB: ``exact_match`` against every gold), f1 (FITB's strict F1, else NaN) and unparsed
     (share of generations with no answer; those score 0 in both), means over its generations; preds ("" = unparsed)."""
-    parsed = [parse_answer(g, item.qtype, item.options).answer for g in generations]
+    parsed = [parse_answer(g, item.qtype, item.options) for g in generations]
     if item.qtype == "FITB":
         correct = [exact_match(p, item.golds) if p is not None else 0.0 for p in parsed]
         f1 = float(np.mean([strict_f1(p, item.golds) if p is not None else 0.0 for p in parsed]))
