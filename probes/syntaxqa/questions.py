@@ -212,24 +212,12 @@ class Frame:
 
 
 FRAMES: dict[str, Frame] = {
-    "en": Frame(
-        instruction={
-            "TF": 'Read the sentence and answer the question with "True" or "False".',
-            "MC": "Read the sentence and answer the question with one of the options A, B, C or D.",
-            "FITB": "Read the sentence and answer the question with a phrase copied from the sentence.",
-        },
-        sentence="Sentence: ", question="Question: ", answer_prefix='Answer: The answer is "', close='"',
-        true="True", false="False",
-    ),
-    "zh": Frame(
-        instruction={
-            "TF": "阅读句子，用“正确”或“错误”回答问题。",
-            "MC": "阅读句子，从选项A、B、C、D中选择一个回答问题。",
-            "FITB": "阅读句子，用句子中的一个短语回答问题。",
-        },
-        sentence="句子：", question="问题：", answer_prefix="答案：答案是“", close="”",
-        true="正确", false="错误",
-    ),
+    "en": Frame({"TF": 'Read the sentence and answer the question with "True" or "False".',
+                 "MC": "Read the sentence and answer the question with one of the options A, B, C or D.",
+                 "FITB": "Read the sentence and answer the question with a phrase copied from the sentence."},
+                "Sentence: ", "Question: ", 'Answer: The answer is "', '"', "True", "False"),
+    "zh": Frame({"TF": "阅读句子，用“正确”或“错误”回答问题。", "MC": "阅读句子，从选项A、B、C、D中选择一个回答问题。",
+                 "FITB": "阅读句子，用句子中的一个短语回答问题。"}, "句子：", "问题：", "答案：答案是“", "”", "正确", "错误"),
 }
 
 

@@ -82,17 +82,11 @@ class Fact:
 
 def join_tokens(tokens: list[str], space_after: list[bool]) -> tuple[str, list[tuple[int, int]]]:
     """Concatenate tokens, a space after each one whose flag is set; return the text and token offsets."""
-    parts: list[str] = []
-    offsets: list[tuple[int, int]] = []
-    pos = 0
+    text, offsets = "", []
     for i, tok in enumerate(tokens):
-        offsets.append((pos, pos + len(tok)))
-        parts.append(tok)
-        pos += len(tok)
-        if space_after[i] and i < len(tokens) - 1:
-            parts.append(" ")
-            pos += 1
-    return "".join(parts), offsets
+        offsets.append((len(text), len(text) + len(tok)))
+        text += tok + (" " if space_after[i] and i < len(tokens) - 1 else "")
+    return text, offsets
 
 
 def finish_facts(facts: list[Fact], avoid: dict[tuple[str, Span | None], list[Span]] | None = None) -> list[Fact]:
@@ -124,8 +118,7 @@ def anchor_is_unique(sent: Sentence, span: Span) -> bool:
     """True when the anchor's token sequence occurs once in the sentence, so the question is unambiguous."""
     target = sent.tokens[span.start : span.end]
     n = len(target)
-    hits = sum(1 for i in range(len(sent.tokens) - n + 1) if sent.tokens[i : i + n] == target)
-    return hits == 1
+    return sum(sent.tokens[i : i + n] == target for i in range(len(sent.tokens) - n + 1)) == 1
 
 
 def balanced(text: str) -> bool:
