@@ -1,18 +1,13 @@
 """Built-in grammar: one set of templates and a vocabulary give both a training corpus and minimal pairs.
 
 The grammars are package data (``probes/benchmarks/grammars/<variant>.json`` + a vocabulary TSV) run by the
-template engine in ``probes.benchmarks.generator``, the same engine that reads the real ZhoBLiMP templates.
+template engine of ``probes.benchmarks.generator``, which also reads the real ZhoBLiMP templates. Paradigms:
+"grammar" subject-verb agreement (plain, across a PP and across an object-relative attractor), determiner-noun
+and reflexive agreement; "grammar_zh" classifier-noun agreement and two 把 word-order contrasts. The corpus mix is
+a natural one (each file's ``corpus_comment``), not tuned to any learning curve.
 
-Paradigms (benchmark "grammar"): subject-verb agreement plain, across a PP attractor and across an
-object-relative-clause attractor (the nearest noun disagrees with the head), determiner-noun and
-reflexive number agreement; "grammar_zh": classifier-noun agreement (numeral and demonstrative) and two
-把 word-order contrasts.  The corpus mix is a natural one, stated in each file's ``corpus_comment``
-(en: plain clauses 52 %, PP-modified subjects with a free attractor 12 %, subject and object relative
-clauses 8 % each, demonstrative subjects 10 %, reflexives 10 %); it is not tuned to any learning curve.
-
-Corpus and benchmark draw from separate random streams derived from the seed (``random.Random`` seeded
-with a string hashes it with SHA-512, so streams are independent and stable across processes and
-PYTHONHASHSEED): a benchmark sentence turns up in the corpus only as often as chance makes it.
+Corpus and benchmark draw from separate random streams seeded by strings (hashed with SHA-512: independent, and
+stable across processes and PYTHONHASHSEED), so a benchmark sentence is in the corpus only as often as chance says.
 """
 from __future__ import annotations
 

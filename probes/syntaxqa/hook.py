@@ -1,6 +1,5 @@
-"""The syntax-questions probe as a checkpoint hook: items are built once per run, scored at every
-checkpoint into ``<run>/evals/step<N>/syntax_qa.parquet`` (``mode=paper``: ``syntax_qa_paper.parquet``);
-summaries go to the logger."""
+"""The syntax-questions probe as a checkpoint hook: items are built once per run, scored at every checkpoint into
+``<run>/evals/step<N>/syntax_qa.parquet`` (``mode=paper``: ``syntax_qa_paper.parquet``); summaries go to the logger."""
 from __future__ import annotations
 
 from pathlib import Path
