@@ -34,10 +34,8 @@ class Grammar:
 
 
 def _phrases(raw: dict, source: str) -> dict:
-    return {
-        name: [[parse_rule(r, f"{source}: phrase '{name}' alternative {a}") for r in alt] for a, alt in enumerate(alts)]
-        for name, alts in raw.items()
-    }
+    return {name: [[parse_rule(r, f"{source}: phrase '{name}' alternative {a}") for r in alt]
+                   for a, alt in enumerate(alts)] for name, alts in raw.items()}
 
 
 @lru_cache(maxsize=None)
@@ -52,10 +50,8 @@ def load_grammar(variant: str) -> Grammar:
     vocab = Vocabulary.from_tsv(f"probes/benchmarks/grammars/{vocab_name}", folder.joinpath(vocab_name).read_text(encoding="utf-8"))
     engine = Engine(vocab, _phrases(raw.get("phrases", {}), source))
     sep = raw.get("sep", " ")
-    paradigms = [
-        Template(p["name"], p["good"], p["bad"], p["phenomenon"], p.get("roles", []), sep, p.get("strict", False), source)
-        for p in raw["paradigms"]
-    ]
+    paradigms = [Template(p["name"], p["good"], p["bad"], p["phenomenon"], p.get("roles", []), sep,
+                          p.get("strict", False), source) for p in raw["paradigms"]]
     corpus = [Template(c["name"], c["rule"], sep=sep, source=source) for c in raw["corpus"]]
     names = [t.name for t in paradigms]
     if len(set(names)) != len(names):

@@ -41,10 +41,8 @@ def _entry_rule(entry: dict, where: str) -> Union[Lexical, Direct, Matched, Phra
         words = tuple(rule) if isinstance(rule, list) else (str(rule),)
         return Direct(words or ("",))
     if kind == "Phrase":
-        extra = tuple(
-            (int(i), tuple(sorted((k, _values(v, where)) for k, v in props.items())))
-            for i, props in rule.get("additional_properties", {}).items()
-        )
+        extra = tuple((int(i), tuple(sorted((k, _values(v, where)) for k, v in props.items())))
+                      for i, props in rule.get("additional_properties", {}).items())
         return PhraseRef(rule["name"], extra)
     if kind not in ("Lexical", "Matched"):
         raise GrammarError(f"{where}: unknown rule type '{kind}'")
@@ -61,11 +59,8 @@ def _entry_rule(entry: dict, where: str) -> Union[Lexical, Direct, Matched, Phra
 
 def read_phrases(path: Union[str, Path]) -> dict[str, list[list[Slot]]]:
     raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    return {
-        name: [[(_entry_rule(e, f"{path}: phrase '{name}' alternative {a} position {j}"),) for j, e in enumerate(alt)]
-               for a, alt in enumerate(alts)]
-        for name, alts in raw.items()
-    }
+    return {name: [[(_entry_rule(e, f"{path}: phrase '{name}' alternative {a} position {j}"),) for j, e in enumerate(alt)]
+                   for a, alt in enumerate(alts)] for name, alts in raw.items()}
 
 
 def read_template(path: Union[str, Path]) -> Template:

@@ -58,11 +58,9 @@ def greedy_generate(model, tokenizer, prompts: Sequence[str], max_new_tokens: in
                 mask[r, width - len(ids[i]) :] = 1
             rows = [budgets[i] for i in batch]
             with torch.inference_mode():
-                out = model.generate(
-                    input_ids=x.to(device), attention_mask=mask.to(device), do_sample=False,
-                    max_new_tokens=max(rows), pad_token_id=pad, eos_token_id=eos,
-                    stopping_criteria=StoppingCriteriaList([_StopRows(tokenizer, width, tuple(stops), rows)]),
-                )
+                out = model.generate(input_ids=x.to(device), attention_mask=mask.to(device), do_sample=False,
+                                     max_new_tokens=max(rows), pad_token_id=pad, eos_token_id=eos,
+                                     stopping_criteria=StoppingCriteriaList([_StopRows(tokenizer, width, tuple(stops), rows)]))
             for r, i in enumerate(batch):
                 # a row that stopped early is padded to the batch's length: keep only its own budget
                 out_texts[i] = tokenizer.decode(out[r, width : width + budgets[i]], skip_special_tokens=True)

@@ -52,9 +52,8 @@ def read_source(source: str | Path) -> tuple[list[Sentence], list[Fact], list[Ex
     return out
 
 
-def collect_facts(
-    sources: list[str], knowledge_points: list[str] | tuple[str, ...] = KNOWLEDGE_POINTS, max_sentences: int | None = None
-) -> tuple[list[Fact], list[SourceReport]]:
+def collect_facts(sources: list[str], knowledge_points: list[str] | tuple[str, ...] = KNOWLEDGE_POINTS,
+                  max_sentences: int | None = None) -> tuple[list[Fact], list[SourceReport]]:
     """Facts of the requested knowledge points from all sources; unreadable parts and empty KPs warn.
     ``max_sentences`` caps the sentences read per source (a cost control: the first N, in file order)."""
     unknown = [k for k in knowledge_points if k not in KNOWLEDGE_POINTS]
