@@ -1,29 +1,18 @@
-"""Per-format readers: one benchmark data file in, `Pair`s out.
+"""Per-format readers: one benchmark data file in, `Pair`s out, in file order and before the identical/duplicate
+rule (probes.benchmarks.registry applies it once for every format). Paradigms that repeat across folders are keyed
+by their path below the root the user pointed at.
 
-Every reader takes one file and the root the user pointed at (paradigms that repeat across folders
-are keyed by their path below that root) and returns the file's pairs in file order, *before* the
-identical/duplicate rule (that rule lives in `probes.benchmarks.registry`, applied once for every format).
-
-Formats (what each author published; see each folder's SOURCE.txt/README in ../shared/benchmarks):
-  blimp     jsonl; `sentence_good`/`sentence_bad`, paradigm = `UID`, phenomenon = `linguistics_term`
-            (13 groups), id = `pairID` (string in BLiMP) or `pair_id` (int in BabyLM blimp_filtered).
-            The optional prefix-method / `crucial_item` fields are ignored.
-  zhoblimp  jsonl; paradigm = `UID`, phenomenon = the record's `phenomenon` (authoritative: the
-            templates and the human-validation CSV use older names), id = int `pairID`.
-  sling     jsonl (or the `good@@@bad` .txt copy); paradigm = the file's path below the root without
-            suffix (the `paradigm`/`Paradigm` fields repeat across folders: "Plural" names 12 files),
-            phenomenon = the top folder below the root (the fields disagree within one file:
-            animacy_baseline has both `phenomenon` and `Phenomenon`); id = `pair_ID` (int or str).
-  climp     csv with header `,0,1,2,3` (index, phenomenon, paradigm, sentence, label) whose rows
-            alternate good (label 1) / bad (label 0); or headerless, one sentence a line, CRLF,
-            alternating good/bad (`ba_construction_1000.csv`). id = the pair's ordinal in the file.
-  babylm    jsonl; BLiMP-schema records as `blimp`, and the five supplement schemas
-            (hypernym, qa_congruence_easy/tricky, subject_aux_inversion, turn_taking): paradigm =
-            phenomenon = file stem, id = the record's ordinal in the file (their `row`/`pair_ID`
-            fields are not unique). Sentences keep their embedded newlines (dialogue turns).
-  jsonl/csv generic, with a column mapping (`FieldMap`); a csv's delimiter is the one of `,;|<tab>` its
-            header row holds most often (TurBLiMP's base files use `;`, its experimental ones `,`), or
-            `FieldMap.delimiter`.
+What each author published (../shared/benchmarks/*/SOURCE.txt, README), and why the readers map it so:
+  blimp     jsonl; phenomenon = `linguistics_term` (13 groups); id `pairID` (str) or `pair_id` (int in BabyLM).
+  zhoblimp  jsonl; phenomenon = the record's own (the templates and validation CSV use older names).
+  sling     jsonl or the `good@@@bad` .txt copy; paradigm = the file's path (the `paradigm` field repeats across
+            folders: "Plural" names 12 files), phenomenon = the top folder (the fields disagree within a file).
+  climp     csv `,0,1,2,3` (index, phenomenon, paradigm, sentence, label), rows alternating good (1) / bad (0), or
+            headerless sentences alternating good/bad (`ba_construction_1000.csv`); id = the pair's ordinal.
+  babylm    jsonl; BLiMP-schema records as `blimp`; the five supplement schemas: paradigm = phenomenon = file stem,
+            id = the ordinal (their `row`/`pair_ID` are not unique); sentences keep embedded newlines (dialogue).
+  jsonl/csv generic, with a column mapping (`FieldMap`); a csv's delimiter is the one of `,;|<tab>` its header row
+            holds most (TurBLiMP's base files use `;`, its experimental ones `,`), or `FieldMap.delimiter`.
 """
 from __future__ import annotations
 
