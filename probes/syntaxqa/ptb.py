@@ -1,14 +1,9 @@
 """Penn-Treebank bracketed trees (with function tags) → sentences and knowledge-point facts.
 
-Reading: a file holds trees that each start with "(" in column 0 (WSJ ``.mrg``: "( (S ..." or
-"((S ..."). Each tree is parsed on its own, so a tree that does not parse is reported with its file
-and line and the rest of the file is still used.
-
-Empty elements (``-NONE-``: ``*``, ``*T*-1``, ``0``) get no surface token, so constituents that
-contain only traces are empty and never become answers; punctuation at a phrase's edges is trimmed.
-Answers keep everything inside the constituent: the subject of "will join" in wsj_0001 is the whole
-NP-SBJ "Pierre Vinken, 61 years old" — the appositive "61 years old" is part of that noun phrase (only
-the edge commas go).
+A tree starts with "(" in column 0 (WSJ ``.mrg``: "( (S ..." or "((S ..."); each is parsed on its own, so one that
+does not parse is reported with file and line and the rest of the file is used. Empty elements (``-NONE-``) get no
+surface token, so trace-only constituents never become answers. Answers keep the whole constituent but its edge
+punctuation: the subject of "will join" in wsj_0001 is "Pierre Vinken, 61 years old" (the appositive belongs).
 """
 from __future__ import annotations
 

@@ -1,15 +1,12 @@
-"""Questions from facts: true/false, multiple choice and fill-in-the-blank; balanced down-sampling.
+"""Questions from facts (true/false, multiple choice, fill-in-the-blank), balanced down-sampling, and the
+likelihood mode's prompts (mode=paper's: ``paper``).
 
-Every fact can give six questions: four true/false variants (positive or negated statement × true or
-false; the false-positive and true-negated ones use a distractor), one multiple choice (the answer and
-three distractors in seeded random order) and one fill-in-the-blank. Distractors are other phrases of
-the *same* sentence that overlap neither a correct answer nor the anchor.
-
-Answer category (the third key of balanced down-sampling, with type and knowledge point):
-TF "pos-True" / "pos-False" / "neg-True" / "neg-False"; MC the correct letter; FITB the answer's
-category from the reader (PTB label, UD UPOS or relation; PPA "verb"/"noun"; MVP "single"/"multi").
-All randomness is seeded by (seed, item id), so an item does not change when other items come or go.
-Prompts (mode=likelihood; mode=paper's are in ``paper``): below.
+A fact gives four true/false variants (positive or negated statement × true or false; the false-positive and
+true-negated ones use a distractor), one multiple choice (the answer and three distractors in seeded order) and
+one fill-in-the-blank. Distractors are other phrases of the *same* sentence, overlapping neither a correct answer
+nor the anchor. Answer categories (balanced with type and knowledge point): TF its variant, MC the correct letter,
+FITB the reader's category (PTB label, UD UPOS or relation; PPA "verb"/"noun"; MVP "single"/"multi"). Randomness
+is seeded by (seed, item id): an item does not change when other items come or go.
 """
 from __future__ import annotations
 
