@@ -26,38 +26,14 @@ from probes.syntaxqa.config import PaperConfig, SyntaxQAConfig
 from probes.syntaxqa.generation import greedy_generate
 from probes.syntaxqa.items import SourceReport, collect_facts
 from probes.syntaxqa.metrics import exact_match, strict_f1, words
-from probes.syntaxqa.questions import (LETTERS, Candidate, Item, _rng, balanced_sample, candidates, distractors,
-                                       fact_key, render)
+from probes.syntaxqa.questions import (LETTERS, TEXTS, Candidate, Item, _rng, balanced_sample, candidates,
+                                       distractors, fact_key, render)
 from probes.syntaxqa.records import Fact
 
-# kp -> (TF statement, TF negated, MC question, FITB question), each after "In the above sentence, "; {a} = anchor,
-# {x} = candidate. GS's are Figure 5's; SC, DO and IO take its frame. A noun or a verb can have several modifiers
-# ("an", not "the"), and ADJ/ADV/CO name the candidate first so that the negation reads as a fact about it.
-_OF = ("the {} of “{{a}}” is “{{x}}”.", "the {} of “{{a}}” is not “{{x}}”.",
-       "which of the following is the {} of “{{a}}”?", "the {} of “{{a}}” is _____.")
-_IS = ("“{{x}}” is {} “{{a}}”.", "“{{x}}” is not {} “{{a}}”.", "which of the following is {} “{{a}}”?", "{} “{{a}}” is _____.")
-PAPER_TEMPLATES: dict[str, tuple[str, str, str, str]] = {
-    **{kp: tuple(t.format(rel) for t in _OF) for kp, rel in (("GS", "grammatical subject"), ("SC", "subject complement"),
-                                                            ("DO", "direct object"), ("IO", "indirect object"))},
-    # MVP has no anchor and no true/false template: its true/false items are GS/SC/DO/IO's (Table 1 ‡)
-    "MVP": ("", "", "which of the following is the main verb phrase?", "the main verb phrase is _____."),
-    **{kp: tuple(t.format(rel) for t in _IS) for kp, rel in (("ADJ", "an adjectival modifier of"),
-                                                            ("ADV", "an adverbial modifier of"))},
-    "CO": ("“{x}” is coordinated with “{a}”.", "“{x}” is not coordinated with “{a}”.",
-           "which of the following is coordinated with “{a}”?", "the phrase coordinated with “{a}” is _____."),
-    "PPA": ("the prepositional phrase “{a}” modifies “{x}”.", "the prepositional phrase “{a}” does not modify “{x}”.",
-            "which of the following does the prepositional phrase “{a}” modify?",
-            "the prepositional phrase “{a}” modifies _____."),
-}
-# question type -> (zero-shot instruction line, few-shot instruction line); FITB's are ours (module doc)
-INSTRUCTIONS: dict[str, tuple[str, str]] = {
-    "TF": ("The following are true or false questions, please answer them with “True” or “False”.",
-           "The following are true or false questions (with answers):"),
-    "MC": ("The following are multiple choice questions, please answer them with “A”, “B”, “C”, or “D”.",
-           "The following are multiple choice questions (with answers):"),
-    "FITB": ("The following are fill in the blank questions, please answer them with words from the sentence.",
-             "The following are fill in the blank questions (with answers):"),
-}
+# kp -> (TF statement, TF negated, MC question, FITB question); question type -> (zero-shot instruction line,
+# few-shot instruction line): templates.json says which are the paper's (Figures 5, 6) and which are ours
+PAPER_TEMPLATES: dict[str, list[str]] = TEXTS["paper"]["templates"]
+INSTRUCTIONS: dict[str, list[str]] = TEXTS["paper"]["instructions"]
 ANSWER_PREFIX = "Answer: The answer is “"
 CLOSING = ("”", '"')
 MVP_TF_FROM: tuple[str, ...] = ("GS", "SC", "DO", "IO")  # Table 1, note ‡
@@ -85,7 +61,7 @@ def question_text(kp: str, qtype: str, anchor: str, candidate: str = "", negated
     if qtype == "TF" and not tf:
         raise ValueError(f"{kp} has no true/false template: its true/false items are GS/SC/DO/IO's (paper, Table 1)")
     text = (tf_neg if negated else tf) if qtype == "TF" else mc if qtype == "MC" else fitb
-    return "In the above sentence, " + text.format(a=anchor, x=candidate)
+    return text.format(a=anchor, x=candidate)
 
 
 def _block(item: Item) -> str:

@@ -10,8 +10,10 @@ is seeded by (seed, item id): an item does not change when other items come or g
 """
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, field
+from importlib import resources
 
 import pandas as pd
 
@@ -21,31 +23,11 @@ from probes.syntaxqa.records import KNOWLEDGE_POINTS, QUESTION_TYPES, Fact
 LETTERS = ("A", "B", "C", "D")
 TF_VARIANTS = ("pos-True", "pos-False", "neg-True", "neg-False")
 
-# kp → (wh-question, positive statement, negated statement); {a} = anchor, {x} = candidate phrase
-TEMPLATES: dict[str, dict[str, tuple[str, str, str]]] = {
-    "en": {
-        "GS": ("What is the subject of the verb '{a}'?", "'{x}' is the subject of the verb '{a}'.", "'{x}' is not the subject of the verb '{a}'."),
-        "SC": ("What is the subject complement of the verb '{a}'?", "'{x}' is the subject complement of the verb '{a}'.", "'{x}' is not the subject complement of the verb '{a}'."),
-        "DO": ("What is the direct object of the verb '{a}'?", "'{x}' is the direct object of the verb '{a}'.", "'{x}' is not the direct object of the verb '{a}'."),
-        "IO": ("What is the indirect object of the verb '{a}'?", "'{x}' is the indirect object of the verb '{a}'.", "'{x}' is not the indirect object of the verb '{a}'."),
-        "MVP": ("What is the main verb phrase of the sentence?", "'{x}' is the main verb phrase of the sentence.", "'{x}' is not the main verb phrase of the sentence."),
-        "ADJ": ("Which clause modifies the noun phrase '{a}'?", "'{x}' is a clause modifying the noun phrase '{a}'.", "'{x}' is not a clause modifying the noun phrase '{a}'."),
-        "ADV": ("What is an adverbial modifier of the verb '{a}'?", "'{x}' is an adverbial modifier of the verb '{a}'.", "'{x}' is not an adverbial modifier of the verb '{a}'."),
-        "CO": ("What is coordinated with '{a}'?", "'{x}' is coordinated with '{a}'.", "'{x}' is not coordinated with '{a}'."),
-        "PPA": ("What does the prepositional phrase '{a}' modify?", "The prepositional phrase '{a}' modifies '{x}'.", "The prepositional phrase '{a}' does not modify '{x}'."),
-    },
-    "zh": {
-        "GS": ("动词“{a}”的主语是什么？", "“{x}”是动词“{a}”的主语。", "“{x}”不是动词“{a}”的主语。"),
-        "SC": ("动词“{a}”的表语是什么？", "“{x}”是动词“{a}”的表语。", "“{x}”不是动词“{a}”的表语。"),
-        "DO": ("动词“{a}”的直接宾语是什么？", "“{x}”是动词“{a}”的直接宾语。", "“{x}”不是动词“{a}”的直接宾语。"),
-        "IO": ("动词“{a}”的间接宾语是什么？", "“{x}”是动词“{a}”的间接宾语。", "“{x}”不是动词“{a}”的间接宾语。"),
-        "MVP": ("这个句子的主要谓语动词短语是什么？", "“{x}”是这个句子的主要谓语动词短语。", "“{x}”不是这个句子的主要谓语动词短语。"),
-        "ADJ": ("修饰名词短语“{a}”的定语从句是什么？", "“{x}”是修饰名词短语“{a}”的定语从句。", "“{x}”不是修饰名词短语“{a}”的定语从句。"),
-        "ADV": ("动词“{a}”的状语是什么？", "“{x}”是动词“{a}”的状语。", "“{x}”不是动词“{a}”的状语。"),
-        "CO": ("与“{a}”并列的成分是什么？", "“{x}”与“{a}”是并列成分。", "“{x}”与“{a}”不是并列成分。"),
-        "PPA": ("介词短语“{a}”修饰的是什么？", "介词短语“{a}”修饰“{x}”。", "介词短语“{a}”不修饰“{x}”。"),
-    },
-}
+# The question templates and prompt frames of both modes are package data (templates.json, which says what is ours
+# and what the paper's): kp -> (wh-question, positive statement, negated statement) per language; {a} = anchor,
+# {x} = candidate phrase.
+TEXTS = json.loads(resources.files("probes.syntaxqa").joinpath("templates.json").read_text(encoding="utf-8"))
+TEMPLATES: dict[str, dict[str, list[str]]] = TEXTS["likelihood"]["questions"]
 
 
 @dataclass
@@ -208,14 +190,7 @@ class Frame:
     false: str
 
 
-FRAMES: dict[str, Frame] = {
-    "en": Frame({"TF": 'Read the sentence and answer the question with "True" or "False".',
-                 "MC": "Read the sentence and answer the question with one of the options A, B, C or D.",
-                 "FITB": "Read the sentence and answer the question with a phrase copied from the sentence."},
-                "Sentence: ", "Question: ", 'Answer: The answer is "', '"', "True", "False"),
-    "zh": Frame({"TF": "阅读句子，用“正确”或“错误”回答问题。", "MC": "阅读句子，从选项A、B、C、D中选择一个回答问题。",
-                 "FITB": "阅读句子，用句子中的一个短语回答问题。"}, "句子：", "问题：", "答案：答案是“", "”", "正确", "错误"),
-}
+FRAMES: dict[str, Frame] = {lang: Frame(**f) for lang, f in TEXTS["likelihood"]["frames"].items()}
 
 
 def frame_for(item: Item) -> Frame:
