@@ -4,7 +4,7 @@
     print(describe(pairs))
     python -m probes benchmarks blimp            # or a path; --format F to force a reader
 
-Where the real benchmarks live: `<repo>/../shared/benchmarks/<relpath>` (REGISTRY below), or under
+Where the real benchmarks live: `<repo>/../shared/benchmarks/<relpath>` (registry.json), or under
 $SYNTAX_DYNAMICS_BENCHMARKS (a directory laid out like shared/benchmarks), or `BenchmarkConfig.path`.
 The per-format readers are in `probes.benchmarks.formats`.
 
@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import os
 import random
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -54,32 +56,11 @@ class RegistryEntry:
     authors_convention: Optional[str] = None
 
 
-# The authors' rules: ZhoBLiMP's code compares mean log-probs per token, ties wrong; BLiMP's paper full-sentence
-# probabilities; RuBLiMP's authors rank by perplexity after "</s>" (src/scorer.py: exp(-mean lp), lower wins = MLP);
-# TurBLiMP's sum minicons log-probs (evaluation.py), which leave the first token unscored; JBLiMP's paper compares
-# the two sentences' probabilities, as BLiMP does. A relpath of None: generated, no files.
-_BABYLM = "babylm_2025_full_eval/evaluation_data/full_eval/"
-_TURBLIMP = FieldMap("good_sentence", "bad_sentence", phenomenon="phenomenon")
-REGISTRY: dict[str, RegistryEntry] = {name: RegistryEntry(*entry) for name, *entry in [
-    ("zhoblimp", "zhoblimp", "zhoblimp/data/ZhoBLiMP", "ZhoBLiMP, 118 paradigms x 300 (zh)", FieldMap(), "mlp"),
-    ("blimp", "blimp", "blimp/data", "BLiMP, 67 paradigms x 1000 (en)", FieldMap(), "sum"),
-    ("climp", "climp", "climp/CLiMP_corpus", "CLiMP, 16 paradigms x 1000 (zh)"),
-    ("sling", "sling", "sling/SLING_Data", "SLING, 40 x 1000 + 14 x 40 (zh)"),
-    ("babylm_blimp", "babylm", _BABYLM + "blimp_filtered", "BabyLM 2025 filtered BLiMP (en)"),
-    ("babylm_supplement", "babylm", _BABYLM + "supplement_filtered", "BabyLM 2025 BLiMP supplement (en)"),
-    ("rublimp", "csv", "rublimp/datasets", "RuBLiMP, 45 paradigms x 1000 (ru)",
-     FieldMap("source_sentence", "target_sentence", "PID", "phenomenon", "id"), "mlp"),
-    ("turblimp", "csv", "turblimp/data/base", "TurBLiMP, 16 phenomena x 1000 (tr)", _TURBLIMP, "sum_after_first"),
-    ("turblimp_experimental", "csv", "turblimp/data/experimental",
-     "TurBLiMP word-order and subordination sets, 22 x 100 (tr)",
-     FieldMap("good_sentence", "bad_sentence", phenomenon="subtype"), "sum_after_first"),
-    ("jblimp", "jsonl", "jblimp/data/validated/validated_minimal_pairs.jsonl",
-     "JBLiMP, 331 validated pairs, 37 paradigms (ja)",
-     FieldMap("good_sentence", "bad_sentence", "paradigm", "phenomenon", "ID"), "sum"),
-    ("grammar", "grammar", None, "built-in grammar, English (probes.benchmarks.grammar)"),
-    ("grammar_zh", "grammar", None, "built-in grammar, Chinese (probes.benchmarks.grammar)"),
-    ("elagent_word_order", "elagent", None, "ELAGENT Language A word order (generated)"),  # language_a.py
-]}
+# name -> its entry: package data (registry.json, which also says where each authors' rule comes from)
+REGISTRY: dict[str, RegistryEntry] = {
+    name: RegistryEntry(**{**e, "fields": FieldMap(**e.get("fields", {}))}) for name, e in json.loads(
+        resources.files("probes.benchmarks").joinpath("registry.json").read_text(encoding="utf-8")).items()
+    if not name.startswith("_")}
 
 
 @dataclass(frozen=True)
