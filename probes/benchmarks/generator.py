@@ -1,23 +1,6 @@
-"""Template engine for minimal pairs, after the ZhoBLiMP generator (Liu et al. 2024, §3.1).
-
-A paradigm is a *good* and a *bad* list of slots, aligned by position.  Each slot is written in the
-ZhoBLiMP rule notation and offers one or more alternatives separated by ``|``:
-
-* Lexical  ``pos:N num:sg/pl``   -- a feature query over the vocabulary (``/`` = any of these values);
-* Direct   ``the`` or ``好 不好`` -- literal words (whitespace-separated words are alternatives, the
-                                    empty string is an empty slot);
-* Matched  ``pos:V mPos:1 mPro:num`` / ``mmPos:1 mmPro:num`` (long forms ``matchedPosition`` ...) --
-  agree / disagree with the filler of another position of the same rule list on named properties;
-* Phrase   ``phrase:NP`` with optional extra constraints ``-1:<animate:1>`` on one of its positions --
-  a named rule list (with alternatives of its own), expanded lazily so it may be recursive.
-
-A bad slot whose text equals the good slot is shared; a bad slot whose text equals another good slot copies that
-slot's filler (word-order contrasts); any other bad slot is drawn afresh, with its matches resolved against the
-*drawn* good sentence. A shared slot that copies the word of a changed slot (an expression match) copies the bad
-word instead, as the released ZhoBLiMP data does. Inside a bad slot a match on the slot's own position refers to
-the good filler of that position: ``pos:V mPos:2 mPro:lemma mmPos:1 mmPro:num`` at position 2 is "the same verb as
-in the good sentence, in the other number" (ours; ZhoBLiMP's templates never match a slot against itself).
-"""
+"""Template engine for minimal pairs, after the ZhoBLiMP generator (Liu et al. 2024, §3.1): lexical, direct, matched
+and phrase rules in the ZhoBLiMP notation; docs/training.md ("Template notation") says what each means and how a
+bad slot relates to the good ones."""
 from __future__ import annotations
 
 import functools
