@@ -1,17 +1,9 @@
-"""ELAGENT Tasks 3-4: the artificial Language A, as word-order minimal pairs after k demonstrations
-(paper §2.2, Table 2, App. C.3-C.4, G; docs/elagent.md).
-
-Language A is English with Table 2's six properties, all on: S1 (SOV) subject-object-verb; S2 (PV) verb modifiers
-before the verb, a PP first, then the adverb; S3 (PN) noun modifiers before the noun: PPs, determiners, adjectives;
-M1 (Plu) nouns ``S_``/``P_`` + lemma; M2 (PT) verbs lemma + ``_-`` (past) or ``_+`` (present), the suffixes as the
-extracted paper text reads them; M3 (AR) every adjective twice. Anything else follows English order. Words are the
-paper's ``tgt_<lemma>`` (App. G; nouns read ``S_tgt_cat`` as in G.3); ``lexicon="english"`` drops the ``tgt_``.
-
-English sentences have the structure of the paper's seed sentence (C.3: "The yellow dog with a small tail chases
-the black cat quickly across the park"), so every rule has something to move, drawn from a small lexicon by a
-seeded generator instead of GPT-4 and spaCy: the parse is known by construction, the gold translation is the
-rules applied to it. A pair: ``shots`` demonstrations (a shared prefix), a new English sentence, and its
-translation (good) or the same words with one rule's order undone (bad, as Task 4's 1-/2-order contrasts).
+"""ELAGENT Tasks 3-4: the artificial Language A, as word-order minimal pairs after k demonstrations (paper §2.2,
+Table 2, App. C.3-C.4, G; docs/elagent.md lists the rules and paradigms). All six rules are on; the tense suffixes
+are ``_-``/``_+`` as the extracted paper text reads them. English sentences have the structure of the paper's seed
+sentence (C.3: "The yellow dog with a small tail chases the black cat quickly across the park"), so every rule has
+something to move; a seeded generator stands in for GPT-4 and spaCy, so the parse, and the gold translation, are
+known by construction. The demonstrations are a shared prefix: a pair differs only in the test translation.
 """
 from __future__ import annotations
 

@@ -6,11 +6,8 @@ lines, "Sentence: ", "Question: ", "Options: \\n A. <a>\\n ..." with a space aft
 letter, "Answer: The answer is “", exemplars closed by their answer and quote, no blank lines). Ours by analogy: the
 other knowledge points' templates and the FITB instruction lines (Figure 6: "similar to" true/false).
 
-Answers (the paper prints no extraction code; ``parse_answer``): the text up to the first closing quote (” or
-"), else the first newline, else all of it, stripped. TF: "True"/"False", any case, trailing . , ; : ! allowed. MC:
-a letter A-D alone ("B", "(B)", "B.") or followed by ".", ")" or ":" ("B. Pierre Vinken"), else the text of exactly
-one option (``metrics.words``) read as its letter. FITB: any non-empty text. Anything else is *unparsed*: scored
-wrong, as the paper's accuracy over all questions implies, and counted (``unparsed``).
+Answers are read as docs/syntax-questions.md states (``parse_answer``); one not in the format counts wrong and is
+counted (``unparsed``).
 """
 from __future__ import annotations
 
