@@ -1,18 +1,11 @@
-"""Benchmark registry and loading: any minimal-pair source -> one list of `Pair`s.
+"""Benchmark registry and loading: any minimal-pair source -> one list of `Pair`s (`load_benchmark`, `describe`,
+`python -m probes benchmarks NAME_OR_PATH`). Files live under `<repo>/../shared/benchmarks/<relpath>`
+(registry.json), $SYNTAX_DYNAMICS_BENCHMARKS, or `BenchmarkConfig.path`; `formats` reads them.
 
-    pairs = load_benchmark(BenchmarkConfig(name="blimp"))
-    print(describe(pairs))
-    python -m probes benchmarks blimp            # or a path; --format F to force a reader
-
-Where the real benchmarks live: `<repo>/../shared/benchmarks/<relpath>` (registry.json), or under
-$SYNTAX_DYNAMICS_BENCHMARKS (a directory laid out like shared/benchmarks), or `BenchmarkConfig.path`.
-The per-format readers are in `probes.benchmarks.formats`.
-
-ONE rule for every source, after reading and before subsampling (DEDUP_RULE): a pair whose good and bad are
-the same string cannot discriminate (under the strict comparison it would count as the model's error), and a
-repeated (paradigm, good, bad) would weigh twice in its paradigm's accuracy. Pair ids stay the source's. The
-drops are counted per paradigm, logged, and shown by `describe` and `python -m probes benchmarks`; counts on the
-real files: docs/probing.md ("Supported suites").
+ONE rule for every source, after reading and before subsampling (DEDUP_RULE): a pair whose good and bad are the
+same string cannot discriminate (under the strict comparison it would count as the model's error), and a repeated
+(paradigm, good, bad) would weigh twice in its paradigm's accuracy. Pair ids stay the source's; the drops are
+counted per paradigm, logged and shown (counts on the real files: docs/probing.md, "Supported suites").
 """
 from __future__ import annotations
 
