@@ -66,8 +66,6 @@ def field_options(args: argparse.Namespace) -> dict:
 
 
 # ---------------------------------------------------------------- low-level record readers
-
-
 def _decode(path: Path) -> str:
     try:
         # utf-8-sig: a BOM written by a spreadsheet would otherwise end up in the first field name
@@ -168,8 +166,6 @@ def paradigm_by_path(file: Path, root: Path) -> str:
 
 
 # ---------------------------------------------------------------- format readers
-
-
 def _pair(rec: dict, file: Path, lineno: int, label: str, paradigm: str, phenomenon, pair_id) -> Pair:
     """The Pair of a `sentence_good`/`sentence_bad` record; `phenomenon`, `pair_id`: the value, or the keys of
     the record that may hold it (the first present)."""
@@ -287,8 +283,6 @@ READERS: dict[str, Reader] = {"blimp": read_blimp, "zhoblimp": read_zhoblimp, "c
 
 
 # ---------------------------------------------------------------- discovery and sniffing
-
-
 def data_files(path: Path) -> list[Path]:
     """The data files under `path` (itself if a file), sorted; hidden and temporary names skipped."""
     if path.is_file():

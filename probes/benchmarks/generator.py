@@ -21,8 +21,6 @@ _ALIASES = {"mPos": "matchedPosition", "mPro": "matchedProperties", "mmPos": "mi
             "mmPro": "mismatchedProperties"}
 
 # ---------------------------------------------------------------- rules
-
-
 @dataclass(frozen=True)
 class Lexical:
     query: Query

@@ -88,8 +88,6 @@ class BenchmarkPairs(list):
 
 
 # ---------------------------------------------------------------- locations
-
-
 def benchmarks_root() -> Path:
     """$SYNTAX_DYNAMICS_BENCHMARKS, else <repo>/../shared/benchmarks (resolved from this file)."""
     env = os.environ.get(ENV_VAR)
@@ -129,8 +127,6 @@ def benchmark_configs(names: list[str], max_pairs_per_paradigm: Optional[int] = 
 
 
 # ---------------------------------------------------------------- loading
-
-
 def load_benchmark(cfg: BenchmarkConfig) -> BenchmarkPairs:
     """All pairs of one benchmark, the dedup rule applied, subsampled if asked; stable order."""
     if cfg.format not in FORMATS:
@@ -304,8 +300,6 @@ def subsample(pairs: list[Pair], max_per_paradigm: int, seed: int = 0) -> list[P
 
 
 # ---------------------------------------------------------------- describing
-
-
 def describe(pairs: list[Pair]) -> pd.DataFrame:
     """One row per (phenomenon, paradigm): n_pairs kept, and the pairs the dedup rule dropped
     (known when `pairs` came from `load_benchmark`); a last row, phenomenon "TOTAL", sums them."""

@@ -50,8 +50,6 @@ class PaperItem(Item):
 
 
 # ------------------------------------------------------------------------------- prompts
-
-
 def question_text(kp: str, qtype: str, anchor: str, candidate: str = "", negated: bool = False) -> str:
     """One question from the templates (TF needs the candidate phrase and whether the statement is negated)."""
     tf, tf_neg, mc, fitb = PAPER_TEMPLATES[kp]
@@ -79,8 +77,6 @@ def build_paper_prompt(item: Item, exemplars: list[Item] = ()) -> str:
 
 
 # ------------------------------------------------------------------------------- items and exemplars
-
-
 def render_paper(c: Candidate, facts: list[Fact], seed: int) -> PaperItem:
     """The item ``questions.render`` makes (answer, options, golds, random baselines), asked in the paper's words."""
     base, f = render(c, facts, seed), facts[c.fact]
@@ -162,8 +158,6 @@ def build_paper_items_and_reports(cfg: SyntaxQAConfig) -> tuple[list[PaperItem],
 
 
 # ------------------------------------------------------------------------------- answers and scores
-
-
 def answer_text(generation: str) -> tuple[str, bool]:
     """(the text before the closing quote / newline, whether a closing quote ended it)."""
     quote = min((i for i in (generation.find(q) for q in CLOSING) if i >= 0), default=-1)
