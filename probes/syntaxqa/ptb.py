@@ -1,10 +1,6 @@
-"""Penn-Treebank bracketed trees (with function tags) → sentences and knowledge-point facts.
-
-A tree starts with "(" in column 0 (WSJ ``.mrg``: "( (S ..." or "((S ..."); each is parsed on its own, so one that
-does not parse is reported with file and line and the rest of the file is used. Empty elements (``-NONE-``) get no
-surface token, so trace-only constituents never become answers. Answers keep the whole constituent but its edge
-punctuation: the subject of "will join" in wsj_0001 is "Pierre Vinken, 61 years old" (the appositive belongs).
-"""
+"""Penn-Treebank bracketed trees (with function tags) → sentences and knowledge-point facts (which phrases
+become answers: docs/syntax-questions.md). A tree starts with "(" in column 0 (WSJ ``.mrg``: "( (S ..." or
+"((S ..."); each is parsed on its own, so one that does not parse costs only itself."""
 from __future__ import annotations
 
 import re

@@ -1,14 +1,5 @@
-"""Universal Dependencies .conllu → sentences and knowledge-point facts.
-
-Answers are dependency subtrees (whole phrases), not head words: the object of "join" is the subtree
-of its ``obj`` dependent. A phrase must be contiguous in the sentence (non-projective subtrees are
-skipped rather than shown with holes) and loses punctuation at its edges.
-
-Multiword tokens (``3-4 don't``) are rendered by their words ("do" + "n't") with no space between
-them; empty nodes (``8.1``) belong to the enhanced graph and are skipped. A sentence whose heads are
-broken (out of range, no root, several roots, a cycle) is reported with file and line and skipped;
-the rest of the file is still used.
-"""
+"""Universal Dependencies .conllu → sentences and knowledge-point facts: answers are contiguous dependency
+subtrees, not head words (docs/syntax-questions.md); a sentence with broken heads costs only itself."""
 from __future__ import annotations
 
 from pathlib import Path
