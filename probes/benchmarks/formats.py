@@ -1,18 +1,8 @@
 """Per-format readers: one benchmark data file in, `Pair`s out, in file order and before the identical/duplicate
 rule (probes.benchmarks.registry applies it once for every format). Paradigms that repeat across folders are keyed
-by their path below the root the user pointed at.
-
-What each author published (../shared/benchmarks/*/SOURCE.txt, README), and why the readers map it so:
-  blimp     jsonl; phenomenon = `linguistics_term` (13 groups); id `pairID` (str) or `pair_id` (int in BabyLM).
-  zhoblimp  jsonl; phenomenon = the record's own (the templates and validation CSV use older names).
-  sling     jsonl or the `good@@@bad` .txt copy; paradigm = the file's path (the `paradigm` field repeats across
-            folders: "Plural" names 12 files), phenomenon = the top folder (the fields disagree within a file).
-  climp     csv `,0,1,2,3` (index, phenomenon, paradigm, sentence, label), rows alternating good (1) / bad (0), or
-            headerless sentences alternating good/bad (`ba_construction_1000.csv`); id = the pair's ordinal.
-  babylm    jsonl; BLiMP-schema records as `blimp`; the five supplement schemas: paradigm = phenomenon = file stem,
-            id = the ordinal (their `row`/`pair_ID` are not unique); sentences keep embedded newlines (dialogue).
-  jsonl/csv generic, with a column mapping (`FieldMap`); a csv's delimiter is the one of `,;|<tab>` its header row
-            holds most (TurBLiMP's base files use `;`, its experimental ones `,`), or `FieldMap.delimiter`.
+by their path below the root the user pointed at. How each reader maps its authors' fields, and why: docs/probing.md;
+the generic jsonl/csv reader takes a column mapping (`FieldMap`) and a csv's delimiter is the one of `,;|<tab>` its
+header row holds most (TurBLiMP's base files use `;`, its experimental ones `,`), or `FieldMap.delimiter`.
 """
 from __future__ import annotations
 
