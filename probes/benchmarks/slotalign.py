@@ -1,12 +1,10 @@
-"""Recover a template's slots in a sentence the template produced (a released ZhoBLiMP pair, say).
-
-The released data holds only sentences, but phrase regions (NP / VP of the case study) need slots, so each real
-sentence is parsed against its template: a slot matches a substring one of its alternatives can produce (a
-literal, a vocabulary word satisfying its feature query, a named phrase, recursively). Agreement and a phrase's
-extra constraints are ignored: they narrow which word is drawn, never where a slot ends, and leaving them out keeps
-a vocabulary entry changed since the data was generated from failing the parse. Of the ways a sentence can split,
-the pair of parses whose shared slots hold the most identical text is kept (a shared noun sits in the same slot of
-both sentences). A pair that does not parse keeps no slots; callers fall back to the generic split.
+"""Recover a template's slots in a sentence the template produced (a released ZhoBLiMP pair, which holds only its
+sentences, while phrase regions need slots). A slot matches a substring one of its alternatives can produce (a
+literal, a vocabulary word satisfying its query, a named phrase, recursively). Agreement and a phrase's extra
+constraints are ignored: they narrow which word is drawn, never where a slot ends, and so a vocabulary entry changed
+since the data was generated cannot fail the parse. Of a sentence's splits, the pair of parses whose shared slots
+hold the most identical text is kept; a pair that does not parse keeps no slots (callers fall back to the generic
+split).
 """
 from __future__ import annotations
 

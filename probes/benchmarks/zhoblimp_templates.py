@@ -1,14 +1,9 @@
-"""Reader of the real ZhoBLiMP generation sources for our template engine (``probes.benchmarks.generator``), and
-the recovery of template slots on the released pairs (``attach_slots``, called by probes.benchmarks.registry).
-
-Sources (github.com/sjtu-compling/ZhoBLiMP, copied under ``../shared/benchmarks/zhoblimp``):
-``projects/ZhoBLiMP/*.json`` (one paradigm each: ``good_rule``/``bad_rule`` lists in the rule
-notation, ``sep``, ``strict_MP``, ``phenomenon``, ``uid``), ``assets/zh_phrase.json`` (named phrases:
-alternatives of ``{"type": Lexical|Direct|Matched|Phrase, "rule": ...}`` lists) and
-``assets/zh_vocab_saved.tsv`` (multi-values split on ``/``, blank rows, one row without expression).
-
-A template's name is its file stem; three templates share the uid ``existential_there_subject_raising``.
-Their phenomenon is the template's, an older name than the released data's.
+"""Reader of the real ZhoBLiMP generation sources (github.com/sjtu-compling/ZhoBLiMP, under
+``../shared/benchmarks/zhoblimp``) for our template engine, and ``attach_slots``, the template slots of the released
+pairs. ``projects/ZhoBLiMP/*.json``: one paradigm each (``good_rule``/``bad_rule``, ``sep``, ``strict_MP``,
+``phenomenon``, ``uid``; three templates share the uid ``existential_there_subject_raising``, and a template's
+phenomenon is an older name than the released data's); ``assets/zh_phrase.json``: named phrases;
+``assets/zh_vocab_saved.tsv``: the vocabulary (one row without expression).
 """
 from __future__ import annotations
 

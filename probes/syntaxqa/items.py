@@ -1,7 +1,5 @@
-"""Knowledge-point facts from every configured source, with empty knowledge points reported.
-
-A source is a PTB ``.mrg`` file, a ``.conllu`` file, or a directory holding either kind (read
-recursively, sorted, so the order — and the seeded sampling after it — is reproducible).
+"""Knowledge-point facts from every configured source (a PTB ``.mrg`` or ``.conllu`` file, or a directory of them,
+read recursively and sorted, so the seeded sampling after it is reproducible), with empty knowledge points reported.
 """
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Records shared by the syntax-question readers: a sentence with token offsets, and a fact about it.
-
-A *fact* is one answer to one knowledge-point question about one sentence ("the subject of the verb
-'join' is 'Pierre Vinken, 61 years old'"); questions (true/false, multiple choice, fill-in-the-blank)
-are rendered from facts later. Spans are token ranges ``[start, end)`` over the sentence's surface
-tokens (empty elements and traces already removed), so every phrase is a substring of the sentence
-text exactly as it reads.
+"""Records shared by the syntax-question readers: a sentence with token offsets, and a fact about it (one answer
+to one knowledge-point question about one sentence, from which questions are rendered later). Spans are token
+ranges ``[start, end)`` over the surface tokens (traces removed), so every phrase reads exactly as in the sentence.
 """
 from __future__ import annotations
 
