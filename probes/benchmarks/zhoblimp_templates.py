@@ -89,10 +89,8 @@ def templates_by_uid(root: Union[str, Path]) -> dict[str, list[Template]]:
 
 
 def attach_slots(pairs: list[Pair], root: Union[str, Path]) -> tuple[list[Pair], dict[str, tuple[int, int]]]:
-    """Released ZhoBLiMP pairs with their template slots (``slot<i>`` regions) where the sentences
-    parse against a template of their paradigm (probes.benchmarks.slotalign); ``{paradigm: (aligned, pairs)}``.
-
-    Pairs of a paradigm without a template, or that do not parse, are returned unchanged."""
+    """Released ZhoBLiMP pairs with ``slot<i>`` regions where they parse against a template of their paradigm
+    (slotalign), the others unchanged; and ``{paradigm: (aligned, pairs)}``."""
     from probes.benchmarks.slotalign import SlotParser
 
     parser = SlotParser(load_engine(root))

@@ -90,10 +90,8 @@ def _sample_rows(task: str, samples: list[dict]) -> list[dict]:
 def run_tasks(model, tokenizer, tasks: Sequence[str], *, include_path: Optional[str] = None, manager=None,
               batch_size: int = 32, limit: Optional[int] = None, start_id: Optional[int] = None,
               max_length: Optional[int] = None) -> tuple[pd.DataFrame, dict]:
-    """(per-sample rows, {task: {metric: value}}) of lm-eval's tasks on `model`.
-
-    `start_id`: the token an empty context is conditioned on (our start token); `max_length`: the
-    model's context (lm-eval truncates from the left beyond it)."""
+    """(per-sample rows, {task: {metric: value}}) of lm-eval's tasks on `model`. `start_id`: the token an empty
+    context is conditioned on (our start token); `max_length`: the model's context (lm-eval cuts from the left)."""
     import lm_eval
     from lm_eval.models.huggingface import HFLM
 

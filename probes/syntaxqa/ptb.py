@@ -183,11 +183,8 @@ def sentence_from_tree(root: Node, path: str, sent_id: str, line: int) -> Senten
 
 
 def _verb_chains(vp: Node) -> list[tuple[list[int], Node]]:
-    """Auxiliaries + main verb of a VP, descending through VP-in-VP; one entry per coordinated VP.
-
-    (VP (MD will) (VP (VB join) ...)) → ([will, join], the inner VP). The inner VP is the *lexical*
-    VP whose remaining children are the verb's complements and adjuncts.
-    """
+    """Auxiliaries + main verb of a VP through VP-in-VP, one entry per coordinated VP: (VP (MD will) (VP (VB join)
+    ...)) → ([will, join], the inner, *lexical* VP whose other children are the verb's complements and adjuncts)."""
     chain: list[int] = []
     cur = vp
     while True:

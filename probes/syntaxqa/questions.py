@@ -233,12 +233,9 @@ def build_prompt(item: Item, exemplars: list[Item] = ()) -> str:
 
 
 def attach_prompts(items: list[Item], pool: dict[tuple[str, str, str], list[Item]], shots: int, seeds: int, seed: int) -> None:
-    """Fill ``item.prompts``: one zero-shot prompt, or one few-shot prompt per exemplar seed.
-
-    ``pool[(lang, kp, qtype)]`` holds candidate exemplars (items not under test). For exemplar seed s
-    the pool is shuffled once per (kp, type) and every test item takes the first ``shots`` exemplars
-    that come from another sentence, so the few-shot context never contains the test sentence.
-    """
+    """Fill ``item.prompts``: one zero-shot prompt, or one few-shot prompt per exemplar seed. For seed s the pool
+    of ``(lang, kp, qtype)`` (items not under test) is shuffled once, and each item takes its first ``shots``
+    exemplars from other sentences, so the few-shot context never contains the test sentence."""
     if shots <= 0:
         for it in items:
             it.prompts = [build_prompt(it)]

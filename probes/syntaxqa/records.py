@@ -86,13 +86,9 @@ def join_tokens(tokens: list[str], space_after: list[bool]) -> tuple[str, list[t
 
 
 def finish_facts(facts: list[Fact], avoid: dict[tuple[str, Span | None], list[Span]] | None = None) -> list[Fact]:
-    """Fill ``golds`` (all answers to the same question) and drop exact duplicates.
-
-    Two facts ask the same question when they share sentence, knowledge point and anchor: a verb
-    with two adverbials has two correct ADV answers, and neither may serve as the other's
-    distractor or count as wrong in fill-in-the-blank. ``avoid[(kp, anchor)]`` lists further
-    stretches that hold correct answers (see ``Fact.avoid``).
-    """
+    """Fill ``golds`` (all answers to the same question: sentence, knowledge point and anchor) and drop duplicates:
+    a verb with two adverbials has two correct ADV answers, neither a distractor of the other nor wrong in
+    fill-in-the-blank. ``avoid[(kp, anchor)]``: further stretches holding correct answers (``Fact.avoid``)."""
     avoid = avoid or {}
     groups: dict[tuple, list[Fact]] = {}
     for f in facts:

@@ -240,10 +240,8 @@ def _fmt(v) -> str:
 
 
 def syntax_qa_section(runs: list[Run], out: Path) -> tuple[list[str], list[tuple[str, Path]]]:
-    """Markdown lines and (title, png) figures of the syntax-questions probe; ([], []) without its files.
-
-    Writes out/tables/syntax_qa.csv, out/tables/syntax_qa_final.csv and out/figures/syntax_qa_*.png.
-    """
+    """Markdown lines and (title, png) figures of the syntax-questions probe, ([], []) without its files; writes
+    out/tables/syntax_qa.csv, out/tables/syntax_qa_final.csv and out/figures/syntax_qa_*.png."""
     out = Path(out)
     table = syntax_qa_table([r[1] for r in runs], names=[r[0] for r in runs])
     if table.empty:

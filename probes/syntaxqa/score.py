@@ -87,13 +87,9 @@ def _check_length(model, n: int, item: Item) -> None:
 
 def _likelihood_scores(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, device, *,
                        share_context: bool = True) -> dict[str, list]:
-    """Per item: [mean correct over prompts, first prompt's prediction, first prompt's option sums].
-
-    share_context: when every option of a prompt is one token after the shared context (the usual
-    case: "True"/"False", "A"-"D" after the opening quote), the context runs through the model once
-    and each option is one log-prob at its last position (``next_token_logprobs``). Otherwise, and
-    for every prompt with share_context=False, each context + option runs as its own sequence.
-    """
+    """Per item: [mean correct over prompts, first prompt's prediction, first prompt's option sums]. share_context:
+    when every option is one token after the context (the usual "True"/"False", "A"-"D"), the context runs once
+    and each option is one log-prob at its last position; otherwise each context + option is its own sequence."""
     from probes.scoring.primitive import next_token_logprobs, token_logprobs
 
     seqs: list[list[int]] = []
@@ -198,13 +194,10 @@ def _kp_rows(df: pd.DataFrame, kp: str) -> pd.DataFrame:
 
 
 def summarize(df: pd.DataFrame) -> dict[str, float]:
-    """OA and its parts overall and per knowledge point, plus the random baseline computed the same way.
-
-    Keys: OA, OA_random, OA_likelihood (mean of TF and MC, defined when generation was skipped),
-    TF_acc, MC_acc, FITB_acc, FITB_F1, n_items, and "<KP>/<key>" for each knowledge point present.
-    Rows with an ``unparsed`` column (paper mode: the share of an item's generations that gave no
-    answer, each scored wrong) add ``unparsed`` and TF_/MC_/FITB_unparsed, the mean share per type.
-    """
+    """OA and its parts overall and per knowledge point ("<KP>/<key>"), the random baseline the same way: OA,
+    OA_random, OA_likelihood (mean of TF and MC, defined when generation was skipped), TF_acc, MC_acc, FITB_acc,
+    FITB_F1, n_items; rows with ``unparsed`` (paper mode: an item's share of generations with no answer, scored
+    wrong) add ``unparsed`` and TF_/MC_/FITB_unparsed."""
     out: dict[str, float] = {}
     kps = [kp for kp in KNOWLEDGE_POINTS if len(_kp_rows(df, kp))]
     groups = [("", df)] + [(f"{kp}/", _kp_rows(df, kp)) for kp in kps]
