@@ -172,13 +172,11 @@ def statistics_table(items: list[Item]) -> pd.DataFrame:
     table.index.name = "kp"
     return table
 
+
 # ------------------------------------------------------------------------------- prompts
-# The instruction line, then few-shot exemplars (same knowledge point and question type, other sentences), each
-# closed with its answer and the closing quote, then the item; blocks apart by a blank line, the model's answer
-# continues after the opening quote. Chinese sentences get the frame in Chinese (“…” quotes, 正确/错误), so a model
-# trained only on Chinese text reads a prompt in its language.
-
-
+# The instruction line, few-shot exemplars closed by their answer and quote, then the item, blocks apart by a blank
+# line; the answer continues after the opening quote. Chinese sentences get a Chinese frame, so that a model trained
+# only on Chinese text reads a prompt in its language.
 @dataclass(frozen=True)
 class Frame:
     instruction: dict[str, str]  # per question type

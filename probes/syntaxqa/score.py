@@ -299,11 +299,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise ValueError(f"--model {args.model}: no config.json; not a Hugging Face model directory")
         check_output_file(args.out)
         items, reports = build_items_and_reports(cfg)
+        if not items:
+            raise ValueError("no syntax-qa items from the given sources")
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    if not items:
-        print("error: no syntax-qa items from the given sources", file=sys.stderr)
         return 2
 
     import torch
