@@ -1,11 +1,8 @@
-"""Syntax-question curves and report section, from the summaries in the metadata of every
-``<run>/evals/step<N>/syntax_qa.parquet`` and ``syntax_qa_paper.parquet`` (nothing is re-scored).
-
-``mode`` says which way the questions were asked (files older than modes: ``likelihood``); the two modes are named
-everywhere, never averaged together. The question types' random baselines are the item rows' ``rand_acc``,
-``rand_f1``. ``probes curves``: one figure per run and mode. ``probes report``: runs of one model x budget are
-seeds, every curve their mean with a 95 % t-interval over seeds (as the minimal-pair curves); tables/syntax_qa.csv
-(seed means), tables/syntax_qa_final.csv (each run's last checkpoint), figures.
+"""Syntax-question curves (``probes curves``: a figure per run and mode) and report section (``probes report``: runs
+of one model x budget are seeds, each curve their mean with a 95 % t-interval over seeds; tables/syntax_qa.csv,
+tables/syntax_qa_final.csv, figures), from the summaries in the metadata of every ``evals/step<N>/syntax_qa.parquet``
+and ``syntax_qa_paper.parquet``. ``mode`` (files older than modes: ``likelihood``) is named everywhere, the two
+modes never averaged together. The random baselines per question type are the items' ``rand_acc``, ``rand_f1``.
 """
 from __future__ import annotations
 

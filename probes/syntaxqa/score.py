@@ -1,16 +1,13 @@
-"""Build syntax-question items from treebanks, score any causal LM on them, summarise as OA (mode=likelihood;
-mode=paper: ``paper``).
+"""Build syntax-question items from treebanks, score any causal LM on them, summarise as OA; the CLI. mode=paper's
+items and scores: ``paper``.
 
-True/false and multiple choice are scored by likelihood, so base models of any size need no generation: each
-answer continuation ("True"/"False", "A"–"D") is scored after the prompt, which ends with the opening quote of
-``The answer is "``. The prefix and every prefix+continuation are tokenised as whole strings (a continuation alone
-could tokenise differently than in context, e.g. a quote merged with ``"True``); the context is the longest token
-prefix they all share and each candidate scores the sum of its remaining tokens' log-probs, so all are compared on
-one context. The highest sum wins; a tie for the highest is wrong.
-
-Fill-in-the-blank is greedy generation stopped at the closing quote, EOS or ``max_new_tokens``, scored by exact
-match and the strict in-order F1 of ``metrics``. OA = (TF_acc + MC_acc + (FITB_acc + FITB_F1)/2)/3; OA_random is the
-same formula over each item's expected random-guess scores.
+TF and MC are scored by likelihood, so base models need no generation: each answer ("True"/"False", "A"–"D") after
+the prompt, which ends with the opening quote of ``The answer is "``. The prefix and each prefix+answer are
+tokenised whole (an answer alone could tokenise otherwise, e.g. merged with the quote), the context is the longest
+token prefix they share, and each answer scores the sum of its remaining tokens' log-probs, all on one context. The
+highest sum wins; a tie for the highest is wrong. FITB is greedy generation up to the closing quote, EOS or
+``max_new_tokens``, scored by exact match and in-order F1 (``metrics``). OA = (TF_acc + MC_acc + (FITB_acc +
+FITB_F1)/2)/3; OA_random: the same over each item's expected random-guess scores.
 """
 from __future__ import annotations
 
