@@ -26,7 +26,6 @@ import pandas as pd
 
 from probes.benchmarks import grammar
 from probes.evals.config import BenchmarkConfig
-from train.corpus import GrammarConfig
 from probes.benchmarks.formats import (READERS, BenchmarkFormatError, FieldMap, add_field_options, data_files,
                                        field_options, paradigm_by_path, sniff_format)
 from probes.benchmarks.pairs import Pair
@@ -140,7 +139,10 @@ def load_benchmark(cfg: BenchmarkConfig) -> BenchmarkPairs:
         fmt = REGISTRY[cfg.name].format
 
     if fmt == "grammar":
-        raw, source, formats = _load_grammar(cfg), f"probes.benchmarks.grammar({_grammar_cfg(cfg)})", {"grammar": 1}
+        gcfg = dataclasses.replace(cfg.grammar, variant="zh") if cfg.name == "grammar_zh" else cfg.grammar
+        # one label per BenchmarkConfig, whatever the generator calls itself (grammar vs grammar_zh)
+        raw = [dataclasses.replace(p, benchmark=cfg.name) for p in grammar.benchmark_pairs(gcfg)]
+        source, formats = f"probes.benchmarks.grammar({gcfg})", {"grammar": 1}
     elif fmt == "elagent":
         from probes.benchmarks.language_a import benchmark_pairs
 
@@ -193,17 +195,6 @@ def _attach_zhoblimp_slots(cfg: BenchmarkConfig, pairs: list[Pair], report: Load
     log.info("%s: template slots recovered for %d of %d pairs (%s)%s", cfg.name, ok, n, root,
              f"; not for every pair of {partial}" if partial else "")
     return pairs, dataclasses.replace(report, slots=counts)
-
-
-def _grammar_cfg(cfg: BenchmarkConfig) -> GrammarConfig:
-    if cfg.name == "grammar_zh":
-        return dataclasses.replace(cfg.grammar, variant="zh")
-    return cfg.grammar
-
-
-def _load_grammar(cfg: BenchmarkConfig) -> list[Pair]:
-    # one label per BenchmarkConfig, whatever the generator calls itself (grammar vs grammar_zh)
-    return [dataclasses.replace(p, benchmark=cfg.name) for p in grammar.benchmark_pairs(_grammar_cfg(cfg))]
 
 
 def _load_files(cfg: BenchmarkConfig, fmt: str) -> tuple[list[Pair], str, dict[str, int]]:
