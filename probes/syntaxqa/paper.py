@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 import warnings
 from dataclasses import dataclass, field, fields
 
@@ -100,16 +101,13 @@ def exemplar_candidates(cands: list[Candidate], test: list[Candidate], facts: li
     asked = {sentence(c) for c in test}
     rest = [c for c in cands if sentence(c) not in asked]
     chosen = balanced_sample(rest, cfg.exemplar_k, seed)
-    taken = {c.key for c in chosen}
-    have: dict[tuple[str, str], int] = {}
-    for c in chosen:
-        have[(c.kp, c.qtype)] = have.get((c.kp, c.qtype), 0) + 1
+    taken, have = {c.key for c in chosen}, Counter((c.kp, c.qtype) for c in chosen)
     spare: dict[tuple[str, str], list[Candidate]] = {}
     for c in sorted(rest, key=lambda c: c.key):
         if c.key not in taken:
             spare.setdefault((c.kp, c.qtype), []).append(c)
     for key, group in sorted(spare.items()):
-        need = cfg.shots * cfg.shot_seeds - have.get(key, 0)
+        need = cfg.shots * cfg.shot_seeds - have[key]
         if need > 0:
             random.Random(f"{seed}|paper-topup|{'|'.join(key)}").shuffle(group)
             chosen += group[:need]
