@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass
 from typing import Optional
 
-from probes.evals.config import LANGUAGE_A_LEXICONS as LEXICONS, LanguageAConfig  # noqa: F401
+from probes.evals.config import LanguageAConfig
 from probes.benchmarks.pairs import Pair
 
 PHENOMENON = "language_a_word_order"

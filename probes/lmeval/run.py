@@ -15,7 +15,6 @@ from typing import Optional, Sequence
 import pandas as pd
 
 INSTALL = "pip install -e .[lm-eval]"  # the optional extra of pyproject.toml
-COLUMNS = ["task", "doc_id", "paradigm", "pair_id", "target", "lls", "is_greedy"]  # + one column per metric
 
 
 def require_lm_eval(key: str = "probes.lm_eval.tasks") -> None:

@@ -29,10 +29,7 @@ from probes.syntaxqa.metrics import exact_match, overall_accuracy, strict_f1
 from probes.syntaxqa.config import KIND, SYNTAX_QA_MODES as MODES, PaperConfig, SyntaxQAConfig
 from probes.syntaxqa.questions import (QUESTION_TYPES, Item, attach_prompts, balanced_sample, candidates, continuations,
                                        frame_for, render, statistics_table)
-from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS, benchmark_name
-
-
-__all__ = ["SyntaxQAConfig", "build_items_and_reports", "evaluate_items", "score_items", "summarize"]
+from probes.syntaxqa.records import KNOWLEDGE_POINTS, benchmark_name
 
 
 def build_items_and_reports(cfg: SyntaxQAConfig) -> tuple[list[Item], list[SourceReport]]:
