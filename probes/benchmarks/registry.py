@@ -96,17 +96,12 @@ def benchmarks_root() -> Path:
 
 
 def default_path(name: str) -> Path:
-    entry = _entry(name)
-    if entry.relpath is None:
-        raise ValueError(f"benchmark {name!r} is generated ({entry.format}); it has no files")
-    return benchmarks_root() / entry.relpath
-
-
-def _entry(name: str) -> RegistryEntry:
     if name not in REGISTRY:
         raise ValueError(f"unknown benchmark name {name!r} (BenchmarkConfig.name); known: {sorted(REGISTRY)}; "
                          "or give BenchmarkConfig.path to load any file or directory under that label")
-    return REGISTRY[name]
+    if REGISTRY[name].relpath is None:
+        raise ValueError(f"benchmark {name!r} is generated ({REGISTRY[name].format}); it has no files")
+    return benchmarks_root() / REGISTRY[name].relpath
 
 
 def benchmark_configs(names: list[str], max_pairs_per_paradigm: Optional[int] = None, subsample_seed: int = 0,
