@@ -307,10 +307,7 @@ class Engine:
 
     @staticmethod
     def _leaves(nodes: list[_Node]) -> list[_Node]:
-        out = []
-        for n in nodes:
-            out.extend(Engine._leaves(n.children) if n.children is not None else [n])
-        return out
+        return [leaf for n in nodes for leaf in (Engine._leaves(n.children) if n.children is not None else [n])]
 
     def _check_repeats(self, nodes: list[_Node]) -> None:
         # ZhoBLiMP's rule: a word may not recur unless a literal or an expression match put it there;
