@@ -258,11 +258,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None)
     p.add_argument("--sources", nargs="+", action="extend", required=True, metavar="PATH",
                    help=".mrg/.conllu files or directories (the flag may be repeated)")
-    p.add_argument("--knowledge-points", nargs="+", metavar="KP", help=f"default: all of {' '.join(d.knowledge_points)}")
-    p.add_argument("--question-types", nargs="+", metavar="TYPE", help=f"default: all of {' '.join(d.question_types)}")
-    p.add_argument("--k-per-tuple", type=int,
-                   help=f"items per (question type, knowledge point, answer category) (default {d.k_per_tuple})")
-    for name, what in (("seed", "sampling, distractors, option order, exemplars"),
+    for name, metavar in (("knowledge_points", "KP"), ("question_types", "TYPE")):
+        p.add_argument(f"--{name.replace('_', '-')}", nargs="+", metavar=metavar,
+                       help=f"default: all of {' '.join(getattr(d, name))}")
+    for name, what in (("k_per_tuple", "items per (question type, knowledge point, answer category)"),
+                       ("seed", "sampling, distractors, option order, exemplars"),
                        ("shots", "few-shot exemplars per prompt"), ("shot_seeds", "exemplar sets per item"),
                        ("max_items", "cap after balanced sampling"), ("max_sentences", "per source"),
                        ("max_new_tokens", "fill-in-the-blank answer length"), ("batch_size", "prompts per forward")):
