@@ -32,9 +32,8 @@ KIND = "syntax_questions"  # its eval files' kind (probes/families.py)
 @dataclass
 class SyntaxQAConfig:
     enabled: bool = False  # in-loop: probe every checkpoint (probes.syntax_qa.enabled=true)
-    # likelihood: our wording, TF/MC ranked by likelihood (any base model, no generation needed);
-    # paper: the paper's templates, prompts and few-shot setting, every answer generated and parsed
-    # (probes.syntaxqa.paper; its settings under `paper`)
+    # likelihood: our wording, TF/MC ranked by likelihood (any base model, no generation needed); paper: the
+    # paper's templates, prompts and few-shot setting, every answer generated and parsed (settings under `paper`)
     mode: str = "likelihood"
     sources: list[str] = field(default_factory=list)  # .mrg / .conllu files or directories of them
     knowledge_points: list[str] = field(default_factory=lambda: list(KNOWLEDGE_POINTS))

@@ -172,10 +172,6 @@ def final_table(table: pd.DataFrame) -> pd.DataFrame:
     return keys.merge(wide.reset_index(), on=["run", "mode"])[["run", *GROUP, "step", "tokens", *cols]]
 
 
-def _groups(seeds: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
-    return list(seeds.groupby(GROUP, dropna=False, sort=True))
-
-
 def _label(model, budget, mode, n_seeds: int) -> str:
     return f"{model} · {budget_label(budget)} · {mode} ({n_seeds} seed{'s' if n_seeds > 1 else ''})"
 
@@ -183,7 +179,7 @@ def _label(model, budget, mode, n_seeds: int) -> str:
 def plot_oa(seeds: pd.DataFrame, path: Path) -> Path:
     """OA per model x budget (seed mean, band over seeds) with its OA_random dashed in the same colour."""
     ref = seeds["tokens"].to_numpy()
-    groups = _groups(seeds)
+    groups = list(seeds.groupby(GROUP, dropna=False, sort=True))
     fig, axes = new_figure()
     ax = axes[0, 0]
     for ((model, budget, mode), g), c in zip(groups, colors(len(groups))):
@@ -210,7 +206,7 @@ def plot_oa(seeds: pd.DataFrame, path: Path) -> Path:
 
 def _panels(seeds: pd.DataFrame, draw, title: str, path: Path) -> Path:
     """One panel per model x budget (seed means, no bands: many lines), one shared legend."""
-    groups = _groups(seeds)
+    groups = list(seeds.groupby(GROUP, dropna=False, sort=True))
     ncols = min(3, len(groups))
     nrows = int(np.ceil(len(groups) / ncols))
     fig, axes = new_figure(5.2 * ncols + 2.2, 3.8 * nrows, nrows, ncols, sharey=True)

@@ -43,12 +43,9 @@ class _Tree:
 
 def _span(tokens: set[int], sent: Sentence) -> Span | None:
     """Contiguous token set → trimmed Span; None when the set has holes (a non-projective subtree)."""
-    if not tokens:
+    if not tokens or max(tokens) + 1 - min(tokens) != len(tokens):
         return None
-    lo, hi = min(tokens), max(tokens) + 1
-    if hi - lo != len(tokens):
-        return None
-    return sent.trim(Span(lo, hi))
+    return sent.trim(Span(min(tokens), max(tokens) + 1))
 
 
 def _check_heads(heads: list[int], path: str, line: int) -> None:
