@@ -211,33 +211,26 @@ def _load_files(cfg: BenchmarkConfig, fmt: str) -> tuple[list[Pair], str, dict[s
                      cfg.delimiter)
     known = REGISTRY[cfg.name].fields if cfg.name in REGISTRY else FieldMap()
     fields = FieldMap(*(g if g is not None else k for g, k in zip(dataclasses.astuple(given), dataclasses.astuple(known))))
-    pairs: list[Pair] = []
     formats: Counter[str] = Counter()
     origin: dict[str, set[Path]] = defaultdict(set)  # paradigm -> files it came from
     per_file: list[tuple[Path, list[Pair]]] = []
     for file in files:
         f = sniff_format(file) if fmt == "auto" else fmt
-        got = READERS[f](file, root, cfg.name, fields)
+        per_file.append((file, READERS[f](file, root, cfg.name, fields)))
         formats[f] += 1
-        for p in got:
+        for p in per_file[-1][1]:
             origin[p.paradigm].add(file)
-        per_file.append((file, got))
+    pairs: list[Pair] = []
     for file, got in per_file:
-        pairs.extend(_key_by_path(got, file, root, origin))
+        for p in got:
+            # paradigm names must be unique within a benchmark: one that several files use gets the file's path
+            # below the root (the SLING reader does this always; here it catches any other case)
+            if len(origin[p.paradigm]) > 1:
+                rel = paradigm_by_path(file, root)
+                name = rel if rel.rsplit("/", 1)[-1] == p.paradigm else f"{rel}/{p.paradigm}"
+                p = dataclasses.replace(p, paradigm=name)
+            pairs.append(p)
     return pairs, str(root), dict(formats)
-
-
-def _key_by_path(pairs: list[Pair], file: Path, root: Path, origin: dict[str, set[Path]]) -> list[Pair]:
-    """Paradigm names must be unique within a benchmark: a name that several files use gets the
-    file's path below the root (the SLING reader does this always; here it catches any other case)."""
-    out = []
-    for p in pairs:
-        if len(origin[p.paradigm]) > 1:
-            rel = paradigm_by_path(file, root)
-            name = rel if rel.rsplit("/", 1)[-1] == p.paradigm else f"{rel}/{p.paradigm}"
-            p = dataclasses.replace(p, paradigm=name)
-        out.append(p)
-    return out
 
 
 def _apply_rule(raw: list[Pair], label: str, source: str, formats: dict[str, int]) -> tuple[list[Pair], LoadReport]:
