@@ -61,14 +61,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.format not in FORMATS:
             raise ValueError(f"--format {args.format}: unknown; known: {', '.join(FORMATS)}")
         for spec in args.benchmark:
-            if spec in REGISTRY:
-                cfg = BenchmarkConfig(name=spec, format=args.format)
-            elif Path(spec).exists():
-                cfg = BenchmarkConfig(name=Path(spec).stem, path=spec, format=args.format)
-            else:
+            if spec not in REGISTRY and not Path(spec).exists():
                 raise ValueError(f"--benchmark {spec}: unknown benchmark, and no such file or folder; "
                                  f"known names: {', '.join(sorted(REGISTRY))}")
-            cfg.max_pairs_per_paradigm = args.max_pairs_per_paradigm
+            named = spec in REGISTRY  # a registry name, else a file or folder
+            cfg = BenchmarkConfig(name=spec if named else Path(spec).stem, path=None if named else spec,
+                                  format=args.format, max_pairs_per_paradigm=args.max_pairs_per_paradigm)
             try:
                 pairs = load_benchmark(cfg)
             except (ValueError, FileNotFoundError) as e:  # loader messages name the file and line
