@@ -352,7 +352,7 @@ def test_plot_helpers_and_syntax_qa_curves_do_not_load_the_curves_cli():
     import subprocess
     import sys
 
-    code = "import sys, probes.analysis.plotting, probes.syntaxqa.curves; print('probes.analysis.curves' in sys.modules)"
+    code = "import sys, probes.analysis.plotting, probes.syntaxqa.report; print('probes.analysis.curves' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1]).stdout.strip()
     assert out == "False"

@@ -24,7 +24,7 @@ H100_BF16_PEAK_TFLOPS = 989.0  # NVIDIA H100 SXM dense bf16 tensor-core peak
 # bench/bench_gpu.py on one H100 80GB (README "Speed"): model name -> (parameters measured, MFU)
 MEASURED_MFU = {"pythia-160m": (162_322_944, 0.207), "pythia-410m": (405_334_016, 0.288),
                 "pythia-1.4b": (1_414_647_808, 0.416)}
-# registry name -> (paradigms, pairs per paradigm): probes/benchmarks/registry.py's counts
+# registry name -> (paradigms, pairs per paradigm): probes/benchmarks/registry.json's counts
 BENCHMARK_SIZES = {"zhoblimp": (118, 300), "blimp": (67, 1000), "climp": (16, 1000), "babylm_blimp": (67, 894)}
 TOKENS_PER_PAIR = 868_233 / 35_400  # both sentences with the start token's successors, ZhoBLiMP, 8k spm
 
