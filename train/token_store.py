@@ -177,28 +177,6 @@ def _build(docs: datasets.Dataset, tokenizer_dir: Path, corpus_id: str, fp: str,
                                   "tokenizer_dir": str(tokenizer_dir), "corpus_id": corpus_id})
 
 
-def write_token_store(path: Path, docs_ids: list[list[int]], dtype: str = "uint16", **meta) -> TokenStore:
-    """A store from ids already in hand (small corpora, tests); same files and atomic rename as a build."""
-    path = Path(path)
-    if path.exists():
-        raise FileExistsError(f"{path} already exists")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    try:
-        offsets = np.zeros(len(docs_ids) + 1, dtype=np.int64)
-        np.cumsum([len(d) for d in docs_ids], out=offsets[1:])
-        flat = np.fromiter((t for d in docs_ids for t in d), dtype=np.int64, count=int(offsets[-1]))
-        if flat.size == 0:
-            raise ValueError("cannot write a token store with zero tokens")
-        np.asarray(flat, dtype=np.dtype(dtype)).tofile(tmp / "tokens.bin")
-        _finish(tmp, offsets, np.dtype(dtype), {"fingerprint": path.name, **meta})
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return TokenStore(path)
-
-
 def _sha256(path: Path) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
