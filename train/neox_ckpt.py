@@ -1,31 +1,12 @@
-"""gpt-neox checkpoints <-> the HF GPTNeoX directories our probes read.
+"""gpt-neox checkpoints -> the HF GPTNeoX directories our probes read (docs/gpt-neox.md).
 
-A gpt-neox save directory (its YAML's `save`) holds one `global_step<N>/` per checkpoint and a file
-`latest` naming the newest complete one (DeepSpeed writes it after the checkpoint). With
-pipe_parallel_size >= 1 (Pythia's 70M and up) DeepSpeed's PipelineModule writes one file per layer
-that has parameters, `layer_XX-model_00-model_states.pt`, each a plain state dict of that layer:
-
-    layer_00               word_embeddings.weight                      (EmbeddingPipe)
-    layer_01               -- none: _pre_transformer_block is a function
-    layer_02 .. L+1        the L transformer blocks: input_layernorm, attention.query_key_value,
-                           attention.dense, post_attention_layernorm, mlp.linear1/linear2 (current
-                           gpt-neox) or mlp.dense_h_to_4h/dense_4h_to_h (older ones, Pythia)
-    layer_L+2              -- none: _post_transformer_block
-    layer_L+3              norm.weight, norm.bias                       (final LayerNorm)
-    layer_L+4              final_linear.weight                          (only with no_weight_tying)
-
-plus `mp_rank_00_model_states.pt` (DeepSpeed's engine record; with pipe_parallel_size 0 -- Pythia-14M
--- it holds all weights as `module` = {"sequential.<index>.<key>": tensor} with the same indices) and
-`configs/*.yml`, the YAML files the run was started with. This layout was learnt from gpt-neox's
-tools/ckpts/convert_neox_to_hf.py and DeepSpeed's PipelineModule.save_state_dict (gpt-neox commit in
-train/neox.py NEOX_COMMIT); the code is ours. The fused QKV matrix is laid out per head as
-[q, k, v] in both gpt-neox and HF GPTNeoX, so every tensor maps over unchanged.
-
-Two things the config does not settle are read from the tensors: the MLP width (`intermediate_size`
-from linear1's shape -- gpt-neox #1208: the converter's default gave Pythia-70M a 24,576-wide MLP) and
-the embedding rows (the padded vocabulary). A saved rotary `inv_freq` buffer is checked against
-rotary_pct and rotary_emb_base. Every file is read with torch.load(weights_only=True).
-Model parallelism (model_parallel_size > 1) is refused, not merged.
+A save directory holds one global_step<N>/ per checkpoint and `latest`, naming the newest complete one. With
+pipe_parallel_size >= 1 DeepSpeed writes one LAYER_FILE per pipeline layer that has parameters:
+    0 word_embeddings; 2 .. L+1 the L blocks (mlp.linear1/2, or Pythia's mlp.dense_h_to_4h/dense_4h_to_h);
+    L+3 the final norm; L+4 final_linear (only with no_weight_tying); 1 and L+2 are functions, no file.
+With pipe_parallel_size 0 (Pythia-14M) ENGINE_FILE's `module` holds them as "sequential.<index>.<key>". Learnt
+from gpt-neox's tools/ckpts/convert_neox_to_hf.py and DeepSpeed's PipelineModule.save_state_dict (the code is
+ours); the fused QKV is laid out per head as [q, k, v] in both, so every tensor maps over unchanged.
 """
 from __future__ import annotations
 
