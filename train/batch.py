@@ -40,7 +40,8 @@ def batch_sha256(ids) -> str:
 
 
 def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None):
-    """The run's TrainConfig from <run>/config.yaml (optionally with another data.cache_dir)."""
+    """The run's TrainConfig from <run>/config.yaml, checked like a command line (optionally with another
+    data.cache_dir); keys added since the run was written get the values it ran with."""
     from omegaconf import OmegaConf
 
     from train.config import TrainConfig, to_typed
@@ -55,6 +56,8 @@ def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None):
         saved = OmegaConf.load(path)
         if "heldout_tokens" not in saved.get("data", {}):  # a run from before held-out splits trained on all
             saved.data.heldout_tokens = 0
+        if saved.get("probes") and "_target_" not in saved.probes:  # written before the section named its type
+            saved.probes._target_ = OmegaConf.load(Path(__file__).parents[1] / "configs" / "config.yaml").probes._target_
         cfg = to_typed(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved))
     except (ValueError, TypeError) as e:  # omegaconf errors name the key
         raise ConfigError(f"{path}: {e}") from None

@@ -3,12 +3,9 @@
     python -m train.neox experiment=demo [overrides] --out DIR [--world-size 8] [--tokenizer DIR]
     python -m train.neox --import NEOX_DIR [--out HF_DIR] [--config YAML] [--tokenizer DIR]
 
-Every gpt-neox key written here was checked by name against gpt-neox commit NEOX_COMMIT:
-megatron/neox_arguments/neox_args.py and deepspeed_args.py (the schema), configs/pythia/*.yml (the
-spelling in use), megatron/training.py (`is_save_iter`, the final save, the AnnealingLR arguments),
-megatron/learning_rates.py, megatron/model/transformer.py (ParallelMLP's ffn size) and
-megatron/model/activations.py. Tests cannot reach that repository, so they check the meaning on our
-side: the YAML read back (tests/test_neox.py, `from_neox`) gives our config, steps, batch and checkpoint steps again.
+Every key written was checked by name against gpt-neox commit NEOX_COMMIT (megatron/neox_arguments/, its
+configs/pythia/*.yml, megatron/training.py, learning_rates.py, model/transformer.py, model/activations.py).
+Tests cannot reach that repository, so they read the YAML back (tests/test_neox.py, `from_neox`).
 """
 from __future__ import annotations
 
@@ -25,9 +22,8 @@ from train.neox_read import EOD, normalize_keys, save_steps
 NEOX_COMMIT = "ea7aefd8f8e183256992d9fede4d7c71a46d67a5"  # EleutherAI/gpt-neox main, 2026-05-19
 DEFAULT_WORLD_SIZE = 8  # GPUs the batch split assumes unless --world-size says otherwise (one A100 node)
 
-# Our model.hidden_act -> (gpt-neox activation, bias_gelu_fusion). gpt-neox's "gelu" is F.gelu (exact,
-# erf) unless bias_gelu_fusion, which swaps in the tanh approximation (HF "gelu_new"): Pythia's own
-# configs fuse, so a Pythia checkpoint is a tanh-GELU model even though its Hub config says "gelu".
+# Our model.hidden_act -> (gpt-neox activation, bias_gelu_fusion). gpt-neox's "gelu" is exact unless
+# bias_gelu_fusion swaps in the tanh approximation (HF "gelu_new"), as Pythia's own configs do.
 _ACTIVATIONS = {"gelu": ("gelu", False), "gelu_new": ("gelu", True), "gelu_pytorch_tanh": ("gelu", True),
                 "relu": ("relu", False), "silu": ("silu", False)}
 _INIT = {"pythia": ("small_init", "wang_init"), "hf": ("normal", "normal")}  # ours -> (init, output layer)
@@ -58,9 +54,6 @@ def neox_config(cfg, *, world_size: int = DEFAULT_WORLD_SIZE, vocab_file: Option
                           f"(exportable: {', '.join(_ACTIVATIONS)})")
     if m.init_method not in _INIT:
         raise ConfigError(f"model.init_method={m.init_method!r}: expected one of {', '.join(_INIT)}")
-    if m.hidden_size % m.num_attention_heads:
-        raise ConfigError(f"model.hidden_size={m.hidden_size} is not divisible by "
-                          f"model.num_attention_heads={m.num_attention_heads}")
     seq_len = cfg.data.seq_len or m.max_position_embeddings
     try:
         steps = total_steps if total_steps is not None else planned_steps(cfg)
@@ -148,8 +141,8 @@ def neox_config(cfg, *, world_size: int = DEFAULT_WORLD_SIZE, vocab_file: Option
 
 
 def _split_batch(global_batch: int, micro: int, world: int, diffs: list[str]) -> tuple[int, int]:
-    """(micro batch per GPU, accumulation steps) with micro x accum x world = global batch. The micro
-    batch is speed and memory only; when ours does not divide the per-GPU batch, the largest that does."""
+    """(micro batch per GPU, accumulation steps) with micro x accum x world = global batch; when our micro
+    batch (speed and memory only) does not divide the per-GPU batch, the largest that does."""
     per_gpu, rest = divmod(global_batch, world)
     if rest:
         raise ConfigError(f"optim.global_batch={global_batch} is not a multiple of --world-size {world}: "
@@ -163,9 +156,8 @@ def _split_batch(global_batch: int, micro: int, world: int, diffs: list[str]) ->
 
 
 def _save_iters(steps: list[int], schedule, tokens_per_step: int) -> tuple[int, list[int]]:
-    """(checkpoint_factor, extra_save_iters) under which gpt-neox saves exactly `steps`: every multiple
-    of the factor, every extra iteration (0 only through this list) and always the last iteration.
-    Pythia's own configs: factor 1000, extras 0, 1, 2, 4 ... 512; our pythia schedule maps to the same."""
+    """(checkpoint_factor, extra_save_iters) under which gpt-neox saves exactly `steps`: every multiple of
+    the factor, every extra (0 only through this list) and the last iteration (Pythia: 1000; 0, 1, 2 ... 512)."""
     total = steps[-1]
     factor = total  # no regular tail: only the last iteration, which gpt-neox saves anyway
     if schedule.kind == "pythia":  # train/schedule.py: every multiple of the interval, in steps
@@ -216,8 +208,7 @@ _ALIASES = {"gas": "gradient_accumulation_steps"}  # DeepSpeed's short name, use
 
 
 def compare_config(ours: dict, theirs: dict) -> tuple[list[str], list[tuple[str, object, object]]]:
-    """(the keys both gpt-neox configs set, [(key, ours, theirs)] for every one of them that differs). Every
-    shared key is compared, a nested block (zero_optimization, optimizer) as a whole: no key is chosen."""
+    """(the keys both gpt-neox configs set, [(key, ours, theirs)] for each that differs; a nested block whole)."""
     a, b = ({_ALIASES.get(k, k): v for k, v in normalize_keys(c).items()} for c in (ours, theirs))
     shared = sorted(set(a) & set(b))
     return shared, [(k, a[k], b[k]) for k in shared if a[k] != b[k]]
@@ -238,23 +229,11 @@ def _tokenizer_json(cfg, tokenizer: Optional[Path]) -> Optional[Path]:
 
 
 def run_config(run_dir: Path):
-    """(TrainConfig, total_steps, newest checkpoint) of a started run: its config.yaml, checked against
-    the schema like a command line, and its newest checkpoint's trainer_state.json."""
-    from omegaconf import OmegaConf
-
+    """(TrainConfig, total_steps, newest checkpoint) of a started run (its config.yaml and newest trainer state)."""
+    from train.batch import load_run_config
     from train.checkpoint import list_checkpoints, read_state
-    from train.config import TrainConfig, register, to_typed
 
-    f = Path(run_dir) / "config.yaml"
-    if not f.is_file():
-        raise InputFileError(f"--run {run_dir}: no config.yaml (not a run directory of `python -m train`)")
-    register()
-    with reading(f, "the run's config"):
-        saved = OmegaConf.load(f)
-        if saved.get("probes") and "_target_" not in saved.probes:  # written before the section named its type
-            default = Path(__file__).resolve().parents[1] / "configs" / "config.yaml"
-            saved.probes._target_ = OmegaConf.load(default).probes._target_
-        cfg = to_typed(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved))
+    cfg = load_run_config(run_dir)
     ckpts = list_checkpoints(run_dir)
     if not ckpts:
         raise InputFileError(f"--run {run_dir}: no checkpoints yet; its total_steps is known from the first one")
@@ -267,9 +246,8 @@ def run_config(run_dir: Path):
 def export(overrides: Sequence[str], out_dir: Path, *, world_size: int = DEFAULT_WORLD_SIZE,
            tokenizer: Optional[Path] = None, run: Optional[Path] = None, compare: Optional[Path] = None,
            say=print) -> Path:
-    """Writes OUT/<experiment>.yml (and OUT/tokenizer.json when one is known); returns the YAML path.
-    The config comes from Hydra `overrides`, or from a started `run` directory (which also gives the
-    number of steps and the tokenizer)."""
+    """Writes OUT/<experiment>.yml (and OUT/tokenizer.json when one is known) from Hydra `overrides` or a
+    started `run` directory (which also gives the steps and the tokenizer); returns the YAML path."""
     import json
 
     from train.files import write_text_atomic

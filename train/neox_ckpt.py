@@ -29,17 +29,12 @@ log = logging.getLogger(__name__)
 LAYER_FILE = "layer_{:02d}-model_00-model_states.pt"
 ENGINE_FILE = "mp_rank_00_model_states.pt"
 _STEP = re.compile(r"^global_step(\d+)$")
-# neox key in a block -> HF key under gpt_neox.layers.<i>.; the MLP has two spellings
-_BLOCK = {"input_layernorm.weight": "input_layernorm.weight", "input_layernorm.bias": "input_layernorm.bias",
-          "post_attention_layernorm.weight": "post_attention_layernorm.weight",
-          "post_attention_layernorm.bias": "post_attention_layernorm.bias",
-          "attention.query_key_value.weight": "attention.query_key_value.weight",
-          "attention.query_key_value.bias": "attention.query_key_value.bias",
-          "attention.dense.weight": "attention.dense.weight", "attention.dense.bias": "attention.dense.bias"}
-_MLP = {"new": {"mlp.linear1.weight": "mlp.dense_h_to_4h.weight", "mlp.linear1.bias": "mlp.dense_h_to_4h.bias",
-                "mlp.linear2.weight": "mlp.dense_4h_to_h.weight", "mlp.linear2.bias": "mlp.dense_4h_to_h.bias"},
-        "legacy": {k: k for k in ("mlp.dense_h_to_4h.weight", "mlp.dense_h_to_4h.bias",
-                                  "mlp.dense_4h_to_h.weight", "mlp.dense_4h_to_h.bias")}}
+# neox key in a block -> HF key under gpt_neox.layers.<i>.: the same names, but the MLP has two spellings
+_BLOCK = {f"{m}.{p}": f"{m}.{p}" for m in ("input_layernorm", "post_attention_layernorm",
+                                           "attention.query_key_value", "attention.dense") for p in ("weight", "bias")}
+_MLP = {"new": {f"mlp.linear{n}.{p}": f"mlp.{hf}.{p}" for n, hf in ((1, "dense_h_to_4h"), (2, "dense_4h_to_h"))
+                for p in ("weight", "bias")},
+        "legacy": {f"mlp.{hf}.{p}": f"mlp.{hf}.{p}" for hf in ("dense_h_to_4h", "dense_4h_to_h") for p in ("weight", "bias")}}
 # buffers gpt-neox may save that HF recomputes (the rotary frequencies are checked, not copied)
 _BUFFERS = ("attention.rotary_emb.inv_freq", "attention.bias", "attention.masked_bias")
 # What DeepSpeed/gpt-neox put in the engine file besides tensors: numpy's RNG state (an array).
@@ -59,9 +54,8 @@ def is_neox_run(run_dir: Path) -> bool:
 
 
 def complete_steps(run_dir: Path) -> list[tuple[int, Path]]:
-    """(N, global_step<N>) of every complete checkpoint: N at most the step `latest` names (DeepSpeed
-    writes `latest` after the checkpoint, so a newer directory may still be being written). Without a
-    `latest` file (a copied directory) every global_step<N> counts."""
+    """(N, global_step<N>) of every complete checkpoint: N at most the step `latest` names (written after the
+    checkpoint: a newer directory may be half written); without `latest` (a copy) every one."""
     run_dir = Path(run_dir)
     found = sorted((s, p) for p in run_dir.iterdir() if (s := step_of(p)) is not None)
     latest = run_dir / "latest"
@@ -74,11 +68,8 @@ def complete_steps(run_dir: Path) -> list[tuple[int, Path]]:
     return found
 
 
-# ---- reading ---------------------------------------------------------------------------------------
-
 def read_config(step_dir: Path, config: Optional[Path] = None) -> tuple[dict, str]:
-    """(the run's gpt-neox config with - spelt _, where it came from). gpt-neox saves the files it was
-    started with under global_step<N>/configs/; like gpt-neox, several files are merged."""
+    """(the run's gpt-neox config, - spelt _, merged from the files it was started with; where it came from)."""
     import yaml
 
     from train.neox_read import normalize_keys
@@ -209,8 +200,6 @@ def _check_rotary(facts: dict, fields: dict, where: str) -> None:
                                  f"says rotary_emb_base={fields['rotary_emb_base']}")
 
 
-# ---- the HF directory --------------------------------------------------------------------------------
-
 def _tokenizer(c: dict, origin: str, tokenizer: Optional[Path]):
     """The run's tokenizer as an HF fast tokenizer (document token = gpt-neox's EOD), or None."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
@@ -239,9 +228,8 @@ def _tokenizer(c: dict, origin: str, tokenizer: Optional[Path]):
 
 def import_step(step_dir: Path, out_dir: Path, *, config: Optional[Path] = None, tokenizer: Optional[Path] = None,
                 require_tokenizer: bool = False, state: Optional[dict] = None) -> Path:
-    """Writes the HF directory of one global_step<N> (config.json, model.safetensors, tokenizer and
-    start_token.json when the run names one, trainer_state.json, manifest.json) under a temporary name,
-    then renames it to `out_dir`: a crash leaves no half directory under the final name."""
+    """Writes the HF directory of one global_step<N> (config, weights, tokenizer and start_token.json when
+    the run names one, trainer_state.json, manifest.json) under a temporary name, then renames it."""
     from transformers import GPTNeoXForCausalLM
 
     from train.checkpoint import write_manifest
@@ -312,9 +300,8 @@ def tokens_per_step(c: dict) -> Optional[int]:
 
 
 def source_stamp(step_dir: Path) -> dict[str, list[int]]:
-    """{file below global_step<N>: [size, mtime_ns]}: what an import records of its source, so that a
-    global_step<N> written again (a gpt-neox run restarted from an earlier step saves the same step
-    anew) is told from the one imported without reading gigabytes of weights again."""
+    """{file below global_step<N>: [size, mtime_ns]}, recorded by an import: a global_step<N> written again
+    (a restarted gpt-neox run) is told from the imported one without reading its weights."""
     out = {}
     for path in sorted(Path(step_dir).rglob("*")):
         if path.is_file():
@@ -324,8 +311,7 @@ def source_stamp(step_dir: Path) -> dict[str, list[int]]:
 
 
 def _imported_from(out: Path, src: Path) -> bool:
-    """Whether checkpoints/step<N> is the import of global_step<N> as it is now. An import made before
-    sources were recorded (no neox_files) is kept: nothing tells it apart."""
+    """Whether checkpoints/step<N> is the import of global_step<N> as it is now (an unrecorded one is kept)."""
     try:
         state = json.loads((out / "trainer_state.json").read_text())
     except (OSError, ValueError):
@@ -336,11 +322,9 @@ def _imported_from(out: Path, src: Path) -> bool:
 
 def sync_run(run_dir: Path, *, config: Optional[Path] = None, tokenizer: Optional[Path] = None,
              say: Callable[[str], None] = print) -> list[Path]:
-    """Imports every complete global_step<N> of a gpt-neox save directory that has no
-    `<run>/checkpoints/step<N>` yet, or whose global_step<N> was replaced since it was imported (its
-    files' sizes and times differ from the record in trainer_state.json: the import, then its evals,
-    are redone); idempotent otherwise. Returns the imported ones. Does nothing in a directory without
-    global_step<N>: our own runs pass through untouched."""
+    """Imports every complete global_step<N> of a gpt-neox save directory that has no checkpoints/step<N>
+    yet or was replaced since its import (then its evals are redone too); returns the imported ones. A
+    directory without global_step<N> (our own runs) passes untouched."""
     from train.files import checkpoint_dir
 
     run_dir = Path(run_dir)
