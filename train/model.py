@@ -46,8 +46,7 @@ class ModelConfig:
 
 
 def _check_sizes(cfg: ModelConfig) -> None:
-    """Sizes that cannot build a model are refused at start, naming the key (a zero head count would
-    otherwise divide by zero deep inside transformers)."""
+    """Sizes that cannot build a model, refused at start (a zero head count divides by zero in transformers)."""
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                 "max_position_embeddings"):
         if getattr(cfg, key) < 1:
@@ -85,9 +84,6 @@ def hf_config(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None, *, bos_to
               eos_token_id=None) -> GPTNeoXConfig:
     fields = {k: v for k, v in asdict(cfg).items() if k not in _OWN_FIELDS}
     fields["vocab_size"] = embedding_rows(cfg, tokenizer_vocab)
-    if fields["hidden_size"] % fields["num_attention_heads"]:
-        raise ValueError(f"model.hidden_size={fields['hidden_size']} is not divisible by "
-                         f"model.num_attention_heads={fields['num_attention_heads']}")
     from transformers import GPTNeoXConfig
 
     # Pythia trains without dropout; bias terms and the rotary layout follow GPT-NeoX.
@@ -96,9 +92,8 @@ def hf_config(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None, *, bos_to
 
 
 def init_pythia_(model: GPTNeoXForCausalLM) -> None:
-    """Pythia's initialisation: normal(0, sqrt(2/(5d))) ("small_init") for every weight matrix and
-    embedding, and normal(0, 2/(L*sqrt(d))) ("wang_init") for the two projections that write into the
-    residual stream (attention output, MLP output); biases zero, LayerNorms identity."""
+    """Pythia's: normal(0, sqrt(2/(5d))) ("small_init") for every weight and embedding, normal(0, 2/(L*sqrt(d)))
+    ("wang_init") for the projections into the residual stream; biases zero, LayerNorms identity."""
     import torch
 
     with torch.no_grad():  # the weights are filled in place, outside autograd
@@ -148,9 +143,7 @@ def count_parameters(model: torch.nn.Module) -> int:
 
 def parameters_of(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None) -> int:
     """count_parameters(build_model(cfg, tokenizer_vocab)) by arithmetic, without torch (`plan` sizes grids
-    with it; tests/test_model.py holds it to the built model): GPT-NeoX's embedding, per layer two
-    LayerNorms, the fused QKV and output projections and the MLP (all with biases), a final LayerNorm and
-    the output layer (unless tied)."""
+    with it): embedding, per layer two LayerNorms, QKV, output and MLP (with biases), final norm, head."""
     d, i = cfg.hidden_size, cfg.intermediate_size
     rows = embedding_rows(cfg, tokenizer_vocab)
     layer = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (d * i + i) + (i * d + d)

@@ -24,10 +24,7 @@ class OptimConfig:
     decay: str = "cosine"  # cosine | linear | constant
     global_batch: int = 1024  # sequences per optimizer step, across all ranks
     micro_batch: int = 8  # sequences per forward pass on one rank
-    # AdamW kernel: fused (one kernel for all tensors), foreach (batched ops over tensor lists) or
-    # for-loop (one tensor at a time). auto: fused on CUDA, foreach elsewhere. Same update, up to
-    # float rounding; speed only.
-    impl: str = "auto"
+    impl: str = "auto"  # AdamW kernel: fused | foreach | for-loop; auto: fused on CUDA. Speed only
 
     def __post_init__(self):
         if self.decay not in ("cosine", "linear", "constant"):
@@ -47,8 +44,7 @@ class OptimConfig:
 
 
 def _check_values(cfg: OptimConfig) -> None:
-    """Numbers that cannot train are refused at start, naming the key: a negative or NaN lr would
-    otherwise train silently (AdamW accepts it) and a warmup_ratio above 1 warms up past the run's end."""
+    """Numbers that cannot train, refused at start (AdamW accepts a negative or NaN lr and trains silently)."""
     if not (math.isfinite(cfg.lr) and cfg.lr > 0):
         raise ConfigError(f"optim.lr={cfg.lr}: the peak learning rate must be a positive number")
     for key in ("min_lr_ratio", "warmup_ratio"):
@@ -85,8 +81,8 @@ def warmup_steps(cfg: OptimConfig, total_steps: int) -> int:
 
 
 def lr_at(cfg: OptimConfig, step: int, total_steps: int) -> float:
-    """Learning rate for the update that takes the model from `step` to `step + 1` (a pure function,
-    so resume needs no scheduler state): linear warmup from 0, then decay to min_lr_ratio x lr."""
+    """Learning rate of the update from `step` to `step + 1`: a pure function (resume needs no scheduler
+    state), linear warmup from 0, then decay to min_lr_ratio x lr."""
     warm = warmup_steps(cfg, total_steps)
     if step < warm:
         return cfg.lr * (step + 1) / warm
@@ -110,14 +106,12 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def adamw_impl(cfg: OptimConfig, device: torch.device) -> str:
-    """The AdamW kernel for `device`: optim.impl, with auto resolved (fused on CUDA, foreach elsewhere)."""
     if cfg.impl == "auto":
         return "fused" if device.type == "cuda" else "foreach"
     return cfg.impl
 
 
 def build_optimizer(cfg: OptimConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
-    """AdamW over the model's parameters, with the kernel chosen for the device they live on."""
     import torch
 
     impl = adamw_impl(cfg, next(model.parameters()).device)
