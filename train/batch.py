@@ -1,15 +1,9 @@
 """`python -m train batch RUN_DIR --step N [--text] [--out FILE.npy]`: the exact global batch of optimizer step N.
 
-Step N is the N-th update, the one train.jsonl logs as ``"step": N`` and whose weights are
-checkpoints/step<N>; its batch is the stream's batch N-1 (train/sequences.py). The stream's position is a
-pure function of the step, the run's data seed and the token store, so the batch is rebuilt from the
-run's config.yaml alone, whatever number of processes trained it: rank r of W trained rows r, r+W, ... of
-the same global batch. A global batch is `optim.global_batch` rows of seq_len + 1 ids: a row's first
-seq_len ids are the model's inputs and its last seq_len the labels, so every id of the array was trained on.
-
-`batch_sha256` (written to train.jsonl for every logged step) is the sha256 of those ids as
-little-endian int32 in C order (rows x (seq_len + 1)); `train batch` prints the same hash, so a user can
-check that the data this tool shows is the data the run saw.
+Step N is the N-th update (train.jsonl's "step": N; checkpoints/step<N>); its batch is the stream's batch N-1, a
+pure function of the step, the data seed and the token store, so it is rebuilt from config.yaml alone however
+many ranks trained it. A row is seq_len + 1 ids (inputs and labels). `batch_sha256`, logged for every step, is
+the sha256 of the ids as little-endian int32 in C order; this prints the same hash.
 """
 from __future__ import annotations
 
@@ -67,8 +61,7 @@ def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None):
 
 
 def open_stream(cfg):
-    """(tokenizer, SequenceStream) of a run, the way the training loop builds them: the corpus, tokenizer
-    and token store come from data.cache_dir (rebuilt, identically, where the cache has gone)."""
+    """(tokenizer, SequenceStream) of a run as the loop builds them (from data.cache_dir, rebuilt if gone)."""
     from train.corpus import load_documents
     from train.token_store import build_or_load
     from train.tokenizer import load_tokenizer, prepare_tokenizer

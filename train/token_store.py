@@ -1,16 +1,9 @@
 """One memory-mapped token array + document index per (corpus, tokenizer), built once and reused by every run.
 
-Layout of cache_dir/stores/<fingerprint>/:
-    tokens.bin    all documents' ids concatenated (no start/end token: the sequence stream adds them), uint16 or uint32
-    offsets.npy   int64 [n_docs + 1]; document i is tokens[offsets[i]:offsets[i+1]]
-    meta.json     fingerprint, n_tokens, n_docs, dtype, tokenizer fingerprint, corpus_id, and under
-                  "files" the size, mtime and sha256 of tokens.bin and offsets.npy (hashed once, at build)
-The directory is built under a temporary name and renamed into place when complete, so a crash leaves
-nothing under the final name and the next call simply rebuilds.
-
-Text is encoded with ``split_special_tokens=True``: a document that literally contains a special
-token's spelling (``<|endoftext|>``, ``</s>``) gets ordinary pieces for it, never the control id that
-the stream uses to mark where documents start.
+cache_dir/stores/<fingerprint>/: tokens.bin (every document's ids, no start/end token, uint16 or uint32),
+offsets.npy (int64 [n_docs + 1]) and meta.json (counts, dtype, fingerprints, and the size, mtime and sha256
+of both files); built under a temporary name and renamed when complete. Text is encoded with
+``split_special_tokens=True``: a literal ``<|endoftext|>`` in a document stays text, never the control id.
 """
 from __future__ import annotations
 
@@ -42,8 +35,7 @@ class TokenStore:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        # A store is renamed into place whole, so a short file here was damaged later (a disk, a copy):
-        # each message names the file and says the directory can be deleted to rebuild it.
+        # a store is renamed into place whole: a short file here was damaged later
         hint = f"a damaged token store: delete {self.path} and rerun to rebuild it"
         with reading(self.path / "meta.json", "the token store's meta.json", hint):
             self.meta: dict = json.loads((self.path / "meta.json").read_text())
@@ -60,10 +52,8 @@ class TokenStore:
         self.check(full=False)
 
     def check(self, full: bool = True) -> None:
-        """Every file against the size and sha256 recorded at build. Cheap by default (full=False): a
-        file whose size and mtime are the recorded ones is taken as written (any write to it moves its
-        mtime; only a deliberate os.utime hides one), any other is hashed. full=True hashes every file
-        (`python -m train verify`). A store built before hashes were recorded is not checked."""
+        """Every file against the size and sha256 recorded at build; full=False trusts a file whose size and
+        mtime are the recorded ones (any write moves the mtime), full=True (`train verify`) hashes all."""
         for name, rec in (self.meta.get("files") or {}).items():
             f = self.path / name
             st = f.stat()
@@ -113,12 +103,9 @@ def build_or_load(docs: datasets.Dataset, tokenizer_dir: Path, corpus_id: str, c
           f"tokenizer", flush=True)
     try:
         if num_proc > 1:
-            # datasets' pool of forked workers, inside a spawned child that a signal's handler kills whole
-            # (train/interrupt.py). In this process the handler's SIGKILL of the workers left the pool's
-            # shared task-queue lock held by a dead worker; the pool's worker-handler thread forked a
-            # replacement that waited on that lock forever (a futex in sem_wait), and the pool's teardown
-            # joined it: SIGTERM did not help, as the replacement had inherited our handler in its
-            # already-raised state, which ignores further signals (3 hangs in 3 Ctrl-Cs, issue 38).
+            # datasets' worker pool inside a spawned child that a signal kills whole (train/interrupt.py): in
+            # this process a killed worker left the pool's task-queue lock held and its teardown hung on a
+            # forked replacement waiting for it (3 hangs in 3 Ctrl-Cs, issue 38)
             run_in_child(_build, docs, Path(tokenizer_dir), corpus_id, fp, tmp, num_proc)
         else:
             _build(docs, Path(tokenizer_dir), corpus_id, fp, tmp, num_proc)
@@ -183,7 +170,7 @@ def _sha256(path: Path) -> str:
 
 
 def _finish(out: Path, offsets: np.ndarray, dtype: np.dtype, meta: dict) -> None:
-    """Write the index and meta next to tokens.bin and fsync all three before the directory is renamed."""
+    """The index and meta beside tokens.bin, all fsynced before the directory is renamed."""
     with open(out / "offsets.npy", "wb") as f:
         np.save(f, offsets)
     meta = {**meta, "n_tokens": int(offsets[-1]), "n_docs": len(offsets) - 1, "dtype": np.dtype(dtype).name}
