@@ -1,11 +1,7 @@
 """What a run trained on, recorded in every checkpoint's trainer_state.json under "data" and checked on
-resume: the corpus files (path, size, mtime) and the token store's content hash (sha256 of tokens.bin and
-offsets.npy, train/token_store.py). The budget view is a pure function of the store and the config, so
-the store's hash with the config hash fixes the tokens the run reads.
-
-A corpus edited under a resumed run gives another store: the resume is refused naming the files that
-changed, before the tokenizer check (a retrained sentencepiece model would otherwise be blamed on the
-code). A file merely touched (same bytes) gives the same store hash and is accepted."""
+resume: the corpus files (path, size, mtime) and the token store's content hash, which with the config hash
+fixes the tokens the run reads. A changed corpus is named before the tokenizer check (a retrained tokenizer
+would otherwise be blamed); a file merely touched gives the same store and is accepted."""
 from __future__ import annotations
 
 import json

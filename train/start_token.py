@@ -1,12 +1,7 @@
-"""The document-start token: the one id training puts before every document and scoring puts before
-every sentence, so a scored sentence starts from a context the model was trained in (docs/scoring.md;
-the record, ``start_token.json``, in checkpoints.md).
-
-One rule for training (train/sequences.py, `document_tokens`) and scoring (probes/scoring/primitive.py,
-`scoring_start_id`): start = BOS, else EOS; end = EOS after every document only when it differs from the
-start (Llama-style ``<s> doc </s>``). Without a record, our older checkpoints (told from HF Trainer's
-trainer_state.json by its keys) were trained EOS-separated, so their start is EOS; any other model gets
-the rule, which is what its own pretraining fed. Deliberately free of heavy imports: probes imports it too.
+"""The document-start token: the one id training puts before every document and scoring before every
+sentence, so a scored sentence starts from a context the model was trained in (docs/scoring.md; the record,
+``start_token.json``, in checkpoints.md). Rule: start = BOS, else EOS; end = EOS when it differs (Llama-style
+``<s> doc </s>``). Our older checkpoints without a record were trained EOS-separated. Light: probes imports it.
 """
 from __future__ import annotations
 
