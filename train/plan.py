@@ -193,18 +193,16 @@ def storage_bytes(cfg: TrainConfig, params: int, checkpoints: int) -> int:
     return (checkpoints - with_resume) * probe_weights + with_resume * (4 * params + resume)
 
 
-# Measured: ../shared/corpora/zh (26 text files, 15,516,591 bytes) is 2,586,303 tokens in 751 documents under
-# the grid's 49,953-piece sentencepiece (its token store), 2,587,054 with the start tokens: the bytes per token
-# an estimate divides by where no token store is built. A smaller vocabulary cuts text finer (the same corpus
-# under 6,000 pieces: 4,005,088 tokens, 3.9 bytes each; ../shared/corpora/en under 4,000: 3.8), so the estimate
-# says it is one and --count-tokens counts.
+# Measured: ../shared/corpora/zh (26 files) is 2,587,054 stream tokens under the grid's 49,953-piece tokenizer:
+# the bytes per token an estimate divides by. A smaller vocabulary cuts finer (6,000 pieces: 3.9 bytes a token),
+# so the estimate says it is one and --count-tokens counts.
 ZH_BYTES, ZH_TOKENS = 15_516_591, 2_587_054
 BYTES_PER_TOKEN = ZH_BYTES / ZH_TOKENS
 
 
 def corpus_size(cfg: TrainConfig, count: bool = False) -> CorpusSize:
-    """The run's corpus in tokens of its tokenizer: from the token store a run built (or, count=True, builds
-    now, as the run would, tokenizer training included), else an estimate from the files' bytes."""
+    """The run's corpus in tokens of its tokenizer: from the token store a run built (count=True: builds it
+    now), else an estimate from the files' bytes."""
     from train.corpus import _collect_files, corpus_identity
 
     d = cfg.data
@@ -309,8 +307,7 @@ def plan_run(overrides: Sequence[str], hw: Hardware, _params_cache: Optional[dic
 
 
 def memory_per_gpu(cfg: TrainConfig, params: int, seq_len: int, gpus: int) -> tuple[Memory, str]:
-    """Training memory on one of `gpus` GPUs (precision auto = bf16 there), and a short label of the
-    settings it depends on."""
+    """Training memory on one of `gpus` GPUs (auto precision = bf16), and a label of what it depends on."""
     from train.model import pad_vocab
 
     e, m = cfg.engine, cfg.model
@@ -464,8 +461,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def plan_warnings(plans: list[RunPlan]) -> list[str]:
-    """The start-up warnings each run would print (train/summary.py), one line per message with the runs
-    that get it."""
+    """The start-up warnings the runs would print, one line per message naming its runs."""
     runs: dict[str, list[str]] = {}
     for p in plans:
         for message in p.warnings:

@@ -67,13 +67,11 @@ class _Checkpoint:
         self.weights: Optional[Weights] = None  # None: unreadable, not traced
 
 
-# A healthy run's detour ratios stay near 1 (drift) to √2 (a random walk of equal steps): at most 1.61
-# in 15 runs measured (train/trajectory.py), and bf16 rounding noise alone gives about 2. A tensor from a
-# distant step makes the ratio grow with that distance; 3 leaves room on both sides.
+# A healthy run's detour ratios stay near 1 to √2 (at most 1.61 in 15 runs; bf16 noise alone about 2); a
+# tensor from a distant step makes it grow with that distance; 3 leaves room on both sides.
 DETOUR_LIMIT = 3.0
-# A drop of the whole model's distance from step 0 below an earlier checkpoint's, relative: float32
-# sums of squares over millions of elements carry ~1e-6 relative error, so 1e-3 is far above noise and
-# far below a jump to another step's weights (the demo's consecutive checkpoints differ by > 1 %).
+# A relative drop of the model's distance from step 0: far above float32 summation noise (~1e-6), far below
+# a jump to another step's weights (consecutive demo checkpoints differ by > 1 %).
 BACKWARDS_TOLERANCE = 1e-3
 
 
@@ -94,7 +92,7 @@ def _identical(cks: list[_Checkpoint], name: str, i_step: int, j_step: int, how:
 
 def _same_models(cks: list[_Checkpoint], traj: Trajectory, report: RunReport) -> set[int]:
     """Checkpoints whose every tensor equals another step's without byte-identical files (another dtype or
-    file layout): reported like byte-identical ones. Returns the steps blamed."""
+    layout), reported like byte-identical ones; returns the steps blamed."""
     K, steps = len(traj.names), traj.steps
     count = Counter(pair for name in traj.names for pair in identical_pairs(traj, name))
     blamed = set()
@@ -121,8 +119,8 @@ def _check_tensors(cks: list[_Checkpoint], traj: Trajectory, report: RunReport) 
             continue  # never changes in the whole run (a buffer, a frozen tensor): nothing was copied
         for i, j in identical_pairs(traj, name):
             if j == i + 1 and (traj.bf16[name][i] or traj.bf16[name][j]) and traj.sizes[k] < GROUP_MIN_ELEMENTS:
-                # late in a run, a random walk of Adam updates (~lr per step) can stay within half a bf16
-                # spacing (2^-9 relative) on every element of a small tensor; on thousands, never
+                # late in a run, Adam's updates can stay within half a bf16 spacing on every element of a
+                # small tensor; on thousands, never
                 report.notes.append(f"step{steps[j]}: {name} rounds to the same bf16 values as at "
                                     f"step{steps[i]} (an update below bf16 resolution)")
                 continue
@@ -141,9 +139,8 @@ def _check_tensors(cks: list[_Checkpoint], traj: Trajectory, report: RunReport) 
                                        f"copied from another step"))
     for group, columns in traj.groups().items():
         ratio = traj.detour(columns)
-        # A tensor with another step's values bends its neighbours' paths too (its source may lie beyond
-        # one of them): rows beside a copied tensor are not judged, and of two neighbours over the limit
-        # only the larger is named.
+        # a copied tensor bends its neighbours' paths too: rows beside one are not judged, and of two
+        # neighbours over the limit only the larger is named
         for row, name in flagged:
             if traj.names.index(name) in columns:
                 ratio[[r for r in (row - 1, row, row + 1) if 0 <= r < len(ratio)]] = np.nan
@@ -159,11 +156,9 @@ def _check_tensors(cks: list[_Checkpoint], traj: Trajectory, report: RunReport) 
 
 
 def _check_distance_backwards(traj: Trajectory, report: RunReport, paths: dict[int, Path]) -> None:
-    """A checkpoint closer to step 0 than an earlier one was (Pythia #206: an intermediate step holding part
-    of the final model, then a step that jumps back). The whole model moves away from its initialisation at
-    every checkpoint (train/trajectory.py), so a drop beyond float32 summation noise (BACKWARDS_TOLERANCE,
-    relative) is named, with both steps; rows another finding already blames are not judged again. Rows
-    stored in bf16 are left out: their rounding (2^-8 relative per element) moves the distance by as much."""
+    """A checkpoint closer to step 0 than an earlier one (Pythia #206): the model moves away from its
+    initialisation at every checkpoint. Rows already blamed, and bf16 rows (their rounding moves the
+    distance as much), are not judged."""
     d = traj.model_distance(traj.d_init)
     blamed = {f.step for f in report.findings}
     bf16 = [any(traj.bf16[n][r] for n in traj.names) for r in range(len(traj.steps))]
@@ -199,9 +194,8 @@ def _check_tensor_sets(cks: list[_Checkpoint], report: RunReport) -> None:
 
 
 def _sizes_as_hashes(path: Path, manifest: dict) -> dict[str, str]:
-    """`verify --fast`: name -> the manifest's sha256 for every present file whose size is the recorded
-    one (trusted, not read), else a marker that differs from it. Without recorded sizes (manifests
-    before sizes were kept) only presence is checked."""
+    """`verify --fast`: name -> the manifest's sha256 for every present file of the recorded size (trusted,
+    not read), else a marker that differs from it (no recorded sizes: presence only)."""
     sizes = manifest.get("sizes") or {}
     out = {}
     for rel in checkpoint_files(path):
@@ -290,8 +284,7 @@ def _read_weights(ck: _Checkpoint, find, report: RunReport) -> Optional[Weights]
 
 
 def _check_config_hashes(run_dir: Path, cks: list[_Checkpoint], report: RunReport) -> None:
-    """Every checkpoint of a run records one config hash (a resume with another trajectory is refused):
-    a checkpoint with another one came from another run. config.yaml must give the same hash."""
+    """Every checkpoint of a run records one config hash, and config.yaml gives the same one."""
     hashes = {ck.step: (ck.state or {}).get("config_hash") for ck in cks}
     counts = Counter(h for h in hashes.values() if h)
     if not counts:
@@ -317,9 +310,8 @@ def _check_config_hashes(run_dir: Path, cks: list[_Checkpoint], report: RunRepor
 
 
 def _check_token_store(cks: list[_Checkpoint], report: RunReport) -> None:
-    """The token store the newest checkpoint records (trainer_state "data", train/dataid.py), hashed in
-    full against its build-time sha256 and against the run's record. A store no longer in the cache is a
-    note: a rerun rebuilds it from the corpus, and a resume checks it then."""
+    """The token store the newest checkpoint records (train/dataid.py), hashed in full against its build and
+    the run's record; one gone from the cache is a note (a rerun rebuilds it and a resume checks it)."""
     from train.token_store import TokenStore
 
     ck = next((c for c in reversed(cks) if isinstance((c.state or {}).get("data"), dict)), None)
@@ -344,8 +336,7 @@ def _check_token_store(cks: list[_Checkpoint], report: RunReport) -> None:
 
 
 def _check_eval_files(run_dir: Path, report: RunReport) -> None:
-    """Every eval file and per-token sidecar under evals/step<N>/ against its .sha256 and the checkpoint
-    beside it (train/evalsums.py)."""
+    """Every eval file under evals/step<N>/ against its .sha256 and the checkpoint beside it."""
     from train.evalsums import checkpoint_problem, sum_problem
 
     for path in sorted((run_dir / "evals").glob("step*/*.parquet")):
@@ -359,8 +350,7 @@ def _check_eval_files(run_dir: Path, report: RunReport) -> None:
 
 
 def _check_identical_files(cks: list[_Checkpoint], report: RunReport) -> None:
-    """Byte-identical weight files at different steps, from the sha256 already computed (equal to the
-    manifest's when the files match it; computed for checkpoints without one)."""
+    """Byte-identical weight files at different steps, from the sha256 already computed."""
     seen: dict[tuple[str, str], int] = {}  # (file name, sha256) -> the first step holding it
     for ck in cks:
         for f in weight_files(ck.path):
@@ -374,9 +364,7 @@ def _check_identical_files(cks: list[_Checkpoint], report: RunReport) -> None:
 
 
 def verify_run(run_dir: Path, fast: bool = False) -> RunReport:
-    """Every check on one run directory (which must hold checkpoints/step<N>/). fast: files are checked
-    against the manifest's names and sizes, not hashed (the weights are still read once, for the
-    weight checks)."""
+    """Every check on one run directory; fast: files checked against the manifest's sizes, not hashed."""
     run_dir = Path(run_dir)
     report = RunReport(str(run_dir))
     cks = [_Checkpoint(step, path) for step, path in list_checkpoints(run_dir)]
@@ -390,8 +378,7 @@ def verify_run(run_dir: Path, fast: bool = False) -> RunReport:
     _check_config_hashes(run_dir, cks, report)
     _check_token_store(cks, report)
     _check_identical_files(cks, report)
-    # A copy of another step is reported once and left out of the trace: as a neighbour it would
-    # bend the path of the checkpoints beside it.
+    # a copy of another step is reported once and left out of the trace (it would bend its neighbours' path)
     copies = {f.step for f in report.findings if f.kind == "identical-weights"}
     traced = [ck for ck in cks if ck.weights is not None and ck.step not in copies]
     if len(traced) >= 2:
