@@ -1,10 +1,7 @@
-"""The weights of a run's checkpoints as one trajectory: per tensor, how far each checkpoint is from
-step 0, from the final model and from its neighbours, and which checkpoints hold identical values.
-
-`python -m train verify` (train/verify.py) turns these numbers into findings; docs/verify.md gives the
-measured rules (why the detour ratio and not monotone distance, why small tensors are pooled per layer).
-One pass: each tensor is read once per checkpoint (lazily, with safe_open), held beside step 0's, the
-final model's and the previous two checkpoints' copies only, and compared in float32.
+"""The weights of a run's checkpoints as one trajectory: per tensor, how far each checkpoint is from step 0,
+from the final model and from its neighbours, and which checkpoints hold identical values. `train verify`
+turns these into findings (docs/verify.md: why the detour ratio, why small tensors are pooled per layer).
+One pass: each tensor read once per checkpoint, beside step 0's, the final model's and the previous two.
 """
 from __future__ import annotations
 
@@ -33,9 +30,7 @@ class Weights:
 
 @dataclass
 class Trajectory:
-    """Per checkpoint (rows, in step order) and tensor (columns): distances as float64 arrays, NaN where a
-    checkpoint lacks the tensor or has no such neighbour. Row 0 is the first checkpoint (step 0 in a whole
-    run), row -1 the last."""
+    """Distances per checkpoint (rows, step order) and tensor (columns), NaN where absent or no neighbour."""
     steps: list[int]
     names: list[str]
     d_init: np.ndarray  # |θ_t − θ_first|
@@ -52,9 +47,8 @@ class Trajectory:
         return np.sqrt(np.nansum(which ** 2, axis=1))
 
     def detour(self, columns: list[int] | None = None) -> np.ndarray:
-        """(|θ_{t-1} − θ_t| + |θ_t − θ_{t+1}|) / |θ_{t-1} − θ_{t+1}| per row, for each tensor (a 2-D
-        array) or for the `columns` pooled (1-D). NaN at the ends and where the chord is 0: a tensor that
-        did not move is judged by its identical values."""
+        """(|θ_{t-1} − θ_t| + |θ_t − θ_{t+1}|) / |θ_{t-1} − θ_{t+1}| per row and tensor (2-D) or for `columns`
+        pooled (1-D); NaN at the ends and where the chord is 0 (judged by identical values instead)."""
         d_prev, d_skip = self.d_prev, self.d_skip
         if columns is not None:
             d_prev = np.sqrt(np.sum(d_prev[:, columns] ** 2, axis=1))
@@ -142,8 +136,7 @@ def trace(weights: list[Weights]) -> Trajectory:
 
 
 def same_values(traj: Trajectory, name: str, i: int, j: int) -> bool:
-    """Rows i and j hold the same values of `name`: byte-equal in one dtype, or equal once the fp32 one
-    is rounded to bf16 as schedule.weights_dtype=bf16 rounds it."""
+    """Rows i and j hold the same values of `name`: byte-equal, or equal once an fp32 one is rounded to bf16."""
     a, b = traj.keys[name][i], traj.keys[name][j]
     if a is None or b is None:
         return False
