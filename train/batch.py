@@ -15,8 +15,16 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
+from omegaconf import OmegaConf
 
+from train.cli import exit_on_user_error
+from train.config import TrainConfig, to_typed
+from train.corpus import load_documents
 from train.errors import ConfigError, InputFileError, check_writable
+from train.files import atomic_open
+from train.sequences import SequenceStream
+from train.start_token import document_tokens
+from train.tokenizer import load_tokenizer, prepare_tokenizer
 
 
 def batch_ids(stream, step: int, global_batch: int) -> np.ndarray:
@@ -36,10 +44,6 @@ def batch_sha256(ids) -> str:
 def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None):
     """The run's TrainConfig from <run>/config.yaml, checked like a command line (optionally with another
     data.cache_dir); keys added since the run was written get the values it ran with."""
-    from omegaconf import OmegaConf
-
-    from train.config import TrainConfig, to_typed
-
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise InputFileError(f"{path}: not found; {run_dir} is not a run directory")
@@ -62,9 +66,7 @@ def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None):
 
 def open_stream(cfg):
     """(tokenizer, SequenceStream) of a run as the loop builds them (from data.cache_dir, rebuilt if gone)."""
-    from train.corpus import load_documents
-    from train.token_store import build_or_load
-    from train.tokenizer import load_tokenizer, prepare_tokenizer
+    from train.token_store import build_or_load  # imports datasets: `batch --help` need not
 
     cache_dir = Path(cfg.data.cache_dir).expanduser()
     docs, corpus_id = load_documents(cfg.data)
@@ -76,9 +78,6 @@ def open_stream(cfg):
 
 def stream_of(cfg, store, tokenizer):
     """The run's SequenceStream over `store`: one definition for the loop and the batch viewer."""
-    from train.sequences import SequenceStream
-    from train.start_token import document_tokens
-
     doc_start, doc_end = document_tokens(tokenizer)
     return SequenceStream(store, seq_len=cfg.data.seq_len or cfg.model.max_position_embeddings,
                           budget_tokens=cfg.data.budget_tokens, epochs=cfg.data.epochs,
@@ -100,15 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from train.cli import exit_on_user_error
-
     args = build_parser().parse_args(argv)
     return exit_on_user_error(lambda: _main(args))
 
 
 def _main(args) -> int:
-    from train.files import atomic_open
-
     if args.out is not None and args.out.suffix != ".npy":
         raise ConfigError(f"--out {args.out}: name a .npy file")
     if args.out is not None:

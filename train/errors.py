@@ -3,11 +3,15 @@ printed as one line `error: …` naming the key, file or line (exit status 2); a
 from __future__ import annotations
 
 import contextlib
+import difflib
 import errno
+import io
 import json
 import linecache
+import os
 import pickle
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -123,8 +127,6 @@ def _newest_file(directory: Path) -> Path | None:
 def _open_file_in_traceback(e: BaseException) -> Path | None:
     """The file a failed write was writing when its OSError names none (a write to an open file): the
     innermost traceback frame holding an open file, as a local or an attribute of one (`self._jsonl`)."""
-    import io
-
     def named(value) -> str | None:
         name = getattr(value, "name", None) if isinstance(value, io.IOBase) else None
         return name if isinstance(name, str) else None
@@ -178,9 +180,6 @@ def writing(where: Path) -> Iterator[None]:
 def check_writable(directory: Path, what: str) -> None:
     """Refuses a directory (or the nearest existing parent) that cannot be written: a probe file is created,
     as permission bits say nothing for root or a read-only mount."""
-    import os
-    import tempfile
-
     directory = Path(directory).expanduser().absolute()
     existing = directory
     while not existing.exists():
@@ -198,7 +197,5 @@ def check_writable(directory: Path, what: str) -> None:
 
 def did_you_mean(name: str, options) -> str:
     """' (did you mean X?)' for the closest of `options` to a misspelt `name`, else ''."""
-    import difflib
-
     close = difflib.get_close_matches(name, list(options), n=2, cutoff=0.6)
     return f" (did you mean {' or '.join(close)}?)" if close else ""

@@ -10,14 +10,25 @@ Tests cannot reach that repository, so they read the YAML back (tests/test_neox.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+import yaml
+
+from train.batch import load_run_config
+from train.checkpoint import list_checkpoints, read_state
+from train.cli import exit_on_user_error
 from train.errors import ConfigError, InputFileError, reading
+from train.files import write_text_atomic
+from train.grid import GridError, compose_run, hydra_context
 from train.neox_read import EOD, normalize_keys, save_steps
+from train.optim import warmup_steps
+from train.plan import planned_steps
+from train.schedule import checkpoint_steps
 
 NEOX_COMMIT = "ea7aefd8f8e183256992d9fede4d7c71a46d67a5"  # EleutherAI/gpt-neox main, 2026-05-19
 DEFAULT_WORLD_SIZE = 8  # GPUs the batch split assumes unless --world-size says otherwise (one A100 node)
@@ -41,10 +52,6 @@ def neox_config(cfg, *, world_size: int = DEFAULT_WORLD_SIZE, vocab_file: Option
                 save_dir: Optional[str] = None) -> NeoxExport:
     """The gpt-neox config that trains `cfg` (a TrainConfig) on `world_size` data-parallel GPUs, for
     `total_steps` iterations (default: counted from data.budget_tokens, as train/plan.py does)."""
-    from train.optim import warmup_steps
-    from train.plan import planned_steps
-    from train.schedule import checkpoint_steps
-
     m, o = cfg.model, cfg.optim
     diffs: list[str] = []
     if world_size < 1:
@@ -191,8 +198,6 @@ def _differences(cfg, warm: int, intermediate: int) -> list[str]:
 
 def render_yaml(export: NeoxExport, overrides: Sequence[str]) -> str:
     """The YAML text: a header (what it is, what differs) and the keys in a readable order."""
-    import yaml
-
     head = [f"# gpt-neox config exported by `python -m train.neox {' '.join(overrides)}`",
             f"# Key names checked against EleutherAI/gpt-neox commit {NEOX_COMMIT}.",
             f"# Batch for {export.world_size} GPUs (data parallel): train_batch_size = "
@@ -230,9 +235,6 @@ def _tokenizer_json(cfg, tokenizer: Optional[Path]) -> Optional[Path]:
 
 def run_config(run_dir: Path):
     """(TrainConfig, total_steps, newest checkpoint) of a started run (its config.yaml and newest trainer state)."""
-    from train.batch import load_run_config
-    from train.checkpoint import list_checkpoints, read_state
-
     cfg = load_run_config(run_dir)
     ckpts = list_checkpoints(run_dir)
     if not ckpts:
@@ -248,11 +250,6 @@ def export(overrides: Sequence[str], out_dir: Path, *, world_size: int = DEFAULT
            say=print) -> Path:
     """Writes OUT/<experiment>.yml (and OUT/tokenizer.json when one is known) from Hydra `overrides` or a
     started `run` directory (which also gives the steps and the tokenizer); returns the YAML path."""
-    import json
-
-    from train.files import write_text_atomic
-    from train.grid import GridError, compose_run, hydra_context
-
     total = None
     if run is not None:
         cfg, total, newest = run_config(run)
@@ -289,8 +286,6 @@ def export(overrides: Sequence[str], out_dir: Path, *, world_size: int = DEFAULT
     for d in exp.differences:
         say(f"  - {d}")
     if compare is not None:
-        import yaml
-
         shared, differ = compare_config(c, yaml.safe_load(Path(compare).read_text()) or {})
         say(f"compared with {compare}: {len(shared)} keys in both, {len(differ)} differ"
             + (":" if differ else ""))
@@ -300,8 +295,6 @@ def export(overrides: Sequence[str], out_dir: Path, *, world_size: int = DEFAULT
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from train.cli import exit_on_user_error
-
     parser = argparse.ArgumentParser(prog="python -m train.neox", description=__doc__.split("\n")[0])
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m train (export)")
     parser.add_argument("--out", type=Path, help="export: the directory for the YAML; import: the HF directory")

@@ -11,6 +11,7 @@ ours); the fused QKV is laid out per head as [q, k, v] in both, so every tensor 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -21,8 +22,14 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import torch
+import yaml
 
+from train.checkpoint import write_manifest
 from train.errors import InputFileError, reading
+from train.files import checkpoint_dir, fsync_tree, write_json_atomic
+from train.model import count_parameters, hf_config
+from train.neox_read import EOD, model_config, model_fields, normalize_keys
+from train.start_token import write_record
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +77,6 @@ def complete_steps(run_dir: Path) -> list[tuple[int, Path]]:
 
 def read_config(step_dir: Path, config: Optional[Path] = None) -> tuple[dict, str]:
     """(the run's gpt-neox config, - spelt _, merged from the files it was started with; where it came from)."""
-    import yaml
-
-    from train.neox_read import normalize_keys
-
     files = [Path(config)] if config is not None else sorted(
         p for p in (Path(step_dir) / "configs").glob("*") if p.suffix in (".yml", ".yaml", ".json"))
     if not files:
@@ -93,8 +96,6 @@ def _load(path: Path, allow_numpy: bool = False) -> dict:
         raise InputFileError(f"{path}: missing (gpt-neox writes it with the checkpoint)")
     safe = []
     if allow_numpy:
-        import importlib
-
         for name in _NUMPY_GLOBALS:
             module, _, attr = name.rpartition(".")
             try:
@@ -204,8 +205,6 @@ def _tokenizer(c: dict, origin: str, tokenizer: Optional[Path]):
     """The run's tokenizer as an HF fast tokenizer (document token = gpt-neox's EOD), or None."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    from train.neox_read import EOD
-
     if tokenizer is not None:
         with reading(Path(tokenizer), "the tokenizer"):
             return AutoTokenizer.from_pretrained(str(tokenizer))
@@ -231,12 +230,6 @@ def import_step(step_dir: Path, out_dir: Path, *, config: Optional[Path] = None,
     """Writes the HF directory of one global_step<N> (config, weights, tokenizer and start_token.json when
     the run names one, trainer_state.json, manifest.json) under a temporary name, then renames it."""
     from transformers import GPTNeoXForCausalLM
-
-    from train.checkpoint import write_manifest
-    from train.files import fsync_tree, write_json_atomic
-    from train.model import count_parameters, hf_config
-    from train.neox_read import model_config, model_fields
-    from train.start_token import write_record
 
     step_dir, out_dir = Path(step_dir), Path(out_dir)
     step = step_of(step_dir)
@@ -325,8 +318,6 @@ def sync_run(run_dir: Path, *, config: Optional[Path] = None, tokenizer: Optiona
     """Imports every complete global_step<N> of a gpt-neox save directory that has no checkpoints/step<N>
     yet or was replaced since its import (then its evals are redone too); returns the imported ones. A
     directory without global_step<N> (our own runs) passes untouched."""
-    from train.files import checkpoint_dir
-
     run_dir = Path(run_dir)
     if not is_neox_run(run_dir):
         return []

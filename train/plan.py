@@ -22,10 +22,15 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from train.config import TrainConfig
-from train.grid import compose_run, expand
+from train.corpus import _collect_files, corpus_identity, load_documents
+from train.grid import compose_run, expand, hydra_context, run_subdir
 from train.memory import GiB, Memory, estimate
+from train.model import pad_vocab, parameters_of
 from train.schedule import checkpoint_steps
+from train.start_token import document_tokens
 from train.summary import recipe_warnings
+from train.tokenizer import (load_tokenizer, prepare_tokenizer, pretrained_dir, tokenizer_label, tokenizer_length,
+                             trained_dir)
 
 GB = 1e9
 H100_BF16_PEAK_TFLOPS = 989.0  # NVIDIA H100 SXM dense bf16 tensor-core peak
@@ -169,17 +174,12 @@ def planned_steps(cfg: TrainConfig) -> int:
 
 
 def tokenizer_of(cfg: TrainConfig) -> str:
-    from train.tokenizer import tokenizer_label, tokenizer_length
-
     t = cfg.tokenizer
     return tokenizer_label(t.kind, t.vocab_size, t.path, t.model_type, tokenizer_length(t))
 
 
 def parameter_count(cfg: TrainConfig) -> int:
     """All parameters of the model, by arithmetic (train.model.parameters_of: no torch, no model built)."""
-    from train.model import parameters_of
-    from train.tokenizer import tokenizer_length
-
     # model.vocab_size=null: the tokenizer's length padded to 128 (build_model pads), as in a real run
     vocab = None if cfg.model.vocab_size is not None else tokenizer_length(cfg.tokenizer)
     return parameters_of(cfg.model, vocab)
@@ -203,8 +203,6 @@ BYTES_PER_TOKEN = ZH_BYTES / ZH_TOKENS
 def corpus_size(cfg: TrainConfig, count: bool = False) -> CorpusSize:
     """The run's corpus in tokens of its tokenizer: from the token store a run built (count=True: builds it
     now), else an estimate from the files' bytes."""
-    from train.corpus import _collect_files, corpus_identity
-
     d = cfg.data
     if d.source != "files":
         return CorpusSize(None, f"data.source={d.source}: generated at start, not sized")
@@ -215,9 +213,7 @@ def corpus_size(cfg: TrainConfig, count: bool = False) -> CorpusSize:
     cache = Path(d.cache_dir).expanduser()
     corpus_id = corpus_identity(d, groups)
     if count:
-        from train.corpus import load_documents
-        from train.token_store import build_or_load
-        from train.tokenizer import prepare_tokenizer
+        from train.token_store import build_or_load  # imports datasets: only when counting
 
         docs, corpus_id = load_documents(d)
         build_or_load(docs, prepare_tokenizer(cfg.tokenizer, docs, corpus_id, cache), corpus_id, cache, d.num_proc)
@@ -238,9 +234,7 @@ def corpus_size(cfg: TrainConfig, count: bool = False) -> CorpusSize:
 
 def _cached_store(cfg: TrainConfig, corpus_id: str, cache: Path) -> Optional[tuple[int, str]]:
     """(stream tokens, where from) of the token store a run of cfg would load, if it is built."""
-    from train.start_token import document_tokens
     from train.token_store import TokenStore, store_fingerprint
-    from train.tokenizer import load_tokenizer, pretrained_dir, trained_dir
 
     t = cfg.tokenizer
     tdir = pretrained_dir(t) if t.kind == "pretrained" else trained_dir(t, corpus_id, cache)
@@ -266,8 +260,6 @@ def _cached_store(cfg: TrainConfig, corpus_id: str, cache: Path) -> Optional[tup
 
 def plan_run(overrides: Sequence[str], hw: Hardware, _params_cache: Optional[dict] = None,
              count_tokens: bool = False) -> RunPlan:
-    from train.grid import run_subdir
-
     cfg, choices = compose_run(overrides)
     cache = {} if _params_cache is None else _params_cache
     d = cfg.data
@@ -308,8 +300,6 @@ def plan_run(overrides: Sequence[str], hw: Hardware, _params_cache: Optional[dic
 
 def memory_per_gpu(cfg: TrainConfig, params: int, seq_len: int, gpus: int) -> tuple[Memory, str]:
     """Training memory on one of `gpus` GPUs (auto precision = bf16), and a label of what it depends on."""
-    from train.model import pad_vocab
-
     e, m = cfg.engine, cfg.model
     vocab = m.vocab_size if m.vocab_size is not None else pad_vocab(cfg.tokenizer.vocab_size)
     stage = e.zero_stage if e.kind == "deepspeed" else 0
@@ -325,8 +315,6 @@ def memory_per_gpu(cfg: TrainConfig, params: int, seq_len: int, gpus: int) -> tu
 
 
 def plan(overrides: Sequence[str], hw: Optional[Hardware] = None, count_tokens: bool = False) -> list[RunPlan]:
-    from train.grid import hydra_context
-
     hw = hw or Hardware()
     cache: dict = {}
     with hydra_context():

@@ -16,8 +16,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
+from omegaconf import OmegaConf
+
 from train.config import procs_per_node
 from train.files import write_text_atomic
+from train.grid import GridError, expand, hydra_context
+from train.memory import GiB
+from train.optim import accumulation_steps
+from train.plan import Hardware, memory_per_gpu, plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "slurm" / "array.sbatch.in"
@@ -53,8 +59,6 @@ SHARED_KEYS = ("account", "qos", *RESOURCE_KEYS)
 
 def launcher_defaults() -> dict:
     """The shared resource keys as configs/hydra/launcher/slurm.yaml sets them."""
-    from omegaconf import OmegaConf
-
     cfg = OmegaConf.load(LAUNCHER_YAML)
     missing = [k for k in SHARED_KEYS if k not in cfg]
     if missing:
@@ -76,10 +80,6 @@ TIME_MARGIN, TIME_OVERHEAD_MIN = 1.5, 30  # x the planned hours, + tokenizer/sto
 def planned_resources(p, cap: dict, gpus: Optional[int] = None) -> dict:
     """gpus_per_node, mem_gb and timeout_min of one RunPlan: the fewest GPUs (a power of two the batch splits
     over) whose memory holds it and whose time fits the cap, host memory per process, the hours with a margin."""
-    from train.memory import GiB
-    from train.optim import accumulation_steps
-    from train.plan import memory_per_gpu
-
     def hours(n: int) -> float:
         return (p.gpu_hours + p.probe_hours) / n
 
@@ -115,9 +115,6 @@ def _divides(check, optim, n: int) -> bool:
 def resource_groups(runs: Sequence[Sequence[str]], cap: dict, given: dict) -> list[tuple[dict, list[int]]]:
     """(resources, run indices) per group of runs sharing one request (one job array each): the plan's
     resources where `given` has None, in grid order."""
-    from train.grid import hydra_context
-    from train.plan import Hardware, plan_run
-
     todo = [k for k in PLANNED_KEYS if given.get(k) is None]
     if not todo:
         return [(dict(given), list(range(len(runs))))]
@@ -144,7 +141,6 @@ def launch_planned(launcher, job_overrides, initial_job_idx: int) -> list:
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.singleton import Singleton
     from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-    from omegaconf import OmegaConf
 
     given = {o.split("=", 1)[0].lstrip("+~") for o in launcher.config.hydra.overrides.hydra}
     cap = dict(launcher.params)
@@ -257,8 +253,6 @@ def render(runs: Sequence[Sequence[str]], opts: SbatchOptions, out: Path, comman
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from train.grid import GridError, expand
-
     p = argparse.ArgumentParser(prog="python -m train.slurm", description=__doc__.split("\n")[0])
     p.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m train -m")
     p.add_argument("-m", "--multirun", action="store_true",
