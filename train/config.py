@@ -44,7 +44,11 @@ class TrainConfig:
     max_skipped_batches: int = 0
 
     def __post_init__(self):
-        _check_seeds(self)  # checks across sections; each section checks its own keys
+        # checks across sections (each section checks its own keys); negative seeds: torch and numpy refuse them
+        seeds = {"seed": self.seed, "data.seed": self.data.seed, "data.order_seed": self.data.order_seed}
+        for key, value in seeds.items():
+            if value < 0:
+                raise ConfigError(f"{key}={value}: seeds must be >= 0")
         if self.max_skipped_batches < 0:
             raise ValueError(f"max_skipped_batches must be >= 0, got {self.max_skipped_batches}")
         if self.max_skipped_batches and self.engine.kind != "torch":
@@ -53,13 +57,6 @@ class TrainConfig:
         if self.data.seq_len is not None and self.data.seq_len > self.model.max_position_embeddings:
             raise ConfigError(f"data.seq_len={self.data.seq_len} is larger than model.max_position_embeddings="
                               f"{self.model.max_position_embeddings}: positions beyond it have no embedding")
-
-
-def _check_seeds(cfg: TrainConfig) -> None:
-    """Negative seeds (torch and numpy refuse them), before the run directory is written into."""
-    for key, value in (("seed", cfg.seed), ("data.seed", cfg.data.seed), ("data.order_seed", cfg.data.order_seed)):
-        if value < 0:
-            raise ConfigError(f"{key}={value}: seeds must be >= 0")
 
 
 def procs_per_node(gpus_per_node) -> int:

@@ -18,11 +18,6 @@ def _identity(path: Path) -> tuple:
     return (str(Path(path).absolute()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def remember(path: Path, digest: str) -> None:
-    """Records that `path`, as it is on disk now, has sha256 `digest` (it was just written)."""
-    _known[_identity(path)] = digest
-
-
 def sha256_once(path: Path) -> str:
     """The file's sha256: remembered from its write or an earlier call, else read once."""
     key = _identity(path)
@@ -58,5 +53,5 @@ def torch_save_hashed(obj: Any, path: Path) -> str:
         writer = HashingWriter(raw)
         torch.save(obj, writer)
         raw.flush()
-    remember(path, writer.sha.hexdigest())
+    _known[_identity(path)] = writer.sha.hexdigest()
     return writer.sha.hexdigest()

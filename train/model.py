@@ -39,27 +39,23 @@ class ModelConfig:
     attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2 | flex_attention (transformers')
 
     def __post_init__(self):
-        _check_sizes(self)
+        # sizes that cannot build a model, refused at start (a zero head count divides by zero in transformers)
+        for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                    "max_position_embeddings"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"model.{key}={getattr(self, key)}: must be at least 1")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(f"model.hidden_size={self.hidden_size} is not divisible by "
+                              f"model.num_attention_heads={self.num_attention_heads}")
+        if not 0 < self.rotary_pct <= 1:
+            raise ConfigError(f"model.rotary_pct={self.rotary_pct}: expected a fraction in (0, 1]")
+        if self.vocab_size is not None and self.vocab_size < 1:
+            raise ConfigError(f"model.vocab_size={self.vocab_size}: must be at least 1 (or null: the tokenizer's)")
+        if self.lr is not None and not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"model.lr={self.lr}: the peak learning rate must be a positive number")
         if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
             raise ValueError(f"model.attn_implementation={self.attn_implementation!r}: expected one of "
                              f"{', '.join(ATTN_IMPLEMENTATIONS)}")
-
-
-def _check_sizes(cfg: ModelConfig) -> None:
-    """Sizes that cannot build a model, refused at start (a zero head count divides by zero in transformers)."""
-    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                "max_position_embeddings"):
-        if getattr(cfg, key) < 1:
-            raise ConfigError(f"model.{key}={getattr(cfg, key)}: must be at least 1")
-    if cfg.hidden_size % cfg.num_attention_heads:
-        raise ConfigError(f"model.hidden_size={cfg.hidden_size} is not divisible by "
-                          f"model.num_attention_heads={cfg.num_attention_heads}")
-    if not 0 < cfg.rotary_pct <= 1:
-        raise ConfigError(f"model.rotary_pct={cfg.rotary_pct}: expected a fraction in (0, 1]")
-    if cfg.vocab_size is not None and cfg.vocab_size < 1:
-        raise ConfigError(f"model.vocab_size={cfg.vocab_size}: must be at least 1 (or null: the tokenizer's)")
-    if cfg.lr is not None and not (math.isfinite(cfg.lr) and cfg.lr > 0):
-        raise ConfigError(f"model.lr={cfg.lr}: the peak learning rate must be a positive number")
 
 
 def pad_vocab(n: int, multiple: int = 128) -> int:

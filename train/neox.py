@@ -78,52 +78,32 @@ def neox_config(cfg, *, world_size: int = DEFAULT_WORLD_SIZE, vocab_file: Option
     precision = {"fp32": "fp32", "bf16": "bfloat16", "auto": "bfloat16"}[cfg.engine.precision]
     c = {
         # one pipeline stage: the checkpoint is DeepSpeed's per-layer files (what --import reads)
-        "pipe_parallel_size": 1,
-        "model_parallel_size": 1,
-        "num_layers": m.num_hidden_layers,
-        "hidden_size": m.hidden_size,
-        "num_attention_heads": m.num_attention_heads,
-        "intermediate_size": m.intermediate_size,
-        "mlp_multiple_of": 1,
-        "seq_length": seq_len,
-        "max_position_embeddings": m.max_position_embeddings,
-        "pos_emb": "rotary",
-        "rotary_pct": m.rotary_pct,
-        "rotary_emb_base": m.rotary_emb_base,
-        "no_weight_tying": not m.tie_word_embeddings,
-        "gpt_j_residual": m.use_parallel_residual,
+        "pipe_parallel_size": 1, "model_parallel_size": 1,
+        "num_layers": m.num_hidden_layers, "hidden_size": m.hidden_size, "num_attention_heads": m.num_attention_heads,
+        "intermediate_size": m.intermediate_size, "mlp_multiple_of": 1,
+        "seq_length": seq_len, "max_position_embeddings": m.max_position_embeddings,
+        "pos_emb": "rotary", "rotary_pct": m.rotary_pct, "rotary_emb_base": m.rotary_emb_base,
+        "no_weight_tying": not m.tie_word_embeddings, "gpt_j_residual": m.use_parallel_residual,
         "gpt_j_tied": False,  # HF GPTNeoX has two LayerNorms per block
-        "norm": "layernorm",
-        "layernorm_epsilon": m.layer_norm_eps,
-        "activation": activation,
+        "norm": "layernorm", "layernorm_epsilon": m.layer_norm_eps, "activation": activation,
         "bias_gelu_fusion": fused_gelu,
         "attention_config": [[["global"], m.num_hidden_layers]],  # "flash" is the same math, faster
-        "hidden_dropout": 0.0,
-        "attention_dropout": 0.0,
-        "init_method": init,
-        "output_layer_init_method": out_init,
+        "hidden_dropout": 0.0, "attention_dropout": 0.0, "init_method": init, "output_layer_init_method": out_init,
         "init_method_std": 0.02,  # used by "normal" only (our init_method=hf: transformers' 0.02)
         # padded vocabulary = the tokenizer's size rounded up to this: ours pads to 128, a pinned size
         # is reached by padding to itself (it is at least the tokenizer's size: train/model.py checks)
         "make_vocab_size_divisible_by": 128 if m.vocab_size is None else m.vocab_size,
         "optimizer": {"type": "Adam", "params": {"lr": o.lr, "betas": list(o.betas), "eps": o.eps}},
         "weight_decay": o.weight_decay,  # decoupled (apex/DeepSpeed FusedAdam adam_w_mode), biases and norms excluded
-        "gradient_clipping": o.grad_clip,
-        "min_lr": o.lr * o.min_lr_ratio,
-        "lr_decay_style": o.decay,
+        "gradient_clipping": o.grad_clip, "min_lr": o.lr * o.min_lr_ratio, "lr_decay_style": o.decay,
         "lr_decay_iters": steps,
         "warmup": warm / steps,  # a fraction of lr_decay_iters: warm / steps * steps = our warmup steps
-        "train_iters": steps,
-        "train_batch_size": o.global_batch,
-        "train_micro_batch_size_per_gpu": micro,
+        "train_iters": steps, "train_batch_size": o.global_batch, "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": accum,
-        "checkpoint_scale": "linear",
-        "checkpoint_factor": factor,
-        "extra_save_iters": extra,
+        "checkpoint_scale": "linear", "checkpoint_factor": factor, "extra_save_iters": extra,
         "precision": precision,
         "zero_optimization": {"stage": cfg.engine.zero_stage if cfg.engine.kind == "deepspeed" else 1},
-        "seed": cfg.seed,
-        "tokenizer_type": "HFTokenizer",
+        "seed": cfg.seed, "tokenizer_type": "HFTokenizer",
     }
     if save_dir is not None:  # gpt-neox saves nothing without `save`; `load` makes a rerun resume
         c["save"] = c["load"] = save_dir

@@ -40,25 +40,21 @@ class OptimConfig:
             raise ConfigError(f"optim.warmup_steps={self.warmup_steps}: must be >= 0 (or null for warmup_ratio)")
         if self.impl not in ADAMW_IMPLS:
             raise ConfigError(f"optim.impl={self.impl!r}: expected one of {', '.join(ADAMW_IMPLS)}")
-        _check_values(self)
-
-
-def _check_values(cfg: OptimConfig) -> None:
-    """Numbers that cannot train, refused at start (AdamW accepts a negative or NaN lr and trains silently)."""
-    if not (math.isfinite(cfg.lr) and cfg.lr > 0):
-        raise ConfigError(f"optim.lr={cfg.lr}: the peak learning rate must be a positive number")
-    for key in ("min_lr_ratio", "warmup_ratio"):
-        value = getattr(cfg, key)
-        if not (math.isfinite(value) and 0 <= value <= 1):
-            raise ConfigError(f"optim.{key}={value}: expected a fraction in [0, 1]")
-    if not all(math.isfinite(b) and 0 <= b < 1 for b in cfg.betas):
-        raise ConfigError(f"optim.betas={list(cfg.betas)}: each must be in [0, 1)")
-    if not (math.isfinite(cfg.eps) and cfg.eps > 0):
-        raise ConfigError(f"optim.eps={cfg.eps}: must be a positive number")
-    if not (math.isfinite(cfg.weight_decay) and cfg.weight_decay >= 0):
-        raise ConfigError(f"optim.weight_decay={cfg.weight_decay}: must be >= 0")
-    if not cfg.grad_clip > 0:  # inf is allowed: no clipping
-        raise ConfigError(f"optim.grad_clip={cfg.grad_clip}: must be > 0 (inf: no clipping)")
+        # numbers that cannot train (AdamW accepts a negative or NaN lr and trains silently)
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"optim.lr={self.lr}: the peak learning rate must be a positive number")
+        for key in ("min_lr_ratio", "warmup_ratio"):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and 0 <= value <= 1):
+                raise ConfigError(f"optim.{key}={value}: expected a fraction in [0, 1]")
+        if not all(math.isfinite(b) and 0 <= b < 1 for b in self.betas):
+            raise ConfigError(f"optim.betas={list(self.betas)}: each must be in [0, 1)")
+        if not (math.isfinite(self.eps) and self.eps > 0):
+            raise ConfigError(f"optim.eps={self.eps}: must be a positive number")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ConfigError(f"optim.weight_decay={self.weight_decay}: must be >= 0")
+        if not self.grad_clip > 0:  # inf is allowed: no clipping
+            raise ConfigError(f"optim.grad_clip={self.grad_clip}: must be > 0 (inf: no clipping)")
 
 
 ADAMW_IMPLS = ("auto", "fused", "foreach", "for-loop")

@@ -173,11 +173,6 @@ def planned_steps(cfg: TrainConfig) -> int:
     return sequences // cfg.optim.global_batch
 
 
-def tokenizer_of(cfg: TrainConfig) -> str:
-    t = cfg.tokenizer
-    return tokenizer_label(t.kind, t.vocab_size, t.path, t.model_type, tokenizer_length(t))
-
-
 def parameter_count(cfg: TrainConfig) -> int:
     """All parameters of the model, by arithmetic (train.model.parameters_of: no torch, no model built)."""
     # model.vocab_size=null: the tokenizer's length padded to 128 (build_model pads), as in a real run
@@ -289,8 +284,11 @@ def plan_run(overrides: Sequence[str], hw: Hardware, _params_cache: Optional[dic
     gpu_hours = 6.0 * params * tokens / per_hour
     probing, probe_pairs, left_out = probe_flops(params, cfg.probes, n_ckpt)
     memory, setup = memory_per_gpu(cfg, params, seq_len, hw.gpus)
+    t = cfg.tokenizer
+    tokenizer = tokenizer_label(t.kind, t.vocab_size, t.path, t.model_type, tokenizer_length(t))
     return RunPlan(name=run_subdir(cfg), overrides=list(overrides), preset=choices.get("optim", "?"),
-                   budget=cfg.data.budget_tokens, params=params, tokenizer=tokenizer_of(cfg), seq_len=seq_len, global_batch=cfg.optim.global_batch, steps=steps,
+                   budget=cfg.data.budget_tokens, params=params, tokenizer=tokenizer, seq_len=seq_len,
+                   global_batch=cfg.optim.global_batch, steps=steps,
                    tokens=tokens, checkpoints=n_ckpt, gpu_hours=gpu_hours,
                    storage_bytes=storage_bytes(cfg, params, n_ckpt), memory=memory, setup=setup,
                    probe_hours=probing / per_hour, probe_pairs=probe_pairs, mfu=mfu, mfu_source=mfu_source,

@@ -408,14 +408,6 @@ def verify_run(run_dir: Path, fast: bool = False) -> RunReport:
     return report
 
 
-def _summary(report: RunReport) -> str:
-    n = len(report.checkpoints)
-    span = f"step{report.checkpoints[0]['step']}..step{report.checkpoints[-1]['step']}" if n else ""
-    manifests = sum(c["manifest"] for c in report.checkpoints)
-    verdict = f"{len(report.findings)} finding(s)" if report.findings else "clean"
-    return (f"verify {report.run}: {n} checkpoints ({span}), {manifests} with manifests: {verdict}")
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train verify", description=__doc__.split("\n")[0])
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (holding checkpoints/)")
@@ -448,7 +440,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     print(f"{c['step']:>8} {c['tokens'] if c['tokens'] is not None else '-':>14} "
                           f"{c.get('distance_from_init', float('nan')):>10.4g} "
                           f"{c.get('distance_from_final', float('nan')):>10.4g}")
-            print(_summary(r))
+            n, cks = len(r.checkpoints), r.checkpoints
+            span = f"step{cks[0]['step']}..step{cks[-1]['step']}" if n else ""
+            verdict = f"{len(r.findings)} finding(s)" if r.findings else "clean"
+            print(f"verify {r.run}: {n} checkpoints ({span}), {sum(c['manifest'] for c in cks)} with manifests: "
+                  f"{verdict}")
     return 1 if any(r.findings for r in reports) else 0
 
 
