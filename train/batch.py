@@ -55,7 +55,8 @@ def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None):
         if "heldout_tokens" not in saved.get("data", {}):  # a run from before held-out splits trained on all
             saved.data.heldout_tokens = 0
         if saved.get("probes") and "_target_" not in saved.probes:  # written before the section named its type
-            saved.probes._target_ = OmegaConf.load(Path(__file__).parents[1] / "configs" / "config.yaml").probes._target_
+            default = OmegaConf.load(Path(__file__).parents[1] / "configs" / "config.yaml")
+            saved.probes._target_ = default.probes._target_
         cfg = to_typed(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved))
     except (ValueError, TypeError) as e:  # omegaconf errors name the key
         raise ConfigError(f"{path}: {e}") from None

@@ -77,8 +77,7 @@ def manifest_problems(path: Path, manifest: dict, actual: Optional[dict] = None)
 
 
 def _unfinished_rewrite(manifest: dict, rel: str) -> Optional[str]:
-    """The sha256 `rel` had before weights_to_bf16 recorded its rewrite: still the file on disk while
-    that rewrite is unfinished (weights_to_bf16 finishes it), so not damage."""
+    """The sha256 `rel` had before weights_to_bf16 recorded its rewrite (an unfinished rewrite is not damage)."""
     return ((manifest.get("derived") or {}).get(rel) or {}).get("from")
 
 

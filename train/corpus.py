@@ -83,8 +83,7 @@ class DataConfig:
 
 
 def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
-    """(Dataset with one column "text", corpus identity): the identity names the source and the files with
-    their sizes and mtimes (or the grammar config), so an edit gives a new token store."""
+    """(Dataset with one column "text", corpus identity: what the tokenizer and token store are keyed by)."""
     import datasets
 
     if cfg.source == "grammar":

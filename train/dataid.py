@@ -27,8 +27,7 @@ def _files(corpus: dict) -> dict[str, tuple]:
 
 
 def check_resume_data(ckpt: Path, state: dict, corpus_id: str, store) -> None:
-    """Refuses a resume whose data differ from those the checkpoint was trained on. A checkpoint written
-    before the record existed (no "data") is not checked."""
+    """Refuses a resume whose data differ from the checkpoint's (one without the record is not checked)."""
     saved: Optional[dict] = state.get(KEY)
     if not saved or saved.get("store_sha256") is None or store.content_hash is None:
         return

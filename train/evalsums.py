@@ -72,8 +72,7 @@ def checkpoint_problem(path: Path, meta: Optional[dict] = None) -> Optional[str]
 
 
 def sum_problem(path: Path, meta: Optional[dict] = None, data: Optional[bytes] = None) -> Optional[str]:
-    """Why `path` cannot be trusted, or None. `meta` and `data`: its metadata and bytes when the caller holds
-    them (else read here as needed)."""
+    """Why `path` cannot be trusted, or None (`meta`, `data`: its metadata and bytes, when already read)."""
     path, side = Path(path), sum_path(path)
     if side.is_file():
         recorded = side.read_text(errors="replace").split()[:1]

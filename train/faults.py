@@ -48,8 +48,7 @@ def stall_point(point: str, hold_open: str | None = None) -> None:
 
 
 def stuck_worker(point: str, hold_open: str) -> None:
-    """A worker process that stalls (stall_point) and is waited on, as datasets' pool waits on its
-    workers, when SYNTAX_DYNAMICS_FAULT=<point>:stall."""
+    """A worker process that stalls and is waited on, as datasets' pool waits on its workers."""
     if not stall_requested(point):
         return
     import multiprocessing

@@ -81,8 +81,7 @@ def expand(overrides: Sequence[str]) -> list[list[str]]:
 
 
 def compose_run(overrides: Sequence[str]) -> tuple[TrainConfig, dict]:
-    """One run's typed config and its Hydra choices; HydraConfig is set while resolving, as inside
-    `python -m train`, so `${hydra:runtime.choices.optim}` resolves here too."""
+    """One run's typed config and Hydra choices (HydraConfig set, so `${hydra:runtime.choices.optim}` resolves)."""
     try:
         cfg = _compose(overrides, with_hydra=True)
     except Exception as e:

@@ -172,8 +172,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         dist.barrier()
 
     def probe_missed(current: int) -> None:
-        """Runs the hooks on every scheduled checkpoint whose evals or log record a crash prevented
-        (`current`: the step whose weights the engine holds)."""
+        """Runs the hooks on every scheduled checkpoint whose evals or log record a crash prevented."""
         todo = []
         if dist.main:
             logged = logged_steps(logger.path, "checkpoint")

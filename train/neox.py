@@ -50,8 +50,7 @@ class NeoxExport:
 def neox_config(cfg, *, world_size: int = DEFAULT_WORLD_SIZE, vocab_file: Optional[str] = None,
                 eod_in_vocab: Optional[bool] = None, total_steps: Optional[int] = None,
                 save_dir: Optional[str] = None) -> NeoxExport:
-    """The gpt-neox config that trains `cfg` (a TrainConfig) on `world_size` data-parallel GPUs, for
-    `total_steps` iterations (default: counted from data.budget_tokens, as train/plan.py does)."""
+    """The gpt-neox config that trains `cfg` on `world_size` GPUs for `total_steps` (default: the plan's)."""
     m, o = cfg.model, cfg.optim
     diffs: list[str] = []
     if world_size < 1:

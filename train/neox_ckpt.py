@@ -41,7 +41,8 @@ _BLOCK = {f"{m}.{p}": f"{m}.{p}" for m in ("input_layernorm", "post_attention_la
                                            "attention.query_key_value", "attention.dense") for p in ("weight", "bias")}
 _MLP = {"new": {f"mlp.linear{n}.{p}": f"mlp.{hf}.{p}" for n, hf in ((1, "dense_h_to_4h"), (2, "dense_4h_to_h"))
                 for p in ("weight", "bias")},
-        "legacy": {f"mlp.{hf}.{p}": f"mlp.{hf}.{p}" for hf in ("dense_h_to_4h", "dense_4h_to_h") for p in ("weight", "bias")}}
+        "legacy": {f"mlp.{hf}.{p}": f"mlp.{hf}.{p}" for hf in ("dense_h_to_4h", "dense_4h_to_h")
+                   for p in ("weight", "bias")}}
 # buffers gpt-neox may save that HF recomputes (the rotary frequencies are checked, not copied)
 _BUFFERS = ("attention.rotary_emb.inv_freq", "attention.bias", "attention.masked_bias")
 # What DeepSpeed/gpt-neox put in the engine file besides tensors: numpy's RNG state (an array).

@@ -72,8 +72,7 @@ def _check_choice(group: str, override, options: list[str]) -> None:
 
 
 def _field_type(schema: type, dotted: str, groups: dict) -> object:
-    """The annotated type of a dotted key, or ConfigError naming the first unknown part (None below a field
-    that is not a dataclass: those keys are not checked)."""
+    """The annotated type of a dotted key (None below a non-dataclass field), or ConfigError naming it."""
     kind: object = schema
     walked = []
     for part in dotted.split("."):

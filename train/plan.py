@@ -196,8 +196,7 @@ BYTES_PER_TOKEN = ZH_BYTES / ZH_TOKENS
 
 
 def corpus_size(cfg: TrainConfig, count: bool = False) -> CorpusSize:
-    """The run's corpus in tokens of its tokenizer: from the token store a run built (count=True: builds it
-    now), else an estimate from the files' bytes."""
+    """The run's corpus in tokens: its token store's (count=True: built now), else estimated from bytes."""
     d = cfg.data
     if d.source != "files":
         return CorpusSize(None, f"data.source={d.source}: generated at start, not sized")

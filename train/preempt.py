@@ -100,8 +100,7 @@ class Preemption:
 
 
 def drop_unscheduled(run_dir: Path, scheduled: set[int], before: int) -> None:
-    """Deletes resume-only checkpoints a preemption wrote off the schedule once a later one is whole
-    (renamed away first: a crash never leaves a partial directory under a checkpoint name)."""
+    """Deletes resume-only checkpoints a preemption wrote off the schedule once a later one is whole."""
     from train.checkpoint import list_checkpoints
 
     for step, path in list_checkpoints(run_dir):

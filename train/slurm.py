@@ -113,8 +113,7 @@ def _divides(check, optim, n: int) -> bool:
 
 
 def resource_groups(runs: Sequence[Sequence[str]], cap: dict, given: dict) -> list[tuple[dict, list[int]]]:
-    """(resources, run indices) per group of runs sharing one request (one job array each): the plan's
-    resources where `given` has None, in grid order."""
+    """(resources, run indices) per request, one job array each: the plan's where `given` has None."""
     todo = [k for k in PLANNED_KEYS if given.get(k) is None]
     if not todo:
         return [(dict(given), list(range(len(runs))))]

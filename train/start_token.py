@@ -47,8 +47,7 @@ def read_record(directory: Path) -> Optional[dict]:
 
 
 def scoring_start_id(tokenizer, directory: Optional[Path] = None) -> int:
-    """The id to put before every scored sentence; `directory` defaults to where the tokenizer was
-    loaded from (``tokenizer.name_or_path``), so ``probes score --model DIR`` needs no flag."""
+    """The id before every scored sentence; `directory` defaults to the tokenizer's ``name_or_path``."""
     where = Path(directory if directory is not None else getattr(tokenizer, "name_or_path", "") or ".")
     record = read_record(where) if where.is_dir() else None
     if record is not None:

@@ -22,8 +22,7 @@ PYTHIA_LOG_STEPS = 512  # the last power of two of Pythia's schedule (train/sche
 
 
 def promised_checkpoints(schedule, total_steps: int, tokens_per_step: int) -> Optional[int]:
-    """Checkpoints the schedule's keys ask for (step 0 and the last included); None for Pythia's, which
-    promises no count. Custom points beyond the end are not promised (train/schedule.py warns)."""
+    """Checkpoints the schedule's keys ask for (step 0 and the last included); None for Pythia's."""
     if schedule.kind == "log":
         return schedule.n_log + 1  # n_log log-spaced points from step 1, plus step 0
     if schedule.kind == "custom":

@@ -135,8 +135,7 @@ def tokenizer_length(cfg: TokenizerConfig) -> int:
 
 def tokenizer_label(kind: str, vocab_size: Optional[int] = None, path: Optional[str] = None,
                     model_type: str = "unigram", length: Optional[int] = None) -> str:
-    """What a size name stands beside (plan, W&B tags, report): ``sentencepiece-unigram 49,953`` or
-    ``<directory name> 49,953`` for a pretrained one (its length, when known)."""
+    """What a size name stands beside: ``sentencepiece-unigram 49,953``, or a pretrained one's directory name."""
     if kind == "pretrained":
         name = Path(str(path)).name if path else "pretrained"
         return f"{name} {length:,}" if length else name

@@ -47,8 +47,8 @@ class Trajectory:
         return np.sqrt(np.nansum(which ** 2, axis=1))
 
     def detour(self, columns: list[int] | None = None) -> np.ndarray:
-        """(|θ_{t-1} − θ_t| + |θ_t − θ_{t+1}|) / |θ_{t-1} − θ_{t+1}| per row and tensor (2-D) or for `columns`
-        pooled (1-D); NaN at the ends and where the chord is 0 (judged by identical values instead)."""
+        """(|θ_{t-1} − θ_t| + |θ_t − θ_{t+1}|) / |θ_{t-1} − θ_{t+1}| per row and tensor (2-D) or for
+        `columns` pooled (1-D); NaN at the ends and where the chord is 0 (judged by identical values)."""
         d_prev, d_skip = self.d_prev, self.d_skip
         if columns is not None:
             d_prev = np.sqrt(np.sum(d_prev[:, columns] ** 2, axis=1))

@@ -91,8 +91,7 @@ def _identical(cks: list[_Checkpoint], name: str, i_step: int, j_step: int, how:
 
 
 def _same_models(cks: list[_Checkpoint], traj: Trajectory, report: RunReport) -> set[int]:
-    """Checkpoints whose every tensor equals another step's without byte-identical files (another dtype or
-    layout), reported like byte-identical ones; returns the steps blamed."""
+    """Checkpoints whose every tensor equals another step's (another dtype or layout); the steps blamed."""
     K, steps = len(traj.names), traj.steps
     count = Counter(pair for name in traj.names for pair in identical_pairs(traj, name))
     blamed = set()
