@@ -25,7 +25,6 @@ from train.checkpoint import (CorruptCheckpointError, latest_resumable, list_che
 from train.config import TrainConfig
 from train.confighash import config_hash, trajectory_diff
 from train.corpus import load_documents
-from train.dataid import KEY as DATA_KEY, check_resume_data, data_record
 from train.engine import RESUME_HINT, build_engine, heldout_loss, init_distributed
 from train.errors import InputFileError, writing
 from train.faults import fault_point
@@ -40,7 +39,7 @@ from train.schedule import checkpoint_steps, warn_points_beyond_end
 from train.slurm import export_distributed_env
 from train.summary import recipe_warnings, startup_summary, warn_early
 from train.start_token import RECORD, document_tokens, read_record
-from train.token_store import build_or_load
+from train.token_store import DATA_KEY, build_or_load, check_resume_data, data_record
 from train.tokenizer import load_tokenizer, pipeline_fingerprint, prepare_tokenizer, tokenizer_label
 from train.weights import load_causal_lm
 

@@ -309,7 +309,7 @@ def _check_config_hashes(run_dir: Path, cks: list[_Checkpoint], report: RunRepor
 
 
 def _check_token_store(cks: list[_Checkpoint], report: RunReport) -> None:
-    """The token store the newest checkpoint records (train/dataid.py), hashed in full against its build and
+    """The token store the newest checkpoint records (train/token_store.py, DATA_KEY), hashed in full against its build and
     the run's record; one gone from the cache is a note (a rerun rebuilds it and a resume checks it)."""
     from train.token_store import TokenStore
 
