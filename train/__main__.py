@@ -59,7 +59,6 @@ def train_main() -> None:
     @hydra.main(config_path="../configs", config_name="config", version_base="1.3")
     def main(cfg) -> None:
         from train.loop import train
-
         run_dir = Path(HydraConfig.get().runtime.output_dir)
         out = exit_on_user_error(
             lambda: train(to_typed(cfg), run_dir, on_accepted=lambda: write_hydra_record(run_dir, cfg)))
@@ -76,6 +75,5 @@ if __name__ == "__main__":
     # a subcommand (Hydra would reject the word), --help, or a word that is not an override (key=value, ~key, -m)
     if first in ("-h", "--help") or re.fullmatch(r"[A-Za-z][\w-]*", first):
         from train.commands import dispatch
-
         sys.exit(dispatch("python -m train", COMMANDS, sys.argv[1:], HEAD))
     train_main()

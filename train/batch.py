@@ -68,7 +68,6 @@ def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None):
 def open_stream(cfg):
     """(tokenizer, SequenceStream) of a run as the loop builds them (from data.cache_dir, rebuilt if gone)."""
     from train.token_store import build_or_load  # imports datasets: `batch --help` need not
-
     cache_dir = Path(cfg.data.cache_dir).expanduser()
     docs, corpus_id = load_documents(cfg.data)
     tokenizer_dir = prepare_tokenizer(cfg.tokenizer, docs, corpus_id, cache_dir)

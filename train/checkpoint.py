@@ -149,7 +149,6 @@ def save_checkpoint(run_dir: Path, step: int, engine, tokenizer, state: dict, di
                     with_resume: bool) -> Path:
     """Collective: every rank calls it (DeepSpeed writes its shards from every rank)."""
     import torch  # here, not at the top: `verify --help` and the listings need no torch
-
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(f".tmp-step{step}")
     if dist.main:
@@ -207,7 +206,6 @@ def weights_to_bf16(path: Path) -> None:
     from safetensors import safe_open
     import torch
     from safetensors.torch import save
-
     config_path = Path(path) / "config.json"
     config = json.loads(config_path.read_text())
     if config.get("dtype") == "bfloat16":
@@ -249,7 +247,6 @@ def refuse_unsafe_pickles(directory: Path, allowed: frozenset[str] = DEEPSPEED_G
     """Before DeepSpeed unpickles its resume shards in full, every *.pt under `directory` is scanned without
     running it: a global outside torch's weights_only list and `allowed` is refused (a planted payload)."""
     import torch
-
     for f in sorted(Path(directory).rglob("*.pt")):
         try:
             names = torch.serialization.get_unsafe_globals_in_checkpoint(f)
@@ -263,7 +260,6 @@ def refuse_unsafe_pickles(directory: Path, allowed: frozenset[str] = DEEPSPEED_G
 
 def load_rng(resume_dir: Path, rank: int) -> None:
     import torch
-
     path = Path(resume_dir) / f"rng_rank{rank}.pt"
     if path.exists():
         # weights_only: a full unpickle would run whatever code a planted file names, on resume

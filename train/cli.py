@@ -18,7 +18,6 @@ T = TypeVar("T")
 
 def exit_on_user_error(fn: Callable[[], T]) -> T:
     from train.interrupt import Interrupted
-
     try:
         return fn()
     except Interrupted as e:  # a signal in set-up (or a second Ctrl-C): one line, not a traceback

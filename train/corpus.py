@@ -85,10 +85,8 @@ class DataConfig:
 def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
     """(Dataset with one column "text", corpus identity: what the tokenizer and token store are keyed by)."""
     import datasets
-
     if cfg.source == "grammar":
         from hydra.utils import get_method
-
         if not cfg.generator:
             raise ConfigError("data.generator is not set: data.source=grammar needs the import path of the "
                               "grammar's document generator (configs/data/grammar.yaml names it)")
@@ -323,7 +321,6 @@ def _check_parquet(path: Path, text_field: str) -> None:
     """A string column under data.text_field without nulls."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
     try:
         pf = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as e:

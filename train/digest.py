@@ -47,7 +47,6 @@ class HashingWriter:
 def torch_save_hashed(obj: Any, path: Path) -> str:
     """torch.save(obj, path), hashing the bytes on their way; returns and remembers the sha256."""
     import torch
-
     path = Path(path)
     with open(path, "wb") as raw:
         writer = HashingWriter(raw)

@@ -72,7 +72,6 @@ def reading(path: Path, what: str, hint: str = "") -> Iterator[None]:
     """A failure while reading `path` as an InputFileError naming it. An OSError keeps its type (it names
     its file, and `watch` retries one: a checkpoint being replaced); memory errors stay what they are."""
     from safetensors import SafetensorError
-
     try:
         yield
     except (UserError, OSError, MemoryError):

@@ -37,7 +37,6 @@ def write_sum(path: Path) -> None:
 def _own_meta(path: Path) -> dict:
     """The JSON object of the parquet schema metadata that holds a step (the eval file's own), or {}."""
     import pyarrow.parquet as pq
-
     try:
         metadata = pq.read_schema(path).metadata or {}
     except Exception:  # noqa: BLE001 - unreadable: its reader names that
@@ -56,7 +55,6 @@ def checkpoint_problem(path: Path, meta: Optional[dict] = None) -> Optional[str]
     """Why <run>/evals/step<N>/<name>.parquet is not the scores of checkpoints/step<N> (its metadata records
     another manifest_hash), or None, also where there is nothing to compare."""
     from train.files import CorruptCheckpointError, manifest_hash
-
     path = Path(path)
     recorded = (_own_meta(path) if meta is None else meta).get("manifest")
     ckpt = path.parents[2] / "checkpoints" / path.parent.name

@@ -52,7 +52,6 @@ def stuck_worker(point: str, hold_open: str) -> None:
     if not stall_requested(point):
         return
     import multiprocessing
-
     proc = multiprocessing.get_context("fork").Process(target=stall_point, args=(point, hold_open))
     proc.start()
     proc.join()

@@ -170,7 +170,6 @@ def manifest_hash(ckpt_dir: Path) -> Optional[str]:
 def versions() -> dict[str, str]:
     """Python and the installed versions of what decides the numbers (without importing any of it)."""
     from importlib import metadata
-
     out = {"python": platform.python_version()}
     for dist in ("syntax-dynamics", "torch", "transformers", "tokenizers", "deepspeed"):
         try:

@@ -101,5 +101,4 @@ def compose_run(overrides: Sequence[str]) -> tuple[TrainConfig, dict]:
 def run_subdir(cfg: TrainConfig) -> str:
     """The run's directory under the sweep dir (configs/config.yaml, hydra.sweep.subdir)."""
     from train.config import budget_tag
-
     return f"{cfg.model.name}-b{budget_tag(cfg.data.budget_tokens)}-s{cfg.seed}"

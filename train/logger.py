@@ -47,7 +47,6 @@ class Logger:
         self.wandb_run = None
         if cfg.wandb and cfg.mode != "disabled":
             import wandb
-
             # the id outlives the process in <run>/wandb_run_id: a job requeued before its first checkpoint
             # continues the same W&B run
             id_file = run_dir / "wandb_run_id"

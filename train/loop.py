@@ -275,7 +275,6 @@ def _global_sha(batch: torch.Tensor, dist) -> str | None:
     if dist.world == 1:
         return batch_sha256(batch)
     import torch.distributed as torch_dist
-
     mine = batch.to(dist.device)  # NCCL gathers GPU tensors only
     parts = [torch.empty_like(mine) for _ in range(dist.world)]
     torch_dist.all_gather(parts, mine)

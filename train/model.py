@@ -81,7 +81,6 @@ def hf_config(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None, *, bos_to
     fields = {k: v for k, v in asdict(cfg).items() if k not in _OWN_FIELDS}
     fields["vocab_size"] = embedding_rows(cfg, tokenizer_vocab)
     from transformers import GPTNeoXConfig
-
     # Pythia trains without dropout; bias terms and the rotary layout follow GPT-NeoX.
     return GPTNeoXConfig(**fields, attention_dropout=0.0, hidden_dropout=0.0,
                          bos_token_id=bos_token_id, eos_token_id=eos_token_id)
@@ -91,7 +90,6 @@ def init_pythia_(model: GPTNeoXForCausalLM) -> None:
     """Pythia's: normal(0, sqrt(2/(5d))) ("small_init") for every weight and embedding, normal(0, 2/(L*sqrt(d)))
     ("wang_init") for the projections into the residual stream; biases zero, LayerNorms identity."""
     import torch
-
     with torch.no_grad():  # the weights are filled in place, outside autograd
         d = model.config.hidden_size
         n_layers = model.config.num_hidden_layers
@@ -113,7 +111,6 @@ def build_model(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None, *, seed
     """A freshly initialised model; the same seed gives the same weights on every rank."""
     import torch
     from transformers import GPTNeoXForCausalLM
-
     config = hf_config(cfg, tokenizer_vocab, bos_token_id=bos_token_id, eos_token_id=eos_token_id)
     with torch.device(device), torch.random.fork_rng(devices=[], enabled=cfg.init_method == "hf"):
         if cfg.init_method == "hf":  # transformers initialises in the constructor: seed it there

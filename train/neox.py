@@ -310,7 +310,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _import(args) -> int:
     from train.neox_ckpt import import_step, is_neox_run, step_of, sync_run
-
     src = args.import_dir
     if step_of(src) is not None:
         if args.out is None:

@@ -205,7 +205,6 @@ def _check_rotary(facts: dict, fields: dict, where: str) -> None:
 def _tokenizer(c: dict, origin: str, tokenizer: Optional[Path]):
     """The run's tokenizer as an HF fast tokenizer (document token = gpt-neox's EOD), or None."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
     if tokenizer is not None:
         with reading(Path(tokenizer), "the tokenizer"):
             return AutoTokenizer.from_pretrained(str(tokenizer))
@@ -231,7 +230,6 @@ def import_step(step_dir: Path, out_dir: Path, *, config: Optional[Path] = None,
     """Writes the HF directory of one global_step<N> (config, weights, tokenizer and start_token.json when
     the run names one, trainer_state.json, manifest.json) under a temporary name, then renames it."""
     from transformers import GPTNeoXForCausalLM
-
     step_dir, out_dir = Path(step_dir), Path(out_dir)
     step = step_of(step_dir)
     c, origin = read_config(step_dir, config)

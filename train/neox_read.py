@@ -108,6 +108,5 @@ def _attention_types(spec) -> set[str]:
 def model_config(fields_: dict):
     """A ModelConfig from `model_fields` output (unknown names refused by the dataclass)."""
     from train.model import ModelConfig
-
     known = {f.name for f in fields(ModelConfig)}
     return ModelConfig(**{k: v for k, v in fields_.items() if k in known})

@@ -109,7 +109,6 @@ def adamw_impl(cfg: OptimConfig, device: torch.device) -> str:
 
 def build_optimizer(cfg: OptimConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
     import torch
-
     impl = adamw_impl(cfg, next(model.parameters()).device)
     return torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=tuple(cfg.betas),
                              eps=cfg.eps, fused=impl == "fused", foreach=impl == "foreach")

@@ -208,7 +208,6 @@ def corpus_size(cfg: TrainConfig, count: bool = False) -> CorpusSize:
     corpus_id = corpus_identity(d, groups)
     if count:
         from train.token_store import build_or_load  # imports datasets: only when counting
-
         docs, corpus_id = load_documents(d)
         build_or_load(docs, prepare_tokenizer(cfg.tokenizer, docs, corpus_id, cache), corpus_id, cache, d.num_proc)
     store = _cached_store(cfg, corpus_id, cache)
@@ -218,7 +217,6 @@ def corpus_size(cfg: TrainConfig, count: bool = False) -> CorpusSize:
     if "parquet" in groups or not text:
         return CorpusSize(None, "parquet files: --count-tokens counts them")
     from train.sequences import HELDOUT_MAX_FRACTION
-
     tokens = text / BYTES_PER_TOKEN
     tokens -= min(d.heldout_tokens, HELDOUT_MAX_FRACTION * tokens)  # the held-out split is never trained on
     return CorpusSize(round(tokens), estimate=True, how=f"an estimate: {text / 1e6:.1f} MB of text at "
@@ -229,7 +227,6 @@ def corpus_size(cfg: TrainConfig, count: bool = False) -> CorpusSize:
 def _cached_store(cfg: TrainConfig, corpus_id: str, cache: Path) -> Optional[tuple[int, str]]:
     """(stream tokens, where from) of the token store a run of cfg would load, if it is built."""
     from train.token_store import TokenStore, store_fingerprint
-
     t = cfg.tokenizer
     tdir = pretrained_dir(t) if t.kind == "pretrained" else trained_dir(t, corpus_id, cache)
     if not (tdir / "tokenizer.json").is_file() and not (tdir / "tokenizer_config.json").is_file():

@@ -102,7 +102,6 @@ class Preemption:
 def drop_unscheduled(run_dir: Path, scheduled: set[int], before: int) -> None:
     """Deletes resume-only checkpoints a preemption wrote off the schedule once a later one is whole."""
     from train.checkpoint import list_checkpoints
-
     for step, path in list_checkpoints(run_dir):
         if step < before and step not in scheduled:
             doomed = path.with_name(f".deleting-step{step}")

@@ -113,7 +113,6 @@ class SequenceStream:
         first = step * global_batch
         rows = [self.sequence(k) for k in range(first + rank, first + global_batch, world)]
         import torch
-
         return torch.from_numpy(np.stack(rows))
 
     def _epoch_perm(self, epoch: int) -> np.ndarray:

@@ -37,7 +37,6 @@ def export_distributed_env() -> None:
         return
     if os.environ.get("SUBMITIT_EXECUTOR"):
         import submitit
-
         submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
     elif "SLURM_PROCID" in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
         if "MASTER_ADDR" not in os.environ:
@@ -140,7 +139,6 @@ def launch_planned(launcher, job_overrides, initial_job_idx: int) -> list:
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.singleton import Singleton
     from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-
     given = {o.split("=", 1)[0].lstrip("+~") for o in launcher.config.hydra.overrides.hydra}
     cap = dict(launcher.params)
     saved = HydraConfig.instance().cfg  # plan_run composes each run; the sweep's own config comes back

@@ -149,7 +149,6 @@ def load_tokenizer(path: Path) -> transformers.PreTrainedTokenizerBase:
     if not path.is_dir():
         raise FileNotFoundError(f"tokenizer directory not found: {path}")
     import transformers
-
     return transformers.AutoTokenizer.from_pretrained(str(path))
 
 
@@ -241,7 +240,6 @@ def _corpus_files(corpus_id: str) -> str:
 
 def _spm_train(cfg: TokenizerConfig, lines_file: Path, out_dir: Path) -> None:
     import sentencepiece as spm
-
     stall_point("tokenizer_training")
     spm.SentencePieceTrainer.train(
         input=str(lines_file),
@@ -268,7 +266,6 @@ def _fast_from_spm(model_file: Path) -> transformers.PreTrainedTokenizerFast:
     from sentencepiece import sentencepiece_model_pb2 as pb
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     import transformers
-
     proto = pb.ModelProto()
     proto.ParseFromString(model_file.read_bytes())
     ns, ts = proto.normalizer_spec, proto.trainer_spec

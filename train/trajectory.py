@@ -75,21 +75,18 @@ class Trajectory:
 def _key(x: torch.Tensor) -> str:
     """A digest of the tensor's bytes: equal values (same dtype and shape) give equal keys."""
     import torch
-
     raw = x.contiguous().view(torch.uint8).numpy()
     return hashlib.blake2b(raw.data, digest_size=16).hexdigest() + str(tuple(x.shape))
 
 
 def _distance(a: torch.Tensor, b: torch.Tensor) -> float:
     import torch
-
     return float(torch.linalg.vector_norm(a - b, dtype=torch.float32))
 
 
 def trace(weights: list[Weights]) -> Trajectory:
     """Distances and value keys of every tensor of the first checkpoint, over `weights` (step order)."""
     import torch
-
     names = sorted(weights[0].files)
     T, K = len(weights), len(names)
     d_init, d_final, d_prev, d_skip = (np.full((T, K), np.nan) for _ in range(4))

@@ -312,7 +312,6 @@ def _check_token_store(cks: list[_Checkpoint], report: RunReport) -> None:
     """The token store the newest checkpoint records (train/token_store.py, DATA_KEY), hashed in full against its build and
     the run's record; one gone from the cache is a note (a rerun rebuilds it and a resume checks it)."""
     from train.token_store import TokenStore
-
     ck = next((c for c in reversed(cks) if isinstance((c.state or {}).get("data"), dict)), None)
     if ck is None:
         return
@@ -337,7 +336,6 @@ def _check_token_store(cks: list[_Checkpoint], report: RunReport) -> None:
 def _check_eval_files(run_dir: Path, report: RunReport) -> None:
     """Every eval file under evals/step<N>/ against its .sha256 and the checkpoint beside it."""
     from train.evalsums import checkpoint_problem, sum_problem
-
     for path in sorted((run_dir / "evals").glob("step*/*.parquet")):
         if path.name.startswith("."):
             continue

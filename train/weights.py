@@ -29,7 +29,6 @@ def load_causal_lm(path, cls=None, **kwargs):
             raise WeightsMismatchError(f"{path / 'config.json'} says model_type={found!r}, expected "
                                        f"{expected!r} ({cls.__name__})")
     from transformers.utils import logging as hf_logging
-
     # transformers prints its own MISSING/UNEXPECTED table as a warning; the error below says it in one line
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
