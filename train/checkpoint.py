@@ -16,17 +16,13 @@ from typing import Optional
 # defined in train/files.py (probes read checkpoints by them), re-exported here for train/ and its tests
 from train.files import (MANIFEST, REQUIRED_FILES, CorruptCheckpointError, IncompleteCheckpointError,  # noqa: F401
                          atomic_open, checkpoint_dir, fsync_tree, list_checkpoints, read_manifest,
-                         read_trainer_state, verify_checkpoint, write_json_atomic, write_text_atomic)
+                         read_trainer_state, sha256_file, verify_checkpoint, write_json_atomic,
+                         write_text_atomic)
 from train.digest import sha256_once, torch_save_hashed
 from train.faults import fault_point
 from train.start_token import write_record
 
 read_state = read_trainer_state  # the name train/ and its tests use
-
-
-def sha256_file(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def checkpoint_files(path: Path) -> list[str]:

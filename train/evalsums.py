@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from train.files import write_text_atomic
+from train.files import sha256_file, write_text_atomic
 
 SUFFIX = ".sha256"
 CHECKSUM_KEY, CHECKSUM = "checksum", "sha256 sidecar"  # in an eval file's metadata: written with one
@@ -22,10 +22,8 @@ def sum_path(path: Path) -> Path:
 
 
 def _sha256(path: Path, data: Optional[bytes] = None) -> str:
-    if data is not None:  # the file's bytes, already read by the caller
-        return hashlib.sha256(data).hexdigest()
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+    # data: the file's bytes, already read by the caller
+    return sha256_file(path) if data is None else hashlib.sha256(data).hexdigest()
 
 
 def write_sum(path: Path) -> None:

@@ -31,6 +31,11 @@ class CorruptCheckpointError(RuntimeError):
     """A file of a checkpoint is not the one its manifest recorded (damaged, replaced or unlisted)."""
 
 
+def sha256_file(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
 def step_dirs(parent: Path) -> dict[int, Path]:
     """{N: parent/step<N>} for every directory named step<N> (temporary names never match)."""
     out = {}

@@ -19,7 +19,7 @@ import datasets
 import numpy as np
 from tqdm.auto import tqdm
 
-from train.files import fsync_tree
+from train.files import fsync_tree, sha256_file
 from train.errors import InputFileError, UserError, reading
 from train.interrupt import run_in_child
 from train.staletmp import clear_stale, tag
@@ -61,7 +61,7 @@ class TokenStore:
             if st.st_size != rec["size"]:
                 raise InputFileError(f"{f}: {st.st_size} bytes, meta.json records {rec['size']}; a damaged "
                                      f"token store: delete {self.path} and rerun to rebuild it")
-            if (full or st.st_mtime_ns != rec["mtime_ns"]) and _sha256(f) != rec["sha256"]:
+            if (full or st.st_mtime_ns != rec["mtime_ns"]) and sha256_file(f) != rec["sha256"]:
                 raise InputFileError(f"{f} does not match its sha256 in meta.json: the token store was damaged "
                                      f"after it was built; delete {self.path} and rerun to rebuild it")
 
@@ -165,11 +165,6 @@ def _build(docs: datasets.Dataset, tokenizer_dir: Path, corpus_id: str, fp: str,
                                   "tokenizer_dir": str(tokenizer_dir), "corpus_id": corpus_id})
 
 
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def _finish(out: Path, offsets: np.ndarray, dtype: np.dtype, meta: dict) -> None:
     """The index and meta beside tokens.bin, all fsynced before the directory is renamed."""
     with open(out / "offsets.npy", "wb") as f:
@@ -179,7 +174,7 @@ def _finish(out: Path, offsets: np.ndarray, dtype: np.dtype, meta: dict) -> None
         with open(out / name, "rb") as f:
             os.fsync(f.fileno())
     meta["files"] = {name: {"size": (out / name).stat().st_size, "mtime_ns": (out / name).stat().st_mtime_ns,
-                            "sha256": _sha256(out / name)} for name in ("tokens.bin", "offsets.npy")}
+                            "sha256": sha256_file(out / name)} for name in ("tokens.bin", "offsets.npy")}
     (out / "meta.json").write_text(json.dumps(meta, indent=2))
     fsync_tree(out)
 
