@@ -27,7 +27,6 @@ def _sha256(path: Path, data: Optional[bytes] = None) -> str:
 
 
 def write_sum(path: Path) -> None:
-    """``<path>.sha256`` for the file just written, atomically."""
     path = Path(path)
     write_text_atomic(sum_path(path), f"{_sha256(path)}  {path.name}\n")
 

@@ -57,7 +57,6 @@ def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
 
 
 def verify_checkpoint(path: Path) -> None:
-    """Raises IncompleteCheckpointError naming the directory and what is missing."""
     path = Path(path)
     if not path.is_dir():
         raise IncompleteCheckpointError(f"checkpoint {path} does not exist")

@@ -69,7 +69,6 @@ def checkpoint_steps(cfg: ScheduleConfig, total_steps: int, tokens_per_step: int
 
 
 def points_beyond_end(cfg: ScheduleConfig, total_steps: int, tokens_per_step: int) -> list[int]:
-    """The custom points that lie after the run's last step (they get no checkpoint)."""
     if cfg.kind != "custom":
         return []
     last = total_steps * tokens_per_step if cfg.unit == "tokens" else total_steps

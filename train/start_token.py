@@ -26,7 +26,6 @@ def document_tokens(tokenizer) -> tuple[int, Optional[int]]:
 
 
 def write_record(directory: Path, tokenizer) -> None:
-    """Write ``start_token.json`` for `tokenizer` into `directory` (atomically)."""
     start, end = document_tokens(tokenizer)
     record = {"start_token": tokenizer.convert_ids_to_tokens(start), "start_token_id": start,
               "end_token": None if end is None else tokenizer.convert_ids_to_tokens(end), "end_token_id": end}
@@ -34,7 +33,6 @@ def write_record(directory: Path, tokenizer) -> None:
 
 
 def read_record(directory: Path) -> Optional[dict]:
-    """The record in `directory`, or None when it has none."""
     path = Path(directory) / RECORD
     if not path.is_file():
         return None

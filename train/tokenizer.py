@@ -262,7 +262,6 @@ def _spm_train(cfg: TokenizerConfig, lines_file: Path, out_dir: Path) -> None:
 
 
 def _fast_from_spm(model_file: Path) -> transformers.PreTrainedTokenizerFast:
-    """Convert a sentencepiece unigram model into an equivalent `tokenizers` pipeline."""
     from sentencepiece import sentencepiece_model_pb2 as pb
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     import transformers

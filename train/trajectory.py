@@ -143,7 +143,6 @@ def same_values(traj: Trajectory, name: str, i: int, j: int) -> bool:
 
 
 def identical_pairs(traj: Trajectory, name: str) -> list[tuple[int, int]]:
-    """Row pairs (i < j) holding the same values of `name`."""
     groups: dict[str, list[int]] = {}
     for i, key in enumerate(traj.keys[name]):
         if key is not None:
