@@ -1,17 +1,18 @@
 """A sha256 beside every eval file and per-token sidecar (``<file>.sha256``, sha256sum's format): one flipped
-bit turned an lp_good of -10.13 into -162.13 and read back silently (parquet checks little). Written after the
-file (a crash in between leaves a mismatch, which is scored again); the file's metadata records that it has
-one (CHECKSUM_KEY), so deleting the .sha256 does not make a damaged file an unchecked one. Here in train/
-because `train verify` checks eval files too (the key is found by looking: train imports nothing of probes).
+bit turned an lp_good of -10.13 into -162.13 and read back silently (parquet checks little). Written before the
+file, from its bytes: a kill in between leaves a .sha256 whose file is not there yet (the next write replaces
+it) or a mismatch with the old file (scored again), never a file refused for a missing .sha256. The file's
+metadata records that it has one (CHECKSUM_KEY), so deleting the .sha256 does not make a damaged file an
+unchecked one. Here in train/ because `train verify` checks eval files too (train imports nothing of probes).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
-from train.files import sha256_file, write_text_atomic
+from train.files import atomic_open, sha256_file, write_text_atomic
 
 SUFFIX = ".sha256"
 CHECKSUM_KEY, CHECKSUM = "checksum", "sha256 sidecar"  # in an eval file's metadata: written with one
@@ -26,9 +27,29 @@ def _sha256(path: Path, data: Optional[bytes] = None) -> str:
     return sha256_file(path) if data is None else hashlib.sha256(data).hexdigest()
 
 
-def write_sum(path: Path) -> None:
+def write_sum(path: Path, data: Optional[bytes] = None) -> None:
+    """``<path>.sha256``, atomically, for `data` (the bytes about to be written to `path`) or `path` as it is."""
     path = Path(path)
-    write_text_atomic(sum_path(path), f"{_sha256(path)}  {path.name}\n")
+    write_text_atomic(sum_path(path), f"{_sha256(path, data)}  {path.name}\n")
+
+
+def write_summed(path: Path, data: bytes, fault: Optional[Callable[[], None]] = None) -> None:
+    """`data` to `path` atomically, its .sha256 first (module docstring); `fault`: the crash tests' kill point,
+    with the file written but not yet renamed into place."""
+    side = sum_path(path)
+    old = side.read_text() if side.is_file() else None
+    write_sum(path, data)
+    try:
+        with atomic_open(path, "wb") as f:
+            f.write(data)
+            if fault is not None:
+                fault()
+    except BaseException:  # the old file stays: so does the .sha256 that matches it
+        if old is None:
+            side.unlink(missing_ok=True)
+        else:
+            write_text_atomic(side, old)
+        raise
 
 
 def _own_meta(path: Path) -> dict:

@@ -4,9 +4,10 @@ SYNTAX_DYNAMICS_FAULT=<point>:step<N> kills this process (SIGKILL) when it reach
 <point>:step<N>:<SIGNAL> sends that signal instead (a preemption at a named step), and @rank<R> after it
 only in the process of that RANK. The points (POINTS): mid_step (after the backward passes of step N),
 checkpoint_write (.tmp-step<N>/ half written), after_rename (step<N> whole, no hook run yet), eval_write
-(step N's eval file under its temporary name), bf16_rewrite (bf16 weights renamed in, config.json not yet).
-<point>:stall hangs a set-up point as a stuck C call or worker does (stall_point): tokenizer_training
-(inside sentencepiece's training) and load_dataset (a worker of the corpus load holding a file open).
+(step N's eval file under its temporary name), eval_written (step N's eval file in place), bf16_rewrite (bf16
+weights renamed in, config.json not yet). <point>:stall hangs a set-up point as a stuck C call or worker does
+(stall_point): tokenizer_training (inside sentencepiece's training) and load_dataset (a worker of the corpus
+load holding a file open).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import sys
 import time
 
 ENV = "SYNTAX_DYNAMICS_FAULT"
-POINTS = ("mid_step", "checkpoint_write", "after_rename", "eval_write", "bf16_rewrite")
+POINTS = ("mid_step", "checkpoint_write", "after_rename", "eval_write", "eval_written", "bf16_rewrite")
 
 
 def fault_point(point: str, step: int) -> None:
