@@ -11,11 +11,11 @@ import pytest
 import torch
 from transformers import GPTNeoXForCausalLM
 
-from trainutil import tiny_cfg
+from trainutil import tiny_cfg, write_token_store
 from train.checkpoint import list_checkpoints
 from train.sequences import SequenceStream
 from train.start_token import document_tokens
-from train.token_store import TokenStore, write_token_store
+from train.token_store import TokenStore
 from train.tokenizer import load_tokenizer
 
 
