@@ -19,10 +19,9 @@ import datasets
 import numpy as np
 from tqdm.auto import tqdm
 
-from train.files import fsync_tree, sha256_file
+from train.files import clear_stale, fsync_tree, sha256_file, tag
 from train.errors import InputFileError, UserError, reading
 from train.interrupt import run_in_child
-from train.staletmp import clear_stale, tag
 from train.tokenizer import load_tokenizer, pipeline_fingerprint
 
 _CHUNK_DOCS = 10_000  # documents per write: memory stays flat however large the corpus

@@ -23,11 +23,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from train.files import fsync_tree
+from train.files import clear_stale, fsync_tree, tag
 from train.errors import ConfigError, InputFileError
 from train.faults import stall_point
 from train.interrupt import run_in_child
-from train.staletmp import clear_stale, tag
 from train.start_token import write_record
 
 if TYPE_CHECKING:  # imported where used: the config schema (train.config) and `plan` need neither

@@ -20,8 +20,7 @@ import pyarrow.parquet as pq
 
 from probes.analysis.figcache import draw_and_store
 from train.errors import NotWritableError, UserError, check_writable
-from train.files import atomic_open
-from train.staletmp import clear_stale, tag
+from train.files import atomic_open, clear_stale, tag
 
 
 def check_output_file(path: str | Path, flag: str = "--out") -> None:
