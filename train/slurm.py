@@ -21,9 +21,8 @@ from omegaconf import OmegaConf
 from train.config import procs_per_node
 from train.files import write_text_atomic
 from train.grid import GridError, expand, hydra_context
-from train.memory import GiB
 from train.optim import accumulation_steps
-from train.plan import Hardware, memory_per_gpu, plan_run
+from train.plan import GiB, Hardware, memory_per_gpu, plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "slurm" / "array.sbatch.in"
