@@ -183,11 +183,9 @@ def bounded_wait(timeout_s: Optional[float], cache: Path, files: list[Path]):
 
 def _reading(files: list[Path]) -> str:
     """The corpus file open when the load stopped, else how many files under which directory."""
-    open_now = open_files(files)
+    open_now = open_files(files) or (files if len(files) == 1 else [])
     if open_now:
         return f"It was reading {', '.join(map(str, open_now))}."
-    if len(files) == 1:
-        return f"It was reading {files[0]}."
     return f"It was reading {len(files)} files under {os.path.commonpath([str(f) for f in files])}."
 
 
@@ -266,10 +264,8 @@ def _check_file(path: Path, fmt: str, text_field: str, cache: Path) -> None:
         raise InputFileError(f"{path}: empty file (0 bytes); remove it from data.paths")
     if fmt == "text":
         _check_text(path)
-    elif fmt == "jsonl":
-        _check_jsonl(path, text_field)
     else:
-        _check_parquet(path, text_field)
+        (_check_jsonl if fmt == "jsonl" else _check_parquet)(path, text_field)
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(f"{path}\n")
 
@@ -321,17 +317,14 @@ def _check_parquet(path: Path, text_field: str) -> None:
     """A string column under data.text_field without nulls."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    try:
+    try:  # the checks' InputFileErrors pass through: neither an ArrowException nor an OSError
         pf = pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as e:
-        raise InputFileError(f"{path}: not a readable parquet file ({e})") from None
-    schema = pf.schema_arrow
-    if text_field not in schema.names:
-        raise InputFileError(f"{path}: no column {text_field!r} (data.text_field); found {schema.names}")
-    kind = schema.field(text_field).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        raise InputFileError(f"{path}: column {text_field!r} (data.text_field) holds {kind}, not strings")
-    try:
+        schema = pf.schema_arrow
+        if text_field not in schema.names:
+            raise InputFileError(f"{path}: no column {text_field!r} (data.text_field); found {schema.names}")
+        kind = schema.field(text_field).type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            raise InputFileError(f"{path}: column {text_field!r} (data.text_field) holds {kind}, not strings")
         column = pf.read(columns=[text_field]).column(text_field)
     except (pa.ArrowException, OSError) as e:
         raise InputFileError(f"{path}: not a readable parquet file ({e})") from None

@@ -119,18 +119,14 @@ def init_distributed(cfg: EngineConfig) -> Dist:
 
 
 def _use_bf16(cfg: EngineConfig, dist: Dist) -> bool:
-    if cfg.precision == "auto":
-        return dist.device.type == "cuda"
-    return cfg.precision == "bf16"
+    return dist.device.type == "cuda" if cfg.precision == "auto" else cfg.precision == "bf16"
 
 
 def to_device(batch: torch.Tensor, device: torch.device, pin_memory: bool) -> torch.Tensor:
     """The batch on `device`. To CUDA with pin_memory: staged in page-locked memory and copied
     asynchronously (the copy is queued on the current stream, so kernels that read it wait for it;
     the caching host allocator keeps the pinned buffer alive until the copy is done)."""
-    if device.type != "cuda":
-        return batch.to(device)
-    if pin_memory:
+    if device.type == "cuda" and pin_memory:
         return batch.pin_memory().to(device, non_blocking=True)
     return batch.to(device)
 

@@ -14,6 +14,7 @@ running at all, so it runs in a child process the parent waits on in Python (run
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -79,10 +80,8 @@ def _stop_tree(pid: int) -> list[int]:
 
 
 def _kill(pid: int, sig: int = signal.SIGKILL) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def open_files(among: Iterable[Path]) -> list[Path]:

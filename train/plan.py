@@ -111,7 +111,6 @@ def estimate(*, params: int, layers: int, hidden: int, heads: int, vocab: int, s
     return Memory(weights=w * params, grads=g * params, optimizer=o * params, activations=act)
 
 
-
 @dataclass
 class Utilisation:
     """MFU per model name; `everything` overrides the table for all sizes."""

@@ -26,18 +26,10 @@ class SequenceStream:
     def __init__(self, store: TokenStore, *, seq_len: int, budget_tokens: Optional[int], epochs: int,
                  order_seed: int, seed: int, start_id: int, end_id: Optional[int] = None,
                  nested_budgets: Sequence[int] = (), heldout_tokens: int = 0):
-        if seq_len < 1:
+        if seq_len < 1:  # data.epochs and data.budget_tokens are checked by DataConfig
             raise ValueError(f"data.seq_len must be >= 1, got {seq_len}")
-        if epochs < 1:
-            raise ValueError(f"data.epochs must be >= 1, got {epochs}")
-        if budget_tokens is not None and budget_tokens < 1:
-            raise ValueError(f"data.budget_tokens must be positive or null, got {budget_tokens}")
-        self.store = store
-        self.seq_len = seq_len
-        self.epochs = epochs
-        self.seed = seed
-        self.start_id = start_id
-        self.end_id = end_id
+        self.store, self.seq_len, self.epochs, self.seed = store, seq_len, epochs, seed
+        self.start_id, self.end_id = start_id, end_id
         self._frame = 1 + (end_id is not None)  # tokens the stream adds to each document
         # The document order: fixed by order_seed alone, so every budget and every run seed shares it.
         self._order, self.heldout = split_order(np.diff(store.doc_offsets) + self._frame, order_seed, heldout_tokens)

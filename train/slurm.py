@@ -41,9 +41,8 @@ def export_distributed_env() -> None:
         if "MASTER_ADDR" not in os.environ:
             raise RuntimeError("a multi-task SLURM step without MASTER_ADDR: export it before srun "
                                "(slurm/array.sbatch.in does: the first host of $SLURM_JOB_NODELIST)")
-        os.environ["RANK"] = os.environ["SLURM_PROCID"]
-        os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]
-        os.environ["LOCAL_RANK"] = os.environ.get("SLURM_LOCALID", "0")
+        os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_NTASKS"],
+                          LOCAL_RANK=os.environ.get("SLURM_LOCALID", "0"))
         os.environ.setdefault("MASTER_PORT", str(20000 + int(os.environ.get("SLURM_JOB_ID", "0")) % 20000))
 
 
