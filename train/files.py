@@ -15,6 +15,7 @@ import platform
 import re
 import shutil
 import socket
+import tempfile
 import uuid
 from functools import lru_cache
 from pathlib import Path
@@ -147,6 +148,29 @@ def atomic_open(path: str | Path, mode: str = "wb", durable: bool = True) -> Ite
         raise
     if durable:
         fsync_dir(path.parent)
+
+
+@contextlib.contextmanager
+def built_dir(final: Path, winner: Optional[str] = None) -> Iterator[Path]:
+    """A directory assembled in a temporary one beside `final`, fsynced and renamed to it when the block ends:
+    whole or not at all (an error removes it; what a kill left, the next build). `winner`: a file whose presence
+    in `final` means a concurrent build finished first (kept); without one an older `final` is replaced."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    clear_stale(final.parent, f".{final.name}.tmp-", "-")  # a build a kill cut short
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-{tag()}-", dir=final.parent))
+    try:
+        yield tmp
+        fsync_tree(tmp)
+        if winner is None and final.exists():
+            shutil.rmtree(final)
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            if winner is None or not (final / winner).is_file():  # not a concurrent winner: a real failure
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_text_atomic(path: Path, text: str) -> None:

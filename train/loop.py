@@ -132,8 +132,13 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
     preempt.stage = "loading the probes"
     hooks = _build_hooks(cfg, tokenizer, run_dir, total_steps, store)
     if dist.main:
-        _print_summary(cfg, run_dir, engine, tokenizer, tokenizer_dir, total_steps, seq_len, save_steps, hooks,
-                       start_step, warned_for, (len(heldout), len(stream.heldout)))
+        print(startup_summary(cfg, run_dir=run_dir, params=count_parameters(engine.module), tokenizer=tokenizer,
+                              tokenizer_dir=tokenizer_dir, total_steps=total_steps, seq_len=seq_len,
+                              save_steps=save_steps, hooks=hooks, start_step=start_step,
+                              heldout=(len(heldout), len(stream.heldout))), flush=True)
+        if warned_for != total_steps:  # warn_early gave the too-short warnings for the same steps
+            for line in recipe_warnings(cfg, total_steps, seq_len):
+                print(f"warning: {line}", file=sys.stderr, flush=True)
 
     def measured(model, step: int, tokens: int, path: Path) -> dict:
         """The hooks' metrics and the held-out loss of the checkpoint at `path` (weights in `model`)."""
@@ -248,17 +253,6 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         run_post_train(hooks, run_dir)  # the end-of-run curves (probes.analysis.curves.CurvesHook)
     _destroy_group(dist, engine)
     return run_dir
-
-
-def _print_summary(cfg, run_dir, engine, tokenizer, tokenizer_dir, total_steps, seq_len, save_steps, hooks,
-                   start_step, warned_for, heldout) -> None:
-    """The start-up summary, and the too-short warnings unless warn_early gave them for the same steps."""
-    print(startup_summary(cfg, run_dir=run_dir, params=count_parameters(engine.module), tokenizer=tokenizer,
-                          tokenizer_dir=tokenizer_dir, total_steps=total_steps, seq_len=seq_len,
-                          save_steps=save_steps, hooks=hooks, start_step=start_step, heldout=heldout), flush=True)
-    if warned_for != total_steps:
-        for line in recipe_warnings(cfg, total_steps, seq_len):
-            print(f"warning: {line}", file=sys.stderr, flush=True)
 
 
 def _build_hooks(cfg: TrainConfig, tokenizer, run_dir: Path, total_steps: int | None = None,
