@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator, Sequence
 
 from hydra import compose, initialize_config_dir
@@ -17,8 +16,7 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from train.config import TrainConfig, register, to_typed
-
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+from train.overrides import CONFIGS
 
 
 class GridError(ValueError):

@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 import yaml
 
 from train.batch import load_run_config
-from train.checkpoint import list_checkpoints, read_state
+from train.checkpoint import list_checkpoints, read_trainer_state
 from train.cli import exit_on_user_error
 from train.errors import ConfigError, InputFileError, reading
 from train.files import write_text_atomic
@@ -220,7 +220,7 @@ def run_config(run_dir: Path):
         raise InputFileError(f"--run {run_dir}: no checkpoints yet; its total_steps is known from the first one")
     newest = ckpts[-1][1]
     with reading(newest / "trainer_state.json", "the checkpoint's trainer state"):
-        total = int(read_state(newest)["total_steps"])
+        total = int(read_trainer_state(newest)["total_steps"])
     return cfg, total, newest
 
 
