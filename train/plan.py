@@ -3,14 +3,9 @@
 Takes the overrides of `python -m train -m ...` (the grid expanded by train/grid.py as the launcher expands
 it; `-m` changes nothing) and prints per run: parameters, steps (from the budget alone, as
 train/sequences.py cuts it), tokens, checkpoints, GPU-hours, checkpoint storage and memory per GPU
-(estimate), then the grid's totals and the assumptions behind each figure (format_plan).
-
-Compute is 6ND FLOPs at a model-FLOPs utilisation measured per size (`bench/bench_gpu.py` on one H100 80GB:
-pythia-160m 20.7 %, 410m 28.8 %, 1.4b 41.6 % of the dense bf16 peak; small models keep a GPU busy for a
-smaller share of the time, so one figure for all undercounts them; a size not measured takes the nearest
-measured one's, said so), plus probing: a forward pass (2N FLOPs a token) over both sentences of every
-sampled pair at every checkpoint, pairs from the benchmarks' sizes below (tests/test_plan_cost.py checks
-them against the registry), tokens per pair ZhoBLiMP's under the 8,000-piece sentencepiece.
+(estimate), then the grid's totals and the assumptions behind each figure, printed with it (format_plan).
+The MFU is measured per size because small models keep a GPU busy for a smaller share of the time (one
+figure for all undercounts them); tests/test_plan_cost.py checks BENCHMARK_SIZES against the registry.
 """
 from __future__ import annotations
 
