@@ -110,10 +110,12 @@ def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
         for f in files:
             _check_file(f, fmt, cfg.text_field, Path(cfg.cache_dir).expanduser())
         kwargs = {"sample_by": "paragraph"} if fmt == "text" else {}
+        size = sum(f.stat().st_size for f in files)  # data.num_proc, but no pool where it does not pay
+        workers = max(1, min(cfg.num_proc, len(files), size // POOL_MIN_BYTES_PER_WORKER))
         with bounded_wait(cfg.load_timeout_s, Path(cache), files):
             stuck_worker("load_dataset", str(files[0]))  # tests only: a worker that ignores SIGTERM
             ds = datasets.load_dataset(_BUILDER[fmt], data_files=[str(f) for f in files], split="train",
-                                       cache_dir=cache, num_proc=_workers(cfg.num_proc, files), **kwargs)
+                                       cache_dir=cache, num_proc=workers, **kwargs)
         col = "text" if fmt == "text" else cfg.text_field
         ds = ds.select_columns([col])
         if col != "text":
@@ -145,12 +147,6 @@ def corpus_identity(cfg: DataConfig, groups: Optional[dict[str, list[Path]]] = N
 POOL_MIN_BYTES_PER_WORKER = 256 * 2**20
 
 
-def _workers(num_proc: int, files: list[Path]) -> int:
-    """datasets' num_proc for these files: data.num_proc, but no pool where it does not pay."""
-    size = sum(f.stat().st_size for f in files)
-    return max(1, min(num_proc, len(files), size // POOL_MIN_BYTES_PER_WORKER))
-
-
 @contextmanager
 def bounded_wait(timeout_s: Optional[float], cache: Path, files: list[Path]):
     """Stops a load_dataset call that has not returned after timeout_s, saying what it waits on: `datasets`
@@ -162,7 +158,10 @@ def bounded_wait(timeout_s: Optional[float], cache: Path, files: list[Path]):
     fired, reading = threading.Event(), []
 
     def interrupt():
-        reading.append(_reading(files))  # before the workers holding them open are stopped
+        # the corpus file open when the load stopped (before the workers holding it are stopped), else how many
+        open_now = open_files(files) or (files if len(files) == 1 else [])
+        reading.append(f"It was reading {', '.join(map(str, open_now))}." if open_now else
+                       f"It was reading {len(files)} files under {os.path.commonpath([str(f) for f in files])}.")
         fired.set()
         kill_children()  # a stuck worker would hold the pool's teardown forever
         _thread.interrupt_main()
@@ -179,14 +178,6 @@ def bounded_wait(timeout_s: Optional[float], cache: Path, files: list[Path]):
                            f"{_stuck(cache)} {reading[0] if reading else ''}") from None
     finally:
         timer.cancel()
-
-
-def _reading(files: list[Path]) -> str:
-    """The corpus file open when the load stopped, else how many files under which directory."""
-    open_now = open_files(files) or (files if len(files) == 1 else [])
-    if open_now:
-        return f"It was reading {', '.join(map(str, open_now))}."
-    return f"It was reading {len(files)} files under {os.path.commonpath([str(f) for f in files])}."
 
 
 def _stuck(cache: Path) -> str:

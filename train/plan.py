@@ -501,18 +501,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_plan(plans, hw))
-    for line in plan_warnings(plans):
-        print(line, file=sys.stderr)
-    return 0
-
-
-def plan_warnings(plans: list[RunPlan]) -> list[str]:
-    """The start-up warnings the runs would print, one line per message naming its runs."""
-    runs: dict[str, list[str]] = {}
+    runs: dict[str, list[str]] = {}  # the start-up warnings the runs would print, one line naming its runs
     for p in plans:
         for message in p.warnings:
             runs.setdefault(message, []).append(p.name)
-    return [f"warning: {', '.join(names)}: {message}" for message, names in runs.items()]
+    for message, names in runs.items():
+        print(f"warning: {', '.join(names)}: {message}", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

@@ -151,14 +151,9 @@ HELDOUT_MAX_FRACTION = 0.05  # a small corpus keeps 95 % of its tokens for train
 def split_order(lengths: np.ndarray, order_seed: int, heldout_tokens: int) -> tuple[np.ndarray, np.ndarray]:
     """(training order, held-out documents) of documents with framed `lengths` (train.plan splits alike)."""
     order = np.random.default_rng(order_seed).permutation(len(lengths))
-    held = heldout_docs(lengths[order], heldout_tokens)
-    return order[:len(order) - held], order[len(order) - held:]
-
-
-def heldout_docs(lengths: np.ndarray, heldout_tokens: int) -> int:
-    """Documents from the end of the order (framed `lengths`) holding `heldout_tokens`, at most
-    HELDOUT_MAX_FRACTION of the corpus and never all of it."""
     if heldout_tokens <= 0 or len(lengths) < 2:
-        return 0
+        return order, order[:0]
+    # documents from the end of the order holding heldout_tokens, at most HELDOUT_MAX_FRACTION, never all
     want = min(heldout_tokens, HELDOUT_MAX_FRACTION * lengths.sum())
-    return int(min(np.searchsorted(np.cumsum(lengths[::-1]), want) + 1, len(lengths) - 1))
+    held = int(min(np.searchsorted(np.cumsum(lengths[order][::-1]), want) + 1, len(lengths) - 1))
+    return order[:len(order) - held], order[len(order) - held:]
