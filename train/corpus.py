@@ -39,9 +39,7 @@ class GrammarConfig:
 @dataclass
 class DataConfig:
     source: str = "grammar"  # "grammar" (built-in generator) | "files"
-    # source=grammar: import path of the function GrammarConfig -> documents (configs/data/grammar.yaml);
-    # it lives with the benchmarks that draw minimal pairs from the same grammar
-    generator: Optional[str] = None
+    generator: Optional[str] = None  # source=grammar: import path of GrammarConfig -> documents
     paths: list[str] = field(default_factory=list)  # files or directories, for source=files
     format: str = "auto"  # auto | text | jsonl | parquet  (auto: by file extension)
     text_field: str = "text"  # column for jsonl/parquet
@@ -53,15 +51,9 @@ class DataConfig:
     seq_len: Optional[int] = None  # None: filled from model.max_position_embeddings
     cache_dir: str = "~/.cache/syntax-dynamics"  # token stores and trained tokenizers live here
     num_proc: int = 2
-    # seconds the load of local files may wait on datasets' builder lock or worker pool before the run stops,
-    # naming the lock's holder and any .incomplete build; null waits forever
-    load_timeout_s: Optional[float] = 1800
-    # budgets (tokens) at which the view's shuffled order is split, so a run trains first on exactly the
-    # sequences of the smaller budgets' runs (train/sequences.py); empty: one shuffle over the whole view
-    nested_budgets: list[int] = field(default_factory=list)
-    # held-out tokens from the end of the document order (at most 5 % of the corpus), never trained on; their
-    # loss is logged at every checkpoint (val/loss); 0: off
-    heldout_tokens: int = 20_000
+    load_timeout_s: Optional[float] = 1800  # s a load may wait on datasets' lock or pool; null: forever
+    nested_budgets: list[int] = field(default_factory=list)  # docs/recipe.md; empty: one shuffle over the view
+    heldout_tokens: int = 20_000  # from the end of the order, never trained on, val/loss (docs/training.md); 0: off
 
     def __post_init__(self) -> None:
         if any(b < 1 for b in self.nested_budgets) or sorted(set(self.nested_budgets)) != list(self.nested_budgets):

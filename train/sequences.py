@@ -1,13 +1,10 @@
 """Budget view and packed training sequences; the position in the stream is a pure function of the step.
 
-The stream is every document of the store in one permutation fixed by `order_seed` (not the run's seed), each
-framed by the start token (and EOS when distinct: train/start_token.py). A budget of B tokens over E epochs
-trains on the first ceil(B/E) tokens of it, plus the last label: the *view*, so a 10M view is a prefix of the
-100M one. The view is cut into windows of seq_len+1 tokens overlapping by one; epoch e visits them in a
-permutation drawn from (seed, e). With `data.nested_budgets` the windows are split at those budgets into
-blocks shuffled on their own and visited in order, so a run trains first on exactly the smaller budgets'
-sequences. Held-out documents are the last of the order, in no view (docs/training.md). Nothing is
-materialised: a sequence is gathered from the memmap.
+The stream: every document in one order fixed by `order_seed`, each framed by the start token (and EOS when
+distinct). A budget of B tokens over E epochs trains on its first ceil(B/E) tokens plus the last label (the
+*view*: a 10M view is a prefix of the 100M one), cut into windows of seq_len+1 overlapping by one; epoch e
+visits them in a permutation drawn from (seed, e), per nested-budget block (docs/training.md, recipe.md).
+Nothing is materialised: a sequence is gathered from the memmap.
 """
 from __future__ import annotations
 

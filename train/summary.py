@@ -1,10 +1,7 @@
-"""What a run is about to do, printed before its first step, and the recipes too short to mean anything.
-
-A budget of 5,000 tokens with the default 1,024-sequence batch trains 0 steps and its curves look like
-results, so every run prints where it writes, the model, tokenizer, steps, warm-up, checkpoints and probes,
-and names in warnings (with the keys to change) too few steps, too short a warm-up (Pythia's 1 % of 476 steps
-is 5 updates) or checkpoints the schedule promises but the steps cannot hold. The warnings come once from the
-config alone (before the corpus is read) and again from the real step count.
+"""What a run is about to do, printed before its first step, and the recipes too short to mean anything
+(docs/training.md): a budget of 5,000 tokens with the default 1,024-sequence batch trains 0 steps and its
+curves look like results. The warnings come once from the config alone (before the corpus is read) and again
+from the real step count.
 """
 from __future__ import annotations
 

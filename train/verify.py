@@ -192,18 +192,6 @@ def _check_tensor_sets(cks: list[_Checkpoint], report: RunReport) -> None:
                                                f"{what} {len(names)} tensors of step{cks[0].step}: {_names(names)}"))
 
 
-def _sizes_as_hashes(path: Path, manifest: dict) -> dict[str, str]:
-    """`verify --fast`: name -> the manifest's sha256 for every present file of the recorded size (trusted,
-    not read), else a marker that differs from it (no recorded sizes: presence only)."""
-    sizes = manifest.get("sizes") or {}
-    out = {}
-    for rel in checkpoint_files(path):
-        size = (path / rel).stat().st_size
-        want = sizes.get(rel)
-        out[rel] = manifest["files"].get(rel, "") if want is None or want == size else f"{size:,} bytes"
-    return out
-
-
 def _check_files(ck: _Checkpoint, report: RunReport, fast: bool = False) -> None:
     def find(file: str, kind: str, message: str) -> None:
         report.findings.append(Finding(ck.step, str(ck.path / file), kind, message))
@@ -218,10 +206,14 @@ def _check_files(ck: _Checkpoint, report: RunReport, fast: bool = False) -> None
     except CorruptCheckpointError as e:
         find(MANIFEST, "bad-manifest", str(e).removeprefix(f"{ck.path / MANIFEST} "))
     if ck.manifest is not None:
-        if fast:
-            ck.hashes = _sizes_as_hashes(ck.path, ck.manifest)
-        else:
-            ck.hashes = {rel: sha256_file(ck.path / rel) for rel in checkpoint_files(ck.path)}
+        for rel in checkpoint_files(ck.path):
+            if not fast:
+                ck.hashes[rel] = sha256_file(ck.path / rel)
+                continue
+            # the manifest's sha256 for a file of the recorded size (trusted, not read), else a marker that
+            # differs from it (no recorded sizes: presence only)
+            size, want = (ck.path / rel).stat().st_size, (ck.manifest.get("sizes") or {}).get(rel)
+            ck.hashes[rel] = ck.manifest["files"].get(rel, "") if want is None or want == size else f"{size:,} bytes"
         for rel, kind, what in manifest_problems(ck.path, ck.manifest, ck.hashes):
             if fast and kind == "changed":
                 what = (f"is {ck.hashes[rel]}, {MANIFEST} records {ck.manifest['sizes'][rel]:,}: the file "
