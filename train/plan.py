@@ -57,20 +57,6 @@ class Memory:
         return self.total <= FIT_FRACTION * gpu_bytes
 
 
-def state_bytes_per_param(engine_kind: str, zero_stage: int, bf16: bool, gpus: int) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer) bytes per parameter on one GPU."""
-    if engine_kind == "torch":
-        return 4.0, 4.0 + (4.0 if gpus > 1 else 0.0), 8.0
-    w, g, o = (2.0, 2.0, 12.0) if bf16 else (4.0, 4.0, 12.0)
-    if zero_stage >= 1:
-        o /= gpus
-    if zero_stage >= 2:
-        g /= gpus
-    if zero_stage >= 3:
-        w /= gpus
-    return w, g, o
-
-
 def activation_bytes(*, params: int = 0, layers: int, hidden: int, heads: int, vocab: int, seq_len: int,
                      micro_batch: int, checkpointing: bool, attn_implementation: str, compute_bytes: int = 2,
                      residual_bytes: int = 2, autocast: bool = False, loss_chunk: int = 0) -> float:
@@ -96,7 +82,12 @@ def activation_bytes(*, params: int = 0, layers: int, hidden: int, heads: int, v
 def estimate(*, params: int, layers: int, hidden: int, heads: int, vocab: int, seq_len: int, micro_batch: int,
              engine_kind: str, zero_stage: int, bf16: bool, gpus: int, checkpointing: bool,
              attn_implementation: str, loss_chunk: int = 0) -> Memory:
-    w, g, o = state_bytes_per_param(engine_kind, zero_stage, bf16, gpus)
+    if engine_kind == "torch":  # (weights, gradients, optimizer) bytes per parameter on one GPU
+        w, g, o = 4.0, 4.0 + (4.0 if gpus > 1 else 0.0), 8.0
+    else:  # ZeRO-1 shards Adam's states over the GPUs, 2 also the gradients, 3 also the weights
+        w, g, o = (2.0, 2.0, 12.0) if bf16 else (4.0, 4.0, 12.0)
+        w, g, o = w / (gpus if zero_stage >= 3 else 1), g / (gpus if zero_stage >= 2 else 1), o / (
+            gpus if zero_stage >= 1 else 1)
     autocast = bf16 and engine_kind == "torch"  # fp32 weights, bf16 compute; DeepSpeed bf16 holds bf16 weights
     act = activation_bytes(params=params, layers=layers, hidden=hidden, heads=heads, vocab=vocab,
                            seq_len=seq_len, micro_batch=micro_batch, checkpointing=checkpointing,

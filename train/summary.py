@@ -18,16 +18,6 @@ MIN_WARMUP = 20
 PYTHIA_LOG_STEPS = 512  # the last power of two of Pythia's schedule (train/schedule.py)
 
 
-def promised_checkpoints(schedule, total_steps: int, tokens_per_step: int) -> Optional[int]:
-    """Checkpoints the schedule's keys ask for (step 0 and the last included); None for Pythia's."""
-    if schedule.kind == "log":
-        return schedule.n_log + 1  # n_log log-spaced points from step 1, plus step 0
-    if schedule.kind == "custom":
-        end = total_steps * tokens_per_step if schedule.unit == "tokens" else total_steps
-        return len({p for p in schedule.points if p <= end} | {0, end})
-    return None
-
-
 def recipe_warnings(cfg, total_steps: int, seq_len: int) -> list[str]:
     """One line per reason the run is too short to mean anything, each naming the keys that set it."""
     warnings = []
@@ -48,7 +38,10 @@ def recipe_warnings(cfg, total_steps: int, seq_len: int) -> list[str]:
                         f"so the peak lr is reached almost at once; raise optim.warmup_ratio or set "
                         f"optim.warmup_steps, or train more steps")
     have = len(checkpoint_steps(cfg.schedule, total_steps, tokens_per_step))
-    promised = promised_checkpoints(cfg.schedule, total_steps, tokens_per_step)
+    # checkpoints the schedule's keys ask for, step 0 and the last included (log: n_log from step 1); Pythia's: None
+    end = total_steps * tokens_per_step if cfg.schedule.unit == "tokens" else total_steps
+    points = {p for p in cfg.schedule.points if p <= end} | {0, end}
+    promised = {"log": cfg.schedule.n_log + 1, "custom": len(points)}.get(cfg.schedule.kind)
     # log-spaced points always merge a little near step 1 (47 points over 143,000 steps give 46
     # checkpoints); a fifth lost means the run is too short for the schedule
     if promised is not None and have < (0.8 * promised if cfg.schedule.kind == "log" else promised):
