@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from trainutil import TINY, losses, signal_at_step, tiny_cfg
-from train.checkpoint import list_checkpoints, read_trainer_state as read_state
+from train.checkpoint import list_checkpoints, read_state
 from train.lock import RunDirLocked, RunLock
 from train.loop import train
 from train.preempt import REQUEUE_EXIT

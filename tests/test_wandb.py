@@ -17,7 +17,7 @@ from transformers import AutoTokenizer
 
 from trainutil import TINY, signal_at_step, tiny_cfg
 from wandbutil import history_steps, wandb_records
-from train.checkpoint import list_checkpoints, read_trainer_state as read_state
+from train.checkpoint import list_checkpoints, read_state
 from train.loop import train
 from train.preempt import REQUEUE_EXIT
 

@@ -22,6 +22,8 @@ from train.digest import sha256_once, torch_save_hashed
 from train.faults import fault_point
 from train.start_token import write_record
 
+read_state = read_trainer_state  # the name train/ and its tests use
+
 
 def checkpoint_files(path: Path) -> list[str]:
     """Every file of a checkpoint, relative and sorted; the manifest and hidden names excluded."""
