@@ -1,8 +1,5 @@
-"""ELAGENT curves per task against tokens: context pair (``acc_pair``, solid; chance 0.5 grey dashed) and letter
-(``acc``, dotted; 1 / options dashed in its colour), from the summaries stored in the eval files (nothing is
-re-scored): ``elagent_table`` (tidy rows), ``write_elagent_curves`` (``probes curves``), ``elagent_section``
-(``probes report``). The Language A minimal pairs are drawn with every minimal-pair benchmark.
-"""
+"""ELAGENT curves per task against tokens, context pair and letter each beside its chance line, from the summaries
+stored in the eval files (nothing is re-scored); Language A's minimal pairs are drawn with every benchmark's."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,9 +1,6 @@
-"""lm-eval tasks as checkpoint probes: ``<run>/evals/step<N>/lmeval_<task>.parquet`` per task, through the eval
-contract (``evaluate_checkpoint``): one row per sample with its per-choice log-likelihoods (``lls``) and metric
-values, lm-eval's aggregate in the metadata (``summary``). A file's "pair set" is the task's name, ``limit`` and a
-hash of the task files under include_path, so an edited local task is scored again. ``LmEvalProbe`` serves the
-in-loop hook (``LmEvalHook``) and ``score-run``/``watch``.
-"""
+"""lm-eval tasks as checkpoint probes through the eval contract: one row per sample, lm-eval's aggregate in the
+metadata. A file's pair set is the task's name, ``limit`` and a hash of the task files under include_path, so an
+edited local task is scored again."""
 from __future__ import annotations
 
 import hashlib

@@ -1,9 +1,5 @@
-"""``python -m probes lm-eval-tasks --benchmark NAME --out DIR``: our minimal pairs as lm-eval tasks.
-
-One task per benchmark, ``DIR/<task>.yaml`` + ``DIR/<task>.jsonl`` (read by lm-eval's ``json`` builder, no
-hub), scoring each pair as ``probes score`` does; docs/lm_eval.md's table says why each setting (empty
-context, our start token as prefix token, ``target_delimiter: ""``, choices ``[bad, good]``) is what it is.
-"""
+"""``python -m probes lm-eval-tasks``: our minimal pairs as lm-eval tasks (``<task>.yaml`` + ``.jsonl``, lm-eval's
+``json`` builder), scored as ``probes score`` does; docs/lm_eval.md says why each setting is what it is."""
 from __future__ import annotations
 
 import argparse

@@ -1,9 +1,6 @@
-"""Syntax-question curves (``probes curves``: a figure per run and mode) and report section (``probes report``: runs
-of one model x budget are seeds, each curve their mean with a 95 % t-interval over seeds; tables/syntax_qa.csv,
-tables/syntax_qa_final.csv, figures), from the summaries in the metadata of every ``evals/step<N>/syntax_qa.parquet``
-and ``syntax_qa_paper.parquet``. ``mode`` (files older than modes: ``likelihood``) is named everywhere, the two
-modes never averaged together. The random baselines per question type are the items' ``rand_acc``, ``rand_f1``.
-"""
+"""Syntax-question curves and report section from the summaries in the eval files' metadata: runs of one model x
+budget are seeds (mean with a 95 % t-interval); ``mode`` (files older than modes: ``likelihood``) is named
+everywhere, the two modes never averaged together."""
 from __future__ import annotations
 
 from pathlib import Path
