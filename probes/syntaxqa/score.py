@@ -51,7 +51,7 @@ def build_items_and_reports(cfg: SyntaxQAConfig) -> tuple[list[Item], list[Sourc
 
 def continuation_ids(tokenizer, prefix: str, conts: list[str]) -> tuple[list[int], list[list[int]]]:
     """(context ids, ids of each continuation) with context + ids_i == BOS + tokens(prefix + conts[i]) (module doc)."""
-    from probes.scoring.primitive import bos_id
+    from probes.scoring.primitive import start_id
 
     enc = tokenizer([prefix] + [prefix + c for c in conts], add_special_tokens=False)["input_ids"]
     p_ids, fulls = list(enc[0]), [list(e) for e in enc[1:]]
@@ -60,7 +60,7 @@ def continuation_ids(tokenizer, prefix: str, conts: list[str]) -> tuple[list[int
     for c, t in zip(conts, tails):
         if not t:
             raise ValueError(f"continuation {c!r} adds no tokens after the prompt; the tokenizer cannot tell it apart")
-    return [bos_id(tokenizer)] + p_ids[:n], tails
+    return [start_id(tokenizer)] + p_ids[:n], tails
 
 
 def _check_length(model, n: int, item: Item) -> None:
