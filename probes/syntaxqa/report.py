@@ -43,10 +43,6 @@ def _random_rows(path: Path) -> list[tuple[str, str, float]]:
     return out
 
 
-def _mode(meta: dict) -> str:
-    return meta.get("mode") or (meta.get("config") or {}).get("mode") or "likelihood"
-
-
 def syntax_qa_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = None) -> pd.DataFrame:
     """Tidy rows: run, mode, step, tokens, kp ("all" or a knowledge point), metric (PARTS, paper mode's UNPARSED,
     "<part>_random" per question type), value. ``names`` labels the runs (default: each directory's name)."""
@@ -61,7 +57,8 @@ def syntax_qa_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = N
             meta = eval_file_meta(path)
             if meta["kind"] != KIND:
                 continue
-            at = {"run": name, "mode": _mode(meta), "step": meta["step"], "tokens": meta["tokens"]}
+            mode = meta.get("mode") or (meta.get("config") or {}).get("mode") or "likelihood"
+            at = {"run": name, "mode": mode, "step": meta["step"], "tokens": meta["tokens"]}
             for key, value in (meta.get("summary") or {}).items():
                 kp, _, metric = key.rpartition("/")
                 if (metric in PARTS or metric in UNPARSED) and value is not None:
