@@ -79,14 +79,9 @@ def distractors(f: Fact) -> list[str]:
     """Phrases of the same sentence that are not (part of) a correct answer or of the anchor."""
     s = f.sentence
     banned = {s.phrase(g) for g in f.golds} | ({f.anchor_text} if f.anchor else set())
-    out: dict[str, None] = {}
-    for span in s.phrases:
-        if any(span.overlaps(g) for g in f.golds + f.avoid) or (f.anchor is not None and span.overlaps(f.anchor)):
-            continue
-        text = s.phrase(span)
-        if text not in banned:
-            out[text] = None
-    return list(out)
+    texts = (s.phrase(span) for span in s.phrases if not any(span.overlaps(g) for g in f.golds + f.avoid)
+             and not (f.anchor is not None and span.overlaps(f.anchor)))
+    return list(dict.fromkeys(t for t in texts if t not in banned))
 
 
 def _rng(seed: int, *parts: str) -> random.Random:
@@ -224,10 +219,8 @@ def block(item: Item) -> str:
 
 def build_prompt(item: Item, exemplars: list[Item] = ()) -> str:
     fr = frame_for(item)
-    parts = [fr.instruction[item.qtype]]
-    parts += [block(ex) + answer_text(ex) + fr.close for ex in exemplars]
-    parts.append(block(item))
-    return "\n\n".join(parts)
+    exemplar_blocks = [block(ex) + answer_text(ex) + fr.close for ex in exemplars]
+    return "\n\n".join([fr.instruction[item.qtype], *exemplar_blocks, block(item)])
 
 
 def attach_prompts(items: list[Item], pool: dict[tuple[str, str, str], list[Item]], shots: int, seeds: int, seed: int) -> None:
