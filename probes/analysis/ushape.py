@@ -195,7 +195,7 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
             cands.append((name, W, curve, seed_curves, u, r_max, c, c_thin, c_unit))
     if not cands:
         return []
-    # The paired bootstrap of each candidate's drop, recovery and peak level, all at once, for the
+    # The bootstrap of each candidate's drop, recovery and peak level, all at once, for the
     # candidates that clear the noise threshold (the others cannot be accepted; most raw-scale
     # candidates are noise, and the bootstrap is where the time goes). The peak's level is read on
     # the smoothed curve: whether the model knew the phenomenon there is a question about its level
@@ -208,17 +208,17 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
     if tested:
         C = np.concatenate([np.stack([W[u.peak] - W[u.trough], W[r] - W[u.trough], Ws[u.peak]])
                             for _, W, _, _, u, r, *_ in (cands[i] for i in tested)])
+    # Seeds resampled, then pairs within paradigm and seed (as bands.py): a U's depth interval then holds
+    # the seeds' own spread, not item noise alone. drawn[i, b]: the seed in slot i of resample b.
+    drawn = rng.integers(0, n_seeds, (n_seeds, cfg.n_boot)) if n_seeds > 1 else np.zeros((1, cfg.n_boot), int)
     boot = np.zeros((len(C), cfg.n_boot))
     for k in range(n_par if tested else 0):
-        sizes = {seed[k].shape[1] for seed in mats}
         V = [C @ seed[k] for seed in mats]  # each pair's contribution to each contrast, per seed
-        if len(sizes) == 1:  # same pairs in every seed: one resample of pairs for all (paired)
-            counts = _resample_counts(sizes.pop(), cfg.n_boot, rng)
-            boot += np.einsum("skn,bn->kb", np.stack(V), counts) / (V[0].shape[1] * n_seeds * n_par)
-        else:
-            for v in V:
-                counts = _resample_counts(v.shape[1], cfg.n_boot, rng)
-                boot += (v @ counts.T) / (v.shape[1] * n_seeds * n_par)
+        for slot in drawn:
+            for s, v in enumerate(V):
+                b = slot == s
+                if b.any():
+                    boot[:, b] += v @ _resample_counts(v.shape[1], int(b.sum()), rng).T / (v.shape[1] * n_seeds * n_par)
     row_of = {i: j for j, i in enumerate(tested)}
     out = []
     for i, (name, W, curve, seed_curves, u, r_max, c, c_thin, c_unit) in enumerate(cands):
@@ -256,7 +256,7 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
             reason = f"depth {u_depth:.3f} <= {c:.3f}, the deepest drop noise makes on this schedule" + (
                 f" (binomial variance x {inflate ** 2:.2f}, the checkpoints' measured dispersion)" if inflate > 1 else "")
         elif not boot_ok:
-            verdict, reason = "not_significant", f"paired bootstrap p_drop={p_drop:.3f}, p_recovery={p_rec:.3f}"
+            verdict, reason = "not_significant", f"bootstrap (seeds, then pairs) p_drop={p_drop:.3f}, p_recovery={p_rec:.3f}"
         elif agreement < cfg.min_seed_agreement:
             verdict, reason = "seeds_disagree", f"{sum(shows)} of {n_seeds} seeds show it"
         else:
