@@ -180,7 +180,7 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
     # monotone curve is the smoother's); it is added to the noise threshold of each scale (0 on raw).
     mean = raw_seed.mean(axis=0)
     iso = min((isotonic_regression(mean, increasing=up).x for up in (True, False)), key=lambda f: np.sum((f - mean) ** 2))
-    cands = []  # (scale, W, curve, seed curves, UShape, r_max, threshold, one-seed threshold, c_unit)
+    cands = []  # (scale, W, curve, seed curves, UShape, r_max, threshold, one-seed threshold)
     for name, W in looks:
         seed_curves = raw_seed @ W.T
         curve = seed_curves.mean(axis=0)
@@ -192,7 +192,7 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
         c_thin = float(np.max(sd_worst) / 0.5 * c_unit)  # same draws' law at p = 0.5, this unit's pairs
         for u in found:
             r_max = u.trough + int(np.argmax(curve[u.trough:] >= u.recovered_to - 1e-12))
-            cands.append((name, W, curve, seed_curves, u, r_max, c, c_thin, c_unit))
+            cands.append((name, W, curve, seed_curves, u, r_max, c, c_thin))
     if not cands:
         return []
     # The bootstrap of each candidate's drop, recovery and peak level, all at once, for the
@@ -221,7 +221,7 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
                     boot[:, b] += v @ _resample_counts(v.shape[1], int(b.sum()), rng).T / (v.shape[1] * n_seeds * n_par)
     row_of = {i: j for j, i in enumerate(tested)}
     out = []
-    for i, (name, W, curve, seed_curves, u, r_max, c, c_thin, c_unit) in enumerate(cands):
+    for i, (name, W, curve, seed_curves, u, r_max, c, c_thin) in enumerate(cands):
         u_depth = depths[i]
         need = cfg.seed_delta_fraction * cfg.delta
         shows = [(sc[u.peak] - sc[u.trough] >= need) and (sc[r_max] - sc[u.trough] >= need)
@@ -244,13 +244,11 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
             peak_above = bool(p_peak < cfg.alpha)
             kind = KINDS[2] if not peak_above else (KINDS[1] if u.peak < onset_index else KINDS[0])
         boot_ok = bool(p_drop < cfg.alpha and (p_rec < cfg.alpha or not cfg.require_recovery))
-        n_min = min_pairs(u_depth, c_unit, n_par)
         per_par = n_unit
-        if n_seeds == 1 and u_depth <= c_thin:
+        if n_seeds == 1 and u_depth <= c_thin:  # the pairs it would need: the run's one figure (pairs_needed)
             verdict = "too_thin"
             reason = (f"{per_par:.0f} pairs per paradigm: too few to accept a U of depth {u_depth:.2f} "
-                      f"with one seed (binomial noise alone makes drops of {c_thin:.2f} on this schedule; "
-                      f"needs >= {n_min} pairs per paradigm)")
+                      f"with one seed (binomial noise alone makes drops of {c_thin:.2f} on this schedule)")
         elif u_depth <= c:
             verdict = "below_noise"
             reason = f"depth {u_depth:.3f} <= {c:.3f}, the deepest drop noise makes on this schedule" + (
@@ -335,18 +333,31 @@ def _paradigm_means(hit: np.ndarray, present: np.ndarray, o, names: list[str]) -
     return out
 
 
-def thin_note(label: str, x: np.ndarray, cfg: UShapeConfig, n_per_paradigm: float) -> str:
-    """What one seed can show on a paradigm: the depth below which binomial noise alone makes U's on
-    this schedule at n pairs (p = 0.5, the largest binomial variance), and the pairs a U of depth
-    delta needs (on the more forgiving scale; see min_pairs)."""
-    level = 1 - cfg.alpha / len(scales(x, cfg))
-    c_unit = min(unit_threshold(x, W, level, cfg.n_null, cfg.seed) for _, W in scales(x, cfg))
-    need = min_pairs(cfg.delta, c_unit)
-    floor = c_unit / np.sqrt(max(n_per_paradigm, 1))
-    verdict = "too few to accept a U" if n_per_paradigm < need else "enough for a U"
-    return (f"{label}: one seed, {n_per_paradigm:.0f} pairs per paradigm: {verdict} of depth {cfg.delta} "
-            f"(binomial noise alone makes drops up to {floor:.2f} on these {len(x)} checkpoints; a U of depth "
-            f"{cfg.delta} needs >= {need} pairs per paradigm, or more seeds)")
+def pairs_needed(rows, cfg: UShapeConfig) -> dict:
+    """The one "pairs or seeds needed" figure of a model x budget x benchmark (rows: its EvalSet table rows),
+    which report.md's summary, the one-seed note and paper_ushapes.csv all quote: the pairs per paradigm per
+    seed (or the seeds at these pairs) a U of depth cfg.delta on a phenomenon curve of the median number of
+    paradigms needs to clear binomial noise on this schedule (unoise.min_pairs), and the sentence saying so."""
+    from probes.analysis.evalset import log_tokens
+
+    x = log_tokens(np.sort(rows.tokens.unique()))
+    looks = scales(x, cfg)
+    c_unit = min(unit_threshold(x, W, 1 - cfg.alpha / len(looks), cfg.n_null, cfg.seed) for _, W in looks)
+    K = int(rows.groupby("phenomenon").paradigm.nunique().median())
+    n_pp, S = float(rows.n_pairs.median()), rows.run.nunique()
+    need = math.ceil(min_pairs(cfg.delta, c_unit, K) / S)
+    seeds = math.ceil((c_unit / cfg.delta) ** 2 / (K * max(n_pp, 1)))
+    return {"n_seeds": S, "u_depth": cfg.delta, "paradigms_per_phenomenon": K, "pairs_per_paradigm": n_pp,
+            "pairs_needed_per_seed": need, "seeds_needed": seeds,
+            "needed": f"a U of depth {cfg.delta} on a phenomenon ({K} paradigms) needs {need} pairs per paradigm per "
+                      f"seed at {S} seed{'s' if S > 1 else ''}, or {seeds} seeds at these {n_pp:.0f} pairs"}
+
+
+def thin_note(label: str, rows, cfg: UShapeConfig) -> str:
+    """What one seed can show on this schedule, with the run's pairs_needed figure."""
+    d = pairs_needed(rows, cfg)
+    verdict = "too few to accept" if d["pairs_per_paradigm"] < d["pairs_needed_per_seed"] else "enough for"
+    return f"{label}: one seed, {d['pairs_per_paradigm']:.0f} pairs per paradigm: {verdict} a U of depth {cfg.delta} ({d['needed']})"
 
 
 def onset_index(acc_by_step: np.ndarray, gain: float) -> int:
@@ -450,8 +461,8 @@ def _find_u_shapes_in_runs(ev, cfg: UShapeConfig | None, levels, evidence: list[
         par_curve = seed_par.mean(axis=0)
         at_scale = [dict(zip(names, (W @ np.nan_to_num(par_curve, nan=0.5)).T)) for _, W in scales(x, cfg)]
         if len(outs) == 1:
-            n_pp = float(np.median(np.bincount(outs[0].row_paradigm, minlength=len(outs[0].paradigms))))
-            (notes if evidence is None else evidence).append(thin_note(f"{cell}", x, cfg, n_pp))
+            rows_g = ev.table[ev.table.run.isin(runs) & (ev.table.benchmark == bench)]
+            (notes if evidence is None else evidence).append(thin_note(cell, rows_g, cfg))
         # how much more than binomial noise this group's curves move between checkpoints, per level
         col = {p: j for j, p in enumerate(names)}
         counts = np.stack([np.broadcast_to(np.bincount(o.row_paradigm, minlength=len(o.paradigms))[
