@@ -1,29 +1,21 @@
-"""The ZhoBLiMP paper's U-shapes beside ours: detected, not detectable here, or absent.
+"""The ZhoBLiMP paper's U-shapes beside ours: detected, a dip not the paper's U, not detectable here, or absent.
 
-The paper (§5.4) reports phenomenon-level U's that "drop a little over 100M tokens and then rise
-again, e.g. for BA and FCI", and in its case study (npi_renhe_wh_question_subj, Figure 6) a dip of
-accuracy over the first ~1M tokens that recovers around 100M. For each, and each model x budget of
-these runs, this module asks the report's U detector (probes.analysis.ushape.analyse_curve) on that
-curve, with the minimum depth set by the curve's own noise rather than a fixed delta:
-
-* detected: an accepted U whose peak, trough and recovery (the first checkpoint back up by the U's
-  depth threshold) each lie in the paper's window for them;
-* a dip, not the paper's U: an accepted U within the paper's span whose peak, trough or recovery lies
-  outside its window (ours and the paper's windows are printed: an early dip that recovers at 1e6 tokens
-  is not the case study's, which recovers around 100M);
-* not detectable here: the runs do not reach the window's recovery, or the smallest dip this grid can
-  tell from noise (the noise threshold at the curve's pairs and seeds) is deeper than the reference
-  depth; then the run's one "pairs or seeds needed" figure (probes.analysis.ushape.pairs_needed) is given;
-* absent: the window is covered, a dip of the reference depth would clear the noise, and none was
-  accepted there.
-
-The paper gives no number for "a little"; REFERENCE_DEPTH (0.05, the report's former fixed delta) is
-our reading, stated in the table. "Seeds agreeing" follows the report's rule (min_seed_agreement of the
-seeds): with 2 seeds, 50 % is one seed.
+The paper (§5.4) reports phenomenon-level U's that "drop a little over 100M tokens and then rise again, e.g.
+for BA and FCI", and in its case study (npi_renhe_wh_question_subj, Figure 6) a dip over the first ~1M tokens
+that recovers around 100M. For each, per model x budget, the report's detector (ushape.analyse_curve) looks
+at that curve with its minimum depth set by the curve's own noise rather than a fixed delta:
+* detected: an accepted U whose peak, trough and recovery each lie in the paper's window for them;
+* a dip, not the paper's U: an accepted U in the paper's span with one of them outside (windows printed);
+* not detectable here: the runs do not reach the recovery, or the smallest dip this grid can tell from
+  noise is deeper than REFERENCE_DEPTH (then the run's pairs_needed figure);
+* absent: covered, detectable, and none accepted there.
+The paper gives no number for "a little": REFERENCE_DEPTH (0.05) is our reading. "Seeds agreeing" follows
+the report's rule (min_seed_agreement; with 2 seeds, 50 % is one seed).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -77,9 +69,7 @@ def _mats(ev, runs: list[str], bench: str, paradigms: list[str], bit: int):
     from probes.analysis.ushape import _paradigm_columns
 
     outs = [ev.outcomes[(r, bench)] for r in sorted(runs)]
-    steps = outs[0].steps
-    for o in outs[1:]:
-        steps = np.intersect1d(steps, o.steps)
+    steps = functools.reduce(np.intersect1d, [o.steps for o in outs])
     tokens = np.mean([o.tokens[np.searchsorted(o.steps, steps)] for o in outs], axis=0)
     mats, overall = [], []
     for o in outs:
@@ -93,8 +83,7 @@ def _mats(ev, runs: list[str], bench: str, paradigms: list[str], bit: int):
 
 
 def min_detectable(x: np.ndarray, mats, cfg: UShapeConfig, disp: float = 1.0) -> float:
-    """The smallest depth the detector can accept on this curve: its noise threshold, the smaller over the
-    scales looked at, with the checkpoints' measured dispersion `disp`, as analyse_curve has it."""
+    """The smallest depth the detector can accept on this curve (its smaller noise threshold, as analyse_curve's)."""
     looks = scales(x, cfg)
     inflate = math.sqrt(disp) if disp > 1 else 1.0  # as analyse_curve
     sd, _ = unit_sd(mats)
@@ -102,18 +91,16 @@ def min_detectable(x: np.ndarray, mats, cfg: UShapeConfig, disp: float = 1.0) ->
     return float(min(noise_threshold(sd * inflate, W, 1 - cfg.alpha / len(looks), cfg.n_null, rng) for _, W in looks))
 
 
-def _dispersion(ev, runs: list[str], benchmark: str, pb: pd.DataFrame, level: str, bit: int) -> float:
+def _dispersion(x, ev, runs: list[str], benchmark: str, pb: pd.DataFrame, level: str, bit: int) -> float:
     """unoise.dispersion of a model x budget group's curves at `level`, as find_u_shapes_in_runs has it."""
     names = sorted(pb.paradigm)
-    steps, tokens, mats, _ = _mats(ev, runs, benchmark, names, bit)
+    _, _, mats, _ = _mats(ev, runs, benchmark, names, bit)
     means = np.stack([np.stack([np.nanmean(m, axis=1) for m in seed], axis=1) for seed in mats])
     counts = np.stack([np.stack([np.sum(~np.isnan(m), axis=1) for m in seed], axis=1) for seed in mats]).astype(float)
     phen = dict(zip(pb.paradigm, pb.phenomenon))
     units = ([[k] for k in range(len(names))] if level == "paradigm" else
              [[k for k, p in enumerate(names) if phen[p] == v] for v in sorted(set(phen.values()))])
-    from probes.analysis.evalset import log_tokens
-
-    return dispersion(log_tokens(tokens), means, counts, units)
+    return dispersion(x, means, counts, units)
 
 
 def paper_u_table(ev, cfg: UShapeConfig, benchmark: str = "zhoblimp", paper_us=PAPER_US) -> pd.DataFrame:
@@ -146,7 +133,7 @@ def paper_u_table(ev, cfg: UShapeConfig, benchmark: str = "zhoblimp", paper_us=P
                 continue
             x = log_tokens(tokens)
             if (model, budget, pu.level) not in disps:  # BA and FCI share theirs
-                disps[(model, budget, pu.level)] = _dispersion(ev, runs, benchmark, pb, pu.level, bit)
+                disps[(model, budget, pu.level)] = _dispersion(x, ev, runs, benchmark, pb, pu.level, bit)
             disp = disps[(model, budget, pu.level)]
             c = min_detectable(x, mats, cfg, disp)
             K, S = len(mats[0]), len(mats)
