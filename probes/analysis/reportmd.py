@@ -1,15 +1,10 @@
 """report.md, organised as the ZhoBLiMP paper: curves, Figure 5, Table 4, case study, groups, AoA, U's.
-
-The main flow (before the "Appendix" heading) embeds a fixed set of figures: the overall curve, one
-all-phenomena figure per benchmark with curves, two scaling figures per benchmark, one case-study figure
-and one U-shape figure; the number of paradigms or runs never adds one. Per-phenomenon curves, the other
-case-study figures, region figures and the other probes' figures are listed in the appendix.
-"""
+The main flow embeds a fixed set of figures (the number of paradigms or runs never adds one); the rest are
+listed in the appendix."""
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from probes.analysis.bands import MIN_SEEDS_T, band_caption
@@ -37,12 +32,9 @@ def md_table(df: pd.DataFrame, limit: int = 30, floatfmt: str = "{:.3g}") -> str
 
 
 def summary_table(R: dict, cfg) -> pd.DataFrame:
-    """One row per model x budget x curve benchmark: what report.md's first paragraph says, with its numbers.
-
-    change (first checkpoint -> last, paired on the same pairs) with its 95 % interval (R["change"], seed_bands
-    over change_units) and whether the interval excludes 0; phenomena ending above chance (q_above < 0.05 in
-    R["phen_final"], the benchmark's final numbers); the accepted U's of the group counted apart (learning /
-    from step 0); and the run's one "pairs or seeds needed" figure (probes.analysis.ushape.pairs_needed)."""
+    """One row per model x budget x curve benchmark: what report.md's first paragraph says. The change from
+    the first checkpoint with its 95 % interval (R["change"]) and whether it excludes 0; phenomena ending above
+    chance (q_above < 0.05); accepted U's, learning apart from step 0's; the run's pairs_needed figure."""
     from probes.analysis.ushape import pairs_needed
 
     ch, ph = R["change"], R["phen_final"]
