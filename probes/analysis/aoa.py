@@ -446,7 +446,7 @@ def aoa_intervals(outcomes: dict, runs: list, summary: pd.DataFrame, aoa: pd.Dat
             cols = _paradigm_columns(o)
             Y = np.zeros((len(phens), B, len(x)))
             for j, ph in enumerate(phens):
-                pars = [p for p in members.get((bench, ph), ()) if len(cols.get(p, ()))]
+                pars = [p for p in sorted(members.get((bench, ph), ())) if len(cols.get(p, ()))]  # not hash order
                 for p in pars:
                     c = o.correct[keep][:, cols[p]]
                     ok = ((c & bit) > 0) & ((c & MISSING) == 0)
