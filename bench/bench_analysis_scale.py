@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import resource
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -27,8 +28,10 @@ from probes.analysis.curves import phenomenon_table
 from probes.analysis.evalset import load_runs, log_tokens, refresh_cache
 from probes.analysis.normsweep import sweep_paradigms, sweep_summary
 from probes.analysis.report import CACHE_DIR, ReportConfig, build_report, report_config
-from probes.analysis.synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
 from probes.analysis.ushape import find_u_shapes_in_runs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run  # noqa: E402 (a test helper)
 
 MODELS = ["pythia-14m", "pythia-70m", "pythia-160m", "pythia-410m", "pythia-1.4b"]
 BUDGETS = [10**7, 10**8, 10**9, 3 * 10**9]

@@ -39,12 +39,12 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from bench_scoring import SHARED, pythia_14m, train_tokenizer
-    from probes.syntaxqa.score import SyntaxQAConfig, _likelihood_scores, build_items
+    from probes.syntaxqa.score import SyntaxQAConfig, _likelihood_scores, build_items_and_reports
 
     sources = args.source or [str(SHARED / "treebanks" / "ptb_wsj_sample_nltk")]
     cfg = SyntaxQAConfig(sources=sources, question_types=["TF", "MC"], k_per_tuple=args.k, shots=args.shots,
                          batch_size=args.batch_size)
-    items = build_items(cfg)
+    items, _reports = build_items_and_reports(cfg)
     with tempfile.TemporaryDirectory() as tmp:
         tok = (AutoTokenizer.from_pretrained(args.tokenizer) if args.tokenizer
                else train_tokenizer(Path(tmp), 32000, 8_000_000))

@@ -12,7 +12,7 @@ Each planted curve is a sigmoid on log10 tokens (0.5 -> 0.75..0.95) minus a Gaus
 each clean curve is the sigmoid alone; each flat curve stays at chance (a paradigm never learned:
 the hardest null, every checkpoint has the largest binomial noise). Per seed and checkpoint the
 outcomes of `pairs` pairs are drawn with persistent per-pair difficulties
-(probes.analysis.synthetic.sample_correct).
+(tests/synthetic.py: sample_correct).
 Truth is what a reader sees in the noise-free curve at the checkpoints: its deepest geometric U at
 delta = 0.05 (probes.analysis.ushape.find_u_shapes); visible depth = min(drop, recovery); span = checkpoints
 strictly between its peak and its first recovery point. A planted U is found when an accepted U
@@ -25,7 +25,7 @@ The detector is probes.analysis.ushape.analyse_curve with UShapeConfig defaults 
     python bench/bench_ushape.py --part null [--runs runs/zhoblimp_mini/mini-*] [--reports 20]
 
 False U's per report under nulls that keep the same pairs at every checkpoint and in every seed
-(probes.analysis.synthetic.sample_persistent: fixed pair difficulties, a shock to each paradigm at each
+(tests/synthetic.py: sample_persistent: fixed pair difficulties, a shock to each paradigm at each
 checkpoint shared in part by the seeds, the pair's own wobble; no independent binomial draw), beside the
 report's bound (ReportConfig.false_u_budget, 0.5 expected false U's per report). Its three parameters are
 fitted to the runs given (checkpoint dispersion over binomial, seeds' residual correlation, pairs flipping
@@ -42,14 +42,18 @@ ones are not: the dips-removed curves with every paradigm shocked at every check
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 from probes.analysis.evalset import log_tokens
-from probes.analysis.synthetic import planted_dip, sample_correct, sample_persistent, sigmoid_curve
 from probes.analysis.unoise import dispersion
 from probes.analysis.ushape import UShapeConfig, analyse_curve, find_u_shapes, onset_index
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from synthetic import planted_dip, sample_correct, sample_persistent, sigmoid_curve  # noqa: E402 (a test helper)
 from train.schedule import ScheduleConfig, checkpoint_steps
 
 TOKENS_PER_STEP = 2048 * 1024

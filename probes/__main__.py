@@ -1,21 +1,17 @@
-"""``python -m probes COMMAND ...``: one entry point for everything that reads models; ``python -m probes --help``
-lists COMMANDS below and the probe families' commands (train/commands.py).
-
-``score``, ``score-run`` and ``watch`` parse their arguments here (the last two run
-``probes.scoring.watch``); the other commands are imported only when called, so scoring does
-not pay for plotting imports and vice versa.
-"""
+"""``python -m probes COMMAND ...``: COMMANDS below and the probe families' commands (train/commands.py);
+``score``, ``score-run`` and ``watch`` parse their arguments here, the others are imported only when called."""
 from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Optional, Sequence
 
 from probes.benchmarks.formats import add_field_options, field_options  # standard library only
+from probes.families import families
 
-COMMANDS = {  # `python -m probes NAME ...`: import path of its main(argv), one line of help; the probe families add
-    # theirs (probes/families.py)
+COMMANDS = {  # `python -m probes NAME ...`: import path of its main(argv), one line of help
     "score": ("probes.__main__:score_main", "score one HF causal LM directory on one benchmark, write per-pair parquet"),
     "score-run": ("probes.__main__:score_run_main", "score every whole checkpoint of a run directory (skips finished files)"),
     "watch": ("probes.__main__:watch_main", "follow a training run and score checkpoints as they become whole"),
@@ -94,11 +90,9 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", nargs="?" if command == "score-run" else None)
     p.add_argument("--benchmark", action="append", default=[], metavar="NAME_OR_PATH",
                    help="a benchmark name or file/folder; repeat for several")
-    p.add_argument("--lm-eval-task", action="append", default=[], metavar="TASK",
-                   help="an lm-eval task, written as evals/step<N>/lmeval_<task>.parquet; repeat for several "
-                        "(needs `pip install -e .[lm-eval]`; docs/lm_eval.md)")
-    p.add_argument("--lm-eval-include-path", default=None, metavar="DIR",
-                   help="local lm-eval task YAMLs (e.g. from `python -m probes lm-eval-tasks`)")
+    for fam in families():  # each family's own flags (probes/families.py), read back by _family_probes
+        for flag, name, kwargs in fam.options:
+            p.add_argument(flag, dest=f"{fam.key}.{name}", default=None, **kwargs)
     _scoring_flags(p)
     p.add_argument("--replace", action="store_true",
                    help="score over eval files of another pair sample (e.g. the in-loop results); without it "
@@ -120,28 +114,20 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
     return p
 
 
-def run_main(command: str, argv: Sequence[str]) -> int:
-    args = build_run_parser(command).parse_args(argv)
-    try:
-        return _score_run(command, args)
-    except CliError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-
-
 def _score_run(command: str, args) -> int:
-    from train.files import CorruptCheckpointError
     from probes.scoring.watch import ScoreOptions, score_run, watch
+    from train.files import CorruptCheckpointError
     from train.lock import EVAL_LOCK, RunDirLocked, RunLock
+    from train.neox_ckpt import is_neox_run
 
     _check_counts(args)
     if command == "watch" and args.poll <= 0:
         raise CliError(f"--poll must be > 0 seconds, got {args.poll}")
-    if not args.benchmark and not args.lm_eval_task:
-        raise CliError("nothing to score: give --benchmark and/or --lm-eval-task")
-    from train.neox_ckpt import is_neox_run
-
     hub = command == "score-run" and _hub_args(args)
+    probes = _family_probes(args, hub)  # before any model is read: an extra not installed, a task unknown
+    if not args.benchmark and not probes:
+        flags = " or ".join(fam.options[0][0] for fam in families() if fam.options)
+        raise CliError(f"nothing to score: give --benchmark and/or {flags}")
     if command == "score-run" and not hub and not (args.run_dir / "checkpoints").is_dir() and not is_neox_run(args.run_dir):
         raise CliError(f"{args.run_dir}: no checkpoints/ directory; not a run directory "
                        f"(nor a gpt-neox save directory with global_step<N>)")
@@ -159,29 +145,15 @@ def _score_run(command: str, args) -> int:
         if not pairs:
             raise CliError(f"--benchmark {spec}: no pairs")
         benchmarks[name] = pairs
-    lm_eval = None
-    if args.lm_eval_task and hub:
-        raise CliError("--lm-eval-task scores the checkpoints of a run directory, not hub checkpoints")
-    if args.lm_eval_task:  # checked before any model is read: lm-eval installed, every task known
-        from probes.lmeval.config import LmEvalConfig
-        from probes.lmeval.hook import LmEvalProbe
-
-        try:
-            lm_eval = LmEvalProbe(LmEvalConfig(tasks=args.lm_eval_task, include_path=args.lm_eval_include_path,
-                                               batch_size=args.batch_size), args.run_dir)
-        except ValueError as e:
-            raise CliError(str(e).replace("probes.lm_eval.tasks", "--lm-eval-task")
-                           .replace("probes.lm_eval.include_path", "--lm-eval-include-path")) from None
     opts = ScoreOptions(batch_size=args.batch_size, device=args.device, bf16=args.bf16,
                         trust_remote_code=args.trust_remote_code, per_token=args.per_token)
     if hub:
         return _score_hub(args, benchmarks, opts)
-    lock = RunLock(args.run_dir, name=EVAL_LOCK,
-                   why="another score-run or watch is scoring this run; wait for it to finish")
     try:
-        with lock:
+        with RunLock(args.run_dir, name=EVAL_LOCK,
+                     why="another score-run or watch is scoring this run; wait for it to finish"):
             if command == "score-run":
-                written = score_run(args.run_dir, benchmarks, opts, lm_eval=lm_eval, replace_samples=args.replace)
+                written = score_run(args.run_dir, benchmarks, opts, probes=probes, replace_samples=args.replace)
                 print(f"{args.run_dir}: {len(written)} eval files written")
                 if written and (args.run_dir / "curves").is_dir():  # drawn from the files now replaced
                     from probes.analysis.curves import main as curves_main
@@ -189,9 +161,35 @@ def _score_run(command: str, args) -> int:
                     curves_main([str(args.run_dir), "--out", str(args.run_dir / "curves")])
                 return 0
             return 0 if watch(args.run_dir, benchmarks, opts, poll_s=args.poll, timeout_s=args.timeout,
-                              lm_eval=lm_eval, replace_samples=args.replace) else 3
+                              probes=probes, replace_samples=args.replace) else 3
     except (OSError, ValueError, RunDirLocked, CorruptCheckpointError) as e:  # messages name the checkpoint or file
         raise CliError(str(e)) from None
+
+
+def _family_probes(args, hub: bool) -> list:
+    """What the families whose score-run/watch flags were given score the run with (Family.options, .probe)."""
+    from dataclasses import fields
+
+    out = []
+    for fam in families():
+        given = {name: v for _, name, _ in fam.options if (v := getattr(args, f"{fam.key}.{name}")) is not None}
+        if not given:
+            continue
+        if "batch_size" in {f.name for f in fields(fam.config)}:
+            given["batch_size"] = args.batch_size
+        try:
+            section = fam.config(**given)
+            if not section.enabled:  # e.g. a task folder without a task
+                continue
+            if hub:
+                raise CliError(f"{fam.options[0][0]} scores the checkpoints of a run directory, not hub checkpoints")
+            out.append(fam.load("probe")(section, args.run_dir))
+        except ValueError as e:  # the section's messages name its config keys; here they are flags
+            message = str(e)
+            for flag, name, _ in fam.options:
+                message = message.replace(f"probes.{fam.key}.{name}", flag)
+            raise CliError(message) from None
+    return out
 
 
 def _hub_args(args) -> bool:
@@ -210,7 +208,7 @@ def _hub_args(args) -> bool:
         raise CliError("--hub needs --revisions (pythia, or step0,step1000,...) and --out RUN_DIR")
     if args.tokens_per_step is not None and args.tokens_per_step < 1:
         raise CliError(f"--tokens-per-step must be >= 1, got {args.tokens_per_step}")
-    if args.trust_remote_code:  # a downloaded suite is untrusted input (DESIGN.md, Known traps)
+    if args.trust_remote_code:  # a downloaded suite is untrusted input
         raise CliError("--trust-remote-code is refused with --hub: a downloaded suite's Python never runs here "
                        "(Pythia's revisions need none); download it and score the directory with probes score")
     return True
@@ -224,10 +222,7 @@ def _score_hub(args, benchmarks: dict, opts) -> int:
 
     try:
         revisions = parse_revisions(args.revisions)
-    except ValueError as e:
-        raise CliError(str(e)) from None
-    hub = HubOptions(args.hub, revisions, args.tokens_per_step or PYTHIA_TOKENS_PER_STEP, args.delete_after)
-    try:
+        hub = HubOptions(args.hub, revisions, args.tokens_per_step or PYTHIA_TOKENS_PER_STEP, args.delete_after)
         check_out(args.out)  # before the lock file goes in
         args.out.mkdir(parents=True, exist_ok=True)
         with RunLock(args.out, name=EVAL_LOCK, why="another score-run is scoring this directory"):
@@ -256,10 +251,8 @@ def _check_model_dir(d: Path) -> None:
 
 
 def _run_benchmark_config(run_dir: Path, spec: str):
-    """The BenchmarkConfig a run probed a generated benchmark with (its pairs come from settings, not
-    files: grammar, elagent_word_order), from the run's config.yaml; None for a benchmark with files, a
-    run without config.yaml (a gpt-neox save directory) or one whose probes did not list it. Scoring with
-    the defaults instead would write other pairs under the same eval name as the in-loop files."""
+    """The BenchmarkConfig a run's config.yaml probed a generated benchmark (grammar, ...) with, else None: the
+    defaults would write other pairs under the same eval name as the in-loop files."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -281,9 +274,8 @@ def _run_benchmark_config(run_dir: Path, spec: str):
 
 def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int], cfg=None,
                 fields: Optional[dict] = None) -> tuple[str, list]:
-    """(name, pairs) of the benchmark a user named: a registry name, or a file or folder; `cfg`, when
-    given, is the BenchmarkConfig to load it with (a run's own settings); `fields`: the generic reader's
-    column and delimiter options (registry.FIELD_OPTIONS), over a registry entry's own."""
+    """(name, pairs) of a registry name, or a file or folder; `cfg`: the BenchmarkConfig to load it with (a run's
+    own settings); `fields`: the generic reader's column and delimiter options, over a registry entry's own."""
     from probes.benchmarks.registry import FORMATS, REGISTRY, BenchmarkConfig, load_benchmark
 
     if fmt not in FORMATS:
@@ -291,72 +283,73 @@ def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int], cfg=None,
     if spec in REGISTRY and Path(spec).exists():  # which one was meant cannot be guessed
         raise CliError(f"--benchmark {spec}: both the built-in benchmark {spec!r} and the file or folder "
                        f"{Path(spec).resolve()}; write ./{spec} for the path, or run from elsewhere for the name")
-    if cfg is not None:
-        try:
-            return cfg.name, load_benchmark(cfg)
-        except (ValueError, FileNotFoundError) as e:
-            raise CliError(f"--benchmark {spec}: {e}") from None
-    fields = {k: v for k, v in (fields or {}).items() if v is not None}
-    if spec in REGISTRY:
-        cfg = BenchmarkConfig(name=spec, format=fmt, **fields)
-    elif Path(spec).exists():
-        cfg = BenchmarkConfig(name=Path(spec).stem, path=spec, format=fmt, **fields)
-    else:
+    if cfg is None and spec not in REGISTRY and not Path(spec).exists():
         raise CliError(f"--benchmark {spec}: unknown benchmark, and no such file or folder; "
                        f"known names: {', '.join(sorted(REGISTRY))}")
-    cfg.max_pairs_per_paradigm = max_per_paradigm
+    if cfg is None:
+        named = spec in REGISTRY
+        cfg = BenchmarkConfig(name=spec if named else Path(spec).stem, path=None if named else spec, format=fmt,
+                              max_pairs_per_paradigm=max_per_paradigm,
+                              **{k: v for k, v in (fields or {}).items() if v is not None})
     try:
         return cfg.name, load_benchmark(cfg)
     except (ValueError, FileNotFoundError) as e:  # loader messages name the file and line
         raise CliError(f"--benchmark {spec}: {e}") from None
 
 
-def score_main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_score_parser().parse_args(argv)
+def _main(parser: argparse.ArgumentParser, run, argv: Optional[Sequence[str]]) -> int:
+    """``run(args)``, a CliError printed as one line with exit status 2."""
+    args = parser.parse_args(argv)
     try:
-        return _score(args)
+        return run(args)
     except CliError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
 
+def score_main(argv: Optional[Sequence[str]] = None) -> int:
+    return _main(build_score_parser(), _score, argv)
+
+
+def run_main(command: str, argv: Sequence[str]) -> int:
+    return _main(build_run_parser(command), partial(_score_run, command), argv)
+
+
+score_run_main = partial(run_main, "score-run")
+watch_main = partial(run_main, "watch")
+
+
 def _score(args) -> int:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     from probes.analysis.outputs import check_output_file
+    from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint
+    from probes.scoring.primitive import CONVENTIONS, accuracy, pair_sentence_ids
+    from probes.scoring.readout import phenomenon_table
+    from probes.scoring.watch import check_vocabulary
+    from train.errors import is_user_error, reading
+    from train.files import CorruptCheckpointError, read_trainer_state
+    from train.weights import WeightsMismatchError, load_causal_lm
 
     _check_counts(args)
     _check_model_dir(args.model)
     try:
         check_output_file(args.out)
-    except ValueError as e:
-        raise CliError(str(e)) from None
-    name, pairs = _load_pairs(args.benchmark, args.format, args.max_pairs_per_paradigm, fields=field_options(args))
-    from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint
-    from train.files import CorruptCheckpointError, read_trainer_state
-
-    try:
+        name, pairs = _load_pairs(args.benchmark, args.format, args.max_pairs_per_paradigm,
+                                  fields=field_options(args))
         # {}: a model directory that is not one of our checkpoints does not know its step/tokens (-1)
         state = read_trainer_state(args.model, missing_ok=True)
     except ValueError as e:
         raise CliError(str(e)) from None
     if not pairs:
         raise CliError(f"--benchmark {args.benchmark}: no pairs")
-
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from probes.scoring.primitive import accuracy
-    from probes.scoring.watch import check_vocabulary
-    from train.errors import reading
-
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(args.model,
-                                                  trust_remote_code=args.trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
     except (OSError, ValueError) as e:
         # the ids scored must come from the tokenizer saved with the model, never a substitute
         raise CliError(f"--model {args.model}: cannot load the tokenizer: {e}") from None
-    from train.weights import WeightsMismatchError, load_causal_lm
-
     try:
         with reading(args.model, "the model (config.json, weights)"):
             model = load_causal_lm(args.model, AutoModelForCausalLM, trust_remote_code=args.trust_remote_code)
@@ -364,8 +357,6 @@ def _score(args) -> int:
     except (WeightsMismatchError, ValueError) as e:
         raise CliError(f"--model {e}") from None
     model.to(device)
-    from probes.scoring.primitive import pair_sentence_ids
-
     ids = pair_sentence_ids(tokenizer, pairs)  # scored, and read again by the coverage readout
     _coverage(name, tokenizer, pairs, Path(args.model), ids)  # before scoring: it may say not to bother
     opts = ScoreOptions(batch_size=args.batch_size, device=device, bf16=args.bf16, progress=True,
@@ -375,16 +366,11 @@ def _score(args) -> int:
                                  tokens=int(state.get("tokens", -1)), ckpt_dir=args.model, out=args.out, opts=opts,
                                  ids=ids, max_pairs_per_paradigm=args.max_pairs_per_paradigm).df
     except Exception as e:  # its manifest.json does not read; a sentence longer than the model's context, ...
-        from train.errors import is_user_error
-
         if isinstance(e, CorruptCheckpointError) or is_user_error(e):
             raise CliError(f"--benchmark {args.benchmark}: {e}" if isinstance(e, ValueError) else str(e)) from None
         raise
     print(f"{name}: {len(df)} pairs, {df['paradigm'].nunique()} paradigms  "
           f"acc_mlp={accuracy(df, 'mlp'):.4f}  acc_sum={accuracy(df, 'sum'):.4f}  -> {args.out}")
-    from probes.scoring.primitive import CONVENTIONS
-    from probes.scoring.readout import phenomenon_table
-
     authors = getattr(pairs.report, "authors_convention", None) if hasattr(pairs, "report") else None
     print(phenomenon_table(df, authors))  # accuracy per phenomenon
     if authors:
@@ -394,8 +380,7 @@ def _score(args) -> int:
 
 
 def _coverage(name: str, tokenizer, pairs, model_dir: Path, ids: Optional[dict] = None) -> None:
-    """How well the tokenizer reads the benchmark, and a warning naming the scripts it cannot write when
-    it reads it badly (probes/scoring/readout.py)."""
+    """How well the tokenizer reads the benchmark; when badly, a warning naming the scripts it cannot write."""
     from probes.scoring.readout import coverage, coverage_warning, run_token_counts, unwritable_scripts
 
     counts, store = run_token_counts(model_dir, len(tokenizer))
@@ -403,22 +388,12 @@ def _coverage(name: str, tokenizer, pairs, model_dir: Path, ids: Optional[dict] 
     print(f"tokenizer coverage of {name}: {cov['unknown']:.1%} unknown, {cov['byte_fallback']:.1%} byte-fallback"
           + (f", {cov['unseen']:.1%} never seen in the run's corpus" if "unseen" in cov else "")
           + f" of {int(cov['pieces']):,} pieces")
-    warning = coverage_warning(name, cov, store)
-    if warning:  # only then: which characters it cannot write, named by script
-        warning = coverage_warning(name, cov, store, unwritable_scripts(tokenizer, (t for p in pairs for t in (p.good, p.bad))))
-        print(warning, file=sys.stderr)
-
-
-def score_run_main(argv: Sequence[str]) -> int:
-    return run_main("score-run", argv)
-
-
-def watch_main(argv: Sequence[str]) -> int:
-    return run_main("watch", argv)
+    if coverage_warning(name, cov, store):  # only then: which characters it cannot write, named by script
+        scripts = unwritable_scripts(tokenizer, (t for p in pairs for t in (p.good, p.bad)))
+        print(coverage_warning(name, cov, store, scripts), file=sys.stderr)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from probes.families import families
     from train.commands import dispatch
 
     commands = {**COMMANDS, **{name: (target, about) for f in families() for name, target, about in f.commands}}

@@ -1,22 +1,22 @@
 """The probe families: minimal pairs, syntax questions, ELAGENT, lm-eval, ... one package each, one `Family` each.
 
-A family is what a checkpoint is probed with and everything that reads its files. `FAMILIES` lists them by import
-path, the way Hydra's `_target_` names a class and OLMo-core its callbacks; the hook builder
-(probes.scoring.hook.ProbesConfig), the readers (probes.analysis.evalset, curves, formuse, report), `compare` and
-the command table loop over `families()` and name no family. Adding a family is one package exporting a `Family`
-and one line here. The entries are resolved when first looped over, so a family's code (and whatever it
-imports) is loaded only by a command that uses it, and no module below the families imports one.
-
-Every eval file says in its metadata which family wrote it (`kind`, written by
-probes.scoring.evaluate.evaluate_checkpoint; files from before that: probes.evals.files.old_kind).
+`FAMILIES` lists them by import path (as Hydra's `_target_` names a class); the hook builder, the readers,
+`compare`, `report` and the command table loop over `families()` and name no family, so adding a family is one
+package exporting a `Family` and one line here. Entries are resolved when first looped over, so a family's code
+is loaded only by a command that uses it. Every eval file's metadata says its family's `kind` (probes.evals.files).
 """
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from probes.evals.files import MINIMAL_PAIRS
+
+
+def _load(path: str) -> Any:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 @dataclass(frozen=True)
@@ -35,10 +35,14 @@ class Family:
     # two sides; None: compare lists the files as skipped
     decisions: Optional[str] = None
     commands: tuple = ()  # its `python -m probes` commands: (name, "module:main", one line of help)
+    # its `score-run` / `watch` flags: (flag, field of `config`, argparse keywords); a flag given makes the section
+    # (a `batch_size` field takes --batch-size), and `probe` (section, run dir) -> the object
+    # probes.scoring.watch.score_run scores the run's checkpoints with (todo, evaluate, file_name)
+    options: tuple = field(default=(), hash=False)  # argparse keywords are dicts
+    probe: Optional[str] = None
 
     def load(self, what: str) -> Any:
-        module, _, name = getattr(self, what).partition(":")
-        return getattr(importlib.import_module(module), name)
+        return _load(getattr(self, what))
 
 
 MINIMAL_PAIRS_FAMILY = Family(
@@ -55,13 +59,4 @@ FAMILIES = [
 
 def families() -> list[Family]:
     """The registered families, in the order of FAMILIES (the order of the report's sections)."""
-    out = []
-    for path in FAMILIES:
-        module, _, name = path.partition(":")
-        out.append(getattr(importlib.import_module(module), name))
-    return out
-
-
-def family(kind: str) -> Optional[Family]:
-    """The family that writes `kind`; None for a kind no registered family writes."""
-    return next((f for f in families() if f.kind == kind), None)
+    return [_load(path) for path in FAMILIES]

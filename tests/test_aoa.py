@@ -232,7 +232,7 @@ def test_aoa_interval_over_seeds_and_pairs(tmp_path):
     from probes.analysis.aoa import aoa_intervals
     from probes.analysis.curves import phenomenon_table
     from probes.analysis.evalset import load_runs
-    from probes.analysis.synthetic import RunSpec, log_spaced_steps, sigmoid_curve, write_run
+    from synthetic import RunSpec, log_spaced_steps, sigmoid_curve, write_run
 
     steps = log_spaced_steps(12, 10000)
     x = np.log10(np.maximum(steps, 1) * 100)

@@ -119,7 +119,7 @@ def grammar_corpus(path: Path, n: int = 80) -> None:
 def test_a_corpus_changed_under_a_resumed_run_is_refused_naming_the_file(tmp_path, tokenizer):
     """Item 3: with tokenizer=pretrained the resume trained on the edited corpus (rc 0); with
     sentencepiece it was refused with a message that blamed the code."""
-    from train.dataid import DataChangedError
+    from train.token_store import DataChangedError
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()

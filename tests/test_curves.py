@@ -281,6 +281,21 @@ def test_reduced_cache_is_reused_and_invalidated(run, monkeypatch):
     assert not cache.exists()
 
 
+def test_a_kind_no_family_reads_is_named_with_or_without_the_reduced_cache(run):
+    """A benchmark cached as minimal pairs, then rewritten by an unregistered family: not read as pairs (h38)."""
+    for step, tokens in ((0, 0), (1, 2048)):
+        write_eval(run, step, tokens, [pair("agr", 0, -1.0, 1, -2.0, 1)], benchmark="other")
+    assert "other" in set(load_runs([run]).table.benchmark)  # read as minimal pairs, and cached so
+    for p in run.glob("evals/step*/other.parquet"):
+        t = pq.read_table(p)
+        meta = {**json.loads(t.schema.metadata[b"syntax_dynamics"]), "kind": "toy_unregistered"}
+        pq.write_table(t.replace_schema_metadata({b"syntax_dynamics": json.dumps(meta).encode()}), p)
+    for cache in (True, False):
+        ev = load_runs([run], cache=cache)
+        assert set(ev.table.benchmark) == {"grammar"}
+        assert any("other's eval files say kind 'toy_unregistered'" in p for p in ev.problems), ev.problems
+
+
 def test_run_given_as_dot_is_named_after_its_directory(run, monkeypatch):
     monkeypatch.chdir(run)
     assert load_runs(["."]).runs[0].name == "run_a"
@@ -290,7 +305,7 @@ def test_end_of_run_u_list_applies_the_reports_rule(tmp_path, capsys):
     # Issue 11: a one-seed run scored at 10 pairs per paradigm listed "170 U-shapes at delta = 0.1"
     # at the end of training (every geometric dip of a noisy curve). The list must be the report's.
     from probes.analysis.report import ReportConfig
-    from probes.analysis.synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
+    from synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
     from probes.analysis.ushape import find_u_shapes_in_runs
 
     rng = np.random.default_rng(7)
@@ -332,7 +347,7 @@ def test_plot_helpers_and_syntax_qa_curves_do_not_load_the_curves_cli():
     import subprocess
     import sys
 
-    code = "import sys, probes.analysis.plotting, probes.syntaxqa.curves; print('probes.analysis.curves' in sys.modules)"
+    code = "import sys, probes.analysis.plotting, probes.syntaxqa.report; print('probes.analysis.curves' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1]).stdout.strip()
     assert out == "False"

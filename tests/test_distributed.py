@@ -122,3 +122,20 @@ def test_a_deepspeed_zero_run_resumed_on_another_world_size_is_refused_naming_bo
     (line,) = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
     assert "ZeRO-1 state saved by 2 processes, this run has 1: resume it on 2 processes" in line, line
     assert "python -m deepspeed.checkpoint.ds_to_universal --input_folder" in line and "Traceback" not in proc.stderr
+
+
+def test_a_lone_deepspeed_process_ignores_a_port_left_in_use_in_its_environment():
+    """CI failed with EADDRINUSE: an in-process DeepSpeed test left MASTER_PORT (and its listening store) in
+    pytest's environment, and every later lone DeepSpeed subprocess tried to bind that port."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        code = ("import torch.distributed as d; from train.engine import EngineConfig, init_distributed; "
+                "init_distributed(EngineConfig(kind='deepspeed')); print(d.get_world_size(), d.get_rank())")
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(held.getsockname()[1]),
+               "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "PYTHONPATH": str(ROOT)}
+        proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=300)
+    assert proc.returncode == 0 and proc.stdout.split() == ["1", "0"], proc.stderr[-2000:]

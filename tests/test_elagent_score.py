@@ -126,3 +126,17 @@ def test_a_prompt_longer_than_the_training_window_is_named(capsys):
                           "data.seq_len=10"), err
     check_lengths(tok, _items(), 32, seq_len=12)
     assert capsys.readouterr().err == ""
+
+
+def test_the_corpus_holds_both_contexts_of_every_pair_and_no_probe_item():
+    from probes.elagent.config import ElagentConfig
+    from probes.elagent.score import build_items, corpus_documents
+    from train.corpus import GrammarConfig
+
+    docs = corpus_documents(GrammarConfig(n_documents=3 * 13 * 4))
+    assert len(docs) == 3 * 13 * 4
+    for it in build_items(ElagentConfig(items_per_paradigm=4, seed=-1)):  # the corpus's items, seed -1 - 0
+        assert {f"{it.cloze} {it.options[it.answer]}", f"{it.matched} {it.matched_answer}"} <= set(docs)
+    probe = build_items(ElagentConfig(items_per_paradigm=4))  # the probes' items, probes.elagent.seed=0
+    contexts = [c for it in probe for c in (it.prompt, it.cloze, it.matched)]
+    assert not [c for c in contexts if any(d.startswith(c) for d in docs)]

@@ -19,7 +19,7 @@ import pytest
 
 from probes.analysis import report
 from probes.analysis.evalfile import read_eval_file
-from probes.analysis.synthetic import RunSpec, log_spaced_steps, sigmoid_curve, write_run
+from synthetic import RunSpec, log_spaced_steps, sigmoid_curve, write_run
 from probes.evals.files import EvalInputError, eval_file_meta
 from probes.scoring.store import read_pairs
 

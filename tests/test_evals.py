@@ -222,7 +222,7 @@ def test_report_caches_are_not_synced_its_results_are(tmp_path, monkeypatch):
     from probes.analysis.evalcache import cache_path
     from probes.analysis.evalset import load_runs
     from probes.analysis.figcache import _store
-    from probes.analysis.synthetic import RunSpec, write_run
+    from synthetic import RunSpec, write_run
 
     run = write_run(tmp_path / "run", RunSpec(model="m", budget=1000, seed=1, tokens_per_step=10, steps=[0, 1, 2],
                                                benchmark="b"), np.full((3, 1), 0.7), ["p"], ["ph"], 20,

@@ -17,7 +17,7 @@ from test_syntaxqa_score import TREES
 from trainutil import tiny_cfg
 
 import probes.families
-from probes.__main__ import main as probes_main
+from probes.__main__ import build_run_parser, main as probes_main
 from probes.evals.files import META_KEY, eval_file_meta
 from probes.families import Family
 from probes.lmeval.tasks import write_task
@@ -127,6 +127,21 @@ class ToyHook:
         pass
 
 
+class ToyProbe(ToyHook):
+    """The toy family in `score-run --toy` / `watch --toy`: ToyHook's files, after the fact."""
+    file_name = staticmethod(lambda task: task)
+
+    def __init__(self, cfg: ToyConfig, run_dir):
+        self.cfg, self.run_dir = cfg, run_dir
+
+    def todo(self, step, manifest) -> list[str]:
+        return [] if (Path(self.run_dir) / f"evals/step{step}/toy.parquet").is_file() else ["toy"]
+
+    def evaluate(self, model, tokenizer, ckpt_dir, step, tokens, tasks, fingerprint) -> dict:
+        self.tokenizer = tokenizer
+        return self.post_checkpoint_saved(ckpt_dir, step, tokens, model)
+
+
 def toy_table(run_dirs, names=None) -> pd.DataFrame:
     rows = []
     for run, name in zip(run_dirs, names or [Path(r).name for r in run_dirs]):
@@ -157,7 +172,9 @@ def toy_decisions(path: Path, metric: str):
 
 
 TOY = Family(kind="toy", key="toy", config=ToyConfig, hook=f"{__name__}:ToyHook", table=f"{__name__}:toy_table",
-             curves=f"{__name__}:toy_curves", section=f"{__name__}:toy_section", decisions=f"{__name__}:toy_decisions")
+             curves=f"{__name__}:toy_curves", section=f"{__name__}:toy_section", decisions=f"{__name__}:toy_decisions",
+             options=(("--toy", "enabled", {"action": "store_true", "help": "score the toy family"}),),
+             probe=f"{__name__}:ToyProbe")
 
 
 def test_a_family_added_here_is_built_drawn_reported_and_compared(tmp_path, monkeypatch, capsys):
@@ -167,6 +184,12 @@ def test_a_family_added_here_is_built_drawn_reported_and_compared(tmp_path, monk
     train(tiny_cfg(tmp_path / "cache", "probes.toy.enabled=true", "probes.toy.items=5"), d)  # the hook, in the loop
     steps = sorted(int(p.parent.name[4:]) for p in d.glob("evals/step*/toy.parquet"))
     assert len(steps) >= 4 and kinds(d)["toy"] == {"toy"}
+    copy = tmp_path / "copy"  # its flag, declared by the family alone, scores a run after the fact
+    shutil.copytree(d, copy, ignore=shutil.ignore_patterns("evals"))
+    assert "score the toy family" in build_run_parser("watch").format_help()
+    assert probes_main(["score-run", str(copy), "--toy", "--device", "cpu"]) == 0, capsys.readouterr().err[-2000:]
+    assert sorted(int(p.parent.name[4:]) for p in copy.glob("evals/step*/toy.parquet")) == steps
+    assert kinds(copy) == {"toy": {"toy"}}
     assert probes_main(["curves", str(d), "--out", str(tmp_path / "curves")]) == 0
     assert (tmp_path / "curves" / "plots" / "toy.png").stat().st_size > 1000
     assert probes_main(["report", str(d), "--out", str(tmp_path / "report"), "--n-boot", "20"]) == 0

@@ -17,7 +17,7 @@ from probes.analysis.outputs import save_figure
 from probes.analysis.paperfigs import plot_phenomenon
 from probes.analysis.plotting import add_line, new_figure
 from probes.analysis.regions import plot_regions
-from probes.analysis.synthetic import RunSpec, log_spaced_steps, sigmoid_curve, write_run
+from synthetic import RunSpec, log_spaced_steps, sigmoid_curve, write_run
 
 
 def pixels(path) -> np.ndarray:

@@ -11,7 +11,7 @@ import pytest
 from probes.analysis.evalset import TABLE_COLUMNS, EvalSet, RunInfo
 from probes.analysis.formuse import formuse_section, group_aoa, group_curves, probe_curves
 from probes.elagent.report import task_rows as elagent_tasks
-from probes.syntaxqa.curves import task_rows as syntax_qa_tasks
+from probes.syntaxqa.report import task_rows as syntax_qa_tasks
 
 X = np.linspace(3, 7, 9)  # log10 tokens of the trained checkpoints; step 0 has 0 tokens
 TOKENS = np.concatenate([[0], 10 ** X]).round().astype(int)

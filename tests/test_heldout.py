@@ -11,11 +11,11 @@ import pytest
 import torch
 from transformers import GPTNeoXForCausalLM
 
-from trainutil import tiny_cfg
+from trainutil import tiny_cfg, write_token_store
 from train.checkpoint import list_checkpoints
 from train.sequences import SequenceStream
 from train.start_token import document_tokens
-from train.token_store import TokenStore, write_token_store
+from train.token_store import TokenStore
 from train.tokenizer import load_tokenizer
 
 
@@ -123,3 +123,14 @@ def test_a_run_from_before_the_key_resumes_with_it_off():
     on = {**old, "data": {**old["data"], "heldout_tokens": 20000}}
     assert config_hash(old) == config_hash(off) != config_hash(on)
     assert trajectory_diff(old, off) == [] and trajectory_diff(old, on) == ["data.heldout_tokens: 0 -> 20000"]
+
+
+def test_held_out_loss_of_a_whole_corpus_run_beside_budgeted_runs_is_drawn(tmp_path):
+    """A run on the whole corpus (budget null) beside a budgeted one: NA == budget selects no row (it raised)."""
+    import pandas as pd
+
+    from probes.analysis.heldout import plot_heldout
+
+    t = pd.DataFrame([{"run": f"r{b}", "model": "pythia-14m", "budget": b, "seed": 1, "step": s, "tokens": 10 * s,
+                       "val_loss": 5.0 - s} for b in (10**7, None) for s in (0, 1, 2)]).astype({"budget": "Int64"})
+    assert plot_heldout(t, tmp_path / "h.png").stat().st_size > 1000

@@ -10,7 +10,7 @@ import pytest
 from probes.analysis import report
 from probes.benchmarks.registry import benchmarks_root
 from probes.analysis.human import PAPER_HUMAN, PAPER_HUMAN_OVERALL, default_path, human_by_phenomenon, load_human
-from probes.analysis.synthetic import RunSpec, log_spaced_steps, write_run
+from synthetic import RunSpec, log_spaced_steps, write_run
 
 ZHOBLIMP = benchmarks_root() / "zhoblimp" / "data" / "ZhoBLiMP"
 

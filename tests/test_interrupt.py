@@ -151,6 +151,44 @@ def test_a_signal_at_any_moment_of_the_token_store_build_stops_within_seconds(tm
                 time.sleep(0.1)
 
 
+def _group(pgid: int) -> list[int]:
+    from train.interrupt import children
+
+    def tree(pid: int) -> list[int]:
+        return [pid] + [q for c in children(pid) for q in tree(c)]
+
+    return [p for p in tree(pgid) if p != pgid and os.getpgid(p) == pgid]
+
+
+def test_a_ctrl_c_that_reaches_the_workers_before_the_trainer_leaves_nothing_behind(tmp_path):
+    """CI hung here: the terminal's SIGINT reached the token store's child and its workers before the
+    trainer's handler ran; the child died at once and orphaned datasets' manager (which ignores SIGINT), so
+    the handler could no longer find it and the manager kept the pipes open. Planted order: the signal to
+    everything below the trainer first, to the trainer a second later."""
+    proc = _train(tmp_path, _big_corpus(tmp_path), start_new_session=True)
+    deadline = time.monotonic() + 600
+    while len(_group(proc.pid)) < 5:  # resource tracker, the child, datasets' manager, two workers
+        if proc.poll() is not None or time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(f"the token store's workers never started:\n{proc.communicate()[1][-3000:]}")
+        time.sleep(0.05)
+    for pid in _group(proc.pid):
+        os.kill(pid, signal.SIGINT)
+    time.sleep(1)
+    os.kill(proc.pid, signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("still running (or its pipes held open) 20 s after the SIGINT")
+    assert proc.returncode == 130, err[-3000:]
+    assert err.strip().splitlines()[-1].startswith("interrupted by SIGINT while building the token store")
+    with pytest.raises(ProcessLookupError):
+        for _ in range(50):
+            os.killpg(proc.pid, 0)
+            time.sleep(0.1)
+
+
 def test_ctrl_c_during_training_saves_and_says_so(tmp_path):
     """Issue 38 item 9: after the resume checkpoint was saved, Ctrl-C printed "interrupted by SIGINT before
     the run started: nothing was written" and exited 130; docs/training.md says 75 and a resume."""

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from train.plan import Hardware, main, plan
-from train.plan_cost import BENCHMARK_SIZES, TOKENS_PER_PAIR, parse_mfu
+from train.plan import BENCHMARK_SIZES, TOKENS_PER_PAIR, parse_mfu
 
 ROOT = Path(__file__).resolve().parents[1]
 

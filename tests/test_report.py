@@ -10,7 +10,7 @@ import pandas as pd
 
 from probes.analysis import report
 from probes.analysis.evalset import log_tokens
-from probes.analysis.synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
+from synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
 
 
 def make_grid(root, models=("pythia-14m", "pythia-70m"), seeds=(1, 2), n_steps=16, pairs=200):

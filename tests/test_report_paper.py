@@ -235,7 +235,7 @@ def test_the_papers_u_shapes_detected_absent_or_not_detectable(tmp_path):
     at a noise floor below 0.05 is absent; the NPI case-study paradigm is not in these runs."""
     from probes.analysis.evalset import load_runs
     from probes.analysis.paper_ushapes import paper_u_table
-    from probes.analysis.synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
+    from synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
     from probes.analysis.ushape import UShapeConfig
 
     rng = np.random.default_rng(3)
@@ -308,7 +308,7 @@ def test_paper_u_needs_peak_trough_and_recovery_in_the_papers_windows(tmp_path):
     not the paper's, which recovers around 100M), the other at ~1e8 (the paper's). Same trough window."""
     from probes.analysis.evalset import load_runs, log_tokens
     from probes.analysis.paper_ushapes import paper_u_table
-    from probes.analysis.synthetic import RunSpec, log_spaced_steps, write_run
+    from synthetic import RunSpec, log_spaced_steps, write_run
     from probes.analysis.ushape import UShapeConfig
 
     rng = np.random.default_rng(4)

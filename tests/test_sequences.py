@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from train.sequences import SequenceStream
-from train.token_store import write_token_store
+from trainutil import write_token_store
 
 START, END = 1, 2
 

@@ -85,3 +85,24 @@ def test_eval_path_validates():
         eval_path(Path("r"), -1, "b")
     with pytest.raises(ValueError, match="cannot be a file name"):
         eval_path(Path("r"), 0, "../b")
+
+
+@pytest.mark.parametrize("point", ["eval_write", "eval_written"])
+def test_a_kill_while_an_eval_file_is_written_leaves_none_its_reader_refuses(tmp_path, point):
+    """test_watch's kill once landed after the file's rename and before its .sha256: the file stayed,
+    refused for a missing .sha256, and the restarted watcher stopped on it. The .sha256 goes first."""
+    import subprocess
+    import sys
+
+    from train.faults import ENV
+
+    path = eval_path(tmp_path / "run", 3, "b")
+    code = ("import io, pandas as pd, sys; from probes.scoring.store import write_pairs; write_pairs("
+            "pd.read_json(io.StringIO(sys.argv[1]), dtype=False), sys.argv[2], {'step': 3, 'tokens': 96, 'benchmark': 'b'})")
+    proc = subprocess.run([sys.executable, "-c", code, rows().to_json(), str(path)], capture_output=True, text=True,
+                          env={**os.environ, ENV: f"{point}:step3", "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert path.is_file() == (point == "eval_written")
+    if path.is_file():
+        df, meta = read_pairs(path)
+        assert len(df) == 2 and meta["step"] == 3

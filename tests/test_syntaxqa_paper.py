@@ -11,10 +11,9 @@ import pytest
 import torch
 
 from probes.syntaxqa.metrics import exact_match
-from probes.syntaxqa.paper_items import PaperConfig, PaperItem
-from probes.syntaxqa.paper_parse import answer_text, parse_answer
-from probes.syntaxqa.paper_prompts import build_paper_prompt, question_text
-from probes.syntaxqa.paper_score import build_paper_items_and_reports
+from probes.syntaxqa.config import PaperConfig
+from probes.syntaxqa.paper import (PaperItem, answer_text, build_paper_items_and_reports, build_paper_prompt,
+                                   parse_answer, question_text)
 from probes.syntaxqa.score import SyntaxQAConfig, main, summarize
 from test_syntaxqa_score import _model, _tokenizer
 
@@ -157,7 +156,7 @@ OPTS = ["The board", "Pierre Vinken", "61 years old", "A nonexecutive director"]
     ("”", "FITB", None), ("   ", "FITB", None),
 ])
 def test_parser_on_hand_written_generations(gen, qtype, want):
-    assert parse_answer(gen, qtype, OPTS).answer == want
+    assert parse_answer(gen, qtype, OPTS) == want
 
 
 def test_answer_text_cuts_at_the_first_closing_quote_or_newline():
@@ -168,7 +167,7 @@ def test_answer_text_cuts_at_the_first_closing_quote_or_newline():
 
 
 def test_item_scores_from_hand_written_generations():
-    from probes.syntaxqa.paper_score import score_generations
+    from probes.syntaxqa.paper import score_generations
 
     def item(qtype, answer, golds=(), options=()):
         return PaperItem(item_id="i", source="s", sent_id="1", lang="en", kp="GS", qtype=qtype, category="",
@@ -218,7 +217,7 @@ def test_cli_paper_mode_end_to_end(tiny, capsys):
     assert (df.loc[df.qtype != "FITB", "max_new_tokens"] == 10).all() and (df.loc[df.qtype == "FITB", "max_new_tokens"] == 256).all()
     # every score is the parse of the stored generations, averaged over the exemplar seeds
     for r in df.itertuples():
-        parsed = [parse_answer(g, r.qtype, list(r.options)).answer for g in r.generations]
+        parsed = [parse_answer(g, r.qtype, list(r.options)) for g in r.generations]
         assert list(r.preds) == [p or "" for p in parsed]
         assert r.unparsed == pytest.approx(sum(p is None for p in parsed) / 2)
         if r.qtype != "FITB":
@@ -244,7 +243,7 @@ def test_cli_paper_mode_end_to_end(tiny, capsys):
 def test_hook_writes_both_modes_and_curves_and_report_label_them(tiny, tmp_path):
     from probes.analysis.evalfile import EvalInputError
     from probes.analysis.evalset import load_runs
-    from probes.syntaxqa.curves import syntax_qa_table, write_syntax_qa_curves
+    from probes.syntaxqa.report import syntax_qa_table, write_syntax_qa_curves
     from probes.syntaxqa.hook import SyntaxQAHook
     from probes.syntaxqa.report import syntax_qa_section
 

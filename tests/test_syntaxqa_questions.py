@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from probes.syntaxqa.metrics import exact_match, overall_accuracy, strict_f1, words
-from probes.syntaxqa.prompts import build_prompt, continuations
 from probes.syntaxqa.ptb import read_ptb
-from probes.syntaxqa.questions import balanced_sample, candidates, distractors, render, statistics_table
+from probes.syntaxqa.questions import (balanced_sample, build_prompt, candidates, continuations, distractors, render,
+                                       statistics_table)
 from probes.syntaxqa.score import SyntaxQAConfig, build_items_and_reports, summarize
 
 TREE = """\

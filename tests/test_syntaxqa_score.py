@@ -210,7 +210,7 @@ def test_cli_errors_name_the_flag_or_file(setup, tmp_path, capsys):
 
 def test_hook_writes_every_checkpoint_once_and_curves_read_them(setup, tmp_path):
     from probes.scoring.store import read_pairs
-    from probes.syntaxqa.curves import syntax_qa_table, write_syntax_qa_curves
+    from probes.syntaxqa.report import syntax_qa_table, write_syntax_qa_curves
     from probes.syntaxqa.hook import SyntaxQAHook
 
     d, cfg, items, tok, model = setup
@@ -241,7 +241,7 @@ def test_enabled_without_sources_names_the_key():
 
 def test_options_share_one_forward_of_the_prompt_with_the_same_scores(setup, monkeypatch):
     from probes.scoring import primitive as scoring
-    from probes.syntaxqa import prompts as P
+    from probes.syntaxqa import questions as P
     from probes.syntaxqa.score import _likelihood_scores
 
     _, cfg, items, tok, model = setup

@@ -55,9 +55,9 @@ def test_user_errors_and_bugs_are_told_apart():
     with pytest.raises(ValueError) as ours:
         ScheduleConfig(kind="weekly")
     assert is_user_error(ours.value)
-    with pytest.raises(FileExistsError) as raised_by_our_validation:  # a plain FileExistsError, raised by us
-        from train.token_store import write_token_store
-        write_token_store(Path(__file__).parent, [[1]])
+    with pytest.raises(FileNotFoundError) as raised_by_our_validation:  # a plain FileNotFoundError, raised by us
+        from train.tokenizer import load_tokenizer
+        load_tokenizer(Path(__file__).parent / "no-such-tokenizer")
     assert is_user_error(raised_by_our_validation.value)
     with pytest.raises(ValueError) as library:  # raised inside json: a bug of whoever called it
         json.loads("{")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from probes.analysis.evalset import load_runs, log_tokens
-from probes.analysis.synthetic import RunSpec, log_spaced_steps, planted_dip, sample_correct, sigmoid_curve, write_run
+from synthetic import RunSpec, log_spaced_steps, planted_dip, sample_correct, sigmoid_curve, write_run
 from probes.analysis.unoise import min_pairs, noise_threshold, smoothing_matrix
 from probes.analysis.ushape import UShapeConfig, analyse_curve, find_u_shapes_in_runs, onset_index
 
@@ -257,7 +257,7 @@ def test_shocks_shared_by_seeds_make_no_false_u_once_measured():
     # rule accepts 12 of 30 such curves (13-16 with other generator seeds); with the measured dispersion
     # at most alpha's share is allowed (0.05 x 30 = 1.5 expected; P(>= 4 | Binomial(30, 0.05)) = 0.06,
     # so <= 3). A planted 0.3 dip in the same noise is still found, at its place.
-    from probes.analysis.synthetic import sample_persistent
+    from synthetic import sample_persistent
     from probes.analysis.unoise import dispersion
 
     x = log_tokens(np.r_[0, np.logspace(4, 6, 11)])

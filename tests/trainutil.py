@@ -2,11 +2,16 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
+import numpy as np
 from hydra import compose, initialize_config_dir
 
 from train.config import TrainConfig, register, to_typed
+from train.token_store import TokenStore, _finish
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -61,3 +66,25 @@ def train_records(run_dir: Path) -> list[dict]:
     """The train.jsonl records of trained steps, in order (a resume cuts the log back to its checkpoint)."""
     lines = (Path(run_dir) / "logs" / "train.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if "train/loss" in r]
+
+
+def write_token_store(path: Path, docs_ids: list[list[int]], dtype: str = "uint16", **meta) -> TokenStore:
+    """A store from ids already in hand; the same files and atomic rename as train.token_store's build."""
+    path = Path(path)
+    if path.exists():
+        raise FileExistsError(f"{path} already exists")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        offsets = np.zeros(len(docs_ids) + 1, dtype=np.int64)
+        np.cumsum([len(d) for d in docs_ids], out=offsets[1:])
+        flat = np.fromiter((t for d in docs_ids for t in d), dtype=np.int64, count=int(offsets[-1]))
+        if flat.size == 0:
+            raise ValueError("cannot write a token store with zero tokens")
+        np.asarray(flat, dtype=np.dtype(dtype)).tofile(tmp / "tokens.bin")
+        _finish(tmp, offsets, np.dtype(dtype), {"fingerprint": path.name, **meta})
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return TokenStore(path)

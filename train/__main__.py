@@ -1,14 +1,9 @@
-"""`python -m train [overrides]`: one run, its directory = Hydra's output dir (hydra.run.dir=...).
-`python -m train COMMAND …`: the commands of COMMANDS below (verify, batch, plan, slurm, neox); Hydra never
-sees them, and `python -m train --help` lists them (train/commands.py).
+"""`python -m train [overrides]`: one run, its directory = Hydra's output dir (hydra.run.dir=...);
+`python -m train COMMAND …`: the commands of COMMANDS (train/commands.py), which Hydra never sees.
 
-A user error (a config key, a corpus file, a damaged checkpoint, a full disk) is printed as one line
-`error: …` with exit status 2; a bug keeps its traceback (train/cli.py).
-
-Hydra would write <run>/.hydra/ (and a job log file) before any of our code runs, so a rerun refused for
-a changed config or a held lock would still overwrite the run's record of its command line. configs/
-config.yaml turns both off (hydra.output_subdir: null, hydra/job_logging: stdout) and the same three
-files are written here once the trainer has accepted the run directory.
+Hydra would write <run>/.hydra/ before any of our code runs, so a rerun refused for a changed config or a
+held lock would overwrite the run's record of its command line: configs/config.yaml turns that off and the
+same files are written here once the trainer has accepted the run directory.
 """
 from __future__ import annotations
 
@@ -19,8 +14,7 @@ from pathlib import Path
 
 
 def _interrupted_early(signum, frame) -> None:
-    # Ctrl-C while Python imports or Hydra composes: one line, not a KeyboardInterrupt traceback. The
-    # trainer installs its own handler once the run starts (train/preempt.py, train/interrupt.py).
+    # Ctrl-C while Python imports or Hydra composes: one line, not a traceback (the trainer sets its own)
     print("interrupted by SIGINT before the run started: nothing was written", file=sys.stderr, flush=True)
     raise SystemExit(130)
 
@@ -65,7 +59,6 @@ def train_main() -> None:
     @hydra.main(config_path="../configs", config_name="config", version_base="1.3")
     def main(cfg) -> None:
         from train.loop import train
-
         run_dir = Path(HydraConfig.get().runtime.output_dir)
         out = exit_on_user_error(
             lambda: train(to_typed(cfg), run_dir, on_accepted=lambda: write_hydra_record(run_dir, cfg)))
@@ -82,6 +75,5 @@ if __name__ == "__main__":
     # a subcommand (Hydra would reject the word), --help, or a word that is not an override (key=value, ~key, -m)
     if first in ("-h", "--help") or re.fullmatch(r"[A-Za-z][\w-]*", first):
         from train.commands import dispatch
-
         sys.exit(dispatch("python -m train", COMMANDS, sys.argv[1:], HEAD))
     train_main()

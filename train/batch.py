@@ -1,15 +1,9 @@
 """`python -m train batch RUN_DIR --step N [--text] [--out FILE.npy]`: the exact global batch of optimizer step N.
 
-Step N is the N-th update, the one train.jsonl logs as ``"step": N`` and whose weights are
-checkpoints/step<N>; its batch is the stream's batch N-1 (train/sequences.py). The stream's position is a
-pure function of the step, the run's data seed and the token store, so the batch is rebuilt from the
-run's config.yaml alone, whatever number of processes trained it: rank r of W trained rows r, r+W, ... of
-the same global batch. A global batch is `optim.global_batch` rows of seq_len + 1 ids: a row's first
-seq_len ids are the model's inputs and its last seq_len the labels, so every id of the array was trained on.
-
-`batch_sha256` (written to train.jsonl for every logged step) is the sha256 of those ids as
-little-endian int32 in C order (rows x (seq_len + 1)); `train batch` prints the same hash, so a user can
-check that the data this tool shows is the data the run saw.
+Step N is the N-th update (train.jsonl's "step": N; checkpoints/step<N>); its batch is the stream's batch N-1, a
+pure function of the step, the data seed and the token store, so it is rebuilt from config.yaml alone however
+many ranks trained it. A row is seq_len + 1 ids (inputs and labels). `batch_sha256`, logged for every step, is
+the sha256 of the ids as little-endian int32 in C order; this prints the same hash.
 """
 from __future__ import annotations
 
@@ -21,8 +15,16 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
+from omegaconf import OmegaConf
 
+from train.cli import exit_on_user_error
+from train.config import TrainConfig, to_typed
+from train.corpus import load_documents
 from train.errors import ConfigError, InputFileError, check_writable
+from train.files import atomic_open
+from train.sequences import SequenceStream
+from train.start_token import document_tokens
+from train.tokenizer import load_tokenizer, prepare_tokenizer
 
 
 def batch_ids(stream, step: int, global_batch: int) -> np.ndarray:
@@ -40,11 +42,8 @@ def batch_sha256(ids) -> str:
 
 
 def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None):
-    """The run's TrainConfig from <run>/config.yaml (optionally with another data.cache_dir)."""
-    from omegaconf import OmegaConf
-
-    from train.config import TrainConfig, to_typed
-
+    """The run's TrainConfig from <run>/config.yaml, checked like a command line (optionally with another
+    data.cache_dir); keys added since the run was written get the values it ran with."""
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise InputFileError(f"{path}: not found; {run_dir} is not a run directory")
@@ -55,6 +54,9 @@ def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None):
         saved = OmegaConf.load(path)
         if "heldout_tokens" not in saved.get("data", {}):  # a run from before held-out splits trained on all
             saved.data.heldout_tokens = 0
+        if saved.get("probes") and "_target_" not in saved.probes:  # written before the section named its type
+            default = OmegaConf.load(Path(__file__).parents[1] / "configs" / "config.yaml")
+            saved.probes._target_ = default.probes._target_
         cfg = to_typed(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved))
     except (ValueError, TypeError) as e:  # omegaconf errors name the key
         raise ConfigError(f"{path}: {e}") from None
@@ -64,12 +66,8 @@ def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None):
 
 
 def open_stream(cfg):
-    """(tokenizer, SequenceStream) of a run, the way the training loop builds them: the corpus, tokenizer
-    and token store come from data.cache_dir (rebuilt, identically, where the cache has gone)."""
-    from train.corpus import load_documents
-    from train.token_store import build_or_load
-    from train.tokenizer import load_tokenizer, prepare_tokenizer
-
+    """(tokenizer, SequenceStream) of a run as the loop builds them (from data.cache_dir, rebuilt if gone)."""
+    from train.token_store import build_or_load  # imports datasets: `batch --help` need not
     cache_dir = Path(cfg.data.cache_dir).expanduser()
     docs, corpus_id = load_documents(cfg.data)
     tokenizer_dir = prepare_tokenizer(cfg.tokenizer, docs, corpus_id, cache_dir)
@@ -80,9 +78,6 @@ def open_stream(cfg):
 
 def stream_of(cfg, store, tokenizer):
     """The run's SequenceStream over `store`: one definition for the loop and the batch viewer."""
-    from train.sequences import SequenceStream
-    from train.start_token import document_tokens
-
     doc_start, doc_end = document_tokens(tokenizer)
     return SequenceStream(store, seq_len=cfg.data.seq_len or cfg.model.max_position_embeddings,
                           budget_tokens=cfg.data.budget_tokens, epochs=cfg.data.epochs,
@@ -104,15 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from train.cli import exit_on_user_error
-
     args = build_parser().parse_args(argv)
     return exit_on_user_error(lambda: _main(args))
 
 
 def _main(args) -> int:
-    from train.files import atomic_open
-
     if args.out is not None and args.out.suffix != ".npy":
         raise ConfigError(f"--out {args.out}: name a .npy file")
     if args.out is not None:

@@ -1,10 +1,8 @@
 """Checkpoints on disk: written whole or not at all, found again for resume, resume state pruned.
 
-Layout: checkpoints.md. A checkpoint is assembled under checkpoints/.tmp-step<N>/ and renamed to step<N>
-once every file is fsynced, so a directory with a final name is always whole; readers ignore names
-starting with ".". The manifest (written last) lets a resume prove that the files are the ones written
-(a damaged byte is refused, not trained on) and that the run's config is the one it was trained with.
-"""
+Layout: checkpoints.md. A checkpoint is assembled under checkpoints/.tmp-step<N>/ and renamed to step<N> once
+every file is fsynced; its manifest (written last) lets a resume prove the files and the config are the ones
+written (a damaged byte is refused, not trained on)."""
 from __future__ import annotations
 
 import hashlib
@@ -15,26 +13,16 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
-# The names, files and writers probes read checkpoints by (the checkpoint directory rule, manifest,
-# trainer state, the atomic writer): defined once in train/files.py, used here.
-from train.files import (MANIFEST, REQUIRED_FILES, CorruptCheckpointError, IncompleteCheckpointError,
-                                atomic_open, checkpoint_dir, fsync_tree, list_checkpoints, read_manifest,
-                                read_trainer_state, verify_checkpoint, write_json_atomic, write_text_atomic)
+# defined in train/files.py (probes read checkpoints by them), re-exported here for train/ and its tests
+from train.files import (MANIFEST, REQUIRED_FILES, CorruptCheckpointError, IncompleteCheckpointError,  # noqa: F401
+                         atomic_open, checkpoint_dir, fsync_tree, list_checkpoints, read_manifest,
+                         read_trainer_state, sha256_file, verify_checkpoint, write_json_atomic,
+                         write_text_atomic)
 from train.digest import sha256_once, torch_save_hashed
 from train.faults import fault_point
 from train.start_token import write_record
 
 read_state = read_trainer_state  # the name train/ and its tests use
-__all__ = ["DEEPSPEED_GLOBALS", "MANIFEST", "REQUIRED_FILES", "CorruptCheckpointError", "IncompleteCheckpointError", "checkpoint_dir",
-           "latest_resumable", "list_checkpoints", "load_rng", "missing_manifest", "prune_resume_states",
-           "read_manifest",
-           "read_state", "refuse_unsafe_pickles", "save_checkpoint", "sha256_file", "verify_checkpoint",
-           "verify_manifest", "weights_to_bf16", "write_json_atomic", "write_manifest", "write_text_atomic"]
-
-
-def sha256_file(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def checkpoint_files(path: Path) -> list[str]:
@@ -63,13 +51,10 @@ def write_manifest(path: Path, state: dict, param_count: int) -> dict:
 
 
 def manifest_problems(path: Path, manifest: dict, actual: Optional[dict] = None) -> list[tuple[str, str, str]]:
-    """(file, kind, what) for every listed file that is missing or differs from its sha256 (kind "missing",
-    "changed") and every file the manifest does not list ("unlisted"); [] when the checkpoint is the one
-    written. `actual` (name -> sha256 of the files present, as checkpoint_files lists them) saves hashing
-    them again.
-
-    Entries under resume/ are checked only while resume/ exists: pruning drops them from the manifest
-    first, and a crash between the two leaves a probe-only checkpoint, which no resume reads."""
+    """(file, kind, what) for every listed file that is missing or changed and every unlisted file; [] when
+    the checkpoint is the one written. `actual`: name -> sha256 of the files present, when already hashed.
+    resume/ is checked only while it exists: pruning drops it from the manifest first, and a crash between
+    the two leaves a probe-only checkpoint, which no resume reads."""
     path = Path(path)
     if actual is None:
         actual = {rel: sha256_file(path / rel) for rel in checkpoint_files(path)}
@@ -88,14 +73,12 @@ def manifest_problems(path: Path, manifest: dict, actual: Optional[dict] = None)
 
 
 def _unfinished_rewrite(manifest: dict, rel: str) -> Optional[str]:
-    """The sha256 `rel` had before weights_to_bf16 recorded its rewrite: still the file on disk while
-    that rewrite is unfinished (weights_to_bf16 finishes it), so not damage."""
+    """The sha256 `rel` had before weights_to_bf16 recorded its rewrite (an unfinished rewrite is not damage)."""
     return ((manifest.get("derived") or {}).get(rel) or {}).get("from")
 
 
 def verify_manifest(path: Path, manifest: dict) -> None:
-    """Raises CorruptCheckpointError naming the first file that is not the one written, or every file
-    the manifest does not list."""
+    """CorruptCheckpointError naming the first file that is not the one written, or every unlisted one."""
     path = Path(path)
     problems = manifest_problems(path, manifest)
     for rel, kind, what in problems:
@@ -111,10 +94,9 @@ def verify_manifest(path: Path, manifest: dict) -> None:
 
 def _drop_from_manifest(path: Path, prefix: str = "", updates: Optional[dict] = None,
                         sizes: Optional[dict] = None) -> None:
-    """Rewrites the manifest without the entries under `prefix` and with `updates` (name -> sha256;
-    `sizes`: name -> bytes of the updated files).
-    An updated file is recorded under ``derived`` as made from the file it replaces, so the eval
-    contract's manifest_hash sees the same checkpoint (train.files.manifest_hash)."""
+    """Rewrites the manifest without the entries under `prefix`, with `updates` (name -> sha256) and `sizes`;
+    an updated file is recorded under ``derived`` as made from the one it replaces, so manifest_hash (the
+    eval files' record of the checkpoint) sees the same checkpoint."""
     manifest = read_manifest(path)
     if manifest is None:
         return
@@ -136,9 +118,8 @@ def _drop_from_manifest(path: Path, prefix: str = "", updates: Optional[dict] = 
 
 
 def missing_manifest(path: Path) -> Optional[str]:
-    """Why a checkpoint without manifest.json is damaged, or None when it has one or predates them.
-    trainer_state.json's config_hash came with manifests (the same change): a checkpoint that records
-    one was written with a manifest, and lost it since (deleted to slip a changed file through)."""
+    """Why a checkpoint without manifest.json is damaged, or None when it has one or predates them:
+    config_hash came with manifests, so a trainer state recording one lost its manifest since."""
     path = Path(path)
     if (path / MANIFEST).exists():
         return None
@@ -164,7 +145,6 @@ def save_checkpoint(run_dir: Path, step: int, engine, tokenizer, state: dict, di
                     with_resume: bool) -> Path:
     """Collective: every rank calls it (DeepSpeed writes its shards from every rank)."""
     import torch  # here, not at the top: `verify --help` and the listings need no torch
-
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(f".tmp-step{step}")
     if dist.main:
@@ -198,9 +178,8 @@ def save_checkpoint(run_dir: Path, step: int, engine, tokenizer, state: dict, di
 
 
 def prune_resume_states(run_dir: Path, keep: int, weights_dtype: str = "fp32") -> None:
-    """Drops resume/ from all but the newest `keep` checkpoints that have one. The directory is renamed
-    away first so a crash mid-delete never leaves a half resume state under the name resume/.
-    weights_dtype="bf16" then halves the weights of every checkpoint left without resume state."""
+    """Drops resume/ from all but the newest `keep` checkpoints that have one (renamed away first: a crash
+    never leaves half a resume/); weights_dtype="bf16" then halves the weights of the ones without."""
     with_resume = [p for _s, p in list_checkpoints(run_dir) if (p / "resume").is_dir()]
     for path in with_resume[:-keep] if keep else with_resume:
         _drop_from_manifest(path, "resume/")
@@ -216,16 +195,13 @@ def prune_resume_states(run_dir: Path, keep: int, weights_dtype: str = "fp32") -
 
 
 def weights_to_bf16(path: Path) -> None:
-    """Rewrites a probe-only checkpoint's model.safetensors in bf16, atomically. The manifest learns the
-    new files first (each recorded as derived from the one it replaces), then the weights and config.json
-    are replaced; config.json's dtype marks the work done. At every point between, each file is either
-    the one written or its bf16 rewrite, both of which the manifest vouches for (manifest_problems), and
-    the next call finishes the work. Resume checkpoints keep fp32 weights: the run continues from them.
-    Weights that are neither (damaged) are refused, not converted and vouched for."""
+    """Rewrites a probe-only checkpoint's model.safetensors in bf16. The manifest learns the new files first
+    (as derived from the ones they replace), then the weights and config.json (whose dtype marks the work
+    done) are replaced: at every point each file is one the manifest vouches for, and the next call finishes
+    the work. Damaged weights are refused, not converted and vouched for."""
     from safetensors import safe_open
     import torch
     from safetensors.torch import save
-
     config_path = Path(path) / "config.json"
     config = json.loads(config_path.read_text())
     if config.get("dtype") == "bfloat16":
@@ -253,12 +229,9 @@ def weights_to_bf16(path: Path) -> None:
     write_text_atomic(config_path, text)
 
 
-# Every global DeepSpeed's own resume shards name beyond torch's weights_only list, read from real shards
-# (engine=deepspeed on CPU, zero_stage 0-3: tests/test_attack.py re-reads them) and from DeepSpeed's
-# state_dict code for bf16 (the same three: BF16_Optimizer's slice mappings, the ZeRO optimizers' static
-# loss scaler and stage enum). fp16's DynamicLossScaler is absent: engine.precision has no fp16.
-# Exact names only: a prefix ("deepspeed.") admits `deepspeed.launcher.runner.os.system`, which a
-# protocol-4 GLOBAL resolves through the module's `os` attribute to os.system.
+# Every global DeepSpeed's own resume shards name beyond torch's weights_only list (read from real shards,
+# zero_stage 0-3 and bf16: tests/test_attack.py re-reads them). Exact names only: a prefix ("deepspeed.")
+# admits `deepspeed.launcher.runner.os.system`, which a protocol-4 GLOBAL resolves to os.system.
 DEEPSPEED_GLOBALS = frozenset({
     "deepspeed.runtime.fp16.loss_scaler.LossScaler",
     "deepspeed.runtime.zero.config.ZeroStageEnum",
@@ -267,12 +240,9 @@ DEEPSPEED_GLOBALS = frozenset({
 
 
 def refuse_unsafe_pickles(directory: Path, allowed: frozenset[str] = DEEPSPEED_GLOBALS) -> None:
-    """DeepSpeed unpickles its resume shards in full (its own torch.load(weights_only=False)); before it
-    does, every *.pt under `directory` is scanned without running it. A global outside torch's
-    weights_only list and not named in `allowed` (DeepSpeed's own records) is refused: a planted payload
-    (os.system, pathlib, builtins.exec, ...) never runs."""
+    """Before DeepSpeed unpickles its resume shards in full, every *.pt under `directory` is scanned without
+    running it: a global outside torch's weights_only list and `allowed` is refused (a planted payload)."""
     import torch
-
     for f in sorted(Path(directory).rglob("*.pt")):
         try:
             names = torch.serialization.get_unsafe_globals_in_checkpoint(f)
@@ -286,11 +256,9 @@ def refuse_unsafe_pickles(directory: Path, allowed: frozenset[str] = DEEPSPEED_G
 
 def load_rng(resume_dir: Path, rank: int) -> None:
     import torch
-
     path = Path(resume_dir) / f"rng_rank{rank}.pt"
     if path.exists():
-        # weights_only: tensors and plain containers only. A full unpickle would run whatever code a
-        # planted file names (an object's __reduce__) the moment the run resumes.
+        # weights_only: a full unpickle would run whatever code a planted file names, on resume
         try:
             rng = torch.load(path, weights_only=True)
         except pickle.UnpicklingError as e:

@@ -1,6 +1,6 @@
-"""What `python -m train` adds around the loop: user errors as one line `error: …` with exit status 2
-(bugs keep their traceback; train/errors.py tells them apart), and a run directory that cannot be
-written refused before Hydra writes into it."""
+"""What `python -m train` adds around the loop: user errors as one line `error: …` with exit status 2 (bugs
+keep their traceback: train/errors.py), and a run directory that cannot be written refused before Hydra
+writes into it."""
 from __future__ import annotations
 
 import os
@@ -18,14 +18,12 @@ T = TypeVar("T")
 
 def exit_on_user_error(fn: Callable[[], T]) -> T:
     from train.interrupt import Interrupted
-
     try:
         return fn()
     except Interrupted as e:  # a signal in set-up (or a second Ctrl-C): one line, not a traceback
         print(e, file=sys.stderr, flush=True)
         sys.stdout.flush()
-        # The temporary files are gone and the run lock released (their `finally`s ran on the way
-        # here); the interpreter's own teardown (torch, a pool's atexit join) only delays the exit.
+        # the temporaries are gone and the lock released (their `finally`s ran): teardown only delays
         os._exit(e.code)
     except Exception as e:
         # a full disk anywhere (an eval file, the log) is the user's to fix, not a bug
@@ -37,10 +35,8 @@ def exit_on_user_error(fn: Callable[[], T]) -> T:
 
 
 class CheckRunDir(Callback):
-    """Hydra writes its log and .hydra/ into the run directory before main() runs, so a read-only
-    one fails inside Hydra's logging setup with the path buried in a chained error. Checked first
-    (configs/config.yaml registers this under hydra.callbacks). Under `-m` Hydra calls on_multirun_start
-    instead, before the launcher creates the sweep directory that holds every job's run directory."""
+    """A read-only run directory fails inside Hydra's logging setup, the path buried in a chained error:
+    checked first (configs/config.yaml's hydra.callbacks; under `-m` the sweep directory)."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         exit_on_user_error(lambda: check_writable(Path(config.hydra.run.dir), "hydra.run.dir"))

@@ -1,6 +1,5 @@
-"""One command table per package (`python -m train`, `python -m probes`): each subcommand an import path and one
-line of help, listed by --help, its module imported only when it runs (so help and listings start in well
-under a CPU-second), a misspelt name answered with the closest."""
+"""One command table per package (`python -m train`, `python -m probes`): each subcommand an import path and a
+line of help, its module imported only when it runs (help starts in well under a CPU-second)."""
 from __future__ import annotations
 
 import importlib

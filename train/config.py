@@ -1,8 +1,5 @@
-"""The top-level run config: each part is the typed config of the module that uses it.
-
-Registered with Hydra's ConfigStore as the schema every YAML in configs/ is merged onto, so an unknown
-key or a wrong type fails at start with the key's full name.
-"""
+"""The top-level run config: each part is the typed config of the module that uses it, registered with
+Hydra's ConfigStore as the schema every YAML in configs/ is merged onto (an unknown key fails at start)."""
 from __future__ import annotations
 
 import dataclasses
@@ -35,24 +32,23 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
-    # The checkpoint hooks' section (train/hooks.py): `_target_` names the dataclass that types it and
-    # builds the hooks (configs/config.yaml: probes.scoring.hook.ProbesConfig). Untyped here, so the schema
-    # imports nothing of probes; to_typed checks every key against the target's dataclass. Not struct:
-    # a nested key the preset left out (probes.syntax_qa.enabled=true) is set like any other, then checked.
+    # The hooks' section (train/hooks.py), typed by the dataclass its `_target_` names: untyped here, so the
+    # schema imports nothing of probes (to_typed checks it). Not struct: a nested key the preset left out
+    # (probes.syntax_qa.enabled=true) is set like any other, then checked.
     probes: Any = field(default_factory=lambda: OmegaConf.create({}, flags={"struct": False}))
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     resume: bool = True  # a rerun in the same run directory continues from its latest resume state
     curves_at_end: bool = True  # write learning curves into <run>/curves when training ends
-    # A step whose loss or grad norm is non-finite stops the run, naming the step. With N > 0 up to N
-    # such batches are skipped instead (no update; recorded in train.jsonl and trainer_state.json), as
-    # large-run trainers do for a rare bad batch. Torch engine only: DeepSpeed has applied the update
-    # by the time its grad norm is known. Not part of the trajectory: a stopped run may be rerun with it.
+    # A non-finite loss or grad norm stops the run; with N > 0 up to N such batches are skipped instead (no
+    # update, recorded). Torch engine only: DeepSpeed has applied the update when its grad norm is known.
     max_skipped_batches: int = 0
 
     def __post_init__(self):
-        _check_seeds(self)
-        # Checks across sections (each section checks its own keys in its own __post_init__). One
-        # method: a second __post_init__ in a class body silently replaces the first.
+        # checks across sections (each section checks its own keys); negative seeds: torch and numpy refuse them
+        seeds = {"seed": self.seed, "data.seed": self.data.seed, "data.order_seed": self.data.order_seed}
+        for key, value in seeds.items():
+            if value < 0:
+                raise ConfigError(f"{key}={value}: seeds must be >= 0")
         if self.max_skipped_batches < 0:
             raise ValueError(f"max_skipped_batches must be >= 0, got {self.max_skipped_batches}")
         if self.max_skipped_batches and self.engine.kind != "torch":
@@ -63,23 +59,14 @@ class TrainConfig:
                               f"{self.model.max_position_embeddings}: positions beyond it have no embedding")
 
 
-def _check_seeds(cfg: TrainConfig) -> None:
-    """Seeds feed torch/numpy generators that take only non-negative integers; refused before the
-    run directory is written into, so the corrected command is not refused as a changed config."""
-    for key, value in (("seed", cfg.seed), ("data.seed", cfg.data.seed), ("data.order_seed", cfg.data.order_seed)):
-        if value < 0:
-            raise ConfigError(f"{key}={value}: seeds must be >= 0")
-
-
 def procs_per_node(gpus_per_node) -> int:
     """Training processes per node: one per GPU, and one on a CPU-only node (gpus_per_node 0 or unset)."""
     return max(int(gpus_per_node or 0), 1)
 
 
 def budget_tag(budget) -> str:
-    """The budget in a run directory's name: the token count, or `full` for the whole corpus (null), as
-    the plots say "budget full" (configs/config.yaml's ${budget_tag:...}, train/grid.py). Runs started
-    before this name are under `-bNone-`: resume one with hydra.run.dir=<that directory>."""
+    """The budget in a run directory's name (configs/config.yaml's ${budget_tag:...}): the token count, or
+    `full` for the whole corpus (older runs are under `-bNone-`: resume with hydra.run.dir=...)."""
     return "full" if budget is None or str(budget) == "None" else str(budget)
 
 
@@ -92,10 +79,8 @@ def register() -> None:
 
 
 def to_typed(cfg) -> TrainConfig:
-    """The Hydra DictConfig as the dataclass objects (runs every __post_init__ check).
-
-    A key added with `+` (`+optim.global_batchh=32`, the fix Hydra's own message suggests for a typo)
-    bypasses the schema and would be silently ignored by to_object; merging onto the schema refuses it."""
+    """The Hydra DictConfig as the dataclass objects (every __post_init__ runs); a key added with `+`
+    (Hydra's suggested fix for a typo) bypasses the schema, so every key is checked here."""
     _refuse_unknown_keys(cfg, TrainConfig)
     typed = OmegaConf.to_object(cfg)
     typed.probes = typed_section(cfg.probes, "probes")
@@ -103,9 +88,7 @@ def to_typed(cfg) -> TrainConfig:
 
 
 def typed_section(node, key: str):
-    """A section named by its `_target_` (a dataclass import path, as Hydra's instantiate takes) as that
-    dataclass: every key checked against it (a misspelt one fails naming `key.<name>`), its
-    __post_init__ run. None for an empty section (a TrainConfig built in code has no hooks)."""
+    """A section as the dataclass its `_target_` names, every key checked against it; None when empty."""
     if node is None or len(node) == 0:
         return None
     node = OmegaConf.create(OmegaConf.to_container(node, resolve=True), flags={"struct": False})

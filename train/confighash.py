@@ -1,9 +1,6 @@
-"""What fixes a run's training trajectory: the config sections a resume must match, and their hash.
-
-On its own floor (json and hashlib only) because readers of finished runs need the hash too: the report
-tells copies of one run from seeds by it, and importing train.config for it loaded torch and the
-engines (a second of every `probes report`).
-"""
+"""What fixes a run's training trajectory: the config sections a resume must match, and their hash. Its own
+floor (json and hashlib only): readers of finished runs need the hash too (`probes report`), and importing
+train.config loaded torch and the engines."""
 from __future__ import annotations
 
 import hashlib
@@ -11,16 +8,14 @@ import json
 
 # Sections that define the training trajectory: a resumed run must agree on them exactly.
 TRAJECTORY_KEYS = ("seed", "model", "data", "tokenizer", "optim")
-# ...except these, which change where or how fast, not what is trained.
-# data.generator is an import path: moving the grammar's code must not orphan a run (what it generates
-# is data.grammar's).
+# ...except these, which change where or how fast, not what is trained (data.generator: an import path;
+# what it generates is data.grammar's)
 RESUME_MAY_CHANGE = ("data.cache_dir", "data.num_proc", "data.load_timeout_s", "data.generator",
                      "optim.micro_batch", "optim.impl",
                      "model.gradient_checkpointing", "model.attn_implementation")
 
 
-# Keys added later, with the value that gives what runs before them did: left out of the view at that
-# value, so a run started before the key existed resumes with it set so (and is told so otherwise).
+# Keys added later, with the value that gives what runs before them did: left out of the view at that value
 ADDED_LATER = {"data.heldout_tokens": 0}
 
 

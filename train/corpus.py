@@ -1,9 +1,6 @@
-"""Training documents: local text/jsonl/parquet files or the built-in grammar corpus, as one Dataset.
-
-A document is the unit the token store indexes and the sequence stream orders. For text files it is a
-paragraph block: the shared corpora put one paragraph per line and a blank line between documents, which
-is exactly the `text` builder's sample_by="paragraph" (split on "\\n\\n").
-"""
+"""Training documents: local text/jsonl/parquet files or the built-in grammar corpus, as one Dataset. A text
+file's document is a paragraph block (the shared corpora's blank-line separated documents: the `text`
+builder's sample_by="paragraph")."""
 from __future__ import annotations
 
 import codecs
@@ -30,9 +27,8 @@ _BUILDER = {"text": "text", "jsonl": "json", "parquet": "parquet"}
 
 @dataclass
 class GrammarConfig:
-    """The built-in grammar (probes/benchmarks/grammars/): one seed gives a training corpus and minimal pairs.
-
-    Here, beside DataConfig, because it is part of the trajectory; the probe benchmarks reuse it."""
+    """The built-in grammar (probes/benchmarks/grammars/): one seed gives a corpus and minimal pairs. Here,
+    beside DataConfig, because it is part of the trajectory; the probe benchmarks reuse it."""
     variant: str = "en"  # en | zh
     seed: int = 0
     n_documents: int = 2000
@@ -43,9 +39,8 @@ class GrammarConfig:
 @dataclass
 class DataConfig:
     source: str = "grammar"  # "grammar" (built-in generator) | "files"
-    # source=grammar: import path of the function GrammarConfig -> documents, as Hydra's _target_ names
-    # a callable (configs/data/grammar.yaml: probes.benchmarks.grammar.corpus_documents); the
-    # generator lives with the benchmarks that draw minimal pairs from the same grammar.
+    # source=grammar: import path of the function GrammarConfig -> documents (configs/data/grammar.yaml);
+    # it lives with the benchmarks that draw minimal pairs from the same grammar
     generator: Optional[str] = None
     paths: list[str] = field(default_factory=list)  # files or directories, for source=files
     format: str = "auto"  # auto | text | jsonl | parquet  (auto: by file extension)
@@ -58,16 +53,14 @@ class DataConfig:
     seq_len: Optional[int] = None  # None: filled from model.max_position_embeddings
     cache_dir: str = "~/.cache/syntax-dynamics"  # token stores and trained tokenizers live here
     num_proc: int = 2
-    # Reading local files with `datasets` waits on its builder lock (another process building the
-    # same files into the same cache) and on its worker pool. Past this many seconds the run stops,
-    # naming the lock's holder and any .incomplete build; null waits forever.
+    # seconds the load of local files may wait on datasets' builder lock or worker pool before the run stops,
+    # naming the lock's holder and any .incomplete build; null waits forever
     load_timeout_s: Optional[float] = 1800
-    # Nested streams (train/sequences.py): budgets, in tokens, at which the view's shuffled order is split, so
-    # that a run of one of these budgets trains first on exactly the sequences of the smaller ones' runs (same
-    # seed, one epoch). Empty: one shuffle over the whole view.
+    # budgets (tokens) at which the view's shuffled order is split, so a run trains first on exactly the
+    # sequences of the smaller budgets' runs (train/sequences.py); empty: one shuffle over the whole view
     nested_budgets: list[int] = field(default_factory=list)
-    # Held-out documents (train/sequences.py): about this many tokens from the end of the document order (at
-    # most 5 % of the corpus), never trained on; their loss is logged at every checkpoint (val/loss). 0: off.
+    # held-out tokens from the end of the document order (at most 5 % of the corpus), never trained on; their
+    # loss is logged at every checkpoint (val/loss); 0: off
     heldout_tokens: int = 20_000
 
     def __post_init__(self) -> None:
@@ -90,16 +83,10 @@ class DataConfig:
 
 
 def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
-    """Documents as a Dataset with one column "text", plus a corpus identity string for fingerprints.
-
-    The identity names the source, the resolved files with their sizes and mtimes (or the grammar
-    config), so an edited file or a different generator setting gives a new token store.
-    """
+    """(Dataset with one column "text", corpus identity: what the tokenizer and token store are keyed by)."""
     import datasets
-
     if cfg.source == "grammar":
         from hydra.utils import get_method
-
         if not cfg.generator:
             raise ConfigError("data.generator is not set: data.source=grammar needs the import path of the "
                               "grammar's document generator (configs/data/grammar.yaml names it)")
@@ -145,8 +132,7 @@ def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
 
 
 def corpus_identity(cfg: DataConfig, groups: Optional[dict[str, list[Path]]] = None) -> str:
-    """The corpus identity of data.source=files from the files' names, sizes and mtimes alone: what the
-    tokenizer and token-store caches are keyed by, known without reading the text (train/plan.py)."""
+    """The corpus identity of data.source=files from names, sizes and mtimes alone (train/plan.py uses it)."""
     all_files = sorted(f for fs in (groups or _collect_files(cfg)).values() for f in fs)
     return json.dumps({
         "source": "files", "format": cfg.format, "text_field": cfg.text_field,
@@ -167,13 +153,9 @@ def _workers(num_proc: int, files: list[Path]) -> int:
 
 @contextmanager
 def bounded_wait(timeout_s: Optional[float], cache: Path, files: list[Path]):
-    """Stops a load_dataset call that has not returned after timeout_s, saying what it waits on.
-
-    A reported 300 s hang (not reproduced) had the builder lock held and an `.incomplete` directory: a
-    process was building the same files into the same cache. `datasets` waits on that flock forever,
-    and its worker pool (num_proc > 1) waits forever on a worker that died. A timer interrupts the
-    main thread (the lock wait polls in Python, so it is interruptible) and the error names the lock
-    files held, by which pid, and the .incomplete builds."""
+    """Stops a load_dataset call that has not returned after timeout_s, saying what it waits on: `datasets`
+    waits forever on a builder lock another process holds, and on a dead worker of its pool. A timer
+    interrupts the main thread (the lock wait polls in Python) and the error names the locks' holders."""
     if timeout_s is None:
         yield
         return
@@ -273,9 +255,8 @@ def _collect_files(cfg: DataConfig) -> dict[str, list[Path]]:
 
 
 def _check_file(path: Path, fmt: str, text_field: str, cache: Path) -> None:
-    """Every line (row) of a corpus file is checked once, naming file and line, before `datasets` reads
-    it: its own errors ("Trailing data", a decode error, a null cell dropped later) name neither. A
-    file that passed is remembered by path, size and mtime, so a rerun does not read it twice."""
+    """Every line (row) checked once, naming file and line, before `datasets` reads it (its own errors name
+    neither); a file that passed is remembered by path, size and mtime."""
     stat = path.stat()
     key = hashlib.sha256(json.dumps([str(path), stat.st_size, stat.st_mtime_ns, fmt, text_field]).encode())
     marker = cache / "checked" / key.hexdigest()[:32]
@@ -340,7 +321,6 @@ def _check_parquet(path: Path, text_field: str) -> None:
     """A string column under data.text_field without nulls."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
     try:
         pf = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as e:

@@ -1,11 +1,6 @@
-"""sha256 of checkpoint files, each computed once: while the file is written where we write it
-(optimizer state, RNG state, bf16 weights), else read once and remembered for the process.
-
-A 1.4B checkpoint holds ~17 GB (fp32 weights and Adam's two moments); reading it back after the
-write only to hash it costs 10-80 s per checkpoint. The digests computed during the write are kept,
-keyed by the file's identity (device, inode, size, mtime in ns), so the manifest written next
-(train.checkpoint.write_manifest) takes them instead of reading the files again; a file changed
-since has another key and is hashed anew.
+"""sha256 of checkpoint files, each computed once: while the file is written (optimizer and RNG state, bf16
+weights), else read once and remembered for the process, keyed by the file's identity (path, inode, size,
+mtime), so the manifest does not read back a 1.4B checkpoint's ~17 GB (10-80 s per checkpoint).
 """
 from __future__ import annotations
 
@@ -21,11 +16,6 @@ _known: dict[tuple, str] = {}  # identity of a file as written -> its sha256
 def _identity(path: Path) -> tuple:
     st = os.stat(path)
     return (str(Path(path).absolute()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def remember(path: Path, digest: str) -> None:
-    """Records that `path`, as it is on disk now, has sha256 `digest` (it was just written)."""
-    _known[_identity(path)] = digest
 
 
 def sha256_once(path: Path) -> str:
@@ -55,14 +45,12 @@ class HashingWriter:
 
 
 def torch_save_hashed(obj: Any, path: Path) -> str:
-    """torch.save(obj, path), hashing the bytes on their way to the file; returns and remembers the
-    sha256 (no read-back for the manifest)."""
+    """torch.save(obj, path), hashing the bytes on their way; returns and remembers the sha256."""
     import torch
-
     path = Path(path)
     with open(path, "wb") as raw:
         writer = HashingWriter(raw)
         torch.save(obj, writer)
         raw.flush()
-    remember(path, writer.sha.hexdigest())
+    _known[_identity(path)] = writer.sha.hexdigest()
     return writer.sha.hexdigest()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,12 +89,6 @@ class Dist:
         return t.item() / self.world
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def init_distributed(cfg: EngineConfig) -> Dist:
     """Joins the process group that torchrun, the deepspeed launcher or SLURM (via submitit) set up
     in the environment. A lone process gets a one-member group of its own when DeepSpeed needs one:
@@ -111,14 +104,17 @@ def init_distributed(cfg: EngineConfig) -> Dist:
     if want_cuda:
         torch.cuda.set_device(device)
     if (world > 1 or cfg.kind == "deepspeed") and not torch_dist.is_initialized():
-        if world == 1:
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            os.environ.setdefault("MASTER_PORT", str(_free_port()))
-            os.environ.setdefault("RANK", "0")
-            os.environ.setdefault("WORLD_SIZE", "1")
-            os.environ.setdefault("LOCAL_RANK", "0")
         backend = cfg.backend if cfg.backend != "auto" else ("nccl" if want_cuda else "gloo")
-        torch_dist.init_process_group(backend=backend, rank=rank, world_size=world)
+        store = None
+        if world == 1:
+            # A one-member group needs no agreed port, so its store binds port 0 itself. A port probed free
+            # and bound a moment later, or a MASTER_PORT left in the environment by an earlier in-process
+            # run whose store still listens, failed with EADDRINUSE (CI). DeepSpeed reads the environment,
+            # or falls into MPI discovery.
+            store = torch_dist.TCPStore("127.0.0.1", 0, 1, is_master=True)
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port), RANK="0", WORLD_SIZE="1",
+                              LOCAL_RANK="0")
+        torch_dist.init_process_group(backend=backend, rank=rank, world_size=world, store=store)
     return Dist(rank=rank, world=world, local_rank=local_rank, device=device)
 
 

@@ -1,18 +1,17 @@
-"""User errors vs bugs: what the entry points print as one line `error: …` (exit status 2) and what
-keeps its traceback.
-
-A user error is bad input -- a config key, a corpus file, a damaged checkpoint, a full disk, a
-read-only run directory -- and its message names the key, file or line, so a traceback only hides it.
-A bug is anything else, and its traceback is what a developer needs.
-"""
+"""User errors vs bugs: a user error (a config key, a corpus file, a damaged checkpoint, a full disk) is
+printed as one line `error: …` naming the key, file or line (exit status 2); a bug keeps its traceback."""
 from __future__ import annotations
 
 import contextlib
+import difflib
 import errno
+import io
 import json
 import linecache
+import os
 import pickle
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -63,30 +62,21 @@ def is_user_error(exc: BaseException) -> bool:
     return linecache.getline(filename, tb.tb_lineno).lstrip().startswith("raise ")
 
 
-# What a truncated or foreign file raises while it is read: safetensors' SafetensorError and torch's
-# "PytorchStreamReader failed" / size-mismatch are RuntimeError-like, json's is a ValueError.
+# What a truncated or foreign file raises while it is read (torch's "PytorchStreamReader failed" and
+# size mismatches are RuntimeErrors, json's a ValueError; safetensors' own type is added in `reading`)
 _READ_ERRORS = (ValueError, RuntimeError, EOFError, KeyError, pickle.UnpicklingError)
-
-
-def _safetensor_error() -> tuple:
-    try:
-        from safetensors import SafetensorError
-        return (SafetensorError,)
-    except ImportError:  # pragma: no cover - safetensors is a dependency
-        return ()
 
 
 @contextlib.contextmanager
 def reading(path: Path, what: str, hint: str = "") -> Iterator[None]:
-    """Turns a failure while reading `path` into an InputFileError naming it, so a truncated or
-    foreign file says which file it is instead of a bare library message. An OSError keeps its
-    type (it names its file, and `watch` retries one: a checkpoint being replaced); memory errors
-    stay what they are."""
+    """A failure while reading `path` as an InputFileError naming it. An OSError keeps its type (it names
+    its file, and `watch` retries one: a checkpoint being replaced); memory errors stay what they are."""
+    from safetensors import SafetensorError
     try:
         yield
     except (UserError, OSError, MemoryError):
         raise
-    except _READ_ERRORS + _safetensor_error() as e:
+    except (*_READ_ERRORS, SafetensorError) as e:
         if type(e).__name__ == "OutOfMemoryError":  # torch's CUDA OOM is a RuntimeError
             raise
         # one line: torch's state-dict errors put the informative part ("size mismatch for …") on
@@ -134,11 +124,8 @@ def _newest_file(directory: Path) -> Path | None:
 
 
 def _open_file_in_traceback(e: BaseException) -> Path | None:
-    """The file a failed write was writing when its OSError carries no filename (a write or flush of an
-    open file: train.jsonl, an eval file under its temporary name): the innermost frame of the
-    traceback holding an open file, as a local or an attribute of one (a logger's `self._jsonl`)."""
-    import io
-
+    """The file a failed write was writing when its OSError names none (a write to an open file): the
+    innermost traceback frame holding an open file, as a local or an attribute of one (`self._jsonl`)."""
     def named(value) -> str | None:
         name = getattr(value, "name", None) if isinstance(value, io.IOBase) else None
         return name if isinstance(name, str) else None
@@ -158,9 +145,8 @@ def _open_file_in_traceback(e: BaseException) -> Path | None:
 
 
 def disk_full_error(e: BaseException, where: Path | None = None) -> DiskFullError | None:
-    """A DiskFullError naming the file a failed write was writing -- the OSError's own filename, else
-    (torch.save says only "unexpected pos …") the newest file under `where` -- or None when `e` is not
-    a failed write for lack of space."""
+    """A DiskFullError naming the file a failed write was writing (the OSError's filename, the open file,
+    else the newest file under `where`), or None when `e` is not a failed write for lack of space."""
     if not _disk_full(e):
         return None
     names = [x.filename for x in _chain(e) if isinstance(x, OSError) and x.filename]
@@ -178,8 +164,7 @@ def disk_full_error(e: BaseException, where: Path | None = None) -> DiskFullErro
 
 @contextlib.contextmanager
 def writing(where: Path) -> Iterator[None]:
-    """Turns a write under `where` (a file or a directory being filled) that failed for lack of space
-    into DiskFullError naming the file; anything else passes unchanged."""
+    """A write under `where` that failed for lack of space as DiskFullError naming the file."""
     try:
         yield
     except UserError:
@@ -192,12 +177,8 @@ def writing(where: Path) -> Iterator[None]:
 
 
 def check_writable(directory: Path, what: str) -> None:
-    """Refuses a directory (or the nearest existing parent of one to be created) that cannot be
-    written: a probe file is created and removed, because permission bits say nothing for root and
-    nothing about a read-only mount."""
-    import os
-    import tempfile
-
+    """Refuses a directory (or the nearest existing parent) that cannot be written: a probe file is created,
+    as permission bits say nothing for root or a read-only mount."""
     directory = Path(directory).expanduser().absolute()
     existing = directory
     while not existing.exists():
@@ -215,7 +196,5 @@ def check_writable(directory: Path, what: str) -> None:
 
 def did_you_mean(name: str, options) -> str:
     """' (did you mean X?)' for the closest of `options` to a misspelt `name`, else ''."""
-    import difflib
-
     close = difflib.get_close_matches(name, list(options), n=2, cutoff=0.6)
     return f" (did you mean {' or '.join(close)}?)" if close else ""

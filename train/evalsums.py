@@ -1,24 +1,18 @@
-"""A sha256 beside every eval file and per-token sidecar: ``<file>.sha256`` in sha256sum's format
-(``sha256sum -c`` checks it by hand). One flipped bit turned an lp_good of -10.13 into -162.13 and read
-back silently in 216 of 401 trials: parquet checks little of its own. The hash is written after the file
-(a crash in between leaves a mismatch, and a mismatch is scored again by score-run, watch and the probe
-hook); the readers and `python -m train verify` check it.
-
-The file's own metadata records that it was written with one (CHECKSUM_KEY), so deleting the .sha256
-does not turn a damaged file into an unchecked one. Files written before this have neither: read as
-before, unchecked.
-
-It lives in train/ because `python -m train verify` checks eval files too (train imports nothing of
-probes: the metadata key is found by looking at every JSON value of the schema metadata).
+"""A sha256 beside every eval file and per-token sidecar (``<file>.sha256``, sha256sum's format): one flipped
+bit turned an lp_good of -10.13 into -162.13 and read back silently (parquet checks little). Written before the
+file, from its bytes: a kill in between leaves a .sha256 whose file is not there yet (the next write replaces
+it) or a mismatch with the old file (scored again), never a file refused for a missing .sha256. The file's
+metadata records that it has one (CHECKSUM_KEY), so deleting the .sha256 does not make a damaged file an
+unchecked one. Here in train/ because `train verify` checks eval files too (train imports nothing of probes).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
-from train.files import write_text_atomic
+from train.files import atomic_open, sha256_file, write_text_atomic
 
 SUFFIX = ".sha256"
 CHECKSUM_KEY, CHECKSUM = "checksum", "sha256 sidecar"  # in an eval file's metadata: written with one
@@ -29,23 +23,38 @@ def sum_path(path: Path) -> Path:
 
 
 def _sha256(path: Path, data: Optional[bytes] = None) -> str:
-    if data is not None:  # the file's bytes, already read by the caller
-        return hashlib.sha256(data).hexdigest()
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+    # data: the file's bytes, already read by the caller
+    return sha256_file(path) if data is None else hashlib.sha256(data).hexdigest()
 
 
-def write_sum(path: Path) -> None:
-    """``<path>.sha256`` for the file just written, atomically."""
+def write_sum(path: Path, data: Optional[bytes] = None) -> None:
+    """``<path>.sha256``, atomically, for `data` (the bytes about to be written to `path`) or `path` as it is."""
     path = Path(path)
-    write_text_atomic(sum_path(path), f"{_sha256(path)}  {path.name}\n")
+    write_text_atomic(sum_path(path), f"{_sha256(path, data)}  {path.name}\n")
+
+
+def write_summed(path: Path, data: bytes, fault: Optional[Callable[[], None]] = None) -> None:
+    """`data` to `path` atomically, its .sha256 first (module docstring); `fault`: the crash tests' kill point,
+    with the file written but not yet renamed into place."""
+    side = sum_path(path)
+    old = side.read_text() if side.is_file() else None
+    write_sum(path, data)
+    try:
+        with atomic_open(path, "wb") as f:
+            f.write(data)
+            if fault is not None:
+                fault()
+    except BaseException:  # the old file stays: so does the .sha256 that matches it
+        if old is None:
+            side.unlink(missing_ok=True)
+        else:
+            write_text_atomic(side, old)
+        raise
 
 
 def _own_meta(path: Path) -> dict:
-    """The eval file's own metadata: the JSON object in its parquet schema metadata that holds a step
-    (found by looking, as train imports nothing of probes), or {}."""
+    """The JSON object of the parquet schema metadata that holds a step (the eval file's own), or {}."""
     import pyarrow.parquet as pq
-
     try:
         metadata = pq.read_schema(path).metadata or {}
     except Exception:  # noqa: BLE001 - unreadable: its reader names that
@@ -61,12 +70,9 @@ def _own_meta(path: Path) -> dict:
 
 
 def checkpoint_problem(path: Path, meta: Optional[dict] = None) -> Optional[str]:
-    """Why the eval file <run>/evals/step<N>/<name>.parquet is not the scores of the checkpoint beside it
-    (<run>/checkpoints/step<N>), or None: its own metadata records another checkpoint's manifest_hash
-    (another run's file copied in with its .sha256). No checkpoint there (pruned, a hub suite), or no
-    manifest on either side: nothing to compare."""
+    """Why <run>/evals/step<N>/<name>.parquet is not the scores of checkpoints/step<N> (its metadata records
+    another manifest_hash), or None, also where there is nothing to compare."""
     from train.files import CorruptCheckpointError, manifest_hash
-
     path = Path(path)
     recorded = (_own_meta(path) if meta is None else meta).get("manifest")
     ckpt = path.parents[2] / "checkpoints" / path.parent.name
@@ -82,9 +88,7 @@ def checkpoint_problem(path: Path, meta: Optional[dict] = None) -> Optional[str]
 
 
 def sum_problem(path: Path, meta: Optional[dict] = None, data: Optional[bytes] = None) -> Optional[str]:
-    """Why `path` cannot be trusted, or None. `meta`: its metadata when the caller has read it (else it
-    is read here, only when the .sha256 is missing); `data`: the file's bytes when the caller holds them
-    (the file is then not read a second time)."""
+    """Why `path` cannot be trusted, or None (`meta`, `data`: its metadata and bytes, when already read)."""
     path, side = Path(path), sum_path(path)
     if side.is_file():
         recorded = side.read_text(errors="replace").split()[:1]

@@ -1,20 +1,13 @@
-"""Fault injection for the crash and preemption tests: SYNTAX_DYNAMICS_FAULT=<point>:step<N> kills this
-process with SIGKILL when it reaches <point> for step N; <point>:step<N>:<SIGNAL> (e.g. SIGUSR1) sends that
-signal instead, so a preemption lands at a named step rather than whenever a test's poll catches up;
-<point>:step<N>:<SIGNAL>@rank<R> only in the process of that RANK (a notice that reaches one node first).
-Unset (always, outside the tests) nothing happens.
+"""Fault injection for the crash and preemption tests; unset (always, outside the tests) nothing happens.
 
-The points (where each call sits):
-  mid_step          the loop, after the backward passes of step N, before the optimizer update
-  checkpoint_write  train.checkpoint.save_checkpoint, with checkpoints/.tmp-step<N>/ half written
-  after_rename      the loop, once checkpoints/step<N> is whole, before any hook ran on it
-  eval_write        probes.scoring.store.write_pairs, with the eval file of step N under its temporary name
-  bf16_rewrite      train.checkpoint.weights_to_bf16, step N's bf16 weights renamed in, config.json not yet
-
-SYNTAX_DYNAMICS_FAULT=<point>:stall makes a set-up point hang as a stuck C call or worker does: signals
-blocked, asleep for an hour (stall_point), after printing `fault: stalled at <point> (pid N)` on stderr.
-  tokenizer_training  inside sentencepiece's training call (train/tokenizer.py)
-  load_dataset        a worker process of the corpus load, holding the first corpus file open (train/corpus.py)
+SYNTAX_DYNAMICS_FAULT=<point>:step<N> kills this process (SIGKILL) when it reaches <point> for step N;
+<point>:step<N>:<SIGNAL> sends that signal instead (a preemption at a named step), and @rank<R> after it
+only in the process of that RANK. The points (POINTS): mid_step (after the backward passes of step N),
+checkpoint_write (.tmp-step<N>/ half written), after_rename (step<N> whole, no hook run yet), eval_write
+(step N's eval file under its temporary name), eval_written (step N's eval file in place), bf16_rewrite (bf16
+weights renamed in, config.json not yet). <point>:stall hangs a set-up point as a stuck C call or worker does
+(stall_point): tokenizer_training (inside sentencepiece's training) and load_dataset (a worker of the corpus
+load holding a file open).
 """
 from __future__ import annotations
 
@@ -24,7 +17,7 @@ import sys
 import time
 
 ENV = "SYNTAX_DYNAMICS_FAULT"
-POINTS = ("mid_step", "checkpoint_write", "after_rename", "eval_write", "bf16_rewrite")
+POINTS = ("mid_step", "checkpoint_write", "after_rename", "eval_write", "eval_written", "bf16_rewrite")
 
 
 def fault_point(point: str, step: int) -> None:
@@ -56,12 +49,10 @@ def stall_point(point: str, hold_open: str | None = None) -> None:
 
 
 def stuck_worker(point: str, hold_open: str) -> None:
-    """A worker process that stalls (stall_point) and is waited on, as datasets' pool waits on its
-    workers, when SYNTAX_DYNAMICS_FAULT=<point>:stall."""
+    """A worker process that stalls and is waited on, as datasets' pool waits on its workers."""
     if not stall_requested(point):
         return
     import multiprocessing
-
     proc = multiprocessing.get_context("fork").Process(target=stall_point, args=(point, hold_open))
     proc.start()
     proc.join()

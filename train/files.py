@@ -1,12 +1,6 @@
 """Files on disk that training writes and everything else reads: the atomic writer, the checkpoint
 directory's names, its trainer state and manifest, and the package versions recorded beside results.
-
-The ground floor: standard library only, importing nothing of the project but train.errors, so the
-trainer, the checkpoint code and every eval writer (probes/) share one writer and one reader.
-
-    <run>/checkpoints/step<N>/                 a whole checkpoint (STEP_DIR; hidden names are work in progress)
-        trainer_state.json, manifest.json      read by read_trainer_state / read_manifest
-"""
+Standard library and train.errors only, so the trainer and every eval writer (probes/) share them."""
 from __future__ import annotations
 
 import contextlib
@@ -37,7 +31,9 @@ class CorruptCheckpointError(RuntimeError):
     """A file of a checkpoint is not the one its manifest recorded (damaged, replaced or unlisted)."""
 
 
-# ---------------------------------------------------------------- paths
+def sha256_file(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def step_dirs(parent: Path) -> dict[int, Path]:
@@ -61,7 +57,6 @@ def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
 
 
 def verify_checkpoint(path: Path) -> None:
-    """Raises IncompleteCheckpointError naming the directory and what is missing."""
     path = Path(path)
     if not path.is_dir():
         raise IncompleteCheckpointError(f"checkpoint {path} does not exist")
@@ -72,18 +67,12 @@ def verify_checkpoint(path: Path) -> None:
             f"(delete the directory to let the run rewrite it)")
 
 
-# ---------------------------------------------------------------- the atomic writer
-
-
 @contextlib.contextmanager
 def atomic_open(path: str | Path, mode: str = "wb", durable: bool = True) -> Iterator[IO]:
-    """Write `path` whole or not at all: a hidden ``.<name>.<pid>@<host>.<random>.tmp`` in the same
-    directory is written, flushed, fsynced and renamed over `path`, and the rename is made durable. An
-    error leaves the old file (or none) and no temporary; SIGKILL leaves the temporary, which the next
-    write of `path` removes (train/staletmp.py). Readers ignore names starting with ".".
-
-    durable=False skips both fsyncs (2-15 ms each): for caches, whose readers check what they read and
-    recompute on a miss, where a power cut may leave a torn file but a crash of the process cannot."""
+    """Write `path` whole or not at all: a hidden ``.<name>.<pid>@<host>.<random>.tmp`` beside it is written,
+    fsynced and renamed over `path`. An error leaves the old file and no temporary; what SIGKILL leaves the
+    next write removes (train/staletmp.py). durable=False skips both fsyncs (2-15 ms each): for caches,
+    whose readers recompute on a miss (a power cut may tear one, a crash of the process cannot)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     clear_stale(path.parent, f".{path.name}.", ".", ".tmp")  # what a killed writer of `path` left
@@ -108,7 +97,6 @@ def atomic_open(path: str | Path, mode: str = "wb", durable: bool = True) -> Ite
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Readers see the old file or the whole new one, never a torn write."""
     with atomic_open(path, "w") as f:
         f.write(text)
 
@@ -126,8 +114,7 @@ def fsync_dir(path: Path) -> None:
 
 
 def fsync_tree(path: Path) -> None:
-    """Every file and directory under `path`: what a directory assembled under a temporary name
-    needs before it is renamed to its final name (checkpoints, tokenizers, token stores)."""
+    """Every file and directory under `path`: before a directory assembled under a temporary name is renamed."""
     for root, _dirs, files in os.walk(path):
         for name in files:
             with open(os.path.join(root, name), "rb") as f:
@@ -135,12 +122,8 @@ def fsync_tree(path: Path) -> None:
         fsync_dir(Path(root))
 
 
-# ---------------------------------------------------------------- what a checkpoint says about itself
-
-
 def read_trainer_state(ckpt_dir: Path, *, missing_ok: bool = False) -> dict:
-    """``<ckpt>/trainer_state.json`` as a dict; {} for a directory without one when `missing_ok`
-    (a model directory that is not one of our checkpoints). Raises InputFileError naming the file."""
+    """``<ckpt>/trainer_state.json``; {} without one when `missing_ok` (a model that is not our checkpoint)."""
     f = Path(ckpt_dir) / TRAINER_STATE
     if missing_ok and not f.is_file():
         return {}
@@ -170,11 +153,9 @@ def read_manifest(path: Path) -> Optional[dict]:
 
 
 def manifest_hash(ckpt_dir: Path) -> Optional[str]:
-    """What an eval file records as the checkpoint it scored: sha256 of the manifest's step, tokens,
-    config hash and file hashes, ``resume/`` left out (pruning the resume state changes nothing that is
-    scored). A file our own bf16 rewrite produced counts as the file it was derived from (manifest
-    ``derived``: {name: {sha256, from}}), so that rewrite is not a new checkpoint; any other change of
-    a weight, config or tokenizer file is. None: no manifest (an older checkpoint, or no checkpoint)."""
+    """What an eval file records as the checkpoint it scored: sha256 of the manifest's step, tokens, config
+    hash and file hashes without ``resume/`` (pruned, never scored); a file of our bf16 rewrite counts as the
+    one it was derived from (``derived``), any other change is a new checkpoint. None: no manifest."""
     manifest = read_manifest(ckpt_dir) if ckpt_dir is not None else None
     if manifest is None:
         return None
@@ -189,14 +170,10 @@ def manifest_hash(ckpt_dir: Path) -> Optional[str]:
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
 
-# ---------------------------------------------------------------- recorded beside results
-
-
 @lru_cache(maxsize=1)
 def versions() -> dict[str, str]:
     """Python and the installed versions of what decides the numbers (without importing any of it)."""
     from importlib import metadata
-
     out = {"python": platform.python_version()}
     for dist in ("syntax-dynamics", "torch", "transformers", "tokenizers", "deepspeed"):
         try:

@@ -1,10 +1,6 @@
-"""A grid of runs from one set of overrides, expanded exactly as `python -m train -m ...` would.
-
-Hydra's basic sweeper takes `hydra.sweeper.params` from the composed config (an experiment file such as
-configs/experiment/zhoblimp_grid.yaml sets them), appends the command-line overrides (a command-line
-value for a key replaces that sweep axis) and takes the cartesian product. `expand` runs that same code,
-so the plan (train/plan.py) and the sbatch grid file (train/slurm.py) list the runs the launcher would
-launch, in the same order.
+"""A grid of runs from one set of overrides, expanded exactly as `python -m train -m ...` would: Hydra's basic
+sweeper code takes the composed config's `hydra.sweeper.params`, appends the command line (a value for a key
+replaces that axis) and takes the product, so the plan and the sbatch grid list the launcher's runs in order.
 """
 from __future__ import annotations
 
@@ -31,8 +27,7 @@ class GridError(ValueError):
 
 @contextmanager
 def hydra_context() -> Iterator[None]:
-    """Hydra initialised on configs/ for the block (or the enclosing block: plan() composes 60 runs in
-    one, since initialising again costs a scan of the config tree), and cleared after it."""
+    """Hydra initialised on configs/ for the block, or the enclosing one (plan() composes 60 runs in one)."""
     if GlobalHydra.instance().is_initialized():
         yield
         return
@@ -47,8 +42,7 @@ def _compose(overrides: Sequence[str], *, with_hydra: bool) -> DictConfig:
 
 
 def _check_options(key: str, values: list[str]) -> None:
-    """A grid axis over a config group (model, budget, optim...) may only name files that exist; the
-    message lists them, before anything is composed or launched."""
+    """A grid axis over a config group may only name files that exist (listed before anything launches)."""
     key = key.lstrip("+~")
     group = CONFIGS / key
     if key.startswith("hydra/") or not group.is_dir():  # hydra/* also has options registered in code
@@ -87,10 +81,7 @@ def expand(overrides: Sequence[str]) -> list[list[str]]:
 
 
 def compose_run(overrides: Sequence[str]) -> tuple[TrainConfig, dict]:
-    """One run's typed config and its Hydra choices ({"model": "pythia-14m", "optim": "zhoblimp", ...}).
-
-    HydraConfig is set while resolving, as inside `python -m train`, so `${hydra:runtime.choices.optim}`
-    (the W&B preset tag) resolves here too."""
+    """One run's typed config and Hydra choices (HydraConfig set, so `${hydra:runtime.choices.optim}` resolves)."""
     try:
         cfg = _compose(overrides, with_hydra=True)
     except Exception as e:
@@ -110,5 +101,4 @@ def compose_run(overrides: Sequence[str]) -> tuple[TrainConfig, dict]:
 def run_subdir(cfg: TrainConfig) -> str:
     """The run's directory under the sweep dir (configs/config.yaml, hydra.sweep.subdir)."""
     from train.config import budget_tag
-
     return f"{cfg.model.name}-b{budget_tag(cfg.data.budget_tokens)}-s{cfg.seed}"

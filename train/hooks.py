@@ -1,15 +1,10 @@
 """Hooks are plain objects the loop calls after a checkpoint is whole (never on a partial one).
 
-A hook has `post_checkpoint_saved(ckpt_dir, step, tokens, model) -> dict` returning metrics to log
-(may be empty), `missing(step) -> bool` (its output for that checkpoint is absent -- a crash came
-between the checkpoint and the hook -- or was made from a checkpoint since replaced under that step's
-name, so the resumed or finishing run must run it), `close()`, and optionally `post_train(run_dir)`,
-called once on the main rank when the run has finished (the end-of-run curves).
-
-The trainer does not know which hooks exist. The config's `probes` section names them the way
-OLMo-core and Lightning name callbacks: its `_target_` is the import path of a dataclass that types
-the section (train.config.to_typed checks every key against it) and whose `build(HookContext)` returns
-the hooks. configs/config.yaml points it at probes.scoring.hook.ProbesConfig; train/ imports nothing of probes.
+A hook has `post_checkpoint_saved(ckpt_dir, step, tokens, model) -> dict` (metrics to log), `missing(step)`
+(its output for that checkpoint is absent or stale, so a resumed or finishing run runs it), `close()`, and
+optionally `post_train(run_dir)` (rank 0, once the run has finished). The config's `probes` section names the
+dataclass that types it and whose `build(HookContext)` returns the hooks (configs/config.yaml:
+probes.scoring.hook.ProbesConfig), as OLMo-core names callbacks: train/ imports nothing of probes.
 """
 from __future__ import annotations
 

@@ -14,8 +14,10 @@ running at all, so it runs in a child process the parent waits on in Python (run
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -60,17 +62,25 @@ def children(pid: int | None = None) -> list[int]:
 
 
 def kill_children() -> None:
-    """SIGKILL this process's children and theirs (dataset workers, a tokenizer trainer): a worker that
-    ignores SIGTERM cannot make the parent wait."""
-    for child in children():
-        for grandchild in children(child):
-            _kill(grandchild)
-        _kill(child)
+    """SIGKILL this process's descendants (dataset workers, datasets' manager, a tokenizer trainer): a worker
+    that ignores SIGTERM cannot make the parent wait. Each is stopped before its children are listed, so no
+    pool can fork a replacement in between, and none is orphaned (an orphan leaves our reach: datasets'
+    manager ignores SIGINT and kept the terminal's pipes open, a hang)."""
+    for pid in _stop_tree(os.getpid())[1:]:
+        _kill(pid)
 
 
-def _kill(pid: int) -> None:
+def _stop_tree(pid: int) -> list[int]:
+    found = [pid]
+    for child in children(pid):
+        _kill(child, signal.SIGSTOP)
+        found += _stop_tree(child)
+    return found
+
+
+def _kill(pid: int, sig: int = signal.SIGKILL) -> None:
     try:
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, sig)
     except ProcessLookupError:
         pass
 
@@ -113,7 +123,10 @@ def run_in_child(fn: Callable, *args) -> None:
     try:
         while proc.is_alive() and not reader.poll(0.2):
             pass
-        message = reader.recv() if reader.poll() else None
+        try:
+            message = reader.recv() if reader.poll() else None
+        except EOFError:  # killed from outside before it could answer: its status says how
+            message = None
         proc.join()
     finally:
         if proc.is_alive():
@@ -127,8 +140,13 @@ def run_in_child(fn: Callable, *args) -> None:
 
 
 def _child(writer, fn: Callable, args) -> None:
+    # The parent handles the signals and kills this tree whole (kill_children). Dying at once on a
+    # terminal's Ctrl-C instead orphaned this child's workers and datasets' manager before the parent
+    # could find them. If the parent dies without a handler (SIGKILL), the kernel kills this child.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(sig, signal.SIG_DFL)  # the parent's handlers do not belong here
+        signal.signal(sig, signal.SIG_IGN)
+    if sys.platform == "linux":
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     try:
         fn(*args)
         writer.send("")

@@ -1,9 +1,6 @@
-"""One job per run directory: an exclusive flock on <run>/.lock, held for the life of the process.
-
-Two jobs writing the same run directory would interleave checkpoints and logs. The kernel drops an
-flock when its holder dies (crash, SIGKILL, node reboot for local disks), so a stale lock file left by a
-dead job never blocks the requeued one; the pid written into the file is only for the error message.
-"""
+"""One job per run directory: an exclusive flock on <run>/.lock, held for the life of the process. The kernel
+drops an flock when its holder dies, so a stale lock file never blocks the requeued job; the pid written
+into it is only for the error message."""
 from __future__ import annotations
 
 import errno
@@ -23,9 +20,8 @@ class RunDirLocked(UserError, RuntimeError):
 
 
 class RunLock:
-    """`RunLock(run)` is training's lock; `RunLock(run, name=EVAL_LOCK, ...)` is the one `probes score-run`
-    and `watch` take, so that two of them never score the same checkpoints (a watch runs beside the
-    training job, so it cannot take training's lock)."""
+    """Training's lock; with name=EVAL_LOCK the one `probes score-run` and `watch` take (a watch runs beside
+    training, so it cannot take training's lock)."""
 
     def __init__(self, run_dir: Path, *, enabled: bool = True, name: str = ".lock",
                  why: str = "two jobs must not train into one run directory; wait for it, or give this "
@@ -67,8 +63,7 @@ class RunLock:
         return self
 
     def announce(self) -> None:
-        """Writes the holder's pid and host into the lock file (for a second job's message). Called
-        once the run is accepted: a refused run leaves even this file as it was."""
+        """The holder's pid and host into the lock file, once the run is accepted (a refused run changes nothing)."""
         if self._fd is not None:
             os.ftruncate(self._fd, 0)
             os.pwrite(self._fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)

@@ -1,13 +1,7 @@
-"""Metrics go to a JSONL file in the run directory and, when configured, to Weights & Biases.
-
-The interface is two methods, log(metrics, step, event=...) and close(); only rank 0 constructs a real
-logger.
-
-train.jsonl holds one record per (step, event): event "train" (train/* every logger.log_every steps),
-"checkpoint" (the hooks' probe/* summaries and the held-out val/* of a saved checkpoint), "skipped" (a batch skipped for a
-non-finite loss). A resumed run replays the steps after its checkpoint, so the log is first cut back to
-that step (atomically): tables built from it never count a step twice.
-"""
+"""Metrics to a JSONL file in the run directory and, when configured, to Weights & Biases; two methods,
+log(metrics, step, event=...) and close(), and only rank 0 builds a real logger. train.jsonl holds one record
+per (step, event): "train", "checkpoint" (probe/* and val/*) or "skipped"; a resume cuts it back to its
+checkpoint's step first, so a step is never counted twice."""
 from __future__ import annotations
 
 import json
@@ -53,9 +47,8 @@ class Logger:
         self.wandb_run = None
         if cfg.wandb and cfg.mode != "disabled":
             import wandb
-
-            # The id outlives the process in <run>/wandb_run_id (and trainer_state.json), so a requeued
-            # job continues the same W&B run even when it was preempted before its first checkpoint.
+            # the id outlives the process in <run>/wandb_run_id: a job requeued before its first checkpoint
+            # continues the same W&B run
             id_file = run_dir / "wandb_run_id"
             if run_id is None and id_file.is_file():
                 run_id = id_file.read_text().strip() or None
@@ -67,8 +60,7 @@ class Logger:
                 group=cfg.group or grid_cell(config), tags=run_tags(config, cfg.tags))
             if not id_file.is_file():
                 write_text_atomic(id_file, self.wandb_run.id + "\n")
-            # Curves of different budgets and batch sizes share an x-axis only in tokens seen. Step 0 is
-            # logged at tokens = 0, which a log x-axis leaves out (W&B has no symlog): docs/training.md.
+            # curves of different budgets and batches share an x-axis only in tokens (docs/training.md)
             self.wandb_run.define_metric("tokens")
             for prefix in ("train/*", "probe/*", "val/*"):
                 self.wandb_run.define_metric(prefix, step_metric="tokens")
@@ -120,8 +112,7 @@ def truncate_log(path: Path, step: Optional[int]) -> None:
 
 
 def logged_steps(path: Path, event: str) -> set[int]:
-    """Steps that have a record of `event` (records written before events existed count as "train"
-    when they hold train/loss, else as "checkpoint")."""
+    """Steps that have a record of `event` (an older record without one is "train" if it has train/loss)."""
     def kind(r: dict) -> str:
         return r.get("event") or ("train" if "train/loss" in r else "checkpoint")
 
@@ -129,25 +120,21 @@ def logged_steps(path: Path, event: str) -> set[int]:
 
 
 def grid_axes(config: dict) -> dict:
-    """The grid's axes as top-level config keys: W&B groups and filters runs by top-level keys, and
-    `model` is a section (model.name) there."""
+    """The grid's axes as top-level config keys (W&B groups and filters by those; `model` is a section)."""
     budget = (config.get("data") or {}).get("budget_tokens")
     return {"model_name": (config.get("model") or {}).get("name"), "budget": "full" if budget is None else budget,
             "seed": config.get("seed")}
 
 
 def grid_cell(config: dict) -> str:
-    """The W&B group of a run: one cell of the grid (experiment x model x budget), whose members are the
-    seeds, which is what W&B's grouped charts average (mean and spread per cell)."""
+    """The W&B group of a run: its grid cell (experiment/model/budget), whose seeds W&B's charts average."""
     axes = grid_axes(config)
     return f"{config.get('experiment')}/{axes['model_name']}/{axes['budget']}"
 
 
 def run_tags(config: dict, extra: list[str]) -> list[str]:
-    """model=, budget=, seed= from the resolved config, then the configured tags (e.g. preset=...);
-    W&B filters a grid's runs by them."""
+    """model=, params=, tokenizer_label=, budget=, seed= from the resolved config, then the configured tags."""
     tags = [f"model={(config.get('model') or {}).get('name')}"]
-    # the actual size and tokenizer beside the size name: "pythia-14m" is 3.25M parameters with 8,000 pieces
     tags += [f"{k}={config[k]}" for k in ("params", "tokenizer_label") if config.get(k) is not None]
     tags += [f"budget={grid_axes(config)['budget']}", f"seed={config.get('seed')}"]
     return tags + [t for t in extra if t not in tags]

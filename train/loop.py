@@ -1,12 +1,9 @@
-"""The training loop: data, model and engine are set up, then steps run until the budget is spent,
-with a whole checkpoint (and the hooks) at every scheduled step. Read it top to bottom.
+"""The training loop: data, model and engine are set up, then steps run until the budget is spent, with a
+whole checkpoint (and the hooks) at every scheduled step. Read it top to bottom.
 
-A preemption signal (train/preempt.py) ends it early: after the current step a resume checkpoint is
-written and the process exits with a requeue status; the same command then resumes exactly.
-
-A resume first proves the checkpoint is the one written (manifest sha256) by this run's config (config
-hash), cuts the log back to the checkpoint's step, and probes every saved checkpoint whose evals a crash
-prevented; the end of every run checks that again. A non-finite loss or grad norm stops the run."""
+A preemption signal (train/preempt.py) ends it after the current step with a resume checkpoint and a requeue
+status. A resume first proves the checkpoint is the one written by this run's config, cuts the log back to
+its step and probes every saved checkpoint whose evals a crash prevented; so does the end of every run."""
 from __future__ import annotations
 
 import gc
@@ -19,6 +16,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
+from transformers import GPTNeoXForCausalLM
 
 from train.batch import batch_sha256, stream_of
 from train.checkpoint import (CorruptCheckpointError, latest_resumable, list_checkpoints, load_rng,
@@ -27,7 +25,6 @@ from train.checkpoint import (CorruptCheckpointError, latest_resumable, list_che
 from train.config import TrainConfig
 from train.confighash import config_hash, trajectory_diff
 from train.corpus import load_documents
-from train.dataid import KEY as DATA_KEY, check_resume_data, data_record
 from train.engine import RESUME_HINT, build_engine, heldout_loss, init_distributed
 from train.errors import InputFileError, writing
 from train.faults import fault_point
@@ -42,8 +39,9 @@ from train.schedule import checkpoint_steps, warn_points_beyond_end
 from train.slurm import export_distributed_env
 from train.summary import recipe_warnings, startup_summary, warn_early
 from train.start_token import RECORD, document_tokens, read_record
-from train.token_store import build_or_load
+from train.token_store import DATA_KEY, build_or_load, check_resume_data, data_record
 from train.tokenizer import load_tokenizer, pipeline_fingerprint, prepare_tokenizer, tokenizer_label
+from train.weights import load_causal_lm
 
 
 class NonFiniteError(RuntimeError):
@@ -51,8 +49,7 @@ class NonFiniteError(RuntimeError):
 
 
 def train(cfg: TrainConfig, run_dir: Path, on_accepted=None) -> Path:
-    """on_accepted(): called on rank 0 once the run directory is accepted (the entry point writes
-    Hydra's record there then: a refused run writes nothing into the directory)."""
+    """on_accepted(): called on rank 0 once the run directory is accepted (a refused run writes nothing)."""
     export_distributed_env()  # in a SLURM job step: RANK, WORLD_SIZE, ... from SLURM_* / submitit
     dist = init_distributed(cfg.engine)
     # One job per run directory (rank 0 holds the lock); signals are recorded while training runs.
@@ -76,7 +73,8 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
             print(f"resuming from step {resumed['step']} (tokens {resumed['tokens']}) in {resume_from}",
                   flush=True)
         lock.announce()
-        _write_config(run_dir, resolved)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(resolved)))
         # finishes a bf16 rewrite a kill cut short (a finished run saves no checkpoint that would)
         prune_resume_states(run_dir, cfg.schedule.keep_resume, cfg.schedule.weights_dtype)
         if on_accepted is not None:
@@ -141,8 +139,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         """The hooks' metrics and the held-out loss of the checkpoint at `path` (weights in `model`)."""
         metrics = run_hooks(hooks, path, step, tokens, model)
         if len(heldout) > 1:
-            # at most 8,192 tokens a forward: their fp32 logits over Pythia's 50k rows are 1.6 GB (engine.loss_chunk
-            # keeps training's smaller, this pass materialises them)
+            # at most 8,192 tokens a forward: their fp32 logits over Pythia's 50k rows are 1.6 GB
             rows = max(1, min(cfg.optim.micro_batch, 8192 // seq_len))
             loss = heldout_loss(model, heldout, seq_len, rows, dist.device)
             metrics.update({"val/loss": loss, "val/ppl": math.exp(min(loss, 700.0))})  # exp overflows past ~709
@@ -174,13 +171,11 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         dist.barrier()
 
     def probe_missed(current: int) -> None:
-        """Runs the hooks on every scheduled checkpoint whose evals or log record a crash prevented.
-        `current`: the step whose weights the engine holds now."""
+        """Runs the hooks on every scheduled checkpoint whose evals or log record a crash prevented."""
         todo = []
         if dist.main:
             logged = logged_steps(logger.path, "checkpoint")
-            # only up to `current`: a later checkpoint (kept without its resume state) is written, probed
-            # and logged again when training reaches it; probing it now too logged it twice
+            # only up to `current`: a later one is written, probed and logged again when training reaches it
             todo = [(s, p) for s, p in list_checkpoints(run_dir)
                     if s <= current and s in save_steps and (s not in logged or hooks_missing(hooks, s))]
         for step, path in _broadcast(todo, dist):
@@ -188,7 +183,8 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
                 print(f"probing checkpoint {path}: its evals were not written before the last stop",
                       flush=True)
             # the resumed checkpoint's weights are the engine's; an older one is read from disk
-            model = engine.module if step == current else _load_weights(path, dist)
+            model = engine.module if step == current else \
+                load_causal_lm(path, GPTNeoXForCausalLM, dtype=torch.float32).to(dist.device)
             tokens = read_trainer_state(path)["tokens"]
             metrics = measured(model, step, tokens, path)
             if dist.main and step not in logged_steps(logger.path, "checkpoint"):
@@ -256,8 +252,7 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
 
 def _print_summary(cfg, run_dir, engine, tokenizer, tokenizer_dir, total_steps, seq_len, save_steps, hooks,
                    start_step, warned_for, heldout) -> None:
-    """The start-up summary (train/summary.py), and the too-short warnings unless the early check
-    already gave them for the same step count."""
+    """The start-up summary, and the too-short warnings unless warn_early gave them for the same steps."""
     print(startup_summary(cfg, run_dir=run_dir, params=count_parameters(engine.module), tokenizer=tokenizer,
                           tokenizer_dir=tokenizer_dir, total_steps=total_steps, seq_len=seq_len,
                           save_steps=save_steps, hooks=hooks, start_step=start_step, heldout=heldout), flush=True)
@@ -268,21 +263,18 @@ def _print_summary(cfg, run_dir, engine, tokenizer, tokenizer_dir, total_steps, 
 
 def _build_hooks(cfg: TrainConfig, tokenizer, run_dir: Path, total_steps: int | None = None,
                  store=None) -> list:
-    """On every rank, from the config's `probes` section (train/hooks.py): the probe hook shards the
-    pairs across ranks and rank 0 writes the files."""
+    """On every rank (the probe hook shards the pairs across ranks; rank 0 writes the files)."""
     return build_hooks(cfg.probes, HookContext(tokenizer, run_dir, final_step=total_steps,
                                                token_store=None if store is None else store.path,
                                                max_positions=cfg.model.max_position_embeddings))
 
 
 def _global_sha(batch: torch.Tensor, dist) -> str | None:
-    """batch_sha256 (train/batch.py) of the step's global batch as the ranks trained on it. Rank r holds
-    rows r, r+W, ... so the gathered (rows/W, W, L) stack read in C order is the global batch. Every rank
-    takes part (the condition to log is the same on all); rank 0 returns the hash, the others None."""
+    """batch_sha256 of the step's global batch (rank 0; None elsewhere). Rank r holds rows r, r+W, ... so the
+    gathered (rows/W, W, L) stack in C order is the global batch; every rank takes part."""
     if dist.world == 1:
         return batch_sha256(batch)
     import torch.distributed as torch_dist
-
     mine = batch.to(dist.device)  # NCCL gathers GPU tensors only
     parts = [torch.empty_like(mine) for _ in range(dist.world)]
     torch_dist.all_gather(parts, mine)
@@ -305,14 +297,6 @@ def _nonfinite(cfg: TrainConfig, step: int, loss: float, grad_norm: float, skipp
           f"max_skipped_batches={cfg.max_skipped_batches}", file=sys.stderr, flush=True)
 
 
-def _load_weights(path: Path, dist):
-    from transformers import GPTNeoXForCausalLM
-
-    from train.weights import load_causal_lm
-
-    return load_causal_lm(path, GPTNeoXForCausalLM, dtype=torch.float32).to(dist.device)
-
-
 def _broadcast(value, dist):
     """Rank 0's `value` on every rank (a decision every rank must take the same way)."""
     if dist.world == 1:
@@ -323,14 +307,11 @@ def _broadcast(value, dist):
 
 
 def _destroy_group(dist, engine=None) -> None:
-    """Leaves the process group cleanly. A lone process keeps its one-member group: DeepSpeed caches it
-    for the next run in-process."""
+    """Leaves the process group (a lone process keeps its group: DeepSpeed caches it for the next run)."""
     if dist.world > 1:
-        # Every rank finishes its collectives before any rank tears down, and DDP's reducer, which
-        # holds the gloo group, lets go of it here rather than when the frame or the interpreter ends.
-        # Otherwise ProcessGroupGloo's destructor joins worker threads still waiting on a peer that
-        # has gone: a 2-rank SLURM job hung after training until its time limit, and a torchrun job
-        # aborted at exit ("terminate called without an active exception").
+        # Every rank finishes its collectives before any tears down, and DDP's reducer lets go of the gloo
+        # group here: otherwise its destructor joined threads waiting on a peer that had gone (a 2-rank SLURM
+        # job hung until its time limit, a torchrun job aborted at exit).
         dist.barrier()
         release = getattr(engine, "release", None)
         if release is not None:
@@ -340,9 +321,8 @@ def _destroy_group(dist, engine=None) -> None:
 
 
 def _check_run_dir(cfg: TrainConfig, resolved: dict, run_hash: str, run_dir: Path) -> Path | None:
-    """The checkpoint to resume from, after proving the run directory belongs to this config (from
-    config.yaml and from the checkpoint itself, so deleting config.yaml proves nothing) and that the
-    checkpoint's files are the ones written. Reads only: a refused run leaves the directory as it was."""
+    """The checkpoint to resume from, after proving the run directory belongs to this config (by config.yaml
+    and by the checkpoint itself) and its files are the ones written. Reads only."""
     if not list_checkpoints(run_dir):
         return None
     if not cfg.resume:
@@ -385,8 +365,7 @@ def _check_run_dir(cfg: TrainConfig, resolved: dict, run_hash: str, run_dir: Pat
 
 
 def _read_saved_config(path: Path) -> dict:
-    """config.yaml of the run as a dict; an empty, unparsable or non-mapping file is an InputFileError
-    naming it (a traceback from the YAML parser named neither the file nor the way out)."""
+    """config.yaml of the run as a dict; an empty, unparsable or non-mapping file is an InputFileError."""
     try:
         saved = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     except Exception as e:  # noqa: BLE001 - yaml's and OmegaConf's errors are of several types
@@ -400,8 +379,7 @@ def _read_saved_config(path: Path) -> dict:
 
 
 def _refuse_foreign_checkpoints(run_dir: Path, run_hash: str) -> None:
-    """Every checkpoint records its run's config hash: one of another run copied in would be probed on
-    resume and read as this run's (only `verify` named it)."""
+    """A checkpoint of another run copied in (its config hash) would be probed on resume as this run's."""
     for _step, path in list_checkpoints(run_dir):
         try:
             recorded = read_trainer_state(path, missing_ok=True).get("config_hash")
@@ -414,8 +392,7 @@ def _refuse_foreign_checkpoints(run_dir: Path, run_hash: str) -> None:
 
 
 def _check_resume_tokenizer(ckpt: Path, tokenizer_dir: Path, start_id: int) -> None:
-    """Resume only with the ids and the start token the run was trained with: this code builds
-    another tokenizer for the same config than code before tokenizer format 2 did."""
+    """Resume only with the ids and start token the run was trained with (tokenizer format 2 changed both)."""
     record = read_record(ckpt) or {}
     if pipeline_fingerprint(ckpt) != pipeline_fingerprint(tokenizer_dir) or record.get("start_token_id") != start_id:
         raise ValueError(
@@ -423,8 +400,3 @@ def _check_resume_tokenizer(ckpt: Path, tokenizer_dir: Path, start_id: int) -> N
             f"this code prepares for the run's config ({tokenizer_dir}, start id {start_id}); resuming would "
             f"change the ids mid-run. Finish the run with the code it was started with, or start a new run "
             f"directory")
-
-
-def _write_config(run_dir: Path, resolved: dict) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(resolved)))

@@ -1,20 +1,9 @@
-"""The language-model loss with the output layer fused into the cross-entropy, a chunk of tokens at a time.
-
-The plain loss (train/engine.py `_lm_loss`) materialises the logits of a whole micro-batch: bf16 logits,
-their fp32 copy and the log-softmax output, then in the backward the NLL and log-softmax gradients, all
-s·b·V: 12 bytes per token per vocabulary row at the peak (train/memory.py), 9.2 GiB for 8 x 2048 tokens
-of Pythia's 50,304 rows, more than a 160m model's weights, gradients and Adam states together.
-`LinearCrossEntropy` instead walks the tokens in chunks: each chunk's logits are computed, reduced to
-its loss, and turned at once into the gradients of the hidden states and of the head's weight (the
-derivative of the mean cross-entropy is (softmax - onehot) / N, known in the forward but for the scalar
-the backward multiplies it by). Only one chunk's logits are ever alive, and nothing is recomputed:
-the approach of Liger-Kernel's fused linear cross-entropy (Hsu et al. 2024, arXiv:2410.10989).
-The freed memory buys a larger micro-batch (fewer, larger GEMMs: what small models need on a GPU).
-
-Numerics follow the plain path: under autocast the head's matmuls run in bf16 on bf16 copies of the
-weight and the hidden states, the logits are upcast to fp32 for the log-softmax, and the gradient is cast
-back to bf16 before the matmuls of the backward, as autograd does through `.float()`. The weight
-gradient is summed over chunks in fp32.
+"""The language-model loss with the output layer fused into the cross-entropy, a chunk of tokens at a time
+(engine.loss_chunk; docs/speed.md). The plain loss keeps s·b·V logits alive (12 bytes per token per vocabulary
+row at the peak: 9.2 GiB for 8 x 2048 tokens of Pythia's 50,304 rows); here each chunk's logits are reduced
+to its loss and at once to the gradients of the hidden states and the head weight ((softmax - onehot) / N,
+known in the forward but for the scalar the backward scales it by), after Liger-Kernel (arXiv:2410.10989).
+Numerics follow the plain path: bf16 matmuls under autocast, fp32 log-softmax, fp32 weight gradient sums.
 """
 from __future__ import annotations
 

@@ -1,42 +1,8 @@
 """Training memory per GPU, estimated from the config before a job is submitted: the peak of
 torch.cuda.max_memory_allocated over a training step, calibrated against H100 measurements
-(bench/memory_peaks.csv, checked within 5 % by tests/test_memory.py).
-
-Model states (Rajbhandari et al. 2020, "ZeRO", §3.1 and Fig. 1), per parameter:
-* DeepSpeed in bf16 (mixed precision): 2 B bf16 weights + 2 B bf16 gradients + 12 B Adam states
-  (fp32 master weights, momentum, variance). ZeRO-1 shards the 12 B over the GPUs of the run, ZeRO-2
-  also the gradients, ZeRO-3 also the weights. DeepSpeed in fp32: 4 + 4 + 12 (its fp32 partition copy
-  of the weights, then the two moments).
-* Torch engine (fp32 weights, autocast computes in bf16): 4 B weights + 4 B gradients + 8 B Adam
-  moments, all replicated; DDP (more than one GPU) adds its 4 B/param gradient buckets.
-
-Activations of one micro-batch of b sequences of s tokens, hidden size h, a heads, L layers, vocabulary
-V, in bytes. Korthikanti et al. 2022 ("Reducing Activation Recomputation", §4.1: 34sbh + 5as^2b per
-layer) count every tensor in 2 bytes; what a GPT-NeoX layer of transformers really keeps for backward
-differs, and the difference is what the uncalibrated plan missed (it was 15-19 % low on the H100):
-* e = bytes of the compute dtype (2 in bf16, 4 in fp32); r = bytes of the residual stream: 4 under
-  autocast, whose fp32 weights make the embedding and every residual sum fp32; 2 for bf16 weights.
-* Per layer (parallel residual, no dropout: Pythia trains with p = 0, which allocates no mask):
-  the shared LayerNorm input r; the QKV input e; the fused QKV output 3e (rotary makes new q and k,
-  but v is a view that keeps the whole QKV tensor alive); the rotated q, k 2e; the attention output
-  e (sdpa's own) plus its contiguous copy e for the dense layer; the MLP input e, its 4h output 4e
-  and the GELU's 4e: r + 17e per sbh (38sbh under autocast, where Korthikanti without dropout has 32).
-* Eager attention keeps no sdpa output but the softmax in fp32 (transformers asks for it) and its cast
-  to e: (4 + e) as^2b per layer, or 4as^2b in fp32.
-* Head: the final LayerNorm input r and output e (sbh); logits e, their fp32 copy and log-softmax
-  output: (e + 8) sbV in the forward; in the backward of the loss the saved log-softmax, the NLL
-  gradient and the log-softmax gradient, all fp32: 12 sbV, the step's peak.
-* Autocast copies: under autocast every matmul weight is cast to bf16 once per forward and kept (the
-  autocast cache, and backward's saved tensors) until the backward has passed its layer: 2 B per
-  parameter that is not the input embedding (a lookup, not cast).
-* Chunked loss (engine.loss_chunk = c tokens, train/loss.py): one chunk's logits (bf16, fp32, its bf16
-  gradient: (2e + 4) cV), the head weight's fp32 gradient 4Vh and the hidden states' gradient and bf16
-  copy (r + e) sbh replace both loss terms.
-* Activation checkpointing: each layer keeps only its input (r sbh); the peak is the larger of the
-  forward's end (every autocast copy still cached, head forward) and the loss backward (the head's
-  copy only); one layer recomputed at a time adds less than the loss backward's 12sbV frees.
-Not counted: the CUDA context and the allocator's fragmentation (max_memory_allocated excludes both;
-typically 1-3 GB), temporary buffers of ZeRO's gathers. Hence the planner's 90 % fit threshold.
+(bench/memory_peaks.csv, checked within 5 % by tests/test_memory.py). The accounting behind each term
+(ZeRO's model states, what a GPT-NeoX layer of transformers keeps, autocast copies, the loss's peak) and
+its sources: docs/speed.md, "The accounting".
 """
 from __future__ import annotations
 
@@ -78,7 +44,7 @@ def state_bytes_per_param(engine_kind: str, zero_stage: int, bf16: bool, gpus: i
 def activation_bytes(*, params: int = 0, layers: int, hidden: int, heads: int, vocab: int, seq_len: int,
                      micro_batch: int, checkpointing: bool, attn_implementation: str, compute_bytes: int = 2,
                      residual_bytes: int = 2, autocast: bool = False, loss_chunk: int = 0) -> float:
-    """Peak bytes beyond the model states in one training step (module docstring)."""
+    """Peak bytes beyond the model states in one training step (docs/speed.md, "The accounting")."""
     s, b, h, a, e, r = seq_len, micro_batch, hidden, heads, compute_bytes, residual_bytes
     sbh, sbV = s * b * h, s * b * vocab
     if attn_implementation == "eager":

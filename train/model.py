@@ -39,28 +39,23 @@ class ModelConfig:
     attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2 | flex_attention (transformers')
 
     def __post_init__(self):
-        _check_sizes(self)
+        # sizes that cannot build a model, refused at start (a zero head count divides by zero in transformers)
+        for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                    "max_position_embeddings"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"model.{key}={getattr(self, key)}: must be at least 1")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(f"model.hidden_size={self.hidden_size} is not divisible by "
+                              f"model.num_attention_heads={self.num_attention_heads}")
+        if not 0 < self.rotary_pct <= 1:
+            raise ConfigError(f"model.rotary_pct={self.rotary_pct}: expected a fraction in (0, 1]")
+        if self.vocab_size is not None and self.vocab_size < 1:
+            raise ConfigError(f"model.vocab_size={self.vocab_size}: must be at least 1 (or null: the tokenizer's)")
+        if self.lr is not None and not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"model.lr={self.lr}: the peak learning rate must be a positive number")
         if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
             raise ValueError(f"model.attn_implementation={self.attn_implementation!r}: expected one of "
                              f"{', '.join(ATTN_IMPLEMENTATIONS)}")
-
-
-def _check_sizes(cfg: ModelConfig) -> None:
-    """Sizes that cannot build a model are refused at start, naming the key (a zero head count would
-    otherwise divide by zero deep inside transformers)."""
-    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                "max_position_embeddings"):
-        if getattr(cfg, key) < 1:
-            raise ConfigError(f"model.{key}={getattr(cfg, key)}: must be at least 1")
-    if cfg.hidden_size % cfg.num_attention_heads:
-        raise ConfigError(f"model.hidden_size={cfg.hidden_size} is not divisible by "
-                          f"model.num_attention_heads={cfg.num_attention_heads}")
-    if not 0 < cfg.rotary_pct <= 1:
-        raise ConfigError(f"model.rotary_pct={cfg.rotary_pct}: expected a fraction in (0, 1]")
-    if cfg.vocab_size is not None and cfg.vocab_size < 1:
-        raise ConfigError(f"model.vocab_size={cfg.vocab_size}: must be at least 1 (or null: the tokenizer's)")
-    if cfg.lr is not None and not (math.isfinite(cfg.lr) and cfg.lr > 0):
-        raise ConfigError(f"model.lr={cfg.lr}: the peak learning rate must be a positive number")
 
 
 def pad_vocab(n: int, multiple: int = 128) -> int:
@@ -85,22 +80,16 @@ def hf_config(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None, *, bos_to
               eos_token_id=None) -> GPTNeoXConfig:
     fields = {k: v for k, v in asdict(cfg).items() if k not in _OWN_FIELDS}
     fields["vocab_size"] = embedding_rows(cfg, tokenizer_vocab)
-    if fields["hidden_size"] % fields["num_attention_heads"]:
-        raise ValueError(f"model.hidden_size={fields['hidden_size']} is not divisible by "
-                         f"model.num_attention_heads={fields['num_attention_heads']}")
     from transformers import GPTNeoXConfig
-
     # Pythia trains without dropout; bias terms and the rotary layout follow GPT-NeoX.
     return GPTNeoXConfig(**fields, attention_dropout=0.0, hidden_dropout=0.0,
                          bos_token_id=bos_token_id, eos_token_id=eos_token_id)
 
 
 def init_pythia_(model: GPTNeoXForCausalLM) -> None:
-    """Pythia's initialisation: normal(0, sqrt(2/(5d))) ("small_init") for every weight matrix and
-    embedding, and normal(0, 2/(L*sqrt(d))) ("wang_init") for the two projections that write into the
-    residual stream (attention output, MLP output); biases zero, LayerNorms identity."""
+    """Pythia's: normal(0, sqrt(2/(5d))) ("small_init") for every weight and embedding, normal(0, 2/(L*sqrt(d)))
+    ("wang_init") for the projections into the residual stream; biases zero, LayerNorms identity."""
     import torch
-
     with torch.no_grad():  # the weights are filled in place, outside autograd
         d = model.config.hidden_size
         n_layers = model.config.num_hidden_layers
@@ -122,7 +111,6 @@ def build_model(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None, *, seed
     """A freshly initialised model; the same seed gives the same weights on every rank."""
     import torch
     from transformers import GPTNeoXForCausalLM
-
     config = hf_config(cfg, tokenizer_vocab, bos_token_id=bos_token_id, eos_token_id=eos_token_id)
     with torch.device(device), torch.random.fork_rng(devices=[], enabled=cfg.init_method == "hf"):
         if cfg.init_method == "hf":  # transformers initialises in the constructor: seed it there
@@ -148,9 +136,7 @@ def count_parameters(model: torch.nn.Module) -> int:
 
 def parameters_of(cfg: ModelConfig, tokenizer_vocab: Optional[int] = None) -> int:
     """count_parameters(build_model(cfg, tokenizer_vocab)) by arithmetic, without torch (`plan` sizes grids
-    with it; tests/test_model.py holds it to the built model): GPT-NeoX's embedding, per layer two
-    LayerNorms, the fused QKV and output projections and the MLP (all with biases), a final LayerNorm and
-    the output layer (unless tied)."""
+    with it): embedding, per layer two LayerNorms, QKV, output and MLP (with biases), final norm, head."""
     d, i = cfg.hidden_size, cfg.intermediate_size
     rows = embedding_rows(cfg, tokenizer_vocab)
     layer = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (d * i + i) + (i * d + d)

@@ -3,31 +3,38 @@
     python -m train.neox experiment=demo [overrides] --out DIR [--world-size 8] [--tokenizer DIR]
     python -m train.neox --import NEOX_DIR [--out HF_DIR] [--config YAML] [--tokenizer DIR]
 
-Every gpt-neox key written here was checked by name against gpt-neox commit NEOX_COMMIT:
-megatron/neox_arguments/neox_args.py and deepspeed_args.py (the schema), configs/pythia/*.yml (the
-spelling in use), megatron/training.py (`is_save_iter`, the final save, the AnnealingLR arguments),
-megatron/learning_rates.py, megatron/model/transformer.py (ParallelMLP's ffn size) and
-megatron/model/activations.py. Tests cannot reach that repository, so they check the meaning on our
-side: the YAML read back (tests/test_neox.py, `from_neox`) gives our config, steps, batch and checkpoint steps again.
+Every key written was checked by name against gpt-neox commit NEOX_COMMIT (megatron/neox_arguments/, its
+configs/pythia/*.yml, megatron/training.py, learning_rates.py, model/transformer.py, model/activations.py).
+Tests cannot reach that repository, so they read the YAML back (tests/test_neox.py, `from_neox`).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+import yaml
+
+from train.batch import load_run_config
+from train.checkpoint import list_checkpoints, read_state
+from train.cli import exit_on_user_error
 from train.errors import ConfigError, InputFileError, reading
+from train.files import write_text_atomic
+from train.grid import GridError, compose_run, hydra_context
 from train.neox_read import EOD, normalize_keys, save_steps
+from train.optim import warmup_steps
+from train.plan import planned_steps
+from train.schedule import checkpoint_steps
 
 NEOX_COMMIT = "ea7aefd8f8e183256992d9fede4d7c71a46d67a5"  # EleutherAI/gpt-neox main, 2026-05-19
 DEFAULT_WORLD_SIZE = 8  # GPUs the batch split assumes unless --world-size says otherwise (one A100 node)
 
-# Our model.hidden_act -> (gpt-neox activation, bias_gelu_fusion). gpt-neox's "gelu" is F.gelu (exact,
-# erf) unless bias_gelu_fusion, which swaps in the tanh approximation (HF "gelu_new"): Pythia's own
-# configs fuse, so a Pythia checkpoint is a tanh-GELU model even though its Hub config says "gelu".
+# Our model.hidden_act -> (gpt-neox activation, bias_gelu_fusion). gpt-neox's "gelu" is exact unless
+# bias_gelu_fusion swaps in the tanh approximation (HF "gelu_new"), as Pythia's own configs do.
 _ACTIVATIONS = {"gelu": ("gelu", False), "gelu_new": ("gelu", True), "gelu_pytorch_tanh": ("gelu", True),
                 "relu": ("relu", False), "silu": ("silu", False)}
 _INIT = {"pythia": ("small_init", "wang_init"), "hf": ("normal", "normal")}  # ours -> (init, output layer)
@@ -43,12 +50,7 @@ class NeoxExport:
 def neox_config(cfg, *, world_size: int = DEFAULT_WORLD_SIZE, vocab_file: Optional[str] = None,
                 eod_in_vocab: Optional[bool] = None, total_steps: Optional[int] = None,
                 save_dir: Optional[str] = None) -> NeoxExport:
-    """The gpt-neox config that trains `cfg` (a TrainConfig) on `world_size` data-parallel GPUs, for
-    `total_steps` iterations (default: counted from data.budget_tokens, as train/plan.py does)."""
-    from train.optim import warmup_steps
-    from train.plan import planned_steps
-    from train.schedule import checkpoint_steps
-
+    """The gpt-neox config that trains `cfg` on `world_size` GPUs for `total_steps` (default: the plan's)."""
     m, o = cfg.model, cfg.optim
     diffs: list[str] = []
     if world_size < 1:
@@ -58,9 +60,6 @@ def neox_config(cfg, *, world_size: int = DEFAULT_WORLD_SIZE, vocab_file: Option
                           f"(exportable: {', '.join(_ACTIVATIONS)})")
     if m.init_method not in _INIT:
         raise ConfigError(f"model.init_method={m.init_method!r}: expected one of {', '.join(_INIT)}")
-    if m.hidden_size % m.num_attention_heads:
-        raise ConfigError(f"model.hidden_size={m.hidden_size} is not divisible by "
-                          f"model.num_attention_heads={m.num_attention_heads}")
     seq_len = cfg.data.seq_len or m.max_position_embeddings
     try:
         steps = total_steps if total_steps is not None else planned_steps(cfg)
@@ -78,52 +77,32 @@ def neox_config(cfg, *, world_size: int = DEFAULT_WORLD_SIZE, vocab_file: Option
     precision = {"fp32": "fp32", "bf16": "bfloat16", "auto": "bfloat16"}[cfg.engine.precision]
     c = {
         # one pipeline stage: the checkpoint is DeepSpeed's per-layer files (what --import reads)
-        "pipe_parallel_size": 1,
-        "model_parallel_size": 1,
-        "num_layers": m.num_hidden_layers,
-        "hidden_size": m.hidden_size,
-        "num_attention_heads": m.num_attention_heads,
-        "intermediate_size": m.intermediate_size,
-        "mlp_multiple_of": 1,
-        "seq_length": seq_len,
-        "max_position_embeddings": m.max_position_embeddings,
-        "pos_emb": "rotary",
-        "rotary_pct": m.rotary_pct,
-        "rotary_emb_base": m.rotary_emb_base,
-        "no_weight_tying": not m.tie_word_embeddings,
-        "gpt_j_residual": m.use_parallel_residual,
+        "pipe_parallel_size": 1, "model_parallel_size": 1,
+        "num_layers": m.num_hidden_layers, "hidden_size": m.hidden_size, "num_attention_heads": m.num_attention_heads,
+        "intermediate_size": m.intermediate_size, "mlp_multiple_of": 1,
+        "seq_length": seq_len, "max_position_embeddings": m.max_position_embeddings,
+        "pos_emb": "rotary", "rotary_pct": m.rotary_pct, "rotary_emb_base": m.rotary_emb_base,
+        "no_weight_tying": not m.tie_word_embeddings, "gpt_j_residual": m.use_parallel_residual,
         "gpt_j_tied": False,  # HF GPTNeoX has two LayerNorms per block
-        "norm": "layernorm",
-        "layernorm_epsilon": m.layer_norm_eps,
-        "activation": activation,
+        "norm": "layernorm", "layernorm_epsilon": m.layer_norm_eps, "activation": activation,
         "bias_gelu_fusion": fused_gelu,
         "attention_config": [[["global"], m.num_hidden_layers]],  # "flash" is the same math, faster
-        "hidden_dropout": 0.0,
-        "attention_dropout": 0.0,
-        "init_method": init,
-        "output_layer_init_method": out_init,
+        "hidden_dropout": 0.0, "attention_dropout": 0.0, "init_method": init, "output_layer_init_method": out_init,
         "init_method_std": 0.02,  # used by "normal" only (our init_method=hf: transformers' 0.02)
         # padded vocabulary = the tokenizer's size rounded up to this: ours pads to 128, a pinned size
         # is reached by padding to itself (it is at least the tokenizer's size: train/model.py checks)
         "make_vocab_size_divisible_by": 128 if m.vocab_size is None else m.vocab_size,
         "optimizer": {"type": "Adam", "params": {"lr": o.lr, "betas": list(o.betas), "eps": o.eps}},
         "weight_decay": o.weight_decay,  # decoupled (apex/DeepSpeed FusedAdam adam_w_mode), biases and norms excluded
-        "gradient_clipping": o.grad_clip,
-        "min_lr": o.lr * o.min_lr_ratio,
-        "lr_decay_style": o.decay,
+        "gradient_clipping": o.grad_clip, "min_lr": o.lr * o.min_lr_ratio, "lr_decay_style": o.decay,
         "lr_decay_iters": steps,
         "warmup": warm / steps,  # a fraction of lr_decay_iters: warm / steps * steps = our warmup steps
-        "train_iters": steps,
-        "train_batch_size": o.global_batch,
-        "train_micro_batch_size_per_gpu": micro,
+        "train_iters": steps, "train_batch_size": o.global_batch, "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": accum,
-        "checkpoint_scale": "linear",
-        "checkpoint_factor": factor,
-        "extra_save_iters": extra,
+        "checkpoint_scale": "linear", "checkpoint_factor": factor, "extra_save_iters": extra,
         "precision": precision,
         "zero_optimization": {"stage": cfg.engine.zero_stage if cfg.engine.kind == "deepspeed" else 1},
-        "seed": cfg.seed,
-        "tokenizer_type": "HFTokenizer",
+        "seed": cfg.seed, "tokenizer_type": "HFTokenizer",
     }
     if save_dir is not None:  # gpt-neox saves nothing without `save`; `load` makes a rerun resume
         c["save"] = c["load"] = save_dir
@@ -148,8 +127,8 @@ def neox_config(cfg, *, world_size: int = DEFAULT_WORLD_SIZE, vocab_file: Option
 
 
 def _split_batch(global_batch: int, micro: int, world: int, diffs: list[str]) -> tuple[int, int]:
-    """(micro batch per GPU, accumulation steps) with micro x accum x world = global batch. The micro
-    batch is speed and memory only; when ours does not divide the per-GPU batch, the largest that does."""
+    """(micro batch per GPU, accumulation steps) with micro x accum x world = global batch; when our micro
+    batch (speed and memory only) does not divide the per-GPU batch, the largest that does."""
     per_gpu, rest = divmod(global_batch, world)
     if rest:
         raise ConfigError(f"optim.global_batch={global_batch} is not a multiple of --world-size {world}: "
@@ -163,9 +142,8 @@ def _split_batch(global_batch: int, micro: int, world: int, diffs: list[str]) ->
 
 
 def _save_iters(steps: list[int], schedule, tokens_per_step: int) -> tuple[int, list[int]]:
-    """(checkpoint_factor, extra_save_iters) under which gpt-neox saves exactly `steps`: every multiple
-    of the factor, every extra iteration (0 only through this list) and always the last iteration.
-    Pythia's own configs: factor 1000, extras 0, 1, 2, 4 ... 512; our pythia schedule maps to the same."""
+    """(checkpoint_factor, extra_save_iters) under which gpt-neox saves exactly `steps`: every multiple of
+    the factor, every extra (0 only through this list) and the last iteration (Pythia: 1000; 0, 1, 2 ... 512)."""
     total = steps[-1]
     factor = total  # no regular tail: only the last iteration, which gpt-neox saves anyway
     if schedule.kind == "pythia":  # train/schedule.py: every multiple of the interval, in steps
@@ -199,8 +177,6 @@ def _differences(cfg, warm: int, intermediate: int) -> list[str]:
 
 def render_yaml(export: NeoxExport, overrides: Sequence[str]) -> str:
     """The YAML text: a header (what it is, what differs) and the keys in a readable order."""
-    import yaml
-
     head = [f"# gpt-neox config exported by `python -m train.neox {' '.join(overrides)}`",
             f"# Key names checked against EleutherAI/gpt-neox commit {NEOX_COMMIT}.",
             f"# Batch for {export.world_size} GPUs (data parallel): train_batch_size = "
@@ -216,8 +192,7 @@ _ALIASES = {"gas": "gradient_accumulation_steps"}  # DeepSpeed's short name, use
 
 
 def compare_config(ours: dict, theirs: dict) -> tuple[list[str], list[tuple[str, object, object]]]:
-    """(the keys both gpt-neox configs set, [(key, ours, theirs)] for every one of them that differs). Every
-    shared key is compared, a nested block (zero_optimization, optimizer) as a whole: no key is chosen."""
+    """(the keys both gpt-neox configs set, [(key, ours, theirs)] for each that differs; a nested block whole)."""
     a, b = ({_ALIASES.get(k, k): v for k, v in normalize_keys(c).items()} for c in (ours, theirs))
     shared = sorted(set(a) & set(b))
     return shared, [(k, a[k], b[k]) for k in shared if a[k] != b[k]]
@@ -238,23 +213,8 @@ def _tokenizer_json(cfg, tokenizer: Optional[Path]) -> Optional[Path]:
 
 
 def run_config(run_dir: Path):
-    """(TrainConfig, total_steps, newest checkpoint) of a started run: its config.yaml, checked against
-    the schema like a command line, and its newest checkpoint's trainer_state.json."""
-    from omegaconf import OmegaConf
-
-    from train.checkpoint import list_checkpoints, read_state
-    from train.config import TrainConfig, register, to_typed
-
-    f = Path(run_dir) / "config.yaml"
-    if not f.is_file():
-        raise InputFileError(f"--run {run_dir}: no config.yaml (not a run directory of `python -m train`)")
-    register()
-    with reading(f, "the run's config"):
-        saved = OmegaConf.load(f)
-        if saved.get("probes") and "_target_" not in saved.probes:  # written before the section named its type
-            default = Path(__file__).resolve().parents[1] / "configs" / "config.yaml"
-            saved.probes._target_ = OmegaConf.load(default).probes._target_
-        cfg = to_typed(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved))
+    """(TrainConfig, total_steps, newest checkpoint) of a started run (its config.yaml and newest trainer state)."""
+    cfg = load_run_config(run_dir)
     ckpts = list_checkpoints(run_dir)
     if not ckpts:
         raise InputFileError(f"--run {run_dir}: no checkpoints yet; its total_steps is known from the first one")
@@ -267,14 +227,8 @@ def run_config(run_dir: Path):
 def export(overrides: Sequence[str], out_dir: Path, *, world_size: int = DEFAULT_WORLD_SIZE,
            tokenizer: Optional[Path] = None, run: Optional[Path] = None, compare: Optional[Path] = None,
            say=print) -> Path:
-    """Writes OUT/<experiment>.yml (and OUT/tokenizer.json when one is known); returns the YAML path.
-    The config comes from Hydra `overrides`, or from a started `run` directory (which also gives the
-    number of steps and the tokenizer)."""
-    import json
-
-    from train.files import write_text_atomic
-    from train.grid import GridError, compose_run, hydra_context
-
+    """Writes OUT/<experiment>.yml (and OUT/tokenizer.json when one is known) from Hydra `overrides` or a
+    started `run` directory (which also gives the steps and the tokenizer); returns the YAML path."""
     total = None
     if run is not None:
         cfg, total, newest = run_config(run)
@@ -311,8 +265,6 @@ def export(overrides: Sequence[str], out_dir: Path, *, world_size: int = DEFAULT
     for d in exp.differences:
         say(f"  - {d}")
     if compare is not None:
-        import yaml
-
         shared, differ = compare_config(c, yaml.safe_load(Path(compare).read_text()) or {})
         say(f"compared with {compare}: {len(shared)} keys in both, {len(differ)} differ"
             + (":" if differ else ""))
@@ -322,8 +274,6 @@ def export(overrides: Sequence[str], out_dir: Path, *, world_size: int = DEFAULT
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from train.cli import exit_on_user_error
-
     parser = argparse.ArgumentParser(prog="python -m train.neox", description=__doc__.split("\n")[0])
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m train (export)")
     parser.add_argument("--out", type=Path, help="export: the directory for the YAML; import: the HF directory")
@@ -360,7 +310,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _import(args) -> int:
     from train.neox_ckpt import import_step, is_neox_run, step_of, sync_run
-
     src = args.import_dir
     if step_of(src) is not None:
         if args.out is None:

@@ -1,35 +1,17 @@
-"""gpt-neox checkpoints <-> the HF GPTNeoX directories our probes read.
+"""gpt-neox checkpoints -> the HF GPTNeoX directories our probes read (docs/gpt-neox.md).
 
-A gpt-neox save directory (its YAML's `save`) holds one `global_step<N>/` per checkpoint and a file
-`latest` naming the newest complete one (DeepSpeed writes it after the checkpoint). With
-pipe_parallel_size >= 1 (Pythia's 70M and up) DeepSpeed's PipelineModule writes one file per layer
-that has parameters, `layer_XX-model_00-model_states.pt`, each a plain state dict of that layer:
-
-    layer_00               word_embeddings.weight                      (EmbeddingPipe)
-    layer_01               -- none: _pre_transformer_block is a function
-    layer_02 .. L+1        the L transformer blocks: input_layernorm, attention.query_key_value,
-                           attention.dense, post_attention_layernorm, mlp.linear1/linear2 (current
-                           gpt-neox) or mlp.dense_h_to_4h/dense_4h_to_h (older ones, Pythia)
-    layer_L+2              -- none: _post_transformer_block
-    layer_L+3              norm.weight, norm.bias                       (final LayerNorm)
-    layer_L+4              final_linear.weight                          (only with no_weight_tying)
-
-plus `mp_rank_00_model_states.pt` (DeepSpeed's engine record; with pipe_parallel_size 0 -- Pythia-14M
--- it holds all weights as `module` = {"sequential.<index>.<key>": tensor} with the same indices) and
-`configs/*.yml`, the YAML files the run was started with. This layout was learnt from gpt-neox's
-tools/ckpts/convert_neox_to_hf.py and DeepSpeed's PipelineModule.save_state_dict (gpt-neox commit in
-train/neox.py NEOX_COMMIT); the code is ours. The fused QKV matrix is laid out per head as
-[q, k, v] in both gpt-neox and HF GPTNeoX, so every tensor maps over unchanged.
-
-Two things the config does not settle are read from the tensors: the MLP width (`intermediate_size`
-from linear1's shape -- gpt-neox #1208: the converter's default gave Pythia-70M a 24,576-wide MLP) and
-the embedding rows (the padded vocabulary). A saved rotary `inv_freq` buffer is checked against
-rotary_pct and rotary_emb_base. Every file is read with torch.load(weights_only=True).
-Model parallelism (model_parallel_size > 1) is refused, not merged.
+A save directory holds one global_step<N>/ per checkpoint and `latest`, naming the newest complete one. With
+pipe_parallel_size >= 1 DeepSpeed writes one LAYER_FILE per pipeline layer that has parameters:
+    0 word_embeddings; 2 .. L+1 the L blocks (mlp.linear1/2, or Pythia's mlp.dense_h_to_4h/dense_4h_to_h);
+    L+3 the final norm; L+4 final_linear (only with no_weight_tying); 1 and L+2 are functions, no file.
+With pipe_parallel_size 0 (Pythia-14M) ENGINE_FILE's `module` holds them as "sequential.<index>.<key>". Learnt
+from gpt-neox's tools/ckpts/convert_neox_to_hf.py and DeepSpeed's PipelineModule.save_state_dict (the code is
+ours); the fused QKV is laid out per head as [q, k, v] in both, so every tensor maps over unchanged.
 """
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -40,25 +22,27 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import torch
+import yaml
 
+from train.checkpoint import write_manifest
 from train.errors import InputFileError, reading
+from train.files import checkpoint_dir, fsync_tree, write_json_atomic
+from train.model import count_parameters, hf_config
+from train.neox_read import EOD, model_config, model_fields, normalize_keys
+from train.start_token import write_record
 
 log = logging.getLogger(__name__)
 
 LAYER_FILE = "layer_{:02d}-model_00-model_states.pt"
 ENGINE_FILE = "mp_rank_00_model_states.pt"
 _STEP = re.compile(r"^global_step(\d+)$")
-# neox key in a block -> HF key under gpt_neox.layers.<i>.; the MLP has two spellings
-_BLOCK = {"input_layernorm.weight": "input_layernorm.weight", "input_layernorm.bias": "input_layernorm.bias",
-          "post_attention_layernorm.weight": "post_attention_layernorm.weight",
-          "post_attention_layernorm.bias": "post_attention_layernorm.bias",
-          "attention.query_key_value.weight": "attention.query_key_value.weight",
-          "attention.query_key_value.bias": "attention.query_key_value.bias",
-          "attention.dense.weight": "attention.dense.weight", "attention.dense.bias": "attention.dense.bias"}
-_MLP = {"new": {"mlp.linear1.weight": "mlp.dense_h_to_4h.weight", "mlp.linear1.bias": "mlp.dense_h_to_4h.bias",
-                "mlp.linear2.weight": "mlp.dense_4h_to_h.weight", "mlp.linear2.bias": "mlp.dense_4h_to_h.bias"},
-        "legacy": {k: k for k in ("mlp.dense_h_to_4h.weight", "mlp.dense_h_to_4h.bias",
-                                  "mlp.dense_4h_to_h.weight", "mlp.dense_4h_to_h.bias")}}
+# neox key in a block -> HF key under gpt_neox.layers.<i>.: the same names, but the MLP has two spellings
+_BLOCK = {f"{m}.{p}": f"{m}.{p}" for m in ("input_layernorm", "post_attention_layernorm",
+                                           "attention.query_key_value", "attention.dense") for p in ("weight", "bias")}
+_MLP = {"new": {f"mlp.linear{n}.{p}": f"mlp.{hf}.{p}" for n, hf in ((1, "dense_h_to_4h"), (2, "dense_4h_to_h"))
+                for p in ("weight", "bias")},
+        "legacy": {f"mlp.{hf}.{p}": f"mlp.{hf}.{p}" for hf in ("dense_h_to_4h", "dense_4h_to_h")
+                   for p in ("weight", "bias")}}
 # buffers gpt-neox may save that HF recomputes (the rotary frequencies are checked, not copied)
 _BUFFERS = ("attention.rotary_emb.inv_freq", "attention.bias", "attention.masked_bias")
 # What DeepSpeed/gpt-neox put in the engine file besides tensors: numpy's RNG state (an array).
@@ -78,9 +62,8 @@ def is_neox_run(run_dir: Path) -> bool:
 
 
 def complete_steps(run_dir: Path) -> list[tuple[int, Path]]:
-    """(N, global_step<N>) of every complete checkpoint: N at most the step `latest` names (DeepSpeed
-    writes `latest` after the checkpoint, so a newer directory may still be being written). Without a
-    `latest` file (a copied directory) every global_step<N> counts."""
+    """(N, global_step<N>) of every complete checkpoint: N at most the step `latest` names (written after the
+    checkpoint: a newer directory may be half written); without `latest` (a copy) every one."""
     run_dir = Path(run_dir)
     found = sorted((s, p) for p in run_dir.iterdir() if (s := step_of(p)) is not None)
     latest = run_dir / "latest"
@@ -93,15 +76,8 @@ def complete_steps(run_dir: Path) -> list[tuple[int, Path]]:
     return found
 
 
-# ---- reading ---------------------------------------------------------------------------------------
-
 def read_config(step_dir: Path, config: Optional[Path] = None) -> tuple[dict, str]:
-    """(the run's gpt-neox config with - spelt _, where it came from). gpt-neox saves the files it was
-    started with under global_step<N>/configs/; like gpt-neox, several files are merged."""
-    import yaml
-
-    from train.neox_read import normalize_keys
-
+    """(the run's gpt-neox config, - spelt _, merged from the files it was started with; where it came from)."""
     files = [Path(config)] if config is not None else sorted(
         p for p in (Path(step_dir) / "configs").glob("*") if p.suffix in (".yml", ".yaml", ".json"))
     if not files:
@@ -121,8 +97,6 @@ def _load(path: Path, allow_numpy: bool = False) -> dict:
         raise InputFileError(f"{path}: missing (gpt-neox writes it with the checkpoint)")
     safe = []
     if allow_numpy:
-        import importlib
-
         for name in _NUMPY_GLOBALS:
             module, _, attr = name.rpartition(".")
             try:
@@ -228,14 +202,9 @@ def _check_rotary(facts: dict, fields: dict, where: str) -> None:
                                  f"says rotary_emb_base={fields['rotary_emb_base']}")
 
 
-# ---- the HF directory --------------------------------------------------------------------------------
-
 def _tokenizer(c: dict, origin: str, tokenizer: Optional[Path]):
     """The run's tokenizer as an HF fast tokenizer (document token = gpt-neox's EOD), or None."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    from train.neox_read import EOD
-
     if tokenizer is not None:
         with reading(Path(tokenizer), "the tokenizer"):
             return AutoTokenizer.from_pretrained(str(tokenizer))
@@ -258,17 +227,9 @@ def _tokenizer(c: dict, origin: str, tokenizer: Optional[Path]):
 
 def import_step(step_dir: Path, out_dir: Path, *, config: Optional[Path] = None, tokenizer: Optional[Path] = None,
                 require_tokenizer: bool = False, state: Optional[dict] = None) -> Path:
-    """Writes the HF directory of one global_step<N> (config.json, model.safetensors, tokenizer and
-    start_token.json when the run names one, trainer_state.json, manifest.json) under a temporary name,
-    then renames it to `out_dir`: a crash leaves no half directory under the final name."""
+    """Writes the HF directory of one global_step<N> (config, weights, tokenizer and start_token.json when
+    the run names one, trainer_state.json, manifest.json) under a temporary name, then renames it."""
     from transformers import GPTNeoXForCausalLM
-
-    from train.checkpoint import write_manifest
-    from train.files import fsync_tree, write_json_atomic
-    from train.model import count_parameters, hf_config
-    from train.neox_read import model_config, model_fields
-    from train.start_token import write_record
-
     step_dir, out_dir = Path(step_dir), Path(out_dir)
     step = step_of(step_dir)
     c, origin = read_config(step_dir, config)
@@ -331,9 +292,8 @@ def tokens_per_step(c: dict) -> Optional[int]:
 
 
 def source_stamp(step_dir: Path) -> dict[str, list[int]]:
-    """{file below global_step<N>: [size, mtime_ns]}: what an import records of its source, so that a
-    global_step<N> written again (a gpt-neox run restarted from an earlier step saves the same step
-    anew) is told from the one imported without reading gigabytes of weights again."""
+    """{file below global_step<N>: [size, mtime_ns]}, recorded by an import: a global_step<N> written again
+    (a restarted gpt-neox run) is told from the imported one without reading its weights."""
     out = {}
     for path in sorted(Path(step_dir).rglob("*")):
         if path.is_file():
@@ -343,8 +303,7 @@ def source_stamp(step_dir: Path) -> dict[str, list[int]]:
 
 
 def _imported_from(out: Path, src: Path) -> bool:
-    """Whether checkpoints/step<N> is the import of global_step<N> as it is now. An import made before
-    sources were recorded (no neox_files) is kept: nothing tells it apart."""
+    """Whether checkpoints/step<N> is the import of global_step<N> as it is now (an unrecorded one is kept)."""
     try:
         state = json.loads((out / "trainer_state.json").read_text())
     except (OSError, ValueError):
@@ -355,13 +314,9 @@ def _imported_from(out: Path, src: Path) -> bool:
 
 def sync_run(run_dir: Path, *, config: Optional[Path] = None, tokenizer: Optional[Path] = None,
              say: Callable[[str], None] = print) -> list[Path]:
-    """Imports every complete global_step<N> of a gpt-neox save directory that has no
-    `<run>/checkpoints/step<N>` yet, or whose global_step<N> was replaced since it was imported (its
-    files' sizes and times differ from the record in trainer_state.json: the import, then its evals,
-    are redone); idempotent otherwise. Returns the imported ones. Does nothing in a directory without
-    global_step<N>: our own runs pass through untouched."""
-    from train.files import checkpoint_dir
-
+    """Imports every complete global_step<N> of a gpt-neox save directory that has no checkpoints/step<N>
+    yet or was replaced since its import (then its evals are redone too); returns the imported ones. A
+    directory without global_step<N> (our own runs) passes untouched."""
     run_dir = Path(run_dir)
     if not is_neox_run(run_dir):
         return []

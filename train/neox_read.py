@@ -1,10 +1,5 @@
-"""A gpt-neox config in our terms: the model, optimizer and checkpoint steps it trains.
-
-Read by the export (train/neox.py) and by the checkpoint import (train/neox_ckpt.py), so both stand
-on this module and neither imports the other's reader; tests/test_neox.py reads an export back with it.
-Every key was checked by name against gpt-neox commit train.neox.NEOX_COMMIT
-(megatron/neox_arguments/neox_args.py, megatron/training.py).
-"""
+"""A gpt-neox config in our terms: the model and checkpoint steps it trains. Both the export (train/neox.py)
+and the checkpoint import (train/neox_ckpt.py) stand on it; keys checked against train.neox.NEOX_COMMIT."""
 from __future__ import annotations
 
 from dataclasses import fields
@@ -47,12 +42,9 @@ def normalize_keys(c: dict) -> dict:
 
 
 def model_fields(c: dict, *, intermediate_size: Optional[int] = None, vocab_rows: Optional[int] = None) -> dict:
-    """ModelConfig fields of the GPTNeoX model a gpt-neox config `c` (normalised keys) describes.
-
-    gpt-neox's own defaults apply where a key is missing (pos_emb learned, rotary_pct 1.0,
-    gpt_j_residual false...). `intermediate_size` (read from the weights' shapes by the checkpoint
-    import) wins over the config: Pythia's YAMLs have no such key and 4 x hidden_size is a formula, the
-    weights are the fact (gpt-neox #1208)."""
+    """ModelConfig fields of the model a gpt-neox config `c` (normalised keys) describes, gpt-neox's defaults
+    where a key is missing. `intermediate_size` from the weights' shapes wins: Pythia's YAMLs have no such
+    key, and 4 x hidden_size is a formula (gpt-neox #1208)."""
     def need(key):
         if c.get(key) is None:
             raise InputFileError(f"gpt-neox config has no {key!r}")
@@ -116,6 +108,5 @@ def _attention_types(spec) -> set[str]:
 def model_config(fields_: dict):
     """A ModelConfig from `model_fields` output (unknown names refused by the dataclass)."""
     from train.model import ModelConfig
-
     known = {f.name for f in fields(ModelConfig)}
     return ModelConfig(**{k: v for k, v in fields_.items() if k in known})

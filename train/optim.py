@@ -24,10 +24,7 @@ class OptimConfig:
     decay: str = "cosine"  # cosine | linear | constant
     global_batch: int = 1024  # sequences per optimizer step, across all ranks
     micro_batch: int = 8  # sequences per forward pass on one rank
-    # AdamW kernel: fused (one kernel for all tensors), foreach (batched ops over tensor lists) or
-    # for-loop (one tensor at a time). auto: fused on CUDA, foreach elsewhere. Same update, up to
-    # float rounding; speed only.
-    impl: str = "auto"
+    impl: str = "auto"  # AdamW kernel: fused | foreach | for-loop; auto: fused on CUDA. Speed only
 
     def __post_init__(self):
         if self.decay not in ("cosine", "linear", "constant"):
@@ -43,26 +40,21 @@ class OptimConfig:
             raise ConfigError(f"optim.warmup_steps={self.warmup_steps}: must be >= 0 (or null for warmup_ratio)")
         if self.impl not in ADAMW_IMPLS:
             raise ConfigError(f"optim.impl={self.impl!r}: expected one of {', '.join(ADAMW_IMPLS)}")
-        _check_values(self)
-
-
-def _check_values(cfg: OptimConfig) -> None:
-    """Numbers that cannot train are refused at start, naming the key: a negative or NaN lr would
-    otherwise train silently (AdamW accepts it) and a warmup_ratio above 1 warms up past the run's end."""
-    if not (math.isfinite(cfg.lr) and cfg.lr > 0):
-        raise ConfigError(f"optim.lr={cfg.lr}: the peak learning rate must be a positive number")
-    for key in ("min_lr_ratio", "warmup_ratio"):
-        value = getattr(cfg, key)
-        if not (math.isfinite(value) and 0 <= value <= 1):
-            raise ConfigError(f"optim.{key}={value}: expected a fraction in [0, 1]")
-    if not all(math.isfinite(b) and 0 <= b < 1 for b in cfg.betas):
-        raise ConfigError(f"optim.betas={list(cfg.betas)}: each must be in [0, 1)")
-    if not (math.isfinite(cfg.eps) and cfg.eps > 0):
-        raise ConfigError(f"optim.eps={cfg.eps}: must be a positive number")
-    if not (math.isfinite(cfg.weight_decay) and cfg.weight_decay >= 0):
-        raise ConfigError(f"optim.weight_decay={cfg.weight_decay}: must be >= 0")
-    if not cfg.grad_clip > 0:  # inf is allowed: no clipping
-        raise ConfigError(f"optim.grad_clip={cfg.grad_clip}: must be > 0 (inf: no clipping)")
+        # numbers that cannot train (AdamW accepts a negative or NaN lr and trains silently)
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"optim.lr={self.lr}: the peak learning rate must be a positive number")
+        for key in ("min_lr_ratio", "warmup_ratio"):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and 0 <= value <= 1):
+                raise ConfigError(f"optim.{key}={value}: expected a fraction in [0, 1]")
+        if not all(math.isfinite(b) and 0 <= b < 1 for b in self.betas):
+            raise ConfigError(f"optim.betas={list(self.betas)}: each must be in [0, 1)")
+        if not (math.isfinite(self.eps) and self.eps > 0):
+            raise ConfigError(f"optim.eps={self.eps}: must be a positive number")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ConfigError(f"optim.weight_decay={self.weight_decay}: must be >= 0")
+        if not self.grad_clip > 0:  # inf is allowed: no clipping
+            raise ConfigError(f"optim.grad_clip={self.grad_clip}: must be > 0 (inf: no clipping)")
 
 
 ADAMW_IMPLS = ("auto", "fused", "foreach", "for-loop")
@@ -85,8 +77,8 @@ def warmup_steps(cfg: OptimConfig, total_steps: int) -> int:
 
 
 def lr_at(cfg: OptimConfig, step: int, total_steps: int) -> float:
-    """Learning rate for the update that takes the model from `step` to `step + 1` (a pure function,
-    so resume needs no scheduler state): linear warmup from 0, then decay to min_lr_ratio x lr."""
+    """Learning rate of the update from `step` to `step + 1`: a pure function (resume needs no scheduler
+    state), linear warmup from 0, then decay to min_lr_ratio x lr."""
     warm = warmup_steps(cfg, total_steps)
     if step < warm:
         return cfg.lr * (step + 1) / warm
@@ -110,16 +102,13 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def adamw_impl(cfg: OptimConfig, device: torch.device) -> str:
-    """The AdamW kernel for `device`: optim.impl, with auto resolved (fused on CUDA, foreach elsewhere)."""
     if cfg.impl == "auto":
         return "fused" if device.type == "cuda" else "foreach"
     return cfg.impl
 
 
 def build_optimizer(cfg: OptimConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
-    """AdamW over the model's parameters, with the kernel chosen for the device they live on."""
     import torch
-
     impl = adamw_impl(cfg, next(model.parameters()).device)
     return torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=tuple(cfg.betas),
                              eps=cfg.eps, fused=impl == "fused", foreach=impl == "foreach")

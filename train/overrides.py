@@ -1,12 +1,9 @@
 """Command-line overrides checked against the schema before Hydra composes the config.
 
-Hydra's own messages for a misspelt key advise `+model.hiden_size=64` (which adds the typo as a new key)
-and exit with status 1; a string where a number is expected gets a multi-line OmegaConf report. Here each
-`key=value` is walked through the typed config (train/config.py's TrainConfig and the dataclasses it
-holds) and a config group choice is looked up in configs/<group>/, so a typo gets one line `error: …`
-naming the key, the closest valid names ("did you mean …") and exit status 2, as every other bad input.
-A single path given where a list is expected (`data.paths=DIR`) is accepted as a one-element list.
-Anything this does not understand is left to Hydra unchanged.
+Hydra advises `+model.hiden_size=64` for a typo (adding it as a new key) and reports a wrong type in many
+lines; here each `key=value` is walked through TrainConfig's dataclasses and each group choice looked up in
+configs/<group>/, so a typo gets one line `error: …` with "did you mean" and exit status 2. A single path
+where a list is expected (`data.paths=DIR`) becomes a one-element list; anything else passes to Hydra.
 """
 from __future__ import annotations
 
@@ -27,8 +24,8 @@ def config_groups() -> dict[str, list[str]]:
 
 
 def check_overrides(args: list[str]) -> list[str]:
-    """`args` with every understood override checked (ConfigError on a bad one) and single values for
-    list keys wrapped in a list; flags and anything Hydra's parser rejects pass through untouched."""
+    """`args` with every understood override checked (ConfigError on a bad one) and single values for list
+    keys wrapped in a list; flags and what Hydra's parser rejects pass through."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -75,8 +72,7 @@ def _check_choice(group: str, override, options: list[str]) -> None:
 
 
 def _field_type(schema: type, dotted: str, groups: dict) -> object:
-    """The annotated type of a dotted key, or ConfigError naming the first unknown part. Keys below a
-    field that is not a dataclass (a list of benchmark entries, a free-form dict) are not checked."""
+    """The annotated type of a dotted key (None below a non-dataclass field), or ConfigError naming it."""
     kind: object = schema
     walked = []
     for part in dotted.split("."):

@@ -1,32 +1,16 @@
 """`python -m train.plan <overrides>`: what a run or a grid would cost, printed, nothing launched.
 
-Takes the same overrides as `python -m train -m ...` (the grid is expanded by train/grid.py exactly as
-the launcher expands it; `-m`/`--multirun` may be given and changes nothing: a plan is always of the
-sweep, so a launch command becomes its plan by writing `train.plan` for `train`) and prints, per run: parameters, optimizer steps, tokens trained on, scheduled
-checkpoints, estimated GPU-hours and checkpoint storage; then the grid's totals.
+Takes the overrides of `python -m train -m ...` (the grid expanded by train/grid.py as the launcher expands
+it; `-m` changes nothing) and prints per run: parameters, steps (from the budget alone, as
+train/sequences.py cuts it), tokens, checkpoints, GPU-hours, checkpoint storage and memory per GPU
+(train/memory.py), then the grid's totals and the assumptions behind each figure (format_plan).
 
-Assumptions (printed with the table):
-* Steps come from the budget alone, as train/sequences.py cuts it: a view of ceil(budget/epochs) tokens
-  (+1, the last label) in sequences of seq_len+1 tokens overlapping by one, the last partial batch dropped. The corpus need
-  not exist; it must hold at least the budget (the run checks that at start). A run without a budget
-  (data.budget_tokens=null: the whole corpus) cannot be planned.
-* The corpus, where data.paths exist, in tokens of the run's tokenizer: the count of the token store a run
-  built (cached), or with --count-tokens built now as a run builds it; otherwise an estimate from the files'
-  bytes, said to be one. Runs whose budget is above it are marked CANNOT START.
-* Compute = 6 * N * D FLOPs (N = all parameters, embeddings included; D = tokens trained on) at the
-  model-FLOPs utilisation measured for the size on an H100 (train/plan_cost.py; --mfu overrides), plus
-  the in-loop probing of every checkpoint (forward passes over the sampled pairs); checkpoint I/O is
-  not included.
-* Storage under the checkpoint policy (checkpoints.md): every scheduled checkpoint keeps its weights
-  (fp32 safetensors, 4 bytes/parameter; 2 for checkpoints without resume state when
-  schedule.weights_dtype=bf16); the newest schedule.keep_resume also keep resume state:
-  torch engine Adam moments, 8 bytes/parameter; DeepSpeed ZeRO fp32 master weights and moments
-  (12 bytes/parameter, all ranks together) plus its own module copy (2 bytes bf16 on GPU).
-* Memory per GPU (train/memory.py states the formulas and their sources): weights, gradients and Adam
-  states under the run's engine and ZeRO stage over --gpus GPUs (ZeRO paper: 2+2+12 bytes/param in
-  bf16), plus the activations of one micro-batch (Korthikanti et al. 2022, calibrated) under
-  model.gradient_checkpointing and model.attn_implementation; a run fits a GPU when the total is at
-  most 90 % of its memory.
+Compute is 6ND FLOPs at a model-FLOPs utilisation measured per size (`bench/bench_gpu.py` on one H100 80GB:
+pythia-160m 20.7 %, 410m 28.8 %, 1.4b 41.6 % of the dense bf16 peak; small models keep a GPU busy for a
+smaller share of the time, so one figure for all undercounts them; a size not measured takes the nearest
+measured one's, said so), plus probing: a forward pass (2N FLOPs a token) over both sentences of every
+sampled pair at every checkpoint, pairs from the benchmarks' sizes below (tests/test_plan_cost.py checks
+them against the registry), tokens per pair ZhoBLiMP's under the 8,000-piece sentencepiece.
 """
 from __future__ import annotations
 
@@ -38,18 +22,100 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from train.config import TrainConfig
-from train.grid import compose_run, expand
+from train.corpus import _collect_files, corpus_identity, load_documents
+from train.grid import compose_run, expand, hydra_context, run_subdir
 from train.memory import GiB, Memory, estimate
-from train.plan_cost import H100_BF16_PEAK_TFLOPS, TOKENS_PER_PAIR, Utilisation, parse_mfu, probe_flops
+from train.model import pad_vocab, parameters_of
 from train.schedule import checkpoint_steps
+from train.start_token import document_tokens
 from train.summary import recipe_warnings
+from train.tokenizer import (load_tokenizer, prepare_tokenizer, pretrained_dir, tokenizer_label, tokenizer_length,
+                             trained_dir)
 
 GB = 1e9
+H100_BF16_PEAK_TFLOPS = 989.0  # NVIDIA H100 SXM dense bf16 tensor-core peak
+# bench/bench_gpu.py on one H100 80GB (README "Speed"): model name -> (parameters measured, MFU)
+MEASURED_MFU = {"pythia-160m": (162_322_944, 0.207), "pythia-410m": (405_334_016, 0.288),
+                "pythia-1.4b": (1_414_647_808, 0.416)}
+# registry name -> (paradigms, pairs per paradigm): probes/benchmarks/registry.json's counts
+BENCHMARK_SIZES = {"zhoblimp": (118, 300), "blimp": (67, 1000), "climp": (16, 1000), "babylm_blimp": (67, 894)}
+TOKENS_PER_PAIR = 868_233 / 35_400  # both sentences with the start token's successors, ZhoBLiMP, 8k spm
+
+
+@dataclass
+class Utilisation:
+    """MFU per model name; `everything` overrides the table for all sizes."""
+    table: dict[str, float] = field(default_factory=lambda: {k: v for k, (_, v) in MEASURED_MFU.items()})
+    everything: Optional[float] = None
+
+    def of(self, name: str, params: int) -> tuple[float, str]:
+        """(MFU, where it comes from) for a model."""
+        if self.everything is not None:
+            return self.everything, "--mfu"
+        if name in self.table:
+            return self.table[name], ("measured, H100" if name in MEASURED_MFU
+                                      and self.table[name] == MEASURED_MFU[name][1] else "--mfu")
+        nearest = min(MEASURED_MFU, key=lambda k: abs(MEASURED_MFU[k][0] - params))
+        return self.table[nearest], f"{nearest}'s, not measured"
+
+
+def parse_mfu(values: list[str]) -> Utilisation:
+    """`--mfu 0.35` (all sizes) and/or `--mfu NAME=0.3` (one row); ValueError naming a bad one."""
+    util = Utilisation()
+    for value in values:
+        name, _, number = value.rpartition("=")
+        try:
+            mfu = float(number)
+        except ValueError:
+            raise ValueError(f"--mfu {value}: expected a fraction or NAME=fraction") from None
+        if not 0 < mfu <= 1:
+            raise ValueError(f"--mfu {value}: expected a fraction in (0, 1]")
+        if name:
+            util.table[name] = mfu
+        else:
+            util.everything = mfu
+    return util
+
+
+def _entries(probes) -> list[tuple[str, Optional[int]]]:
+    """(benchmark name, max pairs per paradigm) of each in-loop benchmark entry."""
+    out = []
+    for entry in probes.benchmarks or []:
+        if isinstance(entry, str):
+            out.append((entry, probes.max_pairs_per_paradigm))
+        else:
+            get = entry.get if hasattr(entry, "get") else (lambda k, d=None, e=entry: getattr(e, k, d))
+            out.append((get("name"), get("max_pairs_per_paradigm", probes.max_pairs_per_paradigm)))
+    return out
+
+
+def probe_pairs(probes) -> tuple[int, int, list[str]]:
+    """(pairs scored at every checkpoint, pairs added at the last, benchmarks not in the table)."""
+    if not probes.enabled:
+        return 0, 0, []
+    each = last = 0
+    unknown = []
+    for name, k in _entries(probes):
+        if name not in BENCHMARK_SIZES:
+            unknown.append(name)
+            continue
+        paradigms, per = BENCHMARK_SIZES[name]
+        each += paradigms * (per if k is None else min(k, per))
+        if probes.final_all_pairs:
+            last += paradigms * per
+    return each, last, unknown
+
+
+def probe_flops(params: int, probes, checkpoints: int) -> tuple[float, int, list[str]]:
+    """(FLOPs of all in-loop probing of a run, pairs per checkpoint, benchmarks left out)."""
+    each, last, unknown = probe_pairs(probes)
+    tokens = (each * checkpoints + last) * TOKENS_PER_PAIR
+    return 2.0 * params * tokens, each, unknown
 
 
 @dataclass
 class Hardware:
-    gpu: str = "H100 (bf16)"  # the GPU the utilisation table was measured on (train/plan_cost.py)
+    gpu: str = "H100 (bf16)"  # the GPU the utilisation table was measured on (MEASURED_MFU)
     peak_tflops: float = H100_BF16_PEAK_TFLOPS
     mfu: Optional[float] = None  # one utilisation for every size; None: the per-size table
     gpus: int = 1  # GPUs (ranks) per run: ZeRO shards over them
@@ -85,7 +151,7 @@ class RunPlan:
     storage_bytes: int
     memory: Memory  # per GPU
     setup: str  # engine, ZeRO stage, micro-batch, checkpointing: what the memory depends on
-    probe_hours: float = 0.0  # in-loop probing of every checkpoint (train/plan_cost.py)
+    probe_hours: float = 0.0  # in-loop probing of every checkpoint (probe_flops)
     probe_pairs: int = 0  # pairs scored at each checkpoint
     mfu: float = 0.0
     mfu_source: str = ""
@@ -107,18 +173,8 @@ def planned_steps(cfg: TrainConfig) -> int:
     return sequences // cfg.optim.global_batch
 
 
-def tokenizer_of(cfg: TrainConfig) -> str:
-    from train.tokenizer import tokenizer_label, tokenizer_length
-
-    t = cfg.tokenizer
-    return tokenizer_label(t.kind, t.vocab_size, t.path, t.model_type, tokenizer_length(t))
-
-
 def parameter_count(cfg: TrainConfig) -> int:
     """All parameters of the model, by arithmetic (train.model.parameters_of: no torch, no model built)."""
-    from train.model import parameters_of
-    from train.tokenizer import tokenizer_length
-
     # model.vocab_size=null: the tokenizer's length padded to 128 (build_model pads), as in a real run
     vocab = None if cfg.model.vocab_size is not None else tokenizer_length(cfg.tokenizer)
     return parameters_of(cfg.model, vocab)
@@ -132,20 +188,15 @@ def storage_bytes(cfg: TrainConfig, params: int, checkpoints: int) -> int:
     return (checkpoints - with_resume) * probe_weights + with_resume * (4 * params + resume)
 
 
-# Measured: ../shared/corpora/zh (26 text files, 15,516,591 bytes) is 2,586,303 tokens in 751 documents under
-# the grid's 49,953-piece sentencepiece (its token store), 2,587,054 with the start tokens: the bytes per token
-# an estimate divides by where no token store is built. A smaller vocabulary cuts text finer (the same corpus
-# under 6,000 pieces: 4,005,088 tokens, 3.9 bytes each; ../shared/corpora/en under 4,000: 3.8), so the estimate
-# says it is one and --count-tokens counts.
+# Measured: ../shared/corpora/zh (26 files) is 2,587,054 stream tokens under the grid's 49,953-piece tokenizer:
+# the bytes per token an estimate divides by. A smaller vocabulary cuts finer (6,000 pieces: 3.9 bytes a token),
+# so the estimate says it is one and --count-tokens counts.
 ZH_BYTES, ZH_TOKENS = 15_516_591, 2_587_054
 BYTES_PER_TOKEN = ZH_BYTES / ZH_TOKENS
 
 
 def corpus_size(cfg: TrainConfig, count: bool = False) -> CorpusSize:
-    """The run's corpus in tokens of its tokenizer: from the token store a run built (or, count=True, builds
-    now, as the run would, tokenizer training included), else an estimate from the files' bytes."""
-    from train.corpus import _collect_files, corpus_identity
-
+    """The run's corpus in tokens: its token store's (count=True: built now), else estimated from bytes."""
     d = cfg.data
     if d.source != "files":
         return CorpusSize(None, f"data.source={d.source}: generated at start, not sized")
@@ -156,10 +207,7 @@ def corpus_size(cfg: TrainConfig, count: bool = False) -> CorpusSize:
     cache = Path(d.cache_dir).expanduser()
     corpus_id = corpus_identity(d, groups)
     if count:
-        from train.corpus import load_documents
-        from train.token_store import build_or_load
-        from train.tokenizer import prepare_tokenizer
-
+        from train.token_store import build_or_load  # imports datasets: only when counting
         docs, corpus_id = load_documents(d)
         build_or_load(docs, prepare_tokenizer(cfg.tokenizer, docs, corpus_id, cache), corpus_id, cache, d.num_proc)
     store = _cached_store(cfg, corpus_id, cache)
@@ -169,7 +217,6 @@ def corpus_size(cfg: TrainConfig, count: bool = False) -> CorpusSize:
     if "parquet" in groups or not text:
         return CorpusSize(None, "parquet files: --count-tokens counts them")
     from train.sequences import HELDOUT_MAX_FRACTION
-
     tokens = text / BYTES_PER_TOKEN
     tokens -= min(d.heldout_tokens, HELDOUT_MAX_FRACTION * tokens)  # the held-out split is never trained on
     return CorpusSize(round(tokens), estimate=True, how=f"an estimate: {text / 1e6:.1f} MB of text at "
@@ -179,10 +226,7 @@ def corpus_size(cfg: TrainConfig, count: bool = False) -> CorpusSize:
 
 def _cached_store(cfg: TrainConfig, corpus_id: str, cache: Path) -> Optional[tuple[int, str]]:
     """(stream tokens, where from) of the token store a run of cfg would load, if it is built."""
-    from train.start_token import document_tokens
     from train.token_store import TokenStore, store_fingerprint
-    from train.tokenizer import load_tokenizer, pretrained_dir, trained_dir
-
     t = cfg.tokenizer
     tdir = pretrained_dir(t) if t.kind == "pretrained" else trained_dir(t, corpus_id, cache)
     if not (tdir / "tokenizer.json").is_file() and not (tdir / "tokenizer_config.json").is_file():
@@ -207,8 +251,6 @@ def _cached_store(cfg: TrainConfig, corpus_id: str, cache: Path) -> Optional[tup
 
 def plan_run(overrides: Sequence[str], hw: Hardware, _params_cache: Optional[dict] = None,
              count_tokens: bool = False) -> RunPlan:
-    from train.grid import run_subdir
-
     cfg, choices = compose_run(overrides)
     cache = {} if _params_cache is None else _params_cache
     d = cfg.data
@@ -238,8 +280,11 @@ def plan_run(overrides: Sequence[str], hw: Hardware, _params_cache: Optional[dic
     gpu_hours = 6.0 * params * tokens / per_hour
     probing, probe_pairs, left_out = probe_flops(params, cfg.probes, n_ckpt)
     memory, setup = memory_per_gpu(cfg, params, seq_len, hw.gpus)
+    t = cfg.tokenizer
+    tokenizer = tokenizer_label(t.kind, t.vocab_size, t.path, t.model_type, tokenizer_length(t))
     return RunPlan(name=run_subdir(cfg), overrides=list(overrides), preset=choices.get("optim", "?"),
-                   budget=cfg.data.budget_tokens, params=params, tokenizer=tokenizer_of(cfg), seq_len=seq_len, global_batch=cfg.optim.global_batch, steps=steps,
+                   budget=cfg.data.budget_tokens, params=params, tokenizer=tokenizer, seq_len=seq_len,
+                   global_batch=cfg.optim.global_batch, steps=steps,
                    tokens=tokens, checkpoints=n_ckpt, gpu_hours=gpu_hours,
                    storage_bytes=storage_bytes(cfg, params, n_ckpt), memory=memory, setup=setup,
                    probe_hours=probing / per_hour, probe_pairs=probe_pairs, mfu=mfu, mfu_source=mfu_source,
@@ -248,10 +293,7 @@ def plan_run(overrides: Sequence[str], hw: Hardware, _params_cache: Optional[dic
 
 
 def memory_per_gpu(cfg: TrainConfig, params: int, seq_len: int, gpus: int) -> tuple[Memory, str]:
-    """Training memory on one of `gpus` GPUs (precision auto = bf16 there), and a short label of the
-    settings it depends on."""
-    from train.model import pad_vocab
-
+    """Training memory on one of `gpus` GPUs (auto precision = bf16), and a label of what it depends on."""
     e, m = cfg.engine, cfg.model
     vocab = m.vocab_size if m.vocab_size is not None else pad_vocab(cfg.tokenizer.vocab_size)
     stage = e.zero_stage if e.kind == "deepspeed" else 0
@@ -267,8 +309,6 @@ def memory_per_gpu(cfg: TrainConfig, params: int, seq_len: int, gpus: int) -> tu
 
 
 def plan(overrides: Sequence[str], hw: Optional[Hardware] = None, count_tokens: bool = False) -> list[RunPlan]:
-    from train.grid import hydra_context
-
     hw = hw or Hardware()
     cache: dict = {}
     with hydra_context():
@@ -374,7 +414,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="accepted as in python -m train -m; the plan always expands the sweep")
     parser.add_argument("--mfu", action="append", default=[], metavar="[NAME=]FRACTION",
                         help="model FLOPs utilisation: one figure for every size, or NAME=fraction for one "
-                             "model (repeatable); default: measured per size on an H100 (train/plan_cost.py)")
+                             "model (repeatable); default: measured per size on an H100 (train/plan.py)")
     parser.add_argument("--peak-tflops", type=float, default=H100_BF16_PEAK_TFLOPS)
     parser.add_argument("--gpu", default="H100 (bf16)", help="name printed with the assumptions")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs per run (ZeRO shards states over them)")
@@ -403,8 +443,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def plan_warnings(plans: list[RunPlan]) -> list[str]:
-    """The start-up warnings each run would print (train/summary.py), one line per message with the runs
-    that get it."""
+    """The start-up warnings the runs would print, one line per message naming its runs."""
     runs: dict[str, list[str]] = {}
     for p in plans:
         for message in p.warnings:

@@ -1,15 +1,9 @@
 """Preemption as a plain object the training loop consults once per step.
 
-SLURM warns a job before killing it: `--signal=USR1@120` (our sbatch template), USR2 (submitit's
-default, `signal_delay_s` ahead of the time limit), or SIGTERM with KillWait seconds of grace. A handler
-must not save a checkpoint itself -- it would run in the middle of a step, on one rank only -- so it only
-records the signal; the loop finishes the current step, all ranks agree, a resume checkpoint is written,
-and the process exits with REQUEUE_EXIT. Under submitit the handler that was installed before ours (its
-checkpoint-and-requeue) is called after the save, so submitit requeues the job as it would have.
-
-The other half of requeue -- rerunning the same command resumes exactly -- needs nothing here: the
-batch of step s is a pure function of s (train/sequences.py) and the resume checkpoint holds weights,
-optimizer and RNG.
+SLURM warns a job before killing it (`--signal=USR1@120`, submitit's USR2, or SIGTERM). The handler only
+records the signal (saving there would run mid-step, on one rank); the loop finishes the step, the ranks
+agree, a resume checkpoint is written and the process exits with REQUEUE_EXIT, after calling submitit's own
+handler when there was one. Rerunning the command resumes exactly: a step's batch is a pure function of it.
 """
 from __future__ import annotations
 
@@ -41,9 +35,8 @@ class Preempted(SystemExit):
 
 
 class Preemption:
-    """Until training() is called (set-up: corpus, tokenizer, token store, model, probes), a signal stops
-    the process at once (train/interrupt.py); from then on it is recorded and honoured after the step.
-    Ctrl-C (SIGINT) counts as a preemption too; a second Ctrl-C during a step stops at once."""
+    """In set-up (until training()) a signal stops the process at once (train/interrupt.py); then it is
+    recorded and honoured after the step. Ctrl-C counts too; a second one during a step stops at once."""
 
     def __init__(self, signals: Iterable[int] = SIGNALS):
         self.signals = tuple(signals)
@@ -54,12 +47,10 @@ class Preemption:
         self.stage = "starting"  # what set-up is doing, for the one-line message
 
     def training(self) -> None:
-        """Steps begin: signals are recorded from here on (a checkpoint can then be saved)."""
         self.setup = False
 
     def install(self) -> "Preemption":
-        # Python only lets the main thread set handlers; elsewhere (a notebook thread) there is no
-        # preemption to catch, and training still runs.
+        # only the main thread may set handlers; elsewhere (a notebook thread) training runs without
         if threading.current_thread() is threading.main_thread():
             for sig in self.signals:
                 self._previous[sig] = signal.signal(sig, self._record)
@@ -98,24 +89,19 @@ class Preemption:
         self._previous = {}
 
     def exit(self, step: int) -> None:
-        """After the resume checkpoint: hand over to submitit's own handler (it requeues the job and
-        exits) when it had installed one, else exit with REQUEUE_EXIT."""
+        """After the resume checkpoint: submitit's own handler (it requeues and exits), else REQUEUE_EXIT."""
         previous = self._previous.get(self.signum)
         self.uninstall()
         print(Preempted(step, self.signum), file=sys.stderr, flush=True)
-        # Ctrl-C's previous handler is the entry point's (train/__main__.py: "before the run started"), not
-        # a requeue: calling it printed that false line and exited 130 after the checkpoint was saved
+        # Ctrl-C's previous handler is the entry point's ("before the run started"), not a requeue
         if callable(previous) and self.signum != signal.SIGINT:
             previous(self.signum, None)  # submitit: checkpoint_and_try_requeue -> sys.exit
         raise Preempted(step, self.signum)
 
 
 def drop_unscheduled(run_dir: Path, scheduled: set[int], before: int) -> None:
-    """Deletes resume-only checkpoints that a preemption wrote off the schedule, once a later checkpoint
-    is whole: they exist to resume from, not to be probed. Renamed away first so a crash mid-delete
-    never leaves a partial directory under a checkpoint name."""
+    """Deletes resume-only checkpoints a preemption wrote off the schedule once a later one is whole."""
     from train.checkpoint import list_checkpoints
-
     for step, path in list_checkpoints(run_dir):
         if step < before and step not in scheduled:
             doomed = path.with_name(f".deleting-step{step}")

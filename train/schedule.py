@@ -45,8 +45,7 @@ class ScheduleConfig:
 
 
 def checkpoint_steps(cfg: ScheduleConfig, total_steps: int, tokens_per_step: int) -> list[int]:
-    """Sorted optimizer steps (0 = initialisation) at which a checkpoint is written; the last step is
-    always included. Token positions are rounded up to the first step that has seen them."""
+    """Sorted steps (0 = initialisation, the last always) with a checkpoint; token positions rounded up."""
     def to_step(x: float) -> int:
         return int(math.ceil(x / tokens_per_step)) if cfg.unit == "tokens" else int(round(x))
 
@@ -70,7 +69,6 @@ def checkpoint_steps(cfg: ScheduleConfig, total_steps: int, tokens_per_step: int
 
 
 def points_beyond_end(cfg: ScheduleConfig, total_steps: int, tokens_per_step: int) -> list[int]:
-    """The custom points that lie after the run's last step (they get no checkpoint)."""
     if cfg.kind != "custom":
         return []
     last = total_steps * tokens_per_step if cfg.unit == "tokens" else total_steps
@@ -78,8 +76,7 @@ def points_beyond_end(cfg: ScheduleConfig, total_steps: int, tokens_per_step: in
 
 
 def warn_points_beyond_end(cfg: ScheduleConfig, total_steps: int, tokens_per_step: int) -> None:
-    """Points beyond the end are allowed (a grid preset gives every budget the same token points up to
-    the largest budget) but never silent: one warning names how many and which."""
+    """Points beyond the end are allowed (one preset for every budget of a grid) but named in a warning."""
     beyond = points_beyond_end(cfg, total_steps, tokens_per_step)
     if beyond:
         last = total_steps * tokens_per_step if cfg.unit == "tokens" else total_steps

@@ -1,28 +1,13 @@
 """Budget view and packed training sequences; the position in the stream is a pure function of the step.
 
-The stream is every document of the store in one fixed permutation drawn with `order_seed` (not the
-run's seed), each preceded by the start token and, when the tokenizer has a distinct EOS, followed by
-it (train/start_token.py: ``<|endoftext|> doc <|endoftext|> doc ...`` for the tokenizers trained here,
-``<s> doc </s> <s> doc </s>`` for a Llama-style one). The first document gets its start token too, so
-every document, like every scored sentence, is read after the start token. A budget of B tokens over
-E epochs trains on the first ceil(B/E) tokens of that stream (plus one: the last label) -- the *view* -- so the
-view of a 10M budget is a prefix of the 100M one: the larger budget trains on all of the smaller one's text.
-The view is cut into sequences of seq_len+1 tokens that overlap by one token (inputs = s[:-1], labels = s[1:],
-so every view token but the first is predicted once per epoch; a tail shorter than a sequence is dropped).
-Epoch e visits the sequences in a permutation drawn from (seed, e) over the whole view, so by default a larger
-budget does *not* see the smaller one's text first: its first steps draw from its whole view (of a 100M run's
-first 10M tokens, about a tenth come from the 10M view).
-
-Nested streams (``data.nested_budgets``, e.g. [10M, 100M, 1B, 3B]): the view's windows are split at those
-budgets into blocks, and each block is shuffled on its own (generator (seed, epoch, block)) and visited in
-order. A run whose budget is one of them then trains, step for step, on exactly the sequences of the smaller
-budgets' runs first: the 10M run and the first 10M tokens of the 100M run (same seed, one epoch) saw the same
-text in the same order. Nothing is materialised: a sequence is gathered from the memmap.
-
-Held-out documents (``data.heldout_tokens``): the last documents of that same order, never part of any view,
-so they are one set for every budget and seed of a grid (fixed by the corpus and `order_seed`); the loop
-measures the loss on them at every checkpoint (train/heldout.py). Taking them from the end keeps every
-budget's view what it was without them: only a budget that reaches into them (the whole corpus) is shorter.
+The stream is every document of the store in one permutation fixed by `order_seed` (not the run's seed), each
+framed by the start token (and EOS when distinct: train/start_token.py). A budget of B tokens over E epochs
+trains on the first ceil(B/E) tokens of it, plus the last label: the *view*, so a 10M view is a prefix of the
+100M one. The view is cut into windows of seq_len+1 tokens overlapping by one; epoch e visits them in a
+permutation drawn from (seed, e). With `data.nested_budgets` the windows are split at those budgets into
+blocks shuffled on their own and visited in order, so a run trains first on exactly the smaller budgets'
+sequences. Held-out documents are the last of the order, in no view (docs/training.md). Nothing is
+materialised: a sequence is gathered from the memmap.
 """
 from __future__ import annotations
 
@@ -64,11 +49,9 @@ class SequenceStream:
         if budget_tokens is None:
             self.view_tokens = self.stream_tokens
         else:
-            # A budget counts tokens trained on (inputs, each predicting the next one), as Pythia's 143,000 steps
-            # x 1024 x 2048 = 299,892,736,000 tokens do: B tokens in windows of seq_len+1 that overlap by one
-            # need B + 1 stream tokens (the last label), so a budget of whole batches gives whole steps
-            # (tests/test_sequences.py). Where the corpus ends exactly at the budget, the last label is missing
-            # and the last window is dropped.
+            # A budget counts tokens trained on (Pythia's 143,000 x 1024 x 2048): B inputs need B + 1 stream
+            # tokens (the last label), so a budget of whole batches gives whole steps; where the corpus ends
+            # exactly at the budget, the last window is dropped.
             per_epoch = math.ceil(budget_tokens / epochs)
             if per_epoch > self.stream_tokens:
                 raise ValueError(
@@ -130,7 +113,6 @@ class SequenceStream:
         first = step * global_batch
         rows = [self.sequence(k) for k in range(first + rank, first + global_batch, world)]
         import torch
-
         return torch.from_numpy(np.stack(rows))
 
     def _epoch_perm(self, epoch: int) -> np.ndarray:
@@ -175,16 +157,15 @@ HELDOUT_MAX_FRACTION = 0.05  # a small corpus keeps 95 % of its tokens for train
 
 
 def split_order(lengths: np.ndarray, order_seed: int, heldout_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-    """(training order, held-out documents) of documents with framed `lengths`: one permutation fixed by
-    order_seed alone, its last documents held out (heldout_docs). train.plan sizes the corpus by the same split."""
+    """(training order, held-out documents) of documents with framed `lengths` (train.plan splits alike)."""
     order = np.random.default_rng(order_seed).permutation(len(lengths))
     held = heldout_docs(lengths[order], heldout_tokens)
     return order[:len(order) - held], order[len(order) - held:]
 
 
 def heldout_docs(lengths: np.ndarray, heldout_tokens: int) -> int:
-    """How many documents from the end of the order (`lengths`: their framed lengths, in order) hold
-    `heldout_tokens` tokens, at most HELDOUT_MAX_FRACTION of the corpus (and never all of it); 0: none."""
+    """Documents from the end of the order (framed `lengths`) holding `heldout_tokens`, at most
+    HELDOUT_MAX_FRACTION of the corpus and never all of it."""
     if heldout_tokens <= 0 or len(lengths) < 2:
         return 0
     want = min(heldout_tokens, HELDOUT_MAX_FRACTION * lengths.sum())

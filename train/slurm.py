@@ -1,9 +1,8 @@
 """SLURM without the submitit launcher, and the distributed environment inside any SLURM job.
 
-`python -m train.slurm <overrides> --out DIR --partition P [...]` expands the grid exactly as
-`python -m train -m <overrides>` would (train/grid.py) and writes DIR/grid.txt (one run per line: its
-overrides, shell-quoted) and DIR/array.sbatch (slurm/array.sbatch.in filled in: a job array over the
-lines). `sbatch DIR/array.sbatch` submits it. slurm/README.md documents both paths.
+`python -m train.slurm <overrides> --out DIR --partition P [...]` expands the grid as `python -m train -m`
+would (train/grid.py) and writes DIR/grid.txt (one run's overrides a line) and DIR/array.sbatch (a job array
+over the lines, from slurm/array.sbatch.in) for `sbatch`. slurm/README.md documents both paths.
 """
 from __future__ import annotations
 
@@ -17,8 +16,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
+from omegaconf import OmegaConf
+
 from train.config import procs_per_node
 from train.files import write_text_atomic
+from train.grid import GridError, expand, hydra_context
+from train.memory import GiB
+from train.optim import accumulation_steps
+from train.plan import Hardware, memory_per_gpu, plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "slurm" / "array.sbatch.in"
@@ -26,16 +31,12 @@ LAUNCHERS = ("srun", "torchrun", "deepspeed")
 
 
 def export_distributed_env() -> None:
-    """Sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT from the job when a launcher has not.
-
-    torchrun and the deepspeed launcher set them; submitit (hydra/launcher=slurm or local) and a bare
-    `srun python -m train` (one task per GPU) only set SLURM_* / SUBMITIT_* variables, which
-    train.engine.init_distributed does not read."""
+    """RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT from the job where no launcher set them
+    (submitit and a bare `srun python -m train` set only SLURM_* / SUBMITIT_* variables)."""
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return
     if os.environ.get("SUBMITIT_EXECUTOR"):
         import submitit
-
         submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
     elif "SLURM_PROCID" in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
         if "MASTER_ADDR" not in os.environ:
@@ -47,9 +48,8 @@ def export_distributed_env() -> None:
         os.environ.setdefault("MASTER_PORT", str(20000 + int(os.environ.get("SLURM_JOB_ID", "0")) % 20000))
 
 
-# The per-run resources (nodes, GPUs, CPUs, memory, time, ...) of both cluster paths are set in one place,
-# configs/hydra/launcher/slurm.yaml: the submitit launcher composes it, the sbatch path reads its defaults
-# from it, so a site edits one file.
+# The per-run resources of both cluster paths are set in one file: the submitit launcher composes it, the
+# sbatch path reads its defaults from it.
 LAUNCHER_YAML = ROOT / "configs" / "hydra" / "launcher" / "slurm.yaml"
 RESOURCE_KEYS = ("nodes", "gpus_per_node", "cpus_per_task", "mem_gb", "timeout_min", "array_parallelism",
                  "signal_delay_s")
@@ -58,8 +58,6 @@ SHARED_KEYS = ("account", "qos", *RESOURCE_KEYS)
 
 def launcher_defaults() -> dict:
     """The shared resource keys as configs/hydra/launcher/slurm.yaml sets them."""
-    from omegaconf import OmegaConf
-
     cfg = OmegaConf.load(LAUNCHER_YAML)
     missing = [k for k in SHARED_KEYS if k not in cfg]
     if missing:
@@ -67,10 +65,8 @@ def launcher_defaults() -> dict:
     return {k: cfg[k] for k in SHARED_KEYS}
 
 
-# Per-run resources from the plan (issue 36): GPUs, host memory and time follow the model size, engine and
-# budget, within the node configs/hydra/launcher/slurm.yaml describes (its gpus_per_node, mem_gb and
-# timeout_min are the most a run gets); a value the user sets (--gpus-per-node, hydra.launcher.mem_gb=...)
-# is taken as it is.
+# Per-run resources from the plan: GPUs, host memory and time follow the run, at most the yaml's node; a
+# value the user sets (--gpus-per-node, hydra.launcher.mem_gb=...) is taken as it is.
 PLANNED_KEYS = ("gpus_per_node", "mem_gb", "timeout_min")
 GPU_MEMORY_GIB = 80  # the yaml's node: A100-80GB cards
 GPU_PEAK_TFLOPS = 312.0  # an A100's dense bf16 peak: the plan's GPU-hours at the plan's MFU per size
@@ -81,14 +77,8 @@ TIME_MARGIN, TIME_OVERHEAD_MIN = 1.5, 30  # x the planned hours, + tokenizer/sto
 
 
 def planned_resources(p, cap: dict, gpus: Optional[int] = None) -> dict:
-    """gpus_per_node, mem_gb and timeout_min of one run (a train.plan RunPlan planned at GPU_PEAK_TFLOPS):
-    the fewest GPUs (a power of two the global batch divides into micro-batches) whose memory holds the run
-    and whose time fits cap's timeout_min (else the most that hold it), host memory per process, and the
-    planned hours with a margin; each at most cap's value."""
-    from train.memory import GiB
-    from train.optim import accumulation_steps
-    from train.plan import memory_per_gpu
-
+    """gpus_per_node, mem_gb and timeout_min of one RunPlan: the fewest GPUs (a power of two the batch splits
+    over) whose memory holds it and whose time fits the cap, host memory per process, the hours with a margin."""
     def hours(n: int) -> float:
         return (p.gpu_hours + p.probe_hours) / n
 
@@ -122,12 +112,7 @@ def _divides(check, optim, n: int) -> bool:
 
 
 def resource_groups(runs: Sequence[Sequence[str]], cap: dict, given: dict) -> list[tuple[dict, list[int]]]:
-    """The runs (each its overrides, as train.grid.expand lists them) grouped by resources: the plan's
-    (planned_resources) where `given` has None, in grid order. Returns (resources, run indices) per group:
-    one job array each, since an array's tasks share one request."""
-    from train.grid import hydra_context
-    from train.plan import Hardware, plan_run
-
+    """(resources, run indices) per request, one job array each: the plan's where `given` has None."""
     todo = [k for k in PLANNED_KEYS if given.get(k) is None]
     if not todo:
         return [(dict(given), list(range(len(runs))))]
@@ -148,15 +133,12 @@ def resource_groups(runs: Sequence[Sequence[str]], cap: dict, given: dict) -> li
 
 
 def launch_planned(launcher, job_overrides, initial_job_idx: int) -> list:
-    """hydra/launcher=slurm's launch (hydra_plugins/syntax_dynamics_slurm.py): the submitit plugin's, with each
-    run's GPUs, memory and time from resource_groups where the command line sets no hydra.launcher.<key>;
-    one job array per request, all submitted before any is waited on."""
+    """hydra/launcher=slurm's launch (hydra_plugins/syntax_dynamics_slurm.py): the submitit plugin's, each run's
+    resources from resource_groups where no hydra.launcher.<key> is set; every array submitted before waiting."""
     import submitit
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.singleton import Singleton
     from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-    from omegaconf import OmegaConf
-
     given = {o.split("=", 1)[0].lstrip("+~") for o in launcher.config.hydra.overrides.hydra}
     cap = dict(launcher.params)
     saved = HydraConfig.instance().cfg  # plan_run composes each run; the sweep's own config comes back
@@ -184,8 +166,7 @@ def launch_planned(launcher, job_overrides, initial_job_idx: int) -> list:
 
 @dataclass
 class SbatchOptions:
-    """The knobs a cluster user sets; `SbatchOptions.from_launcher_yaml(partition=...)` fills the
-    resources from configs/hydra/launcher/slurm.yaml (one 8 x A100-80GB node per run)."""
+    """The knobs a cluster user sets; from_launcher_yaml fills the resources from the launcher yaml."""
     partition: str
     account: Optional[str]
     qos: Optional[str]
@@ -218,10 +199,8 @@ class SbatchOptions:
 
 
 class SbatchTemplate(string.Template):
-    """slurm/array.sbatch.in: `@@KEY@@` placeholders, so bash's own `$VAR`, `${A[@]}` and `$@` need no
-    escaping. A `@@KEY_LINES@@` placeholder fills whole lines: its newline goes with it, and its value
-    carries one newline per line, so none given leaves no blank line in the #SBATCH block (sbatch stops
-    reading directives at the first line that is not one)."""
+    """`@@KEY@@` placeholders (bash's `$VAR` needs no escaping); a `@@KEY_LINES@@` one takes its newline with
+    it, so an empty value leaves no blank line in the #SBATCH block (sbatch stops at the first)."""
 
     flags = 0  # placeholders are upper case; the pattern is compiled verbose
     pattern = r"""@@(?:
@@ -229,10 +208,6 @@ class SbatchTemplate(string.Template):
         (?P<named>[A-Z_]+)@@ |             # an inline value
         (?P<escaped>(?!)) | (?P<invalid>(?!))
     )"""
-
-
-def grid_lines(runs: Sequence[Sequence[str]]) -> list[str]:
-    return [" ".join(shlex.quote(o) for o in run) for run in runs]
 
 
 def render(runs: Sequence[Sequence[str]], opts: SbatchOptions, out: Path, command: str = "",
@@ -267,7 +242,7 @@ def render(runs: Sequence[Sequence[str]], opts: SbatchOptions, out: Path, comman
     except KeyError as e:
         raise RuntimeError(f"{TEMPLATE}: placeholder @@{e.args[0]}@@ is not one render() fills") from e
     (out / "logs").mkdir(exist_ok=True)
-    write_text_atomic(grid, "\n".join(grid_lines(runs)) + "\n")
+    write_text_atomic(grid, "".join(" ".join(shlex.quote(o) for o in run) + "\n" for run in runs))
     sbatch = out / f"array{suffix}.sbatch"
     write_text_atomic(sbatch, script)
     sbatch.chmod(0o755)
@@ -275,8 +250,6 @@ def render(runs: Sequence[Sequence[str]], opts: SbatchOptions, out: Path, comman
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from train.grid import GridError, expand
-
     p = argparse.ArgumentParser(prog="python -m train.slurm", description=__doc__.split("\n")[0])
     p.add_argument("overrides", nargs="*", help="Hydra overrides, as for python -m train -m")
     p.add_argument("-m", "--multirun", action="store_true",

@@ -1,10 +1,6 @@
-"""Temporary names that say who wrote them, so that what a killed writer left is removed by the next one.
-
-A write under a temporary name is renamed into place when whole; SIGKILL (an OOM kill, `scancel`, a
-node failure) leaves the temporary behind, and nothing else would ever delete it. Every temporary name
-carries ``<pid>@<host>``: a later writer of the same target removes the ones whose process is gone (same
-host, pid not running). Another host's, or a live process's, are left alone: they may be being written.
-Names in the older format (no ``@``) were written by code before this and are stale by now.
+"""Temporary names that say who wrote them (``<pid>@<host>``), so that what a killed writer left is removed by
+the next writer of the same target: SIGKILL leaves a temporary nothing else would delete. Another host's or a
+live process's are left alone; names without ``@`` (older code) are stale by now.
 """
 from __future__ import annotations
 
@@ -32,8 +28,8 @@ def _alive(pid: int) -> bool:
 
 
 def clear_stale(parent: Path, prefix: str, sep: str, suffix: str = "") -> list[Path]:
-    """Removes entries of `parent` named ``<prefix><pid>@<host><sep><random><suffix>`` whose writer is gone
-    (files and directories), and old-format ``<prefix><random><suffix>`` ones. Returns what it removed."""
+    """Removes (and returns) entries of `parent` named ``<prefix><pid>@<host><sep><random><suffix>`` whose writer
+    is gone, and old-format ``<prefix><random><suffix>`` ones."""
     removed = []
     try:
         entries = list(os.scandir(parent))

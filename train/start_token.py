@@ -1,12 +1,7 @@
-"""The document-start token: the one id training puts before every document and scoring puts before
-every sentence, so a scored sentence starts from a context the model was trained in (docs/scoring.md;
-the record, ``start_token.json``, in checkpoints.md).
-
-One rule for training (train/sequences.py, `document_tokens`) and scoring (probes/scoring/primitive.py,
-`scoring_start_id`): start = BOS, else EOS; end = EOS after every document only when it differs from the
-start (Llama-style ``<s> doc </s>``). Without a record, our older checkpoints (told from HF Trainer's
-trainer_state.json by its keys) were trained EOS-separated, so their start is EOS; any other model gets
-the rule, which is what its own pretraining fed. Deliberately free of heavy imports: probes imports it too.
+"""The document-start token: the one id training puts before every document and scoring before every
+sentence, so a scored sentence starts from a context the model was trained in (docs/scoring.md; the record,
+``start_token.json``, in checkpoints.md). Rule: start = BOS, else EOS; end = EOS when it differs (Llama-style
+``<s> doc </s>``). Our older checkpoints without a record were trained EOS-separated. Light: probes imports it.
 """
 from __future__ import annotations
 
@@ -31,7 +26,6 @@ def document_tokens(tokenizer) -> tuple[int, Optional[int]]:
 
 
 def write_record(directory: Path, tokenizer) -> None:
-    """Write ``start_token.json`` for `tokenizer` into `directory` (atomically)."""
     start, end = document_tokens(tokenizer)
     record = {"start_token": tokenizer.convert_ids_to_tokens(start), "start_token_id": start,
               "end_token": None if end is None else tokenizer.convert_ids_to_tokens(end), "end_token_id": end}
@@ -39,7 +33,6 @@ def write_record(directory: Path, tokenizer) -> None:
 
 
 def read_record(directory: Path) -> Optional[dict]:
-    """The record in `directory`, or None when it has none."""
     path = Path(directory) / RECORD
     if not path.is_file():
         return None
@@ -52,8 +45,7 @@ def read_record(directory: Path) -> Optional[dict]:
 
 
 def scoring_start_id(tokenizer, directory: Optional[Path] = None) -> int:
-    """The id to put before every scored sentence; `directory` defaults to where the tokenizer was
-    loaded from (``tokenizer.name_or_path``), so ``probes score --model DIR`` needs no flag."""
+    """The id before every scored sentence; `directory` defaults to the tokenizer's ``name_or_path``."""
     where = Path(directory if directory is not None else getattr(tokenizer, "name_or_path", "") or ".")
     record = read_record(where) if where.is_dir() else None
     if record is not None:

@@ -1,16 +1,10 @@
 """What a run is about to do, printed before its first step, and the recipes too short to mean anything.
 
-A budget of 5,000 tokens with the default 1,024-sequence batch trains 0 steps, 1M tokens train 7, and
-their curves look like results. So every run prints where it writes, the model and its parameter count,
-the tokenizer, steps x tokens per step, warm-up updates, checkpoints and what is probed at each; and a
-recipe that cannot mean much is named in warnings that say which keys to change:
-* fewer than MIN_STEPS optimizer steps (data.budget_tokens / optim.global_batch / data.seq_len);
-* warm-up of fewer than MIN_WARMUP updates (optim.warmup_ratio / optim.warmup_steps): Pythia's 1 % of
-  143,000 steps is 1,430 updates; 1 % of 476 is 5, and the peak lr then lands almost at once;
-* fewer checkpoints than the schedule promises (schedule.n_log log-spaced points collapse onto the
-  same steps when the run has few steps: a fifth of them lost; Pythia's 1, 2, 4 ... 512 need 512 steps).
-The warnings are computed from the config alone where the budget is set (before the corpus is read, so
-they come first) and again from the real step count once the data is ready.
+A budget of 5,000 tokens with the default 1,024-sequence batch trains 0 steps and its curves look like
+results, so every run prints where it writes, the model, tokenizer, steps, warm-up, checkpoints and probes,
+and names in warnings (with the keys to change) too few steps, too short a warm-up (Pythia's 1 % of 476 steps
+is 5 updates) or checkpoints the schedule promises but the steps cannot hold. The warnings come once from the
+config alone (before the corpus is read) and again from the real step count.
 """
 from __future__ import annotations
 
@@ -28,9 +22,7 @@ PYTHIA_LOG_STEPS = 512  # the last power of two of Pythia's schedule (train/sche
 
 
 def promised_checkpoints(schedule, total_steps: int, tokens_per_step: int) -> Optional[int]:
-    """How many checkpoints the schedule's own keys ask for (step 0 and the last step included), or None
-    where it promises no count (Pythia's, which is cut short only by a run under 512 steps). Custom
-    points beyond the run's end are not promised (train/schedule.py warns about those)."""
+    """Checkpoints the schedule's keys ask for (step 0 and the last included); None for Pythia's."""
     if schedule.kind == "log":
         return schedule.n_log + 1  # n_log log-spaced points from step 1, plus step 0
     if schedule.kind == "custom":
@@ -85,8 +77,7 @@ def planned_steps_of(cfg) -> Optional[int]:
 
 
 def warn_early(cfg) -> Optional[int]:
-    """The warnings that follow from the config alone (a set budget), printed before the corpus is read;
-    returns the step count they were computed for (None: nothing could be computed)."""
+    """Prints the warnings that follow from the config alone (a set budget); returns their step count."""
     steps = planned_steps_of(cfg)
     if steps is None:
         return None

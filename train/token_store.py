@@ -1,16 +1,9 @@
 """One memory-mapped token array + document index per (corpus, tokenizer), built once and reused by every run.
 
-Layout of cache_dir/stores/<fingerprint>/:
-    tokens.bin    all documents' ids concatenated (no start/end token: the sequence stream adds them), uint16 or uint32
-    offsets.npy   int64 [n_docs + 1]; document i is tokens[offsets[i]:offsets[i+1]]
-    meta.json     fingerprint, n_tokens, n_docs, dtype, tokenizer fingerprint, corpus_id, and under
-                  "files" the size, mtime and sha256 of tokens.bin and offsets.npy (hashed once, at build)
-The directory is built under a temporary name and renamed into place when complete, so a crash leaves
-nothing under the final name and the next call simply rebuilds.
-
-Text is encoded with ``split_special_tokens=True``: a document that literally contains a special
-token's spelling (``<|endoftext|>``, ``</s>``) gets ordinary pieces for it, never the control id that
-the stream uses to mark where documents start.
+cache_dir/stores/<fingerprint>/: tokens.bin (every document's ids, no start/end token, uint16 or uint32),
+offsets.npy (int64 [n_docs + 1]) and meta.json (counts, dtype, fingerprints, and the size, mtime and sha256
+of both files); built under a temporary name and renamed when complete. Text is encoded with
+``split_special_tokens=True``: a literal ``<|endoftext|>`` in a document stays text, never the control id.
 """
 from __future__ import annotations
 
@@ -20,13 +13,14 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 import datasets
 import numpy as np
 from tqdm.auto import tqdm
 
-from train.files import fsync_tree
-from train.errors import InputFileError, reading
+from train.files import fsync_tree, sha256_file
+from train.errors import InputFileError, UserError, reading
 from train.interrupt import run_in_child
 from train.staletmp import clear_stale, tag
 from train.tokenizer import load_tokenizer, pipeline_fingerprint
@@ -42,8 +36,7 @@ class TokenStore:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        # A store is renamed into place whole, so a short file here was damaged later (a disk, a copy):
-        # each message names the file and says the directory can be deleted to rebuild it.
+        # a store is renamed into place whole: a short file here was damaged later
         hint = f"a damaged token store: delete {self.path} and rerun to rebuild it"
         with reading(self.path / "meta.json", "the token store's meta.json", hint):
             self.meta: dict = json.loads((self.path / "meta.json").read_text())
@@ -60,17 +53,15 @@ class TokenStore:
         self.check(full=False)
 
     def check(self, full: bool = True) -> None:
-        """Every file against the size and sha256 recorded at build. Cheap by default (full=False): a
-        file whose size and mtime are the recorded ones is taken as written (any write to it moves its
-        mtime; only a deliberate os.utime hides one), any other is hashed. full=True hashes every file
-        (`python -m train verify`). A store built before hashes were recorded is not checked."""
+        """Every file against the size and sha256 recorded at build; full=False trusts a file whose size and
+        mtime are the recorded ones (any write moves the mtime), full=True (`train verify`) hashes all."""
         for name, rec in (self.meta.get("files") or {}).items():
             f = self.path / name
             st = f.stat()
             if st.st_size != rec["size"]:
                 raise InputFileError(f"{f}: {st.st_size} bytes, meta.json records {rec['size']}; a damaged "
                                      f"token store: delete {self.path} and rerun to rebuild it")
-            if (full or st.st_mtime_ns != rec["mtime_ns"]) and _sha256(f) != rec["sha256"]:
+            if (full or st.st_mtime_ns != rec["mtime_ns"]) and sha256_file(f) != rec["sha256"]:
                 raise InputFileError(f"{f} does not match its sha256 in meta.json: the token store was damaged "
                                      f"after it was built; delete {self.path} and rerun to rebuild it")
 
@@ -113,12 +104,9 @@ def build_or_load(docs: datasets.Dataset, tokenizer_dir: Path, corpus_id: str, c
           f"tokenizer", flush=True)
     try:
         if num_proc > 1:
-            # datasets' pool of forked workers, inside a spawned child that a signal's handler kills whole
-            # (train/interrupt.py). In this process the handler's SIGKILL of the workers left the pool's
-            # shared task-queue lock held by a dead worker; the pool's worker-handler thread forked a
-            # replacement that waited on that lock forever (a futex in sem_wait), and the pool's teardown
-            # joined it: SIGTERM did not help, as the replacement had inherited our handler in its
-            # already-raised state, which ignores further signals (3 hangs in 3 Ctrl-Cs, issue 38).
+            # datasets' worker pool inside a spawned child that a signal kills whole (train/interrupt.py): in
+            # this process a killed worker left the pool's task-queue lock held and its teardown hung on a
+            # forked replacement waiting for it (3 hangs in 3 Ctrl-Cs, issue 38)
             run_in_child(_build, docs, Path(tokenizer_dir), corpus_id, fp, tmp, num_proc)
         else:
             _build(docs, Path(tokenizer_dir), corpus_id, fp, tmp, num_proc)
@@ -177,35 +165,8 @@ def _build(docs: datasets.Dataset, tokenizer_dir: Path, corpus_id: str, fp: str,
                                   "tokenizer_dir": str(tokenizer_dir), "corpus_id": corpus_id})
 
 
-def write_token_store(path: Path, docs_ids: list[list[int]], dtype: str = "uint16", **meta) -> TokenStore:
-    """A store from ids already in hand (small corpora, tests); same files and atomic rename as a build."""
-    path = Path(path)
-    if path.exists():
-        raise FileExistsError(f"{path} already exists")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    try:
-        offsets = np.zeros(len(docs_ids) + 1, dtype=np.int64)
-        np.cumsum([len(d) for d in docs_ids], out=offsets[1:])
-        flat = np.fromiter((t for d in docs_ids for t in d), dtype=np.int64, count=int(offsets[-1]))
-        if flat.size == 0:
-            raise ValueError("cannot write a token store with zero tokens")
-        np.asarray(flat, dtype=np.dtype(dtype)).tofile(tmp / "tokens.bin")
-        _finish(tmp, offsets, np.dtype(dtype), {"fingerprint": path.name, **meta})
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return TokenStore(path)
-
-
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def _finish(out: Path, offsets: np.ndarray, dtype: np.dtype, meta: dict) -> None:
-    """Write the index and meta next to tokens.bin and fsync all three before the directory is renamed."""
+    """The index and meta beside tokens.bin, all fsynced before the directory is renamed."""
     with open(out / "offsets.npy", "wb") as f:
         np.save(f, offsets)
     meta = {**meta, "n_tokens": int(offsets[-1]), "n_docs": len(offsets) - 1, "dtype": np.dtype(dtype).name}
@@ -213,6 +174,44 @@ def _finish(out: Path, offsets: np.ndarray, dtype: np.dtype, meta: dict) -> None
         with open(out / name, "rb") as f:
             os.fsync(f.fileno())
     meta["files"] = {name: {"size": (out / name).stat().st_size, "mtime_ns": (out / name).stat().st_mtime_ns,
-                            "sha256": _sha256(out / name)} for name in ("tokens.bin", "offsets.npy")}
+                            "sha256": sha256_file(out / name)} for name in ("tokens.bin", "offsets.npy")}
     (out / "meta.json").write_text(json.dumps(meta, indent=2))
     fsync_tree(out)
+
+
+# What a run trained on, recorded in every checkpoint's trainer_state.json under DATA_KEY and checked on resume:
+# the corpus files (path, size, mtime) and the store's content hash, which with the config hash fixes the tokens
+# the run reads. A changed corpus is named before the tokenizer check (a retrained tokenizer would be blamed);
+# a file merely touched gives the same store and is accepted.
+DATA_KEY = "data"  # trainer_state.json key
+
+
+class DataChangedError(UserError, ValueError):
+    pass
+
+
+def data_record(corpus_id: str, store) -> dict:
+    """{corpus, store, store_sha256} for trainer_state.json."""
+    return {"corpus": json.loads(corpus_id), "store": str(store.path), "store_sha256": store.content_hash}
+
+
+def _files(corpus: dict) -> dict[str, tuple]:
+    return {f[0]: tuple(f[1:]) for f in corpus.get("files", [])}
+
+
+def check_resume_data(ckpt: Path, state: dict, corpus_id: str, store) -> None:
+    """Refuses a resume whose data differ from the checkpoint's (one without the record is not checked)."""
+    saved: Optional[dict] = state.get(DATA_KEY)
+    if not saved or saved.get("store_sha256") is None or store.content_hash is None:
+        return
+    if saved["store_sha256"] == store.content_hash:
+        return
+    before, now = _files(saved.get("corpus", {})), _files(json.loads(corpus_id))
+    changed = [f"{p} (size {before[p][0]} -> {now[p][0]}, mtime changed)" for p in sorted(before.keys() & now.keys())
+               if before[p] != now[p]]
+    changed += [f"{p} (gone)" for p in sorted(before.keys() - now.keys())]
+    changed += [f"{p} (new)" for p in sorted(now.keys() - before.keys())]
+    what = "; ".join(changed) if changed else (f"the corpus {json.dumps(saved.get('corpus'))[:200]} gives other "
+                                               f"tokens now")
+    raise DataChangedError(f"{ckpt}: the corpus changed since this checkpoint was written ({what}); resuming would "
+                           f"train on other data. Restore the corpus files, or start a new run directory")

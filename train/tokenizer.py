@@ -1,26 +1,12 @@
-"""The run's tokenizer: trained once per corpus (sentencepiece) or taken from an existing HF directory.
+"""The run's tokenizer: trained once per corpus (sentencepiece) or taken from an existing HF directory;
+either way a directory of HF files that `load_tokenizer` loads for the token store, probes and checkpoints.
 
-Whatever the kind, the result is a directory of HF tokenizer files and `load_tokenizer(dir)` is the one
-way to load it: the token store, the probes and every checkpoint use that same object, so the ids the
-model was trained on are the ids the benchmarks are scored with.
-
-Why the conversion below is hand-written: with transformers 5.23, `LlamaTokenizer(vocab_file=...)` gives
-an empty vocabulary, `LlamaTokenizer.from_pretrained` skips sentencepiece's NFKC (`？` stays `？`) and
-AutoTokenizer on a bare tokenizer.model drops the leading `▁`. Building the `tokenizers` pipeline from
-the model proto itself -- sentencepiece's own precompiled normalisation map, its whitespace rules, its
-piece scores (unigram) or score-ranked merges (bpe) -- makes the fast tokenizer agree with `SentencePieceProcessor.encode` by construction
-(tests/test_tokenizer.py checks every ZhoBLiMP sentence and a large BLiMP sample).
-
-Special tokens (format 2): one control piece ``<|endoftext|>`` (id 1) is BOS, EOS and padding at once,
-as in Pythia/GPT-NeoX; the stream puts it before every document and the scorer before every sentence
-(train/start_token.py). The saved HF tokenizer recognises it in text (``split_special_tokens=False``),
-so ``tok(tok.bos_token + s)`` gives id 1 followed by the ids of ``s``, as a consumer such as the
-ZhoBLiMP authors' scorer expects. Corpus and benchmark text is encoded with
-``split_special_tokens=True`` in the call (token store, scorer): a literal ``<|endoftext|>`` in text
-stays text, spelled with ordinary pieces as sentencepiece spells it. ``<unk>`` (id 0) is only a
-vocabulary piece on the HF side (the model emits it for unknown characters), so its spelling in text
-is text too. Format-1 tokenizers (BOS ``<s>`` = 1, EOS ``</s>`` = 2, never fed BOS) are no longer built;
-their cache key differs, so they are never reused.
+The conversion is hand-written because transformers' own loaders disagree with sentencepiece (an empty
+vocabulary, NFKC skipped, the leading `▁` dropped); built from the model proto (its normalisation map,
+whitespace rules, piece scores or score-ranked merges) the fast tokenizer agrees with sentencepiece by
+construction (tests/test_tokenizer.py). Format 2: one control piece ``<|endoftext|>`` (id 1) is BOS, EOS
+and padding, as in Pythia; the saved tokenizer recognises it in text (``tok(tok.bos_token + s)``), while
+corpus and benchmark text is encoded with ``split_special_tokens=True``, so a literal one stays text.
 """
 from __future__ import annotations
 
@@ -55,10 +41,8 @@ SPM_FILE = "tokenizer.model"
 # Bumped when what prepare_tokenizer builds changes for the same config (2: one <|endoftext|> piece
 # instead of <s>/</s>/<pad>); part of the cache key, so a cached older tokenizer is never reused.
 FORMAT = 2
-# sentencepiece never produces control or byte pieces from text; the HF Unigram lattice has no piece
-# types, so those pieces get this score instead. Together with every printable ASCII character having
-# its own piece (_ASCII, required at training), a literal "<s>" or "<0x41>" is spelled with ordinary
-# pieces, exactly as sentencepiece does.
+# sentencepiece never produces control or byte pieces from text; the HF Unigram lattice has no piece types,
+# so they get this score (with every printable ASCII character a piece, _ASCII, text spells them plainly).
 _NEVER = -1e9
 # sentencepiece's default trainer_spec.max_sentence_length: longer training lines are skipped
 SPM_MAX_SENTENCE_BYTES = 4192
@@ -81,13 +65,8 @@ class TokenizerConfig:
 
 
 def prepare_tokenizer(cfg: TokenizerConfig, docs: datasets.Dataset, corpus_id: str, cache_dir: Path) -> Path:
-    """A directory holding the run's tokenizer (HF files, plus tokenizer.model when trained here).
-
-    Trained once per (corpus_id, cfg) under cache_dir/tokenizers/<key>/ and reused afterwards.
-    """
+    """The run's tokenizer directory, trained once per (corpus_id, cfg) under cache_dir/tokenizers/<key>/."""
     if cfg.kind == "pretrained":
-        if not cfg.path:
-            raise ValueError("tokenizer.path must name an HF tokenizer directory when tokenizer.kind=pretrained")
         return pretrained_dir(cfg)
     if cfg.kind != "sentencepiece":
         raise ValueError(f"tokenizer.kind must be 'sentencepiece' or 'pretrained', got {cfg.kind!r}")
@@ -123,7 +102,7 @@ def trained_dir(cfg: TokenizerConfig, corpus_id: str, cache_dir: Path) -> Path:
     """Where prepare_tokenizer keeps the sentencepiece tokenizer of (corpus, cfg), trained or not yet."""
     spec = {k: v for k, v in asdict(cfg).items() if k not in ("num_threads", "path")}
     spec["format"] = FORMAT
-    key = _hash_text(json.dumps({"corpus": corpus_id, "cfg": spec}, sort_keys=True))[:16]
+    key = hashlib.sha256(json.dumps({"corpus": corpus_id, "cfg": spec}, sort_keys=True).encode()).hexdigest()[:16]
     return Path(cache_dir).expanduser() / "tokenizers" / key
 
 
@@ -133,11 +112,7 @@ _HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 def pretrained_dir(cfg: TokenizerConfig) -> Path:
-    """tokenizer.path of kind=pretrained, checked: an existing directory with HF tokenizer files.
-
-    A relative path is taken from the directory `python -m train` was started in (Hydra does not
-    change it: hydra.job.chdir=false), and resolved once so every rank and the saved config agree.
-    """
+    """tokenizer.path of kind=pretrained, checked, resolved once (every rank and the saved config agree)."""
     if not cfg.path:
         raise ValueError("tokenizer.path must name an HF tokenizer directory when tokenizer.kind=pretrained "
                          "(e.g. tokenizer=pretrained tokenizer.path=/data/chinese-llama)")
@@ -160,8 +135,7 @@ def tokenizer_length(cfg: TokenizerConfig) -> int:
 
 def tokenizer_label(kind: str, vocab_size: Optional[int] = None, path: Optional[str] = None,
                     model_type: str = "unigram", length: Optional[int] = None) -> str:
-    """What a size name stands beside (plan, W&B tags, report): ``sentencepiece-unigram 49,953`` or
-    ``<directory name> 49,953`` for a pretrained one (its length, when known)."""
+    """What a size name stands beside: ``sentencepiece-unigram 49,953``, or a pretrained one's directory name."""
     if kind == "pretrained":
         name = Path(str(path)).name if path else "pretrained"
         return f"{name} {length:,}" if length else name
@@ -175,18 +149,13 @@ def load_tokenizer(path: Path) -> transformers.PreTrainedTokenizerBase:
     if not path.is_dir():
         raise FileNotFoundError(f"tokenizer directory not found: {path}")
     import transformers
-
     return transformers.AutoTokenizer.from_pretrained(str(path))
 
 
 def pipeline_fingerprint(path: Path) -> str:
-    """Hash of what decides the ids: the backend pipeline and the special tokens (the token store's
-    cache key, and what a resume must agree on). Eval files record another hash,
-    probes.scoring.evaluate.ids_fingerprint: the ids the scorer sees.
-
-    Computed from the loaded tokenizer rather than the files, so the directory and the copy that a
-    checkpoint writes with save_pretrained (which drops tokenizer.model and rewrites the config) agree.
-    """
+    """Hash of what decides the ids (the backend pipeline and the special tokens): the token store's cache
+    key and what a resume must agree on. From the loaded tokenizer, not the files, so a checkpoint's copy
+    (save_pretrained drops tokenizer.model and rewrites the config) agrees with the directory."""
     tok = load_tokenizer(path)
     backend = getattr(tok, "backend_tokenizer", None)
     h = hashlib.sha256()
@@ -202,8 +171,7 @@ def pipeline_fingerprint(path: Path) -> str:
 
 
 def _train_sentencepiece(cfg: TokenizerConfig, docs: datasets.Dataset, out_dir: Path, corpus_id: str = "") -> None:
-    # Sample whole documents in a fixed random order until max_sentences lines are collected, so the
-    # training file stays bounded however large the corpus is.
+    # whole documents in a fixed random order until max_sentences lines: bounded however large the corpus
     order = list(range(len(docs)))
     random.Random(0).shuffle(order)
     lines_file = out_dir / "sentences.txt"
@@ -272,7 +240,6 @@ def _corpus_files(corpus_id: str) -> str:
 
 def _spm_train(cfg: TokenizerConfig, lines_file: Path, out_dir: Path) -> None:
     import sentencepiece as spm
-
     stall_point("tokenizer_training")
     spm.SentencePieceTrainer.train(
         input=str(lines_file),
@@ -283,12 +250,10 @@ def _spm_train(cfg: TokenizerConfig, lines_file: Path, out_dir: Path) -> None:
         input_sentence_size=cfg.max_sentences,
         shuffle_input_sentence=True,
         byte_fallback=cfg.byte_fallback,
-        # One document token, as in GPT-NeoX: no separate BOS (which training would never feed) or pad.
+        # one document token, as in GPT-NeoX: no separate BOS (which training would never feed) or pad
         unk_id=0, eos_id=1, bos_id=-1, pad_id=-1, unk_piece=UNK, eos_piece=DOC,
-        # Every printable ASCII character gets a piece, so text spelling a control or byte piece
-        # ("<s>", "</s>", "<0x41>") always has a path of ordinary pieces. Without it, a corpus lacking
-        # "<" lets the HF lattice pick the "<s>" piece over its unknown-character path, while
-        # sentencepiece never emits control pieces from text.
+        # text spelling a control or byte piece ("<s>", "<0x41>") always has a path of ordinary pieces:
+        # without "<" the HF lattice would pick the "<s>" piece, which sentencepiece never emits from text
         required_chars=_ASCII,
         hard_vocab_limit=cfg.hard_vocab_limit,
         num_threads=cfg.num_threads,
@@ -297,11 +262,9 @@ def _spm_train(cfg: TokenizerConfig, lines_file: Path, out_dir: Path) -> None:
 
 
 def _fast_from_spm(model_file: Path) -> transformers.PreTrainedTokenizerFast:
-    """Convert a sentencepiece unigram model into an equivalent `tokenizers` pipeline."""
     from sentencepiece import sentencepiece_model_pb2 as pb
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     import transformers
-
     proto = pb.ModelProto()
     proto.ParseFromString(model_file.read_bytes())
     ns, ts = proto.normalizer_spec, proto.trainer_spec
@@ -331,14 +294,10 @@ def _fast_from_spm(model_file: Path) -> transformers.PreTrainedTokenizerFast:
         decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
         decoders.Strip(content=" ", left=1 if ns.add_dummy_prefix else 0, right=0),
     ])
-    # No unk_token: it would become an added token matched in text, and sentencepiece spells a
-    # literal "<unk>". The model still emits id 0 for unknown characters.
-    return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=DOC, eos_token=DOC, pad_token=DOC,
-        # The document token written as text is the token (a consumer prepends tok.bos_token as
-        # text); corpus and benchmark text is encoded with split_special_tokens=True in the call.
-        split_special_tokens=False,
-    )
+    # No unk_token: it would become an added token matched in text (sentencepiece spells "<unk>" plainly).
+    # split_special_tokens=False: a consumer prepends tok.bos_token as text; corpus text splits them.
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=DOC, eos_token=DOC,
+                                                pad_token=DOC, split_special_tokens=False)
 
 
 def _bpe_model(proto, normal, models):
@@ -357,8 +316,4 @@ def _bpe_model(proto, normal, models):
     merges.sort()
     return models.BPE(vocab=ids, merges=[(a, b) for *_, a, b in merges], unk_token=UNK,
                       byte_fallback=proto.trainer_spec.byte_fallback, fuse_unk=True)
-
-
-def _hash_text(s: str) -> str:
-    return hashlib.sha256(s.encode()).hexdigest()
 

@@ -1,10 +1,7 @@
-"""The weights of a run's checkpoints as one trajectory: per tensor, how far each checkpoint is from
-step 0, from the final model and from its neighbours, and which checkpoints hold identical values.
-
-`python -m train verify` (train/verify.py) turns these numbers into findings; docs/verify.md gives the
-measured rules (why the detour ratio and not monotone distance, why small tensors are pooled per layer).
-One pass: each tensor is read once per checkpoint (lazily, with safe_open), held beside step 0's, the
-final model's and the previous two checkpoints' copies only, and compared in float32.
+"""The weights of a run's checkpoints as one trajectory: per tensor, how far each checkpoint is from step 0,
+from the final model and from its neighbours, and which checkpoints hold identical values. `train verify`
+turns these into findings (docs/verify.md: why the detour ratio, why small tensors are pooled per layer).
+One pass: each tensor read once per checkpoint, beside step 0's, the final model's and the previous two.
 """
 from __future__ import annotations
 
@@ -33,9 +30,7 @@ class Weights:
 
 @dataclass
 class Trajectory:
-    """Per checkpoint (rows, in step order) and tensor (columns): distances as float64 arrays, NaN where a
-    checkpoint lacks the tensor or has no such neighbour. Row 0 is the first checkpoint (step 0 in a whole
-    run), row -1 the last."""
+    """Distances per checkpoint (rows, step order) and tensor (columns), NaN where absent or no neighbour."""
     steps: list[int]
     names: list[str]
     d_init: np.ndarray  # |θ_t − θ_first|
@@ -52,9 +47,8 @@ class Trajectory:
         return np.sqrt(np.nansum(which ** 2, axis=1))
 
     def detour(self, columns: list[int] | None = None) -> np.ndarray:
-        """(|θ_{t-1} − θ_t| + |θ_t − θ_{t+1}|) / |θ_{t-1} − θ_{t+1}| per row, for each tensor (a 2-D
-        array) or for the `columns` pooled (1-D). NaN at the ends and where the chord is 0: a tensor that
-        did not move is judged by its identical values."""
+        """(|θ_{t-1} − θ_t| + |θ_t − θ_{t+1}|) / |θ_{t-1} − θ_{t+1}| per row and tensor (2-D) or for
+        `columns` pooled (1-D); NaN at the ends and where the chord is 0 (judged by identical values)."""
         d_prev, d_skip = self.d_prev, self.d_skip
         if columns is not None:
             d_prev = np.sqrt(np.sum(d_prev[:, columns] ** 2, axis=1))
@@ -81,21 +75,18 @@ class Trajectory:
 def _key(x: torch.Tensor) -> str:
     """A digest of the tensor's bytes: equal values (same dtype and shape) give equal keys."""
     import torch
-
     raw = x.contiguous().view(torch.uint8).numpy()
     return hashlib.blake2b(raw.data, digest_size=16).hexdigest() + str(tuple(x.shape))
 
 
 def _distance(a: torch.Tensor, b: torch.Tensor) -> float:
     import torch
-
     return float(torch.linalg.vector_norm(a - b, dtype=torch.float32))
 
 
 def trace(weights: list[Weights]) -> Trajectory:
     """Distances and value keys of every tensor of the first checkpoint, over `weights` (step order)."""
     import torch
-
     names = sorted(weights[0].files)
     T, K = len(weights), len(names)
     d_init, d_final, d_prev, d_skip = (np.full((T, K), np.nan) for _ in range(4))
@@ -142,8 +133,7 @@ def trace(weights: list[Weights]) -> Trajectory:
 
 
 def same_values(traj: Trajectory, name: str, i: int, j: int) -> bool:
-    """Rows i and j hold the same values of `name`: byte-equal in one dtype, or equal once the fp32 one
-    is rounded to bf16 as schedule.weights_dtype=bf16 rounds it."""
+    """Rows i and j hold the same values of `name`: byte-equal, or equal once an fp32 one is rounded to bf16."""
     a, b = traj.keys[name][i], traj.keys[name][j]
     if a is None or b is None:
         return False
@@ -153,7 +143,6 @@ def same_values(traj: Trajectory, name: str, i: int, j: int) -> bool:
 
 
 def identical_pairs(traj: Trajectory, name: str) -> list[tuple[int, int]]:
-    """Row pairs (i < j) holding the same values of `name`."""
     groups: dict[str, list[int]] = {}
     for i, key in enumerate(traj.keys[name]):
         if key is not None:

@@ -1,21 +1,10 @@
 """`python -m train verify RUN_DIR [RUN_DIR ...]`: can the checkpoints of a run be trusted?
 
-Public checkpoint suites have served step 1 equal to step 0 (EleutherAI/pythia #83), byte-identical
-weights from step 0 to 6300 (#195), an intermediate step holding the final model's shard (#206) and
-byte-identical intermediate branches (allenai/OLMo #915). This command looks for each of those, and for
-damage, in every checkpoint under RUN_DIR/checkpoints:
-* files: every file against its sha256 in manifest.json (missing, changed, unlisted), the required files,
-  weights that safetensors cannot read (truncated), and the records agreeing with each other (the
-  directory's step, manifest and trainer_state.json; parameter count; one config hash for the whole run,
-  the one config.yaml gives);
-* weights (train/trajectory.py): a checkpoint with the same weights as another step (byte-identical
-  files, or every tensor equal), in particular as step 0 or as the final model; a tensor with another
-  step's values (a swapped shard or tensor); a tensor off the run's path (values from an unsaved step or
-  another run: its detour ratio exceeds DETOUR_LIMIT); a checkpoint closer to step 0's weights than an
-  earlier one (the whole model's distance from step 0 going backwards, BACKWARDS_TOLERANCE).
-
-One line per finding, naming the checkpoint's file, then a summary line per run. Exit status 0 when
-clean, 1 on any finding, 2 on a usage error (`error: …`). `--json` prints one JSON document instead.
+Looks in every checkpoint under RUN_DIR/checkpoints for the failures public suites have shipped (docs/verify.md:
+step 1 equal to step 0, byte-identical steps, an intermediate step holding the final model's shard) and for
+damage: files against manifest.json, the records agreeing with each other, and the weights as one trajectory
+(train/trajectory.py measures; the checks below turn the measures into findings). One line per finding, naming
+the file, then a summary per run. Exit status 0 when clean, 1 on any finding, 2 on a usage error.
 """
 from __future__ import annotations
 
@@ -23,7 +12,7 @@ import argparse
 import json
 import sys
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -34,18 +23,178 @@ from safetensors import SafetensorError, safe_open
 from train.checkpoint import (MANIFEST, CorruptCheckpointError, checkpoint_files, list_checkpoints,
                               manifest_problems, missing_manifest, read_manifest, sha256_file)
 from train.confighash import config_hash
-from train.findings import Finding, RunReport, _Checkpoint, weight_files
-from train.trajectory import Weights, trace
-from train.verify_weights import (_check_distance_backwards, _check_tensor_sets, _check_tensors, _identical,
-                                  _same_models)
+from train.trajectory import GROUP_MIN_ELEMENTS, Trajectory, Weights, identical_pairs, same_values, trace
 
 STATE = "trainer_state.json"
 
 
+@dataclass
+class Finding:
+    step: Optional[int]  # None: about the run, not one checkpoint
+    file: str  # path of the file (or directory) the finding is about
+    kind: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.message}"
+
+
+@dataclass
+class RunReport:
+    run: str
+    checkpoints: list[dict] = field(default_factory=list)  # step, tokens, manifest, distances
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # worth knowing, not wrong (exit status unchanged)
+
+
+def _names(names: list[str], limit: int = 3) -> str:
+    return ", ".join(names[:limit]) + (f", … ({len(names)} in all)" if len(names) > limit else "")
+
+
+def weight_files(path: Path) -> list[Path]:
+    """The checkpoint's weights: model.safetensors, or the shards save_pretrained splits large ones into."""
+    return sorted(f for f in Path(path).glob("*.safetensors") if not f.name.startswith("."))
+
+
+class _Checkpoint:
+    """What the file checks learned about one step<N>/ directory."""
+
+    def __init__(self, step: int, path: Path):
+        self.step, self.path = step, path
+        self.state: Optional[dict] = None
+        self.manifest: Optional[dict] = None
+        self.hashes: dict[str, str] = {}  # file name -> sha256 (weights always; all files with a manifest)
+        self.weights: Optional[Weights] = None  # None: unreadable, not traced
+
+
+# A healthy run's detour ratios stay near 1 to √2 (at most 1.61 in 15 runs; bf16 noise alone about 2); a
+# tensor from a distant step makes it grow with that distance; 3 leaves room on both sides.
+DETOUR_LIMIT = 3.0
+# A relative drop of the model's distance from step 0: far above float32 summation noise (~1e-6), far below
+# a jump to another step's weights (consecutive demo checkpoints differ by > 1 %).
+BACKWARDS_TOLERANCE = 1e-3
+
+
+def _identical(cks: list[_Checkpoint], name: str, i_step: int, j_step: int, how: str) -> Finding:
+    """The finding for weights of steps i < j that are the same: blamed on j, unless j is the final model
+    (an intermediate step serving the final model's weights, Pythia #206)."""
+    first, last = cks[0].step, cks[-1].step
+    if i_step == first:
+        blamed, other, what = j_step, i_step, "the initialisation"
+    elif j_step == last:
+        blamed, other, what = i_step, j_step, "the final model"
+    else:
+        blamed, other, what = j_step, i_step, "another checkpoint"
+    path = next(c.path for c in cks if c.step == blamed)
+    return Finding(blamed, str(path / name), "identical-weights",
+                   f"{how} step{other}/{name} ({what}): the weights did not change or were copied")
+
+
+def _same_models(cks: list[_Checkpoint], traj: Trajectory, report: RunReport) -> set[int]:
+    """Checkpoints whose every tensor equals another step's (another dtype or layout); the steps blamed."""
+    K, steps = len(traj.names), traj.steps
+    count = Counter(pair for name in traj.names for pair in identical_pairs(traj, name))
+    blamed = set()
+    for (i, j), n in sorted(count.items()):
+        if n == K:
+            finding = _identical(cks, weight_files(cks[0].path)[0].name, steps[i], steps[j],
+                                 "every tensor equals that of")
+            report.findings.append(finding)
+            blamed.add(finding.step)
+    return blamed
+
+
+def _check_tensors(cks: list[_Checkpoint], traj: Trajectory, report: RunReport) -> None:
+    """Tensors with another step's values, and tensors off the run's path (DETOUR_LIMIT)."""
+    steps, K = traj.steps, len(traj.names)
+    ck_by_step = {ck.step: ck for ck in cks}
+    detour = traj.detour()
+    flagged = set()  # (row, tensor) already named by a copied-tensor finding
+    by_blame: dict[tuple[int, int, str], list[str]] = {}
+    for name in traj.names:
+        k = traj.names.index(name)
+        present = [r for r, key in enumerate(traj.keys[name]) if key is not None]
+        if all(same_values(traj, name, present[0], r) for r in present):
+            continue  # never changes in the whole run (a buffer, a frozen tensor): nothing was copied
+        for i, j in identical_pairs(traj, name):
+            if j == i + 1 and (traj.bf16[name][i] or traj.bf16[name][j]) and traj.sizes[k] < GROUP_MIN_ELEMENTS:
+                # late in a run, Adam's updates can stay within half a bf16 spacing on every element of a
+                # small tensor; on thousands, never
+                report.notes.append(f"step{steps[j]}: {name} rounds to the same bf16 values as at "
+                                    f"step{steps[i]} (an update below bf16 resolution)")
+                continue
+            # blame the row off the path (the larger detour); step 0 and the final model are references
+            if i == 0 or (j != len(steps) - 1 and np.nan_to_num(detour[j, k]) >= np.nan_to_num(detour[i, k])):
+                blamed, other = j, i
+            else:
+                blamed, other = i, j
+            flagged.add((blamed, name))
+            by_blame.setdefault((blamed, other, str(_file_of(ck_by_step[steps[blamed]], name))), []).append(name)
+    for (blamed, other, file), names in sorted(by_blame.items()):
+        what = {0: " (the initialisation)", len(steps) - 1: " (the final model)"}.get(other, "")
+        report.findings.append(Finding(steps[blamed], file, "copied-tensor",
+                                       f"{len(names)} of {K} tensors hold the values they have at "
+                                       f"step{steps[other]}{what}: {_names(names)}; a shard or tensor "
+                                       f"copied from another step"))
+    for group, columns in traj.groups().items():
+        ratio = traj.detour(columns)
+        # a copied tensor bends its neighbours' paths too: rows beside one are not judged, and of two
+        # neighbours over the limit only the larger is named
+        for row, name in flagged:
+            if traj.names.index(name) in columns:
+                ratio[[r for r in (row - 1, row, row + 1) if 0 <= r < len(ratio)]] = np.nan
+        while np.nanmax(ratio, initial=0) > DETOUR_LIMIT:
+            row = int(np.nanargmax(ratio))
+            names = [traj.names[k] for k in columns]
+            what = group if len(columns) == 1 else f"{group} ({_names(names)})"
+            report.findings.append(Finding(
+                steps[row], str(_file_of(ck_by_step[steps[row]], names[0])), "off-trajectory",
+                f"{what} is off the run's path between step{steps[row - 1]} and step{steps[row + 1]} "
+                f"(detour ratio {ratio[row]:.1f} > {DETOUR_LIMIT:g}): values from another step or run"))
+            ratio[row - 1:row + 2] = np.nan
+
+
+def _check_distance_backwards(traj: Trajectory, report: RunReport, paths: dict[int, Path]) -> None:
+    """A checkpoint closer to step 0 than an earlier one (Pythia #206): the model moves away from its
+    initialisation at every checkpoint. Rows already blamed, and bf16 rows (their rounding moves the
+    distance as much), are not judged."""
+    d = traj.model_distance(traj.d_init)
+    blamed = {f.step for f in report.findings}
+    bf16 = [any(traj.bf16[n][r] for n in traj.names) for r in range(len(traj.steps))]
+    best, best_row = -1.0, None
+    for row, step in enumerate(traj.steps):
+        if bf16[row] or step in blamed:
+            continue
+        if best_row is not None and d[row] < best * (1 - BACKWARDS_TOLERANCE):
+            report.findings.append(Finding(
+                step, str(paths[step]), "distance-backwards",
+                f"step{step} is closer to step{traj.steps[0]}'s weights (|θ-θ0| {d[row]:.6g}) than step"
+                f"{traj.steps[best_row]} was ({best:.6g}): one of the two holds another step's weights"))
+        if d[row] > best:
+            best, best_row = float(d[row]), row
+
+
+def _file_of(ck: _Checkpoint, name: str) -> Path:
+    return ck.weights.files.get(name, ck.path) if ck.weights else ck.path
+
+
+def _check_tensor_sets(cks: list[_Checkpoint], report: RunReport) -> None:
+    """Every checkpoint holds the first one's tensors with their shapes (missing ones are not traced)."""
+    ref = cks[0].weights
+    for ck in cks[1:]:
+        w = ck.weights
+        missing = sorted(set(ref.files) - set(w.files))
+        extra = sorted(set(w.files) - set(ref.files))
+        reshaped = sorted(n for n in set(ref.files) & set(w.files) if w.shapes[n] != ref.shapes[n])
+        for what, names in (("lacks", missing), ("adds", extra), ("changes the shape of", reshaped)):
+            if names:
+                report.findings.append(Finding(ck.step, str(ck.path), "tensor-set",
+                                               f"{what} {len(names)} tensors of step{cks[0].step}: {_names(names)}"))
+
+
 def _sizes_as_hashes(path: Path, manifest: dict) -> dict[str, str]:
-    """`verify --fast`: name -> the manifest's sha256 for every present file whose size is the recorded
-    one (trusted, not read), else a marker that differs from it. Without recorded sizes (manifests
-    before sizes were kept) only presence is checked."""
+    """`verify --fast`: name -> the manifest's sha256 for every present file of the recorded size (trusted,
+    not read), else a marker that differs from it (no recorded sizes: presence only)."""
     sizes = manifest.get("sizes") or {}
     out = {}
     for rel in checkpoint_files(path):
@@ -134,8 +283,7 @@ def _read_weights(ck: _Checkpoint, find, report: RunReport) -> Optional[Weights]
 
 
 def _check_config_hashes(run_dir: Path, cks: list[_Checkpoint], report: RunReport) -> None:
-    """Every checkpoint of a run records one config hash (a resume with another trajectory is refused):
-    a checkpoint with another one came from another run. config.yaml must give the same hash."""
+    """Every checkpoint of a run records one config hash, and config.yaml gives the same one."""
     hashes = {ck.step: (ck.state or {}).get("config_hash") for ck in cks}
     counts = Counter(h for h in hashes.values() if h)
     if not counts:
@@ -161,11 +309,9 @@ def _check_config_hashes(run_dir: Path, cks: list[_Checkpoint], report: RunRepor
 
 
 def _check_token_store(cks: list[_Checkpoint], report: RunReport) -> None:
-    """The token store the newest checkpoint records (trainer_state "data", train/dataid.py), hashed in
-    full against its build-time sha256 and against the run's record. A store no longer in the cache is a
-    note: a rerun rebuilds it from the corpus, and a resume checks it then."""
+    """The token store the newest checkpoint records (train/token_store.py, DATA_KEY), hashed in full against its build and
+    the run's record; one gone from the cache is a note (a rerun rebuilds it and a resume checks it)."""
     from train.token_store import TokenStore
-
     ck = next((c for c in reversed(cks) if isinstance((c.state or {}).get("data"), dict)), None)
     if ck is None:
         return
@@ -188,10 +334,8 @@ def _check_token_store(cks: list[_Checkpoint], report: RunReport) -> None:
 
 
 def _check_eval_files(run_dir: Path, report: RunReport) -> None:
-    """Every eval file and per-token sidecar under evals/step<N>/ against its .sha256 and the checkpoint
-    beside it (train/evalsums.py)."""
+    """Every eval file under evals/step<N>/ against its .sha256 and the checkpoint beside it."""
     from train.evalsums import checkpoint_problem, sum_problem
-
     for path in sorted((run_dir / "evals").glob("step*/*.parquet")):
         if path.name.startswith("."):
             continue
@@ -203,8 +347,7 @@ def _check_eval_files(run_dir: Path, report: RunReport) -> None:
 
 
 def _check_identical_files(cks: list[_Checkpoint], report: RunReport) -> None:
-    """Byte-identical weight files at different steps, from the sha256 already computed (equal to the
-    manifest's when the files match it; computed for checkpoints without one)."""
+    """Byte-identical weight files at different steps, from the sha256 already computed."""
     seen: dict[tuple[str, str], int] = {}  # (file name, sha256) -> the first step holding it
     for ck in cks:
         for f in weight_files(ck.path):
@@ -218,9 +361,7 @@ def _check_identical_files(cks: list[_Checkpoint], report: RunReport) -> None:
 
 
 def verify_run(run_dir: Path, fast: bool = False) -> RunReport:
-    """Every check on one run directory (which must hold checkpoints/step<N>/). fast: files are checked
-    against the manifest's names and sizes, not hashed (the weights are still read once, for the
-    weight checks)."""
+    """Every check on one run directory; fast: files checked against the manifest's sizes, not hashed."""
     run_dir = Path(run_dir)
     report = RunReport(str(run_dir))
     cks = [_Checkpoint(step, path) for step, path in list_checkpoints(run_dir)]
@@ -234,8 +375,7 @@ def verify_run(run_dir: Path, fast: bool = False) -> RunReport:
     _check_config_hashes(run_dir, cks, report)
     _check_token_store(cks, report)
     _check_identical_files(cks, report)
-    # A copy of another step is reported once and left out of the trace: as a neighbour it would
-    # bend the path of the checkpoints beside it.
+    # a copy of another step is reported once and left out of the trace (it would bend its neighbours' path)
     copies = {f.step for f in report.findings if f.kind == "identical-weights"}
     traced = [ck for ck in cks if ck.weights is not None and ck.step not in copies]
     if len(traced) >= 2:
@@ -263,14 +403,6 @@ def verify_run(run_dir: Path, fast: bool = False) -> RunReport:
         report.checkpoints.append(entry)
     report.findings.sort(key=lambda f: (-1 if f.step is None else f.step, f.file))
     return report
-
-
-def _summary(report: RunReport) -> str:
-    n = len(report.checkpoints)
-    span = f"step{report.checkpoints[0]['step']}..step{report.checkpoints[-1]['step']}" if n else ""
-    manifests = sum(c["manifest"] for c in report.checkpoints)
-    verdict = f"{len(report.findings)} finding(s)" if report.findings else "clean"
-    return (f"verify {report.run}: {n} checkpoints ({span}), {manifests} with manifests: {verdict}")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -305,7 +437,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     print(f"{c['step']:>8} {c['tokens'] if c['tokens'] is not None else '-':>14} "
                           f"{c.get('distance_from_init', float('nan')):>10.4g} "
                           f"{c.get('distance_from_final', float('nan')):>10.4g}")
-            print(_summary(r))
+            n, cks = len(r.checkpoints), r.checkpoints
+            span = f"step{cks[0]['step']}..step{cks[-1]['step']}" if n else ""
+            verdict = f"{len(r.findings)} finding(s)" if r.findings else "clean"
+            print(f"verify {r.run}: {n} checkpoints ({span}), {sum(c['manifest'] for c in cks)} with manifests: "
+                  f"{verdict}")
     return 1 if any(r.findings for r in reports) else 0
 
 

@@ -1,10 +1,6 @@
-"""Loading a causal LM from a directory with every weight accounted for.
-
-transformers' from_pretrained initialises missing weights at random and drops unexpected ones with
-only a printed table: a config.json swapped to another architecture over NeoX weights then loads a
-random model that is scored without a word. Every loader in this project goes through
-load_causal_lm, which makes missing, unexpected or mismatched weights an error naming the directory.
-"""
+"""Loading a causal LM with every weight accounted for: transformers' from_pretrained initialises missing
+weights at random with only a printed table (a config.json swapped to another architecture loads a random
+model, scored without a word), so every loader goes through load_causal_lm, which refuses that."""
 from __future__ import annotations
 
 import json
@@ -18,9 +14,8 @@ class WeightsMismatchError(InputFileError):
 
 
 def load_causal_lm(path, cls=None, **kwargs):
-    """cls.from_pretrained(path, **kwargs) (cls: AutoModelForCausalLM by default), refused unless the
-    checkpoint's weights are exactly the model's. With a concrete cls, config.json must also name its
-    architecture (model_type): a GPTNeoXForCausalLM built from a llama config.json is refused too."""
+    """cls.from_pretrained(path, **kwargs) (default AutoModelForCausalLM), refused unless the weights are
+    exactly the model's; with a concrete cls, config.json must name its model_type too."""
     if cls is None:
         from transformers import AutoModelForCausalLM as cls
     path = Path(path)
@@ -34,7 +29,6 @@ def load_causal_lm(path, cls=None, **kwargs):
             raise WeightsMismatchError(f"{path / 'config.json'} says model_type={found!r}, expected "
                                        f"{expected!r} ({cls.__name__})")
     from transformers.utils import logging as hf_logging
-
     # transformers prints its own MISSING/UNEXPECTED table as a warning; the error below says it in one line
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()

@@ -1,20 +1,10 @@
 """Aggregation: mean and 95 % interval over seeds; bootstrap intervals over pairs.
 
-Bootstrap over pairs without resampling loops: resampling the n pairs of one paradigm with
-replacement gives a count of correct pairs distributed exactly Binomial(n, k/n), where k pairs were
-right. The percentile interval of that bootstrap is therefore a pair of binomial quantiles that
-depend only on (k, n) and are computed exactly once per distinct n. A phenomenon's accuracy is the
-mean of its paradigms' accuracies (each paradigm resampled within itself, i.e. a stratified
-bootstrap); its bootstrap variance is exactly sum_j p_j(1-p_j)/n_j / K^2, and probes.analysis.bands
-reports the normal interval with that variance, seeds resampled too (exact percentiles of a sum of
-binomials would need a convolution per row and change the interval by far less than its width at
-n >= 100 pairs).
-The paired bootstrap of a U's drop, where pair identities matter, is in probes.analysis.ushape (analyse_curve).
+Resampling a paradigm's n pairs gives a count of correct pairs distributed exactly Binomial(n, k/n), so its
+percentile bootstrap is a pair of binomial quantiles computed once per distinct n, without resampling loops.
 """
 from __future__ import annotations
 
-import math
-from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -49,23 +39,6 @@ def seed_summary(table: pd.DataFrame, keys: Sequence[str], values: Sequence[str]
     return out.reset_index()
 
 
-@lru_cache(maxsize=64)
-def _binomial_quantile_table(n: int, lo_q: float, hi_q: float) -> tuple[np.ndarray, np.ndarray]:
-    """For k = 0..n: the lo_q / hi_q quantiles of Binomial(n, k/n) / n (percentile bootstrap)."""
-    j = np.arange(n + 1)
-    log_choose = np.array([math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in j])
-    p = j / n
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lp, lq = np.log(p)[:, None], np.log1p(-p)[:, None]
-        # 0 * log(0) is 0 here (k = 0 or k = n rows are point masses)
-        terms = np.where(j == 0, 0.0, j * lp) + np.where(j == n, 0.0, (n - j) * lq)
-    pmf = np.exp(log_choose[None, :] + terms)  # row k: pmf of Binomial(n, k/n)
-    cdf = np.cumsum(pmf, axis=1)
-    lo = np.argmax(cdf >= lo_q - 1e-12, axis=1) / n
-    hi = np.argmax(cdf >= hi_q - 1e-12, axis=1) / n
-    return lo, hi
-
-
 def bootstrap_paradigm_intervals(table: pd.DataFrame, values: Sequence[str] = ("acc_mlp", "acc_sum"),
                                  level: float = 0.95) -> pd.DataFrame:
     """Adds <v>_boot_lo / <v>_boot_hi: exact percentile bootstrap over pairs for each paradigm row."""
@@ -78,7 +51,7 @@ def bootstrap_paradigm_intervals(table: pd.DataFrame, values: Sequence[str] = ("
         for n in np.unique(n_all[n_all > 0]):
             rows = np.flatnonzero(n_all == n)
             k = np.rint(out[v].to_numpy()[rows] * n).astype(int)
-            qlo, qhi = _binomial_quantile_table(int(n), a, 1 - a)
+            qlo, qhi = (stats.binom.ppf(q, n, np.arange(n + 1) / n) / n for q in (a, 1 - a))  # for k = 0..n
             lo[rows], hi[rows] = qlo[k], qhi[k]
         out[f"{v}_boot_lo"], out[f"{v}_boot_hi"] = lo, hi
     return out

@@ -1,12 +1,6 @@
-"""The ZhoBLiMP case study (§5.4, Figure 6) for any paradigm: accuracy and phrase-region differences
-over training, mean and 95 % interval over seeds (docs/probing.md, "Case study"). Per pair and region R:
-
-    mean Δ_R = lp_good_R / ntok_good_R − lp_bad_R / ntok_bad_R     (nats per token; the default)
-    sum  Δ_R = lp_good_R − lp_bad_R                                 (nats; also in every table)
-
-summing the eval file's per-slot columns (``lp_good_slot_<slot>`` …) over the slots that
-probes/benchmarks/phrase_regions.json groups into R. Regions are followed from the per-pair eval files of
-the one paradigm (read with a row filter), not from the reduced cache, which keeps only summed generic deltas.
+"""The ZhoBLiMP case study (§5.4, Figure 6) for any paradigm: accuracy and phrase-region differences over
+training (docs/probing.md, "Case study"), from the per-slot columns of the paradigm's eval rows (read with a row
+filter: the reduced cache keeps only summed generic deltas), grouped by probes/benchmarks/phrase_regions.json.
 """
 from __future__ import annotations
 
@@ -25,8 +19,11 @@ import pyarrow.parquet as pq
 
 from probes.analysis.aggregate import seed_summary
 from probes.analysis.bands import MIN_SEEDS_T, band_caption, band_kind, seed_pair_half
-from probes.evals.files import REGIONS as GENERIC
-from probes.analysis.evalset import EvalInputError, EvalSet, log_tokens
+from probes.analysis.evalset import EvalInputError, EvalSet, log_tokens, parse_model_params
+from probes.analysis.outputs import save_figure, write_csv
+from probes.analysis.plotting import accuracy_label, new_figure, plot_line, safe_name, token_axis
+from probes.analysis.scaling import budget_label
+from probes.evals.files import ALL_SUFFIX, REGIONS as GENERIC
 
 PHRASE_REGIONS = Path(__file__).parents[1] / "benchmarks" / "phrase_regions.json"
 # --case-study auto: the paper's paradigm (real or generated pairs), else the built-in grammar's
@@ -92,8 +89,7 @@ def load_phrase_regions(path: str | Path | None = None) -> dict[str, dict[str, l
 
 def region_spec(columns: list[str], paradigm: str, mapping: dict[str, dict[str, list[str]]],
                 has_slots: bool) -> RegionSpec:
-    """The regions of ``paradigm`` given the columns of its eval rows (``has_slots``: some row of
-    the paradigm has finite slot values)."""
+    """The regions of ``paradigm`` from its eval rows' columns (``has_slots``: some row has finite slot values)."""
     slots = [m.group(1) for c in columns if (m := _SLOT_COL.match(c))]
     if has_slots and slots:
         if paradigm in mapping:
@@ -140,8 +136,7 @@ def straddling(df: pd.DataFrame, spec: RegionSpec) -> pd.Series:
 
 
 def paradigm_point(df: pd.DataFrame, spec: RegionSpec) -> dict:
-    """One checkpoint of one run: accuracies over all pairs, region deltas averaged over the pairs
-    that have the regions (``n_region_pairs``)."""
+    """One run's checkpoint: accuracies over all pairs, region deltas over the pairs that have the regions."""
     d = pair_deltas(df, spec)
     row = {"n_pairs": len(df),
            "acc_mlp": float((df.lp_good / df.ntok_good > df.lp_bad / df.ntok_bad).mean()),
@@ -239,9 +234,6 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
                     metric: str = "acc_mlp", runs: Optional[pd.DataFrame] = None) -> Path:
     """Figure 6 of the paper: accuracy (top) and each region's Δ (bottom) against tokens, log x;
     lines are seed means, bands the 95 % interval over seeds (none with one seed)."""
-    from probes.analysis.plotting import accuracy_label, new_figure, plot_line, token_axis
-    from probes.analysis.outputs import save_figure
-
     c = s.sort_values("step")
     tok = c["tokens"].to_numpy()
     n_seeds = int(c["n_seeds"].min())
@@ -296,8 +288,6 @@ def pick_paradigms(ev: EvalSet, name: str) -> list[tuple[str, str]]:
 
 
 def _largest_first(s: pd.DataFrame) -> list[tuple]:
-    from probes.analysis.evalset import parse_model_params
-
     keys = s[["model", "budget"]].drop_duplicates()
     order = sorted(keys.itertuples(index=False), key=lambda k: (-(parse_model_params(k.model) or 0),
                                                                   -(0 if pd.isna(k.budget) else k.budget)))
@@ -308,13 +298,8 @@ def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metri
                        ) -> tuple[list, list[str]]:
     """Tables under out/tables, figures submitted to ``jobs``; returns (markdown blocks, notes): a
     block is a line, a DataFrame (a table) or ("figures", title prefix) for the figures drawn."""
-    from probes.analysis.plotting import safe_name
-    from probes.analysis.outputs import write_csv
-    from probes.analysis.scaling import budget_label
-
     if cfg.quantity not in QUANTITIES:
         raise EvalInputError(f"case study quantity {cfg.quantity!r}: expected one of {sorted(QUANTITIES)}")
-    from probes.evals.files import ALL_SUFFIX
 
     # "<benchmark>_all" holds only the last checkpoint: a case study needs a curve
     targets = [t for t in pick_paradigms(ev, cfg.paradigm) if not t[0].endswith(ALL_SUFFIX)]

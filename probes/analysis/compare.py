@@ -1,35 +1,13 @@
-"""`python -m probes compare A B --out DIR`: paired statistics of two runs or two checkpoints.
+"""`python -m probes compare A B --out DIR`: paired statistics of two runs or two checkpoints (docs/public_suites.md,
+"Paired comparisons": sides, columns, what is refused).
 
-Both sides scored the same minimal pairs, so the question "is B better than A" is a paired one, and the
-unit is the item (the pair): seeds are repeated measurements of it, not new items. Per item, each side's
-seeds are first reduced to the share of seeds right; then, per benchmark x paradigm, per benchmark x
-phenomenon and per benchmark overall (rows of `level` paradigm / phenomenon / overall):
-
-* ``n`` items; ``b`` items where A's share is higher, ``c`` where B's is; ``p_sign`` the exact sign test
-  of the per-item differences, the two-sided binomial test of c in b + c trials at 1/2
-  (scipy.stats.binomtest; with one seed this is McNemar's exact test). A copied seed changes no item's
-  share, so it leaves every number as it was: pairs x seeds counted as trials made a copy look like
-  evidence (McNemar p 0.031 -> 0.00049);
-* ``ci_lo``, ``ci_hi``: a 95 % bootstrap interval of acc_b - acc_a with the item as the cluster (an item
-  is resampled with all its seeds on both sides);
-* ``q_bh``: Benjamini-Hochberg adjusted p within each level (scipy.stats.false_discovery_control): a
-  phenomenon row holds its paradigms' pairs again, so paradigm and phenomenon rows are separate families
-  (compare.json's ``bh_families``).
-
-A side is a run directory (its last scored checkpoint), ``RUN:STEP``, or a folder of run directories
-(seeds; config.yaml's ``seed``), each optionally with ``:STEP``. Seed groups are paired seed by seed
-where both sides have the seed; two single runs are paired whatever their seeds. Refused, as the report
-refuses them: a run against itself at the same checkpoint, one run twice (same config hash) on one side or
-at one checkpoint on both, and eval files whose ``pair_set`` fingerprints differ (other sentences under
-the same pair ids). Decisions use the report's metric: MLP (lp/ntok, ties wrong) unless ``--metric sum``;
-``flips.csv`` lists the items whose share right changed, largest change of margin (good - bad score) first.
-
-The report calls :func:`paired_stats` (two outcome matrices in hand, e.g. a U's peak and trough
-checkpoints from PairOutcomes) or :func:`compare` (two sides by name).
+The pair is the unit: each side's seeds are first reduced to the pair's share right, so a copied seed leaves every
+number as it was (counting pairs x seeds as trials made a copy look like evidence: McNemar p 0.031 -> 0.00049).
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -179,8 +157,7 @@ def _pairs_of_runs(a: Side, b: Side) -> list[tuple[Path, Path]]:
 
 
 def _refuse_same_run(a: Side, b: Side, run_pairs: list[tuple[Path, Path]]) -> None:
-    """As the report refuses copies (probes.analysis.evalset): one run against itself (or its copy) at one
-    checkpoint compares nothing with itself."""
+    """As the report refuses copies: a run against itself (or its copy) at one checkpoint compares nothing."""
     for ra, rb in run_pairs:
         same = ra.resolve() == rb.resolve()
         ia, ib = _read_run_info(ra), _read_run_info(rb)
@@ -247,10 +224,7 @@ def compare(a: str | Side, b: str | Side, metric: str = "mlp", n_boot: int = 200
     for bench in sorted(set.intersection(*(set(m) for m in per_pair))):
         # a pair enters when every seed pair scored it, so a bootstrap column is one pair in all seeds
         frames = [m[bench].set_index(["paradigm", "pair_id"]) for m in per_pair]
-        keys = frames[0].index
-        for f in frames[1:]:
-            keys = keys.intersection(f.index)
-        keys = keys.sort_values()
+        keys = functools.reduce(pd.Index.intersection, (f.index for f in frames)).sort_values()
         ok_a, ok_b, mar_a, mar_b = (np.stack([f.loc[keys, c].to_numpy() for f in frames])
                                     for c in ("ok_a", "ok_b", "margin_a", "margin_b"))
         par = keys.get_level_values("paradigm").to_numpy()

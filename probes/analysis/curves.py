@@ -26,6 +26,7 @@ from probes.analysis.evalset import EvalInputError, EvalSet, load_runs
 from probes.analysis.outputs import save_figure, write_csv, write_table, write_text
 from probes.analysis.plotting import accuracy_label, colors, finish_legend, new_figure, plot_line, safe_name, short_label, token_axis
 from probes.analysis.ushape import UShapeConfig, count_text, find_u_shapes_in_runs
+from probes.families import families
 
 TIDY_COLUMNS = ["run", "model", "budget", "seed", "step", "tokens", "benchmark", "phenomenon",
                 "paradigm", "n_pairs", "acc_mlp", "acc_sum"]
@@ -43,8 +44,6 @@ def phenomenon_table(table: pd.DataFrame) -> pd.DataFrame:
     out["n_paradigms"] = g["paradigm"].nunique()
     return out.reset_index()
 
-
-# ---------------------------------------------------------------------------------------- plots
 
 def plot_phenomenon(table: pd.DataFrame, phen_table: pd.DataFrame, benchmark: str, phenomenon: str,
                     path: Path, metric: str = "acc_mlp") -> Path:
@@ -98,8 +97,6 @@ def plot_overview(phen_table: pd.DataFrame, benchmark: str, path: Path, metric: 
     fig.suptitle(f"{benchmark}: all phenomena", fontsize=11)
     return save_figure(fig, path)
 
-
-# ---------------------------------------------------------------------------------------- CLI
 
 def write_curves(ev: EvalSet, out: Path, delta: float = UShapeConfig.delta,
                  metric: str = "acc_mlp") -> dict[str, list]:
@@ -157,8 +154,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except EvalInputError as exc:  # a run of other probe families only still gets their curves
         ev, failed = None, exc
     plots: list[Path] = []
-    from probes.families import families
-
     for fam in families():  # the other probe families' curves, where the runs have their files
         table = fam.load("table")(args.run_dirs) if fam.table and fam.curves else []
         if len(table):

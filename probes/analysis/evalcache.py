@@ -1,15 +1,8 @@
-"""The reduced-read cache: a run's eval files, reduced once, kept beside them.
-
-A whole grid's eval files take ~15 s to read and reduce on 2 cores; the reduction (one byte per
-pair and checkpoint + the per-paradigm rows) is ~2 % of their size. It is kept per run and
-benchmark in <run>/evals/.reduced-<benchmark>.npz (a dot name: readers of run directories ignore
-it) together with the step, size, mtime and sha256 (from its .sha256) of every eval file it came from,
-and the sha256 of its own arrays. All unchanged: it is
-used as is. Only new checkpoints after its first one (a run still training; the probe hook
-refreshes it after every eval): those files alone are read and added. Anything else -- a
-rewritten or deleted file, an eval before its first checkpoint -- means a fresh read. Plain
-numpy arrays only (no pickle). Written atomically (train.files.atomic_open); a read-only run
-directory just goes uncached.
+"""The reduced-read cache: a run's eval files reduced once (~2 % of their size; a grid's files take ~15 s to
+read), kept in <run>/evals/.reduced-<benchmark>.npz with the step, size, mtime and sha256 of every eval file it
+came from and the sha256 of its own arrays. All unchanged: used as is. Only checkpoints after its first one are
+new (a run still training): those files alone are read and added. Anything else means a fresh read. Plain numpy
+arrays (no pickle), written atomically; a read-only run directory just goes uncached.
 """
 from __future__ import annotations
 
@@ -134,10 +127,8 @@ def _write_cache(run_dir: Path, bench: str, entries: list[list], out: PairOutcom
 
 def read_benchmark(name: str, run_dir: Path, bench: str, paths: list[tuple[int, Path]], cache: bool,
                    cached_only: bool = False):
-    """(PairOutcomes, per-paradigm rows, conventions, problems) of one benchmark of a run, named
-    `name`, from `paths` [(step, eval file)]: from the cache where it is still valid, reading only
-    the files added since; cache=False reads every file and leaves the cache alone. cached_only: None
-    instead of reading any eval file (the cache is not current)."""
+    """(PairOutcomes, per-paradigm rows, conventions, problems) of one benchmark of a run from `paths` [(step,
+    eval file)], through the cache unless cache=False; cached_only: None where the cache is not current."""
     entries = _entries(paths)
     hit = _read_cache(run_dir, bench) if cache else None
     if hit is not None and hit.entries == entries:

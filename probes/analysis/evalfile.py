@@ -1,10 +1,6 @@
-"""One run's eval files: read each, align them across checkpoints, reduce them.
-
-Each <run>/evals/step<N>/<benchmark>.parquet (one row per minimal pair, probes.scoring.store) becomes one
-byte per pair (MLP and sum-LP correctness) plus the per-paradigm accuracies and mean region deltas
-of that checkpoint. Every checkpoint is aligned to the pair order of the run's first one
-(`Reference`), so pairs can be followed across training and resampled for bootstrap intervals.
-probes.analysis.evalset reads whole run directories with this; probes.analysis.evalcache keeps its output.
+"""One run's eval files: read each, align them across checkpoints to the pair order of the run's first one
+(`Reference`, so pairs can be followed and resampled), reduce them to one byte per pair (MLP and sum-LP
+correctness) plus per-paradigm accuracies and mean region deltas.
 """
 from __future__ import annotations
 
@@ -58,10 +54,6 @@ class FileResult:
     row_key: Optional[str] = None  # _chunk_key of its paradigm and pair_id columns
     counts_key: Optional[str] = None  # ... and of its token counts
     counts: Optional[tuple[np.ndarray, np.ndarray]] = None  # ntok good, bad as floats
-
-    def delta(self, name: str) -> np.ndarray:
-        good, bad = self.lps[name]
-        return good - bad
 
 
 # what aligns a file's rows with another file's: its pairs' paradigm and id, in row order
@@ -307,7 +299,7 @@ def _file_rows(ref: Reference, f: FileResult, path: str, benchmark: str, problem
             if np.isfinite(t).all():  # then so is every delta: a NaN or inf would be in its paradigm's sum
                 row[f"delta_{name}"] = t / n
                 continue
-            dv = f.delta(name)[sel]
+            dv = np.subtract(*f.lps[name])[sel]
             finite = np.isfinite(dv)  # the mean over the finite ones
             cnt = np.bincount(fc[finite], minlength=k)
             t = np.bincount(fc[finite], weights=dv[finite], minlength=k)

@@ -1,19 +1,13 @@
-"""Read the per-pair eval files of one or many run directories into one analysable object.
+"""Read the per-pair eval files of one or many run directories (layout: checkpoints.md) into one analysable object.
 
-Layout read (checkpoints.md):
-    <run>/config.yaml                               experiment, seed, model.name, data.budget_tokens
-    <run>/checkpoints/step<N>/trainer_state.json    {"step": N, "tokens": T, ...}
-    <run>/evals/step<N>/<benchmark>.parquet         one row per minimal pair
-Temporary names (starting with "." or containing ".tmp") are ignored: they are files being written.
-
-Per-pair rows are reduced at read time to one byte per pair and checkpoint (MLP and sum-LP
-correctness) plus per-paradigm accuracies and mean region deltas, so a whole scaling grid
-(60 runs x 47 checkpoints x 35k pairs) stays in a few hundred MB and bootstrap intervals can still be
-drawn from the pairs later without rerunning a model. One file's reading and the alignment across
-checkpoints: probes.analysis.evalfile; the reduced copy kept in each run: probes.analysis.evalcache.
+Per-pair rows are reduced at read time to one byte per pair and checkpoint plus per-paradigm accuracies and mean
+region deltas, so a whole scaling grid (60 runs x 47 checkpoints x 35k pairs) stays in a few hundred MB and
+bootstrap intervals can still be drawn from the pairs later (one file: probes.analysis.evalfile; the reduced copy
+kept in each run: probes.analysis.evalcache). Temporary names (a leading "." or ".tmp") are files being written.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -28,8 +22,8 @@ import pandas as pd
 
 from probes.analysis.evalcache import read_benchmark
 from probes.analysis.evalfile import PairOutcomes
-from probes.analysis.evalcache import cache_path
 from probes.evals.files import ALL_SUFFIX, MINIMAL_PAIRS, REGIONS, EvalInputError, eval_kind
+from probes.families import families
 from train.files import step_dirs
 
 
@@ -140,22 +134,17 @@ def _refuse_copies(runs: list[RunInfo]) -> None:
 
 def _unique_names(dirs: list[Path]) -> list[str]:
     dirs = [d.resolve() for d in dirs]  # "." or "run/.." name the directory they point at
-    names = [d.name for d in dirs]
-    if len(set(names)) == len(names):
-        return names
-    # Same leaf name in several places (e.g. sweep/0/seed1, sweep/1/seed1): add parents until unique.
-    depth = 2
-    while depth < 10:
+    # the leaf name; the same in several places (e.g. sweep/0/seed1, sweep/1/seed1): parents added until unique
+    for depth in range(1, 10):
         names = ["/".join(d.parts[-depth:]) for d in dirs]
         if len(set(names)) == len(names):
             return names
-        depth += 1
     return [str(d) for d in dirs]
 
 
-def _eval_paths(d: Path) -> tuple[dict[int, Path], dict[str, list[tuple[int, Path]]], set[str]]:
-    """A run's step directories, per benchmark its minimal-pair eval files [(step, file)], and the kinds of
-    its other files (other probe families': their own readers, probes/families.py)."""
+def _eval_paths(d: Path) -> tuple[dict[int, Path], dict[str, list[tuple[int, Path]]], dict[str, str]]:
+    """A run's step directories, per benchmark its minimal-pair eval files [(step, file)], and the kind of
+    each other benchmark (other probe families': their own readers, probes/families.py)."""
     evals = step_dirs(d / "evals")
     paths_by_bench: dict[str, list[tuple[int, Path]]] = {}
     for step, sd in sorted(evals.items()):
@@ -163,9 +152,11 @@ def _eval_paths(d: Path) -> tuple[dict[int, Path], dict[str, list[tuple[int, Pat
             # <name>.tokens.parquet is the per-token sidecar of <name>.parquet (probes/scoring/tokens.py)
             if f.suffix == ".parquet" and _visible(f) and f.is_file() and not f.name.endswith(".tokens.parquet"):
                 paths_by_bench.setdefault(f.stem, []).append((step, f))
-    # one file's kind per benchmark; a cached benchmark is minimal pairs (the only kind the reduced cache holds)
-    kinds = {b: MINIMAL_PAIRS if cache_path(d, b).is_file() else eval_kind(ps[-1][1]) for b, ps in paths_by_bench.items()}
-    return evals, {b: ps for b, ps in paths_by_bench.items() if kinds[b] == MINIMAL_PAIRS}, set(kinds.values()) - {MINIMAL_PAIRS}
+    # the newest file's kind per benchmark, even where a reduced cache exists: a file rewritten by another
+    # family after the cache was made is not minimal pairs (0.24 ms a schema)
+    kinds = {b: eval_kind(ps[-1][1]) for b, ps in paths_by_bench.items()}
+    pairs = {b: ps for b, ps in paths_by_bench.items() if kinds[b] == MINIMAL_PAIRS}
+    return evals, pairs, {b: k for b, k in kinds.items() if k != MINIMAL_PAIRS}
 
 
 def _load_run(d: Path, info: RunInfo, cache: bool = True, cached_only: bool = False):
@@ -181,8 +172,12 @@ def _load_run(d: Path, info: RunInfo, cache: bool = True, cached_only: bool = Fa
     if not paths_by_bench:
         raise EvalInputError(
             f"run directory {d} has no minimal-pair eval files (expected evals/step<N>/<benchmark>.parquet)"
-            + (f"; it has {', '.join(sorted(others))} evals only, which the analysis reads beside minimal pairs"
-               if others else ""))
+            + (f"; it has {', '.join(sorted(set(others.values())))} evals only, which the analysis reads beside "
+               "minimal pairs" if others else ""))
+    if others:
+        known = {f.kind for f in families()}
+        problems += [f"{d}: benchmark {b}'s eval files say kind {k!r}, which no registered probe family reads "
+                     "(probes/families.py); not analysed" for b, k in sorted(others.items()) if k not in known]
     problems += _hub_warnings(d)  # a public suite's checkpoints that are not what their names say
     ckpts = set(step_dirs(d / "checkpoints"))
     outs, frames = {}, []
@@ -208,8 +203,6 @@ def _load_run(d: Path, info: RunInfo, cache: bool = True, cached_only: bool = Fa
 def _hub_warnings(run_dir: Path) -> list[str]:
     """The checkpoint-sanity warnings `score-run --hub` (probes/scoring/hub.py) recorded in <run>/hub.json;
     read here, not imported from there: scoring sits below analysis and imports its cache refresh."""
-    import json
-
     path = run_dir / "hub.json"
     if not path.is_file():
         return []
@@ -220,13 +213,9 @@ def _hub_warnings(run_dir: Path) -> list[str]:
 
 
 def refresh_cache(run_dir: str | Path, benchmark: str) -> bool:
-    """Bring a run's reduced cache of `benchmark` up to date, reading only eval files it lacks.
-
-    The probe hook and `probes score`/`watch` call it after writing each eval file, so a report
-    on runs this suite probed never reads their eval files again (50-120 ms a checkpoint for 35k pairs, where a
-    first read of a whole grid's files takes most of a report's time). Never raises: a problem
-    (a bad eval file, a read-only directory) is logged and left for the report to name.
-    """
+    """Bring a run's reduced cache of `benchmark` up to date (the probe hook and `probes score`/`watch` call it
+    after each eval file, so a report never reads them again). Never raises: a problem is logged and left for the
+    report to name."""
     d = Path(run_dir)
     paths = [(step, sd / f"{benchmark}.parquet") for step, sd in sorted(step_dirs(d / "evals").items())
              if (sd / f"{benchmark}.parquet").is_file()]
@@ -241,11 +230,8 @@ def refresh_cache(run_dir: str | Path, benchmark: str) -> bool:
 
 
 def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cache: bool = True) -> EvalSet:
-    """Read every eval file of every run directory. Raises EvalInputError naming what is wrong.
-
-    workers: runs read at once by forked processes; default: the number of CPUs, at most 4.
-    cache: reuse / write the reduced form in <run>/evals/.reduced-<benchmark>.npz (see probes.analysis.evalcache).
-    """
+    """Read every eval file of every run directory (`workers` runs at once, forked; default min(4, CPUs)),
+    reusing and writing the reduced caches unless cache=False. Raises EvalInputError naming what is wrong."""
     from probes.analysis.outputs import fork_pool
 
     workers = workers or min(4, os.cpu_count() or 1)
@@ -269,14 +255,10 @@ def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cac
     loaded = [_load_run(d, info, cache, cached_only=True) if cache else None for d, info in zip(dirs, infos)]
     stale = [i for i, got in enumerate(loaded) if got is None]
     pool = fork_pool(min(workers, len(stale))) if len(stale) > 1 else None
-    if pool is None:
-        for i in stale:
-            loaded[i] = _load_run(dirs[i], infos[i], cache)
-    else:
-        with pool:
-            for i, got in zip(stale, pool.map(_load_run, [dirs[i] for i in stale], [infos[i] for i in stale],
-                                              [cache] * len(stale))):
-                loaded[i] = got
+    with pool or contextlib.nullcontext():
+        for i, got in zip(stale, (pool.map if pool else map)(_load_run, [dirs[i] for i in stale],
+                                                              [infos[i] for i in stale], [cache] * len(stale))):
+            loaded[i] = got
     problems: list[str] = []
     runs: list[RunInfo] = []
     all_outcomes: dict[tuple[str, str], PairOutcomes] = {}
@@ -308,9 +290,7 @@ def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cac
             problems.append(f"run {name} lacks benchmark(s) {sorted(every - have)}; analysed where present")
     # in (run, benchmark, paradigm, step) order: each frame is in (paradigm, step) order (_load_run)
     table = pd.concat([frames[k] for k in sorted(frames)], ignore_index=True)
-    table["budget"] = table["budget"].astype("Int64")
-    table["seed"] = table["seed"].astype("Int64")
-    table = table[TABLE_COLUMNS]
+    table = table.astype({"budget": "Int64", "seed": "Int64"})[TABLE_COLUMNS]
     return EvalSet(runs=runs, table=table, outcomes=all_outcomes, convention=next(iter(conventions)),
                    problems=problems)
 
@@ -321,12 +301,8 @@ def _compact(steps: list[int], limit: int = 12) -> str:
 
 
 def log_tokens(tokens: np.ndarray, reference: Optional[np.ndarray] = None) -> np.ndarray:
-    """log10 tokens, with step 0 (0 tokens) placed one decade before the first trained checkpoint.
-
-    The initialisation has no position on a log axis; putting it a fixed decade to the left keeps
-    it visible and ordered in plots and smoothing without pretending it saw data. Pass the tokens
-    of all curves drawn together as `reference` so they share that position.
-    """
+    """log10 tokens, step 0 (0 tokens, no place on a log axis) one decade before the first trained checkpoint of
+    `reference` (the tokens of every curve drawn together, so they share that position)."""
     t = np.asarray(tokens, dtype=np.float64)
     ref = t if reference is None else np.asarray(reference, dtype=np.float64)
     pos = ref[ref > 0]

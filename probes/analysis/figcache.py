@@ -1,10 +1,6 @@
-"""The report's figure cache (docs/report.md, "Figure cache"): a figure is a pure function of its inputs,
-so a report on unchanged data copies the PNG it drew last time (~0.3 s of matplotlib per figure saved).
-
-The key hashes DataFrames/Series by columns, dtypes, index and values (numeric by bytes, strings through
-pandas' hash, else pickle), arrays by dtype, shape and bytes, paths inside the report relative to it (so the
-staged build and the final report agree). A false hit would show an old picture, so anything the key cannot
-describe exactly makes the job uncacheable; a figure function must take its numbers as arguments.
+"""The report's figure cache (docs/report.md, "Figure cache"): a report on unchanged data copies the PNG it
+drew last time. A false hit would show an old picture, so anything the key cannot describe exactly makes the
+job uncacheable; a figure function must take its numbers as arguments.
 """
 from __future__ import annotations
 
@@ -116,8 +112,7 @@ class _Hasher:
                 raise Uncacheable(f"{type(x).__qualname__}: {e}") from None
 
     def _path(self, p: Path) -> str:
-        """A path inside the report, relative to it; any other path may be read by the figure function,
-        and its contents are not in the key."""
+        """A path inside the report, relative to it; another path's contents are not in the key: uncacheable."""
         try:
             return Path(os.path.abspath(p)).relative_to(self.root).as_posix()
         except ValueError:
@@ -154,8 +149,7 @@ class _Hasher:
 
 
 def figure_key(fn, args: tuple, report_dir: Path, version: Optional[str] = None) -> Optional[str]:
-    """The content key of fn(*args) drawn into `report_dir`, or None where it cannot be exact. `version`:
-    code_version() when the caller holds it."""
+    """The content key of fn(*args) drawn into `report_dir`, or None where it cannot be exact."""
     h = _Hasher(Path(os.path.abspath(report_dir)))
     h.tag(f"{fn.__module__}.{fn.__qualname__}")
     h.tag(version or code_version())
@@ -192,9 +186,8 @@ def _store(data: bytes, entry: Path) -> None:
 
 
 class FigureCache:
-    """Figures of the report being built in `out`, reused from `previous`'s cache (default: `out`'s own,
-    for a report rebuilt in place). The entries this report used are written into `out`'s cache; prune()
-    then drops any other (a report rebuilt in place keeps no stale figures)."""
+    """Figures of the report being built in `out`, reused from `previous`'s cache (default `out`'s own); the
+    entries it used are written into `out`'s cache, and prune() drops any other."""
 
     def __init__(self, out: Path, previous: Optional[Path] = None):
         self.out = Path(out)
@@ -213,8 +206,7 @@ class FigureCache:
         return self.dir / f"{key}.png"
 
     def fetch(self, key: str, dest: Path) -> bool:
-        """Copy the cached figure `key` to `dest` (and into this report's cache); False on a miss, a torn
-        or unreadable entry included."""
+        """Copy the cached figure `key` to `dest` (and into this report's cache); False on a miss or a torn entry."""
         try:
             data = (self.read_dir / f"{key}.png").read_bytes()
         except OSError:
@@ -235,12 +227,8 @@ class FigureCache:
         if not self.dir.is_dir():
             return
         for p in self.dir.iterdir():
-            if p.name.startswith(".") or p.stem not in self.used or p.suffix != ".png":
-                if p.is_file():
-                    try:
-                        p.unlink()
-                    except FileNotFoundError:
-                        pass
+            if (p.name.startswith(".") or p.stem not in self.used or p.suffix != ".png") and p.is_file():
+                p.unlink(missing_ok=True)
 
 
 def draw_and_store(fn, args: tuple, entry: Optional[Path]):
@@ -250,6 +238,3 @@ def draw_and_store(fn, args: tuple, entry: Optional[Path]):
     if entry is not None:
         _store(Path(path).read_bytes(), entry)
     return path
-
-
-__all__ = ["CACHE_DIR", "FigureCache", "code_version", "draw_and_store", "figure_key", "png_intact", "tree_hash"]

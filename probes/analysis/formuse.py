@@ -1,27 +1,8 @@
-"""Minimal pairs vs generated tasks over training, each probe on one chance-corrected scale.
+"""Minimal pairs vs generated tasks over training, each probe on one chance-corrected scale (docs/elagent.md,
+"Minimal pairs vs generated tasks"; the report's section says which probes feed which group).
 
-Which is learnt first: telling a grammatical sentence from its minimal-pair twin, or solving a task generated
-from rules the model has not seen (after k solved examples)? The probes of a run fall into two groups:
-
-* ``minimal_pairs``: every minimal-pair benchmark (grammar, BLiMP, ZhoBLiMP, ...), except the generated
-  ELAGENT one below and the last-checkpoint-only ``<name>_all`` copies;
-* ``generated_tasks``: the generated ELAGENT tasks (Language A word order ``elagent_word_order`` as minimal
-  pairs, and the multiple-choice tasks precedence, bAbI, predicates), and fill-in-the-blank of the syntax
-  questions (``FITB_acc``: the model produces the phrase) where runs have them.
-
-What this is not: FAC²E's language-vs-cognition or knowledge-vs-use measure (Wang et al., ../shared/papers/003_*).
-FAC²E scores, *within one item*, the elicited rationale of recalling the knowledge (crystallized step) apart
-from applying it (fluid step), by instruction following -- which these small base models cannot do -- and its
-taxonomy puts grammaticality *and* numeric, logical and deductive reasoning on the same, language side. So the
-comparison is named for what it is, not for FAC²E.
-
-One scale: the probes have different chance levels (minimal pairs 0.5, bAbI 1/4, predicates 1/7, FITB a random
-phrase of the sentence), so a mean of raw accuracies would move with whichever probe moves and its chance line
-would be a mixture. Each probe's accuracy is first put on ``score = (acc - chance) / (1 - chance)``: 0 at chance,
-1 at perfect, negative below chance. A group's curve is the mean score of its probes at each checkpoint (a probe
-without a known chance level is listed and left out). The age of acquisition of each group's curve is the
-report's (``probes.analysis.aoa``: a sigmoid on log10 tokens, halfway between chance -- 0 here -- and the best
-fitted score), fitted per run, averaged over seeds.
+The probes' chance levels differ (0.5, 1/4, 1/7, ...): a mean of raw accuracies would move with whichever probe
+moves, so each is put on ``score = (acc - chance) / (1 - chance)`` first; a group's curve is its probes' mean score.
 """
 from __future__ import annotations
 
@@ -37,7 +18,9 @@ from probes.analysis.aoa import AoAConfig, aoa_from_fit, fit_sigmoids
 from probes.analysis.plotting import draw_baseline, inch_margins, new_figure, plot_line, token_axis
 from probes.analysis.evalset import ALL_SUFFIX, EvalSet, log_tokens
 from probes.analysis.outputs import save_figure, write_csv
-from probes.analysis.scaling import budget_label
+from probes.analysis.paperfigs import model_order
+from probes.analysis.scaling import budget_label, budget_order
+from probes.families import families
 
 PAIRS, TASKS = "minimal_pairs", "generated_tasks"
 USE_BENCHMARKS = ("elagent_word_order",)  # minimal-pair benchmarks that are generated tasks
@@ -45,15 +28,9 @@ COLORS = {PAIRS: "tab:blue", TASKS: "tab:orange"}
 PROBE_COLUMNS = ["run", "step", "tokens", "group", "probe", "acc", "chance", "score"]
 
 
-def chance_corrected(acc, chance):
-    """(acc - chance) / (1 - chance): 0 at chance, 1 at perfect; NaN where the chance level is unknown."""
-    return (acc - chance) / (1 - chance)
-
-
 def probe_curves(ev: EvalSet, metric: str = "acc_mlp", tasks: Sequence[pd.DataFrame] = ()) -> pd.DataFrame:
-    """One row per run x step x probe: group, accuracy, chance and the chance-corrected score (module
-    docstring). ``tasks``: the other families' generated-task rows (run, step, tokens, probe, acc, chance; a
-    family's ``tasks``, probes/families.py)."""
+    """One row per run x step x probe: group, accuracy, chance and the chance-corrected score. ``tasks``: the
+    other families' generated-task rows (run, step, tokens, probe, acc, chance; probes/families.py)."""
     t = ev.table[~ev.table.benchmark.astype(str).str.endswith(ALL_SUFFIX)]
     mp = t.groupby(["run", "step", "benchmark"], sort=True).agg(tokens=("tokens", "first"), acc=(metric, "mean"))
     mp = mp.reset_index().rename(columns={"benchmark": "probe"})
@@ -61,7 +38,8 @@ def probe_curves(ev: EvalSet, metric: str = "acc_mlp", tasks: Sequence[pd.DataFr
     mp["chance"] = 0.5
     frames = [mp] + [f.assign(group=TASKS) for f in tasks if len(f)]
     out = pd.concat(frames, ignore_index=True)
-    out["score"] = chance_corrected(out.acc.astype(float), out.chance.astype(float))
+    acc, chance = out.acc.astype(float), out.chance.astype(float)
+    out["score"] = (acc - chance) / (1 - chance)  # 0 at chance, 1 at perfect; NaN where chance is unknown
     out = out[PROBE_COLUMNS]
     return out.sort_values(["run", "group", "probe", "step"], ignore_index=True)
 
@@ -99,8 +77,6 @@ def _plot(seeds: pd.DataFrame, aoa: pd.DataFrame, path: Path) -> Path:
     """A grid of panels, a row per model (by size) and a column per budget: both groups' scores (seed mean,
     band over seeds), chance (0) dashed, AoA dotted; one legend and one x label for all panels (a legend in
     every panel, placed by loc="best", was a fifth of the figure's drawing time)."""
-    from probes.analysis.paperfigs import budget_order, model_order
-
     groups = {key: g for key, g in seeds.groupby(["model", "budget"], dropna=False, sort=False)}
     models, budgets = model_order(seeds), budget_order(seeds)
     # a column is one budget: one x range, its tick labels under the bottom panel only
@@ -149,11 +125,8 @@ def _plot(seeds: pd.DataFrame, aoa: pd.DataFrame, path: Path) -> Path:
 
 def formuse_section(ev: EvalSet, out: Path, metric: str = "acc_mlp", tasks: Sequence[pd.DataFrame] = (),
                     aoa_cfg: Optional[AoAConfig] = None, jobs=None) -> tuple[list[str], list[tuple[str, Path]]]:
-    """Markdown and figures of the minimal-pairs-vs-generated-tasks view; writes tables/formuse_probes.csv (every probe's curve),
-    tables/formuse.csv (group curves, seed means), tables/formuse_aoa.csv (per run) and figures/formuse.png.
-
-    ``tasks``: the generated-task rows of the other families (probe_curves), with run names as in ``ev``. ``jobs`` (probes.analysis.outputs.FigureJobs): the figure is drawn there (a worker,
-    the figure cache), else here."""
+    """Markdown and figures of the minimal-pairs-vs-generated-tasks view, its tables/formuse*.csv and
+    figures/formuse.png (drawn by `jobs`, a FigureJobs, where given). ``tasks``: as probe_curves takes them."""
     out = Path(out)
     probes = probe_curves(ev, metric, tasks)
     info = pd.DataFrame([(r.name, r.model, r.budget) for r in ev.runs], columns=["run", "model", "budget"])
@@ -208,8 +181,6 @@ def use_sections(ev: EvalSet, out: Path, metric: str = "acc_mlp", aoa_cfg: Optio
                  jobs=None) -> tuple[list[str], list[tuple[str, Path]]]:
     """The other probe families' report sections (where runs have their files; probes/families.py), then the
     minimal-pairs-vs-generated-tasks view over the tasks they give."""
-    from probes.families import families
-
     runs = [(r.name, Path(r.path), r.model, r.budget) for r in ev.runs]
     names, dirs = [r.name for r in ev.runs], [Path(r.path) for r in ev.runs]
     md, figs, tasks = [], [], []

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from probes.analysis.paperfigs import plot_budgets
 from train.logger import read_log
 
 
@@ -30,23 +31,10 @@ def final_heldout(table: pd.DataFrame) -> pd.DataFrame:
 
 def plot_heldout(table: pd.DataFrame, path: Path) -> Path:
     """Held-out loss against tokens seen; the band is the range over seeds."""
-    from probes.analysis.outputs import save_figure
-    from probes.analysis.paperfigs import _budget, _colors, _finish, budget_order, draw_model_lines, model_order, pick
-    from probes.analysis.plotting import new_figure, token_axis
-
     t = table.rename(columns={"val_loss": "acc"})
     bands = t.groupby(["model", "budget", "step"], dropna=False, as_index=False).agg(
         tokens=("tokens", "first"), acc_mean=("acc", "mean"), lo=("acc", "min"), hi=("acc", "max"),
         n_seeds=("run", "nunique"))
-    budgets, colors = budget_order(bands), _colors(model_order(bands))
-    fig, axes = new_figure(max(3.6 * len(budgets) + 1.0, 7.0), 4.4, 1, len(budgets), layout=None, sharey=True)
-    ref = bands.tokens.to_numpy()
-    for ax, budget in zip(axes.flat, budgets):
-        draw_model_lines(ax, pick(bands, budget=budget), pick(t, budget=budget), ref, colors)
-        token_axis(ax, ref, ylabel="held-out loss (nats per token)" if ax is axes[0, 0] else "", chance=False)
-        ax.set_xlabel("")
-        ax.set_title(f"corpus {_budget(budget)}", fontsize=9, y=1.0)
-    _finish(fig, axes, len(budgets), "Held-out loss over training (documents no run trained on, val/loss); "
-            "x: tokens seen (log), hollow marker = step 0\nlines: seed means; band: range over seeds",
-            axes[0, 0], left=0.95, wspace=0.12, hspace=0.0)
-    return save_figure(fig, path)
+    return plot_budgets(bands, t, path, "held-out loss (nats per token)", "Held-out loss over training (documents "
+                        "no run trained on, val/loss); x: tokens seen (log), hollow marker = step 0\nlines: seed "
+                        "means; band: range over seeds", accuracy=False, width=3.6, height=4.4)

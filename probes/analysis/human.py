@@ -1,14 +1,8 @@
-"""Human agreement with ZhoBLiMP's gold labels, as a reference beside model accuracy.
+"""Human agreement with ZhoBLiMP's gold labels (the authors' data/human_validation_result.csv) beside model accuracy.
 
-The file is the authors' ``data/human_validation_result.csv`` (sjtu-compling/ZhoBLiMP): one row per
-paradigm validated (129: the 118 released ones and 11 excluded for low agreement), with ``correct``
-and ``total`` judgements. Our reading: a phenomenon's human accuracy is the pooled
-``sum(correct) / sum(total)`` over the released paradigms that the benchmark files assign to it (the
-CSV's own phenomenon column is blank for 13 rows and merges relativization and topicalization); the
-overall figure pools the 118 released paradigms. That gives 93.9 % overall; the paper reports 94.6 %
-(§3.3, Table 4) and per-phenomenon values that differ by up to 2.4 points (BA: CSV 93.8, paper 96.2).
-No reading we tried reproduces the paper's numbers (mean of paradigm accuracies 93.7 %, mean of the 15
-phenomena 93.6 %, all 129 rows 91.1 %), so the report shows both, each labelled.
+A phenomenon's human accuracy is the pooled sum(correct) / sum(total) over the released paradigms the benchmark
+files assign to it (the CSV's phenomenon column is blank for 13 rows). That gives 93.9 % overall, the paper 94.6 %;
+no reading we tried reproduces the paper's numbers, so the report shows both, each labelled (docs/scoring.md).
 """
 from __future__ import annotations
 
@@ -54,9 +48,8 @@ def load_human(path: Union[str, Path, None] = None) -> pd.DataFrame:
 
 
 def human_by_phenomenon(human: pd.DataFrame, paradigms: pd.DataFrame) -> tuple[pd.DataFrame, float]:
-    """Per phenomenon of ``paradigms`` (columns paradigm, phenomenon: the benchmark's own labels):
-    pooled human accuracy over its paradigms in the CSV, n_paradigms, and the paper's Table 4 value;
-    plus the pooled overall accuracy over every such paradigm."""
+    """Per phenomenon of ``paradigms`` (the benchmark's own labels): pooled human accuracy over its paradigms in
+    the CSV, n_paradigms and the paper's Table 4 value; and the pooled overall accuracy."""
     m = paradigms[["paradigm", "phenomenon"]].drop_duplicates("paradigm").merge(human, on="paradigm")
     g = m.groupby("phenomenon", sort=True).agg(correct=("correct", "sum"), total=("total", "sum"),
                                                n_paradigms=("paradigm", "nunique")).reset_index()

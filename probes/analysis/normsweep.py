@@ -1,10 +1,6 @@
-"""Length- and frequency-normalised scores as the ZhoBLiMP authors report them: whole sweeps, not one point.
-
-The grids (pow-norm lp/|s|^alpha, MORCELA (lp - beta*ulp + gamma)/|s|, from sjtu-compling/ZhoBLiMP
-src/metrics.py and src/run.py) and why no single point is "the" score: docs/report.md, "Normalised scores".
-Everything comes from the per-pair sums every eval file stores (lp_*, ntok_*, ulp_*) at each run's last
-checkpoint (the all-pairs file `<benchmark>_all` where the run has one), no model calls. Their |s| counts
-tokens with a non-zero log-prob; ours counts every scored token (equal unless a token's probability rounds to 1).
+"""Length- and frequency-normalised scores as the ZhoBLiMP authors sweep them (docs/report.md, "Normalised
+scores"), from the per-pair sums every eval file stores at each run's last checkpoint: no model calls. Their |s|
+counts tokens with a non-zero log-prob, ours every scored token (equal unless a token's probability rounds to 1).
 """
 from __future__ import annotations
 
@@ -13,6 +9,11 @@ from typing import Optional
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
+
+from probes.analysis.scaling import budget_label
+from probes.evals.files import ALL_SUFFIX, MINIMAL_PAIRS, EvalInputError, eval_file_meta
+from train.files import step_dirs
 
 POW_ALPHAS = tuple(round(0.1 * i, 1) for i in range(1, 10))
 MORCELA_BETAS = tuple(round(0.1 * i, 1) for i in range(1, 11))
@@ -22,8 +23,7 @@ MORCELA_DEFAULT = (1.0, 0)  # metrics.morcela's defaults: SLOR
 
 
 def point_names(has_unigram: bool) -> list[tuple[str, str, float, float]]:
-    """(metric, name, param1, param2) of every point scored: mlp, sum, pow alphas, and with unigram
-    columns slor and the MORCELA grid."""
+    """(metric, name, param1, param2) of every point: mlp, sum, pow alphas; with unigram columns SLOR, MORCELA."""
     pts = [("mlp", "mlp", np.nan, np.nan), ("sum", "sum", np.nan, np.nan)]
     pts += [("pow", f"pow{a}", a, np.nan) for a in POW_ALPHAS]
     if has_unigram:
@@ -64,9 +64,6 @@ def pair_correct(df) -> tuple[np.ndarray, list[tuple[str, str, float, float]]]:
 
 def _final_file(run_path: Path) -> list[Path]:
     """The last checkpoint's eval files of a run, the all-pairs file in place of its sample."""
-    from train.files import step_dirs
-    from probes.evals.files import ALL_SUFFIX
-
     steps = step_dirs(run_path / "evals")
     if not steps:
         return []
@@ -75,14 +72,8 @@ def _final_file(run_path: Path) -> list[Path]:
 
 
 def _read_final(path: Path) -> Optional[tuple[dict, dict[str, np.ndarray], list[str], np.ndarray, np.ndarray]]:
-    """(metadata, numeric columns, sorted paradigm names, each row's index into them, each name's
-    phenomenon) of a minimal-pair eval file, or None for any other file. Strings are read as
-    dictionaries: a name is sorted once, not once a row (pd.factorize of a file's 35k names was a
-    tenth of the sweep)."""
-    import pyarrow.parquet as pq
-
-    from probes.evals.files import MINIMAL_PAIRS, EvalInputError, eval_file_meta
-
+    """(metadata, numeric columns, sorted paradigm names, each row's index into them, each name's phenomenon) of
+    a minimal-pair eval file, else None. A name is sorted once, not once a row (pd.factorize: a tenth of the sweep)."""
     try:
         names = set(pq.read_schema(path).names)
         if not {"lp_good", "lp_bad", "ntok_good", "ntok_bad", "paradigm"} <= names:
@@ -182,8 +173,6 @@ def sweep_summary(par: pd.DataFrame, move: float = 0.20) -> pd.DataFrame:
 
 def sweep_markdown(summary: pd.DataFrame) -> str:
     """One line per model x budget x benchmark: each family's range (ends' points) and default."""
-    from probes.analysis.scaling import budget_label
-
     if summary.empty:
         return "_(no eval files at the last checkpoints)_\n"
     move_col = next(c for c in summary.columns if c.startswith("paradigms_moving_over_"))

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import multiprocessing as mp
 import os
 import shutil
 import uuid
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
@@ -16,18 +18,15 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from probes.analysis.figcache import draw_and_store
+from train.errors import NotWritableError, UserError, check_writable
 from train.files import atomic_open
-
-__all__ = ["FigureJobs", "atomic_open", "check_output_file", "save_figure", "write_csv", "write_parquet", "write_table",
-           "write_text"]
+from train.staletmp import clear_stale, tag
 
 
 def check_output_file(path: str | Path, flag: str = "--out") -> None:
-    """Before any work: an output file whose place cannot be written (a parent that is a file, a
-    read-only directory) or that names a directory is refused now, not after an hour of scoring.
-    Raises ValueError naming the flag and the path."""
-    from train.errors import NotWritableError, check_writable
-
+    """Before any work, not after an hour of scoring: ValueError naming the flag where the output file cannot be
+    written there (a parent that is a file, a read-only directory) or names a directory."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag} {path}: is a directory; name the output file")
@@ -49,12 +48,8 @@ def write_csv(path: str | Path, df: pd.DataFrame) -> Path:
     return Path(path)
 
 
-def write_parquet(path: str | Path, df: pd.DataFrame, metadata: dict[str, str] | None = None) -> Path:
+def write_parquet(path: str | Path, df: pd.DataFrame) -> Path:
     table = pa.Table.from_pandas(df, preserve_index=False)
-    if metadata:
-        merged = dict(table.schema.metadata or {})
-        merged.update({k.encode(): v.encode() for k, v in metadata.items()})
-        table = table.replace_schema_metadata(merged)
     # dictionaries for the text columns only: a grid's table of floats tried (and dropped) a dictionary
     # for every float column, a third of its write time
     text = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
@@ -70,12 +65,8 @@ def write_table(stem: str | Path, df: pd.DataFrame) -> list[Path]:
 
 
 def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
-    """Save a matplotlib Figure (built without pyplot) as PNG, atomically.
-
-    Our figures use constrained layout, so no bbox_inches="tight" (it would draw everything twice).
-    Drawn by Agg at `dpi` as savefig draws it, then written by Pillow as RGB (the figures are opaque) at
-    zlib level 3: the same pixels as savefig's RGBA at level 6, ~6 % smaller and ~10 % cheaper a figure.
-    """
+    """A Figure as PNG, atomically: drawn by Agg as savefig draws it (no bbox_inches="tight": it draws twice),
+    written by Pillow as RGB at zlib level 3 (savefig's pixels, ~6 % smaller and ~10 % cheaper a figure)."""
     from PIL import Image
 
     fig.set_dpi(dpi)
@@ -91,15 +82,9 @@ def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
 
 @contextlib.contextmanager
 def staged_output(out: Path) -> Iterator[Path]:
-    """A directory of outputs (the report: report.md, figures/, tables/) built whole under a hidden
-    sibling ``.<out>.<pid>@<host>.tmp``, then moved into `out` entry by entry, report.md last. A killed
-    report leaves the previous one as it was (not old report.md beside new tables); the next run removes
-    what it left (train/staletmp.py). Entries of `out` that the new report lacks but an old one wrote
-    (a problems.txt with no problems now) go; anything else in `out` stays. An error removes the stage.
-    Every file the report writes is listed in `out`/.report-files; a file of the user's inside what would
-    be replaced (a figures/my_figure.pdf) is refused before any work, never deleted."""
-    from train.staletmp import clear_stale, tag
-
+    """The report's directory built whole under a hidden sibling, then moved into `out` entry by entry,
+    report.md last: a killed report leaves the previous one as it was (not old report.md beside new tables).
+    Every file written is listed in `out`/.report-files; a file of the user's that would be replaced is refused."""
     out = Path(out)
     check_report_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -139,10 +124,7 @@ MANIFEST = ".report-files"  # one path per line, relative to the report: what it
 
 
 def check_report_out(out: Path) -> None:
-    """Refuses a report directory with files under its entries that no report wrote (MANIFEST lacks them):
-    the swap would delete them."""
-    from train.errors import UserError
-
+    """Refuses a report directory with files under its entries that no report wrote: the swap would delete them."""
     foreign = _foreign_files(Path(out))
     if foreign:
         raise UserError(f"{foreign[0]}: not written by a report (not in {out / MANIFEST}), and a report replaces "
@@ -167,28 +149,17 @@ def _foreign_files(out: Path) -> list[Path]:
 
 
 def fork_pool(workers: int):
-    """A ProcessPoolExecutor of `workers` forked processes, or None (one worker, or no fork here).
-
-    fork, not spawn: a spawned worker spends ~2 s importing pandas and matplotlib. The work sent
-    to it must not touch CUDA or threads of the parent (ours reads files and draws figures).
-    """
-    import multiprocessing as mp
-
+    """`workers` forked processes, or None (one worker, or no fork): a spawned worker spends ~2 s importing
+    pandas and matplotlib. The work must not touch CUDA or threads of the parent."""
     if workers <= 1 or "fork" not in mp.get_all_start_methods():
         return None
-    from concurrent.futures import ProcessPoolExecutor
-
     return ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_worker_start,
                                initargs=(os.getpid(),))
 
 
 def _worker_start(parent: int) -> None:
-    """In each worker, first: the objects inherited from the parent become the permanent generation of
-    its garbage collector, so that no collection walks them (one walked the parent's whole heap, copying
-    its pages into the worker: 0.6 CPU-s of a grid report's figures, ~5 % of its reading). Then SIGKILL
-    when the parent dies (Linux PR_SET_PDEATHSIG): a killed `probes report` otherwise left its workers
-    blocked on the task queue for good (ppid 1), and `report | cat` waited on the stdout they inherited.
-    A parent already gone by now is caught by the ppid check."""
+    """gc.freeze() the inherited objects (a collection walking the parent's heap copied its pages: 0.6 CPU-s of
+    a grid report), and SIGKILL when the parent dies (a killed report left its workers blocked for good)."""
     import ctypes
     import signal
 
@@ -202,24 +173,12 @@ def _worker_start(parent: int) -> None:
         os._exit(1)
 
 
-class FigureJobs:
-    """Draw figures in worker processes while the caller goes on computing.
-
-    Drawing is matplotlib Python code under the GIL (~0.3 s a figure), so threads do not help;
-    forked workers do, and the analysis that feeds the next figures keeps the parent busy meanwhile.
-    `submit(title, fn, *args)` queues fn(*args) -> path and returns that path (the one .png path among
-    the arguments); `results()` waits and returns [(title, path)] in submission order, re-raising the
-    first worker error; a job with title None is drawn and awaited but left out (its caller lists it).
-    workers=1 (or a platform without fork) draws in the caller, at submit time. Arguments travel by
-    pickle: pass the rows a figure needs, not whole tables.
-
-    With a `cache` (probes.analysis.figcache.FigureCache) a job whose content key is in the cache is
-    not drawn: its PNG is copied from there; a drawn one is copied into it.
-
-    `compute(fn, *args)` runs a computation there too (the report's sigmoid fits), so that the caller's
-    own chain of statistics, which the figures wait on, is not the longest path; `.result()` of what it
-    returns gives fn's value (or raises its error).
-    """
+class FigureJobs(contextlib.AbstractContextManager):
+    """Draw figures in forked workers while the caller goes on computing (drawing is Python under the GIL:
+    threads do not help). submit(title, fn, *args) queues fn(*args) -> its .png argument, or copies it from the
+    `cache` (figcache.FigureCache); results() -> [(title, path)] in order, title None left out; compute(fn, *args)
+    runs a computation there too (the report's sigmoid fits). Arguments travel by pickle: pass only the rows a
+    figure needs. workers=1, or no fork: drawn in the caller at submit time."""
 
     def __init__(self, workers: int | None = None, cache=None):
         self._pool = fork_pool(workers if workers is not None else min(2, os.cpu_count() or 1))
@@ -228,8 +187,6 @@ class FigureJobs:
         self._forked = False
 
     def submit(self, title: str | None, fn, *args) -> Path | None:
-        from probes.analysis.figcache import draw_and_store
-
         path = _png_argument(args)
         key = self.cache.key(fn, args) if self.cache is not None and path is not None else None
         if key is not None and self.cache.fetch(key, path):
@@ -240,20 +197,21 @@ class FigureJobs:
         self._jobs.append((title, self._submit(*call) if self._pool else draw_and_store(*call[1:])))
         return path
 
-    def compute(self, fn, *args):
+    def compute(self, fn, *args) -> Future:
         if self._pool is not None:
             return self._submit(fn, *args)
+        done = Future()
         try:
-            return _Done(fn(*args))
+            done.set_result(fn(*args))
         except Exception as e:  # noqa: BLE001 -- raised by result(), as a worker's error is
-            return _Done(error=e)
+            done.set_exception(e)
+        return done
 
     def _submit(self, fn, *args):
         """pool.submit; the first call forks the workers (all of them, under fork), prepared for that."""
-        if self._forked:
-            return self._pool.submit(fn, *args)
-        _load_matplotlib()  # here, before the pool forks its workers: not once in each
-        self._forked = True
+        if not self._forked:
+            _load_matplotlib()  # here, before the pool forks its workers: not once in each
+            self._forked = True
         return self._pool.submit(fn, *args)
 
     def results(self) -> list[tuple[str, Path]]:
@@ -270,23 +228,8 @@ class FigureJobs:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
-    def __enter__(self) -> "FigureJobs":
-        return self
-
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-class _Done:
-    """A value computed here (or its error), with the Future's result() of one computed in a worker."""
-
-    def __init__(self, value=None, error: Exception | None = None):
-        self.value, self.error = value, error
-
-    def result(self):
-        if self.error is not None:
-            raise self.error
-        return self.value
 
 
 def _load_matplotlib() -> None:
@@ -304,7 +247,6 @@ def _load_matplotlib() -> None:
 
 
 def _png_argument(args: tuple) -> Path | None:
-    """The file a figure job writes: its one argument that is a path ending in .png (None: not known,
-    the job is drawn but not cached)."""
+    """A figure job's one argument that is a path ending in .png (None: not known; drawn, not cached)."""
     pngs = [Path(a) for a in args if isinstance(a, (str, Path)) and str(a).endswith(".png")]
     return pngs[0] if len(pngs) == 1 else None

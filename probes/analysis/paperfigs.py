@@ -1,18 +1,10 @@
-"""The report's curve figures, laid out as the ZhoBLiMP paper draws them.
+"""The report's curve figures, laid out as the ZhoBLiMP paper draws them: the overall curve (a panel per
+budget, a line per model size), every phenomenon in one figure (its Figure 5), one phenomenon per figure,
+and the accepted U-shapes (a panel per U, numbered as the report's U table). Each line is the seed mean with
+the band of probes.analysis.bands, each seed a thin line beside it.
 
-* `plot_overall`: the overall learning curve (mean over every paradigm of a benchmark), one panel per
-  corpus budget (rows: benchmarks), one line per model size; the paper's Figure 3/2(b) view over training.
-* `plot_all_phenomena`: the paper's Figure 5, all phenomena in one small-multiples figure, one line per
-  model size, x = tokens, on one corpus budget (the largest: the paper draws its 3B-token runs).
-* `plot_phenomenon`: one phenomenon, one panel per budget (the appendix's per-phenomenon figures).
-
-Every line is the seed mean with the band of probes.analysis.bands (t over seeds with >= 3 seeds, else
-the pair bootstrap) and, beside it, each seed's own curve as a thin line. The numbers behind each
-figure are written by the report as CSV (tables/curves_overall.csv, tables/curves_phenomenon.csv).
-
-Drawing cost (a grid report draws dozens): margins are fixed in inches (constrained layout measures every text
-and draws twice), the seeds of a model are one line broken between runs, and titles get y=1.0 (with a y given,
-matplotlib does not measure the tick labels to place them).
+A grid report draws dozens: margins are fixed in inches (constrained layout draws twice), a model's seeds are one
+line broken between runs, and titles get y=1.0 (then matplotlib does not measure the tick labels to place them).
 """
 from __future__ import annotations
 
@@ -25,6 +17,7 @@ import pandas as pd
 from probes.analysis.bands import band_caption
 from probes.analysis.evalset import log_tokens, parse_model_params
 from probes.analysis.outputs import save_figure
+from probes.analysis.scaling import budget_label, budget_order
 from probes.analysis.plotting import add_line, inch_margins, layout_figure, new_figure, plot_line, token_axis, wrap_title
 
 
@@ -32,15 +25,11 @@ def model_order(df: pd.DataFrame) -> list[str]:
     return sorted(df["model"].unique(), key=lambda m: (parse_model_params(str(m)) or float("inf"), str(m)))
 
 
-def budget_order(df: pd.DataFrame) -> list:
-    return sorted(df["budget"].drop_duplicates(), key=lambda b: (pd.isna(b), 0 if pd.isna(b) else float(b)))
-
-
 def pick(df: pd.DataFrame, **eq) -> pd.DataFrame:
     """Rows where each column equals its value; a NaN/NA value selects the missing ones (budget null)."""
     m = np.ones(len(df), dtype=bool)
     for col, v in eq.items():
-        m &= (df[col].isna() if pd.isna(v) else df[col] == v).to_numpy(dtype=bool)
+        m &= (df[col].isna() if pd.isna(v) else df[col] == v).to_numpy(dtype=bool, na_value=False)  # NA == v: no
     return df[m]
 
 
@@ -112,7 +101,7 @@ def plot_overall(bands: pd.DataFrame, units: pd.DataFrame, path: Path, ylabel: s
             token_axis(ax, ref, ylabel=f"{bench}: {ylabel}" if j == 0 else "")
             ax.set_xlabel("")  # said once below: the panel-wide label overlaps its neighbours
             ax.set_ylim(*ylim)
-            ax.set_title(f"{bench} · corpus {_budget(budget)}", fontsize=9, y=1.0)
+            ax.set_title(f"{bench} · corpus {budget_label(budget)}", fontsize=9, y=1.0)
     _finish(fig, axes, axes.size, f"Overall accuracy over training (mean of all paradigms; y axis zoomed); "
             "x: tokens seen (log), hollow marker = step 0\n"
             f"{band_caption(bands)}",
@@ -144,7 +133,7 @@ def plot_all_phenomena(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str,
         ax.tick_params(labelsize=7)
     fig.supylabel(ylabel, fontsize=8, x=0.08 / fig.get_figwidth())  # 0.08 in from the edge
     # the x label goes in the title: at the bottom it collides with the legend
-    _finish(fig, axes, len(phens), f"{benchmark}: every phenomenon over training, corpus {_budget(budget)} "
+    _finish(fig, axes, len(phens), f"{benchmark}: every phenomenon over training, corpus {budget_label(budget)} "
             f"(as ZhoBLiMP Figure 5); x: tokens seen (log), hollow marker = step 0\n{band_caption(b)}", axes.flat[0],
             left=0.75, wspace=0.12, hspace=0.35, xticks=0.25)
     return save_figure(fig, path)
@@ -152,33 +141,80 @@ def plot_all_phenomena(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str,
 
 def plot_phenomenon(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str, phenomenon: str, path: Path,
                     ylabel: str, human: Optional[float] = None) -> Path:
-    """One phenomenon, one panel per corpus budget (appendix). The panels, axes and labels are the same for
-    every phenomenon of a report: built once per process (plotting.layout_figure)."""
+    """One phenomenon, one panel per corpus budget (appendix)."""
+    return plot_budgets(bands, units, path, ylabel, f"{benchmark} · {phenomenon}; x: tokens seen (log), hollow "
+                        f"marker = step 0\n{band_caption(bands)}", human)
+
+
+def plot_budgets(bands: pd.DataFrame, units: pd.DataFrame, path: Path, ylabel: str, title: str,
+                 human: Optional[float] = None, accuracy: bool = True, width: float = 3.4, height: float = 4.2) -> Path:
+    """A panel per corpus budget, a line per model size (an accuracy: chance marked, y in [0, 1]). The panels,
+    axes and labels are the same for every phenomenon of a report: built once per process (layout_figure)."""
     budgets = budget_order(bands)
     colors = _colors(model_order(bands))
-    titles = tuple(f"corpus {_budget(budget)}" for budget in budgets)
+    titles = tuple(f"corpus {budget_label(budget)}" for budget in budgets)
 
     def build():
-        fig, axes = new_figure(max(3.4 * len(budgets) + 1.0, 7.0), 4.2, 1, len(budgets), layout=None, sharey=True)
+        fig, axes = new_figure(max(width * len(budgets) + 1.0, 7.0), height, 1, len(budgets), layout=None, sharey=True)
         for ax, title in zip(axes.flat, titles):
-            token_axis(ax, np.ones(1), ylabel=ylabel if ax is axes[0, 0] else "")
+            token_axis(ax, np.ones(1), ylabel=ylabel if ax is axes[0, 0] else "", chance=accuracy)
             ax.set_xlabel("")  # said once in the title: side by side the panels' labels ran into each other
-            ax.set_ylim(-0.02, 1.02)
+            if accuracy:
+                ax.set_ylim(-0.02, 1.02)
             ax.set_title(title, fontsize=9, y=1.0)
         return fig, axes
 
-    fig, axes = layout_figure(("plot_phenomenon", titles, ylabel), build)
+    fig, axes = layout_figure(("plot_budgets", titles, ylabel, accuracy, width, height), build)
     ref = bands.tokens.to_numpy()
     for ax, budget in zip(axes.flat, budgets):
         draw_model_lines(ax, pick(bands, budget=budget), pick(units, budget=budget), ref, colors)
         if human is not None and human == human:
             ax.axhline(human, color="0.3", ls=":", lw=1.1, label="human (validation CSV)")
-    _finish(fig, axes, len(budgets), f"{benchmark} · {phenomenon}; x: tokens seen (log), hollow marker = step 0\n"
-            f"{band_caption(bands)}", axes[0, 0], left=0.95, wspace=0.12, hspace=0.0)
+    _finish(fig, axes, len(budgets), title, axes[0, 0], left=0.95, wspace=0.12, hspace=0.0)
     return save_figure(fig, path)
 
 
-def _budget(b) -> str:
-    from probes.analysis.scaling import budget_label
+MAX_PANELS = 12  # U gallery panels: the deepest U's (the report's U table lists every one)
 
-    return budget_label(b)
+
+def plot_u_gallery(us: pd.DataFrame, bands: pd.DataFrame, units: pd.DataFrame, path: Path, ylabel: str) -> Path:
+    """us: accepted U rows with a `u_id` column, deepest first; bands/units: the curves (phenomenon and
+    paradigm rows, `paradigm` empty for phenomena) of probes.analysis.bands."""
+    us = us.head(MAX_PANELS)
+    ncols = min(4, len(us))
+    nrows = -(-len(us) // ncols)
+    fig, axes = new_figure(3.2 * ncols, 2.7 * nrows + 0.5, nrows, ncols, sharey=True)
+    shown = []
+    for ax, u in zip(axes.flat, us.to_dict("records")):
+        sel = dict(model=u["model"], budget=u["budget"], benchmark=u["benchmark"], phenomenon=u["phenomenon"],
+                   paradigm=u["paradigm"] if isinstance(u["paradigm"], str) else "")
+        b, n = pick(bands, **sel), pick(units, **sel)
+        shown.append(b)
+        ref = b.tokens.to_numpy()
+        draw_model_lines(ax, b, n, ref, {u["model"]: "C0"})
+        token_axis(ax, ref, ylabel="")
+        ax.set_xlabel("")
+        for k, mk in (("peak", "^"), ("trough", "v"), ("recovery", "o")):
+            t = u[f"{k}_tokens"]
+            y = u[f"{k}_acc"]
+            ax.plot([t if t > 0 else ref[ref > 0].min() / 10], [y], ls="none", marker=mk, ms=7, color="C3")
+        ax.set_ylim(-0.02, 1.02)
+        name = u["paradigm"] if isinstance(u["paradigm"], str) and u["paradigm"] else u["phenomenon"]
+        ax.set_title(f"#{u['u_id']} {name}\n{u['model']} · {budget_label(u['budget'])}: depth {u['u_depth']:.2f} "
+                     f"> noise {u['noise_threshold']:.2f}, seeds {u['seed_agreement']:.0%}", fontsize=7)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(us):]:
+        ax.set_visible(False)
+    fig.supylabel(ylabel, fontsize=8)
+    fig.supxlabel("tokens seen (log); ▲ peak ▼ trough ● recovery", fontsize=8)
+    cap = band_caption(pd.concat(shown)) if shown else ""
+    fig.suptitle(f"Accepted U-shapes (numbered as the report's table)\n{cap}", fontsize=9)
+    return save_figure(fig, path)
+
+
+def number_us(acc: pd.DataFrame) -> pd.DataFrame:
+    """Accepted U's deepest first, with u_id 1, 2, ... (the gallery's panel numbers)."""
+    acc = acc.sort_values("u_depth", ascending=False, ignore_index=True).copy()
+    acc.insert(0, "u_id", np.arange(1, len(acc) + 1))
+    acc["in_gallery"] = acc["u_id"] <= MAX_PANELS
+    return acc

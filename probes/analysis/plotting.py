@@ -1,17 +1,15 @@
-"""Plot helpers every figure of the suite uses: a pyplot-free Figure, the log-token x axis with step 0
-and chance marked, curve lines with bands, colours, legends, file-safe names.
-
-`probes curves`, `probes report` and the syntax-question figures all draw with these, so their axes
-look and read the same; no module here imports a CLI.
-"""
+"""Plot helpers every figure of the suite draws with (`probes curves`, `probes report`, the families' figures), so
+their axes look and read the same: a pyplot-free Figure, the log-token axis with step 0 and chance, bands, legends."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
 from probes.analysis.evalset import log_tokens
+from probes.analysis.outputs import save_figure, write_csv
 
 CHANCE = 0.5
 
@@ -22,10 +20,8 @@ def safe_name(s: str) -> str:
 
 def new_figure(width: float = 7.5, height: float = 4.5, nrows: int = 1, ncols: int = 1,
                layout: str | None = "constrained", **kw):
-    """A Figure with an Agg canvas, without pyplot's global state (safe in threads and tests).
-
-    layout=None for figures drawn by the dozen whose margins are known: constrained layout draws
-    every figure twice (once to measure)."""
+    """A Figure with an Agg canvas, without pyplot's global state. layout=None for figures drawn by the dozen whose
+    margins are known: constrained layout draws every figure twice (once to measure)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -49,13 +45,9 @@ _LAYOUTS: dict = {}  # layout key -> (figure, axes, the artists its build made):
 
 
 def layout_figure(key, build):
-    """(fig, axes) of the layout `key` -- a hashable description of everything build() sets up -- ready for
-    its data. The first time in this process build() -> (fig, axes) makes it; later, the same figure comes
-    back with every artist added since build() removed and its data limits reset. Creating axes and their
-    ticks is about half of drawing a small-multiples figure, and a report draws dozens of figures of one
-    layout (the appendix's curves of every phenomenon): a figure worker pays it once. What build() does
-    must not depend on the data; what the caller adds must not change the static artists (tests/
-    test_figures.py compares the pixels with a figure built afresh)."""
+    """(fig, axes) of the layout `key` (hashable: everything build() sets up, which must not depend on the data):
+    made by build() once per process, later the same figure with every artist added since removed. Creating axes
+    and ticks is half of drawing a small-multiples figure, and a report draws dozens of one layout."""
     got = _LAYOUTS.get(key)
     if got is None:
         fig, axes = build()
@@ -198,10 +190,6 @@ def short_label(label: str, limit: int = 40) -> str:
 def write_run_figures(table, out, name: str, sort: list, draw, ylabel: str, title: str) -> list:
     """`<out>/<name>.csv` (the tidy table) and per run one figure `<out>/plots/<name>_<run>.png`: the
     probes-curves view of a probe family (ELAGENT tasks, lm-eval tasks). draw(ax, run_rows, ref) -> lines."""
-    from pathlib import Path
-
-    from probes.analysis.outputs import save_figure, write_csv
-
     out = Path(out)
     written = [write_csv(out / f"{name}.csv", table.sort_values(sort))]
     for run, df in table.groupby("run"):

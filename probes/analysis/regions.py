@@ -1,13 +1,6 @@
-"""Regions over training: accuracy and per-region delta (summed lp good - lp bad, mean over pairs).
-
-The generic, diff-based view of every paradigm (the paper's phrase-region case study, NP/VP from
-template slots with mean-per-token deltas, is probes.analysis.casestudy): the critical span (where good and
-bad tokens differ) and the spillover suffix are followed checkpoint by checkpoint next to the accuracy, and for each detected
-U-shape we say which region's delta moves first. "Moves" is measured inside the U's window (peak
-to recovery): a region's onset is the first checkpoint at which its delta has changed by
-`move_fraction` of its largest change in the window, and a region whose largest change is below
-`min_move` nats does not move at all. The prefix is shared by good and bad sentences, so its delta
-is ~0 by construction unless a benchmark marks finer regions.
+"""Regions over training: accuracy and per-region delta (summed lp good - lp bad, mean over pairs) of every
+paradigm's generic regions, and for each U which region's delta moves first inside the U's window (peak to
+recovery). The phrase-region case study is probes.analysis.casestudy.
 """
 from __future__ import annotations
 
@@ -17,6 +10,8 @@ import numpy as np
 import pandas as pd
 
 from probes.analysis.evalset import REGIONS
+from probes.analysis.outputs import save_figure
+from probes.analysis.plotting import accuracy_label, layout_figure, new_figure, plot_line, token_axis
 
 REGION_COLORS = {"prefix": "tab:gray", "critical": "tab:red", "suffix": "tab:blue", "total": "black"}
 
@@ -29,9 +24,7 @@ class RegionConfig:
 
 
 def group_region_curves(table: pd.DataFrame) -> pd.DataFrame:
-    """Seed means of accuracy and region deltas per model x budget x benchmark x unit x step.
-
-    `table` is a paradigm table (has 'paradigm') or a phenomenon table."""
+    """Seed means of accuracy and region deltas per model x budget x benchmark x unit (paradigm or phenomenon) x step."""
     unit = ["phenomenon", "paradigm"] if "paradigm" in table.columns else ["phenomenon"]
     cols = ["acc_mlp", "acc_sum", "delta_total", *[f"delta_{r}" for r in REGIONS]]
     g = table.groupby(["model", "budget", "benchmark", *unit, "step"], dropna=False, sort=True)
@@ -68,10 +61,6 @@ def first_mover(curve: pd.DataFrame, peak_step: int, end_step: int, cfg: RegionC
     return res
 
 
-def _budget_key(b):
-    return -1 if pd.isna(b) else int(b)  # a whole-corpus run (no budget) as a key that equals itself
-
-
 def _positions(curves: pd.DataFrame, keys: list[str]) -> dict[tuple, np.ndarray]:
     k = curves[keys].assign(budget=pd.to_numeric(curves["budget"]).fillna(-1).astype("int64"))
     return {key if isinstance(key, tuple) else (key,): idx for key, idx in k.groupby(keys, sort=False).indices.items()}
@@ -90,7 +79,8 @@ def u_region_table(ushapes: pd.DataFrame, par_curves: pd.DataFrame, phen_curves:
     for _, u in ushapes[ushapes.accepted].iterrows():
         level = "paradigm" if u.level == "paradigm" else "phenomenon"
         curves = par_curves if level == "paradigm" else phen_curves
-        key = tuple(_budget_key(u[k]) if k == "budget" else u[k] for k in keys[level])
+        # a whole-corpus run (no budget) as a key that equals itself, as _positions makes it
+        key = tuple((-1 if pd.isna(u[k]) else int(u[k])) if k == "budget" else u[k] for k in keys[level])
         sel = where[level].get(key, np.arange(0))
         res = first_mover(curves.iloc[sel], int(u.peak_step), int(u.recovery_step), cfg)
         rows.append({k: u[k] for k in ("model", "budget", "benchmark", "level", "phenomenon", "paradigm",
@@ -102,9 +92,6 @@ def plot_regions(curve: pd.DataFrame, title: str, path, ushapes: pd.DataFrame | 
                  metric: str = "acc_mlp"):
     """Accuracy (top) and mean region deltas (bottom) against tokens, U windows shaded. The axes are
     built once per process for all such figures of a report (plotting.layout_figure)."""
-    from probes.analysis.plotting import accuracy_label, layout_figure, new_figure, plot_line, token_axis
-    from probes.analysis.outputs import save_figure
-
     c = curve.sort_values("step")
     tok = c["tokens"].to_numpy()
     step0 = bool((tok <= 0).any())  # the x label says where step 0 is drawn

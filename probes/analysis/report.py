@@ -31,13 +31,13 @@ from probes.analysis.human import blimp_human, zhoblimp_human
 from probes.analysis.normsweep import sweep_paradigms, sweep_summary
 from probes.analysis.outputs import FigureJobs, check_report_out, staged_output, write_csv, write_parquet, write_table, write_text
 from probes.analysis.paper_ushapes import paper_u_table
-from probes.analysis.paperfigs import budget_order, plot_all_phenomena, plot_overall, plot_phenomenon
+from probes.analysis.paperfigs import budget_order, pick, plot_all_phenomena, plot_overall, plot_phenomenon
 from probes.analysis.plotting import accuracy_label, safe_name
 from probes.analysis.regions import RegionConfig, group_region_curves, plot_regions, u_region_table
 from probes.analysis.scaling import (ScalingConfig, budget_label, difficulty_groups, final_accuracy, grid_tables,
                                      plot_grid_overall, plot_grid_phenomena)
 from probes.analysis.table4 import table4
-from probes.analysis.ugallery import number_us, plot_u_gallery
+from probes.analysis.paperfigs import number_us, plot_u_gallery
 from probes.analysis.ushape import UShapeConfig, count_text, find_u_shapes_in_runs
 from train.cli import exit_on_user_error
 from train.errors import UserError, check_writable
@@ -80,16 +80,6 @@ def big_table(stem: Path, df: pd.DataFrame) -> None:
         write_table(stem, df)
 
 
-def _group_label(model, budget) -> str:
-    return f"{model} · {budget_label(budget)}"
-
-
-def _select(df: pd.DataFrame, model, budget, benchmark, paradigm) -> pd.DataFrame:
-    sel = ((df.model == model) & (df.benchmark == benchmark) & (df.paradigm == paradigm)
-           & (df.budget.isna() if pd.isna(budget) else df.budget == budget))
-    return df[sel]
-
-
 def curve_benchmarks(table: pd.DataFrame) -> list[str]:
     """Benchmarks with a curve: scored at two or more checkpoints of some run. "<name>_all" (every pair
     at the last checkpoint only) is not one: it feeds the final-accuracy table and the scaling view."""
@@ -117,9 +107,8 @@ def u_levels_alpha(ev: EvalSet, cfg: ReportConfig) -> tuple[int, float]:
 
 
 def report_config(ev: EvalSet, cfg: Optional[ReportConfig] = None, alpha: Optional[float] = None) -> ReportConfig:
-    """The configuration a report on `ev` runs with: `cfg` (default ReportConfig()) with the U search's
-    per-curve level for the whole report (u_levels_alpha, unless given; bootstrap and null draws enough
-    for it) and the report's metric in every section."""
+    """`cfg` with the U search's per-curve level for the whole report (u_levels_alpha unless `alpha`; bootstrap
+    and null draws enough for it) and the report's metric in every section."""
     cfg = cfg or ReportConfig()
     alpha = u_levels_alpha(ev, cfg)[1] if alpha is None else alpha
     u = dataclasses.replace(cfg.ushape, alpha=alpha, n_boot=max(cfg.ushape.n_boot, math.ceil(10 / alpha)),
@@ -130,12 +119,9 @@ def report_config(ev: EvalSet, cfg: Optional[ReportConfig] = None, alpha: Option
 
 def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[int] = None,
                  figure_cache: bool = True, previous: Optional[Path] = None) -> dict:
-    """Write report.md, figures/ (the main flow), appendix/ (per-phenomenon, case-study and region figures)
-    and tables/ under `out`. Figures are drawn by `workers` processes (default: up to 2) while the
-    statistics for the next ones are computed. What the report in `previous` (the report this one
-    replaces; default `out` itself) computed from unchanged inputs is reused, the same bits, not
-    recomputed: its sigmoid fits (`.cache/`, CACHE_DIR) and, with `figure_cache`, its figures (copied from
-    its `.figure-cache`; `out/.figure-cache` keeps the figures of this report)."""
+    """Write report.md, figures/, appendix/ and tables/ under `out`, the figures drawn by `workers` processes
+    (default: up to 2) meanwhile. What the report in `previous` (default `out`) computed from unchanged inputs is
+    reused, the same bits: its sigmoid fits (CACHE_DIR) and, with `figure_cache`, its figures."""
     # one BLAS thread: the figure workers hold the other cores, and idle BLAS threads spin (the AoA fits
     # took 3.1 CPU-s with two threads for 2.5 with one, in the same wall time and to the same bits)
     with threadpool_limits(1, user_api="blas"):
@@ -251,12 +237,12 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
         candidates = par_curves.loc[has_regions, keys].drop_duplicates()
         with_u = candidates.merge(acc_u[keys].drop_duplicates(), on=keys) if len(acc_u) else candidates.iloc[:0]
         pick_r = pd.concat([with_u, candidates]).drop_duplicates().head(cfg.regions.max_plots)
-        for k in pick_r.itertuples(index=False):
-            name = f"regions_{safe_name(k.benchmark)}_{safe_name(k.paradigm)}_{safe_name(k.model)}_{budget_label(k.budget)}.png"
-            jobs.submit(f"Appendix: regions over training, {k.paradigm} ({_group_label(k.model, k.budget)})",
-                        plot_regions, _select(par_curves, k.model, k.budget, k.benchmark, k.paradigm),
-                        f"{k.benchmark} · {k.paradigm} ({_group_label(k.model, k.budget)})",
-                        adir / name, _select(acc_u, k.model, k.budget, k.benchmark, k.paradigm) if len(acc_u) else None,
+        for k in pick_r.to_dict("records"):
+            group = f"{k['model']} · {budget_label(k['budget'])}"
+            name = "_".join(["regions", *(safe_name(k[c]) for c in ("benchmark", "paradigm", "model"))])
+            jobs.submit(f"Appendix: regions over training, {k['paradigm']} ({group})", plot_regions,
+                        pick(par_curves, **k), f"{k['benchmark']} · {k['paradigm']} ({group})",
+                        adir / f"{name}_{budget_label(k['budget'])}.png", pick(acc_u, **k) if len(acc_u) else None,
                         metric)
         cs_md, cs_notes = case_study_section(ev, cfg.case_study, out, jobs, metric)
         notes += cs_notes
@@ -267,15 +253,12 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
         R["sweep"] = sweep_summary(sweep) if len(sweep) else pd.DataFrame()
 
         # 7. every number behind the figures, written while the workers draw
-        big_table(tdir / "accuracy_paradigm", bootstrap_paradigm_intervals(ev.table))
-        big_table(tdir / "curves_overall", b_over)
-        big_table(tdir / "curves_overall_seeds", u_over)
         write_csv(tdir / "heldout_loss.csv", val)
-        big_table(tdir / "curves_phenomenon", b_phen)
-        big_table(tdir / "curves_phenomenon_seeds", u_phen)
-        big_table(tdir / "seeds_paradigm",
-                  paradigm_bands(ct, ["model", "budget", "benchmark", "phenomenon", "paradigm", "step"]))
-        big_table(tdir / "region_curves_paradigm", par_curves)
+        for name, df in (("accuracy_paradigm", bootstrap_paradigm_intervals(ev.table)), ("curves_overall", b_over),
+                         ("curves_overall_seeds", u_over), ("curves_phenomenon", b_phen),
+                         ("curves_phenomenon_seeds", u_phen), ("seeds_paradigm", paradigm_bands(ct, [*keys, "step"])),
+                         ("region_curves_paradigm", par_curves)):
+            big_table(tdir / name, df)
         if len(sweep):
             big_table(tdir / "normalised_sweep_paradigm", sweep)
         write_csv(tdir / "summary.csv", R["summary"])

@@ -13,7 +13,7 @@ from probes.analysis.normsweep import MORCELA_BETAS, MORCELA_GAMMAS, POW_ALPHAS,
 from probes.analysis.paper_ushapes import REFERENCE_DEPTH, paper_u_markdown
 from probes.analysis.scaling import PAPER_GROUPS, budget_label
 from probes.analysis.table4 import table4_markdown
-from probes.analysis.ugallery import MAX_PANELS
+from probes.analysis.paperfigs import MAX_PANELS
 from probes.analysis.ushape import count_ushapes
 
 

@@ -1,19 +1,13 @@
-"""The Table-4-style table: final accuracy per model (x budget) x phenomenon, beside humans and the paper.
-
-Our rows: each model x corpus budget at its runs' last checkpoint, mean over seeds, on every pair
-where the runs scored every pair there (`<benchmark>_all`, probes.final_all_pairs), else on the
-per-checkpoint sample. A phenomenon's value is the mean of its paradigms' accuracies, "overall" the
-mean over all paradigms (with 300 pairs in every paradigm, the paper's overall: its Zh-Pythia-14M
-column averages to 66.4 over phenomena but reads 69.9 overall, the mean over paradigms).
-Reference rows for ZhoBLiMP, each labelled with where it comes from: human agreement from the authors'
-validation CSV (our pooled reading, probes.analysis.human), the paper's human column, and the paper's
-published Zh-Pythia columns (14M, 160M, 1.4B trained on 3B tokens; its Table 4).
-"""
+"""The Table-4-style table: final accuracy per model (x budget) x phenomenon, beside humans and the paper
+(docs/report.md). "overall" is the mean over paradigms, as the paper's (its Zh-Pythia-14M column averages to
+66.4 over phenomena but reads 69.9 overall)."""
 from __future__ import annotations
 
 import pandas as pd
 
 from probes.analysis.human import PAPER_HUMAN, PAPER_HUMAN_OVERALL
+from probes.analysis.paperfigs import model_order, pick
+from probes.analysis.scaling import budget_label, budget_order
 
 # ZhoBLiMP Table 4, Zh-Pythia columns (3B tokens), keyed by the benchmark files' phenomenon names.
 _PHEN = ["BA", "anaphor", "argument_structure", "classifier", "control_raising", "ellipsis", "fci_licensing",
@@ -36,14 +30,9 @@ SHORT = {"BA": "BA", "anaphor": "Anaph", "argument_structure": "ArgStr", "classi
 
 def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.DataFrame, float] | None = None,
            heldout: pd.DataFrame | None = None, cells: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per model x budget (source "ours"), then the reference rows for ZhoBLiMP; one column per
-    phenomenon plus "overall", values as accuracies in [0, 1]; `val_loss` on our rows where `heldout`
-    (probes.analysis.heldout.final_heldout) has the run's held-out loss. `cells`: probes.analysis.bands.final_bands
-    per phenomenon, with the overall rows as phenomenon "overall"; each of our cells then gets its 95 %
-    interval as <column>_lo / <column>_hi and the row its `band` kind."""
-    from probes.analysis.paperfigs import budget_order, model_order, pick
-    from probes.analysis.scaling import budget_label
-
+    """One row per model x budget (source "ours"), then the reference rows; a column per phenomenon and "overall"
+    (accuracies in [0, 1]), `val_loss` from `heldout` (heldout.final_heldout), and with `cells` (bands.final_bands
+    per phenomenon and "overall") each cell's 95 % interval as <column>_lo / <column>_hi and the row's `band`."""
     f = final[final.benchmark == benchmark]
     phens = sorted(f.phenomenon.unique())
     rows = []
@@ -85,10 +74,7 @@ def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.Dat
     if cells is not None:
         cols += ["band", *[f"{p}_{e}" for p in [*phens, "overall"] for e in ("lo", "hi")]]
     out = out.reindex(columns=cols)
-    out["budget"] = out["budget"].astype("Int64")
-    out["n_seeds"] = out["n_seeds"].astype("Int64")
-    out["n_paradigms"] = out["n_paradigms"].astype("Int64")
-    return out
+    return out.astype({"budget": "Int64", "n_seeds": "Int64", "n_paradigms": "Int64"})
 
 
 def table4_markdown(t: pd.DataFrame) -> str:

@@ -1,29 +1,8 @@
-"""Per-format readers: one benchmark data file in, `Pair`s out.
-
-Every reader takes one file and the root the user pointed at (paradigms that repeat across folders
-are keyed by their path below that root) and returns the file's pairs in file order, *before* the
-identical/duplicate rule (that rule lives in `probes.benchmarks.registry`, applied once for every format).
-
-Formats (what each author published; see each folder's SOURCE.txt/README in ../shared/benchmarks):
-  blimp     jsonl; `sentence_good`/`sentence_bad`, paradigm = `UID`, phenomenon = `linguistics_term`
-            (13 groups), id = `pairID` (string in BLiMP) or `pair_id` (int in BabyLM blimp_filtered).
-            The optional prefix-method / `crucial_item` fields are ignored.
-  zhoblimp  jsonl; paradigm = `UID`, phenomenon = the record's `phenomenon` (authoritative: the
-            templates and the human-validation CSV use older names), id = int `pairID`.
-  sling     jsonl (or the `good@@@bad` .txt copy); paradigm = the file's path below the root without
-            suffix (the `paradigm`/`Paradigm` fields repeat across folders: "Plural" names 12 files),
-            phenomenon = the top folder below the root (the fields disagree within one file:
-            animacy_baseline has both `phenomenon` and `Phenomenon`); id = `pair_ID` (int or str).
-  climp     csv with header `,0,1,2,3` (index, phenomenon, paradigm, sentence, label) whose rows
-            alternate good (label 1) / bad (label 0); or headerless, one sentence a line, CRLF,
-            alternating good/bad (`ba_construction_1000.csv`). id = the pair's ordinal in the file.
-  babylm    jsonl; BLiMP-schema records as `blimp`, and the five supplement schemas
-            (hypernym, qa_congruence_easy/tricky, subject_aux_inversion, turn_taking): paradigm =
-            phenomenon = file stem, id = the record's ordinal in the file (their `row`/`pair_ID`
-            fields are not unique). Sentences keep their embedded newlines (dialogue turns).
-  jsonl/csv generic, with a column mapping (`FieldMap`); a csv's delimiter is the one of `,;|<tab>` its
-            header row holds most often (TurBLiMP's base files use `;`, its experimental ones `,`), or
-            `FieldMap.delimiter`.
+"""Per-format readers: one benchmark data file in, `Pair`s out, in file order and before the identical/duplicate
+rule (probes.benchmarks.registry applies it once for every format). Paradigms that repeat across folders are keyed
+by their path below the root the user pointed at. How each reader maps its authors' fields, and why: docs/probing.md;
+the generic jsonl/csv reader takes a column mapping (`FieldMap`) and a csv's delimiter is the one of `,;|<tab>` its
+header row holds most (TurBLiMP's base files use `;`, its experimental ones `,`), or `FieldMap.delimiter`.
 """
 from __future__ import annotations
 
@@ -58,8 +37,6 @@ class FieldMap:
 
 
 DELIMITERS = (",", ";", "\t", "|")
-
-
 FIELD_OPTIONS = ("good_field", "bad_field", "paradigm_field", "phenomenon_field", "id_field", "delimiter")
 
 
@@ -79,8 +56,6 @@ def field_options(args: argparse.Namespace) -> dict:
 
 
 # ---------------------------------------------------------------- low-level record readers
-
-
 def _decode(path: Path) -> str:
     try:
         # utf-8-sig: a BOM written by a spreadsheet would otherwise end up in the first field name
@@ -165,9 +140,7 @@ def _get(rec: dict, keys: tuple[str, ...], path: Path, lineno: int, what: str) -
         if k in rec and rec[k] is not None:
             return rec[k]
     names = " or ".join(repr(k) for k in keys)
-    raise BenchmarkFormatError(
-        f"{path}:{lineno}: missing required field {names} ({what}); fields present: {sorted(rec)}"
-    )
+    raise BenchmarkFormatError(f"{path}:{lineno}: missing required field {names} ({what}); fields present: {sorted(rec)}")
 
 
 def _sentence(rec: dict, key: str, path: Path, lineno: int) -> str:
@@ -177,69 +150,44 @@ def _sentence(rec: dict, key: str, path: Path, lineno: int) -> str:
     return value
 
 
-def _paradigm_by_path(file: Path, root: Path) -> str:
+def paradigm_by_path(file: Path, root: Path) -> str:
     rel = file.relative_to(root) if root.is_dir() else Path(file.name)
     return rel.with_suffix("").as_posix()
 
 
 # ---------------------------------------------------------------- format readers
+def _pair(rec: dict, file: Path, lineno: int, label: str, paradigm: str, phenomenon, pair_id) -> Pair:
+    """The Pair of a `sentence_good`/`sentence_bad` record; `phenomenon`, `pair_id`: the value, or the keys of
+    the record that may hold it (the first present)."""
+    def value(v, what: str) -> str:
+        return str(_get(rec, v, file, lineno, what) if isinstance(v, tuple) else v)
+
+    return Pair(label, paradigm, value(phenomenon, "phenomenon"), value(pair_id, "pair id"),
+                _sentence(rec, "sentence_good", file, lineno), _sentence(rec, "sentence_bad", file, lineno))
+
+
+def _blimp_pair(rec: dict, file: Path, lineno: int, label: str) -> Pair:
+    return _pair(rec, file, lineno, label, str(rec.get("UID") or file.stem), ("linguistics_term",), ("pairID", "pair_id"))
 
 
 def read_blimp(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:
-    return [_blimp_record(rec, file, lineno, label) for lineno, rec in iter_jsonl(file)]
-
-
-def _blimp_record(rec: dict, file: Path, lineno: int, label: str) -> Pair:
-    return Pair(
-        benchmark=label,
-        paradigm=str(rec.get("UID") or file.stem),
-        phenomenon=str(_get(rec, ("linguistics_term",), file, lineno, "phenomenon")),
-        pair_id=str(_get(rec, ("pairID", "pair_id"), file, lineno, "pair id")),
-        good=_sentence(rec, "sentence_good", file, lineno),
-        bad=_sentence(rec, "sentence_bad", file, lineno),
-    )
+    return [_blimp_pair(rec, file, n, label) for n, rec in iter_jsonl(file)]
 
 
 def read_zhoblimp(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:
-    out = []
-    for lineno, rec in iter_jsonl(file):
-        out.append(
-            Pair(
-                benchmark=label,
-                paradigm=str(rec.get("UID") or file.stem),
-                # the data file's own label; the file-name prefix (BA_, ...) is not the phenomenon
-                phenomenon=str(_get(rec, ("phenomenon",), file, lineno, "phenomenon")),
-                pair_id=str(_get(rec, ("pairID",), file, lineno, "pair id")),
-                good=_sentence(rec, "sentence_good", file, lineno),
-                bad=_sentence(rec, "sentence_bad", file, lineno),
-            )
-        )
-    return out
+    # the phenomenon is the data file's own label; the file-name prefix (BA_, ...) is not it
+    return [_pair(rec, file, n, label, str(rec.get("UID") or file.stem), ("phenomenon",), ("pairID",))
+            for n, rec in iter_jsonl(file)]
 
 
 def read_sling(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:
-    paradigm = _paradigm_by_path(file, root)
-    parts = paradigm.split("/")
-    folder_phenomenon = parts[0] if len(parts) > 1 else None
-    out = []
+    paradigm = paradigm_by_path(file, root)
+    folder = paradigm.split("/")[0] if "/" in paradigm else None  # the phenomenon
     if file.suffix == ".txt":
-        for i, (lineno, good, bad) in enumerate(_iter_sling_txt(file)):
-            phen = folder_phenomenon or file.parent.name
-            out.append(Pair(label, paradigm, phen, str(i), good, bad))
-        return out
-    for lineno, rec in iter_jsonl(file):
-        phen = folder_phenomenon or str(_get(rec, ("Phenomenon", "phenomenon"), file, lineno, "phenomenon"))
-        out.append(
-            Pair(
-                benchmark=label,
-                paradigm=paradigm,
-                phenomenon=phen,
-                pair_id=str(_get(rec, ("pair_ID", "pairID", "pair_id"), file, lineno, "pair id")),
-                good=_sentence(rec, "sentence_good", file, lineno),
-                bad=_sentence(rec, "sentence_bad", file, lineno),
-            )
-        )
-    return out
+        return [Pair(label, paradigm, folder or file.parent.name, str(i), good, bad)
+                for i, (lineno, good, bad) in enumerate(_iter_sling_txt(file))]
+    return [_pair(rec, file, n, label, paradigm, folder or ("Phenomenon", "phenomenon"), ("pair_ID", "pairID", "pair_id"))
+            for n, rec in iter_jsonl(file)]
 
 
 def _iter_sling_txt(file: Path) -> Iterator[tuple[int, str, str]]:
@@ -266,13 +214,11 @@ def read_climp(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pai
         (ln_good, g), (ln_bad, b) = rows[k], rows[k + 1]
         for ln, row, want in ((ln_good, g, "1"), (ln_bad, b, "0")):
             if len(row) != 5:
-                raise BenchmarkFormatError(
-                    f"{file}:{ln}: {len(row)} columns, expected 5 (index, phenomenon, paradigm, sentence, label)"
-                )
+                raise BenchmarkFormatError(f"{file}:{ln}: {len(row)} columns, expected 5 (index, phenomenon, "
+                                           "paradigm, sentence, label)")
             if row[4].strip() != want:
-                raise BenchmarkFormatError(
-                    f"{file}:{ln}: label {row[4]!r}, expected {want!r}: CLiMP rows alternate good (1) / bad (0)"
-                )
+                raise BenchmarkFormatError(f"{file}:{ln}: label {row[4]!r}, expected {want!r}: CLiMP rows alternate "
+                                           "good (1) / bad (0)")
             if not row[3].strip():
                 raise BenchmarkFormatError(f"{file}:{ln}: empty sentence")
         if (g[1], g[2]) != (b[1], b[2]):
@@ -295,21 +241,13 @@ def _climp_headerless(file: Path, text: str, label: str) -> list[Pair]:
 
 
 def read_babylm(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:
-    out = []
-    for i, (lineno, rec) in enumerate(iter_jsonl(file)):
-        if "linguistics_term" in rec:
-            out.append(_blimp_record(rec, file, lineno, label))
-        else:
-            out.append(
-                Pair(label, file.stem, file.stem, str(i),
-                     _sentence(rec, "sentence_good", file, lineno), _sentence(rec, "sentence_bad", file, lineno))
-            )
-    return out
+    return [_blimp_pair(rec, file, n, label) if "linguistics_term" in rec
+            else _pair(rec, file, n, label, file.stem, file.stem, i) for i, (n, rec) in enumerate(iter_jsonl(file))]
 
 
 def _generic(records: Iterator[tuple[int, dict]], file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]:
     good_key, bad_key = fields.good or "sentence_good", fields.bad or "sentence_bad"
-    default_paradigm = _paradigm_by_path(file, root)
+    default_paradigm = paradigm_by_path(file, root)
     out = []
     for i, (lineno, rec) in enumerate(records):
         # labels are stripped: TurBLiMP writes one phenomenon as "quantifiers" and "quantifiers  "
@@ -330,31 +268,18 @@ def read_csv(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pair]
 
 
 Reader = Callable[[Path, Path, str, FieldMap], list[Pair]]
-READERS: dict[str, Reader] = {
-    "blimp": read_blimp,
-    "zhoblimp": read_zhoblimp,
-    "climp": read_climp,
-    "sling": read_sling,
-    "babylm": read_babylm,
-    "jsonl": read_jsonl,
-    "csv": read_csv,
-}
+READERS: dict[str, Reader] = {"blimp": read_blimp, "zhoblimp": read_zhoblimp, "climp": read_climp, "sling": read_sling,
+                              "babylm": read_babylm, "jsonl": read_jsonl, "csv": read_csv}
 
 
 # ---------------------------------------------------------------- discovery and sniffing
-
-
 def data_files(path: Path) -> list[Path]:
     """The data files under `path` (itself if a file), sorted; hidden and temporary names skipped."""
     if path.is_file():
         return [path]
-    files = [
-        p for p in path.rglob("*")
-        if p.is_file() and p.suffix in DATA_SUFFIXES
-        and not any(part.startswith((".", "~", "__")) for part in p.relative_to(path).parts)
-        and ".tmp" not in p.name
-        and not p.name.lower().startswith("readme")
-    ]
+    files = [p for p in path.rglob("*") if p.is_file() and p.suffix in DATA_SUFFIXES
+             and not any(part.startswith((".", "~", "__")) for part in p.relative_to(path).parts)
+             and ".tmp" not in p.name and not p.name.lower().startswith("readme")]
     return sorted(files, key=lambda p: p.relative_to(path).as_posix())
 
 
@@ -372,10 +297,7 @@ def sniff_format(file: Path) -> str:
         raise BenchmarkFormatError(f"{file}: unknown .txt format (only SLING's 'good@@@bad' lines are read)")
     if file.suffix != ".jsonl":
         raise BenchmarkFormatError(f"{file}: unknown file type {file.suffix!r}; expected one of {DATA_SUFFIXES}")
-    keys: set[str] = set()
-    for _, rec in iter_jsonl(file):
-        keys = set(rec)
-        break
+    keys = set(next((rec for _, rec in iter_jsonl(file)), {}))  # the first record's
     if "linguistics_term" in keys:
         return "blimp"
     if {"UID", "phenomenon"} <= keys:

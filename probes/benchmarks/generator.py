@@ -1,24 +1,6 @@
-"""Template engine for minimal pairs, after the ZhoBLiMP generator (Liu et al. 2024, §3.1).
-
-A paradigm is a *good* and a *bad* list of slots, aligned by position.  Each slot is written in the
-ZhoBLiMP rule notation and offers one or more alternatives separated by ``|``:
-
-* Lexical  ``pos:N num:sg/pl``   -- a feature query over the vocabulary (``/`` = any of these values);
-* Direct   ``the`` or ``好 不好`` -- literal words (whitespace-separated words are alternatives, the
-                                    empty string is an empty slot);
-* Matched  ``pos:V mPos:1 mPro:num`` / ``mmPos:1 mmPro:num`` (long forms ``matchedPosition`` ...) --
-  agree / disagree with the filler of another position of the same rule list on named properties;
-* Phrase   ``phrase:NP`` with optional extra constraints ``-1:<animate:1>`` on one of its positions --
-  a named rule list (with alternatives of its own), expanded lazily so it may be recursive.
-
-A bad slot whose text equals the good slot is shared; a bad slot whose text equals another good slot
-copies that slot's filler (word-order contrasts); any other bad slot is drawn afresh, with its
-matches resolved against the *drawn* good sentence.  A shared slot that copies the word of a changed
-slot (an expression match) copies the bad word instead, as the released ZhoBLiMP data does.  Inside a bad slot a match on the slot's own
-position refers to the good filler of that position, so ``pos:V mPos:2 mPro:lemma mmPos:1 mmPro:num``
-at position 2 means "the same verb as in the good sentence, in the other number" (an extension of
-ours; ZhoBLiMP's templates never match a slot against itself).
-"""
+"""Template engine for minimal pairs, after the ZhoBLiMP generator (Liu et al. 2024, §3.1): lexical, direct, matched
+and phrase rules in the ZhoBLiMP notation; docs/training.md ("Template notation") says what each means and how a
+bad slot relates to the good ones."""
 from __future__ import annotations
 
 import functools
@@ -35,16 +17,10 @@ from probes.benchmarks.vocabulary import Entry, GrammarError, Query, Vocabulary
 _NO_SPACE_BEFORE = frozenset({".", ",", "?", "!", ";", ":"})
 _KV = re.compile(r"[A-Za-z_][\w]*:\S+")
 _EXTRA = re.compile(r"(-?\d+):<([^>]*)>")
-_ALIASES = {
-    "mPos": "matchedPosition",
-    "mPro": "matchedProperties",
-    "mmPos": "mismatchedPosition",
-    "mmPro": "mismatchedProperties",
-}
+_ALIASES = {"mPos": "matchedPosition", "mPro": "matchedProperties", "mmPos": "mismatchedPosition",
+            "mmPro": "mismatchedProperties"}
 
 # ---------------------------------------------------------------- rules
-
-
 @dataclass(frozen=True)
 class Lexical:
     query: Query
@@ -104,10 +80,8 @@ def parse_rule(text: str, where: str = "rule") -> Slot:
         elif tokens[0].startswith("phrase:"):
             if len(tokens) > 1:
                 raise GrammarError(f"{where}: unexpected '{' '.join(tokens[1:])}' after {tokens[0]}")
-            extra = tuple(
-                (i, _query({k: frozenset(v) for k, v in _parse_kv(body.split(), where).items()}))
-                for i, body in extras
-            )
+            extra = tuple((i, _query({k: frozenset(v) for k, v in _parse_kv(body.split(), where).items()}))
+                          for i, body in extras)
             alternatives.append(PhraseRef(tokens[0].split(":", 1)[1], extra))
         else:
             kv = _parse_kv(tokens, where)
@@ -175,9 +149,7 @@ class Engine:
     """Vocabulary + phrase definitions; compiles templates and draws sentences and pairs from them."""
 
     def __init__(self, vocab: Vocabulary, phrases: dict[str, list[list[Slot]]], max_depth: int = 6):
-        self.vocab = vocab
-        self.phrases = phrases
-        self.max_depth = max_depth
+        self.vocab, self.phrases, self.max_depth = vocab, phrases, max_depth
 
     # ---- static checks: every problem found here names the template and the slot
     def check(self, t: Template) -> None:
@@ -335,10 +307,7 @@ class Engine:
 
     @staticmethod
     def _leaves(nodes: list[_Node]) -> list[_Node]:
-        out = []
-        for n in nodes:
-            out.extend(Engine._leaves(n.children) if n.children is not None else [n])
-        return out
+        return [leaf for n in nodes for leaf in (Engine._leaves(n.children) if n.children is not None else [n])]
 
     def _check_repeats(self, nodes: list[_Node]) -> None:
         # ZhoBLiMP's rule: a word may not recur unless a literal or an expression match put it there;
@@ -375,9 +344,7 @@ class Engine:
         for n in good:
             self._draw(n, rng, t.sep)
         self._check_repeats(good)
-        bad = []
-        for kind, arg in bad_specs:
-            bad.append(good[arg].pinned_copy() if kind == "copy" else self._expand(arg, rng, 0))
+        bad = [good[arg].pinned_copy() if kind == "copy" else self._expand(arg, rng, 0) for kind, arg in bad_specs]
         self._resolve(bad, rng, good)
         for n in bad:
             self._draw(n, rng, t.sep)
@@ -390,14 +357,9 @@ class Engine:
         if not t.bad:
             raise GrammarError(f"{t.source}: template '{t.name}' has no bad rules")
         good_slots = [parse_rule(s) for s in t.good]
-        bad_specs = []
-        for i, text in enumerate(t.bad):
-            if text == t.good[i]:
-                bad_specs.append(("copy", i))
-            elif text in t.good:  # word-order contrast: this position takes another good slot's filler
-                bad_specs.append(("copy", t.good.index(text)))
-            else:
-                bad_specs.append(("new", parse_rule(text)))
+        # shared slots, and word-order contrasts (a position that takes another good slot's filler), copy
+        bad_specs = [("copy", i if text == t.good[i] else t.good.index(text)) if text in t.good
+                     else ("new", parse_rule(text)) for i, text in enumerate(t.bad)]
         # A shared slot that repeats the word of a changed slot (an expression match) repeats the bad
         # word, not the good one: "..., 张夫人也启程了" follows the bad verb 启程, as in ZhoBLiMP's data.
         # Shared slots that only agree in a property keep their good word, so the pair stays minimal.
@@ -406,10 +368,9 @@ class Engine:
             grew = False
             for i, (kind, arg) in enumerate(bad_specs):
                 slot = parse_rule(t.good[i])
-                if kind == "copy" and arg == i and all(
-                    isinstance(r, Matched) and "expression" in r.match_props and r.match_pos is not None
-                    and bad_specs[r.match_pos][0] == "new" for r in slot
-                ):
+                if kind == "copy" and arg == i and all(isinstance(r, Matched) and "expression" in r.match_props
+                                                       and r.match_pos is not None and bad_specs[r.match_pos][0] == "new"
+                                                       for r in slot):
                     bad_specs[i], grew = ("new", slot), True
         seen: set[str] = set()
         out: list[Pair] = []

@@ -1,18 +1,13 @@
 """Built-in grammar: one set of templates and a vocabulary give both a training corpus and minimal pairs.
 
 The grammars are package data (``probes/benchmarks/grammars/<variant>.json`` + a vocabulary TSV) run by the
-template engine in ``probes.benchmarks.generator``, the same engine that reads the real ZhoBLiMP templates.
+template engine of ``probes.benchmarks.generator``, which also reads the real ZhoBLiMP templates. Paradigms:
+"grammar" subject-verb agreement (plain, across a PP and across an object-relative attractor), determiner-noun
+and reflexive agreement; "grammar_zh" classifier-noun agreement and two 把 word-order contrasts. The corpus mix is
+a natural one (each file's ``corpus_comment``), not tuned to any learning curve.
 
-Paradigms (benchmark "grammar"): subject-verb agreement plain, across a PP attractor and across an
-object-relative-clause attractor (the nearest noun disagrees with the head), determiner-noun and
-reflexive number agreement; "grammar_zh": classifier-noun agreement (numeral and demonstrative) and two
-把 word-order contrasts.  The corpus mix is a natural one, stated in each file's ``corpus_comment``
-(en: plain clauses 52 %, PP-modified subjects with a free attractor 12 %, subject and object relative
-clauses 8 % each, demonstrative subjects 10 %, reflexives 10 %); it is not tuned to any learning curve.
-
-Corpus and benchmark draw from separate random streams derived from the seed (``random.Random`` seeded
-with a string hashes it with SHA-512, so streams are independent and stable across processes and
-PYTHONHASHSEED): a benchmark sentence turns up in the corpus only as often as chance makes it.
+Corpus and benchmark draw from separate random streams seeded by strings (hashed with SHA-512: independent, and
+stable across processes and PYTHONHASHSEED), so a benchmark sentence is in the corpus only as often as chance says.
 """
 from __future__ import annotations
 
@@ -39,10 +34,8 @@ class Grammar:
 
 
 def _phrases(raw: dict, source: str) -> dict:
-    return {
-        name: [[parse_rule(r, f"{source}: phrase '{name}' alternative {a}") for r in alt] for a, alt in enumerate(alts)]
-        for name, alts in raw.items()
-    }
+    return {name: [[parse_rule(r, f"{source}: phrase '{name}' alternative {a}") for r in alt]
+                   for a, alt in enumerate(alts)] for name, alts in raw.items()}
 
 
 @lru_cache(maxsize=None)
@@ -57,10 +50,8 @@ def load_grammar(variant: str) -> Grammar:
     vocab = Vocabulary.from_tsv(f"probes/benchmarks/grammars/{vocab_name}", folder.joinpath(vocab_name).read_text(encoding="utf-8"))
     engine = Engine(vocab, _phrases(raw.get("phrases", {}), source))
     sep = raw.get("sep", " ")
-    paradigms = [
-        Template(p["name"], p["good"], p["bad"], p["phenomenon"], p.get("roles", []), sep, p.get("strict", False), source)
-        for p in raw["paradigms"]
-    ]
+    paradigms = [Template(p["name"], p["good"], p["bad"], p["phenomenon"], p.get("roles", []), sep,
+                          p.get("strict", False), source) for p in raw["paradigms"]]
     corpus = [Template(c["name"], c["rule"], sep=sep, source=source) for c in raw["corpus"]]
     names = [t.name for t in paradigms]
     if len(set(names)) != len(names):

@@ -1,27 +1,9 @@
-"""ELAGENT Tasks 3-4: the artificial Language A, as word-order minimal pairs after k demonstrations
-(paper §2.2, Table 2, App. C.3-C.4, G).
-
-Language A is English with the six properties of Table 2, all of them on here:
-  S1 (SOV)  Subject-Object-Verb;
-  S2 (PV)   modifiers of verbs before the verb, a PP first, then the adverb, then the verb;
-  S3 (PN)   modifiers of nouns before the noun: PPs first, then determiners, then adjectives, then the noun;
-  M1 (Plu)  a singular noun starts with ``S_``, a plural one with ``P_``, followed by its lemma;
-  M2 (PT)   a verb is its lemma followed by ``_-`` (past) or ``_+`` (present) -- the suffixes as the
-            extracted paper text reads them (Table 2); the symbols may have been lost in extraction;
-  M3 (AR)   every adjective appears twice in a row.
-Anything not specified follows English order. Words are the paper's ``tgt_<lemma>`` (App. G: "(the,
-tgt_the), (farmer, tgt_farmer)"; the nouns then read ``S_tgt_cat``, as in G.3's translated example);
-``lexicon="english"`` drops the ``tgt_`` for small vocabularies.
-
-English sentences have the structure of the paper's seed sentence (C.3: "The yellow dog with a small tail
-chases the black cat quickly across the park"): a subject with an adjective and a PP, a verb in the past or
-present, an object, an adverb and a PP modifying the verb, so every rule has something to move. They come
-from a small lexicon and a seeded generator instead of GPT-4 and spaCy (C.3 steps 1-2): the parse is known by
-construction, so the gold translation is the rules applied to it.
-
-A pair (paradigms: docs/elagent.md): ``shots`` demonstrations, a new English sentence and its translation
-(good) or the same Language A words with one rule's order undone (bad, as Task 4's 1-/2-order contrasts);
-the demonstrations are a shared prefix, so the pair differs only in the test translation.
+"""ELAGENT Tasks 3-4: the artificial Language A, as word-order minimal pairs after k demonstrations (paper §2.2,
+Table 2, App. C.3-C.4, G; docs/elagent.md lists the rules and paradigms). All six rules are on; the tense suffixes
+are ``_-``/``_+`` as the extracted paper text reads them. English sentences have the structure of the paper's seed
+sentence (C.3: "The yellow dog with a small tail chases the black cat quickly across the park"), so every rule has
+something to move; a seeded generator stands in for GPT-4 and spaCy, so the parse, and the gold translation, are
+known by construction. The demonstrations are a shared prefix: a pair differs only in the test translation.
 """
 from __future__ import annotations
 
@@ -29,7 +11,7 @@ import random
 from dataclasses import dataclass
 from typing import Optional
 
-from probes.evals.config import LANGUAGE_A_LEXICONS as LEXICONS, LanguageAConfig  # noqa: F401
+from probes.evals.config import LanguageAConfig
 from probes.benchmarks.pairs import Pair
 
 PHENOMENON = "language_a_word_order"
@@ -141,10 +123,6 @@ def draw_clause(rng: random.Random) -> Clause:
 HEADER = "Translate English into Language A."
 
 
-def _block(english_text: str, language_a: str) -> str:
-    return f"English: {english_text}\nLanguage A: {language_a}"
-
-
 def benchmark_pairs(cfg: LanguageAConfig, benchmark: str = "elagent_word_order") -> list[Pair]:
     """``pairs_per_paradigm`` pairs for each paradigm in PARADIGMS (module docstring)."""
     full = Translator(cfg.lexicon)
@@ -159,7 +137,7 @@ def benchmark_pairs(cfg: LanguageAConfig, benchmark: str = "elagent_word_order")
                 d = draw_clause(rng)
                 if english(d) != english(test):
                     demos.append(d)
-            prefix = "\n".join([HEADER] + [_block(english(d), full.clause(d)) for d in demos]
+            prefix = "\n".join([HEADER] + [f"English: {english(d)}\nLanguage A: {full.clause(d)}" for d in demos]
                                + [f"English: {english(test)}\nLanguage A: "])
             good, bad = full.clause(test), undone.clause(test)
             if good == bad:  # cannot happen with the seed structure (every rule has a word to move)

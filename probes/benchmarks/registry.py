@@ -1,47 +1,24 @@
-"""Benchmark registry and loading: any minimal-pair source -> one list of `Pair`s.
+"""Benchmark registry and loading: any minimal-pair source -> one list of `Pair`s (`load_benchmark`, `describe`,
+`python -m probes benchmarks NAME_OR_PATH`). Files live under `<repo>/../shared/benchmarks/<relpath>`
+(registry.json), $SYNTAX_DYNAMICS_BENCHMARKS, or `BenchmarkConfig.path`; `formats` reads them.
 
-    pairs = load_benchmark(BenchmarkConfig(name="blimp"))
-    print(describe(pairs))
-    python -m probes benchmarks blimp            # or a path; --format F to force a reader
-
-Where the real benchmarks live: `<repo>/../shared/benchmarks/<relpath>` (REGISTRY below), or under
-$SYNTAX_DYNAMICS_BENCHMARKS (a directory laid out like shared/benchmarks), or `BenchmarkConfig.path`.
-The per-format readers are in `probes.benchmarks.formats`.
-
-ONE rule for identical and duplicate pairs, applied to every source (real files, generic files,
-the built-in grammar), after reading and before subsampling:
-  * a pair whose good and bad sentences are the same string is DROPPED: it cannot discriminate,
-    and under the strict comparison (a tie is wrong) it would be scored as an error of the model;
-  * among pairs with the same (paradigm, good, bad) only the FIRST in file order is KEPT: a repeated
-    item would otherwise weigh twice in the paradigm's accuracy.
-Pair ids stay the source's, so every kept pair can be traced back. The drops are counted per
-paradigm, logged as a warning, and shown by `describe` and `python -m probes benchmarks`.
-
-Counts on the real files (as published -> kept under the rule):
-  zhoblimp      35,400 -> 35,400   118 paradigms, 15 phenomena
-  blimp         67,000 -> 66,993   67 paradigms, 13 linguistics_term groups (7 identical)
-  climp         16,000 -> 15,984   16 paradigms, 9 phenomena (16 duplicates)
-  sling         40,560 -> 40,528   54 files (40 x 1000 + 14 x 40), 8 phenomena (24 identical, 8 duplicates)
-  babylm_blimp  59,875 -> 59,868   67 paradigms (7 identical)
-  babylm_supplement 5,218 -> 5,206 5 files (12 duplicates)
-  rublimp       45,000 -> 44,996   45 paradigms (PID), 12 phenomena (4 duplicates)
-  turblimp      16,000 -> 16,000   16 paradigms (files), 15 phenomena (both argument-structure files
-                                   say argument_structure)
-  turblimp_experimental 2,200 -> 2,200  22 paradigms (files), 2 phenomena (subtype)
-  jblimp           331 -> 331      37 paradigms, 11 phenomena
-The issue's reference figures (35,400 / 67 x 1000 / 16,000 / 40,560 / 59,875) are the as-published
-counts, i.e. before the rule.
+ONE rule for every source, after reading and before subsampling (DEDUP_RULE): a pair whose good and bad are the
+same string cannot discriminate (under the strict comparison it would count as the model's error), and a repeated
+(paradigm, good, bad) would weigh twice in its paradigm's accuracy. Pair ids stay the source's; the drops are
+counted per paradigm, logged and shown (counts on the real files: docs/probing.md, "Supported suites").
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import os
 import random
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -49,18 +26,15 @@ import pandas as pd
 
 from probes.benchmarks import grammar
 from probes.evals.config import BenchmarkConfig
-from train.corpus import GrammarConfig
 from probes.benchmarks.formats import (READERS, BenchmarkFormatError, FieldMap, add_field_options, data_files,
-                                       field_options, sniff_format)
+                                       field_options, paradigm_by_path, sniff_format)
 from probes.benchmarks.pairs import Pair
 
 log = logging.getLogger(__name__)
 
 ENV_VAR = "SYNTAX_DYNAMICS_BENCHMARKS"
 FORMATS = ("auto", *READERS, "grammar", "elagent")
-DEDUP_RULE = (
-    "pairs with good == bad are dropped; of pairs with the same (paradigm, good, bad) the first is kept"
-)
+DEDUP_RULE = "pairs with good == bad are dropped; of pairs with the same (paradigm, good, bad) the first is kept"
 
 
 @dataclass(frozen=True)
@@ -74,37 +48,11 @@ class RegistryEntry:
     authors_convention: Optional[str] = None
 
 
+# name -> its entry: package data (registry.json, which also says where each authors' rule comes from)
 REGISTRY: dict[str, RegistryEntry] = {
-    # ZhoBLiMP's code compares mean log-probs per token, ties wrong; BLiMP's paper full-sentence probabilities
-    "zhoblimp": RegistryEntry("zhoblimp", "zhoblimp/data/ZhoBLiMP", "ZhoBLiMP, 118 paradigms x 300 (zh)",
-                              authors_convention="mlp"),
-    "blimp": RegistryEntry("blimp", "blimp/data", "BLiMP, 67 paradigms x 1000 (en)", authors_convention="sum"),
-    "climp": RegistryEntry("climp", "climp/CLiMP_corpus", "CLiMP, 16 paradigms x 1000 (zh)"),
-    "sling": RegistryEntry("sling", "sling/SLING_Data", "SLING, 40 x 1000 + 14 x 40 (zh)"),
-    "babylm_blimp": RegistryEntry(
-        "babylm", "babylm_2025_full_eval/evaluation_data/full_eval/blimp_filtered", "BabyLM 2025 filtered BLiMP (en)"
-    ),
-    "babylm_supplement": RegistryEntry(
-        "babylm", "babylm_2025_full_eval/evaluation_data/full_eval/supplement_filtered", "BabyLM 2025 BLiMP supplement (en)"
-    ),
-    # the authors score by perplexity after "</s>" (src/scorer.py): exp(-mean lp), lower wins = MLP
-    "rublimp": RegistryEntry("csv", "rublimp/datasets", "RuBLiMP, 45 paradigms x 1000 (ru)",
-                             FieldMap("source_sentence", "target_sentence", "PID", "phenomenon", "id"), "mlp"),
-    # the authors sum minicons log-probs (evaluation.py), which leave the first token unscored
-    "turblimp": RegistryEntry("csv", "turblimp/data/base", "TurBLiMP, 16 phenomena x 1000 (tr)",
-                              FieldMap("good_sentence", "bad_sentence", phenomenon="phenomenon"), "sum_after_first"),
-    "turblimp_experimental": RegistryEntry(
-        "csv", "turblimp/data/experimental", "TurBLiMP word-order and subordination sets, 22 x 100 (tr)",
-        FieldMap("good_sentence", "bad_sentence", phenomenon="subtype"), "sum_after_first"),
-    # the paper compares the probabilities of the two sentences, as BLiMP does: summed log-probs
-    "jblimp": RegistryEntry("jsonl", "jblimp/data/validated/validated_minimal_pairs.jsonl",
-                            "JBLiMP, 331 validated pairs, 37 paradigms (ja)",
-                            FieldMap("good_sentence", "bad_sentence", "paradigm", "phenomenon", "ID"), "sum"),
-    "grammar": RegistryEntry("grammar", None, "built-in grammar, English (probes.benchmarks.grammar)"),
-    "grammar_zh": RegistryEntry("grammar", None, "built-in grammar, Chinese (probes.benchmarks.grammar)"),
-    # generated, no files: ELAGENT's Language A word order after k demonstrations (probes.benchmarks.language_a)
-    "elagent_word_order": RegistryEntry("elagent", None, "ELAGENT Language A word order (generated)"),
-}
+    name: RegistryEntry(**{**e, "fields": FieldMap(**e.get("fields", {}))}) for name, e in json.loads(
+        resources.files("probes.benchmarks").joinpath("registry.json").read_text(encoding="utf-8")).items()
+    if not name.startswith("_")}
 
 
 @dataclass(frozen=True)
@@ -139,8 +87,6 @@ class BenchmarkPairs(list):
 
 
 # ---------------------------------------------------------------- locations
-
-
 def benchmarks_root() -> Path:
     """$SYNTAX_DYNAMICS_BENCHMARKS, else <repo>/../shared/benchmarks (resolved from this file)."""
     env = os.environ.get(ENV_VAR)
@@ -150,49 +96,31 @@ def benchmarks_root() -> Path:
 
 
 def default_path(name: str) -> Path:
-    entry = _entry(name)
-    if entry.relpath is None:
-        raise ValueError(f"benchmark {name!r} is generated ({entry.format}); it has no files")
-    return benchmarks_root() / entry.relpath
-
-
-def _entry(name: str) -> RegistryEntry:
     if name not in REGISTRY:
-        raise ValueError(
-            f"unknown benchmark name {name!r} (BenchmarkConfig.name); known: {sorted(REGISTRY)}; "
-            "or give BenchmarkConfig.path to load any file or directory under that label"
-        )
-    return REGISTRY[name]
+        raise ValueError(f"unknown benchmark name {name!r} (BenchmarkConfig.name); known: {sorted(REGISTRY)}; "
+                         "or give BenchmarkConfig.path to load any file or directory under that label")
+    if REGISTRY[name].relpath is None:
+        raise ValueError(f"benchmark {name!r} is generated ({REGISTRY[name].format}); it has no files")
+    return benchmarks_root() / REGISTRY[name].relpath
 
 
-def benchmark_configs(
-    names: list[str],
-    max_pairs_per_paradigm: Optional[int] = None,
-    subsample_seed: int = 0,
-    paths: Optional[dict[str, str]] = None,
-) -> list[BenchmarkConfig]:
+def benchmark_configs(names: list[str], max_pairs_per_paradigm: Optional[int] = None, subsample_seed: int = 0,
+                      paths: Optional[dict[str, str]] = None) -> list[BenchmarkConfig]:
     """One BenchmarkConfig per name, for a config that lists names (`probes.benchmarks=[zhoblimp,blimp]`):
     registry names use their default location unless `paths` names another; any other name needs a path."""
     paths = dict(paths or {})
     unknown = [n for n in names if n not in REGISTRY and n not in paths]
     if unknown:
-        raise ValueError(
-            f"unknown benchmark name(s) {unknown} in the benchmark list; known: {sorted(REGISTRY)}; "
-            "a benchmark of your own needs a path under its name"
-        )
+        raise ValueError(f"unknown benchmark name(s) {unknown} in the benchmark list; known: {sorted(REGISTRY)}; "
+                         "a benchmark of your own needs a path under its name")
     stray = sorted(set(paths) - set(names))
     if stray:
         raise ValueError(f"benchmark path(s) given for {stray}, which are not in the benchmark list {names}")
-    return [
-        BenchmarkConfig(name=n, path=paths.get(n), max_pairs_per_paradigm=max_pairs_per_paradigm,
-                        subsample_seed=subsample_seed)
-        for n in names
-    ]
+    return [BenchmarkConfig(name=n, path=paths.get(n), max_pairs_per_paradigm=max_pairs_per_paradigm,
+                            subsample_seed=subsample_seed) for n in names]
 
 
 # ---------------------------------------------------------------- loading
-
-
 def load_benchmark(cfg: BenchmarkConfig) -> BenchmarkPairs:
     """All pairs of one benchmark, the dedup rule applied, subsampled if asked; stable order."""
     if cfg.format not in FORMATS:
@@ -206,7 +134,10 @@ def load_benchmark(cfg: BenchmarkConfig) -> BenchmarkPairs:
         fmt = REGISTRY[cfg.name].format
 
     if fmt == "grammar":
-        raw, source, formats = _load_grammar(cfg), f"probes.benchmarks.grammar({_grammar_cfg(cfg)})", {"grammar": 1}
+        gcfg = dataclasses.replace(cfg.grammar, variant="zh") if cfg.name == "grammar_zh" else cfg.grammar
+        # one label per BenchmarkConfig, whatever the generator calls itself (grammar vs grammar_zh)
+        raw = [dataclasses.replace(p, benchmark=cfg.name) for p in grammar.benchmark_pairs(gcfg)]
+        source, formats = f"probes.benchmarks.grammar({gcfg})", {"grammar": 1}
     elif fmt == "elagent":
         from probes.benchmarks.language_a import benchmark_pairs
 
@@ -220,10 +151,8 @@ def load_benchmark(cfg: BenchmarkConfig) -> BenchmarkPairs:
     if cfg.name in REGISTRY and cfg.format == "auto":
         report = dataclasses.replace(report, authors_convention=REGISTRY[cfg.name].authors_convention)
     if report.n_identical or report.n_duplicates:
-        log.warning(
-            "%s: dropped %d identical (good == bad) and %d duplicate pairs of %d read (%s)",
-            cfg.name, report.n_identical, report.n_duplicates, report.n_read, DEDUP_RULE,
-        )
+        log.warning("%s: dropped %d identical (good == bad) and %d duplicate pairs of %d read (%s)",
+                    cfg.name, report.n_identical, report.n_duplicates, report.n_read, DEDUP_RULE)
     if cfg.max_pairs_per_paradigm is not None:
         pairs = subsample(pairs, cfg.max_pairs_per_paradigm, cfg.subsample_seed)
     if "zhoblimp" in formats and cfg.templates != "":
@@ -263,17 +192,6 @@ def _attach_zhoblimp_slots(cfg: BenchmarkConfig, pairs: list[Pair], report: Load
     return pairs, dataclasses.replace(report, slots=counts)
 
 
-def _grammar_cfg(cfg: BenchmarkConfig) -> GrammarConfig:
-    if cfg.name == "grammar_zh":
-        return dataclasses.replace(cfg.grammar, variant="zh")
-    return cfg.grammar
-
-
-def _load_grammar(cfg: BenchmarkConfig) -> list[Pair]:
-    # one label per BenchmarkConfig, whatever the generator calls itself (grammar vs grammar_zh)
-    return [dataclasses.replace(p, benchmark=cfg.name) for p in grammar.benchmark_pairs(_grammar_cfg(cfg))]
-
-
 def _load_files(cfg: BenchmarkConfig, fmt: str) -> tuple[list[Pair], str, dict[str, int]]:
     if cfg.path is not None:
         root = Path(cfg.path).expanduser()
@@ -282,11 +200,10 @@ def _load_files(cfg: BenchmarkConfig, fmt: str) -> tuple[list[Pair], str, dict[s
     else:
         root = default_path(cfg.name)
         if not root.exists():
-            raise FileNotFoundError(
-                f"benchmark {cfg.name!r}: default location {root} does not exist. Set {ENV_VAR} to a directory "
-                f"laid out like shared/benchmarks (containing {REGISTRY[cfg.name].relpath}), "
-                f"or give the path (BenchmarkConfig.path / probes.benchmarks.<i>.path)"
-            )
+            raise FileNotFoundError(f"benchmark {cfg.name!r}: default location {root} does not exist. Set {ENV_VAR} to "
+                                    f"a directory laid out like shared/benchmarks (containing "
+                                    f"{REGISTRY[cfg.name].relpath}), or give the path (BenchmarkConfig.path / "
+                                    f"probes.benchmarks.<i>.path)")
     files = data_files(root)
     if not files:
         raise FileNotFoundError(f"benchmark {cfg.name!r}: no .jsonl/.csv/.txt data files under {root}")
@@ -294,33 +211,26 @@ def _load_files(cfg: BenchmarkConfig, fmt: str) -> tuple[list[Pair], str, dict[s
                      cfg.delimiter)
     known = REGISTRY[cfg.name].fields if cfg.name in REGISTRY else FieldMap()
     fields = FieldMap(*(g if g is not None else k for g, k in zip(dataclasses.astuple(given), dataclasses.astuple(known))))
-    pairs: list[Pair] = []
     formats: Counter[str] = Counter()
     origin: dict[str, set[Path]] = defaultdict(set)  # paradigm -> files it came from
     per_file: list[tuple[Path, list[Pair]]] = []
     for file in files:
         f = sniff_format(file) if fmt == "auto" else fmt
-        got = READERS[f](file, root, cfg.name, fields)
+        per_file.append((file, READERS[f](file, root, cfg.name, fields)))
         formats[f] += 1
-        for p in got:
+        for p in per_file[-1][1]:
             origin[p.paradigm].add(file)
-        per_file.append((file, got))
+    pairs: list[Pair] = []
     for file, got in per_file:
-        pairs.extend(_key_by_path(got, file, root, origin))
+        for p in got:
+            # paradigm names must be unique within a benchmark: one that several files use gets the file's path
+            # below the root (the SLING reader does this always; here it catches any other case)
+            if len(origin[p.paradigm]) > 1:
+                rel = paradigm_by_path(file, root)
+                name = rel if rel.rsplit("/", 1)[-1] == p.paradigm else f"{rel}/{p.paradigm}"
+                p = dataclasses.replace(p, paradigm=name)
+            pairs.append(p)
     return pairs, str(root), dict(formats)
-
-
-def _key_by_path(pairs: list[Pair], file: Path, root: Path, origin: dict[str, set[Path]]) -> list[Pair]:
-    """Paradigm names must be unique within a benchmark: a name that several files use gets the
-    file's path below the root (the SLING reader does this always; here it catches any other case)."""
-    out = []
-    for p in pairs:
-        if len(origin[p.paradigm]) > 1:
-            rel = (file.relative_to(root) if root.is_dir() else Path(file.name)).with_suffix("").as_posix()
-            name = rel if rel.rsplit("/", 1)[-1] == p.paradigm else f"{rel}/{p.paradigm}"
-            p = dataclasses.replace(p, paradigm=name)
-        out.append(p)
-    return out
 
 
 def _apply_rule(raw: list[Pair], label: str, source: str, formats: dict[str, int]) -> tuple[list[Pair], LoadReport]:
@@ -342,22 +252,17 @@ def _apply_rule(raw: list[Pair], label: str, source: str, formats: dict[str, int
         # would overwrite each other's scores
         other = ids.setdefault((p.paradigm, p.pair_id), (p.good, p.bad))
         if other != (p.good, p.bad):
-            raise BenchmarkFormatError(
-                f"{source}: pair id {p.pair_id!r} names two different pairs in paradigm {p.paradigm!r} "
-                f"({other[0]!r} and {p.good!r}); map id_field to a unique column, or leave it unset to number records"
-            )
+            raise BenchmarkFormatError(f"{source}: pair id {p.pair_id!r} names two different pairs in paradigm "
+                                       f"{p.paradigm!r} ({other[0]!r} and {p.good!r}); map id_field to a unique "
+                                       "column, or leave it unset to number records")
         kept.append(p)
-    report = LoadReport(label, source, formats, len(raw), dict(identical), dict(duplicates))
-    return kept, report
+    return kept, LoadReport(label, source, formats, len(raw), dict(identical), dict(duplicates))
 
 
 def subsample(pairs: list[Pair], max_per_paradigm: int, seed: int = 0) -> list[Pair]:
-    """At most `max_per_paradigm` pairs of each paradigm, in their original order.
-
-    Deterministic: each paradigm draws from its own generator seeded by (seed, paradigm name), so a
-    paradigm's sample does not depend on which other paradigms are loaded, and the k-sample is a
-    prefix of one fixed permutation, so a smaller sample is contained in a larger one.
-    """
+    """At most `max_per_paradigm` pairs of each paradigm, in their original order. A paradigm draws from its own
+    generator seeded by (seed, paradigm), so its sample does not depend on the other paradigms loaded, and a
+    k-sample is a prefix of one fixed permutation (a smaller sample is contained in a larger one)."""
     by_paradigm: dict[str, list[int]] = defaultdict(list)
     for i, p in enumerate(pairs):
         by_paradigm[p.paradigm].append(i)
@@ -374,42 +279,23 @@ def subsample(pairs: list[Pair], max_per_paradigm: int, seed: int = 0) -> list[P
 
 
 # ---------------------------------------------------------------- describing
-
-
 def describe(pairs: list[Pair]) -> pd.DataFrame:
     """One row per (phenomenon, paradigm): n_pairs kept, and the pairs the dedup rule dropped
     (known when `pairs` came from `load_benchmark`); a last row, phenomenon "TOTAL", sums them."""
     n: Counter[tuple[str, str]] = Counter((p.phenomenon, p.paradigm) for p in pairs)
     report = getattr(pairs, "report", None)
-    identical = report.identical if report else {}
-    duplicates = report.duplicates if report else {}
+    identical, duplicates = (report.identical, report.duplicates) if report else ({}, {})
     keys = sorted(set(n) | set(identical) | set(duplicates))
-    df = pd.DataFrame(
-        {
-            "phenomenon": [k[0] for k in keys],
-            "paradigm": [k[1] for k in keys],
-            "n_pairs": [n.get(k, 0) for k in keys],
-            "n_identical_dropped": [identical.get(k, 0) for k in keys],
-            "n_duplicates_dropped": [duplicates.get(k, 0) for k in keys],
-        }
-    )
-    n_phen = len({k[0] for k in keys})
-    total = {
-        "phenomenon": "TOTAL",
-        "paradigm": f"{len(keys)} paradigms in {n_phen} phenomena",
-        "n_pairs": int(df["n_pairs"].sum()),
-        "n_identical_dropped": int(df["n_identical_dropped"].sum()),
-        "n_duplicates_dropped": int(df["n_duplicates_dropped"].sum()),
-    }
-    return pd.concat([df, pd.DataFrame([total])], ignore_index=True)
+    df = pd.DataFrame([(*k, n.get(k, 0), identical.get(k, 0), duplicates.get(k, 0)) for k in keys],
+                      columns=["phenomenon", "paradigm", "n_pairs", "n_identical_dropped", "n_duplicates_dropped"])
+    total = ["TOTAL", f"{len(keys)} paradigms in {df.phenomenon.nunique()} phenomena", *df.iloc[:, 2:].sum()]
+    return pd.concat([df, pd.DataFrame([total], columns=df.columns)], ignore_index=True)
 
 
 def main(argv: list[str]) -> int:
     """`python -m probes benchmarks PATH_OR_NAME [--format F]` (argv: the words after `benchmarks`)."""
-    ap = argparse.ArgumentParser(
-        prog="python -m probes benchmarks",
-        description="List a benchmark's phenomena, paradigms and pair counts (and what the dedup rule dropped).",
-    )
+    ap = argparse.ArgumentParser(prog="python -m probes benchmarks", description="List a benchmark's phenomena, "
+                                 "paradigms and pair counts (and what the dedup rule dropped).")
     ap.add_argument("target", metavar="PATH_OR_NAME", help=f"a registry name {sorted(REGISTRY)} or a file/directory")
     ap.add_argument("--format", default="auto", choices=FORMATS)
     ap.add_argument("--name", help="label for a path (default: the file's stem or the directory's name)")
@@ -427,10 +313,8 @@ def main(argv: list[str]) -> int:
     else:
         target = Path(args.target).resolve()
         name, path = args.name or (target.stem if target.is_file() else target.name), args.target
-    cfg = BenchmarkConfig(
-        name=name, path=path, format=args.format, max_pairs_per_paradigm=args.max_pairs_per_paradigm,
-        subsample_seed=args.seed, **field_options(args),
-    )
+    cfg = BenchmarkConfig(name=name, path=path, format=args.format, max_pairs_per_paradigm=args.max_pairs_per_paradigm,
+                          subsample_seed=args.seed, **field_options(args))
     try:
         pairs = load_benchmark(cfg)
     except (OSError, ValueError, NotImplementedError) as e:
@@ -438,23 +322,15 @@ def main(argv: list[str]) -> int:
         return 2
     table = describe(pairs)
     body = table.iloc[:-1]
-    by_phen = (
-        body.groupby("phenomenon", sort=True)
-        .agg(n_paradigms=("paradigm", "size"), n_pairs=("n_pairs", "sum"))
-        .reset_index()
-    )
+    by_phen = body.groupby("phenomenon").agg(n_paradigms=("paradigm", "size"), n_pairs=("n_pairs", "sum")).reset_index()
     rep = pairs.report
     formats = ", ".join(f"{k} x{v}" for k, v in rep.formats.items())
     print(f"benchmark {name}: {rep.source} (format: {formats})\n")
     with pd.option_context("display.max_rows", None, "display.max_colwidth", 80, "display.width", 200):
-        print(table.to_string(index=False))
-        print()
-        print(by_phen.to_string(index=False))
-    print(
-        f"\ntotal: {len(pairs):,} pairs in {len(body)} paradigms and {len(by_phen)} phenomena"
-        f"{' (subsampled)' if cfg.max_pairs_per_paradigm else ''}; read {rep.n_read:,}, "
-        f"dropped {rep.n_identical} identical and {rep.n_duplicates} duplicate pairs ({DEDUP_RULE})"
-    )
+        print(f"{table.to_string(index=False)}\n\n{by_phen.to_string(index=False)}")
+    print(f"\ntotal: {len(pairs):,} pairs in {len(body)} paradigms and {len(by_phen)} phenomena"
+          f"{' (subsampled)' if cfg.max_pairs_per_paradigm else ''}; read {rep.n_read:,}, "
+          f"dropped {rep.n_identical} identical and {rep.n_duplicates} duplicate pairs ({DEDUP_RULE})")
     if rep.slots:
         ok = sum(a for a, _ in rep.slots.values())
         partial = {k: v for k, v in sorted(rep.slots.items()) if v[0] < v[1]}

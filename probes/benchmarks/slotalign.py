@@ -1,25 +1,17 @@
-"""Recover a template's slots in a sentence the template produced (a released ZhoBLiMP pair, say).
-
-The released ZhoBLiMP data holds only the sentences; the generator (probes.benchmarks.generator) records the
-slot of every word, but only for the pairs it draws itself.  Phrase regions (NP / VP of the case
-study) need slots on the real pairs too, so each real sentence is parsed against its own template:
-a slot matches a substring that one of its alternatives can produce (a literal, a vocabulary word
-satisfying the slot's feature query, or a named phrase, recursively).  Agreement constraints
-(matched / mismatched positions) and a phrase's extra constraints are ignored: they only narrow
-which word is drawn, never where a slot ends, and leaving them out keeps the parse from failing on
-a vocabulary entry that changed since the data was generated.
-
-A sentence can split in more than one way (a word may belong to either of two neighbouring slots).
-Good and bad are parsed separately and the pair of parses whose shared slots (the same rule on
-both sides) hold the most identical text is kept, so a shared noun sits in the same slot of both
-sentences.  A pair that does not parse keeps no slots; callers fall back to the generic split.
+"""Recover a template's slots in a sentence the template produced (a released ZhoBLiMP pair, which holds only its
+sentences, while phrase regions need slots). A slot matches a substring one of its alternatives can produce (a
+literal, a vocabulary word satisfying its query, a named phrase, recursively). Agreement and a phrase's extra
+constraints are ignored: they narrow which word is drawn, never where a slot ends, and so a vocabulary entry changed
+since the data was generated cannot fail the parse. Of a sentence's splits, the pair of parses whose shared slots
+hold the most identical text is kept; a pair that does not parse keeps no slots (callers fall back to the generic
+split).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
-from probes.benchmarks.generator import Direct, Engine, Lexical, Matched, PhraseRef, Slot, Template, parse_rule
+from probes.benchmarks.generator import Direct, Engine, PhraseRef, Slot, Template, parse_rule
 from probes.benchmarks.pairs import Pair, Region
 
 Span = tuple[int, int]
@@ -39,8 +31,7 @@ class SlotParser:
     # ---- what one rule can match at a position of the text
     def _leaf_words(self, rule) -> dict[int, frozenset[str]]:
         """Words a leaf can produce, by length (so a match is a few set look-ups)."""
-        key = rule
-        if key not in self._words:
+        if rule not in self._words:
             if isinstance(rule, Direct):
                 words = set(rule.words)
             else:
@@ -50,14 +41,11 @@ class SlotParser:
             by_len: dict[int, set[str]] = {}
             for w in words:
                 by_len.setdefault(len(w), set()).add(w)
-            self._words[key] = {n: frozenset(ws) for n, ws in by_len.items()}
-        return self._words[key]
+            self._words[rule] = {n: frozenset(ws) for n, ws in by_len.items()}
+        return self._words[rule]
 
     def _slot_ends(self, slot: Slot, text: str, start: int, sep: str, memo: dict, depth: int) -> frozenset[int]:
-        ends: set[int] = set()
-        for rule in slot:
-            ends |= self._rule_ends(rule, text, start, sep, memo, depth)
-        return frozenset(ends)
+        return frozenset().union(*(self._rule_ends(rule, text, start, sep, memo, depth) for rule in slot))
 
     def _rule_ends(self, rule, text: str, start: int, sep: str, memo: dict, depth: int) -> frozenset[int]:
         key = (rule, start)
@@ -78,10 +66,8 @@ class SlotParser:
                         if not pos:
                             break
                     out |= pos
-        elif isinstance(rule, (Direct, Lexical, Matched)):
+        else:  # a word: Direct, Lexical or Matched
             out = {start + n for n, ws in self._leaf_words(rule).items() if text[start:start + n] in ws}
-        else:  # pragma: no cover - Rule is a closed union
-            raise TypeError(rule)
         memo[key] = frozenset(out)
         return memo[key]
 
@@ -130,8 +116,7 @@ class SlotParser:
         def agreement(g: list[Span], b: list[Span]) -> int:
             return sum(good[slice(*g[i])] == bad[slice(*b[i])] for i in shared)
 
-        best = max(((g, b) for g in gp for b in bp), key=lambda gb: agreement(*gb))  # first of the best
-        return best
+        return max(((g, b) for g in gp for b in bp), key=lambda gb: agreement(*gb))  # first of the best
 
     def attach(self, t: Template, pair: Pair, names: Optional[list[str]] = None) -> Pair:
         """``pair`` with one Region per slot of ``t`` (named by ``t.roles`` or slot<i>), or unchanged."""

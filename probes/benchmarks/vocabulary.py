@@ -62,11 +62,8 @@ class Vocabulary:
                 if skip_nameless:
                     continue
                 raise GrammarError(f"{path}:{lineno}: row has features but no expression")
-            feats = tuple(
-                (h, frozenset(v.strip() for v in c.split("/") if v.strip()))
-                for h, c in zip(header, cells)
-                if h and h != "expression" and c
-            )
+            feats = tuple((h, frozenset(v.strip() for v in c.split("/") if v.strip()))
+                          for h, c in zip(header, cells) if h and h != "expression" and c)
             entries.append(Entry(cells[ix], feats))
         return cls(entries)
 

@@ -1,14 +1,9 @@
-"""Reader of the real ZhoBLiMP generation sources for our template engine (``probes.benchmarks.generator``), and
-the recovery of template slots on the released pairs (``attach_slots``, called by probes.benchmarks.registry).
-
-Sources (github.com/sjtu-compling/ZhoBLiMP, copied under ``../shared/benchmarks/zhoblimp``):
-``projects/ZhoBLiMP/*.json`` (one paradigm each: ``good_rule``/``bad_rule`` lists in the rule
-notation, ``sep``, ``strict_MP``, ``phenomenon``, ``uid``), ``assets/zh_phrase.json`` (named phrases:
-alternatives of ``{"type": Lexical|Direct|Matched|Phrase, "rule": ...}`` lists) and
-``assets/zh_vocab_saved.tsv`` (multi-values split on ``/``, blank rows, one row without expression).
-
-A template's name is its file stem; three templates share the uid ``existential_there_subject_raising``.
-Their phenomenon is the template's, an older name than the released data's.
+"""Reader of the real ZhoBLiMP generation sources (github.com/sjtu-compling/ZhoBLiMP, under
+``../shared/benchmarks/zhoblimp``) for our template engine, and ``attach_slots``, the template slots of the released
+pairs. ``projects/ZhoBLiMP/*.json``: one paradigm each (``good_rule``/``bad_rule``, ``sep``, ``strict_MP``,
+``phenomenon``, ``uid``; three templates share the uid ``existential_there_subject_raising``, and a template's
+phenomenon is an older name than the released data's); ``assets/zh_phrase.json``: named phrases;
+``assets/zh_vocab_saved.tsv``: the vocabulary (one row without expression).
 """
 from __future__ import annotations
 
@@ -41,10 +36,8 @@ def _entry_rule(entry: dict, where: str) -> Union[Lexical, Direct, Matched, Phra
         words = tuple(rule) if isinstance(rule, list) else (str(rule),)
         return Direct(words or ("",))
     if kind == "Phrase":
-        extra = tuple(
-            (int(i), tuple(sorted((k, _values(v, where)) for k, v in props.items())))
-            for i, props in rule.get("additional_properties", {}).items()
-        )
+        extra = tuple((int(i), tuple(sorted((k, _values(v, where)) for k, v in props.items())))
+                      for i, props in rule.get("additional_properties", {}).items())
         return PhraseRef(rule["name"], extra)
     if kind not in ("Lexical", "Matched"):
         raise GrammarError(f"{where}: unknown rule type '{kind}'")
@@ -61,11 +54,8 @@ def _entry_rule(entry: dict, where: str) -> Union[Lexical, Direct, Matched, Phra
 
 def read_phrases(path: Union[str, Path]) -> dict[str, list[list[Slot]]]:
     raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    return {
-        name: [[(_entry_rule(e, f"{path}: phrase '{name}' alternative {a} position {j}"),) for j, e in enumerate(alt)]
-               for a, alt in enumerate(alts)]
-        for name, alts in raw.items()
-    }
+    return {name: [[(_entry_rule(e, f"{path}: phrase '{name}' alternative {a} position {j}"),) for j, e in enumerate(alt)]
+                   for a, alt in enumerate(alts)] for name, alts in raw.items()}
 
 
 def read_template(path: Union[str, Path]) -> Template:
@@ -99,10 +89,8 @@ def templates_by_uid(root: Union[str, Path]) -> dict[str, list[Template]]:
 
 
 def attach_slots(pairs: list[Pair], root: Union[str, Path]) -> tuple[list[Pair], dict[str, tuple[int, int]]]:
-    """Released ZhoBLiMP pairs with their template slots (``slot<i>`` regions) where the sentences
-    parse against a template of their paradigm (probes.benchmarks.slotalign); ``{paradigm: (aligned, pairs)}``.
-
-    Pairs of a paradigm without a template, or that do not parse, are returned unchanged."""
+    """Released ZhoBLiMP pairs with ``slot<i>`` regions where they parse against a template of their paradigm
+    (slotalign), the others unchanged; and ``{paradigm: (aligned, pairs)}``."""
     from probes.benchmarks.slotalign import SlotParser
 
     parser = SlotParser(load_engine(root))

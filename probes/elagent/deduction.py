@@ -1,32 +1,12 @@
 """ELAGENT Tasks 5 and 6: deduction with a twist, as multiple choice over entities (paper §2.3, Tables 4-5,
-App. C.5-C.6).
-
-Task 5 (bAbI basic deduction, C.5): eight statements of two kinds, "<Name> is a <animal>." and
-"<Animals> are afraid of <animals>.", and the question "what is <Name> afraid of?"; two steps (Name -> kind ->
-the kind it fears); the options are the four animals, as the paper's multiple-choice reformulation lists them.
-Paradigms: ``babi_base`` (bAbI's animals and first names), ``babi_random`` (names and animals replaced by
-random strings of four to six letters, the paper's "Ran"), ``babi_extended`` (one step more, the paper's
-"Ext": the options are the persons, so the answer is the person who is of the feared kind). The paper's
-negation and quantifier variants turn the answer into "not enough information is provided"; they are not
-generated (they were left out when options were scored by their text, where that long phrase against one-word
-entities measured length; answered by letter they could be added).
-
-Every item is answered with the letter of its option (``items.py`` says why: the option texts differ in length),
-and by its context pair: the matched question asks, over the same facts, about the first other person whose kind
-fears another kind (Task 5) or about the template's role b instead of a (Task 6; a p b, b p c, d p a), so its
-right answer is another text.
-
-Task 6 (C.6): the template "Suppose (1) X1 p X2, (2) X2 p X3, and (3) X4 p X1, what does X1 p", with the
-predicate p of one of the four types of Table 4 (transitive or not x symmetric or not); the seven fixed options
-"Only X2" ... "X2, X3, and X4". The right one is what the statements entail under the predicate's properties:
-{X2} (neither), {X2, X3} (transitive), {X2, X4} (symmetric), {X2, X3, X4} (both); the options are listed in
-a random order per item (the paper keeps one order; answered by letter, a fixed order would put the right
-letter in the same place throughout a type). Paradigms
-``predicates_<type>_ranpred`` (the predicate is a random string defined in the prompt: "'X Bbtul Y' means 'X
-runs faster than Y'", entities X1-X4, Table 12's "Ran Pred") and ``predicates_<type>_ranent`` (an English
-predicate between random-string entities, "Ran Ent"). The statements are shuffled as in Table 5's example, and
-the entity names are assigned to the template's roles at random so that an item's answer is not the
-answer of its k examples.
+App. C.5-C.6). Task 5, bAbI basic deduction: "<Name> is a <animal>.", "<Animals> are afraid of <animals>.",
+"what is <Name> afraid of?" over the four animals; ``babi_random`` uses random strings (the paper's "Ran"),
+``babi_extended`` one step more (the paper's "Ext": the answer is the person of the feared kind). Task 6:
+"Suppose (1) X1 p X2, (2) X2 p X3, and (3) X4 p X1, what does X1 p" with p of one of Table 4's four types
+(``predicates_<type>_ranpred``: a random string defined in the prompt; ``_ranent``: an English predicate
+between random names) and the paper's seven options. Not generated: the negation and quantifier variants (their
+answer, "not enough information", against one-word entities). The matched question asks, over the same facts,
+about another person (Task 5) or about role b instead of a (Task 6), so its right answer is another text.
 """
 from __future__ import annotations
 
@@ -145,10 +125,7 @@ def draw_predicate(rng: random.Random, paradigm: str) -> Solved:
     role = dict(zip("abcd", names))
     facts = [(role[x], role[y]) for x, y in TEMPLATE]
     rng.shuffle(facts)
-    # The paper lists the seven options in one fixed order for all four types, so the right one is always at the
-    # same letter within a type ((g) for transitive-and-symmetric); answered by letter, a model that prefers a
-    # letter would score 0 or 1. Shuffled per item (the same draws as shuffling the options), the right letter
-    # is uniform (items.py).
+    # shuffled per item: the paper's one order would put the right letter at the same place throughout a type
     order = list(range(7))
     rng.shuffle(order)
     p = random_name(rng, 4, 6) if variant == "ranpred" else ""

@@ -1,7 +1,5 @@
-"""The ELAGENT multiple-choice probe as a checkpoint hook: items are generated once per run, scored at every
-checkpoint into ``<run>/evals/step<N>/elagent.parquet``; summaries go to the logger (as the syntax-questions
-hook does). The Language A minimal pairs are a registry benchmark (``elagent_word_order``) that the
-minimal-pair hook scores."""
+"""The ELAGENT probe as a checkpoint hook: items generated once per run, scored at every checkpoint into
+``<run>/evals/step<N>/elagent.parquet``, summaries to the logger."""
 from __future__ import annotations
 
 from pathlib import Path

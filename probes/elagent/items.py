@@ -1,21 +1,7 @@
-"""The multiple-choice item every ELAGENT generator produces, and the k-shot layout they share.
-
-An item is one prompt and several option texts; exactly one option is right. Every question lists its options
-with letters, ``(a) cat (b) mouse ...`` (the paper's multiple-choice layout), and is answered with the letter:
-solved examples end ``Answer: (b)``, and scoring compares the log-probability of each *letter* as the
-continuation of the same prompt (probes.elagent.score). Why letters and not the option texts: the texts differ
-in length and the log-probability of a text falls with its token count, so an untrained model picks the
-shortest text (ELAGENT Task 6's right option is the longest of the seven in every transitive-and-symmetric
-item). The letters are the same for every item of a paradigm, and the generators put the right option at a
-uniformly random letter, so a model that does not use the item's content -- length, position or any fixed
-preference -- is right with probability 1 / options: the baseline the summaries draw.
-
-Small models cannot bind an answer to its letter (Robinson & Wingate 2023; OLMES, Gu et al. 2024): they answer
-"(a)" whatever they know. So every item also carries a *context pair* that needs no letters: its question in the
-cloze layout (no options listed; examples answered by their text), ``cloze``, whose answer is the right option
-text A, and a *matched* question, ``matched``, with one thing changed (another person asked about, another
-entity, the usual precedence) so that its answer B is another text. Scored by probes.elagent.score, each text is
-compared with itself after the two contexts, so length and frequency cancel.
+"""The multiple-choice item every ELAGENT generator produces, and the k-shot layouts they share: the letter
+layout (options listed ``(a) cat (b) mouse ...``, examples answered by letter, the right option at a uniformly
+random letter, so chance is 1 / options) and the cloze layout with its matched context (one change, another
+right text) for the context pair. Why letters and not option texts, and why the pair: docs/elagent.md.
 """
 from __future__ import annotations
 

@@ -1,25 +1,12 @@
-"""ELAGENT Task 1: arithmetic with redefined operator precedence, as multiple choice (paper §2.1, Fig. 1,
-Table 26, App. C.1).
-
-The paper's rules, followed here:
-* an expression has n distinct operators from + - * / joining n + 1 operands of m digits (C.1 steps 1-3);
-* precedence is a five-slot array, smaller = higher priority; the standard one puts * and / in slot 2 and
-  + and - in slot 4 (Fig. 1a); a new precedence moves one operator ("one move") or two ("two moves") of
-  the expression to other slots (Fig. 1b-c); operators in one slot are evaluated left to right;
-* an expression is kept only if its value under the new precedence differs from the standard value (C.1);
-* the prompt states the new priorities of the expression's operators ("'+' > '*' = '-'") once, then the
-  k solved examples under the same priorities, then the test question (Table 26's 1-shot layout); values are
-  given in brackets as in the paper.
-Asked as multiple choice: every question, examples included, lists the value under the new rule (right) and
-under the usual rule, in a random order, "(a) [52] (b) [1]", and is answered by the letter ("Answer: (a)";
-items.py says why not by the value: the two value strings differ in length in ~30 % of items); with
-``options > 2`` the further distractors are values under other precedences (as Task 2 picks wrong choices
-whose values differ, C.2). The context pair's matched context states the usual priorities instead, its
-examples answered under them, so the test expression's right value is the usual one. The paper's Task 1 asks for the value itself, generated. Division is left out by default (``operators``): the paper's decimal answers
+"""ELAGENT Task 1: arithmetic with redefined operator precedence (paper §2.1, Fig. 1, Table 26, App. C.1), as
+multiple choice between the value under the new rule and under the usual one (more options: other precedences'
+values, as Task 2's wrong choices, C.2), answered by letter; the matched context states the usual priorities,
+its examples answered under them. Division is left out by default (``operators``): the paper's decimal answers
 (``[63.67567567567567]``) would make the comparison one of 16-digit strings; ``"+-*/"`` restores it.
 """
 from __future__ import annotations
 
+import operator
 import random
 from fractions import Fraction
 
@@ -28,18 +15,8 @@ from probes.elagent.items import MCItem, Solved, listed, mc_item
 STANDARD = {"*": 2, "/": 2, "+": 4, "-": 4}  # Fig. 1(a): slots 1-5, smaller = evaluated first
 SLOTS = (1, 2, 3, 4, 5)
 PARADIGMS = {"precedence_1move": 1, "precedence_2moves": 2}
-
-
-def apply(op: str, a: Fraction, b: Fraction) -> Fraction:
-    if op == "+":
-        return a + b
-    if op == "-":
-        return a - b
-    if op == "*":
-        return a * b
-    if op == "/":
-        return a / b  # ZeroDivisionError for b == 0: the caller draws again
-    raise ValueError(f"unknown operator {op!r}")
+# a / 0 raises ZeroDivisionError: the caller draws again
+APPLY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 
 
 def evaluate(operands: list[int], ops: list[str], slots: dict[str, int]) -> Fraction:
@@ -51,7 +28,7 @@ def evaluate(operands: list[int], ops: list[str], slots: dict[str, int]) -> Frac
     ops = list(ops)
     while ops:
         i = min(range(len(ops)), key=lambda k: (slots[ops[k]], k))
-        vals[i:i + 2] = [apply(ops[i], vals[i], vals[i + 1])]
+        vals[i:i + 2] = [APPLY[ops[i]](vals[i], vals[i + 1])]
         del ops[i]
     return vals[0]
 

@@ -1,11 +1,7 @@
-"""ELAGENT curves: per task against tokens, the context-pair accuracy (``acc_pair``, solid; chance 0.5, grey
-dashed) and the letter accuracy (``acc``, dotted; its random baseline 1 / options dashed in its colour).
-
-Numbers come from the summaries stored in every ``<run>/evals/step<N>/elagent.parquet`` (nothing is
-re-scored). ``elagent_table`` gives tidy rows; ``write_elagent_curves`` is the part of ``probes curves``
-(one figure per run); ``elagent_section`` is the part of ``probes report`` (seed means per model x budget,
-as the syntax-questions section). The Language A minimal pairs (benchmark ``elagent_word_order``) are
-minimal pairs: the report's learning-curve, U-shape and AoA sections draw them like every benchmark.
+"""ELAGENT curves per task against tokens: context pair (``acc_pair``, solid; chance 0.5 grey dashed) and letter
+(``acc``, dotted; 1 / options dashed in its colour), from the summaries stored in the eval files (nothing is
+re-scored): ``elagent_table`` (tidy rows), ``write_elagent_curves`` (``probes curves``), ``elagent_section``
+(``probes report``). The Language A minimal pairs are drawn with every minimal-pair benchmark.
 """
 from __future__ import annotations
 

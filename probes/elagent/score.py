@@ -1,31 +1,12 @@
-"""Score ELAGENT items by likelihood; summarise; write ``evals/step<N>/elagent.parquet``.
-
-Two curves per item, both in every eval file (a row's columns and the metadata summary):
-
-* ``acc_pair`` -- the context pair, which needs no symbol binding (items.py: ``cloze``, ``matched``): the right
-  text A is scored after its own cloze context C and after the matched context C' (one change, whose answer
-  is B), and B likewise: pair 1 is right when lp(A | C) > lp(A | C'), pair 2 when lp(B | C') > lp(B | C); a
-  tie is half right, and the item scores the mean of its two pairs (0, 0.5 or 1). Each text is compared with
-  itself, so its length and frequency cancel; and the two pairs are counterbalanced, so the context's own
-  likelihood cancels too: a model whose log-probs are any f(text) + g(context) -- one that does not relate
-  the answer to its context -- scores exactly 0.5 on every item (``pair_credit``). Chance is 0.5 by
-  construction, for every paradigm, at any step. Above 0.5: the model's answer follows the context (the
-  rule, the asked person, the asked entity); the credit does not tell a deduction from a shallower cue
-  that the change also moves.
-* ``acc`` -- the letter (the ELAGENT layout): every question lists its options with letters and is answered
-  by the letter; the letters ``(a)``, ``(b)`` ... are scored as continuations of the same prompt; right = the
-  right letter scores strictly higher than every other one (``acc``: ``sum``; ``acc_mean``: per token).
-  The right option sits at a uniformly random letter, so a model without the knowledge is right 1 / options
-  of the time (``acc_random``). Small models do not bind answers to letters: they pick one letter, and this
-  curve stays at chance whatever they know (docs/elagent.md).
-
-Every continuation is scored with the one primitive (``probes.scoring.primitive.token_logprobs``): the
-context and each context + " " + continuation are tokenised whole, the context is the token prefix all of
-them share, and a continuation's score is the named reduction of its remaining tokens' log-probs.
+"""Score ELAGENT items by likelihood twice -- the context pair (``acc_pair``, chance 0.5 by counterbalance)
+and the answer letter (``acc``, chance 1 / options) -- summarise, and write ``evals/step<N>/elagent.parquet``.
+docs/elagent.md says what each curve can and cannot show. Every continuation is scored with the one primitive
+(``probes.scoring.primitive.token_logprobs``) after the token prefix the context and all its continuations share.
 """
 from __future__ import annotations
 
 import math
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -52,27 +33,21 @@ def build_items(cfg: ElagentConfig) -> list[MCItem]:
 
 def corpus_documents(cfg) -> list[str]:
     """A training corpus of the probes' kind (``data.generator=probes.elagent.score.corpus_documents``;
-    ``cfg``: train.corpus.GrammarConfig): about ``n_documents`` solved items, each once in the letter layout
-    and once in the cloze layout, drawn with the seed -1 - ``data.grammar.seed`` (a seed the probes,
-    ``probes.elagent.seed`` >= 0, never draw with)."""
-    n = -(-cfg.n_documents // (2 * 13))  # 13 paradigms
+    ``cfg``: train.corpus.GrammarConfig): ``n_documents`` documents, solved items each in the letter layout,
+    the cloze layout and the matched cloze context (both contexts of the pair are text of the corpus), drawn
+    with the seed -1 - ``data.grammar.seed`` (a seed the probes, ``probes.elagent.seed`` >= 0, never use)."""
+    n = -(-cfg.n_documents // (3 * 13))  # 13 paradigms
     items = build_items(ElagentConfig(items_per_paradigm=n, seed=-1 - cfg.seed))
-    docs = [d for it in items for d in (f"{it.prompt} {it.labels[it.answer]}", f"{it.cloze} {it.options[it.answer]}")]
+    docs = [d for it in items for d in (f"{it.prompt} {it.labels[it.answer]}", f"{it.cloze} {it.options[it.answer]}",
+                                        f"{it.matched} {it.matched_answer}")]
     return docs[:cfg.n_documents]
-
-
-def _lcp(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
 
 
 def continuation_ids(tokenizer, prompt: str, texts, item_id: str) -> tuple[list[int], list[list[int]]]:
     """(context ids with the start token, the ids of each text after it): context + tail_k is exactly the
     tokenisation of prompt + " " + text_k, and every text continues the same context."""
     enc = [list(map(int, e)) for e in tokenizer([prompt] + [f"{prompt} {o}" for o in texts], **ENCODE)["input_ids"]]
-    n = min([len(enc[0])] + [_lcp(enc[0], e) for e in enc[1:]])
+    n = len(os.path.commonprefix(enc))  # of lists: the shared token prefix
     tails = [e[n:] for e in enc[1:]]
     if any(not t for t in tails) or len({tuple(t) for t in tails}) != len(tails):
         raise ValueError(f"elagent item {item_id}: the tokenizer cannot tell its answers {tuple(texts)} apart")

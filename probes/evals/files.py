@@ -1,16 +1,8 @@
-"""The eval contract on disk: names, the atomic writer, trainer state, manifests, eval-file metadata.
-
-Standard library only (pyarrow is imported by the one function that reads a parquet schema), so the
-trainer, the checkpoint code and every eval writer can share it without importing each other.
-
-    <run>/checkpoints/step<N>/                 a whole checkpoint (STEP_DIR; hidden names are work in progress)
-        trainer_state.json, manifest.json      read by read_trainer_state / read_manifest
-    <run>/evals/step<N>/<benchmark>.parquet    eval_path; metadata (eval_meta) under META_KEY
-
-An eval file is *done* for a checkpoint (``eval_done``) when it reads, was scored under the current
-CONVENTION, records the checkpoint's current ``manifest_hash`` and the same ``pair_set`` as the
-pairs now asked for. Anything else is scored again: a checkpoint replaced under the same name (a new
-manifest) is never answered with the old checkpoint's scores.
+"""The eval contract on disk: ``<run>/evals/step<N>/<benchmark>.parquet`` (eval_path), its metadata (eval_meta,
+under META_KEY; read by eval_file_meta), the pair set and ``eval_done``: a file is done for a checkpoint when it
+reads, was scored under the current CONVENTION on the same ``pair_set`` and records the checkpoint's current
+``manifest_hash`` (a checkpoint replaced under its name is scored again). Standard library only (pyarrow in the
+functions that read a schema), so the trainer and every eval writer can share it.
 """
 from __future__ import annotations
 
@@ -49,21 +41,13 @@ class EvalInputError(InputFileError):
     """Bad eval-side input; the message names the run directory or file at fault."""
 
 
-# ---------------------------------------------------------------- paths
-
-
 def eval_path(run_dir: Path, step: int, benchmark: str) -> Path:
     """``<run>/evals/step<N>/<benchmark>.parquet``."""
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
         raise ValueError(f"step must be a non-negative int, got {step!r}")
     if not _NAME.match(benchmark):
-        raise ValueError(
-            f"benchmark name {benchmark!r} cannot be a file name: use letters, digits, '_', '-', '.'"
-        )
+        raise ValueError(f"benchmark name {benchmark!r} cannot be a file name: use letters, digits, '_', '-', '.'")
     return Path(run_dir) / "evals" / f"step{step}" / f"{benchmark}.parquet"
-
-
-# ---------------------------------------------------------------- eval-file metadata
 
 
 def pair_key(pair) -> tuple:
@@ -72,8 +56,7 @@ def pair_key(pair) -> tuple:
 
 
 def pair_set(pairs: Iterable, key: Callable[[object], tuple] = pair_key) -> str:
-    """Order-free sha256 of the pairs (or items) an eval file holds: a sample of another seed or size,
-    or an edited benchmark file, is another pair set."""
+    """Order-free sha256 of the pairs (or items) an eval file holds (another sample or an edited file differs)."""
     lines = sorted(json.dumps(key(p), ensure_ascii=False) for p in pairs)
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
@@ -81,10 +64,8 @@ def pair_set(pairs: Iterable, key: Callable[[object], tuple] = pair_key) -> str:
 def eval_meta(*, step: int, tokens: int, benchmark: str, model_dir: Optional[Path], tokenizer: str,
               dtype: Optional[str], bf16: bool, manifest: Optional[str], n_pairs: int, pair_set: str,
               kind: str = MINIMAL_PAIRS, **extra) -> dict:
-    """The metadata every eval file carries, whoever wrote it (the hook, score-run/watch, `probes
-    score`, syntax-qa): step and tokens (-1 when a model directory does not know them), the probe family's
-    `kind`, the scoring convention, the model directory resolved, the tokenizer's ids_fingerprint, the weights'
-    dtype and whether bf16 autocast ran, the checkpoint's manifest_hash, the pair set, package versions."""
+    """The metadata every eval file carries, whoever wrote it (step and tokens -1 when a model directory does not
+    know them; tokenizer: its ids_fingerprint; manifest: the checkpoint's manifest_hash)."""
     return {"step": int(step), "tokens": int(tokens), "benchmark": benchmark, "kind": kind, "convention": CONVENTION,
             "model_dir": None if model_dir is None else str(Path(model_dir).resolve()),
             "tokenizer": tokenizer, "dtype": dtype, "bf16": bool(bf16), "manifest": manifest,
@@ -122,17 +103,9 @@ def check_meta(meta: dict, where: str) -> None:
 
 
 def eval_file_meta(path: Path, schema_meta: Optional[dict] = None, data: Optional[bytes] = None) -> dict:
-    """The metadata of an eval file by the one rule every reader (analysis, scoring, the report) uses.
-
-    The JSON under META_KEY gives it. Where a file lacks it, or lacks some of its keys (another tool's
-    file, or one from before metadata existed), its place fills them in, and only there:
-    ``<run>/evals/step<N>/<name>.parquet`` gives step N, benchmark <name>, convention "unknown", and
-    tokens from ``<run>/checkpoints/step<N>/trainer_state.json``. Then step, tokens, benchmark and
-    convention must be there with their types (check_meta), and a step must match its directory.
-    Anything else raises EvalInputError naming the file. `schema_meta`: the schema metadata when the
-    caller already holds it; `data`: the file's bytes, when the caller has read them (its .sha256 is
-    checked against those, the bytes the caller goes on to parse).
-    """
+    """The metadata of an eval file by the one rule every reader uses: the JSON under META_KEY, what a file lacks
+    filled in from its place ``<run>/evals/step<N>/<name>.parquet`` only (convention "unknown"); EvalInputError
+    names a file that breaks it. `schema_meta`, `data`: the schema and bytes, when the caller holds them."""
     path = Path(path)
     has_sum = sum_path(path).is_file()
     if has_sum:  # first: a damaged file is named as such, whatever it reads as
@@ -183,8 +156,7 @@ def eval_file_meta(path: Path, schema_meta: Optional[dict] = None, data: Optiona
 
 def _check_sum(path: Path, meta: Optional[dict] = None, data: Optional[bytes] = None) -> None:
     """Raises EvalInputError when the file does not match its .sha256, or lost it (train/evalsums.py)."""
-    problem = sum_problem(path, meta, data)
-    if problem:
+    if problem := sum_problem(path, meta, data):
         raise EvalInputError(problem)
 
 
@@ -194,14 +166,12 @@ TOKENS_SUFFIX = ".tokens.parquet"  # the per-token sidecar beside an eval file (
 def tokens_path(eval_file: Path) -> Path:
     """``<dir>/<benchmark>.tokens.parquet`` beside ``<dir>/<benchmark>.parquet``."""
     eval_file = Path(eval_file)
-    stem = eval_file.name[:-len(".parquet")] if eval_file.name.endswith(".parquet") else eval_file.name
-    return eval_file.with_name(stem + TOKENS_SUFFIX)
+    return eval_file.with_name(eval_file.name.removesuffix(".parquet") + TOKENS_SUFFIX)
 
 
 def eval_done(path: Path, pairs_hash: str, manifest: Optional[str], per_token: bool = False) -> bool:
-    """True when `path` holds the scores of the pair set `pairs_hash` on the checkpoint whose
-    manifest_hash is `manifest`, under the current convention (module doc): nothing to redo.
-    `per_token`: its per-token sidecar (tokens_path) must be there too."""
+    """True when `path` holds the pair set `pairs_hash` scored on the checkpoint whose manifest_hash is `manifest`
+    under the current convention: nothing to redo. `per_token`: its sidecar (tokens_path) must be there too."""
     if not Path(path).is_file() or (per_token and not tokens_path(path).is_file()):
         return False
     try:
@@ -211,5 +181,4 @@ def eval_done(path: Path, pairs_hash: str, manifest: Optional[str], per_token: b
     except EvalInputError as e:  # a foreign or damaged file: scoring again replaces it
         logging.getLogger(__name__).warning("%s; it will be scored again", e)
         return False
-    return (meta.get("convention") == CONVENTION and meta.get("pair_set") == pairs_hash
-            and meta.get("manifest") == manifest)
+    return [meta.get(k) for k in ("convention", "pair_set", "manifest")] == [CONVENTION, pairs_hash, manifest]

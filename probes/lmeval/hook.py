@@ -1,11 +1,8 @@
-"""lm-eval tasks as checkpoint probes: ``<run>/evals/step<N>/lmeval_<task>.parquet`` per task.
-
-Written through the eval contract (``probes.scoring.evaluate.evaluate_checkpoint``: metadata, atomic write,
-done-ness by ``eval_done``): one row per sample with its per-choice log-likelihoods (``lls``, lm-eval's
-``log_samples``) and its metric values; the metadata holds lm-eval's aggregate (``summary``). The
-"pair set" of such a file is the task's name, ``limit`` and a hash of the task files under include_path,
-so an edited local task is scored again. The in-loop hook (``LmEvalHook``) and ``score-run``/``watch``
-(``LmEvalProbe`` handed to probes.scoring.watch) share ``LmEvalProbe``.
+"""lm-eval tasks as checkpoint probes: ``<run>/evals/step<N>/lmeval_<task>.parquet`` per task, through the eval
+contract (``evaluate_checkpoint``): one row per sample with its per-choice log-likelihoods (``lls``) and metric
+values, lm-eval's aggregate in the metadata (``summary``). A file's "pair set" is the task's name, ``limit`` and a
+hash of the task files under include_path, so an edited local task is scored again. ``LmEvalProbe`` serves the
+in-loop hook (``LmEvalHook``) and ``score-run``/``watch``.
 """
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """lm-eval task curves: each task's metrics (lm-eval's aggregate, stored in every
-``<run>/evals/step<N>/lmeval_<task>.parquet``) against tokens, for ``probes curves`` and ``probes report``.
-
-Nothing is re-scored. ``lmeval_table`` gives tidy rows; ``write_lmeval_curves`` is the part of ``probes curves``
-(lm_eval.csv + one figure per run); ``lmeval_section`` is the part of ``probes report`` (seed means per
-model x budget, one line per task, beside the minimal-pair learning curves).
+``<run>/evals/step<N>/lmeval_<task>.parquet``; nothing is re-scored) against tokens: ``lmeval_table`` (tidy rows),
+``write_lmeval_curves`` (``probes curves``: lm_eval.csv, one figure per run), ``lmeval_section`` (``probes report``:
+seed means per model x budget, one line per task).
 """
 from __future__ import annotations
 

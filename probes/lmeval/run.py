@@ -1,10 +1,9 @@
 """Running lm-eval tasks on an in-memory model: ``run_tasks`` -> one row per (task, sample).
 
-lm-eval's Python API (``lm_eval.simple_evaluate``) on an ``HFLM`` that wraps the model and tokenizer we
-hold (no reload from disk), with ``TaskManager(include_path=...)`` for local task YAMLs and
-``log_samples=True`` so every sample's log-likelihoods are kept. The prefix token lm-eval conditions an
-empty context on is our start token (train/start_token.py), so a task of ``probes lm-eval-tasks``
-scores exactly what ``probes score`` scores.
+``lm_eval.simple_evaluate`` on an ``HFLM`` wrapping the model and tokenizer we hold (no reload from disk), local
+task YAMLs through ``TaskManager(include_path=...)``, ``log_samples=True`` to keep every log-likelihood. lm-eval
+conditions an empty context on our start token (train/start_token.py), so a task of ``probes lm-eval-tasks`` scores
+exactly what ``probes score`` scores.
 """
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ from typing import Optional, Sequence
 import pandas as pd
 
 INSTALL = "pip install -e .[lm-eval]"  # the optional extra of pyproject.toml
-COLUMNS = ["task", "doc_id", "paradigm", "pair_id", "target", "lls", "is_greedy"]  # + one column per metric
 
 
 def require_lm_eval(key: str = "probes.lm_eval.tasks") -> None:
@@ -91,10 +89,8 @@ def _sample_rows(task: str, samples: list[dict]) -> list[dict]:
 def run_tasks(model, tokenizer, tasks: Sequence[str], *, include_path: Optional[str] = None, manager=None,
               batch_size: int = 32, limit: Optional[int] = None, start_id: Optional[int] = None,
               max_length: Optional[int] = None) -> tuple[pd.DataFrame, dict]:
-    """(per-sample rows, {task: {metric: value}}) of lm-eval's tasks on `model`.
-
-    `start_id`: the token an empty context is conditioned on (our start token); `max_length`: the
-    model's context (lm-eval truncates from the left beyond it)."""
+    """(per-sample rows, {task: {metric: value}}) of lm-eval's tasks on `model`. `start_id`: the token an empty
+    context is conditioned on (our start token); `max_length`: the model's context (lm-eval cuts from the left)."""
     import lm_eval
     from lm_eval.models.huggingface import HFLM
 

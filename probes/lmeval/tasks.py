@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import string
 import sys
+from importlib import resources
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -18,30 +20,10 @@ TASK_PREFIX = "sd_"  # our tasks' names: sd_<benchmark>, apart from lm-eval's ow
 
 
 def task_yaml(task: str, data_file: Path) -> str:
-    """The task's YAML (module doc); `data_file` is written as an absolute path: lm-eval hands
+    """The task's YAML (task.yaml.tmpl; module doc); `data_file` is written as an absolute path: lm-eval hands
     data_files to datasets.load_dataset, which reads relative paths from the working directory."""
-    return "\n".join([
-        f"# {task}: written by `python -m probes lm-eval-tasks`; scores pairs as `probes score` does",
-        "# (run with --model_args pretrained=DIR,prefix_token_id=<start_token_id of DIR/start_token.json>)",
-        f"task: {task}",
-        "dataset_path: json",
-        "dataset_kwargs:",
-        "  data_files:",
-        f"    test: {json.dumps(str(Path(data_file).resolve()))}",
-        "test_split: test",
-        "output_type: multiple_choice",
-        'doc_to_text: ""',
-        'target_delimiter: ""',
-        'doc_to_choice: "{{[sentence_bad, sentence_good]}}"',
-        "doc_to_target: 1",
-        "metric_list:",
-        "  - metric: acc",
-        "    aggregation: mean",
-        "    higher_is_better: true",
-        "metadata:",
-        "  version: 1.0",
-        "",
-    ])
+    template = resources.files("probes.lmeval").joinpath("task.yaml.tmpl").read_text(encoding="utf-8")
+    return string.Template(template).substitute(task=task, data_file=json.dumps(str(Path(data_file).resolve())))
 
 
 def pair_record(p) -> dict:
@@ -79,14 +61,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.format not in FORMATS:
             raise ValueError(f"--format {args.format}: unknown; known: {', '.join(FORMATS)}")
         for spec in args.benchmark:
-            if spec in REGISTRY:
-                cfg = BenchmarkConfig(name=spec, format=args.format)
-            elif Path(spec).exists():
-                cfg = BenchmarkConfig(name=Path(spec).stem, path=spec, format=args.format)
-            else:
+            if spec not in REGISTRY and not Path(spec).exists():
                 raise ValueError(f"--benchmark {spec}: unknown benchmark, and no such file or folder; "
                                  f"known names: {', '.join(sorted(REGISTRY))}")
-            cfg.max_pairs_per_paradigm = args.max_pairs_per_paradigm
+            named = spec in REGISTRY  # a registry name, else a file or folder
+            cfg = BenchmarkConfig(name=spec if named else Path(spec).stem, path=None if named else spec,
+                                  format=args.format, max_pairs_per_paradigm=args.max_pairs_per_paradigm)
             try:
                 pairs = load_benchmark(cfg)
             except (ValueError, FileNotFoundError) as e:  # loader messages name the file and line

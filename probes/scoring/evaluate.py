@@ -1,13 +1,6 @@
-"""The one way a checkpoint is evaluated.
-
-``evaluate_checkpoint`` scores pairs (or syntax questions) with a model, writes the eval file with the
-contract's metadata (probes.evals.files.eval_meta) and refreshes the run's reduced cache. The probe hook,
-``score-run``/``watch``, ``probes score`` and the syntax-question scorer all call it, so dtype, bf16,
-model_dir and "already done" mean one thing in every eval file.
-
-It composes the scorer, the writer and the cache, so it sits above them, here with
-the scorer; the contract it writes by (probes.evals.files) sits below everything.
-"""
+"""The one way a checkpoint is evaluated: ``evaluate_checkpoint`` scores pairs (or a family's items), writes the
+eval file with the contract's metadata (probes.evals.files.eval_meta) and refreshes the run's reduced cache, so
+dtype, bf16, model_dir and "already done" mean one thing in every eval file, whoever wrote it."""
 from __future__ import annotations
 
 import time
@@ -15,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from probes.evals.files import MINIMAL_PAIRS, eval_meta, eval_path, pair_key, pair_set
-from train.files import manifest_hash
+from probes.evals.files import MINIMAL_PAIRS, eval_done, eval_meta, eval_path, pair_key, pair_set
+from train.files import checkpoint_dir, manifest_hash
 
 
 @dataclass
@@ -37,14 +30,9 @@ class Evaluation:
 
 
 def ids_fingerprint(tokenizer) -> str:
-    """Short hash of what decides the scored ids: vocabulary, start id and the ids of a probe text.
-
-    Recorded in every eval file as ``tokenizer``; score-run refuses a checkpoint whose tokenizer
-    differs from the one a run's evals recorded. (train.tokenizer.pipeline_fingerprint hashes the
-    tokenizer's pipeline for caches and resumes; this hashes the ids the scorer actually sees.) The
-    probe text mixes scripts and full-width punctuation because normalisation (NFKC turning ``？``
-    into ``?``) changes ids without changing the vocabulary.
-    """
+    """Short hash of what decides the scored ids (vocabulary, start id, the ids of a probe text), recorded in every
+    eval file as ``tokenizer``. The probe text mixes scripts and full-width punctuation because normalisation
+    (NFKC turning ``？`` into ``?``) changes ids without changing the vocabulary."""
     import hashlib
     import json
 
@@ -58,17 +46,9 @@ def ids_fingerprint(tokenizer) -> str:
 
 
 def weights_dtype(model) -> Optional[str]:
-    """The dtype the weights were held in ("float32", "bfloat16", ...); None without a model (rows
-    scored elsewhere)."""
+    """The dtype the weights were held in ("float32", ...); None without a model (rows scored elsewhere)."""
     param = None if model is None else next(iter(model.parameters()), None)
     return None if param is None else str(param.dtype).removeprefix("torch.")
-
-
-def _score_pairs(model, tokenizer, pairs, opts: ScoreOptions, ids: Optional[dict] = None):
-    from probes.scoring.primitive import score_pairs
-
-    return score_pairs(model, tokenizer, pairs, batch_size=opts.batch_size, device=opts.device,
-                       progress=opts.progress, bf16=opts.bf16, per_token=opts.per_token, ids=ids)
 
 
 def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, tokens: int,
@@ -77,24 +57,22 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
                         score: Optional[Callable] = None, key: Callable = pair_key,
                         describe: Optional[Callable[[Any], dict]] = None, kind: str = MINIMAL_PAIRS,
                         ids: Optional[dict] = None, **extra) -> Optional[Evaluation]:
-    """Score `pairs` with `model` (the weights of `ckpt_dir`), write the eval file, refresh the cache.
-
-    The file goes to ``out`` or else ``<run_dir>/evals/step<step>/<name>.parquet``; in a run directory
-    the reduced cache of `name` is refreshed after it where it holds minimal pairs. `kind`: the probe family's
-    kind (probes/families.py), written into the metadata so that every reader tells families' files apart.
-    `score(model, tokenizer, pairs, opts)` returns the rows (default: probes.scoring.primitive.score_pairs), or
-    None on a rank that does not write (then nothing is written and None is returned); `key` names
-    what identifies one pair or item in the pair set; `describe(df)` adds metadata known only after
-    scoring (columns beyond the scorer's, such as the unigram ones, come from the caller's `score`);
-    `extra` goes into the metadata as is. `fingerprint`: the tokenizer's ids_fingerprint when already known;
-    `ids`: the default scorer's sentence ids (primitive.pair_sentence_ids) when already computed.
-    """
+    """Score `pairs` with `model` (the weights of `ckpt_dir`) into ``out``, else the run's eval file of `name`.
+    `score(model, tokenizer, pairs, opts)`: the rows (default score_pairs), None on a rank that does not write;
+    `key`: what identifies a pair or item in the pair set; `describe(df)`: metadata known only after scoring;
+    `extra`: more metadata; `fingerprint`, `ids`: ids_fingerprint and pair_sentence_ids when already known."""
     if out is None and run_dir is None:
         raise ValueError("evaluate_checkpoint needs run_dir (an eval file of a run) or out (a file)")
     path = Path(out) if out is not None else eval_path(run_dir, step, name)
     manifest = manifest_hash(ckpt_dir)  # before scoring: a damaged manifest fails in a moment, not after
     t0 = time.perf_counter()
-    df = score(model, tokenizer, pairs, opts) if score is not None else _score_pairs(model, tokenizer, pairs, opts, ids)
+    if score is None:
+        from probes.scoring.primitive import score_pairs
+
+        df = score_pairs(model, tokenizer, pairs, batch_size=opts.batch_size, device=opts.device,
+                         progress=opts.progress, bf16=opts.bf16, per_token=opts.per_token, ids=ids)
+    else:
+        df = score(model, tokenizer, pairs, opts)
     if df is None:
         return None
     meta = eval_meta(step=step, tokens=tokens, benchmark=name, model_dir=ckpt_dir,
@@ -108,7 +86,6 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
             meta["authors_convention"] = report.authors_convention
     if describe is not None:
         meta.update(describe(df))
-
     from probes.scoring.tokens import write_eval
 
     write_eval(df, path, meta)  # and the per-token sidecar when df has its columns
@@ -121,9 +98,8 @@ def evaluate_checkpoint(model, tokenizer, pairs: list, *, name: str, step: int, 
 
 class ItemsHook:
     """A family's checkpoint hook over items built once per run (syntax questions, ELAGENT): rank 0 scores them
-    at every checkpoint into evals/step<N>/<benchmark>.parquet, unless done there (a resumed run does not redo a
-    file); their summary goes to the logger. A subclass sets benchmark, items, pair_set, run_dir and gives
-    `evaluate(model, step, tokens, ckpt_dir)` (an Evaluation) and `summarize(df)`."""
+    into evals/step<N>/<benchmark>.parquet unless done there. A subclass sets benchmark, items, pair_set, run_dir
+    and gives `evaluate(model, step, tokens, ckpt_dir)` (an Evaluation) and `summarize(df)`."""
     benchmark: str
     pair_set: str
     run_dir: Path
@@ -132,8 +108,6 @@ class ItemsHook:
         import math
 
         import torch.distributed as torch_dist
-
-        from probes.evals.files import eval_done
 
         if torch_dist.is_available() and torch_dist.is_initialized() and torch_dist.get_rank() != 0:
             return {}  # rank 0 scores: a few hundred items, next to thousands of minimal pairs
@@ -149,9 +123,6 @@ class ItemsHook:
                 if not math.isnan(v) and not k.endswith("n_items")}
 
     def missing(self, step: int) -> bool:
-        from probes.evals.files import eval_done
-        from train.files import checkpoint_dir
-
         return not eval_done(eval_path(self.run_dir, step, self.benchmark), self.pair_set,
                              manifest_hash(checkpoint_dir(self.run_dir, step)))
 

@@ -10,15 +10,11 @@ import torch
 
 
 _PLAIN_HEAD_TYPES = ("gpt_neox", "gpt2", "llama")
-# rows of the output layer evaluated at once. On a CPU (fp32) the logits come from the weight
-# transposed once to [d, vocab] (the GEMM runs ~30 % faster on that layout than on nn.Linear's
-# weight.t()) in blocks of 512 rows x 512 vocabulary columns written into one reused 1 MB buffer:
-# the block stays in cache for its exp and sum, and no memory is mapped per call (a fresh 26 MB
-# logits tensor per chunk was zeroed by the kernel every time: 15 % of scoring went to page
-# faults). Measured on pythia-14m's head (d = 128, vocab 50,304), exp and sum included: 2 threads
-# 0.89 ns a logit (128 x 2048 blocks: 1.02; 512 x 1024: 0.92), 1 thread 1.70 (1.85). The trie-packed
-# scorer (probes/scoring/pack.py) collects the rows of many forwards to fill whole chunks. On a GPU
-# bigger pieces keep the kernels busy (1024 x 50k x 4 B = 200 MB).
+# rows of the output layer evaluated at once. On a CPU (fp32) the logits come from the weight transposed once
+# to [d, vocab] (~30 % faster GEMMs than nn.Linear's weight.t()) in blocks of 512 rows x 512 columns written
+# into one reused 1 MB buffer: the block stays in cache for its exp and sum, and no memory is mapped per call
+# (fresh logits tensors spent 15 % of scoring in page faults; docs/speed.md). On a GPU bigger pieces keep the
+# kernels busy (1024 x 50k x 4 B = 200 MB).
 _HEAD_CHUNK = {"cpu": 512}
 _HEAD_VOCAB_BLOCK = 512  # CPU only
 _HEAD_CHUNK_OTHER = 1024
@@ -31,17 +27,15 @@ def _split_head(model):
         return None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     body = getattr(model, "base_model", None)
-    if not isinstance(head, torch.nn.Linear) or body is None or body is model:
-        return None
-    if hasattr(head.weight, "ds_id"):  # DeepSpeed ZeRO-3 holds the weight only inside forward()
+    # ds_id: DeepSpeed ZeRO-3 holds the weight only inside forward()
+    if not isinstance(head, torch.nn.Linear) or body is None or body is model or hasattr(head.weight, "ds_id"):
         return None
     return body, head
 
 
 def _drop_last(mask: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    """The mask of a batch without its last column. The last token of a sequence is predicted,
-    never a context, so the forward leaves the last column out (on BLiMP 8 % fewer tokens);
-    right padding puts every row's last real token in it or in the row's padding."""
+    """The mask without its last column: a sequence's last token is predicted, never a context, so the forward
+    leaves it out (on BLiMP 8 % fewer tokens)."""
     if mask is None:
         return None
     mask = mask[:, :-1]
@@ -51,11 +45,8 @@ def _drop_last(mask: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
 def _batch_split(body, head: torch.nn.Linear, lse_head: "_HeadLSE", ids: torch.Tensor,
                  mask: torch.Tensor, call_mask: Optional[torch.Tensor], node: torch.Tensor,
                  lse: torch.Tensor, have: torch.Tensor) -> torch.Tensor:
-    """Flat lps of the scored positions of a batch (row-major, each row's len-1 positions).
-
-    ``node`` holds the prefix id of each of those positions; ``lse``/``have`` cache the
-    logsumexp of every prefix already seen, in this batch or an earlier one.
-    """
+    """Flat lps of the scored positions of a batch (row-major); ``node``: the prefix id of each position;
+    ``lse``/``have`` cache the logsumexp of every prefix already seen."""
     # use_cache=False: scoring never decodes further, and building the KV cache (a concatenation of
     # every layer's keys and values) took ~10 % of the forward on pythia-14m
     hidden = body(input_ids=ids[:, :-1], attention_mask=_drop_last(call_mask), use_cache=False)[0]
@@ -79,13 +70,9 @@ def _batch_split(body, head: torch.nn.Linear, lse_head: "_HeadLSE", ids: torch.T
 class _HeadLSE:
     """logsumexp over the vocabulary of ``head(h)`` per row, fp32, a chunk of rows at a time.
 
-    Called with ``shift``, one logit of each row (its target's): exp(logits - shift) sums to at
-    least 1 (the shifted target is exp(0)), so it never underflows to log(0), and it overflows only
-    when some token is 80+ nats likelier than the target; then the chunk is redone with
-    ``torch.logsumexp``. This skips logsumexp's max pass and temporaries: the output layer is most
-    of the cost of scoring a small model on a CPU, and here its exp runs once, in place.
-    On a CPU with an fp32 head (no autocast) the shifted logits are ``addmm`` blocks of a
-    transposed weight (see ``_HEAD_CHUNK``); elsewhere ``head(h)`` a chunk at a time.
+    ``shift`` holds one logit of each row (its target's): exp(logits - shift) sums to at least 1, so it never
+    underflows, and overflows only when a token is 80+ nats likelier than the target (then the chunk is redone
+    with ``torch.logsumexp``). This skips logsumexp's max pass and temporaries: its exp runs once, in place.
     """
 
     def __init__(self, head: torch.nn.Linear, device: torch.device, bf16: bool):

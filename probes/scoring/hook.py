@@ -1,22 +1,10 @@
-"""The probe hook: after a checkpoint is whole, score every configured benchmark on it.
-
-A plain object the trainer calls on EVERY rank; it reads nothing from the trainer but the
-in-memory model. In a multi-process run each rank scores a contiguous shard of the pairs, the
-rows are gathered on rank 0 (``torch.distributed.all_gather_object``), and rank 0 alone writes
-``<run>/evals/step<N>/<benchmark>.parquet`` through ``probes.scoring.evaluate.evaluate_checkpoint`` and returns
-the metrics; the other ranks return {}. The rows are those of one process, in the same order.
-
-Which benchmarks: ``probes.benchmarks`` (``ProbesConfig`` below says how entries read). ProbesConfig
-types the run's ``probes`` section (configs/config.yaml names it as the section's ``_target_``;
-train.config.to_typed checks every key against it): its own keys are the minimal pairs', and each other probe
-family of the registry (probes/families.py) adds its section. Its ``build`` gives the hooks train/hooks.py
-runs: every enabled family's, and the end-of-run curves.
-A benchmark whose eval file is already done for the checkpoint (``probes.evals.files.eval_done``: same
-pair set, same checkpoint manifest) is not scored again; a checkpoint replaced under its name is.
+"""The probe hook: after a checkpoint is whole, every rank scores a contiguous shard of the pairs and rank 0 writes
+``<run>/evals/step<N>/<benchmark>.parquet``. ``ProbesConfig`` types the run's ``probes`` section: the minimal
+pairs' keys plus one section per registered family (probes/families.py); its ``build`` gives the hooks.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, make_dataclass
+from dataclasses import dataclass, field, fields, make_dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
@@ -31,28 +19,14 @@ from train.files import checkpoint_dir, manifest_hash
 from probes.benchmarks.pairs import Pair
 from probes.scoring.store import read_pairs
 
-__all__ = ["ProbeHook", "ProbesConfig", "probes_config", "score_sharded", "summary_metrics"]
-
-
 _ENTRY_KEYS = {f.name for f in fields(BenchmarkConfig)}
 
 
 @dataclass
 class PairsConfig:
-    """What the probe hook scores at every checkpoint (and, in ProbesConfig, each family's section).
-
-    ``benchmarks`` lists bare registry names and/or mappings of ``BenchmarkConfig`` fields, e.g.::
-
-        probes.benchmarks=[zhoblimp,blimp]
-        probes.benchmarks=[zhoblimp,{name: mine, path: /data/mine.jsonl, max_pairs_per_paradigm: null}]
-
-    A bare name takes the top-level ``max_pairs_per_paradigm`` (in-loop probing scores a fixed-seed
-    sample of each paradigm; null = every pair) and ``subsample_seed``, and reads the registry's
-    location under ../shared/benchmarks or $SYNTAX_DYNAMICS_BENCHMARKS; a mapping takes the same
-    defaults for the keys it does not set, so ``{name: blimp, path: /data/blimp}`` moves one.
-    ``resolved_benchmarks()`` gives the list of ``BenchmarkConfig`` that is loaded; it is checked when
-    the config is built.
-    """
+    """What the probe hook scores at every checkpoint. ``benchmarks``: registry names and/or mappings of
+    ``BenchmarkConfig`` fields (``[zhoblimp,{name: mine, path: /data/mine.jsonl}]``); the top-level
+    ``max_pairs_per_paradigm`` and ``subsample_seed`` fill what an entry does not set."""
     # what the run's config.yaml records, so the section names its type wherever it is read back
     _target_: str = f"{__name__}.ProbesConfig"
     enabled: bool = True
@@ -63,13 +37,10 @@ class PairsConfig:
     subsample_seed: int = 0
     batch_size: int = 64
     bf16: bool = False  # bfloat16 autocast: faster on GPUs, lps move by ~1e-2 nats
-    # true: the run's LAST checkpoint is also scored on every pair of every benchmark, written as
-    # evals/step<last>/<name>_all.parquet (max_pairs_per_paradigm ignored): the curve keeps one fixed
-    # sample at every checkpoint, and the report's scaling grid / difficulty groups get the full benchmark
-    # as benchmark "<name>_all" (one checkpoint per run). The sample is a subset of the full set.
+    # true: the run's LAST checkpoint is also scored on every pair, as evals/step<last>/<name>_all.parquet: the
+    # curve keeps one sample at every checkpoint, the report's scaling grid gets the full benchmark
     final_all_pairs: bool = False
-    # true: every eval file also gets ulp_good / ulp_bad, the sentences' unigram log-probs from the run's
-    # token store, so SLOR and MORCELA can be computed without the model (probes/scoring/unigram.py)
+    # true: every eval file also gets ulp_good / ulp_bad from the run's token store (SLOR, MORCELA without the model)
     unigram: bool = True
     # true: every eval file also gets a sidecar <name>.tokens.parquet with each token's lp (probes/scoring/tokens.py)
     per_token: bool = False
@@ -79,14 +50,11 @@ class PairsConfig:
         if self.batch_size < 1:
             raise ValueError(f"probes.batch_size must be >= 1, got {self.batch_size}")
         if self.max_pairs_per_paradigm is not None and self.max_pairs_per_paradigm < 1:
-            raise ValueError(f"probes.max_pairs_per_paradigm must be >= 1 or null, "
-                             f"got {self.max_pairs_per_paradigm}")
+            raise ValueError(f"probes.max_pairs_per_paradigm must be >= 1 or null, got {self.max_pairs_per_paradigm}")
         self.resolved_benchmarks()  # a bad entry fails when the config is built
 
     def resolved_benchmarks(self) -> list[BenchmarkConfig]:
         """One BenchmarkConfig per entry of ``benchmarks``, defaults filled in (class doc)."""
-        if not self.benchmarks:
-            return []
         from omegaconf import OmegaConf
         from omegaconf.errors import OmegaConfBaseException
 
@@ -101,10 +69,8 @@ class PairsConfig:
             if OmegaConf.is_config(entry):
                 entry = OmegaConf.to_container(entry)
             if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-                raise ValueError(f"{where}: expected a benchmark name or a mapping with a 'name', "
-                                 f"got {entry!r}")
-            unknown = sorted(set(entry) - _ENTRY_KEYS)
-            if unknown:
+                raise ValueError(f"{where}: expected a benchmark name or a mapping with a 'name', got {entry!r}")
+            if unknown := sorted(set(entry) - _ENTRY_KEYS):
                 raise ValueError(f"{where}: unknown key(s) {unknown}; known: {sorted(_ENTRY_KEYS)}")
             name, path = entry["name"], entry.get("path")
             try:
@@ -114,16 +80,14 @@ class PairsConfig:
                 merged = OmegaConf.merge(OmegaConf.structured(base), entry)
                 out.append(OmegaConf.to_object(merged))
             except OmegaConfBaseException as e:
-                raise ValueError(f"{where}.{getattr(e, 'full_key', '')}: "
-                                 f"{getattr(e, 'msg', str(e))}") from None
+                raise ValueError(f"{where}.{getattr(e, 'full_key', '')}: {getattr(e, 'msg', str(e))}") from None
             except ValueError as e:
                 raise ValueError(f"{where}: {e}") from None
         return out
 
     def build(self, ctx) -> list:
-        """The checkpoint hooks (train.hooks.Hook) of this config, built on every rank from a
-        train.hooks.HookContext: one per family whose section is enabled (the minimal pairs' probe hook shards
-        the pairs across ranks and rank 0 writes the files), then the curves at the end of the run."""
+        """The checkpoint hooks (train.hooks.Hook), built on every rank from a train.hooks.HookContext: one per
+        family whose section is enabled, then the curves at the end of the run."""
         if not self.enabled:
             return []
         hooks = []
@@ -160,46 +124,37 @@ def __getattr__(name: str):
 
 
 def pair_hooks(cfg: PairsConfig, ctx) -> "ProbeHook":
-    """The minimal pairs' checkpoint hook (probes/families.py). ``ctx.token_store``: the run's token store,
-    for the unigram columns (``unigram``)."""
+    """The minimal pairs' checkpoint hook (probes/families.py)."""
     unigram = None
     if cfg.unigram and ctx.token_store is not None:  # SLOR / MORCELA need the corpus's own unigram counts
-        from probes.scoring.unigram import from_token_store
+        from probes.scoring.unigram import from_counts, token_counts
 
-        unigram = (from_token_store(ctx.token_store, len(ctx.tokenizer)), f"token_store:{Path(ctx.token_store).name}")
+        counts = token_counts(ctx.token_store, len(ctx.tokenizer))
+        unigram = (from_counts(counts, len(ctx.tokenizer)), f"token_store:{Path(ctx.token_store).name}")
     return ProbeHook(cfg, ctx.tokenizer, ctx.run_dir, final_step=ctx.final_step, unigram=unigram)
 
 
 def summary_metrics(df, benchmark: str) -> dict[str, float]:
-    """MLP accuracy of a benchmark and of each of its phenomena, keyed for the logger (the name says the
-    measure: a W&B chart of `acc` alone did not say whether it was MLP or sum-LP)."""
+    """MLP accuracy of a benchmark and of each of its phenomena, keyed for the logger (the key names the measure:
+    a W&B chart of `acc` alone did not say whether it was MLP or sum-LP)."""
     from probes.scoring.primitive import accuracy, correct  # torch: `plan` types this config without it
 
-    out = {f"probe/{benchmark}/acc_mlp": accuracy(df, "mlp")}
-    ok = correct(df, "mlp")
-    for phenomenon, acc in ok.groupby(df["phenomenon"], sort=True).mean().items():
-        out[f"probe/{benchmark}/{phenomenon}/acc_mlp"] = float(acc)
-    return out
+    by_phenomenon = correct(df, "mlp").groupby(df["phenomenon"], sort=True).mean()
+    return {f"probe/{benchmark}/acc_mlp": accuracy(df, "mlp"),
+            **{f"probe/{benchmark}/{ph}/acc_mlp": float(acc) for ph, acc in by_phenomenon.items()}}
 
 
 class ProbeHook:
-    """Plain object called by the trainer on every rank after a checkpoint is whole.
-
-    ``pairs`` (benchmark name -> pairs) replaces loading ``cfg.benchmarks``; it serves callers that
-    already hold pairs in memory (the built-in grammar, tests).
-    """
+    """Called by the trainer on every rank after a checkpoint is whole. ``pairs`` (benchmark name -> pairs):
+    instead of loading ``cfg.benchmarks``."""
 
     def __init__(self, cfg: PairsConfig, tokenizer, run_dir: Path, *,
                  pairs: Optional[dict[str, list[Pair]]] = None, final_step: Optional[int] = None,
                  unigram=None):
-        self.cfg = cfg
+        self.cfg, self.tokenizer, self.run_dir = cfg, tokenizer, Path(run_dir)
         self.unigram = unigram  # (log unigram probabilities per id, source) or None: no ulp columns
         self.final_step = final_step  # the run's last step (cfg.final_all_pairs scores all pairs there)
         self._all_pairs: Optional[dict[str, list[Pair]]] = None if pairs is None else dict(pairs)
-        self.tokenizer = tokenizer
-        self.run_dir = Path(run_dir)
-        if cfg.batch_size < 1:
-            raise ValueError(f"probes.batch_size must be >= 1, got {cfg.batch_size}")
         if not cfg.enabled:
             self.benchmarks: dict[str, list[Pair]] = {}
         elif pairs is not None:
@@ -214,14 +169,9 @@ class ProbeHook:
         # the tokenizer is the one saved in every checkpoint of this run: hash it once
         self.fingerprint = ids_fingerprint(tokenizer) if self.benchmarks else ""
 
-    def post_checkpoint_saved(self, ckpt_dir: Path, step: int, tokens: int,
-                              model) -> dict[str, float]:
-        """Score every benchmark with ``model`` (the weights of ``ckpt_dir``); write the eval files.
-
-        Collective in a multi-process run: every rank must call it. Files already done for this
-        checkpoint are kept as they are (a resumed run does not redo them); their summaries are
-        still returned so the logger sees every checkpoint.
-        """
+    def post_checkpoint_saved(self, ckpt_dir: Path, step: int, tokens: int, model) -> dict[str, float]:
+        """Score every benchmark (collective: every rank calls it) and write the eval files; a file already done
+        is kept, its summary still returned so the logger sees every checkpoint."""
         metrics: dict[str, float] = {}
         rank, world = _rank_world()
         benchmarks = self.benchmarks
@@ -257,7 +207,7 @@ class ProbeHook:
 
     def _score(self, model, tokenizer, pairs: list[Pair], opts: ScoreOptions) -> Optional[pd.DataFrame]:
         """The pairs scored across ranks; with ``unigram`` also ulp_good / ulp_bad (SLOR, MORCELA)."""
-        df = _score_sharded(model, tokenizer, pairs, opts)
+        df = score_sharded(model, tokenizer, pairs, opts)
         if df is None or self.unigram is None:
             return df
         from probes.scoring.unigram import add_unigram_columns
@@ -265,8 +215,7 @@ class ProbeHook:
         return add_unigram_columns(df, tokenizer, self.unigram[0])
 
     def missing(self, step: int) -> bool:
-        """Some benchmark's eval file of checkpoint `step` is not done for the checkpoint now on disk
-        (absent, or scored on a checkpoint since replaced): the trainer probes it again."""
+        """Some eval file of `step` is not done for the checkpoint now on disk: the trainer probes it again."""
         manifest = manifest_hash(checkpoint_dir(self.run_dir, step))
         return any(not eval_done(eval_path(self.run_dir, step, name), self._pair_sets[name], manifest,
                                  self.cfg.per_token)
@@ -281,34 +230,25 @@ class ProbeHook:
         self.benchmarks = {}
 
 
-def _score_sharded(model, tokenizer, pairs: list[Pair], opts: ScoreOptions) -> Optional[pd.DataFrame]:
-    return score_sharded(model, tokenizer, pairs, batch_size=opts.batch_size, bf16=opts.bf16, device=opts.device,
-                         per_token=opts.per_token)
-
-
-def score_sharded(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64,
-                  bf16: bool = False, device=None, per_token: bool = False) -> Optional[pd.DataFrame]:
-    """``score_pairs`` over the ranks of the default process group: the whole frame on rank 0,
-    None on the others; without a process group (or with one rank), plain ``score_pairs``.
-
-    Shards are contiguous, so the pairs of a paradigm (which share prefixes and sentences) mostly
-    stay on one rank. Every rank scores its shard with its own copy of the model (DDP, ZeRO
-    stages 0-2). Under ZeRO-3 a forward pass gathers the partitioned parameters from every rank,
-    so every rank must run the same passes: there each rank scores all pairs, unsharded.
-    """
+def score_sharded(model, tokenizer, pairs: list[Pair], opts: ScoreOptions) -> Optional[pd.DataFrame]:
+    """``score_pairs`` over the ranks in contiguous shards (a paradigm's shared prefixes mostly on one rank): the
+    frame on rank 0, None on the others. Under ZeRO-3 a forward gathers parameters from every rank, so every rank
+    runs the same passes: all pairs, unsharded."""
     import torch.distributed as torch_dist
 
     from probes.scoring.primitive import score_pairs
 
+    def score(part: list[Pair]) -> pd.DataFrame:
+        return score_pairs(model, tokenizer, part, batch_size=opts.batch_size, bf16=opts.bf16, device=opts.device,
+                           per_token=opts.per_token)
+
     rank, world = _rank_world()
     if world == 1 or any(hasattr(p, "ds_id") for p in model.parameters()):
-        df = score_pairs(model, tokenizer, pairs, batch_size=batch_size, bf16=bf16, device=device,
-                         per_token=per_token)
+        df = score(pairs)
         return df if rank == 0 else None
     bounds = [len(pairs) * r // world for r in range(world + 1)]
     shard = pairs[bounds[rank]:bounds[rank + 1]]
-    part = (score_pairs(model, tokenizer, shard, batch_size=batch_size, bf16=bf16, device=device,
-                        per_token=per_token) if shard else None)
+    part = score(shard) if shard else None
     parts: list[Optional[pd.DataFrame]] = [None] * world
     # all_gather rather than gather: gather_object is not supported by NCCL
     torch_dist.all_gather_object(parts, part)
@@ -323,8 +263,6 @@ def score_sharded(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64,
 def _load_benchmarks(cfg: PairsConfig, all_pairs: bool = False) -> dict[str, list[Pair]]:
     configs = cfg.resolved_benchmarks()
     if all_pairs:
-        from dataclasses import replace
-
         configs = [replace(bc, max_pairs_per_paradigm=None) for bc in configs]
     names = [bc.name for bc in configs]
     # checked before loading anything (a real benchmark takes seconds): the name is the eval
@@ -348,7 +286,6 @@ def _rank_world() -> tuple[int, int]:
 
 
 def _broadcast(value, world: int):
-    """Rank 0's ``value`` on every rank."""
     if world == 1:
         return value
     import torch.distributed as torch_dist

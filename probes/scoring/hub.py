@@ -1,25 +1,7 @@
-"""`python -m probes score-run --hub ORG/NAME --revisions pythia|step0,step1000,… --out RUN_DIR`: a public
-checkpoint suite (Pythia, PolyPythias) scored into a run directory like our own runs.
-
-Each revision is fetched with huggingface_hub's snapshot_download, which honours HF_HUB_OFFLINE and the
-local cache (models--ORG--NAME/refs/<revision> -> snapshots/<commit>/ -> blobs/), and the model is
-loaded with from_pretrained from that snapshot (the files from_pretrained(name, revision=…) resolves
-to) through train.weights.load_causal_lm, so a weight that does not fit is an error, not a random
-tensor. Scores go through the eval contract (evaluate_checkpoint) into RUN_DIR/evals/step<N>/
-<benchmark>.parquet with tokens = N x tokens per step (Pythia: 1,024 sequences x 2,048 tokens =
-2,097,152), so `probes report RUN_DIR our_runs…` draws both on one tokens axis.
-
-First token: Pythia's tokenizer adds no BOS; its training stream (GPT-NeoX preprocessing of the Pile)
-put `<|endoftext|>` (id 0, its BOS and EOS at once) after every document, so every document but the
-very first was read after `<|endoftext|>`. That is the token the scorer puts before each sentence
-(train/start_token.py: BOS, else EOS; Pythia's BOS is `<|endoftext|>`), recorded as ``start_token`` in
-RUN_DIR/hub.json and checked against the tokenizer at every revision.
-
-Checkpoint sanity (Pythia issues 83, 195, 206): a revision whose weight files are the same blobs as
-another revision's (the cache names blobs by their sha256, so this costs nothing), and a revision
-whose weights are closer to step 0's than an earlier revision's were (distance from the reference
-revision, read tensor by tensor from the two files), are named in warnings with both revisions; the
-warnings go to RUN_DIR/hub.json, which `probes report` reads (probes.analysis.evalset). Scoring goes on.
+"""`python -m probes score-run --hub ORG/NAME --revisions pythia|step0,… --out RUN_DIR`: a public checkpoint
+suite scored into a run directory like our own runs (docs/public_suites.md: the first token, hub.json, the
+sanity warnings). Each revision is a huggingface_hub snapshot loaded through train.weights.load_causal_lm, so a
+weight that does not fit is an error, not a random tensor.
 """
 from __future__ import annotations
 
@@ -28,6 +10,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -41,7 +24,6 @@ PYTHIA_TOKENS_PER_STEP = 1024 * 2048  # Pythia's global batch: 1,024 sequences o
 # Pythia's 154 revisions: step0, the log-spaced 1..512, then every 1,000 steps to 143,000
 PYTHIA_STEPS = [0] + [2 ** i for i in range(10)] + list(range(1000, 143001, 1000))
 RECORD = "hub.json"
-WEIGHT_SUFFIXES = (".safetensors", ".bin")
 # Relative drop of the distance from the reference revision below an earlier revision's that is named:
 # training moves away from its initialisation at every checkpoint (train/trajectory.py, measured on the
 # demo), and the reading is exact up to float32 summation (~1e-6 relative), so 1e-3 is far above noise.
@@ -85,7 +67,8 @@ def fetch(name: str, revision: str) -> Path:
         if not weight_files(snap):  # an older revision with pytorch_model.bin only
             snap = Path(snapshot_download(name, revision=revision, allow_patterns=patterns + ["*.bin"]))
     except (LocalEntryNotFoundError, RepositoryNotFoundError, HfHubHTTPError, OSError, ValueError) as e:
-        offline = " (HF_HUB_OFFLINE is set: only the local cache is read)" if _offline() else ""
+        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+        offline = " (HF_HUB_OFFLINE is set: only the local cache is read)" if offline else ""
         raise RevisionError(f"{name} revision {revision}: cannot be had{offline}: {type(e).__name__}: "
                             f"{str(e).splitlines()[0] if str(e) else ''}") from None
     check_snapshot(snap)
@@ -95,9 +78,8 @@ def fetch(name: str, revision: str) -> Path:
 
 
 def check_snapshot(snap: Path) -> None:
-    """Refuses a cache snapshot with an entry that resolves outside its repository's blobs/: reading it
-    would read a file elsewhere as the revision's, and huggingface_hub's deletion follows the link and
-    deletes that file (DESIGN.md, Known traps). A directory that is no cache snapshot is left alone."""
+    """Refuses a cache snapshot with an entry that resolves outside its repository's blobs/: it would be read as
+    the revision's, and huggingface_hub's deletion follows the link and deletes that file."""
     if snap.parent.name != "snapshots":
         return
     blobs = (snap.parent.parent / "blobs").resolve()
@@ -107,10 +89,6 @@ def check_snapshot(snap: Path) -> None:
                                 f"deleted): delete {snap} and download the revision again")
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-
-
 def weight_files(snap: Path) -> list[Path]:
     """The weight files from_pretrained reads: safetensors when there are any, else .bin."""
     files = sorted(p for p in snap.iterdir() if p.suffix == ".safetensors")
@@ -118,17 +96,14 @@ def weight_files(snap: Path) -> list[Path]:
 
 
 def blob_ids(snap: Path) -> dict[str, str]:
-    """{weight file: the cache's blob name} -- the sha256 of the file for LFS files, so equal names are
-    equal bytes without reading them. Outside a hub cache (no symlinks) the files are hashed."""
+    """{weight file: the cache's blob name, the sha256 of an LFS file (so equal bytes without reading them)}; outside
+    a hub cache (no symlinks) the files are hashed."""
+    from train.checkpoint import sha256_file
+
     out = {}
     for f in weight_files(snap):
         target = f.resolve()
-        if target != f.absolute() and target.parent.name == "blobs":
-            out[f.name] = target.name
-        else:
-            from train.checkpoint import sha256_file
-
-            out[f.name] = sha256_file(f)
+        out[f.name] = target.name if target != f.absolute() and target.parent.name == "blobs" else sha256_file(f)
     return out
 
 
@@ -141,12 +116,10 @@ def _tensors(files: list[Path]):
     for f in files:
         if f.suffix == ".safetensors":
             h = safe_open(f, framework="pt")
-            for k in h.keys():
-                out[k] = (lambda h=h, k=k: h.get_tensor(k))
+            out.update({k: partial(h.get_tensor, k) for k in h.keys()})
         else:
             sd = torch.load(f, map_location="cpu", mmap=True, weights_only=True)
-            for k, v in sd.items():
-                out[k] = (lambda v=v: v)
+            out.update({k: partial(lambda v: v, v) for k, v in sd.items()})
     return out
 
 
@@ -170,12 +143,10 @@ def sanity_warnings(name: str, revisions: dict[str, dict]) -> list[str]:
     seen: dict[tuple, str] = {}
     for rev, r in ordered:
         key = tuple(sorted(r["weights"].items()))
-        if key in seen:
+        if seen.setdefault(key, rev) != rev:
             out.append(f"{name}: revision {rev} serves the same weight files as revision {seen[key]} "
                        f"(blob {next(iter(r['weights'].values()))[:12]}…): one of them is not the checkpoint "
                        f"its name says")
-        else:
-            seen[key] = rev
     best, best_rev = -1.0, None
     for rev, r in ordered:
         d = r.get("distance")
@@ -193,24 +164,9 @@ def sanity_warnings(name: str, revisions: dict[str, dict]) -> list[str]:
     return out
 
 
-def _read_record(out_dir: Path, opts: HubOptions) -> dict:
-    path = out_dir / RECORD
-    if not path.is_file():
-        return {"hub": opts.name, "tokens_per_step": opts.tokens_per_step, "revisions": {}}
-    try:
-        rec = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise EvalInputError(f"{path}: unreadable ({e}); delete it to rebuild the record") from None
-    if rec.get("hub") != opts.name or rec.get("tokens_per_step") != opts.tokens_per_step:
-        raise EvalInputError(f"{path}: holds {rec.get('hub')} at {rec.get('tokens_per_step')} tokens per step, "
-                             f"not {opts.name} at {opts.tokens_per_step}; use another --out")
-    return rec
-
-
 def _done(out_dir: Path, step: int, rev: str, benchmarks: dict[str, str], name: str) -> bool:
-    """Every benchmark's file holds this revision of this suite on this pair set. Not compared: the
-    manifest (eval_done's key), which a snapshot that carries a manifest.json records and the next run,
-    before fetching the snapshot, cannot know."""
+    """Every benchmark's file holds this revision of this suite on this pair set. Not compared: the manifest
+    (eval_done's key), which the next run cannot know before it fetches the snapshot."""
     for bench, pairs_hash in benchmarks.items():
         path = eval_path(out_dir, step, bench)
         try:
@@ -226,9 +182,8 @@ def _done(out_dir: Path, step: int, rev: str, benchmarks: dict[str, str], name: 
 def check_out(out_dir: Path) -> None:
     """--out must not be a training run: its eval files would be overwritten by the suite's."""
     config = out_dir / "config.yaml"
-    held = (out_dir / "checkpoints").exists() or (
-        config.is_file() and not config.read_text(errors="replace").startswith("experiment: hub\n"))
-    if held:
+    if (out_dir / "checkpoints").exists() or (
+            config.is_file() and not config.read_text(errors="replace").startswith("experiment: hub\n")):
         raise EvalInputError(f"{out_dir}: holds a training run (checkpoints/ or its own config.yaml); "
                              f"score-run --hub would overwrite its eval files: give --out a new directory")
 
@@ -238,16 +193,13 @@ def _delete(name: str, commit: str, snap: Path) -> None:
 
     check_snapshot(snap)  # again, just before: huggingface_hub deletes whatever a link points at
     info = scan_cache_dir()
-    for repo in info.repos:
-        if repo.repo_id == name:
-            info.delete_revisions(commit).execute()
-            return
+    if any(repo.repo_id == name for repo in info.repos):
+        info.delete_revisions(commit).execute()
 
 
 def score_hub(out_dir: Path, opts: HubOptions, benchmarks: dict[str, list[Pair]], score_opts: ScoreOptions,
               say: Callable[[str], None] = print) -> tuple[list[Path], list[str], list[str]]:
-    """Score every revision not yet done; returns (files written, warnings, errors). An unavailable revision
-    is an error naming it; the others are scored."""
+    """Score every revision not yet done: (files written, warnings, errors naming unavailable revisions)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -256,8 +208,17 @@ def score_hub(out_dir: Path, opts: HubOptions, benchmarks: dict[str, list[Pair]]
     from train.weights import load_causal_lm
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    rec = _read_record(out_dir, opts)
-    _write_run_config(out_dir, opts.name)
+    rec = {"hub": opts.name, "tokens_per_step": opts.tokens_per_step, "revisions": {}}
+    if (out_dir / RECORD).is_file():
+        try:
+            rec = json.loads((out_dir / RECORD).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise EvalInputError(f"{out_dir / RECORD}: unreadable ({e}); delete it to rebuild the record") from None
+        if [rec.get("hub"), rec.get("tokens_per_step")] != [opts.name, opts.tokens_per_step]:
+            raise EvalInputError(f"{out_dir / RECORD}: holds {rec.get('hub')} at {rec.get('tokens_per_step')} tokens "
+                                 f"per step, not {opts.name} at {opts.tokens_per_step}; use another --out")
+    if not (out_dir / "config.yaml").is_file():  # the run labelled by the suite, as the analysis reads config.yaml
+        write_text_atomic(out_dir / "config.yaml", f"experiment: hub\nmodel:\n  name: {opts.name}\nseed: null\n")
     sets = {n: pair_set(p) for n, p in benchmarks.items()}
     device = score_opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
     written, errors = [], []
@@ -338,13 +299,3 @@ def _warnings(name: str, rec: dict) -> list[str]:
     """hub.json's warnings (what `probes report` lists as problems): the sanity checks and refused revisions."""
     return sanity_warnings(name, rec["revisions"]) + list(rec.get("refused", {}).values())
 
-
-def _write_run_config(out_dir: Path, name: str) -> None:
-    """config.yaml as the analysis reads it (model name -> size, experiment): the run is labelled by the suite."""
-    path = out_dir / "config.yaml"
-    if not path.is_file():
-        write_text_atomic(path, f"experiment: hub\nmodel:\n  name: {name}\nseed: null\n")
-
-
-__all__ = ["HubOptions", "check_out", "check_snapshot", "PYTHIA_STEPS", "PYTHIA_TOKENS_PER_STEP", "RevisionError", "distance", "fetch",
-           "parse_revisions", "sanity_warnings", "score_hub"]

@@ -14,23 +14,21 @@ from typing import Optional
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from probes.scoring.head import _HeadLSE
 
-# Nodes per packed row (a longer sequence gets a row of its own length). Longer rows lose less at
-# row starts (a row recomputes the path of its first sequence) but attend over more keys: each query
-# costs R keys whatever the mask. On 20,100 BLiMP sentences, pythia-14m, 1 thread, the body took
-# 4.15, 4.19 and 4.32 CPU-s with rows of 64, 96 and 128 (6.9 unpacked).
+# Nodes per packed row (a longer sequence gets a row of its own length): longer rows recompute fewer paths but
+# attend over more keys. On 20,100 BLiMP sentences, pythia-14m: 4.15, 4.19, 4.32 CPU-s at 64, 96, 128.
 ROW_CAP = 96
 ATTENTION = ("sdpa", "eager")  # implementations that take a 4D mask as given (transformers 5)
 
 
 @dataclass
 class Trie:
-    """Prefix trie of sequences, in lexicographic order (``order``: sequence indices). Flat arrays
-    hold the sorted sequences one after another (``offsets``): ``tokens`` and ``nodes`` (the node
-    id of each prefix seq[:j+1]). Sorted sequence k computes the body of its positions
-    ``fresh[k] .. len-2`` (the prefixes no earlier sequence computed); ``parent`` of each node."""
+    """Prefix trie of sequences in lexicographic order (``order``), flat (``offsets``): ``tokens``, ``nodes`` (the
+    id of each prefix seq[:j+1]), ``parent`` of each node; sorted sequence k computes its positions ``fresh[k] ..
+    len-2`` (the prefixes no earlier sequence computed)."""
     order: np.ndarray
     offsets: np.ndarray
     tokens: np.ndarray
@@ -43,9 +41,7 @@ def build_trie(seqs: list[list[int]]) -> Trie:
     order = sorted(range(len(seqs)), key=seqs.__getitem__)  # shorter first among equal prefixes
     nodes: list[int] = []
     fresh = np.zeros(len(order), dtype=np.int64)
-    prev: list[int] = []
-    prev_path: list[int] = []
-    nid = 0
+    prev, prev_path, nid = [], [], 0
     for k, i in enumerate(order):
         s = seqs[i]
         n = min(len(s), len(prev))
@@ -60,8 +56,7 @@ def build_trie(seqs: list[list[int]]) -> Trie:
         nodes += path
         prev, prev_path = s, path
     lengths = np.fromiter((len(seqs[i]) for i in order), dtype=np.int64, count=len(order))
-    offsets = np.zeros(len(order) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     tokens = np.fromiter((t for i in order for t in seqs[i]), dtype=np.int64, count=int(offsets[-1]))
     flat = np.asarray(nodes, dtype=np.int64)
     parent = np.full(nid, -1, dtype=np.int64)
@@ -72,9 +67,8 @@ def build_trie(seqs: list[list[int]]) -> Trie:
 
 
 def pack_rows(trie: Trie, cap: int) -> list[list[tuple[int, int, int]]]:
-    """Rows of segments (k, a, z): positions a..z-1 of sorted sequence k. A row opens with a
-    sequence's whole body path (a = 0, so its ancestors are in the row) and holds up to ``cap``
-    positions, or that path's length when longer; later segments hold only fresh positions."""
+    """Rows of segments (k, a, z): positions a..z-1 of sorted sequence k. A row opens with a sequence's whole path
+    (its ancestors are in the row) and holds up to ``cap`` positions; later segments hold only fresh ones."""
     rows: list[list[tuple[int, int, int]]] = []
     cur: list[tuple[int, int, int]] = []
     used = room = 0
@@ -86,12 +80,9 @@ def pack_rows(trie: Trie, cap: int) -> list[list[tuple[int, int, int]]]:
             cur.append((k, a, end))
             used += end - a
         else:
-            if cur:
-                rows.append(cur)
+            rows.append(cur)
             cur, used, room = [(k, 0, end)], end, max(cap, end)
-    if cur:
-        rows.append(cur)
-    return rows
+    return [r for r in rows + [cur] if r]
 
 
 def _row_len(row: list[tuple[int, int, int]]) -> int:
@@ -99,9 +90,8 @@ def _row_len(row: list[tuple[int, int, int]]) -> int:
 
 
 def forwards(rows: list[list[tuple[int, int, int]]], budget: int) -> list[list[list[tuple[int, int, int]]]]:
-    """Rows grouped into forwards of at most max(widest row, ``budget``) positions, padding included:
-    widest first (an out-of-memory shows up in the first forward), so a long row pads only rows of
-    its own length. Rows are independent (each holds its nodes' ancestors), so any order is right."""
+    """Rows grouped into forwards of at most max(widest row, ``budget``) positions, padding included, widest
+    first (an out-of-memory shows up in the first forward; rows are independent, so any order is right)."""
     rows = sorted(rows, key=_row_len, reverse=True)
     out, i = [], 0
     while i < len(rows):
@@ -112,11 +102,8 @@ def forwards(rows: list[list[tuple[int, int, int]]], budget: int) -> list[list[l
 
 
 def tree_mask(depth: np.ndarray) -> np.ndarray:
-    """[B, R, R] bool: position p attends to q when q is an ancestor of p or p itself.
-
-    ``depth`` [B, R]: the depth of each position's node, -1 for padding. A row is a preorder walk of
-    a subtrie (ancestors included), so q's subtree is the run after q up to the next position no
-    deeper than q; padding (depth -1) ends every run and sees only itself."""
+    """[B, R, R] bool: position p attends to q when q is an ancestor of p or p itself. ``depth`` [B, R]: -1 for
+    padding. A row is a preorder walk, so q's subtree runs up to the next position no deeper than q."""
     n = depth.shape[1]
     later = np.arange(n)[None, :] > np.arange(n)[:, None]  # [q, p]: p after q
     ends = later[None] & (depth[:, None, :] <= depth[:, :, None])  # [B, q, p]
@@ -127,17 +114,14 @@ def tree_mask(depth: np.ndarray) -> np.ndarray:
 
 
 def token_budget(trie: Trie, batch_size: int) -> int:
-    """Positions per forward: ``batch_size`` sequences of the mean body length. Unpacked, the largest
-    forward held batch_size sequences of the longest length, so a packed forward (at most
-    max(widest row, budget) positions) is never larger: memory as before."""
+    """Positions per forward: ``batch_size`` sequences of the mean body length (never more memory than unpacked)."""
     return max(1, int(np.ceil(batch_size * (np.diff(trie.offsets) - 1).mean())))
 
 
 def packed_logprobs(body, head: torch.nn.Linear, seqs: list[list[int]], *, batch_size: int,
                     device: torch.device, bf16: bool = False, progress: bool = False,
                     row_cap: Optional[int] = None) -> list[np.ndarray]:
-    """out[i][j] = log p(seqs[i][j+1] | seqs[i][:j+1]) (float64) for sequences of >= 2 ids,
-    computed as the module docstring says. ``body``/``head``: ``probes.scoring.head._split_head``."""
+    """out[i][j] = log p(seqs[i][j+1] | seqs[i][:j+1]) (float64) for sequences of >= 2 ids (module docstring)."""
     trie = build_trie(seqs)
     groups = forwards(pack_rows(trie, row_cap or ROW_CAP), token_budget(trie, batch_size))
     n_nodes = len(trie.parent)
@@ -164,19 +148,13 @@ def packed_logprobs(body, head: torch.nn.Linear, seqs: list[list[int]], *, batch
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
             torch.set_num_threads(threads)
-    return _unpack(trie, edge_logit.cpu(), lse.cpu(), len(seqs))
+    return _unpack(trie, edge_logit.cpu(), lse.cpu())
 
 
 def _head_workers(threads: int) -> tuple[int, int]:
-    """(intra-op threads of the body, worker threads of the CPU head) for ``threads`` torch threads.
-
-    Each head chunk runs in a worker with one intra-op thread: no OpenMP barrier per op. With two
-    threads an op waits for both at its end, and when another process holds one core that wait is a
-    scheduler time slice: measured with one busy process beside it, pythia-14m's head took 16.7 ns a
-    logit on 2 OpenMP threads, 1.4 in two workers (0.93 and 0.90 on an idle machine). The body keeps
-    half the threads and the head gets the rest; with two threads or fewer the body runs on one and
-    the head gets them all (they take the head's backlog once the last forward is done), so the
-    cores are never oversubscribed by more than one thread, and the one-thread body has no barrier."""
+    """(intra-op threads of the body, worker threads of the CPU head), never more than one thread too many. Each
+    head chunk runs with one intra-op thread: no OpenMP barrier per op, which a busy machine turns into a
+    scheduler time slice (16.7 ns a logit on 2 OpenMP threads, 1.4 in two workers; docs/speed.md)."""
     if threads <= 2:
         return 1, threads
     return threads // 2, threads - threads // 2
@@ -186,11 +164,7 @@ def _run(body, head, trie, groups, pending, edge_logit, first_kid, kids, node_to
     """The forwards: each row group's fresh hidden states, their edges' logits, their head rows."""
     mask_dtype = None if body.config._attn_implementation == "sdpa" else body.dtype
     weight = head.weight
-    if progress:
-        from tqdm.auto import tqdm
-
-        groups = tqdm(groups, desc="scoring", unit="batch")
-    for group in groups:
+    for group in tqdm(groups, desc="scoring", unit="batch", disable=not progress):
         ids, pos, node, fresh = _layout(trie, group)
         mask = torch.from_numpy(tree_mask(np.where(node >= 0, pos, -1))[:, None]).to(device)
         if mask_dtype is not None:  # eager attention adds the mask to the scores
@@ -218,8 +192,7 @@ def _run(body, head, trie, groups, pending, edge_logit, first_kid, kids, node_to
 def _layout(trie: Trie, group: list[list[tuple[int, int, int]]]):
     """ids, position ids, node ids (-1: padding) and first-computation flags [B, W] of rows."""
     width = max(map(_row_len, group))
-    ids = np.zeros((len(group), width), dtype=np.int64)
-    pos = np.zeros((len(group), width), dtype=np.int64)
+    ids, pos = np.zeros((2, len(group), width), dtype=np.int64)
     node = np.full((len(group), width), -1, dtype=np.int64)
     fresh = np.zeros((len(group), width), dtype=bool)
     for b, r in enumerate(group):
@@ -240,9 +213,7 @@ class _Pending:
     def __init__(self, head_lse: _HeadLSE, lse: torch.Tensor, pool: Optional[ThreadPoolExecutor] = None,
                  workers: int = 0):
         self.head_lse, self.lse, self.pool = head_lse, lse, pool
-        self.h: list[torch.Tensor] = []
-        self.shift: list[torch.Tensor] = []
-        self.node: list[torch.Tensor] = []
+        self.h, self.shift, self.node = [], [], []  # waiting: hidden states, their shifts, their prefixes
         self.rows = 0
         self.jobs: deque[tuple[torch.Tensor, Future]] = deque()
         # chunks in flight at most: the body (faster than the head) waits rather than queue every
@@ -286,16 +257,11 @@ def _inference(fn, *args):
         return fn(*args)
 
 
-def _unpack(trie: Trie, edge_logit: torch.Tensor, lse: torch.Tensor, n_seqs: int) -> list[np.ndarray]:
+def _unpack(trie: Trie, edge_logit: torch.Tensor, lse: torch.Tensor) -> list[np.ndarray]:
     """Per original sequence: lp[j] = logit of edge seq[:j+2] - logsumexp at prefix seq[:j+1]."""
-    last = np.zeros(len(trie.nodes), dtype=bool)
-    last[trie.offsets[1:] - 1] = True
-    first = np.zeros(len(trie.nodes), dtype=bool)
-    first[trie.offsets[:-1]] = True
+    position = np.arange(len(trie.nodes))
+    first, last = np.isin(position, trie.offsets[:-1]), np.isin(position, trie.offsets[1:] - 1)
     idx = torch.from_numpy(trie.nodes)
     flat = (edge_logit[idx[~first]] - lse[idx[~last]]).to(torch.float64).numpy()
     parts = np.split(flat, np.cumsum(np.diff(trie.offsets) - 1)[:-1])
-    out: list[Optional[np.ndarray]] = [None] * n_seqs
-    for k, i in enumerate(trie.order):
-        out[i] = parts[k]
-    return out  # type: ignore[return-value]
+    return [parts[k] for k in np.argsort(trie.order)]  # back to the callers' order

@@ -1,58 +1,27 @@
 """The one scoring primitive (per-token log-probs) and the named reductions built on it.
 
-Convention ``start_token_all_tokens_v2`` (docs/scoring.md; pinned here, stored in every eval file):
-
-* A sentence is tokenized with ``tokenizer(text, add_special_tokens=False, split_special_tokens=True)``
-  (text is text: a literal ``<|endoftext|>`` is spelled, not the control id) and the start token is
-  prepended: the token training put before every document (train/start_token.py). It is read from
-  ``start_token.json`` beside the tokenizer files (every checkpoint and trained tokenizer of this
-  project has one); without it, a checkpoint of ours from before the record gets EOS (its stream had
-  EOS between documents), any other model its BOS, else its EOS (Pythia: ``<|endoftext|>``, both).
-* ``lp`` of a sentence is the natural-log probability of ALL its tokens, each conditioned on the
-  start token and the tokens before it; ``ntok`` counts those tokens (the start token is not scored).
-* MLP accuracy: ``lp_good / ntok_good > lp_bad / ntok_bad``; sum-LP accuracy: ``lp_good > lp_bad``.
-  Both are strict: a tie counts as wrong (as in the ZhoBLiMP code).
-
-``bos_all_tokens_v1`` (before) prepended BOS whenever the tokenizer had one; with the sentencepiece
-tokenizers of that time (BOS ``<s>`` never fed in training, documents separated by EOS) every first
-token was predicted from an untrained embedding. v1 and v2 numbers are not comparable; the report
-refuses to mix them.
-
-How other tools differ (compare numbers only after aligning these):
-
-* minicons scores a sentence without a BOS and therefore drops its first token (that token has no
-  context) unless called with ``bos_token=True``; only then does it match ``lp`` here.
-* lm-eval-harness scores ``" " + sentence`` (a leading space, which changes the first token of
-  most BPE/sentencepiece vocabularies) as a continuation of the BOS/EOS token, and its BLiMP task
-  counts ties as correct.
-* ZhoBLiMP's own code prepends ``tokenizer.bos_token`` as text, right-pads and counts ties wrong:
-  the same per-sentence lp as here on our checkpoints (the saved tokenizer reads its own
-  ``<|endoftext|>`` in text; tests/test_start_token.py scores that way).
-
-Region sums (``score_pairs``) are diff-based: the good and bad token ids are aligned into a shared
-prefix, a shared suffix that does not overlap the prefix, and the critical span between them.
-Pairs that carry their own regions (``Pair.regions``, e.g. template slots of the generator) also get
-``lp_{good,bad}_slot_<name>`` / ``ntok_{good,bad}_slot_<name>``: a token belongs to the region
-holding its last character (so a leading space or ``▁`` does not pull a word into the previous
-slot); ``xtok_{good,bad}_slot_<name>`` counts the tokens of the slot that also hold text of an
-earlier slot (they straddle its left boundary). This needs a fast tokenizer (character offsets).
+Convention ``start_token_all_tokens_v2`` (docs/scoring.md; how minicons, lm-eval and ZhoBLiMP's code differ):
+each sentence encoded with ``ENCODE`` after the start token training put before every document; ``lp`` sums the
+natural-log probability of ALL its tokens, ``ntok`` counts them; MLP and sum-LP accuracy are strict (a tie is
+wrong). Region columns (diff-based prefix/critical/suffix, template slots; checkpoints.md) come with each pair.
 """
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
+from torch.nn.utils.rnn import pad_sequence
+from tqdm.auto import tqdm
 
 from probes.evals.files import CONVENTION, CONVENTIONS, REGIONS as REGION_NAMES  # defined by the eval contract
 from probes.benchmarks.pairs import Pair
 from probes.scoring.head import _HeadLSE, _batch_split, _drop_last, _split_head
 from probes.scoring.pack import ATTENTION, packed_logprobs
 from train.start_token import scoring_start_id
-
-log = logging.getLogger(__name__)
 
 # How sentence text is encoded, everywhere ids are compared with the scored ones.
 ENCODE = {"add_special_tokens": False, "split_special_tokens": True}
@@ -66,11 +35,7 @@ REDUCTIONS: dict[str, Callable[[np.ndarray], float]] = {
     "max_surprisal": lambda lp: float(-np.min(lp)) if len(lp) else float("nan"),
 }
 
-def start_id(tokenizer) -> int:
-    """The id prepended to every sentence (module docstring; train/start_token.py decides it)."""
-    return scoring_start_id(tokenizer)
-
-
+start_id = scoring_start_id  # the id prepended to every sentence
 bos_id = start_id  # the name callers used before convention v2
 
 
@@ -83,21 +48,36 @@ def sentence_ids(tokenizer, texts: list[str]) -> list[list[int]]:
     return [[start, *map(int, ids)] for ids in enc]
 
 
-def _model_device(model) -> torch.device:
+def _checked(model, seqs: list[list[int]], batch_size: int, device, what: str, extra: int = 0) -> torch.device:
+    """The device to score on (default: the model's); ValueError for a batch size below 1, an empty sequence or
+    one that does not fit the model's context with `extra` positions more."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    max_pos = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    for i, s in enumerate(seqs):
+        if len(s) == 0:
+            raise ValueError(f"{what} {i} is empty: it needs at least the BOS id")
+        if max_pos is not None and len(s) + extra > max_pos:
+            raise ValueError(f"{what} {i} has {len(s)} tokens{', with its continuation,' if extra else ','} more "
+                             f"than the model's max_position_embeddings={max_pos}")
+    return torch.device(device) if device is not None else next(model.parameters(), torch.zeros(0)).device
+
+
+@contextmanager
+def _scoring(model, device: torch.device, bf16: bool):
+    """Eval and inference mode (bf16 autocast if asked) around forwards; the model's mode restored after."""
+    was_training = model.training
+    model.eval()
     try:
-        return next(model.parameters()).device
-    except StopIteration:
-        return torch.device("cpu")
+        with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            yield
+    finally:
+        model.train(was_training)
 
 
-# Architectures whose logits are exactly ``get_output_embeddings()(base_model(...)[0])``: for them
-# the head is applied only where it is needed (see ``token_logprobs``). Others (soft-capped or
-# scaled logits, extra projections) take the plain path through ``model(...).logits``.
 def _prefix_nodes(seqs: list[list[int]]) -> tuple[list[np.ndarray], int]:
-    """For each sequence, one node id per scored position j (0 .. len-2): the id of the prefix
-    ``seq[:j+1]``. Equal prefixes get equal ids (a trie), so a position's hidden state, and the
-    logsumexp over the vocabulary at it, is computed once for every sequence that shares it: the
-    BOS of every sentence, the words a pair shares before it differs, repeated sentences."""
+    """For each sequence, the id of the prefix ``seq[:j+1]`` per scored position j: equal prefixes get equal ids
+    (a trie), so the logsumexp at a prefix is computed once for every sequence that shares it."""
     child: dict[tuple[int, int], int] = {}
     out = []
     for s in seqs:
@@ -110,89 +90,45 @@ def _prefix_nodes(seqs: list[list[int]]) -> tuple[list[np.ndarray], int]:
 
 
 def _right_padded(batch: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
-    """(ids, mask, the mask to pass the model) of sequences right-padded to the longest. Right padding
-    leaves real tokens at positions 0..L-1, as unpadded. Sorted by length, most batches have one
-    length: then no mask is passed (nothing to build or apply)."""
-    width = max(map(len, batch))
-    ids = torch.zeros((len(batch), width), dtype=torch.long)
-    mask = torch.zeros((len(batch), width), dtype=torch.long)
-    for row, s in enumerate(batch):
-        ids[row, :len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[row, :len(s)] = 1
+    """(ids, mask, the mask to pass the model) of sequences right-padded to the longest (real tokens keep the
+    positions 0..L-1); no mask is passed where every row is whole (most batches, sorted by length)."""
+    ids = pad_sequence([torch.tensor(s, dtype=torch.long) for s in batch], batch_first=True)
+    mask = (torch.arange(ids.shape[1]) < torch.tensor([[len(s)] for s in batch])).long()
     ids, mask = ids.to(device), mask.to(device)
     return ids, mask, (None if bool(mask.all()) else mask)
 
 
 def token_logprobs(model, seqs: list[list[int]], *, batch_size: int = 64, device=None,
                    progress: bool = False, bf16: bool = False) -> list[np.ndarray]:
-    """out[i][j] = log p(seqs[i][j+1] | seqs[i][:j+1]) in float64 numpy, len(seqs[i])-1 values.
-
-    Runs under ``torch.inference_mode``; the model's train/eval mode is restored afterwards.
-    ``batch_size``: about that many sequences' tokens per forward (never more than the largest
-    right-padded batch of that many sequences would hold).
-
-    Why it is fast (bench/bench_scoring.py, docs/speed.md): for a small model the output layer
-    (d x vocab) costs more than the transformer body. For the architectures in ``_PLAIN_HEAD_TYPES``
-    with sdpa or eager attention (``probes.scoring.pack``) the body runs once per distinct prefix of
-    the sequences (a trie, packed into rows with a tree attention mask; the start token, a pair's
-    shared words and repeated sentences are computed once); a target's logit is one dot product with
-    its output-embedding row, and the logsumexp over the vocabulary is computed once per distinct
-    prefix, in chunks, never as a full log_softmax copy (on a CPU in cache-sized blocks,
-    ``_HEAD_CHUNK``). A sequence's last token is predicted but never fed. Other models (``_batched``):
-    sorted by length, right-padded batches (the positions of real tokens stay 0..L-1), the head only
-    where needed when the logits are head(body), else the model's own logits.
-    ``bf16=True`` runs the model under bfloat16 autocast (fast on GPUs; the logsumexp stays fp32;
-    lps move by ~1e-2, see the bench) -- off by default so scores are fp32-exact.
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    device = torch.device(device) if device is not None else _model_device(model)
-    max_pos = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    for i, s in enumerate(seqs):
-        if len(s) == 0:
-            raise ValueError(f"sequence {i} is empty: it needs at least the BOS id")
-        if max_pos is not None and len(s) > max_pos:
-            raise ValueError(
-                f"sequence {i} has {len(s)} tokens, more than the model's "
-                f"max_position_embeddings={max_pos}"
-            )
-    out: list[Optional[np.ndarray]] = [None] * len(seqs)
-    for i, s in enumerate(seqs):
-        if len(s) == 1:  # only the BOS: nothing to predict
-            out[i] = np.zeros(0, dtype=np.float64)
-    todo = [i for i in range(len(seqs)) if out[i] is None]
+    """out[i][j] = log p(seqs[i][j+1] | seqs[i][:j+1]) in float64 numpy; ``batch_size``: about that many sequences'
+    tokens per forward; ``bf16``: autocast (lps move by ~1e-2), off so scores are fp32-exact. When the logits are
+    head(body) under sdpa or eager attention, ``probes.scoring.pack`` runs the body and the logsumexp over the
+    vocabulary once per distinct prefix (docs/speed.md); other models get right-padded batches (``_batched``)."""
+    device = _checked(model, seqs, batch_size, device, "sequence")
+    out: list[Optional[np.ndarray]] = [np.zeros(0, dtype=np.float64) if len(s) == 1 else None for s in seqs]
+    todo = [i for i in range(len(seqs)) if out[i] is None]  # only the BOS: nothing to predict
     split = _split_head(model)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            if split is not None and getattr(split[0].config, "_attn_implementation", None) in ATTENTION:
-                lps = packed_logprobs(split[0], split[1], [seqs[i] for i in todo], batch_size=batch_size,
-                                      device=device, bf16=bf16, progress=progress) if todo else []
-                for i, lp in zip(todo, lps):
-                    out[i] = lp
-            else:
-                _batched(model, split, seqs, todo, out, batch_size, device, bf16, progress)
-    finally:
-        model.train(was_training)
+    with _scoring(model, device, bf16):
+        if split is not None and getattr(split[0].config, "_attn_implementation", None) in ATTENTION:
+            lps = packed_logprobs(split[0], split[1], [seqs[i] for i in todo], batch_size=batch_size,
+                                  device=device, bf16=bf16, progress=progress) if todo else []
+            for i, lp in zip(todo, lps):
+                out[i] = lp
+        else:
+            _batched(model, split, seqs, todo, out, batch_size, device, bf16, progress)
     return out  # type: ignore[return-value]
 
 
 def _batched(model, split, seqs, todo, out, batch_size, device, bf16, progress) -> None:
-    """token_logprobs of models whose attention takes no 4D mask (or whose logits are not
-    head(body)): right-padded batches sorted by length, longest first (an out-of-memory shows up in
-    the first batch; little padding); the head only where needed when ``split`` is not None."""
+    """token_logprobs without packing: right-padded batches, longest first (an out-of-memory shows up in the first
+    batch); the head only where needed when ``split`` is not None."""
     order = sorted(todo, key=lambda i: -len(seqs[i]))
     batches = [order[k:k + batch_size] for k in range(0, len(order), batch_size)]
-    if progress:
-        from tqdm.auto import tqdm
-
-        batches = tqdm(batches, desc="scoring", unit="batch")
     nodes, n_nodes = _prefix_nodes(seqs) if split is not None else (None, 0)
     lse = torch.empty(n_nodes, dtype=torch.float32, device=device)
     have = torch.zeros(n_nodes, dtype=torch.bool, device=device)
     lse_head = _HeadLSE(split[1], device, bf16) if split is not None else None
-    for batch in batches:
+    for batch in tqdm(batches, desc="scoring", unit="batch", disable=not progress):
         ids, mask, call_mask = _right_padded([seqs[i] for i in batch], device)
         if split is None:
             lp = _batch_plain(model, ids, call_mask)
@@ -209,46 +145,28 @@ def _batched(model, split, seqs, todo, out, batch_size, device, bf16, progress) 
 
 def next_token_logprobs(model, contexts: list[list[int]], candidates: list[list[int]], *,
                         batch_size: int = 64, device=None, bf16: bool = False) -> list[np.ndarray]:
-    """out[i][k] = log p(candidates[i][k] | contexts[i]) in float64 numpy: several one-token
-    continuations of one context scored with ONE forward pass of the context (the continuation's
-    own position is never fed, so it needs none). Equal, up to float rounding, to
-    ``token_logprobs(model, [contexts[i] + [c]])[0][-1]`` for each candidate c, which runs the whole
-    context once per candidate. Batching, padding and modes as in ``token_logprobs``.
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    """out[i][k] = log p(candidates[i][k] | contexts[i]) in float64 numpy: one forward of each context for all
+    its one-token continuations; equal, up to float rounding, to ``token_logprobs`` of context + candidate."""
     if len(contexts) != len(candidates):
         raise ValueError(f"{len(contexts)} contexts but {len(candidates)} candidate lists")
-    device = torch.device(device) if device is not None else _model_device(model)
-    max_pos = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    for i, s in enumerate(contexts):
-        if len(s) == 0:
-            raise ValueError(f"context {i} is empty: it needs at least the BOS id")
-        if max_pos is not None and len(s) + 1 > max_pos:  # the candidate's position must exist too
-            raise ValueError(f"context {i} has {len(s)} tokens: with its continuation more than the "
-                             f"model's max_position_embeddings={max_pos}")
+    device = _checked(model, contexts, batch_size, device, "context", extra=1)  # the candidate's position too
     out: list[Optional[np.ndarray]] = [None] * len(contexts)
     order = sorted(range(len(contexts)), key=lambda i: -len(contexts[i]))
     split = _split_head(model)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            for k in range(0, len(order), batch_size):
-                batch = order[k:k + batch_size]
-                ids, _mask, call_mask = _right_padded([contexts[i] for i in batch], device)
-                last = torch.tensor([len(contexts[i]) - 1 for i in batch], device=device)
-                rows = torch.arange(len(batch), device=device)
-                if split is None:
-                    logits = model(input_ids=ids, attention_mask=call_mask, use_cache=False).logits[rows, last]
-                else:  # the head only at each context's last position
-                    body, head = split
-                    logits = head(body(input_ids=ids, attention_mask=call_mask, use_cache=False)[0][rows, last])
-                logp = torch.log_softmax(logits.float(), dim=-1).to("cpu", torch.float64).numpy()
-                for row, i in enumerate(batch):
-                    out[i] = logp[row, np.asarray(candidates[i], dtype=np.int64)]
-    finally:
-        model.train(was_training)
+    with _scoring(model, device, bf16):
+        for k in range(0, len(order), batch_size):
+            batch = order[k:k + batch_size]
+            ids, _mask, call_mask = _right_padded([contexts[i] for i in batch], device)
+            last = torch.tensor([len(contexts[i]) - 1 for i in batch], device=device)
+            rows = torch.arange(len(batch), device=device)
+            if split is None:
+                logits = model(input_ids=ids, attention_mask=call_mask, use_cache=False).logits[rows, last]
+            else:  # the head only at each context's last position
+                body, head = split
+                logits = head(body(input_ids=ids, attention_mask=call_mask, use_cache=False)[0][rows, last])
+            logp = torch.log_softmax(logits.float(), dim=-1).to("cpu", torch.float64).numpy()
+            for row, i in enumerate(batch):
+                out[i] = logp[row, np.asarray(candidates[i], dtype=np.int64)]
     return out  # type: ignore[return-value]
 
 
@@ -262,8 +180,7 @@ def _batch_plain(model, ids: torch.Tensor, mask: Optional[torch.Tensor]) -> torc
 
 
 def _align(good: Sequence[int], bad: Sequence[int]) -> tuple[int, int]:
-    """(shared prefix length, shared suffix length) of two token lists; the suffix never overlaps
-    the prefix, so identical lists are all prefix."""
+    """(shared prefix length, shared suffix length) of two token lists; identical lists are all prefix."""
     n = min(len(good), len(bad))
     p = 0
     while p < n and good[p] == bad[p]:
@@ -283,21 +200,9 @@ def pair_sentence_ids(tokenizer, pairs: list[Pair]) -> dict[str, list[int]]:
 def score_pairs(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64, device=None,
                 progress: bool = False, bf16: bool = False, per_token: bool = False,
                 ids: Optional[dict[str, list[int]]] = None) -> pd.DataFrame:
-    """One row per pair with lp/ntok of good and bad and their prefix/critical/suffix region sums.
-
-    Each unique sentence is scored once (benchmarks repeat sentences across pairs).
-    ``per_token``: also the list columns of ``probes.scoring.tokens.FRAME_COLUMNS`` (ids, pieces and lps
-    of every token), which ``probes.scoring.tokens.write_eval`` moves to the per-token sidecar.
-    ``ids``: ``pair_sentence_ids(tokenizer, pairs)`` when the caller has it already (``probes score``
-    reads the tokenizer's coverage from the same ids).
-    """
-    for p in pairs:
-        for side in ("good", "bad"):
-            if not getattr(p, side).strip():
-                raise ValueError(
-                    f"benchmark {p.benchmark!r} paradigm {p.paradigm!r} pair {p.pair_id!r}: "
-                    f"empty {side} sentence"
-                )
+    """One row per pair with lp/ntok of good and bad and their prefix/critical/suffix region sums; each distinct
+    sentence is scored once. ``per_token``: also the list columns ``probes.scoring.tokens.FRAME_COLUMNS``, for the
+    per-token sidecar. ``ids``: ``pair_sentence_ids(tokenizer, pairs)`` when the caller has it already."""
     by_text = pair_sentence_ids(tokenizer, pairs) if ids is None else ids
     texts = list(dict.fromkeys(t for p in pairs for t in (p.good, p.bad)))
     ids = [by_text[t] for t in texts]
@@ -305,9 +210,11 @@ def score_pairs(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64, de
     # checked before scoring: a bad tokenizer should not cost a whole benchmark's forward passes
     max_pos = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     for p in pairs:
+        where = f"benchmark {p.benchmark!r} paradigm {p.paradigm!r} pair {p.pair_id!r}"
         for side in ("good", "bad"):
             n = len(ids[index[getattr(p, side)]])
-            where = f"benchmark {p.benchmark!r} paradigm {p.paradigm!r} pair {p.pair_id!r}"
+            if not getattr(p, side).strip():
+                raise ValueError(f"{where}: empty {side} sentence")
             if n == 1:
                 raise ValueError(
                     f"{where}: the {side} sentence tokenizes to no tokens (tokenizer "
@@ -316,9 +223,7 @@ def score_pairs(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64, de
             if max_pos is not None and n > max_pos:
                 raise ValueError(f"{where}: the {side} sentence has {n} tokens with BOS, more "
                                  f"than the model's max_position_embeddings={max_pos}")
-    lps = token_logprobs(model, ids, batch_size=batch_size, device=device, progress=progress,
-                         bf16=bf16)
-
+    lps = token_logprobs(model, ids, batch_size=batch_size, device=device, progress=progress, bf16=bf16)
     rows = []
     for p in pairs:
         g, b = index[p.good], index[p.bad]
@@ -326,17 +231,13 @@ def score_pairs(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64, de
         tg, tb = ids[g][1:], ids[b][1:]
         lg, lb = lps[g], lps[b]
         pre, suf = _align(tg, tb)
-        row = {
-            "benchmark": p.benchmark, "paradigm": p.paradigm, "phenomenon": p.phenomenon,
-            "pair_id": str(p.pair_id), "good": p.good, "bad": p.bad,
-            "lp_good": float(lg.sum()), "lp_bad": float(lb.sum()),
-            "ntok_good": len(tg), "ntok_bad": len(tb),
-            # the first token's lp: what minicons' default leaves unscored (reduction sum_after_first)
-            "lp_good_first": float(lg[0]), "lp_bad_first": float(lb[0]),
-        }
+        row = {"benchmark": p.benchmark, "paradigm": p.paradigm, "phenomenon": p.phenomenon,
+               "pair_id": str(p.pair_id), "good": p.good, "bad": p.bad, "lp_good": float(lg.sum()),
+               "lp_bad": float(lb.sum()), "ntok_good": len(tg), "ntok_bad": len(tb),
+               # the first token's lp: what minicons' default leaves unscored (reduction sum_after_first)
+               "lp_good_first": float(lg[0]), "lp_bad_first": float(lb[0])}
         for side, lp in (("good", lg), ("bad", lb)):
-            cuts = {"prefix": (0, pre), "critical": (pre, len(lp) - suf),
-                    "suffix": (len(lp) - suf, len(lp))}
+            cuts = {"prefix": (0, pre), "critical": (pre, len(lp) - suf), "suffix": (len(lp) - suf, len(lp))}
             for name in REGION_NAMES:
                 a, z = cuts[name]
                 row[f"lp_{side}_{name}"] = float(lp[a:z].sum())
@@ -345,8 +246,7 @@ def score_pairs(model, tokenizer, pairs: list[Pair], *, batch_size: int = 64, de
     slot_columns = _add_slot_sums(tokenizer, pairs, rows, ids, lps, index)
     columns = ["benchmark", "paradigm", "phenomenon", "pair_id", "good", "bad",
                "lp_good", "lp_bad", "ntok_good", "ntok_bad", "lp_good_first", "lp_bad_first"]
-    columns += [f"{k}_{side}_{name}" for k in ("lp", "ntok") for side in ("good", "bad")
-                for name in REGION_NAMES]
+    columns += [f"{k}_{side}_{name}" for k in ("lp", "ntok") for side in ("good", "bad") for name in REGION_NAMES]
     df = pd.DataFrame(rows, columns=columns + slot_columns)
     if per_token:
         from probes.scoring.tokens import frame_columns
@@ -363,16 +263,16 @@ def _add_slot_sums(tokenizer, pairs: list[Pair], rows: list[dict], ids: list[lis
     if not marked:
         return []
     if not getattr(tokenizer, "is_fast", False):
-        log.warning("%s is not a fast tokenizer (no character offsets): Pair.regions are not "
-                    "scored, only the diff-based prefix/critical/suffix", type(tokenizer).__name__)
+        logging.getLogger(__name__).warning("%s is not a fast tokenizer (no character offsets): Pair.regions are "
+                                            "not scored, only the diff-based prefix/critical/suffix",
+                                            type(tokenizer).__name__)
         return []
     texts = list(dict.fromkeys(t for k in marked for t in (pairs[k].good, pairs[k].bad)))
     enc = tokenizer(texts, **ENCODE, return_offsets_mapping=True)
     offsets = {}
     for t, tid, off in zip(texts, enc["input_ids"], enc["offset_mapping"]):
         if list(tid) != ids[index[t]][1:]:  # same call options, so this is a tokenizer bug
-            raise RuntimeError(f"{type(tokenizer).__name__} gives different ids with offsets "
-                               f"for {t!r}")
+            raise RuntimeError(f"{type(tokenizer).__name__} gives different ids with offsets for {t!r}")
         offsets[t] = off
     columns: dict[str, None] = {}
     for k in marked:
@@ -381,9 +281,7 @@ def _add_slot_sums(tokenizer, pairs: list[Pair], rows: list[dict], ids: list[lis
             text = getattr(p, side)
             lp = lps[index[text]]
             names = [r.name for r in p.regions]
-            sums = dict.fromkeys(names, 0.0)
-            counts = dict.fromkeys(names, 0)
-            cross = dict.fromkeys(names, 0)
+            sums, counts, cross = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0), dict.fromkeys(names, 0)
             for j, (start, end) in enumerate(offsets[text]):
                 last = max(start, end - 1)
                 for r in p.regions:
@@ -396,11 +294,9 @@ def _add_slot_sums(tokenizer, pairs: list[Pair], rows: list[dict], ids: list[lis
                         cross[r.name] += bool(text[start:a].strip())
                         break
             for name in names:
-                row[f"lp_{side}_slot_{name}"] = sums[name]
-                row[f"ntok_{side}_slot_{name}"] = counts[name]
-                row[f"xtok_{side}_slot_{name}"] = cross[name]
-                columns.update(dict.fromkeys([f"lp_{side}_slot_{name}", f"ntok_{side}_slot_{name}",
-                                              f"xtok_{side}_slot_{name}"]))
+                for what, values in (("lp", sums), ("ntok", counts), ("xtok", cross)):
+                    row[f"{what}_{side}_slot_{name}"] = values[name]
+                    columns[f"{what}_{side}_slot_{name}"] = None
     return list(columns)
 
 

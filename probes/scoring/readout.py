@@ -1,12 +1,7 @@
-"""What `probes score` prints for a reader: accuracy per phenomenon, and whether the tokenizer can read
-the benchmark at all.
-
-One overall number hides both what moved and whether it could: the demo tokenizer (512 pieces trained on
-English) turns every Chinese character into three byte pieces it never saw in training, so ZhoBLiMP on it
-gives 0.47 -- a number about the tokenizer, not about syntax. The coverage check counts, over every
-sentence of the benchmark as the scorer encodes it, the share of unknown pieces (the tokenizer's unk id),
-of byte-fallback pieces (`<0xNN>`), and -- when the model directory is a checkpoint of one of our runs whose
-token store is at hand -- of pieces that never occur in the run's corpus, and warns above the thresholds.
+"""What `probes score` prints for a reader: accuracy per phenomenon, and whether the tokenizer can read the
+benchmark at all. One overall number hides both: the demo tokenizer (512 English pieces) writes every Chinese
+character as three byte pieces it never saw in training, so ZhoBLiMP on it gives 0.47, a number about the
+tokenizer, not syntax. The coverage check counts unknown, byte-fallback and never-seen pieces, and warns.
 """
 from __future__ import annotations
 
@@ -19,7 +14,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from probes.scoring.primitive import correct
+from probes.scoring.primitive import correct, pair_sentence_ids
 
 # Above these shares the benchmark's scores say little about the model (the reader is told why).
 MAX_UNKNOWN = 0.01
@@ -29,8 +24,8 @@ _BYTE_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
 
 
 def phenomenon_table(df: pd.DataFrame, authors: Optional[str] = None) -> str:
-    """Pairs, paradigms and MLP / sum-LP accuracy per phenomenon, and the whole set last; `authors`, the
-    benchmark authors' convention (primitive.CONVENTIONS), adds its column `acc_<name>` where it is another."""
+    """Pairs, paradigms and MLP / sum-LP accuracy per phenomenon, the whole set last; `authors` (the benchmark
+    authors' convention) adds its column `acc_<name>`."""
     rules = ["mlp", "sum"] + ([authors] if authors and authors not in ("mlp", "sum") else [])
     scored = df.assign(**{r: correct(df, r).astype(float) for r in rules})
     table = scored.groupby("phenomenon", sort=True).agg(pairs=("mlp", "size"), paradigms=("paradigm", "nunique"),
@@ -42,14 +37,9 @@ def phenomenon_table(df: pd.DataFrame, authors: Optional[str] = None) -> str:
 
 def coverage(tokenizer, pairs, corpus_counts: Optional[np.ndarray] = None,
              scored: Optional[dict[str, list[int]]] = None) -> dict[str, float]:
-    """Shares of the benchmark's pieces that are unknown, byte fallback, and (with the run's id counts)
-    never seen in training; `pieces` is how many were counted. `scored`: the ids scoring read
-    (primitive.pair_sentence_ids: start id first, then the sentence's), else the sentences are encoded
-    here as scoring encodes them."""
-    if scored is None:
-        from probes.scoring.primitive import pair_sentence_ids
-
-        scored = pair_sentence_ids(tokenizer, pairs)
+    """Shares of the benchmark's pieces that are unknown, byte fallback and (with the run's id counts) never seen
+    in training; `pieces`: how many. `scored`: primitive.pair_sentence_ids, when the caller has them."""
+    scored = pair_sentence_ids(tokenizer, pairs) if scored is None else scored
     ids = np.fromiter(chain.from_iterable(scored[s][1:] for p in pairs for s in (p.good, p.bad)), dtype=np.int64)
     n = max(1, len(ids))
     byte_ids = {i for piece, i in tokenizer.get_vocab().items() if _BYTE_PIECE.match(piece)}
@@ -64,9 +54,8 @@ def coverage(tokenizer, pairs, corpus_counts: Optional[np.ndarray] = None,
 
 
 def script_of(ch: str) -> str:
-    """The script a character belongs to, as a reader names it: the first word of its Unicode name
-    (Cyrillic, Hiragana, Katakana, Arabic ...), CJK ideographs as "CJK (kanji/hanzi)", Latin letters
-    beyond ASCII as "Latin with diacritics" (Turkish ç ğ ı ö ş ü, ...); marks and non-letters by kind."""
+    """The script of a character as a reader names it: the first word of its Unicode name (Cyrillic, ...), CJK
+    ideographs as "CJK (kanji/hanzi)", Latin beyond ASCII as "Latin with diacritics"; others by kind."""
     kind = unicodedata.category(ch)[0]
     if kind == "M":
         return "combining marks"
@@ -81,9 +70,8 @@ def script_of(ch: str) -> str:
 
 
 def unwritable_scripts(tokenizer, texts) -> dict[str, list[str]]:
-    """{script: characters} of the characters the tokenizer can only write as its unknown piece or as
-    byte-fallback pieces (read from the character offsets of those pieces in `texts`; a slow tokenizer
-    without offsets is asked character by character)."""
+    """{script: characters} the tokenizer can only write as its unknown piece or byte-fallback pieces (from the
+    offsets of those pieces in `texts`; a slow tokenizer is asked character by character)."""
     texts = list(dict.fromkeys(texts))
     bad_ids = {i for piece, i in tokenizer.get_vocab().items() if _BYTE_PIECE.match(piece)}
     if tokenizer.unk_token_id is not None:
@@ -106,8 +94,7 @@ def unwritable_scripts(tokenizer, texts) -> dict[str, list[str]]:
 
 def coverage_warning(name: str, cov: dict[str, float], store: Optional[Path] = None,
                      scripts: Optional[dict[str, list[str]]] = None) -> Optional[str]:
-    """One line when the tokenizer reads benchmark `name` badly, else None; `scripts`
-    (``unwritable_scripts``) names what it cannot write."""
+    """One line when the tokenizer reads benchmark `name` badly, else None; `scripts`: what it cannot write."""
     bad = []
     if cov["unknown"] > MAX_UNKNOWN:
         bad.append(f"{cov['unknown']:.0%} unknown pieces")
@@ -125,8 +112,8 @@ def coverage_warning(name: str, cov: dict[str, float], store: Optional[Path] = N
 
 
 def run_token_counts(model_dir: Path, vocab_size: int) -> tuple[Optional[np.ndarray], Optional[Path]]:
-    """Id counts of the run's token store when `model_dir` is <run>/checkpoints/step<N> of one of our runs
-    and the store is in its cache; (None, None) otherwise (another model, a moved cache)."""
+    """(id counts, store) of the run's token store when `model_dir` is <run>/checkpoints/step<N> of one of our
+    runs whose store is in its cache, else (None, None)."""
     model_dir = Path(model_dir)
     run_dir = model_dir.parent.parent
     if model_dir.parent.name != "checkpoints" or not (run_dir / "config.yaml").is_file():

@@ -1,11 +1,8 @@
-"""Per-pair eval files: one parquet per (run, step, benchmark) that describes itself.
-
-The metadata dict travels as JSON under the parquet schema-metadata key ``syntax_dynamics``, so
-analysis never needs the process that wrote a file. It always holds ``step`` (int), ``tokens``
-(int, tokens seen), ``benchmark`` (str) and ``convention`` (the scoring convention name).
-"""
+"""Per-pair eval files: one parquet per (run, step, benchmark) that describes itself, its metadata as JSON under
+the schema-metadata key ``syntax_dynamics`` (step, tokens, benchmark, convention at least)."""
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -16,18 +13,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from probes.evals.files import CONVENTION, META_KEY, EvalInputError, check_meta, eval_file_meta, eval_path
-from train.evalsums import CHECKSUM, CHECKSUM_KEY, write_sum
-from train.files import atomic_open, versions
+from train.evalsums import CHECKSUM, CHECKSUM_KEY, write_summed
+from train.files import versions
 from train.faults import fault_point
 
-__all__ = ["META_KEY", "eval_path", "read_pairs", "write_pairs"]
-def write_pairs(df: pd.DataFrame, path: Path, meta: dict) -> None:
-    """Write ``df`` to ``path`` atomically with ``meta`` in the schema metadata.
 
-    ``convention`` defaults to the current scoring convention and ``versions`` to the installed
-    package versions (probes.evals.files.eval_meta builds the whole metadata of an eval file). The file
-    appears under its final name only when complete (train.files.atomic_open).
-    """
+
+def write_pairs(df: pd.DataFrame, path: Path, meta: dict) -> None:
+    """Write ``df`` to ``path`` atomically with ``meta`` (convention and versions defaulted) in the schema."""
     path = Path(path)
     meta = dict(meta)
     meta.setdefault("convention", CONVENTION)
@@ -40,14 +33,12 @@ def write_pairs(df: pd.DataFrame, path: Path, meta: dict) -> None:
         raise TypeError(f"{path}: metadata is not JSON-serialisable: {e}") from None
 
     table = pa.Table.from_pandas(df, preserve_index=False)
-    schema_meta = dict(table.schema.metadata or {})
-    schema_meta[META_KEY] = blob.encode()
-    table = table.replace_schema_metadata(schema_meta)
-
-    with atomic_open(path, "wb") as f:
-        pq.write_table(table, f)
-        fault_point("eval_write", meta["step"])  # the crash tests' kill point; nothing otherwise
-    write_sum(path)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: blob.encode()})
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    # the crash tests' kill points; nothing otherwise
+    write_summed(path, buf.getvalue(), fault=lambda: fault_point("eval_write", meta["step"]))
+    fault_point("eval_written", meta["step"])
 
 
 def _bad(o):
@@ -55,8 +46,7 @@ def _bad(o):
 
 
 def read_pairs(path: Path, columns: Optional[Sequence[str]] = None) -> tuple[pd.DataFrame, dict]:
-    """The per-pair rows and the metadata dict of an eval file (probes.evals.files.eval_file_meta: the
-    same rule as analysis, files without metadata included). EvalInputError names a file it refuses.
+    """The per-pair rows and metadata (eval_file_meta) of an eval file; EvalInputError names a file it refuses.
     `columns`: read only those of them the file has (the sentences are most of a file's bytes)."""
     path = Path(path)
     if not path.is_file():

@@ -1,26 +1,14 @@
-"""Token-level evidence: per-token log-probs of every pair, kept beside the eval file, and
-``python -m probes tokens`` to draw them over checkpoints.
+"""Token-level evidence: the per-token log-probs of every pair in a sidecar beside its eval file,
+``<run>/evals/step<N>/<benchmark>.tokens.parquet`` (schema: checkpoints.md), and ``python -m probes tokens`` to
+draw them over checkpoints.
 
-    python -m probes score-run RUN --benchmark zhoblimp --per-token     # or probes.per_token=true
-    python -m probes tokens RUN --paradigm P --pair ID [--benchmark B] [--out fig.png]
-
-Sidecar ``<run>/evals/step<N>/<benchmark>.tokens.parquet`` (``tokens_path``), one row per pair of
-the eval file ``<benchmark>.parquet``, keyed by ``paradigm`` + ``pair_id``:
-
-    ids_good, ids_bad        list<int32>    the scored token ids (the start token is not scored)
-    pieces_good, pieces_bad  list<string>   the tokenizer's pieces of those ids
-    lps_good, lps_bad        list<float32>  natural-log probability of each token (convention of
-                                            probes/scoring/primitive.py)
-
-The lps are the float32 values the model produced, so their float64 sum is bit for bit the eval
-file's ``lp_good`` / ``lp_bad``. The schema metadata is the eval file's (``probes.scoring.store``). The
-sidecar is written before its eval file, with the shared atomic writer; an eval file rescored
-without per-token removes its old sidecar first, so a sidecar never outlives the scores it explains
-(and ``pair_tokens`` checks the sums against the eval file anyway).
+The sidecar is written before its eval file; an eval file rescored without per-token removes its old sidecar
+first, so a sidecar never outlives the scores it explains (``pair_tokens`` checks the sums anyway).
 """
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from pathlib import Path
@@ -56,70 +44,49 @@ def frame_columns(tokenizer, pairs, ids: list[list[int]], lps: list[np.ndarray],
     return out
 
 
-def split_frame(df):
-    """(eval frame without the per-token columns, pyarrow table of the sidecar or None)."""
-    if not set(FRAME_COLUMNS) <= set(df.columns):
-        return df, None
-    cols = {"paradigm": pa.array(df["paradigm"].astype(str).tolist(), pa.string()),
-            "pair_id": pa.array(df["pair_id"].astype(str).tolist(), pa.string())}
-    for c in FRAME_COLUMNS:
-        cols[c] = pa.array(df[c].tolist(), _TYPES[c.split("_")[0]])
-    return df.drop(columns=list(FRAME_COLUMNS)), pa.table(cols)
-
-
 def write_eval(df, path: Path, meta: dict) -> None:
-    """Write an eval file (``probes.scoring.store.write_pairs``) and, when ``df`` has the per-token
-    columns, its sidecar first; without them an old sidecar is removed first (module doc)."""
-    from probes.scoring.store import write_pairs
-
-    df, table = split_frame(df)
-    side = tokens_path(path)
-    if table is None:
-        side.unlink(missing_ok=True)
-    else:
-        write_tokens(table, side, meta)
-    write_pairs(df, path, meta)
-
-
-def write_tokens(table: pa.Table, path: Path, meta: dict) -> None:
-    """The sidecar, atomically (probes.analysis.outputs.atomic_open), with the eval file's metadata."""
+    """Write an eval file and first its sidecar (with the eval file's metadata), from ``df``'s per-token columns,
+    or else remove an old sidecar."""
     from probes.evals.files import META_KEY
-    from train.evalsums import CHECKSUM, CHECKSUM_KEY, write_sum
-    from train.files import atomic_open
+    from probes.scoring.store import write_pairs
+    from train.evalsums import CHECKSUM, CHECKSUM_KEY, write_summed
 
+    side = tokens_path(path)
+    if not set(FRAME_COLUMNS) <= set(df.columns):
+        side.unlink(missing_ok=True)
+        return write_pairs(df, path, meta)
+    cols = {"paradigm": pa.array(df["paradigm"].astype(str).tolist(), pa.string()),
+            "pair_id": pa.array(df["pair_id"].astype(str).tolist(), pa.string()),
+            **{c: pa.array(df[c].tolist(), _TYPES[c.split("_")[0]]) for c in FRAME_COLUMNS}}
     blob = json.dumps({**meta, "kind": "per_token", CHECKSUM_KEY: CHECKSUM}, default=str).encode()
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: blob})
+    table = pa.table(cols).replace_schema_metadata({META_KEY: blob})
     floats = [f"{c}.list.element" for c in table.column_names if c.startswith("lps_")]
-    with atomic_open(path, "wb") as fh:
-        # ids and pieces repeat across pairs: dictionary + zstd. The lps do not repeat: byte-stream
-        # split lets zstd find their shared exponent bytes (it excludes a dictionary). On all 35,400
-        # ZhoBLiMP pairs: 4.8 MB with parquet's defaults + zstd, 3.5 MB so (README "Token-level evidence")
-        pq.write_table(table, fh, compression="zstd", use_byte_stream_split=floats,
-                       use_dictionary=[c if c in ("paradigm", "pair_id") else f"{c}.list.element"
-                                       for c in table.column_names if not c.startswith("lps_")])
-    write_sum(path)
+    buf = io.BytesIO()
+    # ids and pieces repeat across pairs: dictionary + zstd. The lps do not repeat: byte-stream
+    # split lets zstd find their shared exponent bytes (it excludes a dictionary). On all 35,400
+    # ZhoBLiMP pairs: 4.8 MB with parquet's defaults + zstd, 3.5 MB so (README "Token-level evidence")
+    pq.write_table(table, buf, compression="zstd", use_byte_stream_split=floats,
+                   use_dictionary=[c if c in ("paradigm", "pair_id") else f"{c}.list.element"
+                                   for c in table.column_names if not c.startswith("lps_")])
+    write_summed(side, buf.getvalue())
+    write_pairs(df.drop(columns=list(FRAME_COLUMNS)), path, meta)
 
 
 def read_tokens(path: Path, paradigm: Optional[str] = None, pair_id: Optional[str] = None):
     """(rows as a list of dicts, metadata) of a sidecar; filtered to one paradigm / pair when given."""
-    from probes.scoring.store import META_KEY
-
-    filters = [(k, "=", v) for k, v in (("paradigm", paradigm), ("pair_id", pair_id)) if v is not None]
-    from probes.evals.files import EvalInputError
+    from probes.evals.files import META_KEY, EvalInputError
     from train.evalsums import sum_problem
 
+    filters = [(k, "=", v) for k, v in (("paradigm", paradigm), ("pair_id", pair_id)) if v is not None]
     meta = json.loads((pq.read_schema(path).metadata or {}).get(META_KEY, b"{}"))
-    problem = sum_problem(path, meta)
-    if problem:
+    if problem := sum_problem(path, meta):
         raise EvalInputError(problem)
-    table = pq.read_table(path, filters=filters or None)
-    return table.to_pylist(), meta
+    return pq.read_table(path, filters=filters or None).to_pylist(), meta
 
 
 def pair_tokens(run_dir: Path, benchmark: str, paradigm: str, pair_id: str) -> list[dict]:
-    """One dict per checkpoint with a sidecar holding the pair, by step: step, tokens, and the
-    sidecar row (ids/pieces/lps of good and bad). A sidecar whose sums differ from its eval
-    file's lp (the eval file was replaced without it) is an error naming both files."""
+    """Per checkpoint with a sidecar holding the pair, by step: step, tokens and the sidecar row; a sidecar whose
+    sums differ from its eval file's lp is an error naming both files."""
     evals = Path(run_dir) / "evals"
     out = []
     for d in sorted(evals.glob("step*"), key=lambda d: int(d.name[4:]) if d.name[4:].isdigit() else -1):
@@ -130,9 +97,8 @@ def pair_tokens(run_dir: Path, benchmark: str, paradigm: str, pair_id: str) -> l
         rows, meta = read_tokens(f, paradigm, pair_id)
         if not rows:
             continue
-        row = rows[0]
-        _check_sums(row, eval_file, f, paradigm, pair_id)
-        out.append({"step": int(meta.get("step", d.name[4:])), "tokens": int(meta.get("tokens", -1)), **row})
+        _check_sums(rows[0], eval_file, f, paradigm, pair_id)
+        out.append({"step": int(meta.get("step", d.name[4:])), "tokens": int(meta.get("tokens", -1)), **rows[0]})
     return out
 
 
@@ -152,12 +118,10 @@ def surprisal_table(points: list[dict]):
     """Long table: one row per checkpoint x side x position, surprisal in nats (-lp)."""
     import pandas as pd
 
-    rows = []
-    for pt in points:
-        for side in SIDES:
-            for j, (piece, lp) in enumerate(zip(pt[f"pieces_{side}"], pt[f"lps_{side}"])):
-                rows.append({"step": pt["step"], "tokens": pt["tokens"], "side": side, "position": j,
-                             "piece": piece, "surprisal": -float(lp)})
+    rows = [{"step": pt["step"], "tokens": pt["tokens"], "side": side, "position": j, "piece": piece,
+             "surprisal": -float(lp)}
+            for pt in points for side in SIDES
+            for j, (piece, lp) in enumerate(zip(pt[f"pieces_{side}"], pt[f"lps_{side}"]))]
     return pd.DataFrame(rows, columns=["step", "tokens", "side", "position", "piece", "surprisal"])
 
 
@@ -184,23 +148,21 @@ def _labeller(pieces: list[str]):
 
 def draw(points: list[dict], title: str, out: Path) -> Path:
     """Good and bad side by side: one line per token position, surprisal (nats) over tokens seen."""
-    from probes.analysis.plotting import new_figure, plot_line, token_axis
+    from matplotlib import colormaps
+
     from probes.analysis.outputs import save_figure
+    from probes.analysis.plotting import new_figure, plot_line, token_axis
 
     table = surprisal_table(points)
     all_tokens = np.array(sorted({pt["tokens"] for pt in points}), dtype=float)
-    from matplotlib import colormaps
-
     family, label_of = _labeller([p for pt in points[-1:] for side in SIDES for p in pt[f"pieces_{side}"]])
     fig, axes = new_figure(12.0, 4.8, 1, 2, sharey=True)
-    cmap = colormaps["tab20"]
     text = {"fontfamily": [family, "DejaVu Sans"]} if family else {}
     for ax, side in zip(axes[0], SIDES):
         sub = table[table["side"] == side]
         for j, g in sub.groupby("position", sort=True):
-            color = cmap(j % 20)
-            label = f"{j}: {label_of(g['piece'].iloc[-1])}"
-            plot_line(ax, g["tokens"].to_numpy(), g["surprisal"].to_numpy(), all_tokens, label, color, lw=1.2)
+            plot_line(ax, g["tokens"].to_numpy(), g["surprisal"].to_numpy(), all_tokens,
+                      f"{j}: {label_of(g['piece'].iloc[-1])}", colormaps["tab20"](j % 20), lw=1.2)
         token_axis(ax, all_tokens, ylabel="surprisal (nats)", chance=False)
         last = points[-1][f"pieces_{side}"]
         sentence = " ".join(map(label_of, last))
@@ -211,7 +173,7 @@ def draw(points: list[dict], title: str, out: Path) -> Path:
     return save_figure(fig, out)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m probes tokens",
         description="Per-token surprisal of one pair's good and bad sentence over a run's checkpoints, "
@@ -222,11 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--benchmark", default=None,
                    help="the eval file's name (default: the only benchmark with sidecars)")
     p.add_argument("--out", type=Path, default=None, metavar="FIG.png", help="draw the figure here")
-    return p
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = p.parse_args(argv)
     try:
         return _main(args)
     except ValueError as e:
@@ -235,6 +193,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _main(args) -> int:
+    import pandas as pd
+
     evals = args.run_dir / "evals"
     if not evals.is_dir():
         raise ValueError(f"{args.run_dir}: no evals/ directory; not a probed run directory")
@@ -258,8 +218,6 @@ def _main(args) -> int:
         raise ValueError(f"--paradigm {args.paradigm} --pair {args.pair}: no such pair in the per-token "
                          f"files of {bench} under {evals}")
     table = surprisal_table(points)
-    import pandas as pd
-
     with pd.option_context("display.width", 200, "display.max_columns", 50):
         for side in SIDES:
             sub = table[table["side"] == side]

@@ -1,30 +1,8 @@
-"""Unigram-normalised acceptability (SLOR, MORCELA) beside MLP and sum-LP, from stored per-pair columns.
-
-Definitions, as the ZhoBLiMP authors compute them (sjtu-compling/ZhoBLiMP src/metrics.py), for a sentence
-s of |s| = ntok scored tokens with LM log-probability lp = log P(s) and unigram log-probability
-ulp = log P_u(s) = sum of the natural-log unigram probabilities of the same tokens:
-
-    SLOR(s)    = (lp - ulp) / |s|                      Pauls & Klein 2012; Lau et al. 2017
-    MORCELA(s) = (lp - beta * ulp + gamma) / |s|       Tjuatja et al. 2025 ("What Goes Into a LM
-                                                        Acceptability Judgment?"); beta=1, gamma=0 is SLOR
-
-A pair is right when the good sentence scores strictly higher (ties wrong, as for MLP). In Tjuatja et
-al. beta and gamma are fitted per model to gradient human ratings; ZhoBLiMP has only pairwise human
-validation, and the authors' run.py sweeps beta in 0.1..1.0 and gamma in 0..20. So they are parameters
-here; the defaults (MORCELA_BETA, MORCELA_GAMMA) are one point of that sweep, for single-file use; the report
-shows the authors' whole grids (probes.analysis.normsweep), never one point as "the" MORCELA score.
-
-Per-pair columns (eval-file contract, checkpoints.md): ``ulp_good``, ``ulp_bad`` (float, nats), and the
-eval file's meta ``unigram`` names the table. They need no model, so they are added to existing eval
-files too: ``python -m probes unigram RUN_DIR... [--table FILE]``.
-
-Where the unigram probabilities come from:
-* our runs: the counts of every id in the run's token store (``<cache_dir>/stores/<fp>/tokens.bin``, the
-  whole corpus that every budget is a prefix of): p(id) = count / N; an id never seen gets 1 / N.
-* the authors' tables ``../shared/benchmarks/zhoblimp/unigram/*.json``: {token id: probability} over
-  their 3B-token training corpus; ``chinese-llama.json`` is for the chinese-llama tokenizer (the paper's
-  Zh-Pythia, ``tokenizer=pretrained``), ``char.json`` / ``word.json`` for their character- and word-level
-  tokenizers. An id absent from a table gets 1/3e9, the authors' floor (their corpus size).
+"""Unigram-normalised acceptability beside MLP and sum-LP (docs/scoring.md), as the ZhoBLiMP authors compute it
+(src/metrics.py): SLOR = (lp - ulp) / ntok, MORCELA = (lp - beta * ulp + gamma) / ntok (Tjuatja et al. 2025;
+beta=1, gamma=0 is SLOR), ulp the summed log unigram probabilities of the scored tokens (``ulp_good``,
+``ulp_bad``). Unigram tables: the run's token store counts (an unseen id gets 1/N), or the authors' {id:
+probability} tables (an absent id gets their floor, 1/3e9). Ties are wrong.
 """
 from __future__ import annotations
 
@@ -53,11 +31,6 @@ def from_counts(counts: np.ndarray, vocab_size: int) -> np.ndarray:
     return np.log(np.where(c > 0, c, 1.0) / n)
 
 
-def from_token_store(store_dir: Union[str, Path], vocab_size: int) -> np.ndarray:
-    """Log unigram probabilities from a token store's tokens.bin (counted in chunks: no full copy)."""
-    return from_counts(token_counts(store_dir, vocab_size), vocab_size)
-
-
 def token_counts(store_dir: Union[str, Path], vocab_size: int) -> np.ndarray:
     """How often each id occurs in a token store's tokens.bin (counted in chunks: no full copy)."""
     store_dir = Path(store_dir)
@@ -77,8 +50,7 @@ def from_json(path: Union[str, Path], vocab_size: int) -> np.ndarray:
         table = {int(k): float(v) for k, v in json.loads(path.read_text()).items()}
     except (ValueError, TypeError, AttributeError) as e:
         raise ValueError(f"{path}: expected a JSON object {{token id: probability}}: {e}") from None
-    bad = [k for k, v in table.items() if not 0 < v <= 1]
-    if bad:
+    if bad := [k for k, v in table.items() if not 0 < v <= 1]:
         raise ValueError(f"{path}: id {bad[0]} has probability {table[bad[0]]}, not in (0, 1]")
     p = np.full(vocab_size, AUTHORS_FLOOR)
     ids = np.fromiter((k for k in table if 0 <= k < vocab_size), dtype=np.int64)
@@ -87,12 +59,8 @@ def from_json(path: Union[str, Path], vocab_size: int) -> np.ndarray:
 
 
 def add_unigram_columns(df: pd.DataFrame, tokenizer, log_uni: np.ndarray) -> pd.DataFrame:
-    """``df`` (per-pair rows with good, bad, ntok_good, ntok_bad) plus ulp_good / ulp_bad.
-
-    The sentence tokens are those ``lp_*`` scores: the tokenizer's ids of the text without special
-    tokens (the start token is context, not scored); their count must equal ntok_*, else the eval file
-    was scored with another tokenizer and the columns would be wrong.
-    """
+    """``df`` (per-pair rows with good, bad, ntok_good, ntok_bad) plus ulp_good / ulp_bad of the tokens ``lp_*``
+    scores; their count must equal ntok_*, else the eval file was scored with another tokenizer."""
     texts = list(dict.fromkeys([*df["good"], *df["bad"]]))
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
     top = max((max(x) for x in ids if len(x)), default=-1)
@@ -124,18 +92,15 @@ def score(df: pd.DataFrame, side: str, metric: str, beta: float = MORCELA_BETA,
 
 def correct(df: pd.DataFrame, metric: str, **params) -> pd.Series:
     """Per-pair correctness under SLOR / MORCELA, strict (a tie is wrong); NaN-free rows required."""
-    missing = [c for c in COLUMNS if c not in df.columns]
-    if missing:
+    if missing := [c for c in COLUMNS if c not in df.columns]:
         raise ValueError(f"no {', '.join(missing)} columns: add them with python -m probes unigram RUN_DIR")
     return score(df, "good", metric, **params) > score(df, "bad", metric, **params)
 
 
 def add_to_run(run_dir: Union[str, Path], table: Optional[Union[str, Path]] = None,
                cache_dir: Optional[Union[str, Path]] = None) -> list[Path]:
-    """Add ulp_good / ulp_bad to every eval file of a run (rewritten atomically, meta kept + "unigram").
-
-    The unigram table: ``table`` (an authors'-style JSON), else the run's own token store, found from
-    its config (data.cache_dir) and the tokenizer saved in its checkpoints."""
+    """Add ulp_good / ulp_bad to every eval file of a run (rewritten atomically, meta + "unigram"), from ``table``
+    (an authors'-style JSON), else the run's own token store (its data.cache_dir, its checkpoints' tokenizer)."""
     from train.files import list_checkpoints
     from probes.scoring.store import read_pairs, write_pairs
     from train.tokenizer import load_tokenizer
@@ -150,7 +115,7 @@ def add_to_run(run_dir: Union[str, Path], table: Optional[Union[str, Path]] = No
         log_uni, source = from_json(table, vocab), f"json:{Path(table).name}"
     else:
         store = _run_store(run_dir, ckpts[-1][1], cache_dir)
-        log_uni, source = from_token_store(store, vocab), f"token_store:{store.name}"
+        log_uni, source = from_counts(token_counts(store, vocab), vocab), f"token_store:{store.name}"
     done = []
     for path in sorted((run_dir / "evals").glob("step*/*.parquet")):
         df, meta = read_pairs(path)
@@ -165,10 +130,10 @@ def _run_store(run_dir: Path, ckpt: Path, cache_dir) -> Path:
     """The token store the run trained on: cache_dir/stores/<fp>, fp from its corpus and tokenizer."""
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.load(run_dir / "config.yaml")
-    root = Path(cache_dir or cfg.data.cache_dir).expanduser() / "stores"
     from train.tokenizer import pipeline_fingerprint
 
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    root = Path(cache_dir or cfg.data.cache_dir).expanduser() / "stores"
     fp_tok = pipeline_fingerprint(ckpt)
     found = [meta.parent for meta in sorted(root.glob("*/meta.json"))
              if json.loads(meta.read_text()).get("tokenizer_fingerprint") == fp_tok]

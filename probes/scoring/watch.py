@@ -1,24 +1,8 @@
-"""Probing a run's checkpoints after the fact (``score-run``) or while it trains (``watch``).
-
-    python -m probes score-run RUN_DIR --benchmark blimp [--benchmark zhoblimp ...]
-    python -m probes watch RUN_DIR --benchmark blimp --poll 60 --timeout 86400
-
-Both write ``<run>/evals/step<N>/<benchmark>.parquet`` (``probes.scoring.store``) for every whole
-checkpoint, the same files the in-loop probe hook writes, and are idempotent:
-
-* only directories named ``checkpoints/step<N>`` are read (the trainer assembles a checkpoint
-  under ``.tmp-step<N>`` and renames it when whole), and only when ``verify_checkpoint`` finds
-  its files;
-* an eval file is done when it was scored under the current convention on the pair set now asked
-  for and on the checkpoint now on disk (its manifest hash; ``probes.evals.files.eval_done``); anything
-  else is (re)scored and replaced atomically (a file of another pair sample on the same checkpoint, an
-  in-loop sample, only with ``replace_samples``/``--replace``: else it is named and nothing is scored),
-  so a checkpoint replaced under its name is probed again, and a process
-  killed at any point leaves only whole files (and perhaps a hidden ``.<name>.*.tmp`` that every
-  reader ignores) -- a restart continues.
-
-``watch`` polls until the run has finished -- a checkpoint whose ``trainer_state.json`` has
-``step == total_steps`` exists -- and scores that last checkpoint before it exits.
+"""Probing a run's checkpoints after the fact (``score-run``) or while it trains (``watch``), into the files the
+in-loop probe hook writes. Only whole ``checkpoints/step<N>`` directories are read; an eval file done for the
+checkpoint now on disk (``probes.evals.files.eval_done``) is not redone, and a file of another pair sample on the
+same checkpoint is replaced only with ``replace_samples`` (``--replace``). Writes are atomic, so a killed
+process restarts where it stopped. ``watch`` polls until a checkpoint has ``step == total_steps``.
 """
 from __future__ import annotations
 
@@ -34,20 +18,15 @@ from train.files import (IncompleteCheckpointError, list_checkpoints, manifest_h
 from probes.benchmarks.pairs import Pair
 from train.errors import InputFileError, reading
 
-log = logging.getLogger(__name__)
-
-__all__ = ["ScoreOptions", "pending", "run_finished", "score_checkpoint", "score_run", "watch", "whole_checkpoints"]
-
 
 def whole_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """(step, dir) of every whole checkpoint of a run, by step; temporary and incomplete ones are
-    left out (an incomplete one under a final name is logged: the trainer never makes one)."""
+    """(step, dir) of every whole checkpoint of a run, by step; an incomplete one under a final name is logged."""
     out = []
     for step, child in list_checkpoints(run_dir):
         try:
             verify_checkpoint(child)
         except IncompleteCheckpointError as e:
-            log.warning("skipped: %s", e)
+            logging.getLogger(__name__).warning("skipped: %s", e)
             continue
         out.append((step, child))
     return out
@@ -61,10 +40,9 @@ def check_vocabulary(ckpt_dir: Path, tokenizer, model) -> None:
                              f"only {rows} rows: the tokenizer files do not belong to this model")
 
 
-def recorded_fingerprint(run_dir: Path, step: int) -> Optional[tuple[str, Path]]:
-    """(fingerprint, eval file) of the tokenizer recorded in the run's eval files -- the probe hook
-    writes probes.scoring.evaluate.ids_fingerprint of the tokenizer training used -- preferring this
-    step's files. Every checkpoint of a run shares that tokenizer."""
+def check_fingerprint(run_dir: Path, step: int, ckpt_dir: Path, fingerprint: str) -> None:
+    """A checkpoint whose tokenizer is not the one the run's eval files recorded (ids_fingerprint; this step's
+    files first) would be scored with ids the model never saw: refused."""
     evals = Path(run_dir) / "evals"
     this_step = sorted((evals / f"step{step}").glob("*.parquet"))
     for f in this_step + sorted(p for p in evals.glob("step*/*.parquet") if p not in this_step):
@@ -72,28 +50,18 @@ def recorded_fingerprint(run_dir: Path, step: int) -> Optional[tuple[str, Path]]
             recorded = eval_file_meta(f).get("tokenizer")
         except ValueError:  # an unreadable eval file is rescored; it records nothing
             continue
+        if recorded and recorded != fingerprint:
+            raise InputFileError(f"{ckpt_dir}: its tokenizer (fingerprint {fingerprint}) is not the one this run "
+                                 f"was probed with ({recorded}, recorded in {f}): a checkpoint or tokenizer from "
+                                 f"another run?")
         if recorded:
-            return recorded, f
-    return None
-
-
-def check_fingerprint(run_dir: Path, step: int, ckpt_dir: Path, fingerprint: str) -> None:
-    """A checkpoint whose tokenizer is not the run's (a foreign checkpoint or tokenizer dropped in,
-    even one of the same size) would be scored with ids the model never saw: refused."""
-    recorded = recorded_fingerprint(run_dir, step)
-    if recorded is not None and recorded[0] != fingerprint:
-        raise InputFileError(f"{ckpt_dir}: its tokenizer (fingerprint {fingerprint}) is not the one this run "
-                             f"was probed with ({recorded[0]}, recorded in {recorded[1]}): a checkpoint or "
-                             f"tokenizer from another run?")
+            return
 
 
 def run_finished(run_dir: Path) -> bool:
     """True when a whole checkpoint has ``step == total_steps`` in its trainer_state.json."""
-    for _step, ckpt in reversed(whole_checkpoints(run_dir)):
-        state = read_trainer_state(ckpt)
-        if "total_steps" in state and state.get("step") == state["total_steps"]:
-            return True
-    return False
+    states = (read_trainer_state(ckpt) for _step, ckpt in reversed(whole_checkpoints(run_dir)))
+    return any("total_steps" in s and s.get("step") == s["total_steps"] for s in states)
 
 
 def pending(run_dir: Path, benchmarks: dict[str, list[Pair]],
@@ -112,11 +80,10 @@ def pending(run_dir: Path, benchmarks: dict[str, list[Pair]],
 
 
 def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[str, list[Pair]],
-                     opts: ScoreOptions, say: Callable[[str], None] = print, lm_eval=None,
-                     lm_tasks: Sequence[str] = ()) -> list[Path]:
-    """Score ``benchmarks`` on one checkpoint with the model and tokenizer saved in it; write
-    one eval file per benchmark; return their paths. ``lm_eval`` (a probes.lmeval.hook.LmEvalProbe) runs
-    ``lm_tasks`` on the same loaded model."""
+                     opts: ScoreOptions, say: Callable[[str], None] = print,
+                     probe_tasks: Sequence[tuple] = ()) -> list[Path]:
+    """Score ``benchmarks`` and ``probe_tasks`` ((a family's probe, its tasks)) on one checkpoint with the model
+    and tokenizer saved in it; the eval files written."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -143,18 +110,17 @@ def score_checkpoint(ckpt_dir: Path, run_dir: Path, step: int, benchmarks: dict[
         acc = summary_metrics(ev.df, name)[f"probe/{name}/acc_mlp"]
         say(f"step{step} {name}: {len(ev.df)} pairs acc_mlp={acc:.4f} -> {ev.path}")
         written.append(ev.path)
-    if lm_tasks:
-        for key, value in lm_eval.evaluate(model, tokenizer, ckpt_dir, step, int(state.get("tokens", -1)),
-                                           tasks=list(lm_tasks), fingerprint=fingerprint).items():
+    for probe, tasks in probe_tasks:
+        for key, value in probe.evaluate(model, tokenizer, ckpt_dir, step, int(state.get("tokens", -1)),
+                                         tasks=list(tasks), fingerprint=fingerprint).items():
             say(f"step{step} {key.removeprefix('probe/')}={value:.4f}")
-        written += [eval_path(run_dir, step, lm_eval.file_name(t)) for t in lm_tasks]
+        written += [eval_path(run_dir, step, probe.file_name(t)) for t in tasks]
     return written
 
 
 def other_samples(run_dir: Path, work: list[tuple[int, Path, list[str]]], benchmarks: dict[str, list[Pair]]) -> list[str]:
-    """The eval files among `work` that hold results of another pair sample (another
-    --max-pairs-per-paradigm, or the training run's in-loop sample) on the same checkpoint and convention:
-    what scoring would replace, not redo."""
+    """The eval files among `work` that hold another pair sample (another --max-pairs-per-paradigm, the in-loop
+    sample) on the same checkpoint: what scoring would replace, not redo."""
     out = []
     for step, ckpt, todo in work:
         manifest = manifest_hash(ckpt)
@@ -170,38 +136,34 @@ def other_samples(run_dir: Path, work: list[tuple[int, Path, list[str]]], benchm
 
 
 def score_run(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptions,
-              say: Callable[[str], None] = print, lm_eval=None, replace_samples: bool = False) -> list[Path]:
-    """Score every whole checkpoint of a run on every benchmark (and lm-eval task of ``lm_eval``, a
-    probes.lmeval.hook.LmEvalProbe) not yet done; the files written. Files of another pair sample on the
-    same checkpoints are replaced only with ``replace_samples``: otherwise a ValueError names them."""
+              say: Callable[[str], None] = print, probes: Sequence = (), replace_samples: bool = False) -> list[Path]:
+    """Score every whole checkpoint of a run on every benchmark and family probe's task not yet done; the files
+    written. Files of another pair sample are replaced only with ``replace_samples``, else named (ValueError)."""
     from train.neox_ckpt import sync_run
 
     sync_run(run_dir, say=say)  # a gpt-neox save directory: new global_step<N> -> checkpoints/step<N>
     todo_list = pending(run_dir, benchmarks, opts.per_token)
-    other = [] if replace_samples else other_samples(run_dir, todo_list, benchmarks)
-    if other:
+    if other := ([] if replace_samples else other_samples(run_dir, todo_list, benchmarks)):
         raise ValueError(f"{other[0]}{f' and {len(other) - 1} more eval files' if len(other) > 1 else ''} hold "
                          f"another pair sample scored on the same checkpoint (the run's in-loop results?); "
                          f"--replace scores over them (the run's curves/ are redrawn), or give the "
                          f"--max-pairs-per-paradigm they were scored with")
     work = {step: (ckpt, todo, []) for step, ckpt, todo in todo_list}
-    if lm_eval is not None:
+    for probe in probes:
         for step, ckpt in whole_checkpoints(run_dir):
-            tasks = lm_eval.todo(step, manifest_hash(ckpt))
-            if tasks:
-                work.setdefault(step, (ckpt, [], []))[2].extend(tasks)
+            if tasks := probe.todo(step, manifest_hash(ckpt)):
+                work.setdefault(step, (ckpt, [], []))[2].append((probe, tasks))
     written = []
     for step, (ckpt, todo, tasks) in sorted(work.items()):
         written += score_checkpoint(ckpt, run_dir, step, {n: benchmarks[n] for n in todo}, opts, say,
-                                    lm_eval=lm_eval, lm_tasks=tasks)
+                                    probe_tasks=tasks)
     return written
 
 
 def watch(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptions, *,
           poll_s: float = 60.0, timeout_s: Optional[float] = None,
-          say: Callable[[str], None] = print, lm_eval=None, replace_samples: bool = False) -> bool:
-    """Follow a run: score checkpoints as they become whole until the run has finished (True) or
-    ``timeout_s`` has passed (False). The run directory need not exist yet."""
+          say: Callable[[str], None] = print, probes: Sequence = (), replace_samples: bool = False) -> bool:
+    """Score checkpoints as they become whole until the run has finished (True) or ``timeout_s`` passed (False)."""
     if poll_s <= 0:
         raise ValueError(f"poll interval must be > 0 seconds, got {poll_s}")
     start = time.monotonic()
@@ -210,7 +172,7 @@ def watch(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptions, 
         # the next pass before the loop ends
         finished = run_finished(run_dir)
         try:
-            score_run(run_dir, benchmarks, opts, say, lm_eval=lm_eval, replace_samples=replace_samples)
+            score_run(run_dir, benchmarks, opts, say, probes=probes, replace_samples=replace_samples)
         except OSError as e:  # e.g. a rerun replacing a checkpoint while it was read: try again
             say(f"warning: {e}; trying again in {poll_s:g}s")
             finished = False

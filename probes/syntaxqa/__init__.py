@@ -1,22 +1,15 @@
-"""Syntax questions probe (issue 6): ask a causal LM about the syntax of treebank sentences.
+"""Syntax questions probe (docs/syntax-questions.md): ask a causal LM about the syntax of treebank sentences.
 
-Modules: ``ptb`` (bracketed trees with function tags) and ``ud`` (.conllu) read sentences and extract
-facts for nine knowledge points (``records.KNOWLEDGE_POINTS``); ``items`` gathers them per source and
-reports empty knowledge points; ``questions`` renders true/false, multiple-choice and
-fill-in-the-blank items and samples them balanced; ``prompts`` formats zero-/few-shot prompts;
-``metrics`` holds exact match, strict F1 and OA; ``score`` is the entry point (config, build, score,
-summarise, CLI); ``generation`` is the one greedy-generation path.
-
-``mode=paper`` asks as the paper does: ``paper_prompts`` (its templates and prompt strings),
-``paper_items`` (test set, held-out exemplar set, exemplar seeds, MVP's reused true/false items),
-``paper_parse`` (reading an answer out of a generation), ``paper_score`` (build, generate, score).
+``ptb`` (.mrg) and ``ud`` (.conllu) read facts for nine knowledge points, ``items`` gathers them per source,
+``questions`` renders balanced true/false, multiple-choice and fill-in-the-blank items and their prompts, ``score``
+scores them (mode=likelihood; ``paper``: mode=paper) with ``metrics`` and ``generation``, and is the CLI.
 """
 
 from probes.families import Family
 from probes.syntaxqa.config import KIND, SyntaxQAConfig
 
 FAMILY = Family(kind=KIND, key="syntax_qa", config=SyntaxQAConfig, hook="probes.syntaxqa.hook:build",
-                table="probes.syntaxqa.curves:syntax_qa_table", curves="probes.syntaxqa.curves:write_syntax_qa_curves",
-                section="probes.syntaxqa.report:syntax_qa_section", tasks="probes.syntaxqa.curves:task_rows",
+                table="probes.syntaxqa.report:syntax_qa_table", curves="probes.syntaxqa.report:write_syntax_qa_curves",
+                section="probes.syntaxqa.report:syntax_qa_section", tasks="probes.syntaxqa.report:task_rows",
                 tables=("syntax_qa_final",), commands=(("syntax-qa", "probes.syntaxqa.score:main", "ask a causal LM "
                                                         "questions about treebank sentences (TF / MC / FITB, OA)"),))

@@ -32,9 +32,8 @@ KIND = "syntax_questions"  # its eval files' kind (probes/families.py)
 @dataclass
 class SyntaxQAConfig:
     enabled: bool = False  # in-loop: probe every checkpoint (probes.syntax_qa.enabled=true)
-    # likelihood: our wording, TF/MC ranked by likelihood (any base model, no generation needed);
-    # paper: the paper's templates, prompts and few-shot setting, every answer generated and parsed
-    # (probes.syntaxqa.paper_score; its settings under `paper`)
+    # likelihood: our wording, TF/MC ranked by likelihood (any base model, no generation needed); paper: the
+    # paper's templates, prompts and few-shot setting, every answer generated and parsed (settings under `paper`)
     mode: str = "likelihood"
     sources: list[str] = field(default_factory=list)  # .mrg / .conllu files or directories of them
     knowledge_points: list[str] = field(default_factory=lambda: list(KNOWLEDGE_POINTS))
@@ -59,12 +58,9 @@ class SyntaxQAConfig:
             raise ValueError("syntax_qa.generate=false cannot apply to mode=paper, which generates every answer")
         if self.enabled and not self.sources:
             raise ValueError("syntax_qa.sources is empty: name .mrg/.conllu files or directories to ask about")
-        bad_kp = [k for k in self.knowledge_points if k not in KNOWLEDGE_POINTS]
-        if bad_kp:
-            raise ValueError(f"syntax_qa.knowledge_points: unknown {bad_kp}; choose from {list(KNOWLEDGE_POINTS)}")
-        bad_t = [t for t in self.question_types if t not in QUESTION_TYPES]
-        if bad_t:
-            raise ValueError(f"syntax_qa.question_types: unknown {bad_t}; choose from {list(QUESTION_TYPES)}")
+        for key, known in (("knowledge_points", KNOWLEDGE_POINTS), ("question_types", QUESTION_TYPES)):
+            if bad := [k for k in getattr(self, key) if k not in known]:
+                raise ValueError(f"syntax_qa.{key}: unknown {bad}; choose from {list(known)}")
         for key in ("k_per_tuple", "batch_size", "max_new_tokens", "shot_seeds"):
             if getattr(self, key) < 1:
                 raise ValueError(f"syntax_qa.{key} must be >= 1, got {getattr(self, key)}")

@@ -1,12 +1,9 @@
-"""Greedy generation for the syntax questions: transformers' ``generate`` with ``do_sample=False``.
+"""Greedy generation for the syntax questions (``generate`` with ``do_sample=False``: temperature 0, the paper's).
 
-Greedy decoding is temperature 0 (the paper's setting). Each prompt starts with the scoring start
-token (``probes.scoring.primitive.sentence_ids``), like every scored sentence; rows are left-padded in batches
-(sorted by length) so that every row's last prompt token sits where generation starts, with the
-tokenizer's pad id (else the start id) under an attention mask of 0. A row stops at the tokenizer's
-EOS, at its own token budget, or once its text contains one of ``stops``; the returned text is the
-decoded continuation (special tokens dropped), which may run past the stop string by the rest of
-the token that contained it - callers cut it.
+Each prompt starts with the scoring start token (``sentence_ids``), like every scored sentence; rows are left-padded
+(pad id, else the start id, masked) in length-sorted batches so every row's last prompt token sits where generation
+starts. A row stops at EOS, its own token budget, or once its text holds one of ``stops``; the decoded text may run
+past the stop by the rest of its token: callers cut it.
 """
 from __future__ import annotations
 
@@ -58,11 +55,9 @@ def greedy_generate(model, tokenizer, prompts: Sequence[str], max_new_tokens: in
                 mask[r, width - len(ids[i]) :] = 1
             rows = [budgets[i] for i in batch]
             with torch.inference_mode():
-                out = model.generate(
-                    input_ids=x.to(device), attention_mask=mask.to(device), do_sample=False,
-                    max_new_tokens=max(rows), pad_token_id=pad, eos_token_id=eos,
-                    stopping_criteria=StoppingCriteriaList([_StopRows(tokenizer, width, tuple(stops), rows)]),
-                )
+                out = model.generate(input_ids=x.to(device), attention_mask=mask.to(device), do_sample=False,
+                                     max_new_tokens=max(rows), pad_token_id=pad, eos_token_id=eos,
+                                     stopping_criteria=StoppingCriteriaList([_StopRows(tokenizer, width, tuple(stops), rows)]))
             for r, i in enumerate(batch):
                 # a row that stopped early is padded to the batch's length: keep only its own budget
                 out_texts[i] = tokenizer.decode(out[r, width : width + budgets[i]], skip_special_tokens=True)

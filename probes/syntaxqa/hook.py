@@ -1,6 +1,5 @@
-"""The syntax-questions probe as a checkpoint hook: items are built once per run, scored at every
-checkpoint into ``<run>/evals/step<N>/syntax_qa.parquet`` (``mode=paper``: ``syntax_qa_paper.parquet``);
-summaries go to the logger."""
+"""The syntax-questions probe as a checkpoint hook: items are built once per run, scored at every checkpoint into
+``<run>/evals/step<N>/syntax_qa.parquet`` (``mode=paper``: ``syntax_qa_paper.parquet``); summaries go to the logger."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,12 +18,7 @@ class SyntaxQAHook(ItemsHook):
     def __init__(self, cfg: SyntaxQAConfig, tokenizer, run_dir: Path):
         self.cfg, self.tokenizer, self.run_dir = cfg, tokenizer, Path(run_dir)
         self.benchmark = benchmark_name(cfg.mode)
-        if cfg.mode == "paper":
-            from probes.syntaxqa.paper_score import build_paper_items_and_reports
-
-            self.items, _, self.reports = build_paper_items_and_reports(cfg)
-        else:
-            self.items, self.reports = build_items_and_reports(cfg)
+        self.items, self.reports = build_items_and_reports(cfg)
         if not self.items:
             raise ValueError(f"probes.syntax_qa: no items from sources {cfg.sources}")
         self.pair_set = pair_set(self.items, item_key)

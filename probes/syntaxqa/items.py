@@ -1,7 +1,5 @@
-"""Knowledge-point facts from every configured source, with empty knowledge points reported.
-
-A source is a PTB ``.mrg`` file, a ``.conllu`` file, or a directory holding either kind (read
-recursively, sorted, so the order — and the seeded sampling after it — is reproducible).
+"""Knowledge-point facts from every configured source (a PTB ``.mrg`` or ``.conllu`` file, or a directory of them,
+read recursively and sorted, so the seeded sampling after it is reproducible), with empty knowledge points reported.
 """
 from __future__ import annotations
 
@@ -45,25 +43,17 @@ def source_files(source: str | Path) -> list[Path]:
 
 
 def read_source(source: str | Path) -> tuple[list[Sentence], list[Fact], list[Exception]]:
-    sentences: list[Sentence] = []
-    facts: list[Fact] = []
-    errors: list[Exception] = []
+    out: tuple[list[Sentence], list[Fact], list[Exception]] = ([], [], [])
     for f in source_files(source):
-        reader = ptb.read_ptb if f.suffix == ".mrg" else ud.read_conllu
-        s, fa, e = reader(f)
-        sentences += s
-        facts += fa
-        errors += e
-    return sentences, facts, errors
+        for acc, got in zip(out, (ptb.read_ptb if f.suffix == ".mrg" else ud.read_conllu)(f)):
+            acc += got
+    return out
 
 
-def collect_facts(
-    sources: list[str], knowledge_points: list[str] | tuple[str, ...] = KNOWLEDGE_POINTS, max_sentences: int | None = None
-) -> tuple[list[Fact], list[SourceReport]]:
+def collect_facts(sources: list[str], knowledge_points: list[str] | tuple[str, ...] = KNOWLEDGE_POINTS,
+                  max_sentences: int | None = None) -> tuple[list[Fact], list[SourceReport]]:
     """Facts of the requested knowledge points from all sources; unreadable parts and empty KPs warn.
-
-    ``max_sentences`` caps the sentences read per source (a cost control: the first N, in file order).
-    """
+    ``max_sentences`` caps the sentences read per source (a cost control: the first N, in file order)."""
     unknown = [k for k in knowledge_points if k not in KNOWLEDGE_POINTS]
     if unknown:
         raise ValueError(f"syntax_qa.knowledge_points: unknown {unknown}; choose from {list(KNOWLEDGE_POINTS)}")

@@ -1,9 +1,7 @@
-"""Answer matching for fill-in-the-blank, and the overall accuracy OA.
-
-Words: an answer is re-tokenised into words — runs of letters/digits, and every CJK character on its
-own — with punctuation and case dropped, so "Pierre Vinken , 61 years old" matches "Pierre Vinken, 61
-years old" and 加速度 is three words. Strict F1 counts only words matching *in order*: the overlap is
-the longest common subsequence of the two word lists (a bag-of-words F1 would reward "board the").
+"""Answer matching for fill-in-the-blank, and the overall accuracy OA. Words: runs of letters/digits, and each CJK
+character alone, case and punctuation dropped ("Pierre Vinken , 61" matches "Pierre Vinken, 61"; 加速度 is three
+words). Strict F1 counts words matching *in order* (the longest common subsequence): bag-of-words F1 would reward
+"board the".
 """
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""Penn-Treebank bracketed trees (with function tags) → sentences and knowledge-point facts.
-
-Reading: a file holds trees that each start with "(" in column 0 (WSJ ``.mrg``: "( (S ..." or
-"((S ..."). Each tree is parsed on its own, so a tree that does not parse is reported with its file
-and line and the rest of the file is still used.
-
-Empty elements (``-NONE-``: ``*``, ``*T*-1``, ``0``) get no surface token, so constituents that
-contain only traces are empty and never become answers; punctuation at a phrase's edges is trimmed.
-Answers keep everything inside the constituent: the subject of "will join" in wsj_0001 is the whole
-NP-SBJ "Pierre Vinken, 61 years old" — the appositive "61 years old" is part of that noun phrase (only
-the edge commas go).
-"""
+"""Penn-Treebank bracketed trees (with function tags) → sentences and knowledge-point facts (which phrases
+become answers: docs/syntax-questions.md). A tree starts with "(" in column 0 (WSJ ``.mrg``: "( (S ..." or
+"((S ..."); each is parsed on its own, so one that does not parse costs only itself."""
 from __future__ import annotations
 
 import re
@@ -65,8 +56,7 @@ class Node:
 def split_label(label: str) -> tuple[str, frozenset[str]]:
     if label.startswith("-"):  # -NONE-, -LRB-: the dashes are part of the tag
         return label, frozenset()
-    base = re.split(r"[=]", label)[0]
-    parts = base.split("-")
+    parts = label.split("=")[0].split("-")
     cat = parts[0].split("|")[0]
     tags = frozenset(p for p in parts[1:] if p and not p.isdigit())
     return cat, tags
@@ -187,22 +177,14 @@ def sentence_from_tree(root: Node, path: str, sent_id: str, line: int) -> Senten
     words, pos = _surface(root)
     text, offsets = detokenize(words)
     sent = Sentence(path, sent_id, line, "en", words, [p in PUNCT_POS for p in pos], text, offsets)
-    spans = {}
-    for n in root.walk():
-        if not n.is_leaf and n is not root and not n.empty:
-            t = sent.trim(n.span)
-            if t is not None:
-                spans[t] = None
-    sent.phrases = list(spans)
+    spans = (sent.trim(n.span) for n in root.walk() if not n.is_leaf and n is not root and not n.empty)
+    sent.phrases = list(dict.fromkeys(t for t in spans if t is not None))
     return sent
 
 
 def _verb_chains(vp: Node) -> list[tuple[list[int], Node]]:
-    """Auxiliaries + main verb of a VP, descending through VP-in-VP; one entry per coordinated VP.
-
-    (VP (MD will) (VP (VB join) ...)) → ([will, join], the inner VP). The inner VP is the *lexical*
-    VP whose remaining children are the verb's complements and adjuncts.
-    """
+    """Auxiliaries + main verb of a VP through VP-in-VP, one entry per coordinated VP: (VP (MD will) (VP (VB join)
+    ...)) → ([will, join], the inner, *lexical* VP whose other children are the verb's complements and adjuncts)."""
     chain: list[int] = []
     cur = vp
     while True:
@@ -232,14 +214,17 @@ def _is_relative(sbar: Node) -> bool:
     return sbar.cat == "SBAR" and bool(sbar.children) and sbar.children[0].cat.startswith("WH")
 
 
+def _chain_span(chain: list[int]) -> Span | None:
+    """The verb group's span when its words are contiguous."""
+    return Span(chain[0], chain[-1] + 1) if chain == list(range(chain[0], chain[-1] + 1)) else None
+
+
 def tree_facts(root: Node, sent: Sentence) -> list[Fact]:
     facts: list[Fact] = []
 
     def add(kp: str, anchor: Span | None, answer_node_or_span, category: str) -> None:
         span = answer_node_or_span.span if isinstance(answer_node_or_span, Node) else answer_node_or_span
-        if span.end <= span.start:
-            return
-        ans = sent.trim(span)
+        ans = sent.trim(span)  # None for an empty span too
         if ans is None:
             return
         if anchor is not None:
@@ -247,9 +232,6 @@ def tree_facts(root: Node, sent: Sentence) -> list[Fact]:
             if anchor is None or anchor.overlaps(ans) or not anchor_is_unique(sent, anchor):
                 return
         facts.append(Fact(kp, sent, anchor, ans, category))
-
-    def chain_span(chain: list[int]) -> Span | None:
-        return Span(chain[0], chain[-1] + 1) if chain == list(range(chain[0], chain[-1] + 1)) else None
 
     for n in root.walk():
         if n.is_leaf:
@@ -261,15 +243,13 @@ def tree_facts(root: Node, sent: Sentence) -> list[Fact]:
                 for chain, lex in _verb_chains(vp):
                     verb = Span(chain[-1], chain[-1] + 1)
                     # verb groups join the distractor pool, so verb answers (MVP, PPA) get verbal distractors
-                    for extra in (chain_span(chain), verb):
+                    for extra in (_chain_span(chain), verb):
                         if extra is not None and extra not in sent.phrases:
                             sent.phrases.append(extra)
                     if subj:
                         add("GS", verb, subj[0], subj[0].cat)
-                    if n is root:
-                        cs = chain_span(chain)
-                        if cs is not None:
-                            add("MVP", None, cs, "single" if len(chain) == 1 else "multi")
+                    if n is root and _chain_span(chain) is not None:
+                        add("MVP", None, _chain_span(chain), "single" if len(chain) == 1 else "multi")
                     _vp_facts(lex, verb, chain, add)
                     # clause-level adjuncts ("In 1990 , he ...") modify the same verb
                     for c in n.children:
@@ -317,8 +297,7 @@ def _vp_facts(lex: Node, verb: Span, chain: list[int], add) -> None:
         if (c.tags & ADVERBIAL_TAGS or (c.cat == "ADVP" and not c.tags)) and "PRD" not in c.tags:
             add("ADV", verb, c, c.cat)
         if c.cat == "PP" and "PRD" not in c.tags:
-            contiguous = chain == list(range(chain[0], chain[-1] + 1))
-            add("PPA", c.span, Span(chain[0], chain[-1] + 1) if contiguous else verb, "verb")
+            add("PPA", c.span, _chain_span(chain) or verb, "verb")
 
 
 def read_ptb(path: str | Path) -> tuple[list[Sentence], list[Fact], list[TreeParseError]]:
@@ -326,9 +305,8 @@ def read_ptb(path: str | Path) -> tuple[list[Sentence], list[Fact], list[TreePar
     trees, errors = read_trees(path)
     sentences: list[Sentence] = []
     facts: list[Fact] = []
-    name = Path(path).name
     for i, (line, root) in enumerate(trees, start=1):
-        sent = sentence_from_tree(root, path, f"{name}#{i}", line)
+        sent = sentence_from_tree(root, path, f"{Path(path).name}#{i}", line)
         if not sent.tokens:
             continue
         sentences.append(sent)

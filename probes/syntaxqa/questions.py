@@ -1,52 +1,33 @@
-"""Questions from facts: true/false, multiple choice and fill-in-the-blank; balanced down-sampling.
+"""Questions from facts (true/false, multiple choice, fill-in-the-blank), balanced down-sampling, and the
+likelihood mode's prompts (mode=paper's: ``paper``).
 
-Every fact can give six questions: four true/false variants (positive or negated statement × true or
-false; the false-positive and true-negated ones use a distractor), one multiple choice (the answer and
-three distractors in seeded random order) and one fill-in-the-blank. Distractors are other phrases of
-the *same* sentence that overlap neither a correct answer nor the anchor.
-
-Answer category (the third key of balanced down-sampling, with type and knowledge point):
-TF "pos-True" / "pos-False" / "neg-True" / "neg-False"; MC the correct letter; FITB the answer's
-category from the reader (PTB label, UD UPOS or relation; PPA "verb"/"noun"; MVP "single"/"multi").
-All randomness is seeded by (seed, item id), so an item does not change when other items come or go.
+A fact gives four true/false variants (positive or negated statement × true or false; the false-positive and
+true-negated ones use a distractor), one multiple choice (the answer and three distractors in seeded order) and
+one fill-in-the-blank. Distractors are other phrases of the *same* sentence, overlapping neither a correct answer
+nor the anchor. Answer categories (balanced with type and knowledge point): TF its variant, MC the correct letter,
+FITB the reader's category (PTB label, UD UPOS or relation; PPA "verb"/"noun"; MVP "single"/"multi"). Randomness
+is seeded by (seed, item id): an item does not change when other items come or go.
 """
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, field
+from importlib import resources
 
 import pandas as pd
 
 from probes.syntaxqa.metrics import exact_match, strict_f1
 from probes.syntaxqa.records import KNOWLEDGE_POINTS, QUESTION_TYPES, Fact
+
 LETTERS = ("A", "B", "C", "D")
 TF_VARIANTS = ("pos-True", "pos-False", "neg-True", "neg-False")
 
-# kp → (wh-question, positive statement, negated statement); {a} = anchor, {x} = candidate phrase
-TEMPLATES: dict[str, dict[str, tuple[str, str, str]]] = {
-    "en": {
-        "GS": ("What is the subject of the verb '{a}'?", "'{x}' is the subject of the verb '{a}'.", "'{x}' is not the subject of the verb '{a}'."),
-        "SC": ("What is the subject complement of the verb '{a}'?", "'{x}' is the subject complement of the verb '{a}'.", "'{x}' is not the subject complement of the verb '{a}'."),
-        "DO": ("What is the direct object of the verb '{a}'?", "'{x}' is the direct object of the verb '{a}'.", "'{x}' is not the direct object of the verb '{a}'."),
-        "IO": ("What is the indirect object of the verb '{a}'?", "'{x}' is the indirect object of the verb '{a}'.", "'{x}' is not the indirect object of the verb '{a}'."),
-        "MVP": ("What is the main verb phrase of the sentence?", "'{x}' is the main verb phrase of the sentence.", "'{x}' is not the main verb phrase of the sentence."),
-        "ADJ": ("Which clause modifies the noun phrase '{a}'?", "'{x}' is a clause modifying the noun phrase '{a}'.", "'{x}' is not a clause modifying the noun phrase '{a}'."),
-        "ADV": ("What is an adverbial modifier of the verb '{a}'?", "'{x}' is an adverbial modifier of the verb '{a}'.", "'{x}' is not an adverbial modifier of the verb '{a}'."),
-        "CO": ("What is coordinated with '{a}'?", "'{x}' is coordinated with '{a}'.", "'{x}' is not coordinated with '{a}'."),
-        "PPA": ("What does the prepositional phrase '{a}' modify?", "The prepositional phrase '{a}' modifies '{x}'.", "The prepositional phrase '{a}' does not modify '{x}'."),
-    },
-    "zh": {
-        "GS": ("动词“{a}”的主语是什么？", "“{x}”是动词“{a}”的主语。", "“{x}”不是动词“{a}”的主语。"),
-        "SC": ("动词“{a}”的表语是什么？", "“{x}”是动词“{a}”的表语。", "“{x}”不是动词“{a}”的表语。"),
-        "DO": ("动词“{a}”的直接宾语是什么？", "“{x}”是动词“{a}”的直接宾语。", "“{x}”不是动词“{a}”的直接宾语。"),
-        "IO": ("动词“{a}”的间接宾语是什么？", "“{x}”是动词“{a}”的间接宾语。", "“{x}”不是动词“{a}”的间接宾语。"),
-        "MVP": ("这个句子的主要谓语动词短语是什么？", "“{x}”是这个句子的主要谓语动词短语。", "“{x}”不是这个句子的主要谓语动词短语。"),
-        "ADJ": ("修饰名词短语“{a}”的定语从句是什么？", "“{x}”是修饰名词短语“{a}”的定语从句。", "“{x}”不是修饰名词短语“{a}”的定语从句。"),
-        "ADV": ("动词“{a}”的状语是什么？", "“{x}”是动词“{a}”的状语。", "“{x}”不是动词“{a}”的状语。"),
-        "CO": ("与“{a}”并列的成分是什么？", "“{x}”与“{a}”是并列成分。", "“{x}”与“{a}”不是并列成分。"),
-        "PPA": ("介词短语“{a}”修饰的是什么？", "介词短语“{a}”修饰“{x}”。", "介词短语“{a}”不修饰“{x}”。"),
-    },
-}
+# The question templates and prompt frames of both modes are package data (templates.json, which says what is ours
+# and what the paper's): kp -> (wh-question, positive statement, negated statement) per language; {a} = anchor,
+# {x} = candidate phrase.
+TEXTS = json.loads(resources.files("probes.syntaxqa").joinpath("templates.json").read_text(encoding="utf-8"))
+TEMPLATES: dict[str, dict[str, list[str]]] = TEXTS["likelihood"]["questions"]
 
 
 @dataclass
@@ -67,7 +48,16 @@ class Item:
     golds: list[str] = field(default_factory=list)  # every correct phrase (FITB is scored against all)
     rand_acc: float = 0.0  # expected accuracy of a random guess (TF 1/2, MC 1/4, FITB: a random phrase of the sentence)
     rand_f1: float = float("nan")  # FITB only: expected strict F1 of a random option
-    prompts: list[str] = field(default_factory=list)  # one per few-shot seed (prompts.attach_prompts)
+    prompts: list[str] = field(default_factory=list)  # one per few-shot seed (attach_prompts)
+
+    def row(self, mode: str) -> dict:
+        """The item's eval row before scoring (score.score_items and paper.score_paper_items fill the scores)."""
+        return {"item_id": self.item_id, "source": self.source, "sent_id": self.sent_id, "lang": self.lang,
+                "kp": self.kp, "qtype": self.qtype, "category": self.category, "sentence": self.sentence,
+                "question": self.question, "answer": self.answer, "options": list(self.options),
+                "golds": list(self.golds), "n_prompts": len(self.prompts), "mode": mode, "pred": "",
+                "correct": float("nan"), "f1": float("nan"), "lp_options": [], "rand_acc": self.rand_acc,
+                "rand_f1": self.rand_f1}
 
 
 @dataclass(frozen=True)
@@ -181,3 +171,81 @@ def statistics_table(items: list[Item]) -> pd.DataFrame:
     table.loc["total"] = table.sum(axis=0)
     table.index.name = "kp"
     return table
+
+
+# ------------------------------------------------------------------------------- prompts
+# The instruction line, few-shot exemplars closed by their answer and quote, then the item, blocks apart by a blank
+# line; the answer continues after the opening quote. Chinese sentences get a Chinese frame, so that a model trained
+# only on Chinese text reads a prompt in its language.
+@dataclass(frozen=True)
+class Frame:
+    instruction: dict[str, str]  # per question type
+    sentence: str
+    question: str
+    answer_prefix: str  # ends with the opening quote
+    close: str  # the closing quote: generation stops here
+    true: str
+    false: str
+
+
+FRAMES: dict[str, Frame] = {lang: Frame(**f) for lang, f in TEXTS["likelihood"]["frames"].items()}
+
+
+def frame_for(item: Item) -> Frame:
+    return FRAMES.get(item.lang, FRAMES["en"])
+
+
+def answer_text(item: Item) -> str:
+    """What follows the answer prefix when the answer is right (the exemplar's answer)."""
+    fr = frame_for(item)
+    if item.qtype == "TF":
+        return fr.true if item.answer == "True" else fr.false
+    return item.answer
+
+
+def continuations(item: Item) -> list[str]:
+    """The strings compared by likelihood: True/False (framed words) or the letters A–D in use."""
+    fr = frame_for(item)
+    if item.qtype == "TF":
+        return [fr.true, fr.false]
+    if item.qtype == "MC":
+        return list(LETTERS[: len(item.options)])
+    raise ValueError(f"item {item.item_id}: {item.qtype} is generated, not compared by likelihood")
+
+
+def block(item: Item) -> str:
+    """Sentence, question, options and the answer prefix of one item (no instruction)."""
+    fr = frame_for(item)
+    lines = [fr.sentence + item.sentence, fr.question + item.question]
+    lines += [f"{LETTERS[i]}. {opt}" for i, opt in enumerate(item.options)] if item.qtype == "MC" else []
+    lines.append(fr.answer_prefix)
+    return "\n".join(lines)
+
+
+def build_prompt(item: Item, exemplars: list[Item] = ()) -> str:
+    fr = frame_for(item)
+    parts = [fr.instruction[item.qtype]]
+    parts += [block(ex) + answer_text(ex) + fr.close for ex in exemplars]
+    parts.append(block(item))
+    return "\n\n".join(parts)
+
+
+def attach_prompts(items: list[Item], pool: dict[tuple[str, str, str], list[Item]], shots: int, seeds: int, seed: int) -> None:
+    """Fill ``item.prompts``: one zero-shot prompt, or one few-shot prompt per exemplar seed. For seed s the pool
+    of ``(lang, kp, qtype)`` (items not under test) is shuffled once, and each item takes its first ``shots``
+    exemplars from other sentences, so the few-shot context never contains the test sentence."""
+    if shots <= 0:
+        for it in items:
+            it.prompts = [build_prompt(it)]
+        return
+    orders: dict[tuple, list[Item]] = {}
+    for it in items:
+        key = (it.lang, it.kp, it.qtype)
+        it.prompts = []
+        for s in range(max(1, seeds)):
+            if (key, s) not in orders:
+                cand = list(pool.get(key, []))
+                random.Random(f"{seed}|shots|{s}|{'|'.join(key)}").shuffle(cand)
+                orders[(key, s)] = cand
+            ex = [e for e in orders[(key, s)] if e.sent_id != it.sent_id or e.source != it.source][:shots]
+            it.prompts.append(build_prompt(it, ex))

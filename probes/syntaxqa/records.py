@@ -1,10 +1,6 @@
-"""Records shared by the syntax-question readers: a sentence with token offsets, and a fact about it.
-
-A *fact* is one answer to one knowledge-point question about one sentence ("the subject of the verb
-'join' is 'Pierre Vinken, 61 years old'"); questions (true/false, multiple choice, fill-in-the-blank)
-are rendered from facts later. Spans are token ranges ``[start, end)`` over the sentence's surface
-tokens (empty elements and traces already removed), so every phrase is a substring of the sentence
-text exactly as it reads.
+"""Records shared by the syntax-question readers: a sentence with token offsets, and a fact about it (one answer
+to one knowledge-point question about one sentence, from which questions are rendered later). Spans are token
+ranges ``[start, end)`` over the surface tokens (traces removed), so every phrase reads exactly as in the sentence.
 """
 from __future__ import annotations
 
@@ -82,27 +78,17 @@ class Fact:
 
 def join_tokens(tokens: list[str], space_after: list[bool]) -> tuple[str, list[tuple[int, int]]]:
     """Concatenate tokens, a space after each one whose flag is set; return the text and token offsets."""
-    parts: list[str] = []
-    offsets: list[tuple[int, int]] = []
-    pos = 0
+    text, offsets = "", []
     for i, tok in enumerate(tokens):
-        offsets.append((pos, pos + len(tok)))
-        parts.append(tok)
-        pos += len(tok)
-        if space_after[i] and i < len(tokens) - 1:
-            parts.append(" ")
-            pos += 1
-    return "".join(parts), offsets
+        offsets.append((len(text), len(text) + len(tok)))
+        text += tok + (" " if space_after[i] and i < len(tokens) - 1 else "")
+    return text, offsets
 
 
 def finish_facts(facts: list[Fact], avoid: dict[tuple[str, Span | None], list[Span]] | None = None) -> list[Fact]:
-    """Fill ``golds`` (all answers to the same question) and drop exact duplicates.
-
-    Two facts ask the same question when they share sentence, knowledge point and anchor: a verb
-    with two adverbials has two correct ADV answers, and neither may serve as the other's
-    distractor or count as wrong in fill-in-the-blank. ``avoid[(kp, anchor)]`` lists further
-    stretches that hold correct answers (see ``Fact.avoid``).
-    """
+    """Fill ``golds`` (all answers to the same question: sentence, knowledge point and anchor) and drop duplicates:
+    a verb with two adverbials has two correct ADV answers, neither a distractor of the other nor wrong in
+    fill-in-the-blank. ``avoid[(kp, anchor)]``: further stretches holding correct answers (``Fact.avoid``)."""
     avoid = avoid or {}
     groups: dict[tuple, list[Fact]] = {}
     for f in facts:
@@ -124,8 +110,7 @@ def anchor_is_unique(sent: Sentence, span: Span) -> bool:
     """True when the anchor's token sequence occurs once in the sentence, so the question is unambiguous."""
     target = sent.tokens[span.start : span.end]
     n = len(target)
-    hits = sum(1 for i in range(len(sent.tokens) - n + 1) if sent.tokens[i : i + n] == target)
-    return hits == 1
+    return sum(sent.tokens[i : i + n] == target for i in range(len(sent.tokens) - n + 1)) == 1
 
 
 def balanced(text: str) -> bool:

@@ -1,26 +1,20 @@
-"""Build syntax-question items from treebanks, score any causal LM on them, summarise as OA.
+"""Build syntax-question items from treebanks, score any causal LM on them, summarise as OA; the CLI. mode=paper's
+items and scores: ``paper``.
 
-True/false and multiple choice are scored by likelihood, so base models of any size need no
-generation: each answer continuation ("True"/"False", "A"–"D") is scored after the prompt, which
-ends with the opening quote of ``The answer is "``. How continuations are tokenised
-(``continuation_ids``): the prefix and every prefix+continuation are tokenised as whole strings
-(never the continuation alone, whose tokens could differ from those it gets in context); the
-context is the longest token prefix shared by the prefix and *all* prefix+continuation strings,
-and each candidate is scored as the sum of the log-probs of its remaining tokens. A tokenizer
-that merges the quote with the answer (one token ``"True``) or splits ``True`` into ``T``+``rue``
-is handled the same way: the candidates are still compared on one identical context, as the
-probability of the rest of the string. The highest sum wins; a tie for the highest is wrong.
-
-Fill-in-the-blank is greedy generation (``model.generate``, no sampling) stopped at the closing
-quote, EOS or ``max_new_tokens``; the text before the closing quote is the answer, scored by exact
-match and the strict in-order F1 of ``metrics``. OA = (TF_acc + MC_acc + (FITB_acc + FITB_F1)/2)/3,
-and OA_random is the same formula over each item's expected random-guess scores.
+TF and MC are scored by likelihood, so base models need no generation: each answer ("True"/"False", "A"–"D") after
+the prompt, which ends with the opening quote of ``The answer is "``. The prefix and each prefix+answer are
+tokenised whole (an answer alone could tokenise otherwise, e.g. merged with the quote), the context is the longest
+token prefix they share, and each answer scores the sum of its remaining tokens' log-probs, all on one context. The
+highest sum wins; a tie for the highest is wrong. FITB is greedy generation up to the closing quote, EOS or
+``max_new_tokens``, scored by exact match and in-order F1 (``metrics``). OA = (TF_acc + MC_acc + (FITB_acc +
+FITB_F1)/2)/3; OA_random: the same over each item's expected random-guess scores.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
 import random
 import sys
 from dataclasses import asdict
@@ -30,18 +24,20 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from probes.syntaxqa import prompts as P
 from probes.syntaxqa.items import SourceReport, collect_facts
 from probes.syntaxqa.metrics import exact_match, overall_accuracy, strict_f1
 from probes.syntaxqa.config import KIND, SYNTAX_QA_MODES as MODES, PaperConfig, SyntaxQAConfig
-from probes.syntaxqa.questions import QUESTION_TYPES, Item, balanced_sample, candidates, render, statistics_table
-from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS, benchmark_name
-
-
-__all__ = ["SyntaxQAConfig", "build_items_and_reports", "evaluate_items", "score_items", "summarize"]
+from probes.syntaxqa.questions import (QUESTION_TYPES, Item, attach_prompts, balanced_sample, candidates, continuations,
+                                       frame_for, render, statistics_table)
+from probes.syntaxqa.records import KNOWLEDGE_POINTS, benchmark_name
 
 
 def build_items_and_reports(cfg: SyntaxQAConfig) -> tuple[list[Item], list[SourceReport]]:
+    if cfg.mode == "paper":  # its exemplar set is in the items' prompts
+        from probes.syntaxqa.paper import build_paper_items_and_reports
+
+        items, _, reports = build_paper_items_and_reports(cfg)
+        return items, reports
     facts, reports = collect_facts(cfg.sources, cfg.knowledge_points, cfg.max_sentences)
     cands = candidates(facts, cfg.seed, tuple(cfg.question_types))
     chosen = balanced_sample(cands, cfg.k_per_tuple, cfg.seed, cfg.max_items)
@@ -58,28 +54,17 @@ def build_items_and_reports(cfg: SyntaxQAConfig) -> tuple[list[Item], list[Sourc
             # enough for every exemplar seed, with spare ones for items that share a sentence
             picked = rng.sample(group, min(len(group), cfg.shots * cfg.shot_seeds + 8))
             pool[key] = [render(c, facts, cfg.seed) for c in picked]
-    P.attach_prompts(items, pool, cfg.shots, cfg.shot_seeds, cfg.seed)
+    attach_prompts(items, pool, cfg.shots, cfg.shot_seeds, cfg.seed)
     return items, reports
 
 
-def _lcp(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < len(a) and n < len(b) and a[n] == b[n]:
-        n += 1
-    return n
-
-
 def continuation_ids(tokenizer, prefix: str, conts: list[str]) -> tuple[list[int], list[list[int]]]:
-    """(context ids, ids of each continuation) with context + ids_i == BOS + tokens(prefix + conts[i]).
-
-    See the module docstring: the context is the token prefix shared by the prefix and all the
-    prefix+continuation strings, so every candidate is scored on the same context.
-    """
+    """(context ids, ids of each continuation) with context + ids_i == BOS + tokens(prefix + conts[i]) (module doc)."""
     from probes.scoring.primitive import bos_id
 
     enc = tokenizer([prefix] + [prefix + c for c in conts], add_special_tokens=False)["input_ids"]
     p_ids, fulls = list(enc[0]), [list(e) for e in enc[1:]]
-    n = min([len(p_ids)] + [_lcp(p_ids, f) for f in fulls])
+    n = len(os.path.commonprefix([p_ids, *fulls]))  # the longest token prefix they all share
     tails = [f[n:] for f in fulls]
     for c, t in zip(conts, tails):
         if not t:
@@ -96,13 +81,9 @@ def _check_length(model, n: int, item: Item) -> None:
 
 def _likelihood_scores(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, device, *,
                        share_context: bool = True) -> dict[str, list]:
-    """Per item: [mean correct over prompts, first prompt's prediction, first prompt's option sums].
-
-    share_context: when every option of a prompt is one token after the shared context (the usual
-    case: "True"/"False", "A"-"D" after the opening quote), the context runs through the model once
-    and each option is one log-prob at its last position (``next_token_logprobs``). Otherwise, and
-    for every prompt with share_context=False, each context + option runs as its own sequence.
-    """
+    """Per item: [mean correct over prompts, first prompt's prediction, first prompt's option sums]. share_context:
+    when every option is one token after the context (the usual "True"/"False", "A"-"D"), the context runs once
+    and each option is one log-prob at its last position; otherwise each context + option is its own sequence."""
     from probes.scoring.primitive import next_token_logprobs, token_logprobs
 
     seqs: list[list[int]] = []
@@ -112,7 +93,7 @@ def _likelihood_scores(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig,
     shared_where: list[tuple[int, int]] = []  # (item, prompt)
     for i, it in enumerate(items):
         for j, prompt in enumerate(it.prompts):
-            ctx, tails = continuation_ids(tokenizer, prompt, P.continuations(it))
+            ctx, tails = continuation_ids(tokenizer, prompt, continuations(it))
             for t in tails:
                 _check_length(model, len(ctx) + len(t), it)
             if share_context and all(len(t) == 1 for t in tails):
@@ -135,17 +116,12 @@ def _likelihood_scores(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig,
     out: dict[str, list] = {}
     for i, it in enumerate(items):
         # canonical labels ("True"/"False", letters) whatever words the prompt's language uses
-        labels = ["True", "False"] if it.qtype == "TF" else P.continuations(it)
-        gold = it.answer
-        hits, preds, first = [], [], []
+        labels = ["True", "False"] if it.qtype == "TF" else continuations(it)
+        preds = []
         for j in range(len(it.prompts)):
             s = sums[(i, j)]
-            best = max(s)
-            winner = labels[s.index(best)] if s.count(best) == 1 else "<tie>"
-            hits.append(float(winner == gold))
-            preds.append(winner)
-            first = first or s
-        out[it.item_id] = [float(np.mean(hits)), preds[0], first]
+            preds.append(labels[s.index(max(s))] if s.count(max(s)) == 1 else "<tie>")
+        out[it.item_id] = [float(np.mean([p == it.answer for p in preds])), preds[0], sums[(i, 0)]]
     return out
 
 
@@ -177,19 +153,13 @@ def score_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, device
     flat = [(it, p) for it in fitb for p in it.prompts]
     for it, p in flat:  # the prompt and the longest answer must fit the model's positions
         _check_length(model, len(tokenizer(p, add_special_tokens=False)["input_ids"]) + 1 + cfg.max_new_tokens, it)
-    gens = generate_answers(model, tokenizer, [p for _, p in flat], [P.frame_for(it).close for it, _ in flat], cfg, device) if flat else []
+    gens = generate_answers(model, tokenizer, [p for _, p in flat], [frame_for(it).close for it, _ in flat], cfg, device) if flat else []
     by_item: dict[str, list[str]] = {}
     for (it, _), g in zip(flat, gens):
         by_item.setdefault(it.item_id, []).append(g)
     rows = []
     for it in items:
-        row = {
-            "item_id": it.item_id, "source": it.source, "sent_id": it.sent_id, "lang": it.lang, "kp": it.kp,
-            "qtype": it.qtype, "category": it.category, "sentence": it.sentence, "question": it.question,
-            "answer": it.answer, "options": list(it.options), "golds": list(it.golds), "n_prompts": len(it.prompts),
-            "mode": "likelihood", "pred": "", "correct": float("nan"), "f1": float("nan"), "lp_options": [],
-            "rand_acc": it.rand_acc, "rand_f1": it.rand_f1,
-        }
+        row = it.row("likelihood")
         if it.item_id in lik:
             row["correct"], row["pred"], row["lp_options"] = lik[it.item_id]
         elif it.item_id in by_item:
@@ -202,16 +172,15 @@ def score_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, device
 
 
 def _parts(df: pd.DataFrame, acc: str, f1: str) -> tuple[float, float, float, float]:
-    def mean(qtype: str, col: str) -> float:
-        v = df.loc[df["qtype"] == qtype, col].dropna()
-        return float(v.mean()) if len(v) else float("nan")
+    def mean(qtype: str, col: str) -> float:  # NaN where no row of the type is scored
+        return float(df.loc[df["qtype"] == qtype, col].mean())
 
     return mean("TF", acc), mean("MC", acc), mean("FITB", acc), mean("FITB", f1)
 
 
 def _kp_rows(df: pd.DataFrame, kp: str) -> pd.DataFrame:
     """The rows of one knowledge point; in paper mode MVP's also include the GS/SC/DO/IO true/false
-    items it reuses (``kp_also``, see ``paper_items``)."""
+    items it reuses (``kp_also``, see ``paper``)."""
     mask = df["kp"] == kp
     if "kp_also" in df.columns:
         mask |= df["kp_also"] == kp
@@ -219,13 +188,10 @@ def _kp_rows(df: pd.DataFrame, kp: str) -> pd.DataFrame:
 
 
 def summarize(df: pd.DataFrame) -> dict[str, float]:
-    """OA and its parts overall and per knowledge point, plus the random baseline computed the same way.
-
-    Keys: OA, OA_random, OA_likelihood (mean of TF and MC, defined when generation was skipped),
-    TF_acc, MC_acc, FITB_acc, FITB_F1, n_items, and "<KP>/<key>" for each knowledge point present.
-    Rows with an ``unparsed`` column (paper mode: the share of an item's generations that gave no
-    answer, each scored wrong) add ``unparsed`` and TF_/MC_/FITB_unparsed, the mean share per type.
-    """
+    """OA and its parts overall and per knowledge point ("<KP>/<key>"), the random baseline the same way: OA,
+    OA_random, OA_likelihood (mean of TF and MC, defined when generation was skipped), TF_acc, MC_acc, FITB_acc,
+    FITB_F1, n_items; rows with ``unparsed`` (paper mode: an item's share of generations with no answer, scored
+    wrong) add ``unparsed`` and TF_/MC_/FITB_unparsed."""
     out: dict[str, float] = {}
     kps = [kp for kp in KNOWLEDGE_POINTS if len(_kp_rows(df, kp))]
     groups = [("", df)] + [(f"{kp}/", _kp_rows(df, kp)) for kp in kps]
@@ -240,10 +206,9 @@ def summarize(df: pd.DataFrame) -> dict[str, float]:
         out[prefix + "TF_acc"], out[prefix + "MC_acc"], out[prefix + "FITB_acc"], out[prefix + "FITB_F1"] = tf, mc, fa, ff
         out[prefix + "n_items"] = float(len(d))
         if "unparsed" in d.columns:
-            out[prefix + "unparsed"] = float(d["unparsed"].mean()) if len(d) else float("nan")
+            out[prefix + "unparsed"] = float(d["unparsed"].mean())  # NaN without rows
             for qtype in QUESTION_TYPES:
-                v = d.loc[d["qtype"] == qtype, "unparsed"]
-                out[f"{prefix}{qtype}_unparsed"] = float(v.mean()) if len(v) else float("nan")
+                out[f"{prefix}{qtype}_unparsed"] = float(d.loc[d["qtype"] == qtype, "unparsed"].mean())
     return out
 
 
@@ -268,7 +233,7 @@ def evaluate_items(model, tokenizer, items: list[Item], cfg: SyntaxQAConfig, rep
     from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint
 
     if cfg.mode == "paper":
-        from probes.syntaxqa.paper_score import score_paper_items as score
+        from probes.syntaxqa.paper import score_paper_items as score
     else:
         score = score_items
     return evaluate_checkpoint(
@@ -293,11 +258,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None)
     p.add_argument("--sources", nargs="+", action="extend", required=True, metavar="PATH",
                    help=".mrg/.conllu files or directories (the flag may be repeated)")
-    p.add_argument("--knowledge-points", nargs="+", metavar="KP", help=f"default: all of {' '.join(d.knowledge_points)}")
-    p.add_argument("--question-types", nargs="+", metavar="TYPE", help=f"default: all of {' '.join(d.question_types)}")
-    p.add_argument("--k-per-tuple", type=int,
-                   help=f"items per (question type, knowledge point, answer category) (default {d.k_per_tuple})")
-    for name, what in (("seed", "sampling, distractors, option order, exemplars"),
+    for name, metavar in (("knowledge_points", "KP"), ("question_types", "TYPE")):
+        p.add_argument(f"--{name.replace('_', '-')}", nargs="+", metavar=metavar,
+                       help=f"default: all of {' '.join(getattr(d, name))}")
+    for name, what in (("k_per_tuple", "items per (question type, knowledge point, answer category)"),
+                       ("seed", "sampling, distractors, option order, exemplars"),
                        ("shots", "few-shot exemplars per prompt"), ("shot_seeds", "exemplar sets per item"),
                        ("max_items", "cap after balanced sampling"), ("max_sentences", "per source"),
                        ("max_new_tokens", "fill-in-the-blank answer length"), ("batch_size", "prompts per forward")):
@@ -327,17 +292,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not (args.model / "config.json").is_file():
             raise ValueError(f"--model {args.model}: no config.json; not a Hugging Face model directory")
         check_output_file(args.out)
-        if cfg.mode == "paper":
-            from probes.syntaxqa.paper_score import build_paper_items_and_reports
-
-            items, _, reports = build_paper_items_and_reports(cfg)
-        else:
-            items, reports = build_items_and_reports(cfg)
+        items, reports = build_items_and_reports(cfg)
+        if not items:
+            raise ValueError("no syntax-qa items from the given sources")
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    if not items:
-        print("error: no syntax-qa items from the given sources", file=sys.stderr)
         return 2
 
     import torch

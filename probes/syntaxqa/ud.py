@@ -1,14 +1,5 @@
-"""Universal Dependencies .conllu → sentences and knowledge-point facts.
-
-Answers are dependency subtrees (whole phrases), not head words: the object of "join" is the subtree
-of its ``obj`` dependent. A phrase must be contiguous in the sentence (non-projective subtrees are
-skipped rather than shown with holes) and loses punctuation at its edges.
-
-Multiword tokens (``3-4 don't``) are rendered by their words ("do" + "n't") with no space between
-them; empty nodes (``8.1``) belong to the enhanced graph and are skipped. A sentence whose heads are
-broken (out of range, no root, several roots, a cycle) is reported with file and line and skipped;
-the rest of the file is still used.
-"""
+"""Universal Dependencies .conllu → sentences and knowledge-point facts: answers are contiguous dependency
+subtrees, not head words (docs/syntax-questions.md); a sentence with broken heads costs only itself."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -52,12 +43,9 @@ class _Tree:
 
 def _span(tokens: set[int], sent: Sentence) -> Span | None:
     """Contiguous token set → trimmed Span; None when the set has holes (a non-projective subtree)."""
-    if not tokens:
+    if not tokens or max(tokens) + 1 - min(tokens) != len(tokens):
         return None
-    lo, hi = min(tokens), max(tokens) + 1
-    if hi - lo != len(tokens):
-        return None
-    return sent.trim(Span(lo, hi))
+    return sent.trim(Span(min(tokens), max(tokens) + 1))
 
 
 def _check_heads(heads: list[int], path: str, line: int) -> None:
@@ -77,7 +65,8 @@ def _check_heads(heads: list[int], path: str, line: int) -> None:
 def _parse_sentence(rows: list[tuple[int, str]], path: str, lang: str, index: int) -> tuple[Sentence, _Tree]:
     start = rows[0][0]
     sent_id = f"{Path(path).name}#{index}"
-    forms, upos, lemmas, heads_raw, rels, space_after, head_lines = [], [], [], [], [], [], []
+    toks: list[tuple[str, str, str, int, str, int]] = []  # form, upos, lemma, head, relation, line
+    space_after: list[bool] = []
     mwt_end, mwt_space = -1, True
     for line, row in rows:
         if row.startswith("#"):
@@ -96,25 +85,16 @@ def _parse_sentence(rows: list[tuple[int, str]], path: str, lang: str, index: in
                 raise ConlluError(f"{path}:{line}: bad multiword token id {tid!r}")
             mwt_end, mwt_space = int(b), "SpaceAfter=No" not in cols[9].split("|")
             continue
-        if not tid.isdigit() or int(tid) != len(forms) + 1:
-            raise ConlluError(f"{path}:{line}: token id {tid!r} out of sequence (expected {len(forms) + 1})")
+        if not tid.isdigit() or int(tid) != len(toks) + 1:
+            raise ConlluError(f"{path}:{line}: token id {tid!r} out of sequence (expected {len(toks) + 1})")
         if not cols[6].isdigit():
             raise ConlluError(f"{path}:{line}: head {cols[6]!r} of token {tid} is not a number")
-        forms.append(cols[1])
-        lemmas.append(cols[2])
-        upos.append(cols[3])
-        heads_raw.append(int(cols[6]))
-        rels.append(cols[7])
-        head_lines.append(line)
-        k = int(tid)
-        if k < mwt_end:
-            space_after.append(False)  # inside "don't": do|n't
-        elif k == mwt_end:
-            space_after.append(mwt_space)
-        else:
-            space_after.append("SpaceAfter=No" not in cols[9].split("|"))
-    if not forms:
+        toks.append((cols[1], cols[3], cols[2], int(cols[6]), cols[7], line))
+        k = int(tid)  # inside a multiword token ("don't": do|n't) no space; its last word takes the token's
+        space_after.append(False if k < mwt_end else mwt_space if k == mwt_end else "SpaceAfter=No" not in cols[9].split("|"))
+    if not toks:
         raise ConlluError(f"{path}:{start}: sentence {sent_id} has no tokens")
+    forms, upos, lemmas, heads_raw, rels, head_lines = map(list, zip(*toks))
     n = len(forms)
     for i, h in enumerate(heads_raw):
         if h > n:

@@ -1,11 +1,5 @@
-"""Synthetic learning curves and run directories with known answers, for tests and benchmarks.
-
-Curves are built on log10 tokens: a sigmoid from a start level to a final level, optionally minus a
-Gaussian dip (a planted U of known depth and position). Run directories written from them follow
-the eval contract exactly (per-pair parquet rows + schema metadata), so the analysis reads them the
-way it reads real runs. Each pair has a latent difficulty that persists across checkpoints (a pair
-a model gets right tends to stay right), which is what makes the paired bootstrap meaningful.
-"""
+"""Synthetic learning curves and run directories with known answers (planted U's), for tests and benchmarks.
+Each pair has a latent difficulty that persists across checkpoints, which makes the paired bootstrap meaningful."""
 from __future__ import annotations
 
 import json
