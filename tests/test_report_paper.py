@@ -257,7 +257,7 @@ def test_the_papers_u_shapes_detected_absent_or_not_detectable(tmp_path):
 def test_a_report_states_one_pairs_needed_figure(tmp_path):
     """One seed of 20 pairs per paradigm with a planted dip: the summary, the one-seed note, the too-thin U's
     and the paper's U's all say what more it would take; five different figures once appeared for one run."""
-    from probes.analysis.synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
+    from synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
 
     rng = np.random.default_rng(5)
     steps = log_spaced_steps(24, 1500)
