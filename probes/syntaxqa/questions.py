@@ -1,13 +1,6 @@
 """Questions from facts (true/false, multiple choice, fill-in-the-blank), balanced down-sampling, and the
-likelihood mode's prompts (mode=paper's: ``paper``).
-
-A fact gives four true/false variants (positive or negated statement × true or false; the false-positive and
-true-negated ones use a distractor), one multiple choice (the answer and three distractors in seeded order) and
-one fill-in-the-blank. Distractors are other phrases of the *same* sentence, overlapping neither a correct answer
-nor the anchor. Answer categories (balanced with type and knowledge point): TF its variant, MC the correct letter,
-FITB the reader's category (PTB label, UD UPOS or relation; PPA "verb"/"noun"; MVP "single"/"multi"). Randomness
-is seeded by (seed, item id): an item does not change when other items come or go.
-"""
+likelihood mode's prompts (mode=paper's: ``paper``); docs/syntax-questions.md says how a fact becomes questions.
+Randomness is seeded by (seed, item id): an item does not change when other items come or go."""
 from __future__ import annotations
 
 import json
@@ -40,7 +33,7 @@ class Item:
     lang: str
     kp: str
     qtype: str  # TF | MC | FITB
-    category: str  # answer category (see module docstring)
+    category: str  # answer category (docs/syntax-questions.md)
     sentence: str
     question: str
     answer: str  # "True"/"False", a letter A–D, or the gold phrase (FITB)
