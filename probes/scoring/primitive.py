@@ -1,10 +1,6 @@
-"""The one scoring primitive (per-token log-probs) and the named reductions built on it.
-
-Convention ``start_token_all_tokens_v2`` (docs/scoring.md; how minicons, lm-eval and ZhoBLiMP's code differ):
-each sentence encoded with ``ENCODE`` after the start token training put before every document; ``lp`` sums the
-natural-log probability of ALL its tokens, ``ntok`` counts them; MLP and sum-LP accuracy are strict (a tie is
-wrong). Region columns (diff-based prefix/critical/suffix, template slots; checkpoints.md) come with each pair.
-"""
+"""The one scoring primitive (per-token log-probs) and the named reductions built on it, under the convention
+``start_token_all_tokens_v2`` (docs/scoring.md): each sentence encoded with ``ENCODE`` after the start token training
+put before every document, ``lp`` summed over ALL its tokens, MLP and sum-LP strict (a tie is wrong)."""
 from __future__ import annotations
 
 import logging
