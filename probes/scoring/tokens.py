@@ -1,10 +1,7 @@
-"""Token-level evidence: the per-token log-probs of every pair in a sidecar beside its eval file,
-``<run>/evals/step<N>/<benchmark>.tokens.parquet`` (schema: checkpoints.md), and ``python -m probes tokens`` to
-draw them over checkpoints.
-
-The sidecar is written before its eval file; an eval file rescored without per-token removes its old sidecar
-first, so a sidecar never outlives the scores it explains (``pair_tokens`` checks the sums anyway).
-"""
+"""Token-level evidence: each pair's per-token log-probs in a sidecar ``<benchmark>.tokens.parquet`` beside its eval
+file (schema: checkpoints.md), and ``python -m probes tokens`` to draw them over checkpoints. The sidecar is written
+before its eval file, and an eval file rescored without per-token removes its old sidecar first, so a sidecar never
+outlives the scores it explains (``pair_tokens`` checks the sums anyway)."""
 from __future__ import annotations
 
 import argparse
