@@ -27,17 +27,16 @@ from probes.analysis.curves import phenomenon_table
 from probes.analysis.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_runs
 from probes.analysis.formuse import use_sections
 from probes.analysis.heldout import final_heldout, heldout_table, plot_heldout
-from probes.analysis.human import blimp_human, zhoblimp_human
 from probes.analysis.normsweep import sweep_paradigms, sweep_summary
 from probes.analysis.outputs import FigureJobs, check_report_out, staged_output, write_csv, write_parquet, write_table, write_text
 from probes.analysis.paper_ushapes import paper_u_table
-from probes.analysis.paperfigs import budget_order, pick, plot_all_phenomena, plot_overall, plot_phenomenon
+from probes.analysis.paperfigs import (budget_order, number_us, pick, plot_all_phenomena, plot_overall, plot_phenomenon,
+                                       plot_u_gallery)
 from probes.analysis.plotting import accuracy_label, safe_name
 from probes.analysis.regions import RegionConfig, group_region_curves, plot_regions, u_region_table
 from probes.analysis.scaling import (ScalingConfig, budget_label, difficulty_groups, final_accuracy, grid_tables,
                                      plot_grid_overall, plot_grid_phenomena)
-from probes.analysis.table4 import table4
-from probes.analysis.paperfigs import number_us, plot_u_gallery
+from probes.analysis.table4 import blimp_human, table4, zhoblimp_human
 from probes.analysis.ushape import UShapeConfig, count_text, find_u_shapes_in_runs
 from train.cli import exit_on_user_error
 from train.errors import UserError, check_writable
