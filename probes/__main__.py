@@ -238,18 +238,6 @@ def _score_hub(args, benchmarks: dict, opts) -> int:
     return 2 if errors else 0
 
 
-def _check_model_dir(d: Path) -> None:
-    if not d.is_dir():
-        raise CliError(f"--model {d}: not a directory")
-    if not (d / "config.json").is_file():
-        raise CliError(f"--model {d}: no config.json; not a Hugging Face model directory")
-    if not any((d / f).is_file() for f in WEIGHT_FILES) and not any(d.glob("model-*.safetensors")):
-        raise CliError(f"--model {d}: no model weights (expected one of {', '.join(WEIGHT_FILES)})")
-    if not any((d / f).is_file() for f in TOKENIZER_FILES):
-        raise CliError(f"--model {d}: no tokenizer files (expected one of {', '.join(TOKENIZER_FILES)}); "
-                       f"scores need the tokenizer the model was trained with")
-
-
 def _run_benchmark_config(run_dir: Path, spec: str):
     """The BenchmarkConfig a run's config.yaml probed a generated benchmark (grammar, ...) with, else None: the
     defaults would write other pairs under the same eval name as the in-loop files."""
@@ -297,26 +285,14 @@ def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int], cfg=None,
         raise CliError(f"--benchmark {spec}: {e}") from None
 
 
-def _main(parser: argparse.ArgumentParser, run, argv: Optional[Sequence[str]]) -> int:
-    """``run(args)``, a CliError printed as one line with exit status 2."""
-    args = parser.parse_args(argv)
+def _main(parser, run, argv: Optional[Sequence[str]] = None) -> int:
+    """``run(args)`` on ``parser()``'s reading of argv, a CliError printed as one line with exit status 2."""
+    args = parser().parse_args(argv)
     try:
         return run(args)
     except CliError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-
-
-def score_main(argv: Optional[Sequence[str]] = None) -> int:
-    return _main(build_score_parser(), _score, argv)
-
-
-def run_main(command: str, argv: Sequence[str]) -> int:
-    return _main(build_run_parser(command), partial(_score_run, command), argv)
-
-
-score_run_main = partial(run_main, "score-run")
-watch_main = partial(run_main, "watch")
 
 
 def _score(args) -> int:
@@ -326,14 +302,24 @@ def _score(args) -> int:
     from probes.analysis.outputs import check_output_file
     from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint
     from probes.scoring.primitive import CONVENTIONS, accuracy, pair_sentence_ids
-    from probes.scoring.readout import phenomenon_table
+    from probes.scoring.readout import (coverage, coverage_warning, phenomenon_table, run_token_counts,
+                                        unwritable_scripts)
     from probes.scoring.watch import check_vocabulary
     from train.errors import is_user_error, reading
     from train.files import CorruptCheckpointError, read_trainer_state
     from train.weights import WeightsMismatchError, load_causal_lm
 
     _check_counts(args)
-    _check_model_dir(args.model)
+    d = args.model
+    if not d.is_dir():
+        raise CliError(f"--model {d}: not a directory")
+    if not (d / "config.json").is_file():
+        raise CliError(f"--model {d}: no config.json; not a Hugging Face model directory")
+    if not any((d / f).is_file() for f in WEIGHT_FILES) and not any(d.glob("model-*.safetensors")):
+        raise CliError(f"--model {d}: no model weights (expected one of {', '.join(WEIGHT_FILES)})")
+    if not any((d / f).is_file() for f in TOKENIZER_FILES):
+        raise CliError(f"--model {d}: no tokenizer files (expected one of {', '.join(TOKENIZER_FILES)}); "
+                       f"scores need the tokenizer the model was trained with")
     try:
         check_output_file(args.out)
         name, pairs = _load_pairs(args.benchmark, args.format, args.max_pairs_per_paradigm,
@@ -358,7 +344,16 @@ def _score(args) -> int:
         raise CliError(f"--model {e}") from None
     model.to(device)
     ids = pair_sentence_ids(tokenizer, pairs)  # scored, and read again by the coverage readout
-    _coverage(name, tokenizer, pairs, Path(args.model), ids)  # before scoring: it may say not to bother
+    # how well the tokenizer reads the benchmark, before scoring (it may say not to bother); when badly, a warning
+    # naming the scripts it cannot write
+    counts, store = run_token_counts(args.model, len(tokenizer))
+    cov = coverage(tokenizer, pairs, counts, ids)
+    print(f"tokenizer coverage of {name}: {cov['unknown']:.1%} unknown, {cov['byte_fallback']:.1%} byte-fallback"
+          + (f", {cov['unseen']:.1%} never seen in the run's corpus" if "unseen" in cov else "")
+          + f" of {int(cov['pieces']):,} pieces")
+    if coverage_warning(name, cov, store):  # only then: which characters it cannot write, named by script
+        scripts = unwritable_scripts(tokenizer, (t for p in pairs for t in (p.good, p.bad)))
+        print(coverage_warning(name, cov, store, scripts), file=sys.stderr)
     opts = ScoreOptions(batch_size=args.batch_size, device=device, bf16=args.bf16, progress=True,
                         per_token=args.per_token)
     try:
@@ -379,18 +374,9 @@ def _score(args) -> int:
     return 0
 
 
-def _coverage(name: str, tokenizer, pairs, model_dir: Path, ids: Optional[dict] = None) -> None:
-    """How well the tokenizer reads the benchmark; when badly, a warning naming the scripts it cannot write."""
-    from probes.scoring.readout import coverage, coverage_warning, run_token_counts, unwritable_scripts
-
-    counts, store = run_token_counts(model_dir, len(tokenizer))
-    cov = coverage(tokenizer, pairs, counts, ids)
-    print(f"tokenizer coverage of {name}: {cov['unknown']:.1%} unknown, {cov['byte_fallback']:.1%} byte-fallback"
-          + (f", {cov['unseen']:.1%} never seen in the run's corpus" if "unseen" in cov else "")
-          + f" of {int(cov['pieces']):,} pieces")
-    if coverage_warning(name, cov, store):  # only then: which characters it cannot write, named by script
-        scripts = unwritable_scripts(tokenizer, (t for p in pairs for t in (p.good, p.bad)))
-        print(coverage_warning(name, cov, store, scripts), file=sys.stderr)
+score_main = partial(_main, build_score_parser, _score)
+score_run_main = partial(_main, partial(build_run_parser, "score-run"), partial(_score_run, "score-run"))
+watch_main = partial(_main, partial(build_run_parser, "watch"), partial(_score_run, "watch"))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
