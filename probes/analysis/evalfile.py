@@ -119,7 +119,9 @@ def read_eval_file(path: Path, step: int, run_dir: Path, seen: Optional[Seen] = 
         if g in t.column_names and b in t.column_names:
             lps[r] = (_floats(t[g]), _floats(t[b]))
     strs = {c: t[c] for c in _STRINGS} if decode else dict.fromkeys(_STRINGS)
-    if decode and not _is_text(strs["pair_id"].type):  # sources mix int and str ids; ours are always str
+    ptype = strs["pair_id"].type if decode else pa.string()  # sources mix int and str ids; ours are always str
+    ptype = ptype.value_type if pa.types.is_dictionary(ptype) else ptype
+    if not (pa.types.is_string(ptype) or pa.types.is_large_string(ptype)):
         strs["pair_id"] = pc.cast(strs["pair_id"], pa.string())
     return FileResult(step=step, tokens=int(tokens), convention=str(meta.get("convention", "unknown")),
                       bits=bits, lps=lps, row_key=row_key, counts_key=counts_key, counts=(ng, nb), **strs)
@@ -159,12 +161,6 @@ def _chunk_key(data: bytes, pf: pq.ParquetFile, columns: tuple[str, ...]) -> Opt
 
 def _floats(col: pa.ChunkedArray) -> np.ndarray:
     return col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-
-
-def _is_text(t: pa.DataType) -> bool:
-    if pa.types.is_dictionary(t):
-        t = t.value_type
-    return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
 def strings(col: pa.ChunkedArray) -> np.ndarray:

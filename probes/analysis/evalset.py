@@ -58,10 +58,6 @@ TABLE_COLUMNS = [
 ]
 
 
-def _visible(p: Path) -> bool:
-    return not p.name.startswith(".") and ".tmp" not in p.name
-
-
 def parse_model_params(name: str) -> Optional[float]:
     """'pythia-160m' -> 1.6e8, 'pythia-1.4b' -> 1.4e9; None when the name carries no size."""
     m = re.search(r"(\d+(?:\.\d+)?)\s*([kmb])(?![a-z])", name.lower())
@@ -132,16 +128,6 @@ def _refuse_copies(runs: list[RunInfo]) -> None:
                                  f"seed; give each run once")
 
 
-def _unique_names(dirs: list[Path]) -> list[str]:
-    dirs = [d.resolve() for d in dirs]  # "." or "run/.." name the directory they point at
-    # the leaf name; the same in several places (e.g. sweep/0/seed1, sweep/1/seed1): parents added until unique
-    for depth in range(1, 10):
-        names = ["/".join(d.parts[-depth:]) for d in dirs]
-        if len(set(names)) == len(names):
-            return names
-    return [str(d) for d in dirs]
-
-
 def _eval_paths(d: Path) -> tuple[dict[int, Path], dict[str, list[tuple[int, Path]]], dict[str, str]]:
     """A run's step directories, per benchmark its minimal-pair eval files [(step, file)], and the kind of
     each other benchmark (other probe families': their own readers, probes/families.py)."""
@@ -150,7 +136,9 @@ def _eval_paths(d: Path) -> tuple[dict[int, Path], dict[str, list[tuple[int, Pat
     for step, sd in sorted(evals.items()):
         for f in sorted(sd.iterdir()):
             # <name>.tokens.parquet is the per-token sidecar of <name>.parquet (probes/scoring/tokens.py)
-            if f.suffix == ".parquet" and _visible(f) and f.is_file() and not f.name.endswith(".tokens.parquet"):
+            # a leading "." or ".tmp": a file being written
+            if f.suffix == ".parquet" and not f.name.startswith(".") and ".tmp" not in f.name and f.is_file() \
+                    and not f.name.endswith(".tokens.parquet"):
                 paths_by_bench.setdefault(f.stem, []).append((step, f))
     # the newest file's kind per benchmark, even where a reduced cache exists: a file rewritten by another
     # family after the cache was made is not minimal pairs (0.24 ms a schema)
@@ -185,7 +173,8 @@ def _load_run(d: Path, info: RunInfo, cache: bool = True, cached_only: bool = Fa
         have = {step for step, _ in paths}
         lacking = sorted((ckpts | set(evals)) - have)
         if lacking and not bench.endswith(ALL_SUFFIX):  # "<name>_all" is written at the last step only
-            problems.append(f"{d}: benchmark {bench} has no evals for step(s) {_compact(lacking)}")
+            listed = ", ".join(map(str, lacking[:12])) + (f", … ({len(lacking)} in all)" if len(lacking) > 12 else "")
+            problems.append(f"{d}: benchmark {bench} has no evals for step(s) {listed}")
         got = read_benchmark(info.name, d, bench, paths, cache, cached_only)
         if got is None:
             return None
@@ -244,7 +233,15 @@ def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cac
     if len({d.resolve() for d in dirs}) != len(dirs):
         raise EvalInputError("the same run directory is given twice")
     infos = [_read_run_info(d) for d in dirs]
-    for info, name in zip(infos, _unique_names(dirs)):
+    resolved = [d.resolve() for d in dirs]  # "." or "run/.." name the directory they point at
+    # the leaf name; the same in several places (e.g. sweep/0/seed1, sweep/1/seed1): parents added until unique
+    for depth in range(1, 10):
+        names = ["/".join(d.parts[-depth:]) for d in resolved]
+        if len(set(names)) == len(names):
+            break
+    else:
+        names = [str(d) for d in resolved]
+    for info, name in zip(infos, names):
         info.name = name
     _refuse_copies(infos)  # before any file is read
     # A run whose reduced cache is current loads here (~15 ms). The others are read by forked
@@ -293,11 +290,6 @@ def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cac
     table = table.astype({"budget": "Int64", "seed": "Int64"})[TABLE_COLUMNS]
     return EvalSet(runs=runs, table=table, outcomes=all_outcomes, convention=next(iter(conventions)),
                    problems=problems)
-
-
-def _compact(steps: list[int], limit: int = 12) -> str:
-    s = ", ".join(map(str, steps[:limit]))
-    return s + (f", … ({len(steps)} in all)" if len(steps) > limit else "")
 
 
 def log_tokens(tokens: np.ndarray, reference: Optional[np.ndarray] = None) -> np.ndarray:

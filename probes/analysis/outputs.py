@@ -124,16 +124,9 @@ MANIFEST = ".report-files"  # one path per line, relative to the report: what it
 
 
 def check_report_out(out: Path) -> None:
-    """Refuses a report directory with files under its entries that no report wrote: the swap would delete them."""
-    foreign = _foreign_files(Path(out))
-    if foreign:
-        raise UserError(f"{foreign[0]}: not written by a report (not in {out / MANIFEST}), and a report replaces "
-                        f"report.md, figures/, appendix/, tables/ whole ({len(foreign)} such file(s)): move them "
-                        f"out of {out}, or give --out another directory")
-
-
-def _foreign_files(out: Path) -> list[Path]:
-    """Files under `out`'s report entries that the report there did not write (its MANIFEST lacks them)."""
+    """Refuses a report directory with files under its entries that no report wrote (its MANIFEST lacks them):
+    the swap would delete them."""
+    out = Path(out)
     try:
         written = set((out / MANIFEST).read_text().splitlines())
     except OSError:
@@ -145,7 +138,10 @@ def _foreign_files(out: Path) -> list[Path]:
         for f in ([path] if not path.is_dir() else sorted(path.rglob("*"))):
             if (f.is_file() or f.is_symlink()) and str(f.relative_to(out)) not in written:
                 found.append(f)
-    return found
+    if found:
+        raise UserError(f"{found[0]}: not written by a report (not in {out / MANIFEST}), and a report replaces "
+                        f"report.md, figures/, appendix/, tables/ whole ({len(found)} such file(s)): move them "
+                        f"out of {out}, or give --out another directory")
 
 
 def fork_pool(workers: int):
@@ -187,7 +183,9 @@ class FigureJobs(contextlib.AbstractContextManager):
         self._forked = False
 
     def submit(self, title: str | None, fn, *args) -> Path | None:
-        path = _png_argument(args)
+        # the one argument that is a path ending in .png (None: not known; drawn, not cached)
+        pngs = [Path(a) for a in args if isinstance(a, (str, Path)) and str(a).endswith(".png")]
+        path = pngs[0] if len(pngs) == 1 else None
         key = self.cache.key(fn, args) if self.cache is not None and path is not None else None
         if key is not None and self.cache.fetch(key, path):
             self._jobs.append((title, path))
@@ -244,9 +242,3 @@ def _load_matplotlib() -> None:
     FigureCanvasAgg(fig)
     fig.subplots().set_title("0.5 1M")
     fig.savefig(io.BytesIO(), format="png", dpi=20)
-
-
-def _png_argument(args: tuple) -> Path | None:
-    """A figure job's one argument that is a path ending in .png (None: not known; drawn, not cached)."""
-    pngs = [Path(a) for a in args if isinstance(a, (str, Path)) and str(a).endswith(".png")]
-    return pngs[0] if len(pngs) == 1 else None

@@ -116,19 +116,14 @@ def report_config(ev: EvalSet, cfg: Optional[ReportConfig] = None, alpha: Option
                                scaling=dataclasses.replace(cfg.scaling, metric=cfg.metric))
 
 
+# one BLAS thread: the figure workers hold the other cores, and idle BLAS threads spin (the AoA fits
+# took 3.1 CPU-s with two threads for 2.5 with one, in the same wall time and to the same bits)
+@threadpool_limits.wrap(limits=1, user_api="blas")
 def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[int] = None,
                  figure_cache: bool = True, previous: Optional[Path] = None) -> dict:
     """Write report.md, figures/, appendix/ and tables/ under `out`, the figures drawn by `workers` processes
     (default: up to 2) meanwhile. What the report in `previous` (default `out`) computed from unchanged inputs is
     reused, the same bits: its sigmoid fits (CACHE_DIR) and, with `figure_cache`, its figures."""
-    # one BLAS thread: the figure workers hold the other cores, and idle BLAS threads spin (the AoA fits
-    # took 3.1 CPU-s with two threads for 2.5 with one, in the same wall time and to the same bits)
-    with threadpool_limits(1, user_api="blas"):
-        return _build_report(ev, out, cfg, workers, figure_cache, previous)
-
-
-def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[int], figure_cache: bool,
-                  previous: Optional[Path]) -> dict:
     from probes.analysis.figcache import FigureCache
     from probes.analysis.reportmd import markdown, summary_table
 
