@@ -21,7 +21,7 @@ from probes.analysis.aggregate import seed_summary
 from probes.analysis.bands import MIN_SEEDS_T, band_caption, band_kind, seed_pair_half
 from probes.analysis.evalset import EvalInputError, EvalSet, log_tokens, parse_model_params
 from probes.analysis.outputs import save_figure, write_csv
-from probes.analysis.plotting import accuracy_label, new_figure, plot_line, safe_name, token_axis
+from probes.analysis.plotting import accuracy_over_deltas, plot_line, safe_name
 from probes.analysis.scaling import budget_label
 from probes.evals.files import ALL_SUFFIX, REGIONS as GENERIC
 
@@ -241,17 +241,13 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
     def band(col):
         return c[f"{col}_lo"].to_numpy(), c[f"{col}_hi"].to_numpy()
 
-    fig, axes = new_figure(7.5, 6.2, 2, 1, layout=None, sharex=True)
-    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.09, top=0.9, hspace=0.08)
-    top, bottom = axes[0, 0], axes[1, 0]
+    fig, (top, bottom) = accuracy_over_deltas(tok, tok, metric, QUANTITIES[quantity].replace(" (good", "\n(good"),
+                                              6.2, 0.12, 0.9)
     plot_line(top, tok, c[f"{metric}_mean"].to_numpy(), tok, "accuracy", "0.35", band=band(metric))
     seeds = list(runs.groupby("run", sort=True)) if runs is not None and runs["run"].nunique() > 1 else []
     for _, r in seeds:  # each seed as a thin line beside the mean (the band is not over seeds below 3)
         r = r.sort_values("step")
         top.plot(10 ** log_tokens(r.tokens.to_numpy(), tok), r[metric].to_numpy(), color="0.35", lw=0.6, alpha=0.5)
-    token_axis(top, tok, ylabel=accuracy_label(metric))
-    top.set_ylim(-0.02, 1.02)
-    top.set_xlabel("")
     for i, (r, slots) in enumerate(spec.regions.items()):  # a template has up to 14 slots
         color = REGION_COLORS[i % len(REGION_COLORS)]
         y = c[f"{quantity}_{r}_mean"].to_numpy(dtype=float)
@@ -262,8 +258,6 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
                 rr = rr.sort_values("step")
                 bottom.plot(10 ** log_tokens(rr.tokens.to_numpy(), tok), rr[f"{quantity}_{r}"].to_numpy(), color=color,
                             lw=0.6, alpha=0.5)
-    token_axis(bottom, tok, ylabel=QUANTITIES[quantity].replace(" (good", "\n(good"), chance=False)
-    bottom.axhline(0, color="0.4", lw=1, ls="--", zorder=0)
     bottom.legend(fontsize=8, loc="best", title="region", title_fontsize=8)
     bands = f"{n_seeds} seed{'s' if n_seeds > 1 else ''}; " + band_caption(c)
     n = int(c["n_region_pairs_mean"].min()), int(c["n_pairs_mean"].max())
@@ -285,13 +279,6 @@ def pick_paradigms(ev: EvalSet, name: str) -> list[tuple[str, str]]:
     near = sorted(p for p in have.paradigm.unique() if name.lower() in p.lower())[:5]
     raise EvalInputError(f"--case-study {name}: no run has paradigm {name!r}"
                          + (f" (similar: {near})" if near else "") + "; 'none' turns the case study off")
-
-
-def _largest_first(s: pd.DataFrame) -> list[tuple]:
-    keys = s[["model", "budget"]].drop_duplicates()
-    order = sorted(keys.itertuples(index=False), key=lambda k: (-(parse_model_params(k.model) or 0),
-                                                                  -(0 if pd.isna(k.budget) else k.budget)))
-    return [(k.model, k.budget) for k in order]
 
 
 def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metric: str = "acc_mlp"
@@ -334,7 +321,9 @@ def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metri
               + f". Both quantities (mean_<region>, sum_<region>) are in `tables/{stem}.csv` "
               f"(per run: `tables/{stem}_runs.csv`).", ""]
         drawn = 0
-        for model, budget in _largest_first(s):
+        keys = s[["model", "budget"]].drop_duplicates().itertuples(index=False)
+        for model, budget in sorted(keys, key=lambda k: (-(parse_model_params(k.model) or 0),
+                                                         -(0 if pd.isna(k.budget) else k.budget))):
             sel = s[(s.model == model) & (s.budget.isna() if pd.isna(budget) else s.budget == budget)]
             if sel.step.nunique() < 2 or drawn >= cfg.max_plots:
                 continue  # never a one-point figure

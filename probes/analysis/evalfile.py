@@ -211,22 +211,6 @@ class Reference:
         return self._key.get_indexer(pd.MultiIndex.from_arrays([strings(f.paradigm), strings(f.pair_id)]))
 
 
-def reference_of(first: FileResult) -> Reference:
-    par, ids = strings(first.paradigm), strings(first.pair_id)
-    codes, paradigms = pd.factorize(par, sort=True)
-    starts = np.unique(codes, return_index=True)[1]
-    phen = dict(zip(par[starts], strings(first.phenomenon)[starts]))
-    return Reference(par, ids, codes, [str(p) for p in paradigms], phen, first.step,
-                      arrow=(first.paradigm, first.pair_id), row_key=first.row_key)
-
-
-def reference_from(out: PairOutcomes, phen: dict[str, str], row_key: Optional[str] = None) -> Reference:
-    names = np.asarray(out.paradigms, dtype=object)
-    return Reference(names[out.row_paradigm], np.asarray(out.pair_ids, dtype=object),
-                      out.row_paradigm.astype(np.int64), list(out.paradigms), phen, int(out.steps[0]),
-                      row_key=row_key)
-
-
 def _blocks(codes: np.ndarray, k: int) -> int:
     """g where the rows are k blocks of g rows, paradigm after paradigm in code order (how files are
     written: every pair of one paradigm, then the next), else 0."""
@@ -316,7 +300,13 @@ def assemble(run: str, run_path: str, benchmark: str, files: Iterable[FileResult
     for f in files:
         if steps and f.step <= steps[-1]:
             raise ValueError(f"assemble: files out of step order (step {f.step} after step {steps[-1]})")
-        ref = ref or reference_of(f)
+        if ref is None:  # the first file's pair order
+            par = strings(f.paradigm)
+            codes, paradigms = pd.factorize(par, sort=True)
+            starts = np.unique(codes, return_index=True)[1]
+            ref = Reference(par, strings(f.pair_id), codes, [str(p) for p in paradigms],
+                            dict(zip(par[starts], strings(f.phenomenon)[starts])), f.step,
+                            arrow=(f.paradigm, f.pair_id), row_key=f.row_key)
         rows.append(_file_rows(ref, f, run_path, benchmark, problems))
         steps.append(f.step)
         tokens.append(f.tokens)

@@ -86,7 +86,19 @@ def _read_run_info(run_dir: Path) -> RunInfo:
     seed = cfg.get("seed")
     info.seed = int(seed) if isinstance(seed, int) else None
     info.experiment = str(cfg.get("experiment", "") or "")
-    info.model_params = _param_count(run_dir) or parse_model_params(info.model)
+    # param_count of the newest checkpoint's manifest.json (checkpoints.md), else the size the name says
+    manifests = sorted((run_dir / "checkpoints").glob("step*/manifest.json"),
+                       key=lambda p: int(p.parent.name[4:]) if p.parent.name[4:].isdigit() else -1)
+    for path in reversed(manifests):
+        try:
+            n = json.loads(path.read_text()).get("param_count")
+        except (OSError, ValueError):
+            continue
+        if isinstance(n, int) and n > 0:
+            info.model_params = n
+            break
+    else:
+        info.model_params = parse_model_params(info.model)
     tok = cfg.get("tokenizer")
     if isinstance(tok, dict):
         from train.tokenizer import tokenizer_label
@@ -98,20 +110,6 @@ def _read_run_info(run_dir: Path) -> RunInfo:
     if "seed" in cfg and isinstance(model, dict):  # a config that says what was trained
         info.identity = config_hash(cfg)  # its trajectory keys (model, data, optim, seed, ...)
     return info
-
-
-def _param_count(run_dir: Path) -> Optional[int]:
-    """param_count of the newest checkpoint's manifest.json (checkpoints.md), None without one."""
-    manifests = sorted((run_dir / "checkpoints").glob("step*/manifest.json"),
-                       key=lambda p: int(p.parent.name[4:]) if p.parent.name[4:].isdigit() else -1)
-    for path in reversed(manifests):
-        try:
-            n = json.loads(path.read_text()).get("param_count")
-        except (OSError, ValueError):
-            continue
-        if isinstance(n, int) and n > 0:
-            return n
-    return None
 
 
 def _refuse_copies(runs: list[RunInfo]) -> None:
@@ -166,7 +164,13 @@ def _load_run(d: Path, info: RunInfo, cache: bool = True, cached_only: bool = Fa
         known = {f.kind for f in families()}
         problems += [f"{d}: benchmark {b}'s eval files say kind {k!r}, which no registered probe family reads "
                      "(probes/families.py); not analysed" for b, k in sorted(others.items()) if k not in known]
-    problems += _hub_warnings(d)  # a public suite's checkpoints that are not what their names say
+    # a public suite's checkpoints that are not what their names say: the warnings `score-run --hub`
+    # (probes/scoring/hub.py) recorded; read here, not imported: scoring sits below analysis
+    if (d / "hub.json").is_file():
+        try:
+            problems += [str(w) for w in json.loads((d / "hub.json").read_text()).get("warnings", [])]
+        except (OSError, ValueError, AttributeError) as e:
+            problems.append(f"{d / 'hub.json'}: unreadable ({e})")
     ckpts = set(step_dirs(d / "checkpoints"))
     outs, frames = {}, []
     for bench, paths in sorted(paths_by_bench.items()):
@@ -187,18 +191,6 @@ def _load_run(d: Path, info: RunInfo, cache: bool = True, cached_only: bool = Fa
         df["run"], df["model"], df["budget"], df["seed"] = info.name, info.model, info.budget, info.seed
         frames.append(df)
     return info, outs, frames, conventions, problems
-
-
-def _hub_warnings(run_dir: Path) -> list[str]:
-    """The checkpoint-sanity warnings `score-run --hub` (probes/scoring/hub.py) recorded in <run>/hub.json;
-    read here, not imported from there: scoring sits below analysis and imports its cache refresh."""
-    path = run_dir / "hub.json"
-    if not path.is_file():
-        return []
-    try:
-        return [str(w) for w in json.loads(path.read_text()).get("warnings", [])]
-    except (OSError, ValueError, AttributeError) as e:
-        return [f"{path}: unreadable ({e})"]
 
 
 def refresh_cache(run_dir: str | Path, benchmark: str) -> bool:

@@ -62,15 +62,6 @@ def pair_correct(df) -> tuple[np.ndarray, list[tuple[str, str, float, float]]]:
     return np.concatenate(blocks, axis=1), point_names(has_u)
 
 
-def _final_file(run_path: Path) -> list[Path]:
-    """The last checkpoint's eval files of a run, the all-pairs file in place of its sample."""
-    steps = step_dirs(run_path / "evals")
-    if not steps:
-        return []
-    files = {f.stem: f for f in sorted(steps[max(steps)].glob("*.parquet")) if not f.name.startswith(".")}
-    return [f for stem, f in files.items() if f"{stem}{ALL_SUFFIX}" not in files]
-
-
 def _read_final(path: Path) -> Optional[tuple[dict, dict[str, np.ndarray], list[str], np.ndarray, np.ndarray]]:
     """(metadata, numeric columns, sorted paradigm names, each row's index into them, each name's phenomenon) of
     a minimal-pair eval file, else None. A name is sorted once, not once a row (pd.factorize: a tenth of the sweep)."""
@@ -113,7 +104,11 @@ def sweep_paradigms(runs) -> pd.DataFrame:
     """One row per run x benchmark x paradigm x point: accuracy at the run's last checkpoint."""
     frames = []
     for r in runs:
-        for f in _final_file(Path(r.path)):
+        # the last checkpoint's eval files of a run, the all-pairs file in place of its sample
+        steps = step_dirs(Path(r.path) / "evals")
+        files = {f.stem: f for f in sorted(steps[max(steps)].glob("*.parquet")) if not f.name.startswith(".")} \
+            if steps else {}
+        for f in (f for stem, f in files.items() if f"{stem}{ALL_SUFFIX}" not in files):
             got = _read_final(f)
             if got is None:
                 continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import io
 import multiprocessing as mp
 import os
 import shutil
@@ -208,7 +209,15 @@ class FigureJobs(contextlib.AbstractContextManager):
     def _submit(self, fn, *args):
         """pool.submit; the first call forks the workers (all of them, under fork), prepared for that."""
         if not self._forked:
-            _load_matplotlib()  # here, before the pool forks its workers: not once in each
+            # matplotlib's Agg backend and the default font (a tiny text drawn, ~0.3 s) loaded here, before the
+            # pool forks its workers: each inherits them instead of paying for them
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+            from matplotlib.figure import Figure
+
+            fig = Figure(figsize=(1.0, 1.0))
+            FigureCanvasAgg(fig)
+            fig.subplots().set_title("0.5 1M")
+            fig.savefig(io.BytesIO(), format="png", dpi=20)
             self._forked = True
         return self._pool.submit(fn, *args)
 
@@ -229,16 +238,3 @@ class FigureJobs(contextlib.AbstractContextManager):
     def __exit__(self, *exc) -> None:
         self.close()
 
-
-def _load_matplotlib() -> None:
-    """Import matplotlib's Agg backend and load the default font by drawing a tiny text (~0.3 s): done in
-    the parent before the fork, each worker inherits it instead of paying it."""
-    import io
-
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(1.0, 1.0))
-    FigureCanvasAgg(fig)
-    fig.subplots().set_title("0.5 1M")
-    fig.savefig(io.BytesIO(), format="png", dpi=20)

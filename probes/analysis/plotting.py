@@ -123,6 +123,21 @@ def token_axis(ax, all_tokens: np.ndarray, ylabel: str = accuracy_label(), chanc
     ax.grid(True, which="major", alpha=0.3)
 
 
+def accuracy_over_deltas(tok: np.ndarray, delta_tok: np.ndarray, metric: str, delta_label: str, height: float,
+                         left: float, top: float):
+    """(fig, (top axes, bottom axes)): accuracy over the regions' Δ on one log-token axis, the regions' and the case
+    study's figure; `delta_tok`: the bottom axis' tokens (where step 0 is said)."""
+    fig, axes = new_figure(7.5, height, 2, 1, layout=None, sharex=True)
+    fig.subplots_adjust(left=left, right=0.97, bottom=0.09, top=top, hspace=0.08)
+    upper, lower = axes[0, 0], axes[1, 0]
+    token_axis(upper, tok, ylabel=accuracy_label(metric))
+    upper.set_ylim(-0.02, 1.02)
+    upper.set_xlabel("")
+    token_axis(lower, delta_tok, ylabel=delta_label, chance=False)
+    lower.axhline(0, color="0.4", lw=1, ls="--", zorder=0)
+    return fig, (upper, lower)
+
+
 def add_line(ax, x: np.ndarray, y: np.ndarray, **style):
     """ax.plot(x, y, **style) for float arrays and a style given in full: the Line2D made and added
     directly, without plot()'s argument parsing and property cycling (a fifth of drawing a figure of
