@@ -115,6 +115,8 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
 
 
 def _score_run(command: str, args) -> int:
+    from dataclasses import fields
+
     from probes.scoring.watch import ScoreOptions, score_run, watch
     from train.files import CorruptCheckpointError
     from train.lock import EVAL_LOCK, RunDirLocked, RunLock
@@ -124,7 +126,27 @@ def _score_run(command: str, args) -> int:
     if command == "watch" and args.poll <= 0:
         raise CliError(f"--poll must be > 0 seconds, got {args.poll}")
     hub = command == "score-run" and _hub_args(args)
-    probes = _family_probes(args, hub)  # before any model is read: an extra not installed, a task unknown
+    # what the families whose flags were given score the run with (Family.options, .probe), before any model is
+    # read: an extra not installed, a task unknown
+    probes = []
+    for fam in families():
+        given = {name: v for _, name, _ in fam.options if (v := getattr(args, f"{fam.key}.{name}")) is not None}
+        if not given:
+            continue
+        if "batch_size" in {f.name for f in fields(fam.config)}:
+            given["batch_size"] = args.batch_size
+        try:
+            section = fam.config(**given)
+            if not section.enabled:  # e.g. a task folder without a task
+                continue
+            if hub:
+                raise CliError(f"{fam.options[0][0]} scores the checkpoints of a run directory, not hub checkpoints")
+            probes.append(fam.load("probe")(section, args.run_dir))
+        except ValueError as e:  # the section's messages name its config keys; here they are flags
+            message = str(e)
+            for flag, name, _ in fam.options:
+                message = message.replace(f"probes.{fam.key}.{name}", flag)
+            raise CliError(message) from None
     if not args.benchmark and not probes:
         flags = " or ".join(fam.options[0][0] for fam in families() if fam.options)
         raise CliError(f"nothing to score: give --benchmark and/or {flags}")
@@ -148,7 +170,27 @@ def _score_run(command: str, args) -> int:
     opts = ScoreOptions(batch_size=args.batch_size, device=args.device, bf16=args.bf16,
                         trust_remote_code=args.trust_remote_code, per_token=args.per_token)
     if hub:
-        return _score_hub(args, benchmarks, opts)
+        from probes.evals.files import EvalInputError
+        from probes.scoring.hub import (PYTHIA_TOKENS_PER_STEP, HubOptions, RevisionError, check_out, parse_revisions,
+                                        score_hub)
+        from train.weights import WeightsMismatchError
+
+        try:
+            revisions = parse_revisions(args.revisions)
+            hub = HubOptions(args.hub, revisions, args.tokens_per_step or PYTHIA_TOKENS_PER_STEP, args.delete_after)
+            check_out(args.out)  # before the lock file goes in
+            args.out.mkdir(parents=True, exist_ok=True)
+            with RunLock(args.out, name=EVAL_LOCK, why="another score-run is scoring this directory"):
+                written, warnings, errors = score_hub(args.out, hub, benchmarks, opts)
+        except (OSError, ValueError, RunDirLocked, EvalInputError, WeightsMismatchError, RevisionError) as e:
+            raise CliError(str(e)) from None
+        for w in warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        print(f"{args.out}: {len(written)} eval files written ({len(revisions) - len(errors)} of {len(revisions)} "
+              f"revisions scored or already done)")
+        for e in errors:
+            print(f"error: {e}", file=sys.stderr)
+        return 2 if errors else 0
     try:
         with RunLock(args.run_dir, name=EVAL_LOCK,
                      why="another score-run or watch is scoring this run; wait for it to finish"):
@@ -164,32 +206,6 @@ def _score_run(command: str, args) -> int:
                               probes=probes, replace_samples=args.replace) else 3
     except (OSError, ValueError, RunDirLocked, CorruptCheckpointError) as e:  # messages name the checkpoint or file
         raise CliError(str(e)) from None
-
-
-def _family_probes(args, hub: bool) -> list:
-    """What the families whose score-run/watch flags were given score the run with (Family.options, .probe)."""
-    from dataclasses import fields
-
-    out = []
-    for fam in families():
-        given = {name: v for _, name, _ in fam.options if (v := getattr(args, f"{fam.key}.{name}")) is not None}
-        if not given:
-            continue
-        if "batch_size" in {f.name for f in fields(fam.config)}:
-            given["batch_size"] = args.batch_size
-        try:
-            section = fam.config(**given)
-            if not section.enabled:  # e.g. a task folder without a task
-                continue
-            if hub:
-                raise CliError(f"{fam.options[0][0]} scores the checkpoints of a run directory, not hub checkpoints")
-            out.append(fam.load("probe")(section, args.run_dir))
-        except ValueError as e:  # the section's messages name its config keys; here they are flags
-            message = str(e)
-            for flag, name, _ in fam.options:
-                message = message.replace(f"probes.{fam.key}.{name}", flag)
-            raise CliError(message) from None
-    return out
 
 
 def _hub_args(args) -> bool:
@@ -212,30 +228,6 @@ def _hub_args(args) -> bool:
         raise CliError("--trust-remote-code is refused with --hub: a downloaded suite's Python never runs here "
                        "(Pythia's revisions need none); download it and score the directory with probes score")
     return True
-
-
-def _score_hub(args, benchmarks: dict, opts) -> int:
-    from probes.evals.files import EvalInputError
-    from probes.scoring.hub import PYTHIA_TOKENS_PER_STEP, HubOptions, RevisionError, check_out, parse_revisions, score_hub
-    from train.lock import EVAL_LOCK, RunDirLocked, RunLock
-    from train.weights import WeightsMismatchError
-
-    try:
-        revisions = parse_revisions(args.revisions)
-        hub = HubOptions(args.hub, revisions, args.tokens_per_step or PYTHIA_TOKENS_PER_STEP, args.delete_after)
-        check_out(args.out)  # before the lock file goes in
-        args.out.mkdir(parents=True, exist_ok=True)
-        with RunLock(args.out, name=EVAL_LOCK, why="another score-run is scoring this directory"):
-            written, warnings, errors = score_hub(args.out, hub, benchmarks, opts)
-    except (OSError, ValueError, RunDirLocked, EvalInputError, WeightsMismatchError, RevisionError) as e:
-        raise CliError(str(e)) from None
-    for w in warnings:
-        print(f"warning: {w}", file=sys.stderr)
-    print(f"{args.out}: {len(written)} eval files written ({len(revisions) - len(errors)} of {len(revisions)} "
-          f"revisions scored or already done)")
-    for e in errors:
-        print(f"error: {e}", file=sys.stderr)
-    return 2 if errors else 0
 
 
 def _run_benchmark_config(run_dir: Path, spec: str):

@@ -106,13 +106,9 @@ def pair_decisions(path: Path, metric: str) -> tuple[pd.DataFrame, str, int]:
 
 def paired_stats(a: np.ndarray, b: np.ndarray, n_boot: int = 2000,
                  rng: Optional[np.random.Generator] = None, level: float = 0.95) -> dict:
-    """Paired statistics of two 0/1 outcome matrices (seeds, items), the same item in each column.
-
-    Returns n (items), b, c, acc_a, acc_b, p_sign, ci_lo, ci_hi (module docstring). Each item's seeds are
-    reduced to its share right first. The bootstrap resamples items (columns); an item's difference of
-    shares takes one of at most 2S + 1 values, so a resample is a multinomial draw over those values:
-    exact, and O(S) memory per draw whatever n.
-    """
+    """n, b, c, acc_a, acc_b, p_sign, ci_lo, ci_hi of two 0/1 outcome matrices (seeds, items). An item's
+    difference of seed shares takes one of at most 2S + 1 values, so a bootstrap resample of items is one
+    multinomial draw over them: exact, O(S) memory whatever n."""
     a = np.atleast_2d(np.asarray(a, dtype=bool))
     bb = np.atleast_2d(np.asarray(b, dtype=bool))
     if a.shape != bb.shape:

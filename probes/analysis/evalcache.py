@@ -1,9 +1,7 @@
-"""The reduced-read cache: a run's eval files reduced once (~2 % of their size; a grid's files take ~15 s to
-read), kept in <run>/evals/.reduced-<benchmark>.npz with the step, size, mtime and sha256 of every eval file it
-came from and the sha256 of its own arrays. All unchanged: used as is. Only checkpoints after its first one are
-new (a run still training): those files alone are read and added. Anything else means a fresh read. Plain numpy
-arrays (no pickle), written atomically; a read-only run directory just goes uncached.
-"""
+"""The reduced-read cache <run>/evals/.reduced-<benchmark>.npz (docs/probing.md): plain numpy arrays, keyed by the
+step, size, mtime and sha256 of every eval file it came from and checked by the sha256 of its own arrays. Files
+only after its first checkpoint are new (a run still training): those alone are read and added; anything else
+means a fresh read. A read-only run directory just goes uncached."""
 from __future__ import annotations
 
 import contextlib

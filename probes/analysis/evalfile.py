@@ -128,12 +128,9 @@ def read_eval_file(path: Path, step: int, run_dir: Path, seen: Optional[Seen] = 
 
 
 def _chunk_key(data: bytes, pf: pq.ParquetFile, columns: tuple[str, ...]) -> Optional[str]:
-    """A sha256 of the stored bytes of `columns`' chunks, with what decodes them (type, codec, encodings,
-    row count): two files with one key hold the same values there, in the same order. A run's
-    checkpoints are written alike, so its files share one key for their pairs (paradigm, pair_id: only
-    the first file's strings are decoded, which was an eighth of a grid's read) and for their token
-    counts. A file written otherwise -- another writer, other encodings, pairs in another order -- has
-    another key and is decoded and compared by value. None where the chunks cannot be located exactly."""
+    """A sha256 of the stored bytes of `columns`' chunks and what decodes them (type, codec, encodings, row count):
+    two files with one key hold the same values there, in order (docs/speed.md, "Reading"). None where the chunks
+    cannot be located exactly."""
     md, schema = pf.metadata, pf.schema_arrow
     leaf = {c: schema.get_field_index(c) for c in columns}  # the leaf's index too in a flat schema: checked
     if any(i < 0 or i >= md.num_columns or md.schema.column(i).path != c for c, i in leaf.items()):
@@ -219,11 +216,9 @@ def _blocks(codes: np.ndarray, k: int) -> int:
 
 
 def paradigm_delta_sums(codes: np.ndarray, k: int, lps: list[tuple[np.ndarray, np.ndarray]], g: int = 0) -> np.ndarray:
-    """(len(lps), k): per (good, bad) column pair, the sum of good - bad over the rows of each paradigm code,
-    added one row after another from 0.0 as np.bincount adds its weights (the same bits). With
-    g = _blocks(codes, k) the differences are laid out as one C-contiguous (g, len(lps), k) array and
-    summed over its first axis: numpy adds an outer axis row by row, never pairwise (that is only along
-    the inner axis), at ~4x bincount's speed (tests/test_curves.py holds both paths to the same bits)."""
+    """(len(lps), k): per (good, bad) column pair, the sum of good - bad over each paradigm code's rows, in
+    np.bincount's order (the same bits); with g = _blocks(codes, k) summed over the outer axis of a (g, len(lps), k)
+    array, row by row at ~4x its speed (docs/speed.md; tests/test_curves.py holds both paths to the same bits)."""
     if g:
         stacked = np.empty((g, len(lps), k))
         diff = np.empty(k * g)
@@ -289,13 +284,9 @@ def _file_rows(ref: Reference, f: FileResult, path: str, benchmark: str, problem
 
 def assemble(run: str, run_path: str, benchmark: str, files: Iterable[FileResult], problems: list[str],
               ref: Optional[Reference] = None, cached: Optional[tuple[PairOutcomes, pd.DataFrame]] = None):
-    """Align pairs across checkpoints; return PairOutcomes and the per-paradigm table rows.
-
-    `files` in step order, taken one at a time (a reader's generator: a file's columns are dropped once
-    its rows are made, and the next file's land in the same memory, still in cache). The pair order is
-    the first file's unless `ref` is given. With `cached` (the outcomes and rows of earlier checkpoints,
-    `ref` their pair order), only `files` are new: their rows are added and everything is put back in
-    step order."""
+    """PairOutcomes and per-paradigm rows of `files` (in step order, one at a time: each file's columns land in the
+    memory the last one's left, still in cache), aligned to the first file's pair order or `ref`; `cached`:
+    the outcomes and rows of earlier checkpoints (`ref` their pair order) that `files` are added to."""
     rows, steps, tokens = [], [], []
     for f in files:
         if steps and f.step <= steps[-1]:

@@ -1,10 +1,6 @@
-"""Read the per-pair eval files of one or many run directories (layout: checkpoints.md) into one analysable object.
-
-Per-pair rows are reduced at read time to one byte per pair and checkpoint plus per-paradigm accuracies and mean
-region deltas, so a whole scaling grid (60 runs x 47 checkpoints x 35k pairs) stays in a few hundred MB and
-bootstrap intervals can still be drawn from the pairs later (one file: probes.analysis.evalfile; the reduced copy
-kept in each run: probes.analysis.evalcache). Temporary names (a leading "." or ".tmp") are files being written.
-"""
+"""The per-pair eval files of run directories (checkpoints.md) as one EvalSet: reduced at read time to one byte per
+pair and checkpoint plus per-paradigm rows (probes.analysis.evalfile, evalcache), so a 60-run grid stays in a few
+hundred MB and its pairs can still be resampled."""
 from __future__ import annotations
 
 import contextlib
@@ -146,10 +142,8 @@ def _eval_paths(d: Path) -> tuple[dict[int, Path], dict[str, list[tuple[int, Pat
 
 
 def _load_run(d: Path, info: RunInfo, cache: bool = True, cached_only: bool = False):
-    """(run info, outcomes, per-paradigm frames, conventions, problems) of one run directory, its info
-    named as it is to be in the tables; cached_only: None unless every benchmark reads from its current
-    reduced cache. Each frame is in (paradigm, step) order: load_runs only puts the runs' frames one after
-    another (a sort of a whole grid's table cost 0.25 s of one core while the other waited)."""
+    """(run info, outcomes, per-paradigm frames in (paradigm, step) order, conventions, problems) of one run;
+    cached_only: None unless every benchmark reads from its current reduced cache."""
     if cached_only and not any((d / "evals").glob(".reduced-*.npz")):
         return None  # nothing cached: not worth listing the eval files here
     problems: list[str] = []
@@ -236,11 +230,9 @@ def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cac
     for info, name in zip(infos, names):
         info.name = name
     _refuse_copies(infos)  # before any file is read
-    # A run whose reduced cache is current loads here (~15 ms). The others are read by forked
-    # processes, a run per task, and only the reduced arrays come back: a file's read is ~1 ms of
-    # parquet decoding and ~1.3 ms of Python and numpy, much of it under the GIL, and threads ran a
-    # 60-run grid's first read no faster than one thread (12.4 s wall for 11.2 CPU-s, 2 cores). Cached
-    # runs stay here because pickling their arrays back costs more than loading them (1.6 vs 0.8 s a grid).
+    # A run whose reduced cache is current loads here (~15 ms: pickling its arrays back from a worker costs more).
+    # The others are read by forked processes, a run each: much of a read holds the GIL, and threads ran a
+    # 60-run grid's first read no faster than one thread.
     loaded = [_load_run(d, info, cache, cached_only=True) if cache else None for d, info in zip(dirs, infos)]
     stale = [i for i, got in enumerate(loaded) if got is None]
     pool = fork_pool(min(workers, len(stale))) if len(stale) > 1 else None

@@ -171,10 +171,8 @@ def _worker_start(parent: int) -> None:
 
 
 class FigureJobs(contextlib.AbstractContextManager):
-    """Draw figures in forked workers while the caller goes on computing (drawing is Python under the GIL:
-    threads do not help). submit(title, fn, *args) queues fn(*args) -> its .png argument, or copies it from the
-    `cache` (figcache.FigureCache); results() -> [(title, path)] in order, title None left out; compute(fn, *args)
-    runs a computation there too (the report's sigmoid fits). Arguments travel by pickle: pass only the rows a
+    """Figures drawn in forked workers while the caller computes (drawing is Python under the GIL: threads do not
+    help), or copied from the `cache` (figcache.FigureCache); arguments travel by pickle, so pass only the rows a
     figure needs. workers=1, or no fork: drawn in the caller at submit time."""
 
     def __init__(self, workers: int | None = None, cache=None):

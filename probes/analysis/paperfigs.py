@@ -1,10 +1,6 @@
-"""The report's curve figures, laid out as the ZhoBLiMP paper draws them: the overall curve (a panel per
-budget, a line per model size), every phenomenon in one figure (its Figure 5), one phenomenon per figure,
-and the accepted U-shapes (a panel per U, numbered as the report's U table). Each line is the seed mean with
-the band of probes.analysis.bands, each seed a thin line beside it.
-
-A grid report draws dozens: margins are fixed in inches (constrained layout draws twice), a model's seeds are one
-line broken between runs, and titles get y=1.0 (then matplotlib does not measure the tick labels to place them).
+"""The report's curve figures, laid out as the ZhoBLiMP paper draws them (overall, Figure 5, per phenomenon, the
+U gallery): seed means with the band of probes.analysis.bands, each seed a thin line. A grid report draws dozens:
+margins fixed in inches (constrained layout draws twice), titles at y=1.0 (not placed by measuring tick labels).
 """
 from __future__ import annotations
 

@@ -2,10 +2,9 @@
 (docs/report.md). "overall" is the mean over paradigms, as the paper's (its Zh-Pythia-14M column averages to
 66.4 over phenomena but reads 69.9 overall).
 
-Human agreement with ZhoBLiMP's gold labels (the authors' data/human_validation_result.csv): a phenomenon's human
-accuracy is the pooled sum(correct) / sum(total) over the released paradigms the benchmark files assign to it (the
-CSV's phenomenon column is blank for 13 rows). That gives 93.9 % overall, the paper 94.6 %; no reading we tried
-reproduces the paper's numbers, so the report shows both, each labelled (docs/scoring.md)."""
+Humans (ZhoBLiMP's data/human_validation_result.csv): a phenomenon's accuracy is sum(correct) / sum(total) pooled
+over the paradigms the benchmark files assign to it (the CSV's phenomenon column is blank for 13 rows): 93.9 %
+overall; no reading we tried gives the paper's 94.6 %, so the report shows both, each labelled."""
 from __future__ import annotations
 
 from pathlib import Path
