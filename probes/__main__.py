@@ -37,24 +37,34 @@ class CliError(Exception):
     """A user error: printed as one line, exit status 2."""
 
 
-def build_score_parser() -> argparse.ArgumentParser:
+def build_run_parser(command: str) -> argparse.ArgumentParser:
+    """Parser of ``score``, ``score-run`` and ``watch``: each one's own flags around the scoring flags they share."""
+    what = {"score-run": "Score every whole checkpoint of a run",
+            "watch": "Follow a training run and score its checkpoints as they become whole, until the run has finished"}
     p = argparse.ArgumentParser(
-        prog="python -m probes score",
+        prog=f"python -m probes {command}",
         description="Score a causal LM on a minimal-pair benchmark (convention start_token_all_tokens_v2: "
                     "the start token the model was trained with (the model directory's start_token.json) "
-                    "+ all sentence tokens; MLP and sum-LP accuracy, ties wrong).")
-    p.add_argument("--model", required=True, type=Path, metavar="DIR",
-                   help="HF model directory (config.json + weights + tokenizer files)")
-    p.add_argument("--benchmark", required=True, metavar="NAME_OR_PATH",
-                   help="a benchmark name known to probes.benchmarks.registry, or a benchmark file/folder (a path "
-                        "is that file, also when named like a built-in, e.g. grammar.jsonl; a name that is also a path "
-                        "here is refused: write ./NAME for the path)")
-    p.add_argument("--out", required=True, type=Path, metavar="FILE.parquet")
-    return _scoring_flags(p)
-
-
-def _scoring_flags(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The flags score, score-run and watch share."""
+                    "+ all sentence tokens; MLP and sum-LP accuracy, ties wrong)." if command == "score" else
+                    f"{what[command]} into RUN_DIR/evals/step<N>/<benchmark>.parquet. A file that holds "
+                    f"the same pairs scored on the same checkpoint (its manifest hash) is never redone "
+                    f"(so a killed job can be restarted); only checkpoints/step<N> directories with "
+                    f"every file are read.")
+    if command == "score":
+        p.add_argument("--model", required=True, type=Path, metavar="DIR",
+                       help="HF model directory (config.json + weights + tokenizer files)")
+        p.add_argument("--benchmark", required=True, metavar="NAME_OR_PATH",
+                       help="a benchmark name known to probes.benchmarks.registry, or a benchmark file/folder (a path "
+                            "is that file, also when named like a built-in, e.g. grammar.jsonl; a name that is also a "
+                            "path here is refused: write ./NAME for the path)")
+        p.add_argument("--out", required=True, type=Path, metavar="FILE.parquet")
+    else:
+        p.add_argument("run_dir", type=Path, metavar="RUN_DIR", nargs="?" if command == "score-run" else None)
+        p.add_argument("--benchmark", action="append", default=[], metavar="NAME_OR_PATH",
+                       help="a benchmark name or file/folder; repeat for several")
+        for fam in families():  # each family's own flags (probes/families.py), read back by _score_run
+            for flag, name, kwargs in fam.options:
+                p.add_argument(flag, dest=f"{fam.key}.{name}", default=None, **kwargs)
     p.add_argument("--format", default="auto", help="benchmark reader for a path (default: sniffed per file)")
     add_field_options(p)
     p.add_argument("--max-pairs-per-paradigm", type=int, default=None, metavar="N",
@@ -66,34 +76,8 @@ def _scoring_flags(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="also store every token's lp in the eval file's sidecar <stem>.tokens.parquet")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow the model directory's own Python code (off by default)")
-    return p
-
-
-def _check_counts(args) -> None:
-    if args.batch_size < 1:
-        raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.max_pairs_per_paradigm is not None and args.max_pairs_per_paradigm < 1:
-        raise CliError(f"--max-pairs-per-paradigm must be >= 1, got {args.max_pairs_per_paradigm}")
-
-
-def build_run_parser(command: str) -> argparse.ArgumentParser:
-    """Parser of ``score-run`` and ``watch`` (``watch`` adds --poll/--timeout)."""
-    what = ("Score every whole checkpoint of a run" if command == "score-run" else
-            "Follow a training run and score its checkpoints as they become whole, until the run "
-            "has finished")
-    p = argparse.ArgumentParser(
-        prog=f"python -m probes {command}",
-        description=f"{what} into RUN_DIR/evals/step<N>/<benchmark>.parquet. A file that holds "
-                    f"the same pairs scored on the same checkpoint (its manifest hash) is never redone "
-                    f"(so a killed job can be restarted); only checkpoints/step<N> directories with "
-                    f"every file are read.")
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", nargs="?" if command == "score-run" else None)
-    p.add_argument("--benchmark", action="append", default=[], metavar="NAME_OR_PATH",
-                   help="a benchmark name or file/folder; repeat for several")
-    for fam in families():  # each family's own flags (probes/families.py), read back by _family_probes
-        for flag, name, kwargs in fam.options:
-            p.add_argument(flag, dest=f"{fam.key}.{name}", default=None, **kwargs)
-    _scoring_flags(p)
+    if command == "score":
+        return p
     p.add_argument("--replace", action="store_true",
                    help="score over eval files of another pair sample (e.g. the in-loop results); without it "
                         "they are named and nothing is scored")
@@ -112,6 +96,13 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
         p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                        help="give up (exit status 3) when the run has not finished by then")
     return p
+
+
+def _check_counts(args) -> None:
+    if args.batch_size < 1:
+        raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.max_pairs_per_paradigm is not None and args.max_pairs_per_paradigm < 1:
+        raise CliError(f"--max-pairs-per-paradigm must be >= 1, got {args.max_pairs_per_paradigm}")
 
 
 def _score_run(command: str, args) -> int:
@@ -366,7 +357,7 @@ def _score(args) -> int:
     return 0
 
 
-score_main = partial(_main, build_score_parser, _score)
+score_main = partial(_main, partial(build_run_parser, "score"), _score)
 score_run_main = partial(_main, partial(build_run_parser, "score-run"), partial(_score_run, "score-run"))
 watch_main = partial(_main, partial(build_run_parser, "watch"), partial(_score_run, "watch"))
 

@@ -1,9 +1,6 @@
 """`python -m probes compare A B --out DIR`: paired statistics of two runs or two checkpoints (docs/public_suites.md,
-"Paired comparisons": sides, columns, what is refused).
-
-The pair is the unit: each side's seeds are first reduced to the pair's share right, so a copied seed leaves every
-number as it was (counting pairs x seeds as trials made a copy look like evidence: McNemar p 0.031 -> 0.00049).
-"""
+"Paired comparisons"). The pair is the unit, seeds reduced to its share right: counting pairs x seeds as trials
+made a copied seed look like evidence (McNemar p 0.031 -> 0.00049)."""
 from __future__ import annotations
 
 import argparse

@@ -1,9 +1,5 @@
-"""Minimal pairs vs generated tasks over training, each probe on one chance-corrected scale (docs/elagent.md,
-"Minimal pairs vs generated tasks"; the report's section says which probes feed which group).
-
-The probes' chance levels differ (0.5, 1/4, 1/7, ...): a mean of raw accuracies would move with whichever probe
-moves, so each is put on ``score = (acc - chance) / (1 - chance)`` first; a group's curve is its probes' mean score.
-"""
+"""Minimal pairs vs generated tasks over training (docs/elagent.md, "Minimal pairs vs generated tasks"): chance
+levels differ (0.5, 1/4, 1/7, ...), so each probe is put on (acc - chance) / (1 - chance) before a group's mean."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,9 +1,6 @@
-"""`python -m probes report RUN_DIR... --out DIR`: the whole analysis as report.md + PNGs + tables.
-
-Reads only run directories (never W&B). Every number behind a figure or a table in report.md is
-written as CSV (and parquet for the large tables) next to it. Works on one run (the demo) and on a
-whole grid (models x budgets x seeds; runs of one model x budget are treated as seeds).
-"""
+"""`python -m probes report RUN_DIR... --out DIR`: the whole analysis as report.md + PNGs + tables (docs/report.md),
+from run directories only (never W&B), every number behind a figure or table written beside it; runs of one
+model x budget are its seeds."""
 from __future__ import annotations
 
 import argparse
@@ -128,10 +125,9 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
     from probes.analysis.reportmd import markdown, summary_table
 
     t0 = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
-    for sub in ("figures", "appendix", "tables"):
-        (out / sub).mkdir(exist_ok=True)
-    tdir, fdir, adir = out / "tables", out / "figures", out / "appendix"
+    tdir, fdir, adir = (out / sub for sub in ("tables", "figures", "appendix"))
+    for sub in (fdir, adir, tdir):
+        sub.mkdir(parents=True, exist_ok=True)
     metric = f"acc_{cfg.metric}"
     ylabel = accuracy_label(metric)
     notes = list(ev.problems)
