@@ -1,8 +1,5 @@
-"""Aggregation: mean and 95 % interval over seeds; bootstrap intervals over pairs.
-
-Resampling a paradigm's n pairs gives a count of correct pairs distributed exactly Binomial(n, k/n), so its
-percentile bootstrap is a pair of binomial quantiles computed once per distinct n, without resampling loops.
-"""
+"""Mean and 95 % interval over seeds; bootstrap intervals over pairs: resampling a paradigm's n pairs gives a count
+of correct pairs distributed exactly Binomial(n, k/n), so its percentile bootstrap is two binomial quantiles."""
 from __future__ import annotations
 
 from typing import Sequence

@@ -1,7 +1,5 @@
-"""The ZhoBLiMP case study (§5.4, Figure 6) for any paradigm: accuracy and phrase-region differences over
-training (docs/probing.md, "Case study"), from the per-slot columns of the paradigm's eval rows (read with a row
-filter: the reduced cache keeps only summed generic deltas), grouped by probes/benchmarks/phrase_regions.json.
-"""
+"""The ZhoBLiMP case study (§5.4, Figure 6) for any paradigm (docs/probing.md, "Case study"): from the per-slot
+columns of its eval rows (the reduced cache keeps only summed generic deltas), grouped by phrase_regions.json."""
 from __future__ import annotations
 
 import json
@@ -209,9 +207,8 @@ def case_study_runs(ev: EvalSet, benchmark: str, paradigm: str,
 
 
 def summarize(runs: pd.DataFrame, spec: RegionSpec) -> pd.DataFrame:
-    """Mean over seeds per model x budget x checkpoint, with the band of probes.analysis.bands: the 95 %
-    t-interval over seeds with >= 3 seeds, else the seed-and-pair bootstrap of the seed mean (normal,
-    variance: the seeds' squared standard errors over pairs plus their spread, seed_pair_half); column `band`."""
+    """Mean over seeds per model x budget x checkpoint with the band of probes.analysis.bands (a t-interval from 3
+    seeds, else seed_pair_half from the seeds' standard errors over pairs and their spread); column `band`."""
     curves = ["acc_mlp", "acc_sum", "mean_total", "sum_total", *[f"{q}_{r}" for r in spec.regions for q in ("mean", "sum")]]
     keys = ["model", "budget", "benchmark", "paradigm", "step"]
     s = seed_summary(runs, keys, [*curves, "n_region_pairs", "n_straddle_pairs", "n_pairs"])
@@ -241,8 +238,8 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
     def band(col):
         return c[f"{col}_lo"].to_numpy(), c[f"{col}_hi"].to_numpy()
 
-    fig, (top, bottom) = accuracy_over_deltas(tok, tok, metric, QUANTITIES[quantity].replace(" (good", "\n(good"),
-                                              6.2, 0.12, 0.9)
+    fig, axes = accuracy_over_deltas(tok, tok, metric, QUANTITIES[quantity].replace(" (good", "\n(good"), 6.2, 0.12, 0.9)
+    top, bottom = axes[:, 0]
     plot_line(top, tok, c[f"{metric}_mean"].to_numpy(), tok, "accuracy", "0.35", band=band(metric))
     seeds = list(runs.groupby("run", sort=True)) if runs is not None and runs["run"].nunique() > 1 else []
     for _, r in seeds:  # each seed as a thin line beside the mean (the band is not over seeds below 3)

@@ -188,9 +188,8 @@ def _load_run(d: Path, info: RunInfo, cache: bool = True, cached_only: bool = Fa
 
 
 def refresh_cache(run_dir: str | Path, benchmark: str) -> bool:
-    """Bring a run's reduced cache of `benchmark` up to date (the probe hook and `probes score`/`watch` call it
-    after each eval file, so a report never reads them again). Never raises: a problem is logged and left for the
-    report to name."""
+    """Bring a run's reduced cache of `benchmark` up to date (after each eval file, so a report never reads them
+    again). Never raises: a problem is logged and left for the report to name."""
     d = Path(run_dir)
     paths = [(step, sd / f"{benchmark}.parquet") for step, sd in sorted(step_dirs(d / "evals").items())
              if (sd / f"{benchmark}.parquet").is_file()]

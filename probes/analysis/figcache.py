@@ -1,7 +1,5 @@
-"""The report's figure cache (docs/report.md, "Figure cache"): a report on unchanged data copies the PNG it
-drew last time. A false hit would show an old picture, so anything the key cannot describe exactly makes the
-job uncacheable; a figure function must take its numbers as arguments.
-"""
+"""The report's figure cache (docs/report.md, "Figure cache"). A false hit would show an old picture, so anything
+the key cannot describe exactly makes the job uncacheable; a figure function must take its numbers as arguments."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,7 +1,6 @@
 """Length- and frequency-normalised scores as the ZhoBLiMP authors sweep them (docs/report.md, "Normalised
-scores"), from the per-pair sums every eval file stores at each run's last checkpoint: no model calls. Their |s|
-counts tokens with a non-zero log-prob, ours every scored token (equal unless a token's probability rounds to 1).
-"""
+scores"), from each run's last eval files' per-pair sums. Their |s| counts tokens with a non-zero log-prob, ours
+every scored token (equal unless a token's probability rounds to 1)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -135,9 +134,8 @@ def sweep_paradigms(runs) -> pd.DataFrame:
 
 
 def sweep_summary(par: pd.DataFrame, move: float = 0.20) -> pd.DataFrame:
-    """Per model x budget x benchmark x metric family: the overall accuracy (mean over paradigms, then
-    over seeds) at every point -> its min and max over the sweep (and the point of each), the value at
-    the authors' default, and the paradigms whose own accuracy moves more than `move` across the sweep."""
+    """Per model x budget x benchmark x metric family: the overall accuracy's min and max over the sweep (and their
+    points), its value at the authors' default, and the paradigms whose own accuracy moves more than `move`."""
     keys = ["model", "budget", "benchmark"]
     per_seed = par.groupby([*keys, "run", "metric", "point", "p1", "p2"], dropna=False)["acc"].mean().reset_index()
     overall = per_seed.groupby([*keys, "metric", "point", "p1", "p2"], dropna=False).agg(

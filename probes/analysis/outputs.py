@@ -1,7 +1,5 @@
-"""Analysis outputs (tables, figures, text), each written through the one atomic writer
-(train.files.atomic_open): a crash or a full disk leaves either the old file or no file, never a
-half-written one that a later reader would trust.
-"""
+"""Analysis outputs (tables, figures, text), each written by train.files.atomic_open: a crash or a full disk leaves
+the old file or none, never a half-written one that a later reader would trust."""
 from __future__ import annotations
 
 import contextlib

@@ -63,9 +63,8 @@ def draw_model_lines(ax, bands: pd.DataFrame, units: pd.DataFrame, ref: np.ndarr
 
 def _finish(fig, axes, n_used: int, title: str, legend_ax, left: float, wspace: float, hspace: float,
             xticks: float = 0.3) -> None:
-    """Legend below the panels, title above, and the margins (inches) these and the labels need: fixed, so
-    the figure is drawn once (constrained layout measures every text and draws it twice). `left`: room for
-    the y label and tick labels; `xticks`: for the bottom row's tick labels; gaps between panels in inches."""
+    """Legend below the panels, title above, and fixed margins in inches (drawn once, not measured and drawn again by
+    constrained layout): `left` for the y labels, `xticks` for the bottom row's tick labels, gaps between panels."""
     for ax in list(axes.flat)[n_used:]:
         ax.set_visible(False)
     handles, labels = legend_ax.get_legend_handles_labels()

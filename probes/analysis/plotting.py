@@ -125,7 +125,7 @@ def token_axis(ax, all_tokens: np.ndarray, ylabel: str = accuracy_label(), chanc
 
 def accuracy_over_deltas(tok: np.ndarray, delta_tok: np.ndarray, metric: str, delta_label: str, height: float,
                          left: float, top: float):
-    """(fig, (top axes, bottom axes)): accuracy over the regions' Δ on one log-token axis, the regions' and the case
+    """(fig, axes: top and bottom in a column): accuracy over the regions' Δ on one log-token axis, the regions' and the case
     study's figure; `delta_tok`: the bottom axis' tokens (where step 0 is said)."""
     fig, axes = new_figure(7.5, height, 2, 1, layout=None, sharex=True)
     fig.subplots_adjust(left=left, right=0.97, bottom=0.09, top=top, hspace=0.08)
@@ -135,7 +135,7 @@ def accuracy_over_deltas(tok: np.ndarray, delta_tok: np.ndarray, metric: str, de
     upper.set_xlabel("")
     token_axis(lower, delta_tok, ylabel=delta_label, chance=False)
     lower.axhline(0, color="0.4", lw=1, ls="--", zorder=0)
-    return fig, (upper, lower)
+    return fig, axes
 
 
 def add_line(ax, x: np.ndarray, y: np.ndarray, **style):

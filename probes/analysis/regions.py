@@ -1,7 +1,5 @@
-"""Regions over training: accuracy and per-region delta (summed lp good - lp bad, mean over pairs) of every
-paradigm's generic regions, and for each U which region's delta moves first inside the U's window (peak to
-recovery). The phrase-region case study is probes.analysis.casestudy.
-"""
+"""Regions over training: each paradigm's generic region deltas (summed lp good - lp bad, mean over pairs), and per U
+which region's delta moves first from peak to recovery (phrase regions: probes.analysis.casestudy)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -97,9 +95,10 @@ def plot_regions(curve: pd.DataFrame, title: str, path, ushapes: pd.DataFrame | 
     tok = c["tokens"].to_numpy()
     step0 = bool((tok <= 0).any())  # the x label says where step 0 is drawn
 
-    fig, (top, bottom) = layout_figure(("plot_regions", metric, step0), partial(
+    fig, axes = layout_figure(("plot_regions", metric, step0), partial(
         accuracy_over_deltas, tok, np.array([0.0 if step0 else 1.0]), metric,
         "Δ summed log-prob of the region\n(good − bad), mean over pairs, nats", 6.0, 0.11, 0.92))
+    top, bottom = axes[:, 0]
     plot_line(top, tok, c[metric].to_numpy(), tok, "accuracy", "tab:green")
     for r in (*REGIONS, "total"):
         y = c[f"delta_{r}"].to_numpy(dtype=float)
