@@ -133,26 +133,6 @@ def straddling(df: pd.DataFrame, spec: RegionSpec) -> pd.Series:
     return (df[cols].fillna(0) > 0).any(axis=1).astype(float)
 
 
-def paradigm_point(df: pd.DataFrame, spec: RegionSpec) -> dict:
-    """One run's checkpoint: accuracies over all pairs, region deltas over the pairs that have the regions."""
-    d = pair_deltas(df, spec)
-    row = {"n_pairs": len(df),
-           "acc_mlp": float((df.lp_good / df.ntok_good > df.lp_bad / df.ntok_bad).mean()),
-           "acc_sum": float((df.lp_good > df.lp_bad).mean())}
-    have = d[[f"sum_{r}" for r in spec.regions]].notna().all(axis=1)
-    row["n_region_pairs"] = int(have.sum())
-    row["n_straddle_pairs"] = (straddling(df, spec)[have].sum(min_count=1) if spec.source == "template slots"
-                               else np.nan)
-    # standard errors over pairs: the pair-bootstrap band where there are too few seeds for a t-band
-    for a in ("acc_mlp", "acc_sum"):
-        row[f"{a}_se"] = float(np.sqrt(row[a] * (1 - row[a]) / max(len(df), 1)))
-    for c in d.columns:
-        v = d[c] if c.endswith("_total") else d.loc[have, c]
-        row[c] = float(v.mean()) if v.notna().any() else np.nan
-        row[f"{c}_se"] = float(v.std(ddof=1) / np.sqrt(v.notna().sum())) if v.notna().sum() > 1 else np.nan
-    return row
-
-
 def _read(path: Path, paradigm: str, slots: Optional[list[str]], generic: bool = False) -> pd.DataFrame:
     """The rows of ``paradigm`` in one eval file: lp/ntok of the sentences and of ``slots`` (None:
     every slot column), or of the generic regions when the file has no such slot or ``generic``.
@@ -199,10 +179,24 @@ def case_study_runs(ev: EvalSet, benchmark: str, paradigm: str,
                if not _SLOT_COL.match(c) or any(c in f[3] and f[3][c].notna().any() for f in has_slots)]
     spec = region_spec(columns, paradigm, mapping, bool(has_slots))
     rows = []
-    for run, step, meta, df in frames:
-        rows.append({"run": run, "model": meta.model, "budget": meta.budget, "seed": meta.seed,
-                     "benchmark": benchmark, "paradigm": paradigm, "step": step, "tokens": int(meta.tokens)}
-                    | paradigm_point(df, spec))
+    for run, step, meta, df in frames:  # accuracies over all pairs, region deltas over the pairs that have them
+        d = pair_deltas(df, spec)
+        row = {"run": run, "model": meta.model, "budget": meta.budget, "seed": meta.seed, "benchmark": benchmark,
+               "paradigm": paradigm, "step": step, "tokens": int(meta.tokens), "n_pairs": len(df),
+               "acc_mlp": float((df.lp_good / df.ntok_good > df.lp_bad / df.ntok_bad).mean()),
+               "acc_sum": float((df.lp_good > df.lp_bad).mean())}
+        have = d[[f"sum_{r}" for r in spec.regions]].notna().all(axis=1)
+        row["n_region_pairs"] = int(have.sum())
+        row["n_straddle_pairs"] = (straddling(df, spec)[have].sum(min_count=1) if spec.source == "template slots"
+                                   else np.nan)
+        # standard errors over pairs: the pair-bootstrap band where there are too few seeds for a t-band
+        for a in ("acc_mlp", "acc_sum"):
+            row[f"{a}_se"] = float(np.sqrt(row[a] * (1 - row[a]) / max(len(df), 1)))
+        for c in d.columns:
+            v = d[c] if c.endswith("_total") else d.loc[have, c]
+            row[c] = float(v.mean()) if v.notna().any() else np.nan
+            row[f"{c}_se"] = float(v.std(ddof=1) / np.sqrt(v.notna().sum())) if v.notna().sum() > 1 else np.nan
+        rows.append(row)
     return pd.DataFrame(rows), spec
 
 

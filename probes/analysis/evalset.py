@@ -20,6 +20,7 @@ from probes.analysis.evalcache import read_benchmark
 from probes.analysis.evalfile import PairOutcomes
 from probes.evals.files import ALL_SUFFIX, MINIMAL_PAIRS, REGIONS, EvalInputError, eval_kind
 from probes.families import families
+from train.confighash import config_hash
 from train.files import step_dirs
 
 
@@ -101,8 +102,6 @@ def _read_run_info(run_dir: Path) -> RunInfo:
 
         info.tokenizer = tokenizer_label(str(tok.get("kind", "")), tok.get("vocab_size"), tok.get("path"),
                                          str(tok.get("model_type", "unigram")))
-    from train.confighash import config_hash
-
     if "seed" in cfg and isinstance(model, dict):  # a config that says what was trained
         info.identity = config_hash(cfg)  # its trajectory keys (model, data, optim, seed, ...)
     return info

@@ -21,16 +21,6 @@ POW_DEFAULT = 0.5  # metrics.pow_norm_lp's default (their "slln_lp")
 MORCELA_DEFAULT = (1.0, 0)  # metrics.morcela's defaults: SLOR
 
 
-def point_names(has_unigram: bool) -> list[tuple[str, str, float, float]]:
-    """(metric, name, param1, param2) of every point: mlp, sum, pow alphas; with unigram columns SLOR, MORCELA."""
-    pts = [("mlp", "mlp", np.nan, np.nan), ("sum", "sum", np.nan, np.nan)]
-    pts += [("pow", f"pow{a}", a, np.nan) for a in POW_ALPHAS]
-    if has_unigram:
-        pts.append(("slor", "slor", np.nan, np.nan))
-        pts += [("morcela", f"morcela_{b}_{g}", b, g) for b in MORCELA_BETAS for g in MORCELA_GAMMAS]
-    return pts
-
-
 # what the sweep reads of an eval file (the sentences are most of its bytes)
 _COLUMNS = ("paradigm", "phenomenon", "lp_good", "lp_bad", "ntok_good", "ntok_bad", "ulp_good", "ulp_bad")
 
@@ -50,6 +40,9 @@ def pair_correct(df) -> tuple[np.ndarray, list[tuple[str, str, float, float]]]:
     ng, nb = np.asarray(df["ntok_good"], dtype=float), np.asarray(df["ntok_bad"], dtype=float)
     blocks = [(lg / ng > lb / nb)[:, None], (lg > lb)[:, None],
               lg[:, None] / _powers(ng, POW_ALPHAS) > lb[:, None] / _powers(nb, POW_ALPHAS)]
+    # (metric, name, param1, param2) of every point, in the columns' order
+    pts = [("mlp", "mlp", np.nan, np.nan), ("sum", "sum", np.nan, np.nan)]
+    pts += [("pow", f"pow{a}", a, np.nan) for a in POW_ALPHAS]
     if has_u:
         ug, ub = np.asarray(df["ulp_good"], dtype=float), np.asarray(df["ulp_bad"], dtype=float)
         blocks.append(((lg - ug) / ng > (lb - ub) / nb)[:, None])
@@ -58,7 +51,9 @@ def pair_correct(df) -> tuple[np.ndarray, list[tuple[str, str, float, float]]]:
         sg = (lg[:, None] - beta * ug[:, None] + gamma) / ng[:, None]
         sb = (lb[:, None] - beta * ub[:, None] + gamma) / nb[:, None]
         blocks.append(sg > sb)
-    return np.concatenate(blocks, axis=1), point_names(has_u)
+        pts.append(("slor", "slor", np.nan, np.nan))
+        pts += [("morcela", f"morcela_{b}_{g}", b, g) for b in MORCELA_BETAS for g in MORCELA_GAMMAS]
+    return np.concatenate(blocks, axis=1), pts
 
 
 def _read_final(path: Path) -> Optional[tuple[dict, dict[str, np.ndarray], list[str], np.ndarray, np.ndarray]]:

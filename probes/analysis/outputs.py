@@ -3,11 +3,13 @@ the old file or none, never a half-written one that a later reader would trust."
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import io
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import uuid
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
@@ -155,9 +157,6 @@ def fork_pool(workers: int):
 def _worker_start(parent: int) -> None:
     """gc.freeze() the inherited objects (a collection walking the parent's heap copied its pages: 0.6 CPU-s of
     a grid report), and SIGKILL when the parent dies (a killed report left its workers blocked for good)."""
-    import ctypes
-    import signal
-
     gc.freeze()  # relinks the generations' lists: touches no object
 
     try:

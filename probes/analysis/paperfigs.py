@@ -134,13 +134,6 @@ def plot_all_phenomena(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str,
     return save_figure(fig, path)
 
 
-def plot_phenomenon(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str, phenomenon: str, path: Path,
-                    ylabel: str, human: Optional[float] = None) -> Path:
-    """One phenomenon, one panel per corpus budget (appendix)."""
-    return plot_budgets(bands, units, path, ylabel, f"{benchmark} · {phenomenon}; x: tokens seen (log), hollow "
-                        f"marker = step 0\n{band_caption(bands)}", human)
-
-
 def plot_budgets(bands: pd.DataFrame, units: pd.DataFrame, path: Path, ylabel: str, title: str,
                  human: Optional[float] = None, accuracy: bool = True, width: float = 3.4, height: float = 4.2) -> Path:
     """A panel per corpus budget, a line per model size (an accuracy: chance marked, y in [0, 1]). The panels,

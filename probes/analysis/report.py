@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -17,7 +18,8 @@ from threadpoolctl import threadpool_limits
 
 from probes.analysis.aggregate import bootstrap_paradigm_intervals
 from probes.analysis.aoa import AoAConfig, FitStore, aoa_intervals, start_aoa_table
-from probes.analysis.bands import above_chance, change_units, final_bands, paradigm_bands, seed_bands, unit_curves
+from probes.analysis.bands import (above_chance, band_caption, change_units, final_bands, paradigm_bands, seed_bands,
+                                   unit_curves)
 from probes.analysis.evalfile import MLP, SUM
 from probes.analysis.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
 from probes.analysis.curves import phenomenon_table
@@ -27,7 +29,7 @@ from probes.analysis.heldout import final_heldout, heldout_table, plot_heldout
 from probes.analysis.normsweep import sweep_paradigms, sweep_summary
 from probes.analysis.outputs import FigureJobs, check_report_out, staged_output, write_csv, write_parquet, write_table, write_text
 from probes.analysis.paper_ushapes import paper_u_table
-from probes.analysis.paperfigs import (budget_order, number_us, pick, plot_all_phenomena, plot_overall, plot_phenomenon,
+from probes.analysis.paperfigs import (budget_order, number_us, pick, plot_all_phenomena, plot_budgets, plot_overall,
                                        plot_u_gallery)
 from probes.analysis.plotting import accuracy_label, safe_name
 from probes.analysis.regions import RegionConfig, group_region_curves, plot_regions, u_region_table
@@ -165,11 +167,11 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
             hum = human_acc if bench == "zhoblimp" else None
             jobs.submit(f"All phenomena, {bench} (Figure 5)", plot_all_phenomena, bb, u_phen[u_phen.benchmark == bench],
                         bench, largest, fdir / f"phenomena_{safe_name(bench)}.png", ylabel, hum)
-            for ph, s in bb.groupby("phenomenon", sort=True):
-                jobs.submit(f"Appendix: learning curve, {bench} · {ph}", plot_phenomenon, s,
-                            u_phen[(u_phen.benchmark == bench) & (u_phen.phenomenon == ph)], bench, ph,
-                            adir / f"curve_{safe_name(bench)}_{safe_name(ph)}.png", ylabel,
-                            human_acc.get(ph) if hum else None)
+            for ph, s in bb.groupby("phenomenon", sort=True):  # a panel per corpus budget
+                jobs.submit(f"Appendix: learning curve, {bench} · {ph}", plot_budgets, s,
+                            u_phen[(u_phen.benchmark == bench) & (u_phen.phenomenon == ph)],
+                            adir / f"curve_{safe_name(bench)}_{safe_name(ph)}.png", ylabel, f"{bench} · {ph}; x: tokens "
+                            f"seen (log), hollow marker = step 0\n{band_caption(s)}", human_acc.get(ph) if hum else None)
         R["bands"] = b_phen
         # the other probes' sections: the form-vs-use figure (the largest) is drawn from here on
         use_md, use_figs = use_sections(ev, out, metric, cfg.aoa, jobs)
@@ -329,8 +331,6 @@ def u_rule_text(u: UShapeConfig, n_curves: Optional[int] = None) -> str:
 
 
 def _log_wandb(cfg: ReportConfig, out: Path, figs) -> None:
-    import os
-
     import wandb
 
     os.environ.setdefault("WANDB_MODE", "offline")  # never reach the network unless the user asked for it
