@@ -64,18 +64,16 @@ _STRINGS = ("paradigm", "phenomenon", "pair_id")
 
 @dataclass
 class Seen:
-    """What a reader of a run's files already holds, so that the next file need not decode it again:
-    the reference's row key (its pairs, in order) and the token counts of the file read before, with the
-    key of their stored bytes (a run's counts are the same at every checkpoint: same pairs, same tokenizer)."""
+    """What a reader of a run's files holds already, not decoded again: the reference's row key and the token counts
+    of the file before with their key (a run's counts are the same at every checkpoint)."""
     row_key: Optional[str] = None
     counts_key: Optional[str] = None
     counts: Optional[tuple[np.ndarray, np.ndarray]] = None  # ntok good, bad as floats, all checked positive
 
 
 def read_eval_file(path: Path, step: int, run_dir: Path, seen: Optional[Seen] = None) -> FileResult:
-    """One eval file's correctness bits and region deltas per row. `seen`: where this file's row key is
-    seen.row_key its string columns are not decoded (they are those of that file, see _chunk_key) and
-    come back as None; where its counts' key is seen.counts_key, seen.counts are used, not decoded."""
+    """One eval file's correctness bits and region lps per row; the string columns (None) and counts that `seen`
+    holds under the same key (_chunk_key) are not decoded."""
     path, seen = Path(path), seen or Seen()
     try:
         # the bytes once: parquet parses them in memory, and the .sha256 is checked against the same

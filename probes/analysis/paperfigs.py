@@ -198,11 +198,3 @@ def plot_u_gallery(us: pd.DataFrame, bands: pd.DataFrame, units: pd.DataFrame, p
     cap = band_caption(pd.concat(shown)) if shown else ""
     fig.suptitle(f"Accepted U-shapes (numbered as the report's table)\n{cap}", fontsize=9)
     return save_figure(fig, path)
-
-
-def number_us(acc: pd.DataFrame) -> pd.DataFrame:
-    """Accepted U's deepest first, with u_id 1, 2, ... (the gallery's panel numbers)."""
-    acc = acc.sort_values("u_depth", ascending=False, ignore_index=True).copy()
-    acc.insert(0, "u_id", np.arange(1, len(acc) + 1))
-    acc["in_gallery"] = acc["u_id"] <= MAX_PANELS
-    return acc

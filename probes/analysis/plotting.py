@@ -32,9 +32,8 @@ def new_figure(width: float = 7.5, height: float = 4.5, nrows: int = 1, ncols: i
 
 
 def wrap_title(text: str, width_in: float, fontsize: float) -> str:
-    """`text` broken into lines that fit `width_in` inches at `fontsize` points (an average character is
-    at most ~0.6 em wide): matplotlib centres a title without breaking it, so one wider than its figure
-    was cut at both edges ("erall accuracy over training", "final accuracy per phenomer")."""
+    """`text` broken into lines that fit `width_in` inches at `fontsize` points (a character ~0.6 em at most):
+    matplotlib centres a title without breaking it, and one wider than its figure was cut at both edges."""
     import textwrap
 
     per_line = max(int(width_in * 72 / (0.6 * fontsize)), 12)

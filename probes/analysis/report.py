@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
@@ -29,7 +30,7 @@ from probes.analysis.heldout import final_heldout, heldout_table, plot_heldout
 from probes.analysis.normsweep import sweep_paradigms, sweep_summary
 from probes.analysis.outputs import FigureJobs, check_report_out, staged_output, write_csv, write_parquet, write_table, write_text
 from probes.analysis.paper_ushapes import paper_u_table
-from probes.analysis.paperfigs import (budget_order, number_us, pick, plot_all_phenomena, plot_budgets, plot_overall,
+from probes.analysis.paperfigs import (MAX_PANELS, budget_order, pick, plot_all_phenomena, plot_budgets, plot_overall,
                                        plot_u_gallery)
 from probes.analysis.plotting import accuracy_label, safe_name
 from probes.analysis.regions import RegionConfig, group_region_curves, plot_regions, u_region_table
@@ -200,7 +201,10 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         ev_c = dataclasses.replace(ev, outcomes={k: v for k, v in ev.outcomes.items() if k[1] in curve_b})
         us, u_notes = find_u_shapes_in_runs(ev_c, cfg.ushape, levels=cfg.u_levels, evidence=u_evidence)
         notes += u_notes
-        acc_u = number_us(us[us.accepted]) if len(us) else us
+        acc_u = us[us.accepted].sort_values("u_depth", ascending=False, ignore_index=True) if len(us) else us
+        if len(us):  # deepest first, u_id 1, 2, ... as the gallery's panels are numbered
+            acc_u.insert(0, "u_id", np.arange(1, len(acc_u) + 1))
+            acc_u["in_gallery"] = acc_u["u_id"] <= MAX_PANELS
         if len(acc_u):
             u_par = unit_curves(ct, metric, ("phenomenon", "paradigm"))
             b_par = seed_bands(u_par, ["model", "budget", "benchmark", "phenomenon", "paradigm", "step"])

@@ -77,10 +77,9 @@ BLIMP_CSV = Path("blimp") / "raw_results" / "summary" / "human_validation_summar
 
 
 def blimp_human(table: pd.DataFrame, path: Union[str, Path, None] = None) -> Optional[tuple[pd.DataFrame, float]]:
-    """BLiMP's human reference for the blimp rows of an eval table (None without rows or file): the BLiMP
-    repository's per-paradigm validation means (Condition, total_mean); a phenomenon is the mean of its
-    paradigms', overall the mean of all paradigms' -- 88.6 % over the 67 released ones, the human aggregate
-    of Warstadt et al. 2020 (its README's 96.4 % is majority-vote agreement, another measure)."""
+    """BLiMP's human reference for the blimp rows (None without rows or file): means of its per-paradigm validation
+    means (total_mean), 88.6 % over the 67 released paradigms as in Warstadt et al. 2020 (its README's 96.4 % is
+    majority-vote agreement, another measure)."""
     rows = table[table["benchmark"].isin(["blimp", "blimp_all"])]
     path = Path(path) if path is not None else benchmarks_root() / BLIMP_CSV
     if rows.empty or not path.is_file():
