@@ -98,13 +98,6 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
     return p
 
 
-def _check_counts(args) -> None:
-    if args.batch_size < 1:
-        raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.max_pairs_per_paradigm is not None and args.max_pairs_per_paradigm < 1:
-        raise CliError(f"--max-pairs-per-paradigm must be >= 1, got {args.max_pairs_per_paradigm}")
-
-
 def _score_run(command: str, args) -> int:
     from dataclasses import fields
 
@@ -113,7 +106,6 @@ def _score_run(command: str, args) -> int:
     from train.lock import EVAL_LOCK, RunDirLocked, RunLock
     from train.neox_ckpt import is_neox_run
 
-    _check_counts(args)
     if command == "watch" and args.poll <= 0:
         raise CliError(f"--poll must be > 0 seconds, got {args.poll}")
     hub = command == "score-run" and _hub_args(args)
@@ -269,9 +261,14 @@ def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int], cfg=None,
 
 
 def _main(parser, run, argv: Optional[Sequence[str]] = None) -> int:
-    """``run(args)`` on ``parser()``'s reading of argv, a CliError printed as one line with exit status 2."""
+    """``run(args)`` on ``parser()``'s reading of argv (its counts checked), a CliError printed as one line with
+    exit status 2."""
     args = parser().parse_args(argv)
     try:
+        if args.batch_size < 1:
+            raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
+        if args.max_pairs_per_paradigm is not None and args.max_pairs_per_paradigm < 1:
+            raise CliError(f"--max-pairs-per-paradigm must be >= 1, got {args.max_pairs_per_paradigm}")
         return run(args)
     except CliError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -292,7 +289,6 @@ def _score(args) -> int:
     from train.files import CorruptCheckpointError, read_trainer_state
     from train.weights import WeightsMismatchError, load_causal_lm
 
-    _check_counts(args)
     d = args.model
     if not d.is_dir():
         raise CliError(f"--model {d}: not a directory")
