@@ -13,7 +13,7 @@ import pytest
 from probes.analysis import curves
 from probes.analysis.evalfile import MISSING, MLP
 from probes.analysis.evalset import EvalInputError, load_runs, log_tokens
-from probes.analysis.ushape import above_chance, find_u_shapes
+from probes.analysis.ushape import find_u_shapes
 
 CONV = "bos_all_tokens_v1"
 
@@ -165,11 +165,6 @@ def test_find_u_shapes_known_u_and_monotone():
     assert find_u_shapes([0.5, 0.9, 0.6, 0.62], 0.1) == []
     # two U's in one curve
     assert len(find_u_shapes([0.6, 0.9, 0.6, 0.9, 0.6, 0.95], 0.2)) == 2
-
-
-def test_above_chance_uses_sampling_error():
-    assert not above_chance(0.56, 40)
-    assert above_chance(0.56, 3000)
 
 
 def test_step0_sits_one_decade_left():

@@ -254,6 +254,30 @@ def test_the_papers_u_shapes_detected_absent_or_not_detectable(tmp_path):
     assert t.loc["NPI case study, early dip", "status"] == "not detectable here"
 
 
+def test_a_report_states_one_pairs_needed_figure(tmp_path):
+    """One seed of 20 pairs per paradigm with a planted dip: the summary, the one-seed note, the too-thin U's
+    and the paper's U's all say what more it would take; five different figures once appeared for one run."""
+    from synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
+
+    rng = np.random.default_rng(5)
+    steps = log_spaced_steps(24, 1500)
+    x = np.log10(np.maximum(steps, 1) * 2e6)
+    rise = sigmoid_curve(x, 0.5, 0.9, 7.0, 4.0)
+    curves = np.clip(np.stack([rise - planted_dip(x, 0.2, 8.1, 0.15)] * 2 + [rise] * 3, axis=1), 0, 1)
+    run = write_run(tmp_path / "s1", RunSpec(budget=3 * 10**9, seed=1, tokens_per_step=2 * 10**6, steps=list(steps),
+                                             benchmark="zhoblimp"), curves, ["BA_a", "BA_b", "fci_a", "fci_b", "fci_c"],
+                    ["BA", "BA", "fci_licensing", "fci_licensing", "fci_licensing"], 20, rng)
+    md = run_report([run], tmp_path / "rep")
+    tables = tmp_path / "rep" / "tables"
+    text = md + (tables / "ushapes.csv").read_text() + (tables / "paper_ushapes.csv").read_text()
+    sm = pd.read_csv(tables / "summary.csv").iloc[0]
+    assert "one seed, 20 pairs per paradigm: too few to accept a U" in md and "too_thin" in text
+    assert "not detectable here" in (tables / "paper_ushapes.csv").read_text()
+    assert set(re.findall(r"needs (?:>= )?(\d+) pairs per paradigm", text)) == {str(sm.pairs_needed_per_seed)}
+    assert set(re.findall(r"(\d+) seeds at ", text)) == {str(sm.seeds_needed)}
+    assert len(re.findall(r"needs \d+ pairs per paradigm", md)) >= 3  # summary, one-seed note, paper's U's
+
+
 def test_case_study_band_with_two_seeds(tmp_path):
     """The case study's accuracy band with 2 seeds is the pair bootstrap (by hand), and its text says so."""
     out = tmp_path / "rep"

@@ -71,6 +71,18 @@ def test_seed_disagreement_rejects_u():
     assert us and all(u["seed_agreement"] == 0.25 and not u["accepted"] for u in us)
 
 
+def test_a_us_depth_interval_holds_the_seeds_spread():
+    """Two seeds whose dips differ (0.4 and 0.1 deep), 4,000 pairs each: pair noise is nil (sd 0.008), so an
+    interval over pairs alone sits at the seed mean's 0.25 +- 0.02. Seeds resampled first, a quarter of the
+    resamples are seed 1 alone (drop 0.1) and a quarter seed 0 alone (0.4): the 95 % interval spans both."""
+    x = np.linspace(6.0, 9.0, 12)
+    rng = np.random.default_rng(8)
+    mats = [[sample_correct(0.9 - planted_dip(x, d, 7.5, 0.2), 4000, rng).astype(float)] for d in (0.4, 0.1)]
+    (u,) = [u for u in analyse_curve(x, mats, UShapeConfig(bandwidth=0, n_boot=400), 0, rng) if u["accepted"]]
+    seed_drops = [m[0].mean(axis=1)[u["peak"]] - m[0].mean(axis=1)[u["trough"]] for m in mats]
+    assert u["drop_lo"] <= min(seed_drops) + 0.02 and u["drop_hi"] >= max(seed_drops) - 0.02
+
+
 def test_onset_index():
     assert onset_index(np.r_[0.5, 0.52, 0.56, 0.7], 0.05) == 2
     assert onset_index(np.r_[0.5, 0.5, 0.5], 0.05) == 3

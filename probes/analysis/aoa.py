@@ -1,19 +1,11 @@
 """Age of acquisition and forgettability (after Chang, Tu & Bergen 2023).
 
-A four-parameter sigmoid  y = lo + (hi - lo) / (1 + exp(-slope * (x - mid)))  is fitted to each
-accuracy curve on x = log10 tokens seen. The age of acquisition (AoA) is where the fitted curve
-crosses halfway between chance and the best accuracy, the best accuracy being the maximum of the
-fitted curve over the checkpoints observed. Forgettability is the sum of all drops of the smoothed
-accuracy curve (the same local-linear smoother as the U-shape detector): 0 for a curve that never
-goes down.
-
-Only trained checkpoints (tokens > 0) enter: the initialisation has no place on a log axis.
-The fit is local, so it starts from a global guess: a grid over (mid, slope) where (lo, hi) are
-solved in closed form (they enter linearly), for every curve of one x at once. From the best grid
-point scipy's least_squares refines each curve with MINPACK's Levenberg-Marquardt, mid and slope
-held inside bounds (slope > 0 and not a step; mid near the observed range, which a flat noisy curve
-pushes out) by a sine transform. scipy's bounded trust-region solvers were tried on the same
-problem: 10-20x slower per curve here and often a worse optimum on such flat curves.
+A sigmoid y = lo + (hi - lo) / (1 + exp(-slope (x - mid))) is fitted to each accuracy curve on x = log10
+tokens (trained checkpoints only); the AoA is where it crosses halfway between chance and its best over the
+checkpoints. Forgettability: the sum of all drops of the smoothed curve (the U-detector's smoother).
+The fit starts from a grid over (mid, slope) with (lo, hi) in closed form, then Levenberg-Marquardt with mid
+and slope kept in bounds by a sine transform (scipy's bounded trust-region solvers: 10-20x slower here and
+often a worse optimum on flat curves).
 """
 from __future__ import annotations
 
@@ -38,9 +30,7 @@ class AoAConfig:
     chance: float = 0.5
     min_points: int = 5  # trained checkpoints needed to fit four parameters with a little to spare
     min_gain: float = 0.05  # the best fitted accuracy must exceed chance by this to count as acquired
-    min_rise_rmse: float = 3.0  # ... and the fitted rise over the checkpoints must exceed this many
-    #                            residual RMSEs: a sigmoid fitted to a flat noisy curve catches a
-    #                            chance bump at one end, which is no acquisition
+    min_rise_rmse: float = 3.0  # ... and its rise this many residual RMSEs (not a chance bump at one end)
     bandwidth: float = 0.15  # smoothing for forgettability, decades of tokens (as UShapeConfig)
     n_boot: int = 100  # resamples (seeds, then pairs) of a phenomenon's AoA interval (aoa_intervals)
     min_neighbours: int = 2
@@ -59,8 +49,8 @@ def sigmoid(x, lo, hi, mid, slope):
 
 
 class _Box:
-    """mid and slope kept inside [lower, upper] for MINPACK, which takes no bounds: they are fitted
-    as angles u with value lower + (upper - lower) (sin u + 1) / 2 (MINUIT's and lmfit's transform)."""
+    """mid and slope kept inside [lower, upper] for MINPACK, which takes no bounds: fitted as angles u,
+    value lower + (upper - lower) (sin u + 1) / 2 (MINUIT's and lmfit's transform)."""
 
     def __init__(self, lower: np.ndarray, upper: np.ndarray):
         self.lower, self.half = lower, (upper - lower) / 2
@@ -72,12 +62,9 @@ class _Box:
     def angle(self, v: np.ndarray) -> np.ndarray:
         return np.arcsin(np.clip((v - self.lower) / self.half - 1, -1, 1))
 
-    # residual and jacobian are called ~70 times each per MINPACK fit, on 47 points: the arithmetic is
-    # that of `inside` and the sigmoid, operation for operation (the same bits), with the two parameters
-    # as Python floats (+, * and / round alike there; only sin, cos and exp stay numpy's), the array
-    # steps in place, and no np.clip or np.stack (they cost more in dispatch than in arithmetic). MINPACK
-    # asks for the Jacobian only at a point whose residual it has just taken, so the residual keeps its
-    # 1 + exp(-z) for it, and the Jacobian is built as rows (col_deriv): no transpose in scipy's wrapper.
+    # residual and jacobian (~70 calls each per MINPACK fit): `inside` and the sigmoid operation for
+    # operation (the same bits) on Python floats and in place, without np.clip/np.stack dispatch; the
+    # Jacobian reuses the residual's 1 + exp(-z) and is built as rows (col_deriv: no transpose).
     _last: tuple = (None, None, None, None)
 
     def _mid_k(self, u: np.ndarray) -> tuple[float, float]:
@@ -141,11 +128,9 @@ def _grid_start(x: np.ndarray, Y: np.ndarray, span: float) -> np.ndarray:
 
 
 def _batched_lm(box: _Box, x: np.ndarray, Y: np.ndarray, theta: np.ndarray, iters: int) -> np.ndarray:
-    """Levenberg-Marquardt on every curve at once, in the parameters MINPACK sees (lo, hi and the
-    angles of mid and slope): per iteration one (m, n, 4) Jacobian, m 4x4 damped normal equations
-    (Marquardt's diagonal scaling), a step kept where it lowers the SSE. Returns a bool (m,) of the
-    fits that converged (an undamped step that changes the SSE by < 1e-13 relative, or damping past
-    1e12 at a point no step improves); the rest, flat valleys that crawl, go to MINPACK (fit_sigmoids)."""
+    """Levenberg-Marquardt on every curve at once, in MINPACK's parameters (Marquardt's diagonal scaling);
+    theta updated in place. Returns bool (m,): converged (an undamped step changing the SSE < 1e-13
+    relative, or damping past 1e12); the rest, crawling along flat valleys, go to MINPACK (fit_sigmoids)."""
     def sse_of(t, y):
         mid, k = box.inside(t[:, 2:]).T
         s = 1 / (1 + np.exp(-np.clip(k[:, None] * (x - mid[:, None]), -60, 60)))
@@ -186,30 +171,22 @@ def _batched_lm(box: _Box, x: np.ndarray, Y: np.ndarray, theta: np.ndarray, iter
 
 
 def _minpack_fit(box: _Box, x: np.ndarray, y: np.ndarray, start: np.ndarray, max_nfev: int) -> np.ndarray:
-    """One curve by MINPACK's Levenberg-Marquardt from `start` (angles for mid and slope). Tight
-    tolerances: AoA reads mid and slope, not only the SSE. max_nfev bounds the fits that crawl along a
-    flat valley (a curve that never rises). leastsq is least_squares(method="lm") without its per-call
-    wrappers: the same lmder call (diag=None, factor 100), so the same result, bit for bit."""
+    """One curve by MINPACK's Levenberg-Marquardt (leastsq: least_squares(method="lm")'s lmder call, bit for bit);
+    tight tolerances (AoA reads mid and slope); max_nfev bounds the crawl along a flat valley."""
     return leastsq(box.residual, start, args=(x, y), Dfun=box.jacobian, col_deriv=True, ftol=1e-12, xtol=1e-12,
                    gtol=1e-12, maxfev=max_nfev, factor=100.0)[0]
 
 
 def fit_sigmoids(x: np.ndarray, Y: np.ndarray, max_nfev: int = 200, polish: bool = True,
                  start: Optional[np.ndarray] = None, iters: int = 100) -> dict[str, np.ndarray]:
-    """Least-squares sigmoid fits of every row of Y (m, n) on the shared x (n,). slope > 0 always:
-    a falling curve comes out as hi < lo. Returns arrays lo, hi, mid, slope, rmse of length m.
-
-    All curves are refined at once by a batched Levenberg-Marquardt (numpy: one iteration for a whole
-    grid costs what one MINPACK call per curve cost in Python overhead); the few that have not
-    converged in 100 iterations (flat curves crawling along a valley) are fitted by MINPACK from the
-    same start, exactly as before, so they end where they always did (polish=False leaves them where the
-    batched fit stopped: the bootstrap's resamples, where MINPACK's crawl would cost most of the time).
-    start: (m, 4) lo, hi, mid, slope to start from instead of the grid (a resample from its curve's fit)."""
+    """Least-squares sigmoid fits of every row of Y (m, n) on the shared x (n,): arrays lo, hi, mid, slope
+    (> 0: a falling curve has hi < lo), rmse. All curves at once by _batched_lm; those not converged in
+    `iters` by MINPACK from the same start (polish=False leaves them: the bootstrap's resamples).
+    start: (m, 4) lo, hi, mid, slope instead of the grid (a resample from its curve's fit)."""
     x = np.asarray(x, dtype=float)
     Y = np.atleast_2d(np.asarray(Y, dtype=float))
     span = max(x.max() - x.min(), 1e-6)
-    # a flat noisy curve pulls mid far outside the data and the slope towards a step: keep both where
-    # the fit still describes a curve over the observed range
+    # a flat noisy curve pulls mid far outside the data and the slope towards a step: keep both in bounds
     box = _Box(np.array([x.min() - span, 1e-3 / span]), np.array([x.max() + span, 200.0 / span]))
     th = _grid_start(x, Y, span) if start is None else np.asarray(start, dtype=float)
     start = np.concatenate([th[:, :2], box.angle(th[:, 2:])], axis=1)
@@ -226,13 +203,9 @@ def fit_sigmoids(x: np.ndarray, Y: np.ndarray, max_nfev: int = 200, polish: bool
 
 
 class FitStore:
-    """Sigmoid fits already made, by content: a later report on unchanged curves reads them back.
-
-    The key of a batch is a hash of everything fit_sigmoids sees -- x, every curve of the batch, max_nfev
-    -- and of what computes it (this file's source, numpy's and scipy's versions), so a hit returns the
-    bits a fresh fit would (a batch is one computation: its grid start is one product over all its
-    curves). `path` is read once (a torn or foreign file is ignored); `save` writes the batches used
-    since, atomically, so fits of curves that changed do not pile up."""
+    """Sigmoid fits already made, by content: a later report on unchanged curves reads them back. A batch's
+    key hashes x, its curves, max_nfev, this file's source and numpy's and scipy's versions (a hit is the
+    bits a fresh fit would give). A torn or foreign `path` is ignored; `save` writes only the batches used."""
 
     def __init__(self, path: Optional[Path] = None):
         self.old: dict[str, np.ndarray] = {}
@@ -313,7 +286,7 @@ def forgettability(x: np.ndarray, Y: np.ndarray, bandwidth: float, min_neighbour
 
 @dataclass
 class AoAPlan:
-    """The curves of an AoA table, gathered (aoa_plan) and grouped into batches of one x, before any fit."""
+    """The curves of an AoA table grouped into batches of one x (aoa_plan), before any fit."""
     curves: list  # (level, run, bench, meta rows, unit names, Y units x trained steps, x)
     offsets: np.ndarray  # row of each curve's first unit in the table
     batches: list[tuple[np.ndarray, np.ndarray, np.ndarray]]  # (x, table rows, Y) of each batch
@@ -321,9 +294,8 @@ class AoAPlan:
 
 
 def aoa_plan(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig) -> AoAPlan:
-    """Every paradigm curve (table) and phenomenon curve (phen_table) per run x benchmark, in batches of
-    identical x (runs of one schedule share their token counts): a grid of 60 runs is a handful of
-    batched fits, not 120 small ones."""
+    """Every paradigm (table) and phenomenon (phen_table) curve per run x benchmark, in batches of identical
+    x: a grid of 60 runs of one schedule is a handful of batched fits."""
     metric = f"acc_{cfg.metric}"
     curves = []
     for level, t in (("phenomenon", phen_table), ("paradigm", table)):
@@ -370,11 +342,9 @@ def aoa_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig | No
 
 def start_aoa_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig, fits: FitStore,
                     compute=None) -> Callable[[], pd.DataFrame]:
-    """aoa_table in two halves. Now: the curves are gathered and looked up in `fits`; the batches it lacks
-    go to `compute(fit_batches, batches)` (FigureJobs.compute: a worker fits them while the caller goes on;
-    None: fitted here and now). The function returned waits for those fits, keeps them in `fits` and
-    builds the table. With a `compute` and an empty store (a first report: nothing can be looked up)
-    the curves are gathered there too, so that the caller waits for nothing."""
+    """aoa_table in two halves: now, look the batches up in `fits` and hand the others to `compute`
+    (FigureJobs.compute: a worker; None: here); the function returned waits, keeps the fits and builds the
+    table. With an empty store the whole computation goes to the worker, so the caller waits for nothing."""
     if compute is not None and not fits.old:
         pending = compute(_fitted_table, table, phen_table, cfg)
 
@@ -406,7 +376,7 @@ def aoa_rows(plan: AoAPlan, fitted: list[dict[str, np.ndarray]], cfg: AoAConfig)
     status = np.full(offsets[-1], "too_few_checkpoints", dtype=object)
     for (xm, idx, Yb), fit in zip(plan.batches, fitted):
         aoa, best, st = aoa_from_fit(xm, fit, cfg.chance, cfg.min_gain, cfg.min_rise_rmse)
-        for k in ("lo", "hi", "mid", "slope", "rmse"):
+        for k in _FIT_KEYS:
             out[k][idx] = fit[k]
         out["aoa"][idx], out["best"][idx], status[idx] = aoa, best, st
         out["forget"][idx] = forgettability(xm, Yb, cfg.bandwidth, cfg.min_neighbours)
@@ -416,12 +386,11 @@ def aoa_rows(plan: AoAPlan, fitted: list[dict[str, np.ndarray]], cfg: AoAConfig)
         finite = np.isfinite(Y)
         last = np.array([r[f][-1] if f.any() else np.nan for r, f in zip(Y, finite)])
         rows.append(pd.DataFrame({
-            "run": run, "model": meta["model"].to_numpy(), "budget": meta["budget"].to_numpy(),
-            "seed": meta["seed"].to_numpy(), "benchmark": bench, "level": level,
+            "run": run, **{c: meta[c].to_numpy() for c in ("model", "budget", "seed")}, "benchmark": bench,
+            "level": level,
             "phenomenon": meta["phenomenon"].to_numpy() if level == "paradigm" else names,
             "paradigm": names if level == "paradigm" else "", "metric": plan.metric,
-            "n_points": finite.sum(axis=1).astype(int), "fit_lo": out["lo"][sl], "fit_hi": out["hi"][sl],
-            "fit_mid": out["mid"][sl], "fit_slope": out["slope"][sl], "fit_rmse": out["rmse"][sl],
+            "n_points": finite.sum(axis=1).astype(int), **{f"fit_{k}": out[k][sl] for k in _FIT_KEYS},
             "best_fitted_acc": out["best"][sl], "aoa_log10_tokens": out["aoa"][sl],
             "aoa_tokens": 10 ** out["aoa"][sl], "status": status[sl],
             "forgettability": out["forget"][sl], "final_acc": last,
@@ -444,18 +413,15 @@ def _fitted_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig)
 
 def aoa_intervals(outcomes: dict, runs: list, summary: pd.DataFrame, aoa: pd.DataFrame, table: pd.DataFrame,
                   cfg: AoAConfig, seed: int = 0) -> pd.DataFrame:
-    """summary (one row per model x budget x benchmark x phenomenon: mean AoA over seeds) with its 95 %
-    bootstrap interval: aoa_lo / aoa_hi (log10 tokens) and aoa_interval. `aoa`: the per-run table (aoa_table),
-    whose fits start the resamples' fits; `table`: an EvalSet table (which paradigms a phenomenon has).
+    """summary (per model x budget x benchmark x phenomenon: mean AoA over seeds) with its 95 % bootstrap
+    interval aoa_lo / aoa_hi (log10 tokens) and aoa_interval. `aoa`: the per-run table, whose fits start the
+    resamples'; `table`: an EvalSet table (a phenomenon's paradigms).
 
-    A resample draws the seeds with replacement, then each drawn seed's pairs within each paradigm (the same
-    pairs at every checkpoint, from PairOutcomes); each seed's phenomenon curve is fitted as the table's,
-    from its own curve's fit (batched Levenberg-Marquardt, 30 iterations, without MINPACK's polish: a
-    resample lies near its curve), and its AoA taken, censored at the run's ends: not reached by the last
-    checkpoint counts as the last, above halfway at the first as the first. The statistic is the mean over
-    the drawn seeds. aoa_interval: "determined" where the interval lies inside the run, "not determined"
-    where it reaches the first or the last trained checkpoint (the data do not place the AoA inside the
-    run), "not acquired" where no seed's own curve was (no resampling then)."""
+    Seeds drawn with replacement, then each drawn seed's pairs within paradigm (the same at every
+    checkpoint); each resampled curve fitted from its curve's fit (30 batched iterations, no polish), its
+    AoA censored at the run's ends; the statistic: the mean over drawn seeds. aoa_interval: "determined"
+    inside the run, "not determined" where it reaches the first or last trained checkpoint, "not acquired"
+    where no seed's own curve was."""
     from probes.analysis.evalfile import MISSING, MLP, SUM
     from probes.analysis.ushape import _paradigm_columns
 
@@ -480,7 +446,7 @@ def aoa_intervals(outcomes: dict, runs: list, summary: pd.DataFrame, aoa: pd.Dat
             cols = _paradigm_columns(o)
             Y = np.zeros((len(phens), B, len(x)))
             for j, ph in enumerate(phens):
-                pars = [p for p in members.get((bench, ph), ()) if len(cols.get(p, ()))]
+                pars = [p for p in sorted(members.get((bench, ph), ())) if len(cols.get(p, ()))]  # not hash order
                 for p in pars:
                     c = o.correct[keep][:, cols[p]]
                     ok = ((c & bit) > 0) & ((c & MISSING) == 0)

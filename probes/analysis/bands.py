@@ -12,8 +12,6 @@ mean of its K paradigms, so seed j's pair-bootstrap variance is v_j = sum_k p_k 
 Drawing S seeds J_1..J_S uniformly and then pairs, the mean M* = (1/S) sum_i X*_{J_i} has
 Var M* = (mean_j v_j + Var_j acc_j) / S = sum_j v_j / S^2 + (S - 1) sd^2 / S^2 (sd over seeds, ddof 1):
 the pair-only variance plus the seeds' own spread. The band is the normal interval with that variance.
-Each seed's own curve is drawn beside the band, and the CSVs carry the seed spread (`seed_spread`, max -
-min over seeds) beside it.
 """
 from __future__ import annotations
 
@@ -25,10 +23,6 @@ import pandas as pd
 from probes.analysis.aggregate import Z975, t975
 
 MIN_SEEDS_T = 3
-BAND_T = "95 % t-interval over seeds"
-BAND_BOOT = "95 % seed-and-pair bootstrap of the seed mean (seeds resampled, then pairs within paradigm and seed)"
-BAND_PAIR = "95 % pair-bootstrap interval (one seed: seed variation not measured)"
-TWO_DRAWS = "with 2 seeds the seed variance rests on two draws"
 RUN_KEYS = ["run", "model", "budget", "seed"]
 
 
@@ -48,9 +42,8 @@ def seed_pair_half(var_sum, sd, n_seeds):
 
 
 def unit_curves(table: pd.DataFrame, metric: str, by: Sequence[str] = ("phenomenon",)) -> pd.DataFrame:
-    """Per run x step x benchmark (x `by`): acc = mean of the paradigms' accuracies (each paradigm weighs
-    the same, as ZhoBLiMP's overall score), var = its stratified pair-bootstrap variance, n_pairs,
-    n_paradigms. by=() gives the whole benchmark ("overall")."""
+    """Per run x step x benchmark (x `by`; () for "overall"): acc = mean of the paradigms' accuracies (as
+    ZhoBLiMP's overall score), var = its stratified pair-bootstrap variance, n_pairs, n_paradigms."""
     keys = [*RUN_KEYS, "step", "benchmark", *by]
     t = table[list(dict.fromkeys([*keys, "tokens", "paradigm", "n_pairs", metric]))].copy()
     t = t[t[metric].notna() & (t["n_pairs"] > 0)]
@@ -64,12 +57,9 @@ def unit_curves(table: pd.DataFrame, metric: str, by: Sequence[str] = ("phenomen
 
 def seed_bands(units: pd.DataFrame, keys: Sequence[str], min_seeds_t: int = MIN_SEEDS_T,
                bounds: tuple[float, float] = (0, 1)) -> pd.DataFrame:
-    """Seed mean per `keys` (which do not include "run"; "step" for a curve) with its 95 % band.
-
-    Columns: n_seeds, tokens, acc_mean, acc_sd and seed_spread (max - min) over seeds, se (of the band
-    drawn: the mean's standard error), boot_lo/boot_hi
-    (the seed-and-pair bootstrap, pairs only with one seed), t_lo/t_hi (Student-t over seeds, NaN below 2
-    seeds), and the band drawn: lo, hi and `band` (band_kind); intervals clipped to `bounds` (a change: (-1, 1))."""
+    """Seed mean per `keys` (not "run"; "step" for a curve) with its 95 % band: n_seeds, tokens, acc_mean,
+    acc_sd, seed_spread (max - min), se (the drawn band's), boot_lo/boot_hi (pairs only with one seed), t_lo/t_hi,
+    and the band drawn: lo, hi, `band` (band_kind); intervals clipped to `bounds` (a change: (-1, 1))."""
     g = units.groupby(list(keys), dropna=False, sort=True)
     out = g.agg(n_seeds=("run", "nunique"), tokens=("tokens", "mean"), acc_mean=("acc", "mean"),
                 acc_sd=("acc", "std"), acc_max=("acc", "max"), acc_min=("acc", "min"), var_sum=("var", "sum"),
@@ -95,7 +85,8 @@ def band_caption(bands: pd.DataFrame) -> str:
     if not kinds:
         return "no curves, no bands"
     words = {"t": f"95 % t over seeds ({MIN_SEEDS_T}+ seeds)",
-             "seed-pair-bootstrap": f"95 % seed-and-pair bootstrap ({TWO_DRAWS})",
+             "seed-pair-bootstrap": "95 % seed-and-pair bootstrap (with 2 seeds the seed variance rests on two "
+                                    "draws)",
              "pair-bootstrap": "95 % pair bootstrap (one seed: no seed variation)"}
     return "bands: " + "; ".join(words[k] for k in words if k in kinds) + "; thin lines: each seed"
 
@@ -108,10 +99,9 @@ def final_bands(table: pd.DataFrame, metric: str, by: Sequence[str] = ()) -> pd.
 
 
 def change_units(outcomes: dict, runs: list, bit: int, benchmarks: Sequence[str]) -> pd.DataFrame:
-    """Per run x benchmark: the overall accuracy's change from the first checkpoint (step 0) to the last,
-    paired on the same pairs (PairOutcomes), as unit rows for seed_bands: acc = the change (mean over
-    paradigms), var = its pair-bootstrap variance (sum_k var(d_k) / n_k / K^2, d = last - first per pair),
-    first_acc, last_acc, first_step, tokens (of the last checkpoint)."""
+    """Per run x benchmark, unit rows for seed_bands: acc = the overall accuracy's change from the first
+    checkpoint to the last on the same pairs, var = its pair-bootstrap variance (sum_k var(d_k) / n_k / K^2,
+    d = last - first per pair), first_acc, last_acc, first_step, tokens (of the last checkpoint)."""
     from probes.analysis.evalfile import MISSING
 
     info = {r.name: r for r in runs}
@@ -139,9 +129,8 @@ def change_units(outcomes: dict, runs: list, bit: int, benchmarks: Sequence[str]
 
 
 def above_chance(cells: pd.DataFrame, chance: float = 0.5) -> pd.DataFrame:
-    """cells (seed_bands rows) with p_above (one-sided, accuracy > chance, by the cell's own band: Student-t
-    over seeds, else normal with the bootstrap's variance) and q_above (Benjamini-Hochberg over the
-    phenomena of one model x budget x benchmark, scipy.stats.false_discovery_control)."""
+    """cells (seed_bands rows) with p_above (one-sided, by the cell's own band: Student-t, else normal) and
+    q_above (Benjamini-Hochberg over the phenomena of one model x budget x benchmark)."""
     from scipy import stats
 
     out = cells.copy()
@@ -157,8 +146,7 @@ def above_chance(cells: pd.DataFrame, chance: float = 0.5) -> pd.DataFrame:
 
 def paradigm_bands(table: pd.DataFrame, keys: Sequence[str], values: Sequence[str] = ("acc_mlp", "acc_sum")
                    ) -> pd.DataFrame:
-    """seed_summary of per-paradigm rows (accuracy over n_pairs pairs) with each value's <v>_lo/<v>_hi the
-    band of this module: Student-t over 3+ seeds, else the seed-and-pair bootstrap (pairs only with one seed)."""
+    """seed_summary of per-paradigm rows with each value's <v>_lo/<v>_hi the band of this module."""
     from probes.analysis.aggregate import seed_summary
 
     s = seed_summary(table, keys, values)

@@ -1,40 +1,31 @@
-"""The ZhoBLiMP paper's U-shapes beside ours: detected, not detectable here, or absent.
+"""The ZhoBLiMP paper's U-shapes beside ours: detected, a dip not the paper's U, not detectable here, or absent.
 
-The paper (§5.4) reports phenomenon-level U's that "drop a little over 100M tokens and then rise
-again, e.g. for BA and FCI", and in its case study (npi_renhe_wh_question_subj, Figure 6) a dip of
-accuracy over the first ~1M tokens that recovers around 100M. For each, and each model x budget of
-these runs, this module asks the report's U detector (probes.analysis.ushape.analyse_curve) on that
-curve, with the minimum depth set by the curve's own noise rather than a fixed delta:
-
-* detected: an accepted U whose peak, trough and recovery (the first checkpoint back up by the U's
-  depth threshold) each lie in the paper's window for them;
-* a dip, not the paper's U: an accepted U within the paper's span whose peak, trough or recovery lies
-  outside its window (ours and the paper's windows are printed: an early dip that recovers at 1e6 tokens
-  is not the case study's, which recovers around 100M);
-* not detectable here: the runs do not reach the window's recovery, or the smallest dip this grid can
-  tell from noise (the noise threshold at the curve's pairs and seeds) is deeper than the reference
-  depth; then the pairs per paradigm (at most the benchmark's 300) or seeds it would take are given;
-* absent: the window is covered, a dip of the reference depth would clear the noise, and none was
-  accepted there.
-
-The paper gives no number for "a little"; REFERENCE_DEPTH (0.05, the report's former fixed delta) is
-our reading, stated in the table. "Seeds agreeing" follows the report's rule (min_seed_agreement of the
-seeds): with 2 seeds, 50 % is one seed.
+The paper (§5.4) reports phenomenon-level U's that "drop a little over 100M tokens and then rise again, e.g.
+for BA and FCI", and in its case study (npi_renhe_wh_question_subj, Figure 6) a dip over the first ~1M tokens
+that recovers around 100M. For each, per model x budget, the report's detector (ushape.analyse_curve) looks
+at that curve with its minimum depth set by the curve's own noise rather than a fixed delta:
+* detected: an accepted U whose peak, trough and recovery each lie in the paper's window for them;
+* a dip, not the paper's U: an accepted U in the paper's span with one of them outside (windows printed);
+* not detectable here: the runs do not reach the recovery, or the smallest dip this grid can tell from
+  noise is deeper than REFERENCE_DEPTH (then the run's pairs_needed figure);
+* absent: covered, detectable, and none accepted there.
+The paper gives no number for "a little": REFERENCE_DEPTH (0.05) is our reading. "Seeds agreeing" follows
+the report's rule (min_seed_agreement; with 2 seeds, 50 % is one seed).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from probes.analysis.unoise import dispersion, min_pairs, noise_threshold, unit_sd, unit_threshold
-from probes.analysis.ushape import UShapeConfig, analyse_curve, onset_index, scales
+from probes.analysis.unoise import dispersion, noise_threshold, unit_sd
+from probes.analysis.ushape import UShapeConfig, analyse_curve, onset_index, pairs_needed, scales
 
 REFERENCE_DEPTH = 0.05
-BENCHMARK_PAIRS = 300  # ZhoBLiMP: 300 pairs in every paradigm
 
 
 @dataclass(frozen=True)
@@ -78,9 +69,7 @@ def _mats(ev, runs: list[str], bench: str, paradigms: list[str], bit: int):
     from probes.analysis.ushape import _paradigm_columns
 
     outs = [ev.outcomes[(r, bench)] for r in sorted(runs)]
-    steps = outs[0].steps
-    for o in outs[1:]:
-        steps = np.intersect1d(steps, o.steps)
+    steps = functools.reduce(np.intersect1d, [o.steps for o in outs])
     tokens = np.mean([o.tokens[np.searchsorted(o.steps, steps)] for o in outs], axis=0)
     mats, overall = [], []
     for o in outs:
@@ -93,32 +82,25 @@ def _mats(ev, runs: list[str], bench: str, paradigms: list[str], bit: int):
     return steps, tokens, mats, np.mean(overall, axis=0)
 
 
-def min_detectable(x: np.ndarray, mats, cfg: UShapeConfig, disp: float = 1.0) -> tuple[float, float]:
-    """(c, c_unit): the smallest depth the detector can accept on this curve (its noise threshold,
-    the smaller over the scales looked at), and the schedule's one-pair threshold; both with the
-    checkpoints' measured dispersion `disp`, as analyse_curve has them."""
+def min_detectable(x: np.ndarray, mats, cfg: UShapeConfig, disp: float = 1.0) -> float:
+    """The smallest depth the detector can accept on this curve (its smaller noise threshold, as analyse_curve's)."""
     looks = scales(x, cfg)
-    level = 1 - cfg.alpha / len(looks)
     inflate = math.sqrt(disp) if disp > 1 else 1.0  # as analyse_curve
     sd, _ = unit_sd(mats)
     rng = np.random.default_rng(cfg.seed)
-    c = min(noise_threshold(sd * inflate, W, level, cfg.n_null, rng) for _, W in looks)
-    c_unit = min(unit_threshold(x, W, level, cfg.n_null, cfg.seed) for _, W in looks) * inflate
-    return float(c), float(c_unit)
+    return float(min(noise_threshold(sd * inflate, W, 1 - cfg.alpha / len(looks), cfg.n_null, rng) for _, W in looks))
 
 
-def _dispersion(ev, runs: list[str], benchmark: str, pb: pd.DataFrame, level: str, bit: int) -> float:
+def _dispersion(x, ev, runs: list[str], benchmark: str, pb: pd.DataFrame, level: str, bit: int) -> float:
     """unoise.dispersion of a model x budget group's curves at `level`, as find_u_shapes_in_runs has it."""
     names = sorted(pb.paradigm)
-    steps, tokens, mats, _ = _mats(ev, runs, benchmark, names, bit)
+    _, _, mats, _ = _mats(ev, runs, benchmark, names, bit)
     means = np.stack([np.stack([np.nanmean(m, axis=1) for m in seed], axis=1) for seed in mats])
     counts = np.stack([np.stack([np.sum(~np.isnan(m), axis=1) for m in seed], axis=1) for seed in mats]).astype(float)
     phen = dict(zip(pb.paradigm, pb.phenomenon))
     units = ([[k] for k in range(len(names))] if level == "paradigm" else
              [[k for k, p in enumerate(names) if phen[p] == v] for v in sorted(set(phen.values()))])
-    from probes.analysis.evalset import log_tokens
-
-    return dispersion(log_tokens(tokens), means, counts, units)
+    return dispersion(x, means, counts, units)
 
 
 def paper_u_table(ev, cfg: UShapeConfig, benchmark: str = "zhoblimp", paper_us=PAPER_US) -> pd.DataFrame:
@@ -134,6 +116,8 @@ def paper_u_table(ev, cfg: UShapeConfig, benchmark: str = "zhoblimp", paper_us=P
             groups.setdefault((info[run].model, info[run].budget), []).append(run)
     pb = ev.table.loc[ev.table.benchmark == benchmark, ["paradigm", "phenomenon"]].drop_duplicates("paradigm")
     rows, disps = [], {}
+    bench_rows = ev.table[ev.table.benchmark == benchmark]  # the run's one "pairs needed" figure, as the summary's
+    needs = {g: pairs_needed(bench_rows[bench_rows.run.isin(runs)], cfg) for g, runs in groups.items()}
     for pu in paper_us:
         paradigms = sorted(pb.paradigm[pb.phenomenon == pu.unit] if pu.level == "phenomenon"
                            else pb.paradigm[pb.paradigm == pu.unit])
@@ -149,21 +133,19 @@ def paper_u_table(ev, cfg: UShapeConfig, benchmark: str = "zhoblimp", paper_us=P
                 continue
             x = log_tokens(tokens)
             if (model, budget, pu.level) not in disps:  # BA and FCI share theirs
-                disps[(model, budget, pu.level)] = _dispersion(ev, runs, benchmark, pb, pu.level, bit)
+                disps[(model, budget, pu.level)] = _dispersion(x, ev, runs, benchmark, pb, pu.level, bit)
             disp = disps[(model, budget, pu.level)]
-            c, c_unit = min_detectable(x, mats, cfg, disp)
+            c = min_detectable(x, mats, cfg, disp)
             K, S = len(mats[0]), len(mats)
             n_pp = float(np.median([m.shape[1] for seed in mats for m in seed]))
-            # the pairs per paradigm (per seed) and the seeds (at these pairs) a reference-depth dip needs
-            need_pairs = math.ceil(min_pairs(REFERENCE_DEPTH, c_unit, K) / S)
-            need_seeds = math.ceil((c_unit / REFERENCE_DEPTH) ** 2 / (K * max(n_pp, 1)))
+            need = needs[(model, budget)]
             # candidates down to the noise threshold, not a fixed delta
             ucfg = dataclasses.replace(cfg, delta=max(min(cfg.delta, c), 1e-3))
             us = analyse_curve(x, mats, ucfg, onset_index(overall, cfg.onset_gain), np.random.default_rng(cfg.seed), disp)
             acc = [u for u in us if u["accepted"]]
             row |= {"max_tokens": int(tokens.max()), "pairs_per_paradigm": n_pp, "n_paradigms": K,
                     "min_detectable_depth": c, "noise_dispersion": disp, "reference_depth": REFERENCE_DEPTH,
-                    "pairs_needed_per_seed": need_pairs, "seeds_needed": need_seeds,
+                    "pairs_needed_per_seed": need["pairs_needed_per_seed"], "seeds_needed": need["seeds_needed"],
                     "accepted_us": "; ".join(f"{tokens[u['peak']]:.3g}→{tokens[u['trough']]:.3g}→"
                                             f"{tokens[u['recovery']]:.3g} depth {u['u_depth']:.3f}, seeds "
                                             f"{round(u['seed_agreement'] * S)}/{S}" for u in acc)}
@@ -184,12 +166,10 @@ def paper_u_table(ev, cfg: UShapeConfig, benchmark: str = "zhoblimp", paper_us=P
                             f"{u['u_depth']:.3f}, {seeds}); the paper's: {pu.windows()}; outside: "
                             + ", ".join(pu.misses(tp, tt, tr))}
             elif tokens.max() < pu.recovery_by or c >= REFERENCE_DEPTH:
-                more = (f"{need_pairs} pairs per paradigm per seed" if need_pairs <= BENCHMARK_PAIRS
-                        else f"{need_seeds} seeds at {n_pp:.0f} pairs (more pairs than the benchmark's {BENCHMARK_PAIRS})")
                 why = [f"runs end at {tokens.max():.2g} tokens, the paper's U recovers by ~{pu.recovery_by:.0e}"
                        ] if tokens.max() < pu.recovery_by else []
                 if c >= REFERENCE_DEPTH:
-                    why.append(f"smallest detectable dip {c:.3f} > {REFERENCE_DEPTH}: a {REFERENCE_DEPTH} dip needs {more}")
+                    why.append(f"smallest detectable dip {c:.3f} > {REFERENCE_DEPTH}: {need['needed']}")
                 row |= {"status": "not detectable here", "why": "; ".join(why)}
             else:
                 row |= {"status": "absent", "why": f"no accepted dip deeper than {c:.3f} within the paper's "

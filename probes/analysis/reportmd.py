@@ -1,19 +1,14 @@
 """report.md, organised as the ZhoBLiMP paper: curves, Figure 5, Table 4, case study, groups, AoA, U's.
-
-The main flow (before the "Appendix" heading) embeds a fixed set of figures: the overall curve, one
-all-phenomena figure per benchmark with curves, two scaling figures per benchmark, one case-study figure
-and one U-shape figure; the number of paradigms or runs never adds one. Per-phenomenon curves, the other
-case-study figures, region figures and the other probes' figures are listed in the appendix.
-"""
+The main flow embeds a fixed set of figures (the number of paradigms or runs never adds one); the rest are
+listed in the appendix."""
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from probes.analysis.bands import MIN_SEEDS_T, band_caption
-from probes.analysis.human import PAPER_HUMAN_OVERALL
+from probes.analysis.table4 import PAPER_HUMAN_OVERALL
 from probes.analysis.normsweep import MORCELA_BETAS, MORCELA_GAMMAS, POW_ALPHAS, sweep_markdown
 from probes.analysis.paper_ushapes import REFERENCE_DEPTH, paper_u_markdown
 from probes.analysis.scaling import PAPER_GROUPS, budget_label
@@ -37,21 +32,12 @@ def md_table(df: pd.DataFrame, limit: int = 30, floatfmt: str = "{:.3g}") -> str
 
 
 def summary_table(R: dict, cfg) -> pd.DataFrame:
-    """One row per model x budget x curve benchmark: what report.md's first paragraph says, with its numbers.
+    """One row per model x budget x curve benchmark: what report.md's first paragraph says. The change from
+    the first checkpoint with its 95 % interval (R["change"]) and whether it excludes 0; phenomena ending above
+    chance (q_above < 0.05); accepted U's, learning apart from step 0's; the run's pairs_needed figure."""
+    from probes.analysis.ushape import pairs_needed
 
-    change (first checkpoint -> last, paired on the same pairs) with its 95 % interval (R["change"], seed_bands
-    over change_units) and whether the interval excludes 0; phenomena ending above chance (q_above < 0.05 in
-    R["phen_final"], the benchmark's final numbers); the accepted U's of the group counted apart (learning /
-    from step 0); and the one "pairs or seeds needed" figure: the pairs per paradigm per seed (or the seeds at
-    these pairs) a U of depth cfg.ushape.delta on a phenomenon curve of the median number of paradigms needs
-    to clear binomial noise on this schedule (probes.analysis.unoise.min_pairs, the rule of paper_ushapes)."""
-    import math
-
-    from probes.analysis.evalset import log_tokens
-    from probes.analysis.unoise import min_pairs, unit_threshold
-    from probes.analysis.ushape import scales
-
-    ch, ph, u = R["change"], R["phen_final"], cfg.ushape
+    ch, ph = R["change"], R["phen_final"]
     table = R["ev"].table
     rows = []
     for d in ch.to_dict("records"):
@@ -60,24 +46,15 @@ def summary_table(R: dict, cfg) -> pd.DataFrame:
             df.budget.isna() if pd.isna(d["budget"]) else df.budget == d["budget"])]
         fin = at(ph[ph.benchmark.str.removesuffix("_all") == d["benchmark"]])
         us = at(R["us"][R["us"].benchmark == d["benchmark"]]) if len(R["us"]) else R["us"]
-        t = at(table[table.benchmark == d["benchmark"]])
-        x = log_tokens(np.sort(t.tokens.unique()))
-        looks = scales(x, u)
-        c_unit = min(unit_threshold(x, W, 1 - u.alpha / len(looks), u.n_null, u.seed) for _, W in looks)
-        K = int(t.groupby("phenomenon").paradigm.nunique().median())
-        n_pp = float(t.n_pairs.median())
-        S = int(d["n_seeds"])
         c = count_ushapes(us)
         rows.append(g | {
-            "benchmark": d["benchmark"], "n_seeds": S, "first_acc": d["first_acc"], "last_acc": d["last_acc"],
+            "benchmark": d["benchmark"], "first_acc": d["first_acc"], "last_acc": d["last_acc"],
             "change": d["acc_mean"], "change_lo": d["lo"], "change_hi": d["hi"], "band": d["band"],
             "change_told_from_zero": bool(d["lo"] > 0 or d["hi"] < 0),
             "final_benchmark": fin.benchmark.iloc[0] if len(fin) else "",
             "phenomena_above_chance": int((fin.q_above < 0.05).sum()), "phenomena": len(fin),
             "learning_us": c["learning"], "us_from_step0": c["from_step0"],
-            "u_depth": u.delta, "paradigms_per_phenomenon": K, "pairs_per_paradigm": n_pp,
-            "pairs_needed_per_seed": math.ceil(min_pairs(u.delta, c_unit, K) / S),
-            "seeds_needed": math.ceil((c_unit / u.delta) ** 2 / (K * max(n_pp, 1)))})
+            **pairs_needed(at(table[table.benchmark == d["benchmark"]]), cfg.ushape)})
     out = pd.DataFrame(rows)
     if len(out):
         out["budget"] = out["budget"].astype("Int64")
@@ -98,9 +75,7 @@ def _summary_md(S: pd.DataFrame) -> list[str]:
             f"(95 % {d['band']} interval {100 * d['change_lo']:+.1f} to {100 * d['change_hi']:+.1f}: {told}); "
             f"{d['phenomena_above_chance']} of {d['phenomena']} phenomena end above chance (q < 0.05, "
             f"{d['final_benchmark']}); {d['learning_us']} learning U's, {d['us_from_step0']} dips peaking at step 0 "
-            f"(the untrained model, not counted as U's); a U of depth {d['u_depth']} on a phenomenon "
-            f"({d['paradigms_per_phenomenon']} paradigms) needs {d['pairs_needed_per_seed']} pairs per paradigm per "
-            f"seed at {seeds}, or {d['seeds_needed']} seeds at these {d['pairs_per_paradigm']:.0f} pairs.")
+            f"(the untrained model, not counted as U's); {d['needed']}.")
     more = f" ({len(S) - 8} more in tables/summary.csv)" if len(S) > 8 else " (tables/summary.csv)"
     return ["**Summary.** " + " ".join(out) + more, ""]
 

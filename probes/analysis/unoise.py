@@ -9,14 +9,9 @@ import numpy as np
 def smoothing_matrix(x: np.ndarray, bandwidth: float, min_neighbours: int = 0) -> np.ndarray:
     """Local-linear Gaussian-kernel smoother on x (log10 tokens) as a matrix: smoothed = W @ y.
 
-    Row i fits a weighted line around x_i (weights exp(-d^2 / 2h_i^2)) and keeps its value at x_i.
-    A local *linear* fit, not a weighted mean, because a weighted mean at the ends of a rising curve
-    is pulled toward the interior: the first checkpoints would look higher than they are and a
-    rising curve would show a spurious early "peak". h_i = max(bandwidth, distance to the
-    min_neighbours-th nearest checkpoint): on a log axis the first checkpoints lie decades apart and
-    a fixed bandwidth would leave them raw. The smoother is linear in the per-pair outcomes, which
-    lets the paired bootstrap resample pairs and recompute the smoothed drop exactly.
-    """
+    Linear, not a weighted mean, which at the ends of a rising curve is pulled inward and draws a spurious
+    early "peak". h_i = max(bandwidth, distance to the min_neighbours-th nearest checkpoint): the first
+    checkpoints lie decades apart. A matrix, so the bootstrap recomputes a smoothed drop exactly."""
     x = np.asarray(x, dtype=float)
     if bandwidth <= 0 or len(x) < 3:
         return np.eye(len(x))
@@ -34,8 +29,7 @@ def max_drawdown(y: np.ndarray) -> np.ndarray:
     """max over i <= j of y[..., i] - y[..., j] along the last axis: the deepest drop of a curve."""
     if y.ndim != 2:
         return np.max(np.maximum.accumulate(y, axis=-1) - y, axis=-1)
-    # many short curves (4,000 Monte-Carlo draws x 47 checkpoints): walk the checkpoints with one
-    # vector op over all curves each, 4x cheaper than accumulate's 4,000 inner loops of 47; same values
+    # many short curves (4,000 draws x 47 checkpoints): one vector op per checkpoint, 4x cheaper, same values
     run, deepest = y[:, 0].copy(), np.zeros(len(y))
     for col in y.T[1:]:
         np.maximum(run, col, out=run)
@@ -47,33 +41,23 @@ def noise_threshold(sd: np.ndarray, W: np.ndarray, level: float, n_null: int,
                     rng: np.random.Generator) -> float:
     """The `level` quantile of the deepest drop that noise alone makes on the curve W @ (mu + e).
 
-    e_t ~ N(0, sd_t^2) independently per checkpoint: the binomial sampling noise of each
-    checkpoint's accuracy, as if its pairs were drawn afresh (which bounds the paired case, where a
-    pair's outcomes are positively correlated over time, from above). Why this bounds false U's: if
-    the true curve mu is non-decreasing, any drop of W @ (mu + e) from an earlier to a later point is
-    at most a drop of W @ e (exactly on the raw scale; up to the smoother's overshoot at sharp bends
-    on the smoothed one, which analyse_curve adds to this threshold), so P(some candidate's drop > threshold) <= 1 - level however many
-    checkpoints and candidates were looked at. A flat curve is the worst case. A U also needs a
-    recovery, so its depth min(drop, recovery) is tested against the same value.
-    """
+    e_t ~ N(0, sd_t^2) independently per checkpoint (pairs drawn afresh: bounds the paired case from above).
+    If mu is non-decreasing, any drop of W @ (mu + e) is at most a drop of W @ e (up to the smoother's
+    overshoot, which analyse_curve adds), so P(some drop > threshold) <= 1 - level however many
+    checkpoints and candidates were looked at; a flat curve is the worst case."""
     e = rng.standard_normal((n_null, len(sd))) * sd[None, :]
-    return float(np.quantile(max_drawdown(e if _is_identity(W) else e @ W.T), level))
-
-
-def _is_identity(W: np.ndarray) -> bool:
-    return W.shape[0] == W.shape[1] and np.array_equal(W, np.eye(len(W)))
+    raw = W.shape[0] == W.shape[1] and np.array_equal(W, np.eye(len(W)))
+    return float(np.quantile(max_drawdown(e if raw else e @ W.T), level))
 
 
 _UNIT_THRESHOLDS: dict[tuple, float] = {}
 
 
 def unit_threshold(x: np.ndarray, W: np.ndarray, level: float, n_null: int, seed: int) -> float:
-    """noise_threshold at sd 0.5 (one pair, p = 0.5) for a schedule x and scale W; it depends on
-    nothing else, so it is computed once per schedule (a grid's runs share theirs)."""
+    """noise_threshold at sd 0.5 (one pair, p = 0.5) for a schedule x and scale W, once per schedule."""
     key = (np.asarray(x, dtype=float).tobytes(), W.tobytes(), level, n_null, seed)
     if key not in _UNIT_THRESHOLDS:
-        _UNIT_THRESHOLDS[key] = noise_threshold(np.full(len(x), 0.5), W, level, n_null,
-                                                np.random.default_rng(seed))
+        _UNIT_THRESHOLDS[key] = noise_threshold(np.full(len(x), 0.5), W, level, n_null, np.random.default_rng(seed))
     return _UNIT_THRESHOLDS[key]
 
 
@@ -81,8 +65,7 @@ def _impute(m: np.ndarray) -> np.ndarray:
     """Missing pairs (NaN) take their checkpoint's mean, so they move no contrast."""
     if not np.isnan(m).any():
         return m
-    col = np.nanmean(m, axis=1, keepdims=True)
-    return np.where(np.isnan(m), col, m)
+    return np.where(np.isnan(m), np.nanmean(m, axis=1, keepdims=True), m)
 
 
 def _resample_counts(n: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
@@ -92,14 +75,10 @@ def _resample_counts(n: int, n_boot: int, rng: np.random.Generator) -> np.ndarra
 
 
 def unit_sd(mats: list[list[np.ndarray]], worst_case: bool = False) -> tuple[np.ndarray, float]:
-    """Binomial standard error of the unit's seed-mean accuracy at each checkpoint, and the unit's
-    pairs per paradigm (harmonic mean over paradigms and seeds of the non-missing pairs).
-
-    The unit's accuracy is the mean over S seeds of the mean over K paradigms of the pair means, so
-    var_t = sum_s sum_k p_kt (1 - p_kt) / n_skt / (S K)^2. p_kt is pooled over seeds with one
-    success and one failure added (a checkpoint at 300/300 right does not get zero variance);
-    worst_case=True uses p = 0.5, the largest binomial variance.
-    """
+    """Binomial standard error of the unit's seed-mean accuracy at each checkpoint, and its pairs per
+    paradigm (harmonic mean over paradigms and seeds): var_t = sum_s sum_k p_kt (1 - p_kt) / n_skt / (S K)^2,
+    p_kt pooled over seeds with one success and one failure added (300/300 is not zero variance);
+    worst_case=True: p = 0.5."""
     S, K = len(mats), len(mats[0])
     var = np.zeros(mats[0][0].shape[0])
     inv_n = []
@@ -117,38 +96,24 @@ def unit_sd(mats: list[list[np.ndarray]], worst_case: bool = False) -> tuple[np.
 
 
 def min_pairs(depth: float, c_unit: float, n_paradigms: int = 1) -> int:
-    """Pairs per paradigm a one-seed curve needs before a U of `depth` can be told from noise.
-
-    c_unit is the noise threshold of the schedule at one pair per paradigm and p = 0.5 (binomial sd
-    0.5 per pair). The threshold scales with the binomial sd, 0.5 / sqrt(n K) for n pairs in each of
-    K paradigms averaged, i.e. it is c_unit / sqrt(n K); a U of `depth` clears it when
-    n >= (c_unit / depth)^2 / K.
-    """
+    """Pairs per paradigm a one-seed curve needs before a U of `depth` can be told from noise: the threshold
+    at n pairs in each of K paradigms is c_unit / sqrt(n K) (c_unit: unit_threshold's, at one pair)."""
     return int(np.ceil((c_unit / depth) ** 2 / max(n_paradigms, 1)))
-
 
 
 MIN_RESIDUALS = 20  # checkpoint residuals (interior checkpoints x curves) dispersion needs
 
 
 def dispersion(x: np.ndarray, means: np.ndarray, counts: np.ndarray, units: list[list[int]]) -> float:
-    """How much more a group's curves move from checkpoint to checkpoint than binomial noise says: the
-    ratio of the variances, by which the detector scales the binomial variance of a unit's curve.
+    """How many times the binomial variance a group's curves move from checkpoint to checkpoint (the same
+    pairs at every checkpoint flip together with the model, and seeds fed the same batches move alike).
 
-    means, counts: (seeds, steps, paradigms) accuracies and pairs of one model x budget x benchmark; x:
-    log10 tokens of the steps; units: the paradigm columns of each curve (a phenomenon's is the mean of
-    its paradigms'). The same pairs are scored at every checkpoint and in every seed, and seeds may share
-    their data, so a checkpoint's accuracy moves with the model, not by a fresh draw of pairs: a paradigm's
-    pairs share a template and flip together, and seeds fed the same batches move alike. Each interior
-    checkpoint of each seed-mean unit curve is compared with the line through its neighbours (x-weighted:
-    a linear trend passes exactly); under independent binomial noise the residual's variance is
-    v_t + w^2 v_prev + (1 - w)^2 v_next. The median over checkpoints and curves of residual^2 over that
-    variance, divided by the median of chi^2_1 (0.455), estimates the ratio; a median, so that the few
-    real dips and sharp bends among the curves move it little. Returned is its upper 90 % confidence
-    limit (the order statistic at 0.5 + 1.2816 x 0.5 / sqrt(n) of the n ratios): an underestimate would
-    lower the threshold, and the false U's it lets through are not paid back by an overestimate
-    (measured: bench/bench_ushape.py --part null). NaN (not measured) with fewer than MIN_RESIDUALS
-    residuals: on one or two curves a real U would be read as noise."""
+    means, counts: (seeds, steps, paradigms) of one model x budget x benchmark; x: log10 tokens; units: the
+    paradigm columns of each curve. Each interior checkpoint of each seed-mean curve is compared with the
+    line through its neighbours; the median of residual^2 over its binomial variance, over the median of
+    chi^2_1 (0.455), estimates the ratio (a median: real dips move it little). Returned: its upper 90 %
+    limit (an underestimate lets false U's through: bench/bench_ushape.py --part null); NaN with fewer than
+    MIN_RESIDUALS residuals."""
     x = np.asarray(x, float)
     if len(x) < 3 or not units:
         return float("nan")
