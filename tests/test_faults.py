@@ -109,7 +109,8 @@ def test_each_kill_left_what_it_should(killed_four_times):
     assert rename["checkpoints"] == [0, 1, 4, 15] and 15 not in rename["evals"]
     assert (15, "checkpoint") not in rename["log"]
     evalw = seen["eval_write:step60"]
-    assert evalw["checkpoints"] == [0, 1, 4, 15, 60] and not evalw["evals"].get(60)
+    # no eval file; the .sha256 is written first (train/evalsums.py), so it may stand alone until the rerun
+    assert evalw["checkpoints"] == [0, 1, 4, 15, 60] and set(evalw["evals"].get(60, [])) <= {"grammar.parquet.sha256"}
     assert evalw["eval_tmp"] and evalw["eval_tmp"][0].startswith(".grammar.parquet.")
 
 
