@@ -12,7 +12,7 @@ sequences x 2048 tokens per step, micro-batch 8, so 4 forward/backward passes pe
 Each size runs a baseline (sdpa attention, fused AdamW, pinned non-blocking batch copies, no activation
 checkpointing, no torch.compile, the plain loss) and then one switch flipped at a time; the last rows
 combine the chunked loss (engine.loss_chunk) with the micro-batch it frees room for, and compile. The
-"planned GiB" column is train/memory.py's estimate of the same setup, beside the measured peak.
+"planned GiB" column is train/plan.py's estimate of the same setup, beside the measured peak.
 Not yet measured on a GPU (issue 23 §4; the CPU tests in tests/test_loss.py show the chunked loss
 computes the same loss and gradients): run this on a lent GPU and copy the table into docs/speed.md. --warmup steps (untimed: CUDA
 context, cuBLAS heuristics, compilation) precede --steps timed optimizer steps.
@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from train.engine import EngineConfig, build_engine, init_distributed  # noqa: E402
-from train.memory import GiB, estimate  # noqa: E402
+from train.plan import GiB, estimate  # noqa: E402
 from train.model import ModelConfig, build_model  # noqa: E402
 from train.optim import OptimConfig  # noqa: E402
 
@@ -58,7 +58,7 @@ VARIANTS = [
     ("foreach AdamW", {}, {}, {"impl": "foreach"}),
     ("no pinned copies", {}, {"pin_memory": False}, {}),
     # issue 23: the fused, chunked head + cross-entropy (train/loss.py) frees the 12 B/token/vocab-row loss
-    # peak (train/memory.py); the freed memory buys a larger micro-batch (fewer, larger GEMMs), with compile
+    # peak (train/plan.py); the freed memory buys a larger micro-batch (fewer, larger GEMMs), with compile
     ("+chunked loss", {}, {"loss_chunk": 8192}, {}),
     ("+chunked loss mb16", {}, {"loss_chunk": 8192}, {"micro_batch": 16}),
     ("+chunked mb16 compile", {}, {"loss_chunk": 8192, "compile": True}, {"micro_batch": 16}),
@@ -77,7 +77,7 @@ def flops_per_token(model: torch.nn.Module, cfg: ModelConfig, seq_len: int) -> f
 
 
 def planned_gib(mcfg: ModelConfig, ecfg: EngineConfig, ocfg: OptimConfig, seq_len: int) -> float:
-    """train/memory.py's estimate of this setup's peak (the engine of ecfg, bf16, one GPU)."""
+    """train/plan.py's estimate of this setup's peak (the engine of ecfg, bf16, one GPU)."""
     params = sum(p.numel() for p in build_model(mcfg, device="meta").parameters())
     return estimate(params=params, layers=mcfg.num_hidden_layers, hidden=mcfg.hidden_size,
                     heads=mcfg.num_attention_heads, vocab=mcfg.vocab_size, seq_len=seq_len,

@@ -140,7 +140,7 @@ def stage_hook(rows: Path, work: Path) -> None:
 
 def stage_deepspeed(rows: Path, work: Path) -> None:
     """engine=deepspeed ZeRO-1 (NCCL, one process) against engine=torch on the same batches; DeepSpeed's
-    memory plan (train/memory.py, not measured before) against its peak."""
+    memory plan (train/plan.py, not measured before) against its peak."""
     import torch
 
     from bench_gpu import measure, planned_gib

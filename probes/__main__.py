@@ -37,24 +37,34 @@ class CliError(Exception):
     """A user error: printed as one line, exit status 2."""
 
 
-def build_score_parser() -> argparse.ArgumentParser:
+def build_run_parser(command: str) -> argparse.ArgumentParser:
+    """Parser of ``score``, ``score-run`` and ``watch``: each one's own flags around the scoring flags they share."""
+    what = {"score-run": "Score every whole checkpoint of a run",
+            "watch": "Follow a training run and score its checkpoints as they become whole, until the run has finished"}
     p = argparse.ArgumentParser(
-        prog="python -m probes score",
+        prog=f"python -m probes {command}",
         description="Score a causal LM on a minimal-pair benchmark (convention start_token_all_tokens_v2: "
                     "the start token the model was trained with (the model directory's start_token.json) "
-                    "+ all sentence tokens; MLP and sum-LP accuracy, ties wrong).")
-    p.add_argument("--model", required=True, type=Path, metavar="DIR",
-                   help="HF model directory (config.json + weights + tokenizer files)")
-    p.add_argument("--benchmark", required=True, metavar="NAME_OR_PATH",
-                   help="a benchmark name known to probes.benchmarks.registry, or a benchmark file/folder (a path "
-                        "is that file, also when named like a built-in, e.g. grammar.jsonl; a name that is also a path "
-                        "here is refused: write ./NAME for the path)")
-    p.add_argument("--out", required=True, type=Path, metavar="FILE.parquet")
-    return _scoring_flags(p)
-
-
-def _scoring_flags(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The flags score, score-run and watch share."""
+                    "+ all sentence tokens; MLP and sum-LP accuracy, ties wrong)." if command == "score" else
+                    f"{what[command]} into RUN_DIR/evals/step<N>/<benchmark>.parquet. A file that holds "
+                    f"the same pairs scored on the same checkpoint (its manifest hash) is never redone "
+                    f"(so a killed job can be restarted); only checkpoints/step<N> directories with "
+                    f"every file are read.")
+    if command == "score":
+        p.add_argument("--model", required=True, type=Path, metavar="DIR",
+                       help="HF model directory (config.json + weights + tokenizer files)")
+        p.add_argument("--benchmark", required=True, metavar="NAME_OR_PATH",
+                       help="a benchmark name known to probes.benchmarks.registry, or a benchmark file/folder (a path "
+                            "is that file, also when named like a built-in, e.g. grammar.jsonl; a name that is also a "
+                            "path here is refused: write ./NAME for the path)")
+        p.add_argument("--out", required=True, type=Path, metavar="FILE.parquet")
+    else:
+        p.add_argument("run_dir", type=Path, metavar="RUN_DIR", nargs="?" if command == "score-run" else None)
+        p.add_argument("--benchmark", action="append", default=[], metavar="NAME_OR_PATH",
+                       help="a benchmark name or file/folder; repeat for several")
+        for fam in families():  # each family's own flags (probes/families.py), read back by _score_run
+            for flag, name, kwargs in fam.options:
+                p.add_argument(flag, dest=f"{fam.key}.{name}", default=None, **kwargs)
     p.add_argument("--format", default="auto", help="benchmark reader for a path (default: sniffed per file)")
     add_field_options(p)
     p.add_argument("--max-pairs-per-paradigm", type=int, default=None, metavar="N",
@@ -66,34 +76,8 @@ def _scoring_flags(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="also store every token's lp in the eval file's sidecar <stem>.tokens.parquet")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow the model directory's own Python code (off by default)")
-    return p
-
-
-def _check_counts(args) -> None:
-    if args.batch_size < 1:
-        raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.max_pairs_per_paradigm is not None and args.max_pairs_per_paradigm < 1:
-        raise CliError(f"--max-pairs-per-paradigm must be >= 1, got {args.max_pairs_per_paradigm}")
-
-
-def build_run_parser(command: str) -> argparse.ArgumentParser:
-    """Parser of ``score-run`` and ``watch`` (``watch`` adds --poll/--timeout)."""
-    what = ("Score every whole checkpoint of a run" if command == "score-run" else
-            "Follow a training run and score its checkpoints as they become whole, until the run "
-            "has finished")
-    p = argparse.ArgumentParser(
-        prog=f"python -m probes {command}",
-        description=f"{what} into RUN_DIR/evals/step<N>/<benchmark>.parquet. A file that holds "
-                    f"the same pairs scored on the same checkpoint (its manifest hash) is never redone "
-                    f"(so a killed job can be restarted); only checkpoints/step<N> directories with "
-                    f"every file are read.")
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", nargs="?" if command == "score-run" else None)
-    p.add_argument("--benchmark", action="append", default=[], metavar="NAME_OR_PATH",
-                   help="a benchmark name or file/folder; repeat for several")
-    for fam in families():  # each family's own flags (probes/families.py), read back by _family_probes
-        for flag, name, kwargs in fam.options:
-            p.add_argument(flag, dest=f"{fam.key}.{name}", default=None, **kwargs)
-    _scoring_flags(p)
+    if command == "score":
+        return p
     p.add_argument("--replace", action="store_true",
                    help="score over eval files of another pair sample (e.g. the in-loop results); without it "
                         "they are named and nothing is scored")
@@ -115,16 +99,37 @@ def build_run_parser(command: str) -> argparse.ArgumentParser:
 
 
 def _score_run(command: str, args) -> int:
+    from dataclasses import fields
+
     from probes.scoring.watch import ScoreOptions, score_run, watch
     from train.files import CorruptCheckpointError
     from train.lock import EVAL_LOCK, RunDirLocked, RunLock
     from train.neox_ckpt import is_neox_run
 
-    _check_counts(args)
     if command == "watch" and args.poll <= 0:
         raise CliError(f"--poll must be > 0 seconds, got {args.poll}")
     hub = command == "score-run" and _hub_args(args)
-    probes = _family_probes(args, hub)  # before any model is read: an extra not installed, a task unknown
+    # what the families whose flags were given score the run with (Family.options, .probe), before any model is
+    # read: an extra not installed, a task unknown
+    probes = []
+    for fam in families():
+        given = {name: v for _, name, _ in fam.options if (v := getattr(args, f"{fam.key}.{name}")) is not None}
+        if not given:
+            continue
+        if "batch_size" in {f.name for f in fields(fam.config)}:
+            given["batch_size"] = args.batch_size
+        try:
+            section = fam.config(**given)
+            if not section.enabled:  # e.g. a task folder without a task
+                continue
+            if hub:
+                raise CliError(f"{fam.options[0][0]} scores the checkpoints of a run directory, not hub checkpoints")
+            probes.append(fam.load("probe")(section, args.run_dir))
+        except ValueError as e:  # the section's messages name its config keys; here they are flags
+            message = str(e)
+            for flag, name, _ in fam.options:
+                message = message.replace(f"probes.{fam.key}.{name}", flag)
+            raise CliError(message) from None
     if not args.benchmark and not probes:
         flags = " or ".join(fam.options[0][0] for fam in families() if fam.options)
         raise CliError(f"nothing to score: give --benchmark and/or {flags}")
@@ -148,7 +153,27 @@ def _score_run(command: str, args) -> int:
     opts = ScoreOptions(batch_size=args.batch_size, device=args.device, bf16=args.bf16,
                         trust_remote_code=args.trust_remote_code, per_token=args.per_token)
     if hub:
-        return _score_hub(args, benchmarks, opts)
+        from probes.evals.files import EvalInputError
+        from probes.scoring.hub import (PYTHIA_TOKENS_PER_STEP, HubOptions, RevisionError, check_out, parse_revisions,
+                                        score_hub)
+        from train.weights import WeightsMismatchError
+
+        try:
+            revisions = parse_revisions(args.revisions)
+            hub = HubOptions(args.hub, revisions, args.tokens_per_step or PYTHIA_TOKENS_PER_STEP, args.delete_after)
+            check_out(args.out)  # before the lock file goes in
+            args.out.mkdir(parents=True, exist_ok=True)
+            with RunLock(args.out, name=EVAL_LOCK, why="another score-run is scoring this directory"):
+                written, warnings, errors = score_hub(args.out, hub, benchmarks, opts)
+        except (OSError, ValueError, RunDirLocked, EvalInputError, WeightsMismatchError, RevisionError) as e:
+            raise CliError(str(e)) from None
+        for w in warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        print(f"{args.out}: {len(written)} eval files written ({len(revisions) - len(errors)} of {len(revisions)} "
+              f"revisions scored or already done)")
+        for e in errors:
+            print(f"error: {e}", file=sys.stderr)
+        return 2 if errors else 0
     try:
         with RunLock(args.run_dir, name=EVAL_LOCK,
                      why="another score-run or watch is scoring this run; wait for it to finish"):
@@ -164,32 +189,6 @@ def _score_run(command: str, args) -> int:
                               probes=probes, replace_samples=args.replace) else 3
     except (OSError, ValueError, RunDirLocked, CorruptCheckpointError) as e:  # messages name the checkpoint or file
         raise CliError(str(e)) from None
-
-
-def _family_probes(args, hub: bool) -> list:
-    """What the families whose score-run/watch flags were given score the run with (Family.options, .probe)."""
-    from dataclasses import fields
-
-    out = []
-    for fam in families():
-        given = {name: v for _, name, _ in fam.options if (v := getattr(args, f"{fam.key}.{name}")) is not None}
-        if not given:
-            continue
-        if "batch_size" in {f.name for f in fields(fam.config)}:
-            given["batch_size"] = args.batch_size
-        try:
-            section = fam.config(**given)
-            if not section.enabled:  # e.g. a task folder without a task
-                continue
-            if hub:
-                raise CliError(f"{fam.options[0][0]} scores the checkpoints of a run directory, not hub checkpoints")
-            out.append(fam.load("probe")(section, args.run_dir))
-        except ValueError as e:  # the section's messages name its config keys; here they are flags
-            message = str(e)
-            for flag, name, _ in fam.options:
-                message = message.replace(f"probes.{fam.key}.{name}", flag)
-            raise CliError(message) from None
-    return out
 
 
 def _hub_args(args) -> bool:
@@ -212,42 +211,6 @@ def _hub_args(args) -> bool:
         raise CliError("--trust-remote-code is refused with --hub: a downloaded suite's Python never runs here "
                        "(Pythia's revisions need none); download it and score the directory with probes score")
     return True
-
-
-def _score_hub(args, benchmarks: dict, opts) -> int:
-    from probes.evals.files import EvalInputError
-    from probes.scoring.hub import PYTHIA_TOKENS_PER_STEP, HubOptions, RevisionError, check_out, parse_revisions, score_hub
-    from train.lock import EVAL_LOCK, RunDirLocked, RunLock
-    from train.weights import WeightsMismatchError
-
-    try:
-        revisions = parse_revisions(args.revisions)
-        hub = HubOptions(args.hub, revisions, args.tokens_per_step or PYTHIA_TOKENS_PER_STEP, args.delete_after)
-        check_out(args.out)  # before the lock file goes in
-        args.out.mkdir(parents=True, exist_ok=True)
-        with RunLock(args.out, name=EVAL_LOCK, why="another score-run is scoring this directory"):
-            written, warnings, errors = score_hub(args.out, hub, benchmarks, opts)
-    except (OSError, ValueError, RunDirLocked, EvalInputError, WeightsMismatchError, RevisionError) as e:
-        raise CliError(str(e)) from None
-    for w in warnings:
-        print(f"warning: {w}", file=sys.stderr)
-    print(f"{args.out}: {len(written)} eval files written ({len(revisions) - len(errors)} of {len(revisions)} "
-          f"revisions scored or already done)")
-    for e in errors:
-        print(f"error: {e}", file=sys.stderr)
-    return 2 if errors else 0
-
-
-def _check_model_dir(d: Path) -> None:
-    if not d.is_dir():
-        raise CliError(f"--model {d}: not a directory")
-    if not (d / "config.json").is_file():
-        raise CliError(f"--model {d}: no config.json; not a Hugging Face model directory")
-    if not any((d / f).is_file() for f in WEIGHT_FILES) and not any(d.glob("model-*.safetensors")):
-        raise CliError(f"--model {d}: no model weights (expected one of {', '.join(WEIGHT_FILES)})")
-    if not any((d / f).is_file() for f in TOKENIZER_FILES):
-        raise CliError(f"--model {d}: no tokenizer files (expected one of {', '.join(TOKENIZER_FILES)}); "
-                       f"scores need the tokenizer the model was trained with")
 
 
 def _run_benchmark_config(run_dir: Path, spec: str):
@@ -297,26 +260,19 @@ def _load_pairs(spec: str, fmt: str, max_per_paradigm: Optional[int], cfg=None,
         raise CliError(f"--benchmark {spec}: {e}") from None
 
 
-def _main(parser: argparse.ArgumentParser, run, argv: Optional[Sequence[str]]) -> int:
-    """``run(args)``, a CliError printed as one line with exit status 2."""
-    args = parser.parse_args(argv)
+def _main(parser, run, argv: Optional[Sequence[str]] = None) -> int:
+    """``run(args)`` on ``parser()``'s reading of argv (its counts checked), a CliError printed as one line with
+    exit status 2."""
+    args = parser().parse_args(argv)
     try:
+        if args.batch_size < 1:
+            raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
+        if args.max_pairs_per_paradigm is not None and args.max_pairs_per_paradigm < 1:
+            raise CliError(f"--max-pairs-per-paradigm must be >= 1, got {args.max_pairs_per_paradigm}")
         return run(args)
     except CliError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-
-
-def score_main(argv: Optional[Sequence[str]] = None) -> int:
-    return _main(build_score_parser(), _score, argv)
-
-
-def run_main(command: str, argv: Sequence[str]) -> int:
-    return _main(build_run_parser(command), partial(_score_run, command), argv)
-
-
-score_run_main = partial(run_main, "score-run")
-watch_main = partial(run_main, "watch")
 
 
 def _score(args) -> int:
@@ -326,14 +282,23 @@ def _score(args) -> int:
     from probes.analysis.outputs import check_output_file
     from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint
     from probes.scoring.primitive import CONVENTIONS, accuracy, pair_sentence_ids
-    from probes.scoring.readout import phenomenon_table
+    from probes.scoring.readout import (coverage, coverage_warning, phenomenon_table, run_token_counts,
+                                        unwritable_scripts)
     from probes.scoring.watch import check_vocabulary
     from train.errors import is_user_error, reading
     from train.files import CorruptCheckpointError, read_trainer_state
     from train.weights import WeightsMismatchError, load_causal_lm
 
-    _check_counts(args)
-    _check_model_dir(args.model)
+    d = args.model
+    if not d.is_dir():
+        raise CliError(f"--model {d}: not a directory")
+    if not (d / "config.json").is_file():
+        raise CliError(f"--model {d}: no config.json; not a Hugging Face model directory")
+    if not any((d / f).is_file() for f in WEIGHT_FILES) and not any(d.glob("model-*.safetensors")):
+        raise CliError(f"--model {d}: no model weights (expected one of {', '.join(WEIGHT_FILES)})")
+    if not any((d / f).is_file() for f in TOKENIZER_FILES):
+        raise CliError(f"--model {d}: no tokenizer files (expected one of {', '.join(TOKENIZER_FILES)}); "
+                       f"scores need the tokenizer the model was trained with")
     try:
         check_output_file(args.out)
         name, pairs = _load_pairs(args.benchmark, args.format, args.max_pairs_per_paradigm,
@@ -358,7 +323,16 @@ def _score(args) -> int:
         raise CliError(f"--model {e}") from None
     model.to(device)
     ids = pair_sentence_ids(tokenizer, pairs)  # scored, and read again by the coverage readout
-    _coverage(name, tokenizer, pairs, Path(args.model), ids)  # before scoring: it may say not to bother
+    # how well the tokenizer reads the benchmark, before scoring (it may say not to bother); when badly, a warning
+    # naming the scripts it cannot write
+    counts, store = run_token_counts(args.model, len(tokenizer))
+    cov = coverage(tokenizer, pairs, counts, ids)
+    print(f"tokenizer coverage of {name}: {cov['unknown']:.1%} unknown, {cov['byte_fallback']:.1%} byte-fallback"
+          + (f", {cov['unseen']:.1%} never seen in the run's corpus" if "unseen" in cov else "")
+          + f" of {int(cov['pieces']):,} pieces")
+    if coverage_warning(name, cov, store):  # only then: which characters it cannot write, named by script
+        scripts = unwritable_scripts(tokenizer, (t for p in pairs for t in (p.good, p.bad)))
+        print(coverage_warning(name, cov, store, scripts), file=sys.stderr)
     opts = ScoreOptions(batch_size=args.batch_size, device=device, bf16=args.bf16, progress=True,
                         per_token=args.per_token)
     try:
@@ -379,18 +353,9 @@ def _score(args) -> int:
     return 0
 
 
-def _coverage(name: str, tokenizer, pairs, model_dir: Path, ids: Optional[dict] = None) -> None:
-    """How well the tokenizer reads the benchmark; when badly, a warning naming the scripts it cannot write."""
-    from probes.scoring.readout import coverage, coverage_warning, run_token_counts, unwritable_scripts
-
-    counts, store = run_token_counts(model_dir, len(tokenizer))
-    cov = coverage(tokenizer, pairs, counts, ids)
-    print(f"tokenizer coverage of {name}: {cov['unknown']:.1%} unknown, {cov['byte_fallback']:.1%} byte-fallback"
-          + (f", {cov['unseen']:.1%} never seen in the run's corpus" if "unseen" in cov else "")
-          + f" of {int(cov['pieces']):,} pieces")
-    if coverage_warning(name, cov, store):  # only then: which characters it cannot write, named by script
-        scripts = unwritable_scripts(tokenizer, (t for p in pairs for t in (p.good, p.bad)))
-        print(coverage_warning(name, cov, store, scripts), file=sys.stderr)
+score_main = partial(_main, partial(build_run_parser, "score"), _score)
+score_run_main = partial(_main, partial(build_run_parser, "score-run"), partial(_score_run, "score-run"))
+watch_main = partial(_main, partial(build_run_parser, "watch"), partial(_score_run, "watch"))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

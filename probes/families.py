@@ -1,10 +1,6 @@
-"""The probe families: minimal pairs, syntax questions, ELAGENT, lm-eval, ... one package each, one `Family` each.
-
-`FAMILIES` lists them by import path (as Hydra's `_target_` names a class); the hook builder, the readers,
-`compare`, `report` and the command table loop over `families()` and name no family, so adding a family is one
-package exporting a `Family` and one line here. Entries are resolved when first looped over, so a family's code
-is loaded only by a command that uses it. Every eval file's metadata says its family's `kind` (probes.evals.files).
-"""
+"""The probe families (minimal pairs, syntax questions, ELAGENT, lm-eval, ...), one package and one `Family` each:
+the hook builder, readers, `compare`, `report` and the command table loop over `families()` and name none, so a new
+family is a package exporting a `Family` and one line in FAMILIES (import paths: loaded only when used)."""
 from __future__ import annotations
 
 import importlib

@@ -14,7 +14,7 @@ from probes.analysis import plotting
 from probes.analysis.bands import seed_bands, unit_curves
 from probes.analysis.evalset import load_runs
 from probes.analysis.outputs import save_figure
-from probes.analysis.paperfigs import plot_phenomenon
+from probes.analysis.paperfigs import plot_budgets
 from probes.analysis.plotting import add_line, new_figure
 from probes.analysis.regions import plot_regions
 from synthetic import RunSpec, log_spaced_steps, sigmoid_curve, write_run
@@ -50,14 +50,14 @@ def test_a_reused_layout_draws_a_fresh_figures_pixels(grid, tmp_path):
     # and A drawn on a figure of their own, human line included (an artist that must go again)
     ev, u, b = grid
     plotting._LAYOUTS.clear()
-    args = {ph: (b[b.phenomenon == ph], u[u.phenomenon == ph], "synth", ph) for ph in ("ph_a", "ph_b")}
-    reused = [plot_phenomenon(*args[ph], tmp_path / f"r{i}.png", "acc", 0.9 if ph == "ph_a" else None)
+    args = {ph: (b[b.phenomenon == ph], u[u.phenomenon == ph]) for ph in ("ph_a", "ph_b")}
+    reused = [plot_budgets(*args[ph], tmp_path / f"r{i}.png", "acc", f"synth · {ph}", 0.9 if ph == "ph_a" else None)
               for i, ph in enumerate(("ph_a", "ph_b", "ph_a"))]
     assert len(plotting._LAYOUTS) == 1
     fresh = []
     for ph, human in (("ph_b", None), ("ph_a", 0.9)):
         plotting._LAYOUTS.clear()
-        fresh.append(plot_phenomenon(*args[ph], tmp_path / f"f_{ph}.png", "acc", human))
+        fresh.append(plot_budgets(*args[ph], tmp_path / f"f_{ph}.png", "acc", f"synth · {ph}", human))
     assert np.array_equal(pixels(reused[1]), pixels(fresh[0]))
     assert np.array_equal(pixels(reused[2]), pixels(fresh[1]))
     assert not np.array_equal(pixels(reused[0]), pixels(reused[1]))

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from train.engine import Dist, EngineConfig, TorchEngine
-from train.memory import GiB, estimate
+from train.plan import GiB, estimate
 from train.model import ModelConfig, build_model, count_parameters
 from train.optim import OptimConfig
 from train.plan import Hardware, main, plan

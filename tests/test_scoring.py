@@ -12,7 +12,7 @@ from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerF
 
 from probes.scoring.evaluate import ids_fingerprint
 from probes.benchmarks.pairs import Pair, Region
-from probes.scoring.primitive import accuracy, bos_id, correct, score_pairs, sentence_ids, token_logprobs
+from probes.scoring.primitive import accuracy, correct, start_id, score_pairs, sentence_ids, token_logprobs
 
 WORDS = "the a cat cats dog dogs runs run sees see who that and . ,".split()
 
@@ -63,9 +63,9 @@ def test_sentence_ids_prepend_bos_without_specials(tok):
                    [b, tok.convert_tokens_to_ids("dogs")]]
 
 def test_bos_falls_back_to_eos_then_errors():
-    assert bos_id(tiny_tokenizer(bos=False)) == tiny_tokenizer().convert_tokens_to_ids("<eos>")
+    assert start_id(tiny_tokenizer(bos=False)) == tiny_tokenizer().convert_tokens_to_ids("<eos>")
     with pytest.raises(ValueError, match="neither bos_token_id nor eos_token_id"):
-        bos_id(tiny_tokenizer(bos=False, eos=False))
+        start_id(tiny_tokenizer(bos=False, eos=False))
 
 def test_token_logprobs_match_reference_and_batching(tok, model):
     texts = ["the cat runs .", "a dog", "the dogs that the cat sees run , and a cat runs .", "cats",

@@ -22,6 +22,7 @@ from train.config import TrainConfig, to_typed
 from train.corpus import load_documents
 from train.errors import ConfigError, InputFileError, check_writable
 from train.files import atomic_open
+from train.overrides import CONFIGS
 from train.sequences import SequenceStream
 from train.start_token import document_tokens
 from train.tokenizer import load_tokenizer, prepare_tokenizer
@@ -55,7 +56,7 @@ def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None):
         if "heldout_tokens" not in saved.get("data", {}):  # a run from before held-out splits trained on all
             saved.data.heldout_tokens = 0
         if saved.get("probes") and "_target_" not in saved.probes:  # written before the section named its type
-            default = OmegaConf.load(Path(__file__).parents[1] / "configs" / "config.yaml")
+            default = OmegaConf.load(CONFIGS / "config.yaml")
             saved.probes._target_ = default.probes._target_
         cfg = to_typed(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved))
     except (ValueError, TypeError) as e:  # omegaconf errors name the key
@@ -85,7 +86,7 @@ def stream_of(cfg, store, tokenizer):
                           nested_budgets=cfg.data.nested_budgets, heldout_tokens=cfg.data.heldout_tokens)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m train batch", description=__doc__.split("\n")[0].split(": ", 1)[1])
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("--step", type=int, required=True, metavar="N",
@@ -95,11 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="save the ids as a numpy array, rows x (seq_len + 1), int32")
     p.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
                    help="the token store's cache, where it is not the run's data.cache_dir")
-    return p
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = p.parse_args(argv)
     return exit_on_user_error(lambda: _main(args))
 
 

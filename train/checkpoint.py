@@ -65,16 +65,12 @@ def manifest_problems(path: Path, manifest: dict, actual: Optional[dict] = None)
             continue
         if rel not in actual:
             problems.append((rel, "missing", f"listed in {MANIFEST} but missing"))
-        elif actual[rel] != digest and actual[rel] != _unfinished_rewrite(manifest, rel):
+        # the sha256 `rel` had before weights_to_bf16 recorded its rewrite: an unfinished rewrite is not damage
+        elif actual[rel] != digest and actual[rel] != ((manifest.get("derived") or {}).get(rel) or {}).get("from"):
             problems.append((rel, "changed", f"does not match its sha256 in {MANIFEST}: the file was damaged "
                                              f"or replaced after it was written"))
     problems += [(rel, "unlisted", f"not listed in {MANIFEST}") for rel in actual if rel not in manifest["files"]]
     return problems
-
-
-def _unfinished_rewrite(manifest: dict, rel: str) -> Optional[str]:
-    """The sha256 `rel` had before weights_to_bf16 recorded its rewrite (an unfinished rewrite is not damage)."""
-    return ((manifest.get("derived") or {}).get(rel) or {}).get("from")
 
 
 def verify_manifest(path: Path, manifest: dict) -> None:

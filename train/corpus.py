@@ -39,9 +39,7 @@ class GrammarConfig:
 @dataclass
 class DataConfig:
     source: str = "grammar"  # "grammar" (built-in generator) | "files"
-    # source=grammar: import path of the function GrammarConfig -> documents (configs/data/grammar.yaml);
-    # it lives with the benchmarks that draw minimal pairs from the same grammar
-    generator: Optional[str] = None
+    generator: Optional[str] = None  # source=grammar: import path of GrammarConfig -> documents
     paths: list[str] = field(default_factory=list)  # files or directories, for source=files
     format: str = "auto"  # auto | text | jsonl | parquet  (auto: by file extension)
     text_field: str = "text"  # column for jsonl/parquet
@@ -53,15 +51,9 @@ class DataConfig:
     seq_len: Optional[int] = None  # None: filled from model.max_position_embeddings
     cache_dir: str = "~/.cache/syntax-dynamics"  # token stores and trained tokenizers live here
     num_proc: int = 2
-    # seconds the load of local files may wait on datasets' builder lock or worker pool before the run stops,
-    # naming the lock's holder and any .incomplete build; null waits forever
-    load_timeout_s: Optional[float] = 1800
-    # budgets (tokens) at which the view's shuffled order is split, so a run trains first on exactly the
-    # sequences of the smaller budgets' runs (train/sequences.py); empty: one shuffle over the whole view
-    nested_budgets: list[int] = field(default_factory=list)
-    # held-out tokens from the end of the document order (at most 5 % of the corpus), never trained on; their
-    # loss is logged at every checkpoint (val/loss); 0: off
-    heldout_tokens: int = 20_000
+    load_timeout_s: Optional[float] = 1800  # s a load may wait on datasets' lock or pool; null: forever
+    nested_budgets: list[int] = field(default_factory=list)  # docs/recipe.md; empty: one shuffle over the view
+    heldout_tokens: int = 20_000  # from the end of the order, never trained on, val/loss (docs/training.md); 0: off
 
     def __post_init__(self) -> None:
         if any(b < 1 for b in self.nested_budgets) or sorted(set(self.nested_budgets)) != list(self.nested_budgets):
@@ -110,10 +102,12 @@ def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
         for f in files:
             _check_file(f, fmt, cfg.text_field, Path(cfg.cache_dir).expanduser())
         kwargs = {"sample_by": "paragraph"} if fmt == "text" else {}
+        size = sum(f.stat().st_size for f in files)  # data.num_proc, but no pool where it does not pay
+        workers = max(1, min(cfg.num_proc, len(files), size // POOL_MIN_BYTES_PER_WORKER))
         with bounded_wait(cfg.load_timeout_s, Path(cache), files):
             stuck_worker("load_dataset", str(files[0]))  # tests only: a worker that ignores SIGTERM
             ds = datasets.load_dataset(_BUILDER[fmt], data_files=[str(f) for f in files], split="train",
-                                       cache_dir=cache, num_proc=_workers(cfg.num_proc, files), **kwargs)
+                                       cache_dir=cache, num_proc=workers, **kwargs)
         col = "text" if fmt == "text" else cfg.text_field
         ds = ds.select_columns([col])
         if col != "text":
@@ -145,12 +139,6 @@ def corpus_identity(cfg: DataConfig, groups: Optional[dict[str, list[Path]]] = N
 POOL_MIN_BYTES_PER_WORKER = 256 * 2**20
 
 
-def _workers(num_proc: int, files: list[Path]) -> int:
-    """datasets' num_proc for these files: data.num_proc, but no pool where it does not pay."""
-    size = sum(f.stat().st_size for f in files)
-    return max(1, min(num_proc, len(files), size // POOL_MIN_BYTES_PER_WORKER))
-
-
 @contextmanager
 def bounded_wait(timeout_s: Optional[float], cache: Path, files: list[Path]):
     """Stops a load_dataset call that has not returned after timeout_s, saying what it waits on: `datasets`
@@ -162,7 +150,10 @@ def bounded_wait(timeout_s: Optional[float], cache: Path, files: list[Path]):
     fired, reading = threading.Event(), []
 
     def interrupt():
-        reading.append(_reading(files))  # before the workers holding them open are stopped
+        # the corpus file open when the load stopped (before the workers holding it are stopped), else how many
+        open_now = open_files(files) or (files if len(files) == 1 else [])
+        reading.append(f"It was reading {', '.join(map(str, open_now))}." if open_now else
+                       f"It was reading {len(files)} files under {os.path.commonpath([str(f) for f in files])}.")
         fired.set()
         kill_children()  # a stuck worker would hold the pool's teardown forever
         _thread.interrupt_main()
@@ -179,16 +170,6 @@ def bounded_wait(timeout_s: Optional[float], cache: Path, files: list[Path]):
                            f"{_stuck(cache)} {reading[0] if reading else ''}") from None
     finally:
         timer.cancel()
-
-
-def _reading(files: list[Path]) -> str:
-    """The corpus file open when the load stopped, else how many files under which directory."""
-    open_now = open_files(files)
-    if open_now:
-        return f"It was reading {', '.join(map(str, open_now))}."
-    if len(files) == 1:
-        return f"It was reading {files[0]}."
-    return f"It was reading {len(files)} files under {os.path.commonpath([str(f) for f in files])}."
 
 
 def _stuck(cache: Path) -> str:
@@ -266,10 +247,8 @@ def _check_file(path: Path, fmt: str, text_field: str, cache: Path) -> None:
         raise InputFileError(f"{path}: empty file (0 bytes); remove it from data.paths")
     if fmt == "text":
         _check_text(path)
-    elif fmt == "jsonl":
-        _check_jsonl(path, text_field)
     else:
-        _check_parquet(path, text_field)
+        (_check_jsonl if fmt == "jsonl" else _check_parquet)(path, text_field)
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(f"{path}\n")
 
@@ -321,17 +300,14 @@ def _check_parquet(path: Path, text_field: str) -> None:
     """A string column under data.text_field without nulls."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    try:
+    try:  # the checks' InputFileErrors pass through: neither an ArrowException nor an OSError
         pf = pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as e:
-        raise InputFileError(f"{path}: not a readable parquet file ({e})") from None
-    schema = pf.schema_arrow
-    if text_field not in schema.names:
-        raise InputFileError(f"{path}: no column {text_field!r} (data.text_field); found {schema.names}")
-    kind = schema.field(text_field).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        raise InputFileError(f"{path}: column {text_field!r} (data.text_field) holds {kind}, not strings")
-    try:
+        schema = pf.schema_arrow
+        if text_field not in schema.names:
+            raise InputFileError(f"{path}: no column {text_field!r} (data.text_field); found {schema.names}")
+        kind = schema.field(text_field).type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            raise InputFileError(f"{path}: column {text_field!r} (data.text_field) holds {kind}, not strings")
         column = pf.read(columns=[text_field]).column(text_field)
     except (pa.ArrowException, OSError) as e:
         raise InputFileError(f"{path}: not a readable parquet file ({e})") from None

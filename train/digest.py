@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO
 
-_BLOCK = 1 << 20
 _known: dict[tuple, str] = {}  # identity of a file as written -> its sha256
 
 
@@ -22,11 +21,8 @@ def sha256_once(path: Path) -> str:
     """The file's sha256: remembered from its write or an earlier call, else read once."""
     key = _identity(path)
     if key not in _known:
-        digest = hashlib.sha256()
         with open(path, "rb") as f:
-            for block in iter(lambda: f.read(_BLOCK), b""):
-                digest.update(block)
-        _known[key] = digest.hexdigest()
+            _known[key] = hashlib.file_digest(f, "sha256").hexdigest()
     return _known[key]
 
 

@@ -27,27 +27,17 @@ RESUME_HINT = ("a truncated or damaged checkpoint: move {} away and rerun to res
 
 @dataclass
 class EngineConfig:
-    kind: str = "torch"  # torch | deepspeed
-    # deepspeed only: 0 none, 1 shards Adam states, 2 also gradients, 3 also the weights (a checkpoint
-    # gathers the full fp32 weights from every rank).
-    zero_stage: int = 0
-    # ZeRO-3: parameters with fewer elements than this stay whole on every rank (DeepSpeed's default;
-    # saves gathers of biases and LayerNorms). 0 shards every parameter.
-    zero3_persistence_threshold: int = 100_000
+    kind: str = "torch"  # torch | deepspeed; the switches below: docs/training.md's table
+    zero_stage: int = 0  # deepspeed: 1 shards Adam states, 2 also gradients, 3 also the weights
+    zero3_persistence_threshold: int = 100_000  # ZeRO-3: smaller parameters stay whole (0: shard all)
     precision: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | fp32 | bf16
     device: str = "auto"  # auto | cpu | cuda
     backend: str = "auto"  # auto (nccl on GPU, gloo on CPU) | nccl | gloo
     compile: bool = False  # torch.compile the training forward/backward (checkpoints save the plain module)
-    # torch.compile backend: inductor (generated kernels; what speeds a GPU up) or aot_eager (traces the
-    # same graphs, runs them with eager kernels: for debugging a compile problem, and for CPU tests, where
-    # inductor's C++ build of even the tiny model takes minutes).
+    # aot_eager: the same graphs on eager kernels (CPU tests: inductor's C++ build of the tiny model takes minutes)
     compile_backend: str = "inductor"
-    # On CUDA: copy each micro-batch from page-locked host memory without blocking the host, so the
-    # copy overlaps queued GPU work. No effect on CPU.
-    pin_memory: bool = True
-    # torch engine: tokens per chunk of the fused output-layer + cross-entropy (train/loss.py); 0 = the
-    # plain loss over the whole micro-batch's logits. Chunking frees the 12 B/token/vocab-row loss peak.
-    loss_chunk: int = 0
+    pin_memory: bool = True  # CUDA: batches copied from page-locked memory, overlapping queued GPU work
+    loss_chunk: int = 0  # torch engine: tokens per chunk of the fused head + cross-entropy (train/loss.py); 0: off
 
     def __post_init__(self):
         if self.kind not in ("torch", "deepspeed"):
@@ -119,18 +109,14 @@ def init_distributed(cfg: EngineConfig) -> Dist:
 
 
 def _use_bf16(cfg: EngineConfig, dist: Dist) -> bool:
-    if cfg.precision == "auto":
-        return dist.device.type == "cuda"
-    return cfg.precision == "bf16"
+    return dist.device.type == "cuda" if cfg.precision == "auto" else cfg.precision == "bf16"
 
 
 def to_device(batch: torch.Tensor, device: torch.device, pin_memory: bool) -> torch.Tensor:
     """The batch on `device`. To CUDA with pin_memory: staged in page-locked memory and copied
     asynchronously (the copy is queued on the current stream, so kernels that read it wait for it;
     the caching host allocator keeps the pinned buffer alive until the copy is done)."""
-    if device.type != "cuda":
-        return batch.to(device)
-    if pin_memory:
+    if device.type == "cuda" and pin_memory:
         return batch.pin_memory().to(device, non_blocking=True)
     return batch.to(device)
 

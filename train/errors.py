@@ -89,18 +89,15 @@ def reading(path: Path, what: str, hint: str = "") -> Iterator[None]:
 
 
 def _disk_full(e: BaseException) -> bool:
-    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
     # torch.save reports a failed write as "PytorchStreamWriter failed writing file …" / "unexpected
     # pos …" without the errno; safetensors as an I/O error. Walk the chain for the OSError too.
-    text = str(e)
-    if isinstance(e, RuntimeError) and ("unexpected pos" in text or "failed writing" in text
-                                        or "file write failed" in text):
-        return True
-    if "No space left on device" in text or "Disk quota exceeded" in text:
-        return True
-    cause = e.__cause__ or e.__context__
-    return cause is not None and cause is not e and _disk_full(cause)
+    for x in _chain(e):
+        text = str(x)
+        if isinstance(x, OSError) and x.errno in (errno.ENOSPC, errno.EDQUOT) or any(
+                m in text for m in ("No space left on device", "Disk quota exceeded")) or isinstance(
+                x, RuntimeError) and any(m in text for m in ("unexpected pos", "failed writing", "file write failed")):
+            return True
+    return False
 
 
 def _chain(e: BaseException) -> Iterator[BaseException]:

@@ -32,13 +32,9 @@ def fault_point(point: str, step: int) -> None:
         os.kill(os.getpid(), signal.Signals[sig] if sig else signal.SIGKILL)
 
 
-def stall_requested(point: str) -> bool:
-    return os.environ.get(ENV) == f"{point}:stall"
-
-
 def stall_point(point: str, hold_open: str | None = None) -> None:
     """Hangs here, deaf to SIGINT/SIGTERM, when SYNTAX_DYNAMICS_FAULT=<point>:stall (tests only)."""
-    if not stall_requested(point):
+    if os.environ.get(ENV) != f"{point}:stall":
         return
     handle = open(hold_open, "rb") if hold_open else None  # noqa: SIM115 - held open while stalled
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2})
@@ -50,7 +46,7 @@ def stall_point(point: str, hold_open: str | None = None) -> None:
 
 def stuck_worker(point: str, hold_open: str) -> None:
     """A worker process that stalls and is waited on, as datasets' pool waits on its workers."""
-    if not stall_requested(point):
+    if os.environ.get(ENV) != f"{point}:stall":
         return
     import multiprocessing
     proc = multiprocessing.get_context("fork").Process(target=stall_point, args=(point, hold_open))

@@ -1,6 +1,10 @@
 """Files on disk that training writes and everything else reads: the atomic writer, the checkpoint
 directory's names, its trainer state and manifest, and the package versions recorded beside results.
-Standard library and train.errors only, so the trainer and every eval writer (probes/) share them."""
+Standard library and train.errors only, so the trainer and every eval writer (probes/) share them.
+
+Temporary names say who wrote them (``<pid>@<host>``), so that what a killed writer left is removed by the
+next writer of the same target: SIGKILL leaves a temporary nothing else would delete. Another host's or a
+live process's are left alone; names without ``@`` (older code) are stale by now."""
 from __future__ import annotations
 
 import contextlib
@@ -9,13 +13,15 @@ import json
 import os
 import platform
 import re
+import shutil
+import socket
+import tempfile
 import uuid
 from functools import lru_cache
 from pathlib import Path
 from typing import IO, Iterator, Optional
 
 from train.errors import InputFileError
-from train.staletmp import clear_stale, tag
 
 STEP_DIR = re.compile(r"^step(\d+)$")  # checkpoints/step<N>, evals/step<N>: N = optimizer steps done
 TRAINER_STATE = "trainer_state.json"
@@ -29,6 +35,54 @@ class IncompleteCheckpointError(RuntimeError):
 
 class CorruptCheckpointError(RuntimeError):
     """A file of a checkpoint is not the one its manifest recorded (damaged, replaced or unlisted)."""
+
+
+def tag() -> str:
+    """``<pid>@<host>``, the part of a temporary name that says who writes it."""
+    return f"{os.getpid()}@{socket.gethostname()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def clear_stale(parent: Path, prefix: str, sep: str, suffix: str = "") -> list[Path]:
+    """Removes (and returns) entries of `parent` named ``<prefix><pid>@<host><sep><random><suffix>`` whose writer
+    is gone, and old-format ``<prefix><random><suffix>`` ones."""
+    removed = []
+    try:
+        entries = list(os.scandir(parent))
+    except FileNotFoundError:
+        return removed
+    host = socket.gethostname()
+    for entry in entries:
+        name = entry.name
+        if not (name.startswith(prefix) and name.endswith(suffix)) or len(name) <= len(prefix) + len(suffix):
+            continue
+        middle = name[len(prefix):len(name) - len(suffix)]
+        owner, found, rand = middle.rpartition(sep)
+        if not found:  # old format: <random> only
+            if not re.fullmatch(r"[A-Za-z0-9_]+", middle):
+                continue
+        else:
+            pid, at, their_host = owner.partition("@")
+            if not (at and pid.isdigit() and re.fullmatch(r"[A-Za-z0-9_]+", rand)) or their_host != host \
+                    or _alive(int(pid)):
+                continue
+        path = Path(entry.path)
+        with contextlib.suppress(FileNotFoundError):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink()
+        removed.append(path)
+    return removed
 
 
 def sha256_file(path: Path) -> str:
@@ -71,7 +125,7 @@ def verify_checkpoint(path: Path) -> None:
 def atomic_open(path: str | Path, mode: str = "wb", durable: bool = True) -> Iterator[IO]:
     """Write `path` whole or not at all: a hidden ``.<name>.<pid>@<host>.<random>.tmp`` beside it is written,
     fsynced and renamed over `path`. An error leaves the old file and no temporary; what SIGKILL leaves the
-    next write removes (train/staletmp.py). durable=False skips both fsyncs (2-15 ms each): for caches,
+    next write removes (clear_stale). durable=False skips both fsyncs (2-15 ms each): for caches,
     whose readers recompute on a miss (a power cut may tear one, a crash of the process cannot)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -94,6 +148,29 @@ def atomic_open(path: str | Path, mode: str = "wb", durable: bool = True) -> Ite
         raise
     if durable:
         fsync_dir(path.parent)
+
+
+@contextlib.contextmanager
+def built_dir(final: Path, winner: Optional[str] = None) -> Iterator[Path]:
+    """A directory assembled in a temporary one beside `final`, fsynced and renamed to it when the block ends:
+    whole or not at all (an error removes it; what a kill left, the next build). `winner`: a file whose presence
+    in `final` means a concurrent build finished first (kept); without one an older `final` is replaced."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    clear_stale(final.parent, f".{final.name}.tmp-", "-")  # a build a kill cut short
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-{tag()}-", dir=final.parent))
+    try:
+        yield tmp
+        fsync_tree(tmp)
+        if winner is None and final.exists():
+            shutil.rmtree(final)
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            if winner is None or not (final / winner).is_file():  # not a concurrent winner: a real failure
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_text_atomic(path: Path, text: str) -> None:

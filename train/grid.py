@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator, Sequence
 
 from hydra import compose, initialize_config_dir
@@ -17,8 +16,7 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from train.config import TrainConfig, register, to_typed
-
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+from train.overrides import CONFIGS
 
 
 class GridError(ValueError):
@@ -41,24 +39,19 @@ def _compose(overrides: Sequence[str], *, with_hydra: bool) -> DictConfig:
         return compose("config", overrides=list(overrides), return_hydra_config=with_hydra)
 
 
-def _check_options(key: str, values: list[str]) -> None:
-    """A grid axis over a config group may only name files that exist (listed before anything launches)."""
-    key = key.lstrip("+~")
-    group = CONFIGS / key
-    if key.startswith("hydra/") or not group.is_dir():  # hydra/* also has options registered in code
-        return
-    known = sorted(p.stem for p in group.glob("*.yaml"))
-    unknown = [v for v in values if v not in known]
-    if unknown:
-        raise GridError(f"unknown {key} {', '.join(map(repr, unknown))} in the grid: "
-                        f"configs/{key}/ has {', '.join(known)}")
-
-
 def _check_groups(parsed) -> None:
+    """A grid axis over a config group may only name files that exist (listed before anything launches)."""
     for o in parsed:
         values = ([str(v) for v in o.sweep_iterator()] if o.is_sweep_override()
                   else [o.value()] if isinstance(o.value(), str) else [])
-        _check_options(o.key_or_group, values)
+        key = o.key_or_group.lstrip("+~")
+        if key.startswith("hydra/") or not (CONFIGS / key).is_dir():  # hydra/* also has options registered in code
+            continue
+        known = sorted(p.stem for p in (CONFIGS / key).glob("*.yaml"))
+        unknown = [v for v in values if v not in known]
+        if unknown:
+            raise GridError(f"unknown {key} {', '.join(map(repr, unknown))} in the grid: "
+                            f"configs/{key}/ has {', '.join(known)}")
 
 
 def expand(overrides: Sequence[str]) -> list[list[str]]:

@@ -1,10 +1,7 @@
-"""Hooks are plain objects the loop calls after a checkpoint is whole (never on a partial one).
-
-A hook has `post_checkpoint_saved(ckpt_dir, step, tokens, model) -> dict` (metrics to log), `missing(step)`
-(its output for that checkpoint is absent or stale, so a resumed or finishing run runs it), `close()`, and
-optionally `post_train(run_dir)` (rank 0, once the run has finished). The config's `probes` section names the
-dataclass that types it and whose `build(HookContext)` returns the hooks (configs/config.yaml:
-probes.scoring.hook.ProbesConfig), as OLMo-core names callbacks: train/ imports nothing of probes.
+"""Hooks are plain objects (the Hook protocol, plus an optional `post_train(run_dir)` on rank 0 at the end) the
+loop calls after a checkpoint is whole; `missing(step)`: its output is absent or stale, so a resumed or
+finishing run runs it. The `probes` section names the dataclass whose `build(HookContext)` returns them
+(configs/config.yaml), as OLMo-core names callbacks: train/ imports nothing of probes.
 """
 from __future__ import annotations
 

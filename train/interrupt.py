@@ -1,19 +1,15 @@
 """Stopping promptly during set-up: corpus checks, dataset loading, tokenizer training, token store.
 
-Once steps run, a signal is recorded and honoured after the step (train/preempt.py: a resume checkpoint,
-exit 75). Before the first step there is nothing to save, so waiting only delays: a SIGTERM used to be
-held through tokenizer training and the first step (~40 s; a run under `timeout 120` hung 41 minutes on a
-dataset worker that ignored SIGTERM). In set-up the handler instead stops the process's own worker
-processes with SIGKILL (a pool's teardown would otherwise wait on a stuck one) and raises Interrupted at
-once; every cache is built under a temporary name and removed by a `finally` (train/tokenizer.py,
-train/token_store.py), so nothing half-written stays. Interrupted derives from BaseException so that no
-`except Exception` in a library swallows it; the entry point prints it as one line.
-
-Work that runs in C without returning to Python (sentencepiece's trainer) would keep the handler from
-running at all, so it runs in a child process the parent waits on in Python (run_in_child).
+Once steps run, a signal is honoured after the step (train/preempt.py). Before the first step there is nothing
+to save, so waiting only delays (a run under `timeout 120` hung 41 minutes on a dataset worker that ignored
+SIGTERM): the handler SIGKILLs the process's own workers (a pool's teardown would wait on a stuck one) and
+raises Interrupted at once; every cache is built under a temporary name (files.built_dir), so nothing
+half-written stays. Interrupted is a BaseException so that no library's `except Exception` swallows it. Work
+in C that never returns to Python (sentencepiece's trainer) runs in a child the parent waits on (run_in_child).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -79,10 +75,8 @@ def _stop_tree(pid: int) -> list[int]:
 
 
 def _kill(pid: int, sig: int = signal.SIGKILL) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def open_files(among: Iterable[Path]) -> list[Path]:

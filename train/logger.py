@@ -42,7 +42,9 @@ class Logger:
         if resume_step and not self.path.exists():  # said once: the history before the resume is gone
             print(f"warning: {self.path} is missing: the records of steps 1..{resume_step} are lost (a resume "
                   f"logs only the steps it trains; W&B may still hold them)", file=sys.stderr, flush=True)
-        truncate_log(self.path, resume_step)
+        if self.path.exists():  # only the records of steps <= resume_step (a new run: none), atomically
+            kept = [r for r in read_log(self.path) if resume_step is not None and r.get("step", 0) <= resume_step]
+            write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         self._jsonl = open(self.path, "a")
         self.wandb_run = None
         if cfg.wandb and cfg.mode != "disabled":
@@ -100,15 +102,6 @@ def read_log(path: Path) -> list[dict]:
                 break
             raise ValueError(f"{path}:{i + 1}: not a JSON record") from None
     return records
-
-
-def truncate_log(path: Path, step: Optional[int]) -> None:
-    """Keeps the records of steps <= `step` (all dropped when None), atomically."""
-    path = Path(path)
-    if not path.exists():
-        return
-    kept = [r for r in read_log(path) if step is not None and r.get("step", 0) <= step]
-    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
 def logged_steps(path: Path, event: str) -> set[int]:

@@ -97,7 +97,15 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
     doc_start, doc_end = document_tokens(tokenizer)  # the scorer's start token too (train/start_token.py)
     if resume_from is not None:
         check_resume_data(resume_from, resumed, corpus_id, store)  # first: a changed corpus is named as such
-        _check_resume_tokenizer(resume_from, tokenizer_dir, doc_start)
+        # only with the ids and start token the run was trained with (tokenizer format 2 changed both)
+        record = read_record(resume_from) or {}
+        if pipeline_fingerprint(resume_from) != pipeline_fingerprint(tokenizer_dir) \
+                or record.get("start_token_id") != doc_start:
+            raise ValueError(
+                f"{resume_from}: its tokenizer or start token ({RECORD}: {record.get('start_token')!r}) differs from "
+                f"what this code prepares for the run's config ({tokenizer_dir}, start id {doc_start}); resuming "
+                f"would change the ids mid-run. Finish the run with the code it was started with, or start a new "
+                f"run directory")
     seq_len = cfg.data.seq_len or cfg.model.max_position_embeddings
     stream = stream_of(cfg, store, tokenizer)  # the one definition `train batch` rebuilds batches from
     total_steps = stream.steps(cfg.optim.global_batch)
@@ -132,8 +140,13 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
     preempt.stage = "loading the probes"
     hooks = _build_hooks(cfg, tokenizer, run_dir, total_steps, store)
     if dist.main:
-        _print_summary(cfg, run_dir, engine, tokenizer, tokenizer_dir, total_steps, seq_len, save_steps, hooks,
-                       start_step, warned_for, (len(heldout), len(stream.heldout)))
+        print(startup_summary(cfg, run_dir=run_dir, params=count_parameters(engine.module), tokenizer=tokenizer,
+                              tokenizer_dir=tokenizer_dir, total_steps=total_steps, seq_len=seq_len,
+                              save_steps=save_steps, hooks=hooks, start_step=start_step,
+                              heldout=(len(heldout), len(stream.heldout))), flush=True)
+        if warned_for != total_steps:  # warn_early gave the too-short warnings for the same steps
+            for line in recipe_warnings(cfg, total_steps, seq_len):
+                print(f"warning: {line}", file=sys.stderr, flush=True)
 
     def measured(model, step: int, tokens: int, path: Path) -> dict:
         """The hooks' metrics and the held-out loss of the checkpoint at `path` (weights in `model`)."""
@@ -250,17 +263,6 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
     return run_dir
 
 
-def _print_summary(cfg, run_dir, engine, tokenizer, tokenizer_dir, total_steps, seq_len, save_steps, hooks,
-                   start_step, warned_for, heldout) -> None:
-    """The start-up summary, and the too-short warnings unless warn_early gave them for the same steps."""
-    print(startup_summary(cfg, run_dir=run_dir, params=count_parameters(engine.module), tokenizer=tokenizer,
-                          tokenizer_dir=tokenizer_dir, total_steps=total_steps, seq_len=seq_len,
-                          save_steps=save_steps, hooks=hooks, start_step=start_step, heldout=heldout), flush=True)
-    if warned_for != total_steps:
-        for line in recipe_warnings(cfg, total_steps, seq_len):
-            print(f"warning: {line}", file=sys.stderr, flush=True)
-
-
 def _build_hooks(cfg: TrainConfig, tokenizer, run_dir: Path, total_steps: int | None = None,
                  store=None) -> list:
     """On every rank (the probe hook shards the pairs across ranks; rank 0 writes the files)."""
@@ -360,7 +362,17 @@ def _check_run_dir(cfg: TrainConfig, resolved: dict, run_hash: str, run_dir: Pat
                          + ("; ".join(diffs) or f"keys unknown ({path / 'trainer_state.json'} "
                                                  f"holds no config)"))
     verify_manifest(path, manifest)
-    _refuse_foreign_checkpoints(run_dir, run_hash)  # after: the resumed one's changed keys are named above
+    # after: the resumed one's changed keys are named above. A checkpoint of another run copied in (its config
+    # hash) would be probed on resume as this run's.
+    for _step, other in list_checkpoints(run_dir):
+        try:
+            recorded = read_trainer_state(other, missing_ok=True).get("config_hash")
+        except InputFileError:  # damaged: the reader of the resumed one names it, probing names others
+            continue
+        if recorded is not None and recorded != run_hash:
+            raise CorruptCheckpointError(f"{other / 'trainer_state.json'}: config hash {recorded[:12]}… is not this "
+                                         f"run's ({run_hash[:12]}…): a checkpoint of another run or config; move "
+                                         f"it out of {run_dir / 'checkpoints'}")
     return path
 
 
@@ -376,27 +388,3 @@ def _read_saved_config(path: Path) -> dict:
         raise InputFileError(f"{path}: empty or not a mapping; restore it, or delete it (the checkpoints' "
                              f"manifests still prove the config)")
     return saved
-
-
-def _refuse_foreign_checkpoints(run_dir: Path, run_hash: str) -> None:
-    """A checkpoint of another run copied in (its config hash) would be probed on resume as this run's."""
-    for _step, path in list_checkpoints(run_dir):
-        try:
-            recorded = read_trainer_state(path, missing_ok=True).get("config_hash")
-        except InputFileError:  # damaged: the reader of the resumed one names it, probing names others
-            continue
-        if recorded is not None and recorded != run_hash:
-            raise CorruptCheckpointError(f"{path / 'trainer_state.json'}: config hash {recorded[:12]}… is not this "
-                                         f"run's ({run_hash[:12]}…): a checkpoint of another run or config; move "
-                                         f"it out of {run_dir / 'checkpoints'}")
-
-
-def _check_resume_tokenizer(ckpt: Path, tokenizer_dir: Path, start_id: int) -> None:
-    """Resume only with the ids and start token the run was trained with (tokenizer format 2 changed both)."""
-    record = read_record(ckpt) or {}
-    if pipeline_fingerprint(ckpt) != pipeline_fingerprint(tokenizer_dir) or record.get("start_token_id") != start_id:
-        raise ValueError(
-            f"{ckpt}: its tokenizer or start token ({RECORD}: {record.get('start_token')!r}) differs from what "
-            f"this code prepares for the run's config ({tokenizer_dir}, start id {start_id}); resuming would "
-            f"change the ids mid-run. Finish the run with the code it was started with, or start a new run "
-            f"directory")

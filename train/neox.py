@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 import yaml
 
 from train.batch import load_run_config
-from train.checkpoint import list_checkpoints, read_state
+from train.checkpoint import list_checkpoints, read_trainer_state
 from train.cli import exit_on_user_error
 from train.errors import ConfigError, InputFileError, reading
 from train.files import write_text_atomic
@@ -212,26 +212,19 @@ def _tokenizer_json(cfg, tokenizer: Optional[Path]) -> Optional[Path]:
     return None
 
 
-def run_config(run_dir: Path):
-    """(TrainConfig, total_steps, newest checkpoint) of a started run (its config.yaml and newest trainer state)."""
-    cfg = load_run_config(run_dir)
-    ckpts = list_checkpoints(run_dir)
-    if not ckpts:
-        raise InputFileError(f"--run {run_dir}: no checkpoints yet; its total_steps is known from the first one")
-    newest = ckpts[-1][1]
-    with reading(newest / "trainer_state.json", "the checkpoint's trainer state"):
-        total = int(read_state(newest)["total_steps"])
-    return cfg, total, newest
-
-
 def export(overrides: Sequence[str], out_dir: Path, *, world_size: int = DEFAULT_WORLD_SIZE,
            tokenizer: Optional[Path] = None, run: Optional[Path] = None, compare: Optional[Path] = None,
            say=print) -> Path:
     """Writes OUT/<experiment>.yml (and OUT/tokenizer.json when one is known) from Hydra `overrides` or a
     started `run` directory (which also gives the steps and the tokenizer); returns the YAML path."""
     total = None
-    if run is not None:
-        cfg, total, newest = run_config(run)
+    if run is not None:  # its config.yaml, total_steps from its newest trainer state, that checkpoint's tokenizer
+        cfg, ckpts = load_run_config(run), list_checkpoints(run)
+        if not ckpts:
+            raise InputFileError(f"--run {run}: no checkpoints yet; its total_steps is known from the first one")
+        newest = ckpts[-1][1]
+        with reading(newest / "trainer_state.json", "the checkpoint's trainer state"):
+            total = int(read_trainer_state(newest)["total_steps"])
         tokenizer = tokenizer if tokenizer is not None else newest
     else:
         try:

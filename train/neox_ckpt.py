@@ -14,10 +14,8 @@ import hashlib
 import importlib
 import json
 import logging
-import os
 import pickle
 import re
-import shutil
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -26,7 +24,7 @@ import yaml
 
 from train.checkpoint import write_manifest
 from train.errors import InputFileError, reading
-from train.files import checkpoint_dir, fsync_tree, write_json_atomic
+from train.files import built_dir, checkpoint_dir, write_json_atomic
 from train.model import count_parameters, hf_config
 from train.neox_read import EOD, model_config, model_fields, normalize_keys
 from train.start_token import write_record
@@ -261,24 +259,13 @@ def import_step(step_dir: Path, out_dir: Path, *, config: Optional[Path] = None,
              "neox_files": source_stamp(step_dir),
              "config_hash": hashlib.sha256(json.dumps(c, sort_keys=True, default=str).encode()).hexdigest(),
              **(state or {})}
-    tmp = out_dir.with_name(f".tmp-{out_dir.name}")
-    if tmp.exists():  # left by a crash: never trusted
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    try:
+    with built_dir(out_dir) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         if tok is not None:
             tok.save_pretrained(tmp)
             write_record(tmp, tok)
         write_json_atomic(tmp / "trainer_state.json", state)
         write_manifest(tmp, state, count_parameters(model))
-        fsync_tree(tmp)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
 
 

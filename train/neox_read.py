@@ -50,22 +50,18 @@ def model_fields(c: dict, *, intermediate_size: Optional[int] = None, vocab_rows
             raise InputFileError(f"gpt-neox config has no {key!r}")
         return c[key]
 
-    pos = c.get("pos_emb", "learned")
-    if pos != "rotary":
-        raise InputFileError(f"gpt-neox config: pos_emb={pos!r}; HF GPTNeoX has rotary positions only")
-    if c.get("gpt_j_tied"):
-        raise InputFileError("gpt-neox config: gpt_j_tied=true (one LayerNorm per block); HF GPTNeoX has two")
-    if c.get("norm", "layernorm") != "layernorm":
-        raise InputFileError(f"gpt-neox config: norm={c['norm']!r}; HF GPTNeoX has LayerNorm only")
-    for key in ("use_bias_in_norms", "use_bias_in_attn_linear", "use_bias_in_mlp"):
-        if c.get(key) is False:
-            raise InputFileError(f"gpt-neox config: {key}=false; HF GPTNeoX has these biases")
-    if c.get("use_qk_layernorm"):
-        raise InputFileError("gpt-neox config: use_qk_layernorm=true; HF GPTNeoX has no QK norm")
-    kinds = _attention_types(c.get("attention_config"))
-    if kinds - {"global", "flash"}:
-        raise InputFileError(f"gpt-neox config: attention_config has {sorted(kinds - {'global', 'flash'})}; "
-                             f"HF GPTNeoX has dense causal attention only (global/flash)")
+    pos, norm = c.get("pos_emb", "learned"), c.get("norm", "layernorm")
+    attention = sorted(_attention_types(c.get("attention_config")) - {"global", "flash"})
+    for refused, why in [(pos != "rotary", f"pos_emb={pos!r}; HF GPTNeoX has rotary positions only"),
+                         (c.get("gpt_j_tied"), "gpt_j_tied=true (one LayerNorm per block); HF GPTNeoX has two"),
+                         (norm != "layernorm", f"norm={norm!r}; HF GPTNeoX has LayerNorm only"),
+                         *((c.get(key) is False, f"{key}=false; HF GPTNeoX has these biases")
+                           for key in ("use_bias_in_norms", "use_bias_in_attn_linear", "use_bias_in_mlp")),
+                         (c.get("use_qk_layernorm"), "use_qk_layernorm=true; HF GPTNeoX has no QK norm"),
+                         (attention, f"attention_config has {attention}; HF GPTNeoX has dense causal attention "
+                                     f"only (global/flash)")]:
+        if refused:
+            raise InputFileError(f"gpt-neox config: {why}")
     activation = c.get("activation", "gelu")
     if activation == "gelu":
         hidden_act = "gelu_new" if c.get("bias_gelu_fusion") and not c.get("onnx_safe") else "gelu"

@@ -71,9 +71,7 @@ def accumulation_steps(cfg: OptimConfig, world_size: int) -> int:
 
 
 def warmup_steps(cfg: OptimConfig, total_steps: int) -> int:
-    if cfg.warmup_steps is not None:
-        return cfg.warmup_steps
-    return int(math.ceil(cfg.warmup_ratio * total_steps))
+    return cfg.warmup_steps if cfg.warmup_steps is not None else int(math.ceil(cfg.warmup_ratio * total_steps))
 
 
 def lr_at(cfg: OptimConfig, step: int, total_steps: int) -> float:
@@ -91,26 +89,17 @@ def lr_at(cfg: OptimConfig, step: int, total_steps: int) -> float:
     return min_lr + 0.5 * (cfg.lr - min_lr) * (1.0 + math.cos(math.pi * progress))
 
 
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Biases and LayerNorm weights are not decayed (as in GPT-NeoX)."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        (no_decay if p.ndim < 2 else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
 def adamw_impl(cfg: OptimConfig, device: torch.device) -> str:
-    if cfg.impl == "auto":
-        return "fused" if device.type == "cuda" else "foreach"
-    return cfg.impl
+    return cfg.impl if cfg.impl != "auto" else ("fused" if device.type == "cuda" else "foreach")
 
 
 def build_optimizer(cfg: OptimConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
     import torch
     impl = adamw_impl(cfg, next(model.parameters()).device)
-    return torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=tuple(cfg.betas),
+    trained = [p for p in model.parameters() if p.requires_grad]  # biases and LayerNorms not decayed (GPT-NeoX)
+    groups = [{"params": [p for p in trained if p.ndim >= 2], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in trained if p.ndim < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas),
                              eps=cfg.eps, fused=impl == "fused", foreach=impl == "foreach")
 
 

@@ -46,7 +46,11 @@ def check_overrides(args: list[str]) -> list[str]:
             out.append(arg)
             continue
         if "." not in key and key in groups and not override.is_delete():
-            _check_choice(key, override, groups[key])
+            choices = override.value()
+            for name in choices.list if hasattr(choices, "list") else [choices]:
+                if isinstance(name, str) and name not in groups[key] and name != "null":
+                    raise ConfigError(f"{key}={name}: no such option in configs/{key}/"
+                                      f"{did_you_mean(name, groups[key])}; options: {', '.join(groups[key])}")
             out.append(arg)
             continue
         kind = _field_type(TrainConfig, key, groups)
@@ -60,15 +64,6 @@ def check_overrides(args: list[str]) -> list[str]:
         _check_scalar(key, kind, value)
         out.append(arg)
     return out
-
-
-def _check_choice(group: str, override, options: list[str]) -> None:
-    choices = override.value()
-    names = choices.list if hasattr(choices, "list") else [choices]
-    for name in names:
-        if isinstance(name, str) and name not in options and name != "null":
-            raise ConfigError(f"{group}={name}: no such option in configs/{group}/{did_you_mean(name, options)}; "
-                              f"options: {', '.join(options)}")
 
 
 def _field_type(schema: type, dotted: str, groups: dict) -> object:

@@ -3,14 +3,9 @@
 Takes the overrides of `python -m train -m ...` (the grid expanded by train/grid.py as the launcher expands
 it; `-m` changes nothing) and prints per run: parameters, steps (from the budget alone, as
 train/sequences.py cuts it), tokens, checkpoints, GPU-hours, checkpoint storage and memory per GPU
-(train/memory.py), then the grid's totals and the assumptions behind each figure (format_plan).
-
-Compute is 6ND FLOPs at a model-FLOPs utilisation measured per size (`bench/bench_gpu.py` on one H100 80GB:
-pythia-160m 20.7 %, 410m 28.8 %, 1.4b 41.6 % of the dense bf16 peak; small models keep a GPU busy for a
-smaller share of the time, so one figure for all undercounts them; a size not measured takes the nearest
-measured one's, said so), plus probing: a forward pass (2N FLOPs a token) over both sentences of every
-sampled pair at every checkpoint, pairs from the benchmarks' sizes below (tests/test_plan_cost.py checks
-them against the registry), tokens per pair ZhoBLiMP's under the 8,000-piece sentencepiece.
+(estimate), then the grid's totals and the assumptions behind each figure, printed with it (format_plan).
+The MFU is measured per size because small models keep a GPU busy for a smaller share of the time (one
+figure for all undercounts them); tests/test_plan_cost.py checks BENCHMARK_SIZES against the registry.
 """
 from __future__ import annotations
 
@@ -24,7 +19,6 @@ from typing import Optional, Sequence
 from train.config import TrainConfig
 from train.corpus import _collect_files, corpus_identity, load_documents
 from train.grid import compose_run, expand, hydra_context, run_subdir
-from train.memory import GiB, Memory, estimate
 from train.model import pad_vocab, parameters_of
 from train.schedule import checkpoint_steps
 from train.start_token import document_tokens
@@ -33,6 +27,7 @@ from train.tokenizer import (load_tokenizer, prepare_tokenizer, pretrained_dir, 
                              trained_dir)
 
 GB = 1e9
+GiB = 2 ** 30
 H100_BF16_PEAK_TFLOPS = 989.0  # NVIDIA H100 SXM dense bf16 tensor-core peak
 # bench/bench_gpu.py on one H100 80GB (README "Speed"): model name -> (parameters measured, MFU)
 MEASURED_MFU = {"pythia-160m": (162_322_944, 0.207), "pythia-410m": (405_334_016, 0.288),
@@ -40,6 +35,66 @@ MEASURED_MFU = {"pythia-160m": (162_322_944, 0.207), "pythia-410m": (405_334_016
 # registry name -> (paradigms, pairs per paradigm): probes/benchmarks/registry.json's counts
 BENCHMARK_SIZES = {"zhoblimp": (118, 300), "blimp": (67, 1000), "climp": (16, 1000), "babylm_blimp": (67, 894)}
 TOKENS_PER_PAIR = 868_233 / 35_400  # both sentences with the start token's successors, ZhoBLiMP, 8k spm
+
+# Training memory per GPU: the peak of torch.cuda.max_memory_allocated over a training step, calibrated
+# against H100 measurements (bench/memory_peaks.csv, within 5 % by tests/test_memory.py); the accounting
+# behind each term and its sources: docs/speed.md, "The accounting".
+FIT_FRACTION = 0.9  # usable share of a GPU's memory after context and fragmentation
+
+
+@dataclass(frozen=True)
+class Memory:
+    weights: float  # bytes per GPU
+    grads: float
+    optimizer: float
+    activations: float  # saved activations and the step's transient peak (autocast copies, loss backward)
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer + self.activations
+
+    def fits(self, gpu_bytes: float) -> bool:
+        return self.total <= FIT_FRACTION * gpu_bytes
+
+
+def activation_bytes(*, params: int = 0, layers: int, hidden: int, heads: int, vocab: int, seq_len: int,
+                     micro_batch: int, checkpointing: bool, attn_implementation: str, compute_bytes: int = 2,
+                     residual_bytes: int = 2, autocast: bool = False, loss_chunk: int = 0) -> float:
+    """Peak bytes beyond the model states in one training step (docs/speed.md, "The accounting")."""
+    s, b, h, a, e, r = seq_len, micro_batch, hidden, heads, compute_bytes, residual_bytes
+    sbh, sbV = s * b * h, s * b * vocab
+    if attn_implementation == "eager":
+        layer = (r + 16 * e) * sbh + (4 + (e if e < 4 else 0)) * a * s * s * b
+    else:
+        layer = (r + 17 * e) * sbh
+    head = (r + e) * sbh
+    loss_fwd = (e + 4 + (4 if e < 4 else 0)) * sbV  # logits, their fp32 copy (a no-op in fp32), log-softmax
+    loss_bwd = 12 * sbV
+    if loss_chunk:
+        loss_fwd = loss_bwd = (2 * e + 4) * min(loss_chunk, s * b) * vocab + 4 * vocab * h + (r + e) * sbh
+    casts = 2 * (params - vocab * hidden) if autocast else 0  # bf16 copies of every matmul weight
+    if checkpointing:
+        kept = layers * r * sbh + head
+        return kept + max(casts + loss_fwd, (2 * vocab * hidden if autocast else 0) + loss_bwd)
+    return layers * layer + head + casts + max(loss_fwd, loss_bwd)
+
+
+def estimate(*, params: int, layers: int, hidden: int, heads: int, vocab: int, seq_len: int, micro_batch: int,
+             engine_kind: str, zero_stage: int, bf16: bool, gpus: int, checkpointing: bool,
+             attn_implementation: str, loss_chunk: int = 0) -> Memory:
+    if engine_kind == "torch":  # (weights, gradients, optimizer) bytes per parameter on one GPU
+        w, g, o = 4.0, 4.0 + (4.0 if gpus > 1 else 0.0), 8.0
+    else:  # ZeRO-1 shards Adam's states over the GPUs, 2 also the gradients, 3 also the weights
+        w, g, o = (2.0, 2.0, 12.0) if bf16 else (4.0, 4.0, 12.0)
+        w, g, o = w / (gpus if zero_stage >= 3 else 1), g / (gpus if zero_stage >= 2 else 1), o / (
+            gpus if zero_stage >= 1 else 1)
+    autocast = bf16 and engine_kind == "torch"  # fp32 weights, bf16 compute; DeepSpeed bf16 holds bf16 weights
+    act = activation_bytes(params=params, layers=layers, hidden=hidden, heads=heads, vocab=vocab,
+                           seq_len=seq_len, micro_batch=micro_batch, checkpointing=checkpointing,
+                           attn_implementation=attn_implementation, compute_bytes=2 if bf16 else 4,
+                           residual_bytes=4 if (autocast or not bf16) else 2, autocast=autocast,
+                           loss_chunk=loss_chunk if engine_kind == "torch" else 0)
+    return Memory(weights=w * params, grads=g * params, optimizer=o * params, activations=act)
 
 
 @dataclass
@@ -403,7 +458,7 @@ def _format_memory(plans: list[RunPlan], hw: Hardware) -> str:
                  "(Korthikanti et al. 2022 as transformers keeps them: 38sbh per layer under autocast, 36 in bf16; "
                  "eager attention +6as^2b; checkpointing: the layer inputs; the loss backward 12sbV; autocast's "
                  "bf16 weight copies 2 B/param; within 5 % of H100 peaks, bench/memory_peaks.csv). 'fits': total <= 90 % of the "
-                 "GPU's memory (CUDA context and fragmentation not counted). See train/memory.py.")
+                 "GPU's memory (CUDA context and fragmentation not counted). See train/plan.py.")
     return "\n".join(lines)
 
 
@@ -437,18 +492,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_plan(plans, hw))
-    for line in plan_warnings(plans):
-        print(line, file=sys.stderr)
-    return 0
-
-
-def plan_warnings(plans: list[RunPlan]) -> list[str]:
-    """The start-up warnings the runs would print, one line per message naming its runs."""
-    runs: dict[str, list[str]] = {}
+    runs: dict[str, list[str]] = {}  # the start-up warnings the runs would print, one line naming its runs
     for p in plans:
         for message in p.warnings:
             runs.setdefault(message, []).append(p.name)
-    return [f"warning: {', '.join(names)}: {message}" for message, names in runs.items()]
+    for message, names in runs.items():
+        print(f"warning: {', '.join(names)}: {message}", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

@@ -49,15 +49,12 @@ class Preemption:
     def training(self) -> None:
         self.setup = False
 
-    def install(self) -> "Preemption":
+    def __enter__(self) -> "Preemption":
         # only the main thread may set handlers; elsewhere (a notebook thread) training runs without
         if threading.current_thread() is threading.main_thread():
             for sig in self.signals:
                 self._previous[sig] = signal.signal(sig, self._record)
         return self
-
-    def __enter__(self) -> "Preemption":
-        return self.install()
 
     def __exit__(self, *exc) -> None:
         self.uninstall()

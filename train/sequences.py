@@ -1,13 +1,10 @@
 """Budget view and packed training sequences; the position in the stream is a pure function of the step.
 
-The stream is every document of the store in one permutation fixed by `order_seed` (not the run's seed), each
-framed by the start token (and EOS when distinct: train/start_token.py). A budget of B tokens over E epochs
-trains on the first ceil(B/E) tokens of it, plus the last label: the *view*, so a 10M view is a prefix of the
-100M one. The view is cut into windows of seq_len+1 tokens overlapping by one; epoch e visits them in a
-permutation drawn from (seed, e). With `data.nested_budgets` the windows are split at those budgets into
-blocks shuffled on their own and visited in order, so a run trains first on exactly the smaller budgets'
-sequences. Held-out documents are the last of the order, in no view (docs/training.md). Nothing is
-materialised: a sequence is gathered from the memmap.
+The stream: every document in one order fixed by `order_seed`, each framed by the start token (and EOS when
+distinct). A budget of B tokens over E epochs trains on its first ceil(B/E) tokens plus the last label (the
+*view*: a 10M view is a prefix of the 100M one), cut into windows of seq_len+1 overlapping by one; epoch e
+visits them in a permutation drawn from (seed, e), per nested-budget block (docs/training.md, recipe.md).
+Nothing is materialised: a sequence is gathered from the memmap.
 """
 from __future__ import annotations
 
@@ -26,18 +23,10 @@ class SequenceStream:
     def __init__(self, store: TokenStore, *, seq_len: int, budget_tokens: Optional[int], epochs: int,
                  order_seed: int, seed: int, start_id: int, end_id: Optional[int] = None,
                  nested_budgets: Sequence[int] = (), heldout_tokens: int = 0):
-        if seq_len < 1:
+        if seq_len < 1:  # data.epochs and data.budget_tokens are checked by DataConfig
             raise ValueError(f"data.seq_len must be >= 1, got {seq_len}")
-        if epochs < 1:
-            raise ValueError(f"data.epochs must be >= 1, got {epochs}")
-        if budget_tokens is not None and budget_tokens < 1:
-            raise ValueError(f"data.budget_tokens must be positive or null, got {budget_tokens}")
-        self.store = store
-        self.seq_len = seq_len
-        self.epochs = epochs
-        self.seed = seed
-        self.start_id = start_id
-        self.end_id = end_id
+        self.store, self.seq_len, self.epochs, self.seed = store, seq_len, epochs, seed
+        self.start_id, self.end_id = start_id, end_id
         self._frame = 1 + (end_id is not None)  # tokens the stream adds to each document
         # The document order: fixed by order_seed alone, so every budget and every run seed shares it.
         self._order, self.heldout = split_order(np.diff(store.doc_offsets) + self._frame, order_seed, heldout_tokens)
@@ -159,14 +148,9 @@ HELDOUT_MAX_FRACTION = 0.05  # a small corpus keeps 95 % of its tokens for train
 def split_order(lengths: np.ndarray, order_seed: int, heldout_tokens: int) -> tuple[np.ndarray, np.ndarray]:
     """(training order, held-out documents) of documents with framed `lengths` (train.plan splits alike)."""
     order = np.random.default_rng(order_seed).permutation(len(lengths))
-    held = heldout_docs(lengths[order], heldout_tokens)
-    return order[:len(order) - held], order[len(order) - held:]
-
-
-def heldout_docs(lengths: np.ndarray, heldout_tokens: int) -> int:
-    """Documents from the end of the order (framed `lengths`) holding `heldout_tokens`, at most
-    HELDOUT_MAX_FRACTION of the corpus and never all of it."""
     if heldout_tokens <= 0 or len(lengths) < 2:
-        return 0
+        return order, order[:0]
+    # documents from the end of the order holding heldout_tokens, at most HELDOUT_MAX_FRACTION, never all
     want = min(heldout_tokens, HELDOUT_MAX_FRACTION * lengths.sum())
-    return int(min(np.searchsorted(np.cumsum(lengths[::-1]), want) + 1, len(lengths) - 1))
+    held = int(min(np.searchsorted(np.cumsum(lengths[order][::-1]), want) + 1, len(lengths) - 1))
+    return order[:len(order) - held], order[len(order) - held:]

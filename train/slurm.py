@@ -21,9 +21,8 @@ from omegaconf import OmegaConf
 from train.config import procs_per_node
 from train.files import write_text_atomic
 from train.grid import GridError, expand, hydra_context
-from train.memory import GiB
 from train.optim import accumulation_steps
-from train.plan import Hardware, memory_per_gpu, plan_run
+from train.plan import GiB, Hardware, memory_per_gpu, plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "slurm" / "array.sbatch.in"
@@ -42,9 +41,8 @@ def export_distributed_env() -> None:
         if "MASTER_ADDR" not in os.environ:
             raise RuntimeError("a multi-task SLURM step without MASTER_ADDR: export it before srun "
                                "(slurm/array.sbatch.in does: the first host of $SLURM_JOB_NODELIST)")
-        os.environ["RANK"] = os.environ["SLURM_PROCID"]
-        os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]
-        os.environ["LOCAL_RANK"] = os.environ.get("SLURM_LOCALID", "0")
+        os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_NTASKS"],
+                          LOCAL_RANK=os.environ.get("SLURM_LOCALID", "0"))
         os.environ.setdefault("MASTER_PORT", str(20000 + int(os.environ.get("SLURM_JOB_ID", "0")) % 20000))
 
 

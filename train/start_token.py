@@ -55,15 +55,10 @@ def scoring_start_id(tokenizer, directory: Optional[Path] = None) -> int:
             raise ValueError(f"{where / RECORD}: start token {record['start_token']!r} is id {sid}, but this "
                              f"tokenizer's id {sid} is {piece!r}: the record belongs to another tokenizer")
         return sid
-    if _legacy_checkpoint(where) and getattr(tokenizer, "eos_token_id", None) is not None:
+    try:  # a checkpoint of this project without a record (HF Trainer's trainer_state.json lacks these keys)
+        legacy = {"tokens_per_step", "seq_len"} <= read_trainer_state(where, missing_ok=True).keys()
+    except (OSError, ValueError):
+        legacy = False
+    if legacy and getattr(tokenizer, "eos_token_id", None) is not None:
         return int(tokenizer.eos_token_id)  # trained on an EOS-separated stream
     return document_tokens(tokenizer)[0]
-
-
-def _legacy_checkpoint(directory: Path) -> bool:
-    """A checkpoint of this project without a record (HF Trainer's trainer_state.json lacks these keys)."""
-    try:
-        state = read_trainer_state(directory, missing_ok=True)
-    except (OSError, ValueError):
-        return False
-    return {"tokens_per_step", "seq_len"} <= state.keys()

@@ -1,10 +1,7 @@
-"""What a run is about to do, printed before its first step, and the recipes too short to mean anything.
-
-A budget of 5,000 tokens with the default 1,024-sequence batch trains 0 steps and its curves look like
-results, so every run prints where it writes, the model, tokenizer, steps, warm-up, checkpoints and probes,
-and names in warnings (with the keys to change) too few steps, too short a warm-up (Pythia's 1 % of 476 steps
-is 5 updates) or checkpoints the schedule promises but the steps cannot hold. The warnings come once from the
-config alone (before the corpus is read) and again from the real step count.
+"""What a run is about to do, printed before its first step, and the recipes too short to mean anything
+(docs/training.md): a budget of 5,000 tokens with the default 1,024-sequence batch trains 0 steps and its
+curves look like results. The warnings come once from the config alone (before the corpus is read) and again
+from the real step count.
 """
 from __future__ import annotations
 
@@ -19,16 +16,6 @@ from train.schedule import checkpoint_steps
 MIN_STEPS = 100
 MIN_WARMUP = 20
 PYTHIA_LOG_STEPS = 512  # the last power of two of Pythia's schedule (train/schedule.py)
-
-
-def promised_checkpoints(schedule, total_steps: int, tokens_per_step: int) -> Optional[int]:
-    """Checkpoints the schedule's keys ask for (step 0 and the last included); None for Pythia's."""
-    if schedule.kind == "log":
-        return schedule.n_log + 1  # n_log log-spaced points from step 1, plus step 0
-    if schedule.kind == "custom":
-        end = total_steps * tokens_per_step if schedule.unit == "tokens" else total_steps
-        return len({p for p in schedule.points if p <= end} | {0, end})
-    return None
 
 
 def recipe_warnings(cfg, total_steps: int, seq_len: int) -> list[str]:
@@ -51,7 +38,10 @@ def recipe_warnings(cfg, total_steps: int, seq_len: int) -> list[str]:
                         f"so the peak lr is reached almost at once; raise optim.warmup_ratio or set "
                         f"optim.warmup_steps, or train more steps")
     have = len(checkpoint_steps(cfg.schedule, total_steps, tokens_per_step))
-    promised = promised_checkpoints(cfg.schedule, total_steps, tokens_per_step)
+    # checkpoints the schedule's keys ask for, step 0 and the last included (log: n_log from step 1); Pythia's: None
+    end = total_steps * tokens_per_step if cfg.schedule.unit == "tokens" else total_steps
+    points = {p for p in cfg.schedule.points if p <= end} | {0, end}
+    promised = {"log": cfg.schedule.n_log + 1, "custom": len(points)}.get(cfg.schedule.kind)
     # log-spaced points always merge a little near step 1 (47 points over 143,000 steps give 46
     # checkpoints); a fifth lost means the run is too short for the schedule
     if promised is not None and have < (0.8 * promised if cfg.schedule.kind == "log" else promised):

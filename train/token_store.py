@@ -10,8 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -19,10 +17,9 @@ import datasets
 import numpy as np
 from tqdm.auto import tqdm
 
-from train.files import fsync_tree, sha256_file
+from train.files import built_dir, sha256_file
 from train.errors import InputFileError, UserError, reading
 from train.interrupt import run_in_child
-from train.staletmp import clear_stale, tag
 from train.tokenizer import load_tokenizer, pipeline_fingerprint
 
 _CHUNK_DOCS = 10_000  # documents per write: memory stays flat however large the corpus
@@ -96,13 +93,10 @@ def build_or_load(docs: datasets.Dataset, tokenizer_dir: Path, corpus_id: str, c
     final = Path(cache_dir).expanduser() / "stores" / fp
     if (final / "meta.json").is_file():
         return TokenStore(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    clear_stale(final.parent, f".{fp}.tmp-", "-")  # a build a kill cut short
-    tmp = Path(tempfile.mkdtemp(prefix=f".{fp}.tmp-{tag()}-", dir=final.parent))
     print(f"building the token store: tokenizing {len(docs):,} documents ({docs.data.nbytes / 1e6:,.1f} MB of text) "
           f"with data.num_proc={num_proc}; cached in {final.parent} for every later run on this corpus and "
           f"tokenizer", flush=True)
-    try:
+    with built_dir(final, winner="meta.json") as tmp:
         if num_proc > 1:
             # datasets' worker pool inside a spawned child that a signal kills whole (train/interrupt.py): in
             # this process a killed worker left the pool's task-queue lock held and its teardown hung on a
@@ -110,14 +104,6 @@ def build_or_load(docs: datasets.Dataset, tokenizer_dir: Path, corpus_id: str, c
             run_in_child(_build, docs, Path(tokenizer_dir), corpus_id, fp, tmp, num_proc)
         else:
             _build(docs, Path(tokenizer_dir), corpus_id, fp, tmp, num_proc)
-        try:
-            os.replace(tmp, final)
-        except OSError:
-            if not (final / "meta.json").is_file():  # not a concurrent builder that finished first
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return TokenStore(final)
 
 
@@ -166,7 +152,7 @@ def _build(docs: datasets.Dataset, tokenizer_dir: Path, corpus_id: str, fp: str,
 
 
 def _finish(out: Path, offsets: np.ndarray, dtype: np.dtype, meta: dict) -> None:
-    """The index and meta beside tokens.bin, all fsynced before the directory is renamed."""
+    """The index and meta beside tokens.bin (built_dir fsyncs them all before the rename)."""
     with open(out / "offsets.npy", "wb") as f:
         np.save(f, offsets)
     meta = {**meta, "n_tokens": int(offsets[-1]), "n_docs": len(offsets) - 1, "dtype": np.dtype(dtype).name}
@@ -176,7 +162,6 @@ def _finish(out: Path, offsets: np.ndarray, dtype: np.dtype, meta: dict) -> None
     meta["files"] = {name: {"size": (out / name).stat().st_size, "mtime_ns": (out / name).stat().st_mtime_ns,
                             "sha256": sha256_file(out / name)} for name in ("tokens.bin", "offsets.npy")}
     (out / "meta.json").write_text(json.dumps(meta, indent=2))
-    fsync_tree(out)
 
 
 # What a run trained on, recorded in every checkpoint's trainer_state.json under DATA_KEY and checked on resume:

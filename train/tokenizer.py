@@ -17,17 +17,14 @@ import math
 import os
 import random
 import re
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from train.files import fsync_tree
+from train.files import built_dir
 from train.errors import ConfigError, InputFileError
 from train.faults import stall_point
 from train.interrupt import run_in_child
-from train.staletmp import clear_stale, tag
 from train.start_token import write_record
 
 if TYPE_CHECKING:  # imported where used: the config schema (train.config) and `plan` need neither
@@ -74,27 +71,14 @@ def prepare_tokenizer(cfg: TokenizerConfig, docs: datasets.Dataset, corpus_id: s
         raise ValueError(f"tokenizer.model_type must be 'unigram' or 'bpe', got {cfg.model_type!r}")
 
     final = trained_dir(cfg, corpus_id, cache_dir)
-    key = final.name
     if (final / "tokenizer.json").is_file():
         return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    clear_stale(final.parent, f".{key}.tmp-", "-")  # a training a kill cut short
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-{tag()}-", dir=final.parent))
-    try:
+    with built_dir(final, winner="tokenizer.json") as tmp:  # under its final name only when complete
         _train_sentencepiece(cfg, docs, tmp, corpus_id)
         hf = _fast_from_spm(tmp / SPM_FILE)
         hf.save_pretrained(str(tmp))
         write_record(tmp, hf)
         (tmp / "training_config.json").write_text(json.dumps({"corpus_id": corpus_id, **asdict(cfg)}, indent=2))
-        fsync_tree(tmp)
-        try:
-            os.replace(tmp, final)  # a directory appears under its final name only when complete
-        except OSError:
-            if not (final / "tokenizer.json").is_file():  # not a concurrent winner: a real failure
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 

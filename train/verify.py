@@ -23,6 +23,7 @@ from safetensors import SafetensorError, safe_open
 from train.checkpoint import (MANIFEST, CorruptCheckpointError, checkpoint_files, list_checkpoints,
                               manifest_problems, missing_manifest, read_manifest, sha256_file)
 from train.confighash import config_hash
+from train.evalsums import checkpoint_problem, sum_problem
 from train.trajectory import GROUP_MIN_ELEMENTS, Trajectory, Weights, identical_pairs, same_values, trace
 
 STATE = "trainer_state.json"
@@ -192,18 +193,6 @@ def _check_tensor_sets(cks: list[_Checkpoint], report: RunReport) -> None:
                                                f"{what} {len(names)} tensors of step{cks[0].step}: {_names(names)}"))
 
 
-def _sizes_as_hashes(path: Path, manifest: dict) -> dict[str, str]:
-    """`verify --fast`: name -> the manifest's sha256 for every present file of the recorded size (trusted,
-    not read), else a marker that differs from it (no recorded sizes: presence only)."""
-    sizes = manifest.get("sizes") or {}
-    out = {}
-    for rel in checkpoint_files(path):
-        size = (path / rel).stat().st_size
-        want = sizes.get(rel)
-        out[rel] = manifest["files"].get(rel, "") if want is None or want == size else f"{size:,} bytes"
-    return out
-
-
 def _check_files(ck: _Checkpoint, report: RunReport, fast: bool = False) -> None:
     def find(file: str, kind: str, message: str) -> None:
         report.findings.append(Finding(ck.step, str(ck.path / file), kind, message))
@@ -218,10 +207,14 @@ def _check_files(ck: _Checkpoint, report: RunReport, fast: bool = False) -> None
     except CorruptCheckpointError as e:
         find(MANIFEST, "bad-manifest", str(e).removeprefix(f"{ck.path / MANIFEST} "))
     if ck.manifest is not None:
-        if fast:
-            ck.hashes = _sizes_as_hashes(ck.path, ck.manifest)
-        else:
-            ck.hashes = {rel: sha256_file(ck.path / rel) for rel in checkpoint_files(ck.path)}
+        for rel in checkpoint_files(ck.path):
+            if not fast:
+                ck.hashes[rel] = sha256_file(ck.path / rel)
+                continue
+            # the manifest's sha256 for a file of the recorded size (trusted, not read), else a marker that
+            # differs from it (no recorded sizes: presence only)
+            size, want = (ck.path / rel).stat().st_size, (ck.manifest.get("sizes") or {}).get(rel)
+            ck.hashes[rel] = ck.manifest["files"].get(rel, "") if want is None or want == size else f"{size:,} bytes"
         for rel, kind, what in manifest_problems(ck.path, ck.manifest, ck.hashes):
             if fast and kind == "changed":
                 what = (f"is {ck.hashes[rel]}, {MANIFEST} records {ck.manifest['sizes'][rel]:,}: the file "
@@ -333,33 +326,6 @@ def _check_token_store(cks: list[_Checkpoint], report: RunReport) -> None:
                                        f"differs): rebuilt from a changed corpus?"))
 
 
-def _check_eval_files(run_dir: Path, report: RunReport) -> None:
-    """Every eval file under evals/step<N>/ against its .sha256 and the checkpoint beside it."""
-    from train.evalsums import checkpoint_problem, sum_problem
-    for path in sorted((run_dir / "evals").glob("step*/*.parquet")):
-        if path.name.startswith("."):
-            continue
-        problem = sum_problem(path) or checkpoint_problem(path)
-        if problem:
-            step = path.parent.name[4:]
-            report.findings.append(Finding(int(step) if step.isdigit() else None, str(path), "eval-file",
-                                           problem.removeprefix(f"{path}: ").removeprefix(f"{path} ")))
-
-
-def _check_identical_files(cks: list[_Checkpoint], report: RunReport) -> None:
-    """Byte-identical weight files at different steps, from the sha256 already computed."""
-    seen: dict[tuple[str, str], int] = {}  # (file name, sha256) -> the first step holding it
-    for ck in cks:
-        for f in weight_files(ck.path):
-            digest = ck.hashes.get(f.name)
-            if digest is None:
-                continue
-            earlier = seen.setdefault((f.name, digest), ck.step)
-            if earlier == ck.step:
-                continue
-            report.findings.append(_identical(cks, f.name, earlier, ck.step, "byte-identical to"))
-
-
 def verify_run(run_dir: Path, fast: bool = False) -> RunReport:
     """Every check on one run directory; fast: files checked against the manifest's sizes, not hashed."""
     run_dir = Path(run_dir)
@@ -374,7 +340,14 @@ def verify_run(run_dir: Path, fast: bool = False) -> RunReport:
         report.notes.append(f"{run_dir}: no step0 checkpoint: distances are from step{cks[0].step}")
     _check_config_hashes(run_dir, cks, report)
     _check_token_store(cks, report)
-    _check_identical_files(cks, report)
+    # byte-identical weight files at different steps, from the sha256 already computed
+    seen: dict[tuple[str, str], int] = {}  # (file name, sha256) -> the first step holding it
+    for ck in cks:
+        for f in weight_files(ck.path):
+            digest = ck.hashes.get(f.name)
+            earlier = ck.step if digest is None else seen.setdefault((f.name, digest), ck.step)
+            if earlier != ck.step:
+                report.findings.append(_identical(cks, f.name, earlier, ck.step, "byte-identical to"))
     # a copy of another step is reported once and left out of the trace (it would bend its neighbours' path)
     copies = {f.step for f in report.findings if f.kind == "identical-weights"}
     traced = [ck for ck in cks if ck.weights is not None and ck.step not in copies]
@@ -391,7 +364,14 @@ def verify_run(run_dir: Path, fast: bool = False) -> RunReport:
         traj = None
     if traj is not None:
         _check_distance_backwards(traj, report, {ck.step: ck.path for ck in cks})
-    _check_eval_files(run_dir, report)  # after the weights' checks: those skip steps already blamed
+    # every eval file under evals/step<N>/ against its .sha256 and the checkpoint beside it; after the weights'
+    # checks: those skip steps already blamed
+    for path in sorted((run_dir / "evals").glob("step*/*.parquet")):
+        problem = None if path.name.startswith(".") else sum_problem(path) or checkpoint_problem(path)
+        if problem:
+            step = path.parent.name[4:]
+            report.findings.append(Finding(int(step) if step.isdigit() else None, str(path), "eval-file",
+                                           problem.removeprefix(f"{path}: ").removeprefix(f"{path} ")))
     d_init = traj.model_distance(traj.d_init) if traj else None
     d_final = traj.model_distance(traj.d_final) if traj else None
     row = {s: r for r, s in enumerate(traj.steps)} if traj else {}

@@ -1,8 +1,5 @@
-"""Aggregation: mean and 95 % interval over seeds; bootstrap intervals over pairs.
-
-Resampling a paradigm's n pairs gives a count of correct pairs distributed exactly Binomial(n, k/n), so its
-percentile bootstrap is a pair of binomial quantiles computed once per distinct n, without resampling loops.
-"""
+"""Mean and 95 % interval over seeds; bootstrap intervals over pairs: resampling a paradigm's n pairs gives a count
+of correct pairs distributed exactly Binomial(n, k/n), so its percentile bootstrap is two binomial quantiles."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -23,11 +20,8 @@ def t975(df):
 
 def seed_summary(table: pd.DataFrame, keys: Sequence[str], values: Sequence[str] = ("acc_mlp", "acc_sum"),
                  ) -> pd.DataFrame:
-    """Mean over seeds (runs) per `keys` (which must include "step"), with a 95 % t-interval.
-
-    One row per group; columns n_seeds, tokens (mean over seeds: runs of one model x budget share
-    the schedule), and for each value: <v>_mean, <v>_sd, <v>_lo, <v>_hi (NaN with a single seed).
-    """
+    """Per `keys` (with "step"): n_seeds, tokens (runs of one model x budget share the schedule) and per value
+    <v>_mean, <v>_sd and the 95 % t-interval <v>_lo, <v>_hi (NaN with a single seed)."""
     g = table.groupby(list(keys), dropna=False, sort=True)
     out = g.agg(n_seeds=("run", "nunique"), tokens=("tokens", "mean"))
     t = t975(out["n_seeds"].to_numpy() - 1)

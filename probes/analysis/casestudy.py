@@ -1,7 +1,5 @@
-"""The ZhoBLiMP case study (§5.4, Figure 6) for any paradigm: accuracy and phrase-region differences over
-training (docs/probing.md, "Case study"), from the per-slot columns of the paradigm's eval rows (read with a row
-filter: the reduced cache keeps only summed generic deltas), grouped by probes/benchmarks/phrase_regions.json.
-"""
+"""The ZhoBLiMP case study (§5.4, Figure 6) for any paradigm (docs/probing.md, "Case study"): from the per-slot
+columns of its eval rows (the reduced cache keeps only summed generic deltas), grouped by phrase_regions.json."""
 from __future__ import annotations
 
 import json
@@ -21,7 +19,7 @@ from probes.analysis.aggregate import seed_summary
 from probes.analysis.bands import MIN_SEEDS_T, band_caption, band_kind, seed_pair_half
 from probes.analysis.evalset import EvalInputError, EvalSet, log_tokens, parse_model_params
 from probes.analysis.outputs import save_figure, write_csv
-from probes.analysis.plotting import accuracy_label, new_figure, plot_line, safe_name, token_axis
+from probes.analysis.plotting import accuracy_over_deltas, plot_line, safe_name
 from probes.analysis.scaling import budget_label
 from probes.evals.files import ALL_SUFFIX, REGIONS as GENERIC
 
@@ -126,40 +124,17 @@ def pair_deltas(df: pd.DataFrame, spec: RegionSpec) -> pd.DataFrame:
 
 
 def straddling(df: pd.DataFrame, spec: RegionSpec) -> pd.Series:
-    """Per pair: does a token straddle a region's left boundary (on either side)? It holds text of
-    the region before, and counts for the region of its last character. NaN in eval files written
-    before the xtok columns existed."""
+    """Per pair: does a token straddle a region's left boundary (on either side; it counts for the region of its
+    last character)? NaN in eval files written before the xtok columns existed."""
     cols = [f"xtok_{side}_slot_{slots[0]}" for slots in spec.regions.values() for side in ("good", "bad")]
     if not all(c in df.columns for c in cols):
         return pd.Series(np.nan, index=df.index)
     return (df[cols].fillna(0) > 0).any(axis=1).astype(float)
 
 
-def paradigm_point(df: pd.DataFrame, spec: RegionSpec) -> dict:
-    """One run's checkpoint: accuracies over all pairs, region deltas over the pairs that have the regions."""
-    d = pair_deltas(df, spec)
-    row = {"n_pairs": len(df),
-           "acc_mlp": float((df.lp_good / df.ntok_good > df.lp_bad / df.ntok_bad).mean()),
-           "acc_sum": float((df.lp_good > df.lp_bad).mean())}
-    have = d[[f"sum_{r}" for r in spec.regions]].notna().all(axis=1)
-    row["n_region_pairs"] = int(have.sum())
-    row["n_straddle_pairs"] = (straddling(df, spec)[have].sum(min_count=1) if spec.source == "template slots"
-                               else np.nan)
-    # standard errors over pairs: the pair-bootstrap band where there are too few seeds for a t-band
-    for a in ("acc_mlp", "acc_sum"):
-        row[f"{a}_se"] = float(np.sqrt(row[a] * (1 - row[a]) / max(len(df), 1)))
-    for c in d.columns:
-        v = d[c] if c.endswith("_total") else d.loc[have, c]
-        row[c] = float(v.mean()) if v.notna().any() else np.nan
-        row[f"{c}_se"] = float(v.std(ddof=1) / np.sqrt(v.notna().sum())) if v.notna().sum() > 1 else np.nan
-    return row
-
-
 def _read(path: Path, paradigm: str, slots: Optional[list[str]], generic: bool = False) -> pd.DataFrame:
-    """The rows of ``paradigm`` in one eval file: lp/ntok of the sentences and of ``slots`` (None:
-    every slot column), or of the generic regions when the file has no such slot or ``generic``.
-    Columns first, rows second: a file holds one row group, so a row filter saves nothing, and
-    reading only these columns of a ZhoBLiMP file takes ~30 ms instead of ~110 ms."""
+    """The rows of ``paradigm`` in one eval file: lp/ntok of the sentences and of ``slots`` (None: every slot), or of
+    the generic regions (no such slot, or ``generic``). Only these columns: ~30 ms a ZhoBLiMP file, not ~110 ms."""
     try:
         pf = pq.ParquetFile(path, read_dictionary=["paradigm"])
         names = pf.schema_arrow.names
@@ -201,17 +176,30 @@ def case_study_runs(ev: EvalSet, benchmark: str, paradigm: str,
                if not _SLOT_COL.match(c) or any(c in f[3] and f[3][c].notna().any() for f in has_slots)]
     spec = region_spec(columns, paradigm, mapping, bool(has_slots))
     rows = []
-    for run, step, meta, df in frames:
-        rows.append({"run": run, "model": meta.model, "budget": meta.budget, "seed": meta.seed,
-                     "benchmark": benchmark, "paradigm": paradigm, "step": step, "tokens": int(meta.tokens)}
-                    | paradigm_point(df, spec))
+    for run, step, meta, df in frames:  # accuracies over all pairs, region deltas over the pairs that have them
+        d = pair_deltas(df, spec)
+        row = {"run": run, "model": meta.model, "budget": meta.budget, "seed": meta.seed, "benchmark": benchmark,
+               "paradigm": paradigm, "step": step, "tokens": int(meta.tokens), "n_pairs": len(df),
+               "acc_mlp": float((df.lp_good / df.ntok_good > df.lp_bad / df.ntok_bad).mean()),
+               "acc_sum": float((df.lp_good > df.lp_bad).mean())}
+        have = d[[f"sum_{r}" for r in spec.regions]].notna().all(axis=1)
+        row["n_region_pairs"] = int(have.sum())
+        row["n_straddle_pairs"] = (straddling(df, spec)[have].sum(min_count=1) if spec.source == "template slots"
+                                   else np.nan)
+        # standard errors over pairs: the pair-bootstrap band where there are too few seeds for a t-band
+        for a in ("acc_mlp", "acc_sum"):
+            row[f"{a}_se"] = float(np.sqrt(row[a] * (1 - row[a]) / max(len(df), 1)))
+        for c in d.columns:
+            v = d[c] if c.endswith("_total") else d.loc[have, c]
+            row[c] = float(v.mean()) if v.notna().any() else np.nan
+            row[f"{c}_se"] = float(v.std(ddof=1) / np.sqrt(v.notna().sum())) if v.notna().sum() > 1 else np.nan
+        rows.append(row)
     return pd.DataFrame(rows), spec
 
 
 def summarize(runs: pd.DataFrame, spec: RegionSpec) -> pd.DataFrame:
-    """Mean over seeds per model x budget x checkpoint, with the band of probes.analysis.bands: the 95 %
-    t-interval over seeds with >= 3 seeds, else the seed-and-pair bootstrap of the seed mean (normal,
-    variance: the seeds' squared standard errors over pairs plus their spread, seed_pair_half); column `band`."""
+    """Mean over seeds per model x budget x checkpoint with the band of probes.analysis.bands (a t-interval from 3
+    seeds, else seed_pair_half from the seeds' standard errors over pairs and their spread); column `band`."""
     curves = ["acc_mlp", "acc_sum", "mean_total", "sum_total", *[f"{q}_{r}" for r in spec.regions for q in ("mean", "sum")]]
     keys = ["model", "budget", "benchmark", "paradigm", "step"]
     s = seed_summary(runs, keys, [*curves, "n_region_pairs", "n_straddle_pairs", "n_pairs"])
@@ -241,17 +229,13 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
     def band(col):
         return c[f"{col}_lo"].to_numpy(), c[f"{col}_hi"].to_numpy()
 
-    fig, axes = new_figure(7.5, 6.2, 2, 1, layout=None, sharex=True)
-    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.09, top=0.9, hspace=0.08)
-    top, bottom = axes[0, 0], axes[1, 0]
+    fig, axes = accuracy_over_deltas(tok, tok, metric, QUANTITIES[quantity].replace(" (good", "\n(good"), 6.2, 0.12, 0.9)
+    top, bottom = axes[:, 0]
     plot_line(top, tok, c[f"{metric}_mean"].to_numpy(), tok, "accuracy", "0.35", band=band(metric))
     seeds = list(runs.groupby("run", sort=True)) if runs is not None and runs["run"].nunique() > 1 else []
     for _, r in seeds:  # each seed as a thin line beside the mean (the band is not over seeds below 3)
         r = r.sort_values("step")
         top.plot(10 ** log_tokens(r.tokens.to_numpy(), tok), r[metric].to_numpy(), color="0.35", lw=0.6, alpha=0.5)
-    token_axis(top, tok, ylabel=accuracy_label(metric))
-    top.set_ylim(-0.02, 1.02)
-    top.set_xlabel("")
     for i, (r, slots) in enumerate(spec.regions.items()):  # a template has up to 14 slots
         color = REGION_COLORS[i % len(REGION_COLORS)]
         y = c[f"{quantity}_{r}_mean"].to_numpy(dtype=float)
@@ -262,8 +246,6 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
                 rr = rr.sort_values("step")
                 bottom.plot(10 ** log_tokens(rr.tokens.to_numpy(), tok), rr[f"{quantity}_{r}"].to_numpy(), color=color,
                             lw=0.6, alpha=0.5)
-    token_axis(bottom, tok, ylabel=QUANTITIES[quantity].replace(" (good", "\n(good"), chance=False)
-    bottom.axhline(0, color="0.4", lw=1, ls="--", zorder=0)
     bottom.legend(fontsize=8, loc="best", title="region", title_fontsize=8)
     bands = f"{n_seeds} seed{'s' if n_seeds > 1 else ''}; " + band_caption(c)
     n = int(c["n_region_pairs_mean"].min()), int(c["n_pairs_mean"].max())
@@ -285,13 +267,6 @@ def pick_paradigms(ev: EvalSet, name: str) -> list[tuple[str, str]]:
     near = sorted(p for p in have.paradigm.unique() if name.lower() in p.lower())[:5]
     raise EvalInputError(f"--case-study {name}: no run has paradigm {name!r}"
                          + (f" (similar: {near})" if near else "") + "; 'none' turns the case study off")
-
-
-def _largest_first(s: pd.DataFrame) -> list[tuple]:
-    keys = s[["model", "budget"]].drop_duplicates()
-    order = sorted(keys.itertuples(index=False), key=lambda k: (-(parse_model_params(k.model) or 0),
-                                                                  -(0 if pd.isna(k.budget) else k.budget)))
-    return [(k.model, k.budget) for k in order]
 
 
 def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metric: str = "acc_mlp"
@@ -334,7 +309,9 @@ def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metri
               + f". Both quantities (mean_<region>, sum_<region>) are in `tables/{stem}.csv` "
               f"(per run: `tables/{stem}_runs.csv`).", ""]
         drawn = 0
-        for model, budget in _largest_first(s):
+        keys = s[["model", "budget"]].drop_duplicates().itertuples(index=False)
+        for model, budget in sorted(keys, key=lambda k: (-(parse_model_params(k.model) or 0),
+                                                         -(0 if pd.isna(k.budget) else k.budget))):
             sel = s[(s.model == model) & (s.budget.isna() if pd.isna(budget) else s.budget == budget)]
             if sel.step.nunique() < 2 or drawn >= cfg.max_plots:
                 continue  # never a one-point figure

@@ -1,9 +1,6 @@
 """`python -m probes compare A B --out DIR`: paired statistics of two runs or two checkpoints (docs/public_suites.md,
-"Paired comparisons": sides, columns, what is refused).
-
-The pair is the unit: each side's seeds are first reduced to the pair's share right, so a copied seed leaves every
-number as it was (counting pairs x seeds as trials made a copy look like evidence: McNemar p 0.031 -> 0.00049).
-"""
+"Paired comparisons"). The pair is the unit, seeds reduced to its share right: counting pairs x seeds as trials
+made a copied seed look like evidence (McNemar p 0.031 -> 0.00049)."""
 from __future__ import annotations
 
 import argparse
@@ -106,13 +103,9 @@ def pair_decisions(path: Path, metric: str) -> tuple[pd.DataFrame, str, int]:
 
 def paired_stats(a: np.ndarray, b: np.ndarray, n_boot: int = 2000,
                  rng: Optional[np.random.Generator] = None, level: float = 0.95) -> dict:
-    """Paired statistics of two 0/1 outcome matrices (seeds, items), the same item in each column.
-
-    Returns n (items), b, c, acc_a, acc_b, p_sign, ci_lo, ci_hi (module docstring). Each item's seeds are
-    reduced to its share right first. The bootstrap resamples items (columns); an item's difference of
-    shares takes one of at most 2S + 1 values, so a resample is a multinomial draw over those values:
-    exact, and O(S) memory per draw whatever n.
-    """
+    """n, b, c, acc_a, acc_b, p_sign, ci_lo, ci_hi of two 0/1 outcome matrices (seeds, items). An item's
+    difference of seed shares takes one of at most 2S + 1 values, so a bootstrap resample of items is one
+    multinomial draw over them: exact, O(S) memory whatever n."""
     a = np.atleast_2d(np.asarray(a, dtype=bool))
     bb = np.atleast_2d(np.asarray(b, dtype=bool))
     if a.shape != bb.shape:
@@ -141,33 +134,6 @@ class Comparison:
     flips: pd.DataFrame = field(default_factory=pd.DataFrame)  # the items that flipped most (flips.csv)
 
 
-def _pairs_of_runs(a: Side, b: Side) -> list[tuple[Path, Path]]:
-    if len(a.runs) == 1 and len(b.runs) == 1:
-        return [(a.runs[0], b.runs[0])]
-    for s in (a, b):
-        if None in s.seeds or len(set(s.seeds)) != len(s.seeds):
-            raise EvalInputError(f"{s.spec}: a seed group needs a distinct config.yaml 'seed' in every run "
-                                 f"(found {s.seeds})")
-    common = sorted(set(a.seeds) & set(b.seeds))
-    if not common:
-        raise EvalInputError(f"{a.spec} (seeds {sorted(a.seeds)}) and {b.spec} (seeds {sorted(b.seeds)}) "
-                             f"share no seed; compare single runs instead")
-    ra, rb = dict(zip(a.seeds, a.runs)), dict(zip(b.seeds, b.runs))
-    return [(ra[s], rb[s]) for s in common]
-
-
-def _refuse_same_run(a: Side, b: Side, run_pairs: list[tuple[Path, Path]]) -> None:
-    """As the report refuses copies: a run against itself (or its copy) at one checkpoint compares nothing."""
-    for ra, rb in run_pairs:
-        same = ra.resolve() == rb.resolve()
-        ia, ib = _read_run_info(ra), _read_run_info(rb)
-        sa, sb = _step_of(ra, a.step, a.spec), _step_of(rb, b.step, b.spec)
-        if sa == sb and (same or (ia.identity is not None and ia.identity == ib.identity)):
-            raise EvalInputError(f"{ra} and {rb} are " + ("one run" if same else f"the same run (config hash "
-                                 f"{ia.identity[:12]}…)") + f" at the same checkpoint (step {sa}): a run "
-                                 "against itself; compare two checkpoints (RUN:STEP) or two runs")
-
-
 def compare(a: str | Side, b: str | Side, metric: str = "mlp", n_boot: int = 2000, seed: int = 0) -> Comparison:
     """Paired comparison of side B against side A (each a spec string or a Side). Raises EvalInputError."""
     if metric not in ("mlp", "sum"):
@@ -176,8 +142,26 @@ def compare(a: str | Side, b: str | Side, metric: str = "mlp", n_boot: int = 200
     notes: list[str] = []
     for side in (a, b):  # one run twice on a side would count as a second seed
         _refuse_copies([_read_run_info(r) for r in side.runs])
-    run_pairs = _pairs_of_runs(a, b)
-    _refuse_same_run(a, b, run_pairs)
+    run_pairs = [(a.runs[0], b.runs[0])] if len(a.runs) == 1 and len(b.runs) == 1 else []
+    if not run_pairs:  # seed groups: paired by seed
+        for s in (a, b):
+            if None in s.seeds or len(set(s.seeds)) != len(s.seeds):
+                raise EvalInputError(f"{s.spec}: a seed group needs a distinct config.yaml 'seed' in every run "
+                                     f"(found {s.seeds})")
+        common = sorted(set(a.seeds) & set(b.seeds))
+        if not common:
+            raise EvalInputError(f"{a.spec} (seeds {sorted(a.seeds)}) and {b.spec} (seeds {sorted(b.seeds)}) "
+                                 f"share no seed; compare single runs instead")
+        run_pairs = [(dict(zip(a.seeds, a.runs))[s], dict(zip(b.seeds, b.runs))[s]) for s in common]
+    # as the report refuses copies: a run against itself (or its copy) at one checkpoint compares nothing
+    for ra, rb in run_pairs:
+        same = ra.resolve() == rb.resolve()
+        ia, ib = _read_run_info(ra), _read_run_info(rb)
+        sa, sb = _step_of(ra, a.step, a.spec), _step_of(rb, b.step, b.spec)
+        if sa == sb and (same or (ia.identity is not None and ia.identity == ib.identity)):
+            raise EvalInputError(f"{ra} and {rb} are " + ("one run" if same else f"the same run (config hash "
+                                 f"{ia.identity[:12]}…)") + f" at the same checkpoint (step {sa}): a run "
+                                 "against itself; compare two checkpoints (RUN:STEP) or two runs")
     for side, runs in ((a, [p[0] for p in run_pairs]), (b, [p[1] for p in run_pairs])):
         left = [str(r) for r in side.runs if r not in runs]
         if left:

@@ -126,14 +126,6 @@ def write_curves(ev: EvalSet, out: Path, delta: float = UShapeConfig.delta,
     return written
 
 
-def u_summary(us: pd.DataFrame, delta: float) -> str:
-    """'2 learning U-shape(s) (+1 peaking at step 0, the untrained model) at delta=0.05 (of 31 candidates:
-    25 too_thin, 4 below_noise)'."""
-    rest = us.loc[~us["accepted"].astype(bool), "verdict"].value_counts() if len(us) else pd.Series(dtype=int)
-    why = ", ".join(f"{n} {v}" for v, n in rest.items())
-    return f"{count_text(us)} at delta={delta}" + (f" (of {len(us)} candidates: {why})" if why else "")
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m probes curves",
                                 description="Learning curves from the per-pair evals of run directories.")
@@ -169,8 +161,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     written = write_curves(ev, args.out, args.delta, f"acc_{args.metric}")
     written["plots"] += plots
     us = pd.read_csv(args.out / "ushapes.csv")
+    # e.g. "2 learning U-shape(s) (+1 peaking at step 0, the untrained model) at delta=0.05 (of 31 candidates:
+    # 25 too_thin, 4 below_noise)"
+    rest = us.loc[~us["accepted"].astype(bool), "verdict"].value_counts() if len(us) else pd.Series(dtype=int)
+    why = ", ".join(f"{n} {v}" for v, n in rest.items())
     print(f"{len(ev.runs)} run(s), {len(ev.table)} paradigm x checkpoint rows, convention {ev.convention}")
-    print(f"tables: {args.out}/curves.csv, phenomena.csv, ushapes.csv ({u_summary(us, args.delta)})")
+    print(f"tables: {args.out}/curves.csv, phenomena.csv, ushapes.csv ({count_text(us)} at delta={args.delta}"
+          + (f" (of {len(us)} candidates: {why})" if why else "") + ")")
     print(f"plots:  {args.out / 'plots'} ({len(written['plots'])} PNG files)")
     for n in written["notes"]:
         print(f"U-shapes: {n}")

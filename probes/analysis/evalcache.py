@@ -1,9 +1,7 @@
-"""The reduced-read cache: a run's eval files reduced once (~2 % of their size; a grid's files take ~15 s to
-read), kept in <run>/evals/.reduced-<benchmark>.npz with the step, size, mtime and sha256 of every eval file it
-came from and the sha256 of its own arrays. All unchanged: used as is. Only checkpoints after its first one are
-new (a run still training): those files alone are read and added. Anything else means a fresh read. Plain numpy
-arrays (no pickle), written atomically; a read-only run directory just goes uncached.
-"""
+"""The reduced-read cache <run>/evals/.reduced-<benchmark>.npz (docs/probing.md): plain numpy arrays, keyed by the
+step, size, mtime and sha256 of every eval file it came from and checked by the sha256 of its own arrays. Files
+only after its first checkpoint are new (a run still training): those alone are read and added; anything else
+means a fresh read. A read-only run directory just goes uncached."""
 from __future__ import annotations
 
 import contextlib
@@ -52,17 +50,6 @@ def _digest(arrays: dict) -> str:
         if k != "meta":
             h.update(k.encode() + b"\0" + np.ascontiguousarray(arrays[k]).tobytes())
     return h.hexdigest()
-
-
-def _new_since(hit: "_Cached", entries: list[list]) -> Optional[list[int]]:
-    """Positions in `entries` of files the cache lacks, or None when it cannot simply be extended."""
-    old = {tuple(e) for e in hit.entries}
-    if not old <= {tuple(e) for e in entries}:
-        return None  # a cached file was rewritten or deleted
-    new = [i for i, e in enumerate(entries) if tuple(e) not in old]
-    if any(entries[i][0] <= hit.entries[0][0] for i in new):
-        return None  # a new first checkpoint: the pair order is taken from the first
-    return new
 
 
 @dataclass
@@ -136,7 +123,13 @@ def read_benchmark(name: str, run_dir: Path, bench: str, paths: list[tuple[int, 
         return hit.out, hit.df, hit.conventions, hit.problems
     if cached_only:
         return None
-    new = _new_since(hit, entries) if hit is not None else None
+    # positions in `entries` of files the cache lacks, or None when it cannot simply be extended: a cached file
+    # was rewritten or deleted, or a new first checkpoint (the pair order is taken from the first)
+    old = {tuple(e) for e in hit.entries} if hit is not None else None
+    new = [i for i, e in enumerate(entries) if tuple(e) not in old] \
+        if old is not None and old <= {tuple(e) for e in entries} else None
+    if new is not None and any(entries[i][0] <= hit.entries[0][0] for i in new):
+        new = None
     # the reference (the pair order every file is aligned to) is the cached one, else the first file's;
     # files stored with its rows are read without decoding their strings, and token counts stored as
     # the file's before are not decoded again (evalfile.Seen)
@@ -151,9 +144,12 @@ def read_benchmark(name: str, run_dir: Path, bench: str, paths: list[tuple[int, 
             yield res
 
     if new is not None:
-        problems = list(hit.problems)
+        problems, names = list(hit.problems), np.asarray(hit.out.paradigms, dtype=object)
+        ref = evalfile.Reference(names[hit.out.row_paradigm], np.asarray(hit.out.pair_ids, dtype=object),
+                                 hit.out.row_paradigm.astype(np.int64), list(hit.out.paradigms), hit.phen,
+                                 int(hit.out.steps[0]), row_key=hit.row_key)
         out, df = evalfile.assemble(name, str(run_dir), bench, read([paths[i] for i in new]), problems,
-                                   evalfile.reference_from(hit.out, hit.phen, hit.row_key), (hit.out, hit.df))
+                                   ref, (hit.out, hit.df))
     else:
         todo, problems = sorted(paths), []
         first = next(read(todo[:1]))

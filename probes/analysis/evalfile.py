@@ -64,18 +64,16 @@ _STRINGS = ("paradigm", "phenomenon", "pair_id")
 
 @dataclass
 class Seen:
-    """What a reader of a run's files already holds, so that the next file need not decode it again:
-    the reference's row key (its pairs, in order) and the token counts of the file read before, with the
-    key of their stored bytes (a run's counts are the same at every checkpoint: same pairs, same tokenizer)."""
+    """What a reader of a run's files holds already, not decoded again: the reference's row key and the token counts
+    of the file before with their key (a run's counts are the same at every checkpoint)."""
     row_key: Optional[str] = None
     counts_key: Optional[str] = None
     counts: Optional[tuple[np.ndarray, np.ndarray]] = None  # ntok good, bad as floats, all checked positive
 
 
 def read_eval_file(path: Path, step: int, run_dir: Path, seen: Optional[Seen] = None) -> FileResult:
-    """One eval file's correctness bits and region deltas per row. `seen`: where this file's row key is
-    seen.row_key its string columns are not decoded (they are those of that file, see _chunk_key) and
-    come back as None; where its counts' key is seen.counts_key, seen.counts are used, not decoded."""
+    """One eval file's correctness bits and region lps per row; the string columns (None) and counts that `seen`
+    holds under the same key (_chunk_key) are not decoded."""
     path, seen = Path(path), seen or Seen()
     try:
         # the bytes once: parquet parses them in memory, and the .sha256 is checked against the same
@@ -119,19 +117,18 @@ def read_eval_file(path: Path, step: int, run_dir: Path, seen: Optional[Seen] = 
         if g in t.column_names and b in t.column_names:
             lps[r] = (_floats(t[g]), _floats(t[b]))
     strs = {c: t[c] for c in _STRINGS} if decode else dict.fromkeys(_STRINGS)
-    if decode and not _is_text(strs["pair_id"].type):  # sources mix int and str ids; ours are always str
+    ptype = strs["pair_id"].type if decode else pa.string()  # sources mix int and str ids; ours are always str
+    ptype = ptype.value_type if pa.types.is_dictionary(ptype) else ptype
+    if not (pa.types.is_string(ptype) or pa.types.is_large_string(ptype)):
         strs["pair_id"] = pc.cast(strs["pair_id"], pa.string())
     return FileResult(step=step, tokens=int(tokens), convention=str(meta.get("convention", "unknown")),
                       bits=bits, lps=lps, row_key=row_key, counts_key=counts_key, counts=(ng, nb), **strs)
 
 
 def _chunk_key(data: bytes, pf: pq.ParquetFile, columns: tuple[str, ...]) -> Optional[str]:
-    """A sha256 of the stored bytes of `columns`' chunks, with what decodes them (type, codec, encodings,
-    row count): two files with one key hold the same values there, in the same order. A run's
-    checkpoints are written alike, so its files share one key for their pairs (paradigm, pair_id: only
-    the first file's strings are decoded, which was an eighth of a grid's read) and for their token
-    counts. A file written otherwise -- another writer, other encodings, pairs in another order -- has
-    another key and is decoded and compared by value. None where the chunks cannot be located exactly."""
+    """A sha256 of the stored bytes of `columns`' chunks and what decodes them (type, codec, encodings, row count):
+    two files with one key hold the same values there, in order (docs/speed.md, "Reading"). None where the chunks
+    cannot be located exactly."""
     md, schema = pf.metadata, pf.schema_arrow
     leaf = {c: schema.get_field_index(c) for c in columns}  # the leaf's index too in a flat schema: checked
     if any(i < 0 or i >= md.num_columns or md.schema.column(i).path != c for c, i in leaf.items()):
@@ -159,12 +156,6 @@ def _chunk_key(data: bytes, pf: pq.ParquetFile, columns: tuple[str, ...]) -> Opt
 
 def _floats(col: pa.ChunkedArray) -> np.ndarray:
     return col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-
-
-def _is_text(t: pa.DataType) -> bool:
-    if pa.types.is_dictionary(t):
-        t = t.value_type
-    return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
 def strings(col: pa.ChunkedArray) -> np.ndarray:
@@ -215,22 +206,6 @@ class Reference:
         return self._key.get_indexer(pd.MultiIndex.from_arrays([strings(f.paradigm), strings(f.pair_id)]))
 
 
-def reference_of(first: FileResult) -> Reference:
-    par, ids = strings(first.paradigm), strings(first.pair_id)
-    codes, paradigms = pd.factorize(par, sort=True)
-    starts = np.unique(codes, return_index=True)[1]
-    phen = dict(zip(par[starts], strings(first.phenomenon)[starts]))
-    return Reference(par, ids, codes, [str(p) for p in paradigms], phen, first.step,
-                      arrow=(first.paradigm, first.pair_id), row_key=first.row_key)
-
-
-def reference_from(out: PairOutcomes, phen: dict[str, str], row_key: Optional[str] = None) -> Reference:
-    names = np.asarray(out.paradigms, dtype=object)
-    return Reference(names[out.row_paradigm], np.asarray(out.pair_ids, dtype=object),
-                      out.row_paradigm.astype(np.int64), list(out.paradigms), phen, int(out.steps[0]),
-                      row_key=row_key)
-
-
 def _blocks(codes: np.ndarray, k: int) -> int:
     """g where the rows are k blocks of g rows, paradigm after paradigm in code order (how files are
     written: every pair of one paradigm, then the next), else 0."""
@@ -239,11 +214,9 @@ def _blocks(codes: np.ndarray, k: int) -> int:
 
 
 def paradigm_delta_sums(codes: np.ndarray, k: int, lps: list[tuple[np.ndarray, np.ndarray]], g: int = 0) -> np.ndarray:
-    """(len(lps), k): per (good, bad) column pair, the sum of good - bad over the rows of each paradigm code,
-    added one row after another from 0.0 as np.bincount adds its weights (the same bits). With
-    g = _blocks(codes, k) the differences are laid out as one C-contiguous (g, len(lps), k) array and
-    summed over its first axis: numpy adds an outer axis row by row, never pairwise (that is only along
-    the inner axis), at ~4x bincount's speed (tests/test_curves.py holds both paths to the same bits)."""
+    """(len(lps), k): per (good, bad) column pair, the sum of good - bad over each paradigm code's rows, in
+    np.bincount's order (the same bits); with g = _blocks(codes, k) summed over the outer axis of a (g, len(lps), k)
+    array, row by row at ~4x its speed (docs/speed.md; tests/test_curves.py holds both paths to the same bits)."""
     if g:
         stacked = np.empty((g, len(lps), k))
         diff = np.empty(k * g)
@@ -309,18 +282,20 @@ def _file_rows(ref: Reference, f: FileResult, path: str, benchmark: str, problem
 
 def assemble(run: str, run_path: str, benchmark: str, files: Iterable[FileResult], problems: list[str],
               ref: Optional[Reference] = None, cached: Optional[tuple[PairOutcomes, pd.DataFrame]] = None):
-    """Align pairs across checkpoints; return PairOutcomes and the per-paradigm table rows.
-
-    `files` in step order, taken one at a time (a reader's generator: a file's columns are dropped once
-    its rows are made, and the next file's land in the same memory, still in cache). The pair order is
-    the first file's unless `ref` is given. With `cached` (the outcomes and rows of earlier checkpoints,
-    `ref` their pair order), only `files` are new: their rows are added and everything is put back in
-    step order."""
+    """PairOutcomes and per-paradigm rows of `files` (in step order, one at a time: each file's columns land in the
+    memory the last one's left, still in cache), aligned to the first file's pair order or `ref`; `cached`:
+    the outcomes and rows of earlier checkpoints (`ref` their pair order) that `files` are added to."""
     rows, steps, tokens = [], [], []
     for f in files:
         if steps and f.step <= steps[-1]:
             raise ValueError(f"assemble: files out of step order (step {f.step} after step {steps[-1]})")
-        ref = ref or reference_of(f)
+        if ref is None:  # the first file's pair order
+            par = strings(f.paradigm)
+            codes, paradigms = pd.factorize(par, sort=True)
+            starts = np.unique(codes, return_index=True)[1]
+            ref = Reference(par, strings(f.pair_id), codes, [str(p) for p in paradigms],
+                            dict(zip(par[starts], strings(f.phenomenon)[starts])), f.step,
+                            arrow=(f.paradigm, f.pair_id), row_key=f.row_key)
         rows.append(_file_rows(ref, f, run_path, benchmark, problems))
         steps.append(f.step)
         tokens.append(f.tokens)

@@ -1,10 +1,6 @@
-"""Read the per-pair eval files of one or many run directories (layout: checkpoints.md) into one analysable object.
-
-Per-pair rows are reduced at read time to one byte per pair and checkpoint plus per-paradigm accuracies and mean
-region deltas, so a whole scaling grid (60 runs x 47 checkpoints x 35k pairs) stays in a few hundred MB and
-bootstrap intervals can still be drawn from the pairs later (one file: probes.analysis.evalfile; the reduced copy
-kept in each run: probes.analysis.evalcache). Temporary names (a leading "." or ".tmp") are files being written.
-"""
+"""The per-pair eval files of run directories (checkpoints.md) as one EvalSet: reduced at read time to one byte per
+pair and checkpoint plus per-paradigm rows (probes.analysis.evalfile, evalcache), so a 60-run grid stays in a few
+hundred MB and its pairs can still be resampled."""
 from __future__ import annotations
 
 import contextlib
@@ -24,6 +20,7 @@ from probes.analysis.evalcache import read_benchmark
 from probes.analysis.evalfile import PairOutcomes
 from probes.evals.files import ALL_SUFFIX, MINIMAL_PAIRS, REGIONS, EvalInputError, eval_kind
 from probes.families import families
+from train.confighash import config_hash
 from train.files import step_dirs
 
 
@@ -58,10 +55,6 @@ TABLE_COLUMNS = [
 ]
 
 
-def _visible(p: Path) -> bool:
-    return not p.name.startswith(".") and ".tmp" not in p.name
-
-
 def parse_model_params(name: str) -> Optional[float]:
     """'pythia-160m' -> 1.6e8, 'pythia-1.4b' -> 1.4e9; None when the name carries no size."""
     m = re.search(r"(\d+(?:\.\d+)?)\s*([kmb])(?![a-z])", name.lower())
@@ -90,22 +83,7 @@ def _read_run_info(run_dir: Path) -> RunInfo:
     seed = cfg.get("seed")
     info.seed = int(seed) if isinstance(seed, int) else None
     info.experiment = str(cfg.get("experiment", "") or "")
-    info.model_params = _param_count(run_dir) or parse_model_params(info.model)
-    tok = cfg.get("tokenizer")
-    if isinstance(tok, dict):
-        from train.tokenizer import tokenizer_label
-
-        info.tokenizer = tokenizer_label(str(tok.get("kind", "")), tok.get("vocab_size"), tok.get("path"),
-                                         str(tok.get("model_type", "unigram")))
-    from train.confighash import config_hash
-
-    if "seed" in cfg and isinstance(model, dict):  # a config that says what was trained
-        info.identity = config_hash(cfg)  # its trajectory keys (model, data, optim, seed, ...)
-    return info
-
-
-def _param_count(run_dir: Path) -> Optional[int]:
-    """param_count of the newest checkpoint's manifest.json (checkpoints.md), None without one."""
+    # param_count of the newest checkpoint's manifest.json (checkpoints.md), else the size the name says
     manifests = sorted((run_dir / "checkpoints").glob("step*/manifest.json"),
                        key=lambda p: int(p.parent.name[4:]) if p.parent.name[4:].isdigit() else -1)
     for path in reversed(manifests):
@@ -114,8 +92,19 @@ def _param_count(run_dir: Path) -> Optional[int]:
         except (OSError, ValueError):
             continue
         if isinstance(n, int) and n > 0:
-            return n
-    return None
+            info.model_params = n
+            break
+    else:
+        info.model_params = parse_model_params(info.model)
+    tok = cfg.get("tokenizer")
+    if isinstance(tok, dict):
+        from train.tokenizer import tokenizer_label
+
+        info.tokenizer = tokenizer_label(str(tok.get("kind", "")), tok.get("vocab_size"), tok.get("path"),
+                                         str(tok.get("model_type", "unigram")))
+    if "seed" in cfg and isinstance(model, dict):  # a config that says what was trained
+        info.identity = config_hash(cfg)  # its trajectory keys (model, data, optim, seed, ...)
+    return info
 
 
 def _refuse_copies(runs: list[RunInfo]) -> None:
@@ -132,16 +121,6 @@ def _refuse_copies(runs: list[RunInfo]) -> None:
                                  f"seed; give each run once")
 
 
-def _unique_names(dirs: list[Path]) -> list[str]:
-    dirs = [d.resolve() for d in dirs]  # "." or "run/.." name the directory they point at
-    # the leaf name; the same in several places (e.g. sweep/0/seed1, sweep/1/seed1): parents added until unique
-    for depth in range(1, 10):
-        names = ["/".join(d.parts[-depth:]) for d in dirs]
-        if len(set(names)) == len(names):
-            return names
-    return [str(d) for d in dirs]
-
-
 def _eval_paths(d: Path) -> tuple[dict[int, Path], dict[str, list[tuple[int, Path]]], dict[str, str]]:
     """A run's step directories, per benchmark its minimal-pair eval files [(step, file)], and the kind of
     each other benchmark (other probe families': their own readers, probes/families.py)."""
@@ -150,7 +129,9 @@ def _eval_paths(d: Path) -> tuple[dict[int, Path], dict[str, list[tuple[int, Pat
     for step, sd in sorted(evals.items()):
         for f in sorted(sd.iterdir()):
             # <name>.tokens.parquet is the per-token sidecar of <name>.parquet (probes/scoring/tokens.py)
-            if f.suffix == ".parquet" and _visible(f) and f.is_file() and not f.name.endswith(".tokens.parquet"):
+            # a leading "." or ".tmp": a file being written
+            if f.suffix == ".parquet" and not f.name.startswith(".") and ".tmp" not in f.name and f.is_file() \
+                    and not f.name.endswith(".tokens.parquet"):
                 paths_by_bench.setdefault(f.stem, []).append((step, f))
     # the newest file's kind per benchmark, even where a reduced cache exists: a file rewritten by another
     # family after the cache was made is not minimal pairs (0.24 ms a schema)
@@ -160,10 +141,8 @@ def _eval_paths(d: Path) -> tuple[dict[int, Path], dict[str, list[tuple[int, Pat
 
 
 def _load_run(d: Path, info: RunInfo, cache: bool = True, cached_only: bool = False):
-    """(run info, outcomes, per-paradigm frames, conventions, problems) of one run directory, its info
-    named as it is to be in the tables; cached_only: None unless every benchmark reads from its current
-    reduced cache. Each frame is in (paradigm, step) order: load_runs only puts the runs' frames one after
-    another (a sort of a whole grid's table cost 0.25 s of one core while the other waited)."""
+    """(run info, outcomes, per-paradigm frames in (paradigm, step) order, conventions, problems) of one run;
+    cached_only: None unless every benchmark reads from its current reduced cache."""
     if cached_only and not any((d / "evals").glob(".reduced-*.npz")):
         return None  # nothing cached: not worth listing the eval files here
     problems: list[str] = []
@@ -178,14 +157,21 @@ def _load_run(d: Path, info: RunInfo, cache: bool = True, cached_only: bool = Fa
         known = {f.kind for f in families()}
         problems += [f"{d}: benchmark {b}'s eval files say kind {k!r}, which no registered probe family reads "
                      "(probes/families.py); not analysed" for b, k in sorted(others.items()) if k not in known]
-    problems += _hub_warnings(d)  # a public suite's checkpoints that are not what their names say
+    # a public suite's checkpoints that are not what their names say: the warnings `score-run --hub`
+    # (probes/scoring/hub.py) recorded; read here, not imported: scoring sits below analysis
+    if (d / "hub.json").is_file():
+        try:
+            problems += [str(w) for w in json.loads((d / "hub.json").read_text()).get("warnings", [])]
+        except (OSError, ValueError, AttributeError) as e:
+            problems.append(f"{d / 'hub.json'}: unreadable ({e})")
     ckpts = set(step_dirs(d / "checkpoints"))
     outs, frames = {}, []
     for bench, paths in sorted(paths_by_bench.items()):
         have = {step for step, _ in paths}
         lacking = sorted((ckpts | set(evals)) - have)
         if lacking and not bench.endswith(ALL_SUFFIX):  # "<name>_all" is written at the last step only
-            problems.append(f"{d}: benchmark {bench} has no evals for step(s) {_compact(lacking)}")
+            listed = ", ".join(map(str, lacking[:12])) + (f", … ({len(lacking)} in all)" if len(lacking) > 12 else "")
+            problems.append(f"{d}: benchmark {bench} has no evals for step(s) {listed}")
         got = read_benchmark(info.name, d, bench, paths, cache, cached_only)
         if got is None:
             return None
@@ -200,22 +186,9 @@ def _load_run(d: Path, info: RunInfo, cache: bool = True, cached_only: bool = Fa
     return info, outs, frames, conventions, problems
 
 
-def _hub_warnings(run_dir: Path) -> list[str]:
-    """The checkpoint-sanity warnings `score-run --hub` (probes/scoring/hub.py) recorded in <run>/hub.json;
-    read here, not imported from there: scoring sits below analysis and imports its cache refresh."""
-    path = run_dir / "hub.json"
-    if not path.is_file():
-        return []
-    try:
-        return [str(w) for w in json.loads(path.read_text()).get("warnings", [])]
-    except (OSError, ValueError, AttributeError) as e:
-        return [f"{path}: unreadable ({e})"]
-
-
 def refresh_cache(run_dir: str | Path, benchmark: str) -> bool:
-    """Bring a run's reduced cache of `benchmark` up to date (the probe hook and `probes score`/`watch` call it
-    after each eval file, so a report never reads them again). Never raises: a problem is logged and left for the
-    report to name."""
+    """Bring a run's reduced cache of `benchmark` up to date (after each eval file, so a report never reads them
+    again). Never raises: a problem is logged and left for the report to name."""
     d = Path(run_dir)
     paths = [(step, sd / f"{benchmark}.parquet") for step, sd in sorted(step_dirs(d / "evals").items())
              if (sd / f"{benchmark}.parquet").is_file()]
@@ -244,14 +217,20 @@ def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cac
     if len({d.resolve() for d in dirs}) != len(dirs):
         raise EvalInputError("the same run directory is given twice")
     infos = [_read_run_info(d) for d in dirs]
-    for info, name in zip(infos, _unique_names(dirs)):
+    resolved = [d.resolve() for d in dirs]  # "." or "run/.." name the directory they point at
+    # the leaf name; the same in several places (e.g. sweep/0/seed1, sweep/1/seed1): parents added until unique
+    for depth in range(1, 10):
+        names = ["/".join(d.parts[-depth:]) for d in resolved]
+        if len(set(names)) == len(names):
+            break
+    else:
+        names = [str(d) for d in resolved]
+    for info, name in zip(infos, names):
         info.name = name
     _refuse_copies(infos)  # before any file is read
-    # A run whose reduced cache is current loads here (~15 ms). The others are read by forked
-    # processes, a run per task, and only the reduced arrays come back: a file's read is ~1 ms of
-    # parquet decoding and ~1.3 ms of Python and numpy, much of it under the GIL, and threads ran a
-    # 60-run grid's first read no faster than one thread (12.4 s wall for 11.2 CPU-s, 2 cores). Cached
-    # runs stay here because pickling their arrays back costs more than loading them (1.6 vs 0.8 s a grid).
+    # A run whose reduced cache is current loads here (~15 ms: pickling its arrays back from a worker costs more).
+    # The others are read by forked processes, a run each: much of a read holds the GIL, and threads ran a
+    # 60-run grid's first read no faster than one thread.
     loaded = [_load_run(d, info, cache, cached_only=True) if cache else None for d, info in zip(dirs, infos)]
     stale = [i for i, got in enumerate(loaded) if got is None]
     pool = fork_pool(min(workers, len(stale))) if len(stale) > 1 else None
@@ -293,11 +272,6 @@ def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cac
     table = table.astype({"budget": "Int64", "seed": "Int64"})[TABLE_COLUMNS]
     return EvalSet(runs=runs, table=table, outcomes=all_outcomes, convention=next(iter(conventions)),
                    problems=problems)
-
-
-def _compact(steps: list[int], limit: int = 12) -> str:
-    s = ", ".join(map(str, steps[:limit]))
-    return s + (f", … ({len(steps)} in all)" if len(steps) > limit else "")
 
 
 def log_tokens(tokens: np.ndarray, reference: Optional[np.ndarray] = None) -> np.ndarray:

@@ -1,7 +1,5 @@
-"""The report's figure cache (docs/report.md, "Figure cache"): a report on unchanged data copies the PNG it
-drew last time. A false hit would show an old picture, so anything the key cannot describe exactly makes the
-job uncacheable; a figure function must take its numbers as arguments.
-"""
+"""The report's figure cache (docs/report.md, "Figure cache"). A false hit would show an old picture, so anything
+the key cannot describe exactly makes the job uncacheable; a figure function must take its numbers as arguments."""
 from __future__ import annotations
 
 import dataclasses
@@ -64,8 +62,7 @@ class _Hasher:
         self.root = root
 
     def tag(self, s: str) -> None:
-        b = s.encode()
-        self.h.update(struct.pack("<Q", len(b)) + b)
+        self.raw(s.encode())
 
     def raw(self, b: bytes) -> None:
         self.h.update(struct.pack("<Q", len(b)))
@@ -86,8 +83,11 @@ class _Hasher:
         elif isinstance(x, np.ndarray):
             self.tag(f"ndarray {x.dtype.str} {x.shape}")
             self.raw(pickle.dumps(x.tolist(), protocol=5) if x.dtype.hasobject else np.ascontiguousarray(x).tobytes())
-        elif isinstance(x, Path):
-            self.tag("Path " + self._path(x))
+        elif isinstance(x, Path):  # inside the report, relative to it; another path's contents are not in the key
+            try:
+                self.tag("Path " + Path(os.path.abspath(x)).relative_to(self.root).as_posix())
+            except ValueError:
+                raise Uncacheable(f"path outside the report: {x}") from None
         elif x is None or isinstance(x, (bool, int, float, complex, str, bytes, np.generic)):
             self.tag(f"{type(x).__qualname__} {x!r}")  # repr of a float round-trips exactly
         elif isinstance(x, (list, tuple)):
@@ -110,13 +110,6 @@ class _Hasher:
                 self.raw(pickle.dumps(x, protocol=5))
             except Exception as e:  # noqa: BLE001 -- whatever pickle refuses, the key cannot hold
                 raise Uncacheable(f"{type(x).__qualname__}: {e}") from None
-
-    def _path(self, p: Path) -> str:
-        """A path inside the report, relative to it; another path's contents are not in the key: uncacheable."""
-        try:
-            return Path(os.path.abspath(p)).relative_to(self.root).as_posix()
-        except ValueError:
-            raise Uncacheable(f"path outside the report: {p}") from None
 
     def _index(self, idx: pd.Index) -> None:
         if isinstance(idx, pd.RangeIndex):

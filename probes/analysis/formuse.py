@@ -1,9 +1,5 @@
-"""Minimal pairs vs generated tasks over training, each probe on one chance-corrected scale (docs/elagent.md,
-"Minimal pairs vs generated tasks"; the report's section says which probes feed which group).
-
-The probes' chance levels differ (0.5, 1/4, 1/7, ...): a mean of raw accuracies would move with whichever probe
-moves, so each is put on ``score = (acc - chance) / (1 - chance)`` first; a group's curve is its probes' mean score.
-"""
+"""Minimal pairs vs generated tasks over training (docs/elagent.md, "Minimal pairs vs generated tasks"): chance
+levels differ (0.5, 1/4, 1/7, ...), so each probe is put on (acc - chance) / (1 - chance) before a group's mean."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -74,9 +70,8 @@ def group_aoa(groups: pd.DataFrame, cfg: Optional[AoAConfig] = None) -> pd.DataF
 
 
 def _plot(seeds: pd.DataFrame, aoa: pd.DataFrame, path: Path) -> Path:
-    """A grid of panels, a row per model (by size) and a column per budget: both groups' scores (seed mean,
-    band over seeds), chance (0) dashed, AoA dotted; one legend and one x label for all panels (a legend in
-    every panel, placed by loc="best", was a fifth of the figure's drawing time)."""
+    """A panel per model (rows) x budget (columns): both groups' seed-mean scores, chance (0) dashed, AoA dotted; one
+    legend for all panels (a legend in every panel, placed by loc="best", was a fifth of the drawing time)."""
     groups = {key: g for key, g in seeds.groupby(["model", "budget"], dropna=False, sort=False)}
     models, budgets = model_order(seeds), budget_order(seeds)
     # a column is one budget: one x range, its tick labels under the bottom panel only

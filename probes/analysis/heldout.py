@@ -1,6 +1,5 @@
-"""The held-out loss beside the syntax curves: what the trainer logged at every checkpoint (`val/loss`,
-`val/ppl` in each run's logs/train.jsonl; train/sequences.py says which documents), read back and drawn
-as the overall curve is (one panel per corpus budget, one line per model size, each seed a thin line)."""
+"""The held-out loss beside the syntax curves: `val/loss`, `val/ppl` of each run's logs/train.jsonl (the documents:
+train/sequences.py), drawn as the overall curve is."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,7 +1,6 @@
 """Length- and frequency-normalised scores as the ZhoBLiMP authors sweep them (docs/report.md, "Normalised
-scores"), from the per-pair sums every eval file stores at each run's last checkpoint: no model calls. Their |s|
-counts tokens with a non-zero log-prob, ours every scored token (equal unless a token's probability rounds to 1).
-"""
+scores"), from each run's last eval files' per-pair sums. Their |s| counts tokens with a non-zero log-prob, ours
+every scored token (equal unless a token's probability rounds to 1)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,16 +19,6 @@ MORCELA_BETAS = tuple(round(0.1 * i, 1) for i in range(1, 11))
 MORCELA_GAMMAS = tuple(range(0, 21, 2))
 POW_DEFAULT = 0.5  # metrics.pow_norm_lp's default (their "slln_lp")
 MORCELA_DEFAULT = (1.0, 0)  # metrics.morcela's defaults: SLOR
-
-
-def point_names(has_unigram: bool) -> list[tuple[str, str, float, float]]:
-    """(metric, name, param1, param2) of every point: mlp, sum, pow alphas; with unigram columns SLOR, MORCELA."""
-    pts = [("mlp", "mlp", np.nan, np.nan), ("sum", "sum", np.nan, np.nan)]
-    pts += [("pow", f"pow{a}", a, np.nan) for a in POW_ALPHAS]
-    if has_unigram:
-        pts.append(("slor", "slor", np.nan, np.nan))
-        pts += [("morcela", f"morcela_{b}_{g}", b, g) for b in MORCELA_BETAS for g in MORCELA_GAMMAS]
-    return pts
 
 
 # what the sweep reads of an eval file (the sentences are most of its bytes)
@@ -51,6 +40,9 @@ def pair_correct(df) -> tuple[np.ndarray, list[tuple[str, str, float, float]]]:
     ng, nb = np.asarray(df["ntok_good"], dtype=float), np.asarray(df["ntok_bad"], dtype=float)
     blocks = [(lg / ng > lb / nb)[:, None], (lg > lb)[:, None],
               lg[:, None] / _powers(ng, POW_ALPHAS) > lb[:, None] / _powers(nb, POW_ALPHAS)]
+    # (metric, name, param1, param2) of every point, in the columns' order
+    pts = [("mlp", "mlp", np.nan, np.nan), ("sum", "sum", np.nan, np.nan)]
+    pts += [("pow", f"pow{a}", a, np.nan) for a in POW_ALPHAS]
     if has_u:
         ug, ub = np.asarray(df["ulp_good"], dtype=float), np.asarray(df["ulp_bad"], dtype=float)
         blocks.append(((lg - ug) / ng > (lb - ub) / nb)[:, None])
@@ -59,16 +51,9 @@ def pair_correct(df) -> tuple[np.ndarray, list[tuple[str, str, float, float]]]:
         sg = (lg[:, None] - beta * ug[:, None] + gamma) / ng[:, None]
         sb = (lb[:, None] - beta * ub[:, None] + gamma) / nb[:, None]
         blocks.append(sg > sb)
-    return np.concatenate(blocks, axis=1), point_names(has_u)
-
-
-def _final_file(run_path: Path) -> list[Path]:
-    """The last checkpoint's eval files of a run, the all-pairs file in place of its sample."""
-    steps = step_dirs(run_path / "evals")
-    if not steps:
-        return []
-    files = {f.stem: f for f in sorted(steps[max(steps)].glob("*.parquet")) if not f.name.startswith(".")}
-    return [f for stem, f in files.items() if f"{stem}{ALL_SUFFIX}" not in files]
+        pts.append(("slor", "slor", np.nan, np.nan))
+        pts += [("morcela", f"morcela_{b}_{g}", b, g) for b in MORCELA_BETAS for g in MORCELA_GAMMAS]
+    return np.concatenate(blocks, axis=1), pts
 
 
 def _read_final(path: Path) -> Optional[tuple[dict, dict[str, np.ndarray], list[str], np.ndarray, np.ndarray]]:
@@ -113,7 +98,11 @@ def sweep_paradigms(runs) -> pd.DataFrame:
     """One row per run x benchmark x paradigm x point: accuracy at the run's last checkpoint."""
     frames = []
     for r in runs:
-        for f in _final_file(Path(r.path)):
+        # the last checkpoint's eval files of a run, the all-pairs file in place of its sample
+        steps = step_dirs(Path(r.path) / "evals")
+        files = {f.stem: f for f in sorted(steps[max(steps)].glob("*.parquet")) if not f.name.startswith(".")} \
+            if steps else {}
+        for f in (f for stem, f in files.items() if f"{stem}{ALL_SUFFIX}" not in files):
             got = _read_final(f)
             if got is None:
                 continue
@@ -140,9 +129,8 @@ def sweep_paradigms(runs) -> pd.DataFrame:
 
 
 def sweep_summary(par: pd.DataFrame, move: float = 0.20) -> pd.DataFrame:
-    """Per model x budget x benchmark x metric family: the overall accuracy (mean over paradigms, then
-    over seeds) at every point -> its min and max over the sweep (and the point of each), the value at
-    the authors' default, and the paradigms whose own accuracy moves more than `move` across the sweep."""
+    """Per model x budget x benchmark x metric family: the overall accuracy's min and max over the sweep (and their
+    points), its value at the authors' default, and the paradigms whose own accuracy moves more than `move`."""
     keys = ["model", "budget", "benchmark"]
     per_seed = par.groupby([*keys, "run", "metric", "point", "p1", "p2"], dropna=False)["acc"].mean().reset_index()
     overall = per_seed.groupby([*keys, "metric", "point", "p1", "p2"], dropna=False).agg(

@@ -1,14 +1,15 @@
-"""Analysis outputs (tables, figures, text), each written through the one atomic writer
-(train.files.atomic_open): a crash or a full disk leaves either the old file or no file, never a
-half-written one that a later reader would trust.
-"""
+"""Analysis outputs (tables, figures, text), each written by train.files.atomic_open: a crash or a full disk leaves
+the old file or none, never a half-written one that a later reader would trust."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
+import io
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import uuid
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
@@ -20,8 +21,7 @@ import pyarrow.parquet as pq
 
 from probes.analysis.figcache import draw_and_store
 from train.errors import NotWritableError, UserError, check_writable
-from train.files import atomic_open
-from train.staletmp import clear_stale, tag
+from train.files import atomic_open, clear_stale, tag
 
 
 def check_output_file(path: str | Path, flag: str = "--out") -> None:
@@ -124,16 +124,9 @@ MANIFEST = ".report-files"  # one path per line, relative to the report: what it
 
 
 def check_report_out(out: Path) -> None:
-    """Refuses a report directory with files under its entries that no report wrote: the swap would delete them."""
-    foreign = _foreign_files(Path(out))
-    if foreign:
-        raise UserError(f"{foreign[0]}: not written by a report (not in {out / MANIFEST}), and a report replaces "
-                        f"report.md, figures/, appendix/, tables/ whole ({len(foreign)} such file(s)): move them "
-                        f"out of {out}, or give --out another directory")
-
-
-def _foreign_files(out: Path) -> list[Path]:
-    """Files under `out`'s report entries that the report there did not write (its MANIFEST lacks them)."""
+    """Refuses a report directory with files under its entries that no report wrote (its MANIFEST lacks them):
+    the swap would delete them."""
+    out = Path(out)
     try:
         written = set((out / MANIFEST).read_text().splitlines())
     except OSError:
@@ -145,7 +138,10 @@ def _foreign_files(out: Path) -> list[Path]:
         for f in ([path] if not path.is_dir() else sorted(path.rglob("*"))):
             if (f.is_file() or f.is_symlink()) and str(f.relative_to(out)) not in written:
                 found.append(f)
-    return found
+    if found:
+        raise UserError(f"{found[0]}: not written by a report (not in {out / MANIFEST}), and a report replaces "
+                        f"report.md, figures/, appendix/, tables/ whole ({len(found)} such file(s)): move them "
+                        f"out of {out}, or give --out another directory")
 
 
 def fork_pool(workers: int):
@@ -160,9 +156,6 @@ def fork_pool(workers: int):
 def _worker_start(parent: int) -> None:
     """gc.freeze() the inherited objects (a collection walking the parent's heap copied its pages: 0.6 CPU-s of
     a grid report), and SIGKILL when the parent dies (a killed report left its workers blocked for good)."""
-    import ctypes
-    import signal
-
     gc.freeze()  # relinks the generations' lists: touches no object
 
     try:
@@ -174,10 +167,8 @@ def _worker_start(parent: int) -> None:
 
 
 class FigureJobs(contextlib.AbstractContextManager):
-    """Draw figures in forked workers while the caller goes on computing (drawing is Python under the GIL:
-    threads do not help). submit(title, fn, *args) queues fn(*args) -> its .png argument, or copies it from the
-    `cache` (figcache.FigureCache); results() -> [(title, path)] in order, title None left out; compute(fn, *args)
-    runs a computation there too (the report's sigmoid fits). Arguments travel by pickle: pass only the rows a
+    """Figures drawn in forked workers while the caller computes (drawing is Python under the GIL: threads do not
+    help), or copied from the `cache` (figcache.FigureCache); arguments travel by pickle, so pass only the rows a
     figure needs. workers=1, or no fork: drawn in the caller at submit time."""
 
     def __init__(self, workers: int | None = None, cache=None):
@@ -187,7 +178,9 @@ class FigureJobs(contextlib.AbstractContextManager):
         self._forked = False
 
     def submit(self, title: str | None, fn, *args) -> Path | None:
-        path = _png_argument(args)
+        # the one argument that is a path ending in .png (None: not known; drawn, not cached)
+        pngs = [Path(a) for a in args if isinstance(a, (str, Path)) and str(a).endswith(".png")]
+        path = pngs[0] if len(pngs) == 1 else None
         key = self.cache.key(fn, args) if self.cache is not None and path is not None else None
         if key is not None and self.cache.fetch(key, path):
             self._jobs.append((title, path))
@@ -210,7 +203,15 @@ class FigureJobs(contextlib.AbstractContextManager):
     def _submit(self, fn, *args):
         """pool.submit; the first call forks the workers (all of them, under fork), prepared for that."""
         if not self._forked:
-            _load_matplotlib()  # here, before the pool forks its workers: not once in each
+            # matplotlib's Agg backend and the default font (a tiny text drawn, ~0.3 s) loaded here, before the
+            # pool forks its workers: each inherits them instead of paying for them
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+            from matplotlib.figure import Figure
+
+            fig = Figure(figsize=(1.0, 1.0))
+            FigureCanvasAgg(fig)
+            fig.subplots().set_title("0.5 1M")
+            fig.savefig(io.BytesIO(), format="png", dpi=20)
             self._forked = True
         return self._pool.submit(fn, *args)
 
@@ -231,22 +232,3 @@ class FigureJobs(contextlib.AbstractContextManager):
     def __exit__(self, *exc) -> None:
         self.close()
 
-
-def _load_matplotlib() -> None:
-    """Import matplotlib's Agg backend and load the default font by drawing a tiny text (~0.3 s): done in
-    the parent before the fork, each worker inherits it instead of paying it."""
-    import io
-
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(1.0, 1.0))
-    FigureCanvasAgg(fig)
-    fig.subplots().set_title("0.5 1M")
-    fig.savefig(io.BytesIO(), format="png", dpi=20)
-
-
-def _png_argument(args: tuple) -> Path | None:
-    """A figure job's one argument that is a path ending in .png (None: not known; drawn, not cached)."""
-    pngs = [Path(a) for a in args if isinstance(a, (str, Path)) and str(a).endswith(".png")]
-    return pngs[0] if len(pngs) == 1 else None

@@ -1,10 +1,6 @@
-"""The report's curve figures, laid out as the ZhoBLiMP paper draws them: the overall curve (a panel per
-budget, a line per model size), every phenomenon in one figure (its Figure 5), one phenomenon per figure,
-and the accepted U-shapes (a panel per U, numbered as the report's U table). Each line is the seed mean with
-the band of probes.analysis.bands, each seed a thin line beside it.
-
-A grid report draws dozens: margins are fixed in inches (constrained layout draws twice), a model's seeds are one
-line broken between runs, and titles get y=1.0 (then matplotlib does not measure the tick labels to place them).
+"""The report's curve figures, laid out as the ZhoBLiMP paper draws them (overall, Figure 5, per phenomenon, the
+U gallery): seed means with the band of probes.analysis.bands, each seed a thin line. A grid report draws dozens:
+margins fixed in inches (constrained layout draws twice), titles at y=1.0 (not placed by measuring tick labels).
 """
 from __future__ import annotations
 
@@ -67,9 +63,8 @@ def draw_model_lines(ax, bands: pd.DataFrame, units: pd.DataFrame, ref: np.ndarr
 
 def _finish(fig, axes, n_used: int, title: str, legend_ax, left: float, wspace: float, hspace: float,
             xticks: float = 0.3) -> None:
-    """Legend below the panels, title above, and the margins (inches) these and the labels need: fixed, so
-    the figure is drawn once (constrained layout measures every text and draws it twice). `left`: room for
-    the y label and tick labels; `xticks`: for the bottom row's tick labels; gaps between panels in inches."""
+    """Legend below the panels, title above, and fixed margins in inches (drawn once, not measured and drawn again by
+    constrained layout): `left` for the y labels, `xticks` for the bottom row's tick labels, gaps between panels."""
     for ax in list(axes.flat)[n_used:]:
         ax.set_visible(False)
     handles, labels = legend_ax.get_legend_handles_labels()
@@ -139,13 +134,6 @@ def plot_all_phenomena(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str,
     return save_figure(fig, path)
 
 
-def plot_phenomenon(bands: pd.DataFrame, units: pd.DataFrame, benchmark: str, phenomenon: str, path: Path,
-                    ylabel: str, human: Optional[float] = None) -> Path:
-    """One phenomenon, one panel per corpus budget (appendix)."""
-    return plot_budgets(bands, units, path, ylabel, f"{benchmark} · {phenomenon}; x: tokens seen (log), hollow "
-                        f"marker = step 0\n{band_caption(bands)}", human)
-
-
 def plot_budgets(bands: pd.DataFrame, units: pd.DataFrame, path: Path, ylabel: str, title: str,
                  human: Optional[float] = None, accuracy: bool = True, width: float = 3.4, height: float = 4.2) -> Path:
     """A panel per corpus budget, a line per model size (an accuracy: chance marked, y in [0, 1]). The panels,
@@ -210,11 +198,3 @@ def plot_u_gallery(us: pd.DataFrame, bands: pd.DataFrame, units: pd.DataFrame, p
     cap = band_caption(pd.concat(shown)) if shown else ""
     fig.suptitle(f"Accepted U-shapes (numbered as the report's table)\n{cap}", fontsize=9)
     return save_figure(fig, path)
-
-
-def number_us(acc: pd.DataFrame) -> pd.DataFrame:
-    """Accepted U's deepest first, with u_id 1, 2, ... (the gallery's panel numbers)."""
-    acc = acc.sort_values("u_depth", ascending=False, ignore_index=True).copy()
-    acc.insert(0, "u_id", np.arange(1, len(acc) + 1))
-    acc["in_gallery"] = acc["u_id"] <= MAX_PANELS
-    return acc

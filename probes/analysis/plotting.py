@@ -32,9 +32,8 @@ def new_figure(width: float = 7.5, height: float = 4.5, nrows: int = 1, ncols: i
 
 
 def wrap_title(text: str, width_in: float, fontsize: float) -> str:
-    """`text` broken into lines that fit `width_in` inches at `fontsize` points (an average character is
-    at most ~0.6 em wide): matplotlib centres a title without breaking it, so one wider than its figure
-    was cut at both edges ("erall accuracy over training", "final accuracy per phenomer")."""
+    """`text` broken into lines that fit `width_in` inches at `fontsize` points (a character ~0.6 em at most):
+    matplotlib centres a title without breaking it, and one wider than its figure was cut at both edges."""
     import textwrap
 
     per_line = max(int(width_in * 72 / (0.6 * fontsize)), 12)
@@ -121,6 +120,21 @@ def token_axis(ax, all_tokens: np.ndarray, ylabel: str = accuracy_label(), chanc
         ax.text(0.995, CHANCE, "chance ", transform=ax.get_yaxis_transform(), va="bottom",
                 ha="right", fontsize=8, color="0.35")
     ax.grid(True, which="major", alpha=0.3)
+
+
+def accuracy_over_deltas(tok: np.ndarray, delta_tok: np.ndarray, metric: str, delta_label: str, height: float,
+                         left: float, top: float):
+    """(fig, axes: top and bottom in a column): accuracy over the regions' Δ on one log-token axis, the regions' and the case
+    study's figure; `delta_tok`: the bottom axis' tokens (where step 0 is said)."""
+    fig, axes = new_figure(7.5, height, 2, 1, layout=None, sharex=True)
+    fig.subplots_adjust(left=left, right=0.97, bottom=0.09, top=top, hspace=0.08)
+    upper, lower = axes[0, 0], axes[1, 0]
+    token_axis(upper, tok, ylabel=accuracy_label(metric))
+    upper.set_ylim(-0.02, 1.02)
+    upper.set_xlabel("")
+    token_axis(lower, delta_tok, ylabel=delta_label, chance=False)
+    lower.axhline(0, color="0.4", lw=1, ls="--", zorder=0)
+    return fig, axes
 
 
 def add_line(ax, x: np.ndarray, y: np.ndarray, **style):

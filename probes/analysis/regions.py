@@ -1,17 +1,16 @@
-"""Regions over training: accuracy and per-region delta (summed lp good - lp bad, mean over pairs) of every
-paradigm's generic regions, and for each U which region's delta moves first inside the U's window (peak to
-recovery). The phrase-region case study is probes.analysis.casestudy.
-"""
+"""Regions over training: each paradigm's generic region deltas (summed lp good - lp bad, mean over pairs), and per U
+which region's delta moves first from peak to recovery (phrase regions: probes.analysis.casestudy)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pandas as pd
 
 from probes.analysis.evalset import REGIONS
 from probes.analysis.outputs import save_figure
-from probes.analysis.plotting import accuracy_label, layout_figure, new_figure, plot_line, token_axis
+from probes.analysis.plotting import accuracy_over_deltas, layout_figure, plot_line
 
 REGION_COLORS = {"prefix": "tab:gray", "critical": "tab:red", "suffix": "tab:blue", "total": "black"}
 
@@ -96,20 +95,10 @@ def plot_regions(curve: pd.DataFrame, title: str, path, ushapes: pd.DataFrame | 
     tok = c["tokens"].to_numpy()
     step0 = bool((tok <= 0).any())  # the x label says where step 0 is drawn
 
-    def build():
-        fig, axes = new_figure(7.5, 6.0, 2, 1, layout=None, sharex=True)
-        fig.subplots_adjust(left=0.11, right=0.97, bottom=0.09, top=0.92, hspace=0.08)
-        top, bottom = axes[0, 0], axes[1, 0]
-        token_axis(top, tok, ylabel=accuracy_label(metric))
-        top.set_ylim(-0.02, 1.02)
-        top.set_xlabel("")
-        token_axis(bottom, np.array([0.0 if step0 else 1.0]),
-                   ylabel="Δ summed log-prob of the region\n(good − bad), mean over pairs, nats", chance=False)
-        bottom.axhline(0, color="0.4", lw=1, ls="--", zorder=0)
-        return fig, axes
-
-    fig, axes = layout_figure(("plot_regions", metric, step0), build)
-    top, bottom = axes[0, 0], axes[1, 0]
+    fig, axes = layout_figure(("plot_regions", metric, step0), partial(
+        accuracy_over_deltas, tok, np.array([0.0 if step0 else 1.0]), metric,
+        "Δ summed log-prob of the region\n(good − bad), mean over pairs, nats", 6.0, 0.11, 0.92))
+    top, bottom = axes[:, 0]
     plot_line(top, tok, c[metric].to_numpy(), tok, "accuracy", "tab:green")
     for r in (*REGIONS, "total"):
         y = c[f"delta_{r}"].to_numpy(dtype=float)

@@ -1,43 +1,42 @@
-"""`python -m probes report RUN_DIR... --out DIR`: the whole analysis as report.md + PNGs + tables.
-
-Reads only run directories (never W&B). Every number behind a figure or a table in report.md is
-written as CSV (and parquet for the large tables) next to it. Works on one run (the demo) and on a
-whole grid (models x budgets x seeds; runs of one model x budget are treated as seeds).
-"""
+"""`python -m probes report RUN_DIR... --out DIR`: the whole analysis as report.md + PNGs + tables (docs/report.md),
+from run directories only (never W&B), every number behind a figure or table written beside it; runs of one
+model x budget are its seeds."""
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from probes.analysis.aggregate import bootstrap_paradigm_intervals
 from probes.analysis.aoa import AoAConfig, FitStore, aoa_intervals, start_aoa_table
-from probes.analysis.bands import above_chance, change_units, final_bands, paradigm_bands, seed_bands, unit_curves
+from probes.analysis.bands import (above_chance, band_caption, change_units, final_bands, paradigm_bands, seed_bands,
+                                   unit_curves)
 from probes.analysis.evalfile import MLP, SUM
 from probes.analysis.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
 from probes.analysis.curves import phenomenon_table
 from probes.analysis.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_runs
 from probes.analysis.formuse import use_sections
 from probes.analysis.heldout import final_heldout, heldout_table, plot_heldout
-from probes.analysis.human import blimp_human, zhoblimp_human
 from probes.analysis.normsweep import sweep_paradigms, sweep_summary
 from probes.analysis.outputs import FigureJobs, check_report_out, staged_output, write_csv, write_parquet, write_table, write_text
 from probes.analysis.paper_ushapes import paper_u_table
-from probes.analysis.paperfigs import budget_order, pick, plot_all_phenomena, plot_overall, plot_phenomenon
+from probes.analysis.paperfigs import (MAX_PANELS, budget_order, pick, plot_all_phenomena, plot_budgets, plot_overall,
+                                       plot_u_gallery)
 from probes.analysis.plotting import accuracy_label, safe_name
 from probes.analysis.regions import RegionConfig, group_region_curves, plot_regions, u_region_table
 from probes.analysis.scaling import (ScalingConfig, budget_label, difficulty_groups, final_accuracy, grid_tables,
                                      plot_grid_overall, plot_grid_phenomena)
-from probes.analysis.table4 import table4
-from probes.analysis.paperfigs import number_us, plot_u_gallery
+from probes.analysis.table4 import blimp_human, table4, zhoblimp_human
 from probes.analysis.ushape import UShapeConfig, count_text, find_u_shapes_in_runs
 from train.cli import exit_on_user_error
 from train.errors import UserError, check_writable
@@ -117,27 +116,21 @@ def report_config(ev: EvalSet, cfg: Optional[ReportConfig] = None, alpha: Option
                                scaling=dataclasses.replace(cfg.scaling, metric=cfg.metric))
 
 
+# one BLAS thread: the figure workers hold the other cores, and idle BLAS threads spin (the AoA fits
+# took 3.1 CPU-s with two threads for 2.5 with one, in the same wall time and to the same bits)
+@threadpool_limits.wrap(limits=1, user_api="blas")
 def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[int] = None,
                  figure_cache: bool = True, previous: Optional[Path] = None) -> dict:
     """Write report.md, figures/, appendix/ and tables/ under `out`, the figures drawn by `workers` processes
     (default: up to 2) meanwhile. What the report in `previous` (default `out`) computed from unchanged inputs is
     reused, the same bits: its sigmoid fits (CACHE_DIR) and, with `figure_cache`, its figures."""
-    # one BLAS thread: the figure workers hold the other cores, and idle BLAS threads spin (the AoA fits
-    # took 3.1 CPU-s with two threads for 2.5 with one, in the same wall time and to the same bits)
-    with threadpool_limits(1, user_api="blas"):
-        return _build_report(ev, out, cfg, workers, figure_cache, previous)
-
-
-def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[int], figure_cache: bool,
-                  previous: Optional[Path]) -> dict:
     from probes.analysis.figcache import FigureCache
     from probes.analysis.reportmd import markdown, summary_table
 
     t0 = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
-    for sub in ("figures", "appendix", "tables"):
-        (out / sub).mkdir(exist_ok=True)
-    tdir, fdir, adir = out / "tables", out / "figures", out / "appendix"
+    tdir, fdir, adir = (out / sub for sub in ("tables", "figures", "appendix"))
+    for sub in (fdir, adir, tdir):
+        sub.mkdir(parents=True, exist_ok=True)
     metric = f"acc_{cfg.metric}"
     ylabel = accuracy_label(metric)
     notes = list(ev.problems)
@@ -175,11 +168,11 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
             hum = human_acc if bench == "zhoblimp" else None
             jobs.submit(f"All phenomena, {bench} (Figure 5)", plot_all_phenomena, bb, u_phen[u_phen.benchmark == bench],
                         bench, largest, fdir / f"phenomena_{safe_name(bench)}.png", ylabel, hum)
-            for ph, s in bb.groupby("phenomenon", sort=True):
-                jobs.submit(f"Appendix: learning curve, {bench} · {ph}", plot_phenomenon, s,
-                            u_phen[(u_phen.benchmark == bench) & (u_phen.phenomenon == ph)], bench, ph,
-                            adir / f"curve_{safe_name(bench)}_{safe_name(ph)}.png", ylabel,
-                            human_acc.get(ph) if hum else None)
+            for ph, s in bb.groupby("phenomenon", sort=True):  # a panel per corpus budget
+                jobs.submit(f"Appendix: learning curve, {bench} · {ph}", plot_budgets, s,
+                            u_phen[(u_phen.benchmark == bench) & (u_phen.phenomenon == ph)],
+                            adir / f"curve_{safe_name(bench)}_{safe_name(ph)}.png", ylabel, f"{bench} · {ph}; x: tokens "
+                            f"seen (log), hollow marker = step 0\n{band_caption(s)}", human_acc.get(ph) if hum else None)
         R["bands"] = b_phen
         # the other probes' sections: the form-vs-use figure (the largest) is drawn from here on
         use_md, use_figs = use_sections(ev, out, metric, cfg.aoa, jobs)
@@ -208,7 +201,10 @@ def _build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[i
         ev_c = dataclasses.replace(ev, outcomes={k: v for k, v in ev.outcomes.items() if k[1] in curve_b})
         us, u_notes = find_u_shapes_in_runs(ev_c, cfg.ushape, levels=cfg.u_levels, evidence=u_evidence)
         notes += u_notes
-        acc_u = number_us(us[us.accepted]) if len(us) else us
+        acc_u = us[us.accepted].sort_values("u_depth", ascending=False, ignore_index=True) if len(us) else us
+        if len(us):  # deepest first, u_id 1, 2, ... as the gallery's panels are numbered
+            acc_u.insert(0, "u_id", np.arange(1, len(acc_u) + 1))
+            acc_u["in_gallery"] = acc_u["u_id"] <= MAX_PANELS
         if len(acc_u):
             u_par = unit_curves(ct, metric, ("phenomenon", "paradigm"))
             b_par = seed_bands(u_par, ["model", "budget", "benchmark", "phenomenon", "paradigm", "step"])
@@ -339,8 +335,6 @@ def u_rule_text(u: UShapeConfig, n_curves: Optional[int] = None) -> str:
 
 
 def _log_wandb(cfg: ReportConfig, out: Path, figs) -> None:
-    import os
-
     import wandb
 
     os.environ.setdefault("WANDB_MODE", "offline")  # never reach the network unless the user asked for it

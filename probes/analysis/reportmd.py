@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from probes.analysis.bands import MIN_SEEDS_T, band_caption
-from probes.analysis.human import PAPER_HUMAN_OVERALL
+from probes.analysis.table4 import PAPER_HUMAN_OVERALL
 from probes.analysis.normsweep import MORCELA_BETAS, MORCELA_GAMMAS, POW_ALPHAS, sweep_markdown
 from probes.analysis.paper_ushapes import REFERENCE_DEPTH, paper_u_markdown
 from probes.analysis.scaling import PAPER_GROUPS, budget_label

@@ -64,15 +64,11 @@ def final_accuracy(table: pd.DataFrame, runs: list[RunInfo]) -> pd.DataFrame:
     """Per model x budget x benchmark x paradigm: accuracy at each run's last checkpoint, mean over seeds."""
     last = table.groupby(["run", "benchmark"])["step"].transform("max")
     fin = table[table.step == last]
-    params = {r.name: r.model_params for r in runs}
     g = fin.groupby(["model", "budget", "benchmark", "phenomenon", "paradigm"], dropna=False, sort=True)
     out = g.agg(acc_mlp=("acc_mlp", "mean"), acc_sum=("acc_sum", "mean"), n_seeds=("run", "nunique"),
                 final_tokens=("tokens", "mean")).reset_index()
-    by_model = {}
-    for r, p in params.items():
-        m = fin.loc[fin.run == r, "model"]
-        if len(m):
-            by_model[m.iloc[0]] = p
+    scored = set(fin.run)
+    by_model = {r.model: r.model_params for r in runs if r.name in scored}  # a run's table rows carry its model
     out["model_params"] = out["model"].map(lambda m: by_model.get(m) or parse_model_params(str(m)))
     return out
 
@@ -101,7 +97,10 @@ def difficulty_groups(final: pd.DataFrame, cfg: ScalingConfig | None = None) -> 
     cfg = cfg or ScalingConfig()
     metric = f"acc_{cfg.metric}"
     if cfg.budget == "largest" and len(final):
-        final = largest_budget(final)
+        # each benchmark's largest corpus budget; a run on the whole corpus (budget null) counts as the
+        # largest, since every budget is a prefix of it
+        b = final["budget"].astype("Float64").fillna(np.inf)
+        final = final[b == b.groupby(final["benchmark"]).transform("max")]
     rows = []
     # numpy per group rather than DataFrame slices: 472 groups of a 5 x 4 grid took 1.5 s as slices
     acc = final[metric].to_numpy(dtype=float)
@@ -140,19 +139,6 @@ def difficulty_groups(final: pd.DataFrame, cfg: ScalingConfig | None = None) -> 
     return out
 
 
-def largest_budget(final: pd.DataFrame) -> pd.DataFrame:
-    """The rows of each benchmark's largest corpus budget; a run on the whole corpus (budget null)
-    counts as the largest, since every budget is a prefix of it."""
-    b = final["budget"].astype("Float64").fillna(np.inf)
-    return final[b == b.groupby(final["benchmark"]).transform("max")]
-
-
-def _model_labels(df: pd.DataFrame, models: list[str]) -> list[str]:
-    """Each size name with the parameter count it stands for in these runs ("pythia-14m (14.0M)")."""
-    p = df.drop_duplicates("model").set_index("model")["model_params"]
-    return [f"{m} ({p[m] / 1e6:.3g}M)" if pd.notna(p.get(m)) else m for m in models]
-
-
 def _grid(overall: pd.DataFrame, benchmark: str) -> tuple[pd.DataFrame, list[str], list]:
     """The benchmark's cells, its models by parameter count and its budgets in order (both heatmaps')."""
     o = overall[overall.benchmark == benchmark]
@@ -186,7 +172,10 @@ def plot_grid_overall(overall: pd.DataFrame, benchmark: str, metric: str, path):
     for _, r in o.iterrows():
         data[models.index(r.model), budgets.index(r.budget)] = r[metric]
     fig, axes = new_figure(2.2 + 1.1 * len(budgets), 1.6 + 0.45 * len(models))
-    heatmap(axes[0, 0], data, _model_labels(o, models), [budget_label(b) for b in budgets],
+    # each size name with the parameter count it stands for in these runs ("pythia-14m (14.0M)")
+    p = o.drop_duplicates("model").set_index("model")["model_params"]
+    heatmap(axes[0, 0], data, [f"{m} ({p[m] / 1e6:.3g}M)" if pd.notna(p.get(m)) else m for m in models],
+            [budget_label(b) for b in budgets],
             f"{benchmark}: final accuracy (%)", "corpus budget (tokens)", "model")
     return save_figure(fig, path)
 

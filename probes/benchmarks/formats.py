@@ -1,9 +1,6 @@
 """Per-format readers: one benchmark data file in, `Pair`s out, in file order and before the identical/duplicate
-rule (probes.benchmarks.registry applies it once for every format). Paradigms that repeat across folders are keyed
-by their path below the root the user pointed at. How each reader maps its authors' fields, and why: docs/probing.md;
-the generic jsonl/csv reader takes a column mapping (`FieldMap`) and a csv's delimiter is the one of `,;|<tab>` its
-header row holds most (TurBLiMP's base files use `;`, its experimental ones `,`), or `FieldMap.delimiter`.
-"""
+rule (probes.benchmarks.registry applies it once for every format). How each reader maps its authors' fields and
+why, and the csv delimiter rule: docs/probing.md."""
 from __future__ import annotations
 
 import argparse

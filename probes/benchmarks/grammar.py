@@ -1,14 +1,8 @@
-"""Built-in grammar: one set of templates and a vocabulary give both a training corpus and minimal pairs.
-
-The grammars are package data (``probes/benchmarks/grammars/<variant>.json`` + a vocabulary TSV) run by the
-template engine of ``probes.benchmarks.generator``, which also reads the real ZhoBLiMP templates. Paradigms:
-"grammar" subject-verb agreement (plain, across a PP and across an object-relative attractor), determiner-noun
-and reflexive agreement; "grammar_zh" classifier-noun agreement and two 把 word-order contrasts. The corpus mix is
-a natural one (each file's ``corpus_comment``), not tuned to any learning curve.
-
-Corpus and benchmark draw from separate random streams seeded by strings (hashed with SHA-512: independent, and
-stable across processes and PYTHONHASHSEED), so a benchmark sentence is in the corpus only as often as chance says.
-"""
+"""Built-in grammar: one set of templates and a vocabulary give both a training corpus and minimal pairs. The
+grammars are package data (``probes/benchmarks/grammars/<variant>.json``, naming its paradigms and its corpus mix,
+a natural one not tuned to any learning curve: ``corpus_comment``; + a vocabulary TSV) run by the template engine of
+``probes.benchmarks.generator``. Corpus and benchmark draw from separate random streams seeded by strings (SHA-512:
+independent, and stable across processes), so a benchmark sentence is in the corpus only as often as chance says."""
 from __future__ import annotations
 
 import json

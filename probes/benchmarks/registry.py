@@ -268,11 +268,9 @@ def subsample(pairs: list[Pair], max_per_paradigm: int, seed: int = 0) -> list[P
         by_paradigm[p.paradigm].append(i)
     keep: set[int] = set()
     for paradigm, idx in by_paradigm.items():
-        if len(idx) <= max_per_paradigm:
-            keep.update(idx)
-            continue
         order = list(range(len(idx)))
-        random.Random(f"{seed}/{paradigm}").shuffle(order)  # str seeds hash with SHA-512: stable across runs
+        if len(idx) > max_per_paradigm:  # str seeds hash with SHA-512: stable across runs
+            random.Random(f"{seed}/{paradigm}").shuffle(order)
         keep.update(idx[j] for j in order[:max_per_paradigm])
     out = [p for i, p in enumerate(pairs) if i in keep]
     return BenchmarkPairs(out, getattr(pairs, "report", None))

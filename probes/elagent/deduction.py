@@ -1,13 +1,8 @@
-"""ELAGENT Tasks 5 and 6: deduction with a twist, as multiple choice over entities (paper §2.3, Tables 4-5,
-App. C.5-C.6). Task 5, bAbI basic deduction: "<Name> is a <animal>.", "<Animals> are afraid of <animals>.",
-"what is <Name> afraid of?" over the four animals; ``babi_random`` uses random strings (the paper's "Ran"),
-``babi_extended`` one step more (the paper's "Ext": the answer is the person of the feared kind). Task 6:
-"Suppose (1) X1 p X2, (2) X2 p X3, and (3) X4 p X1, what does X1 p" with p of one of Table 4's four types
-(``predicates_<type>_ranpred``: a random string defined in the prompt; ``_ranent``: an English predicate
-between random names) and the paper's seven options. Not generated: the negation and quantifier variants (their
-answer, "not enough information", against one-word entities). The matched question asks, over the same facts,
-about another person (Task 5) or about role b instead of a (Task 6), so its right answer is another text.
-"""
+"""ELAGENT Tasks 5 (bAbI deduction) and 6 (predicates) as multiple choice over entities (paper §2.3, Tables 4-5,
+App. C.5-C.6; docs/elagent.md says what each asks and what is not generated): ``babi_random`` is the paper's "Ran",
+``babi_extended`` its "Ext"; ``predicates_<type>_ranpred`` a random predicate string defined in the prompt,
+``_ranent`` an English predicate between random names. The matched question asks, over the same facts, about
+another person (Task 5) or about role b instead of a (Task 6), so its right answer is another text."""
 from __future__ import annotations
 
 import random

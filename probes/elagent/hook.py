@@ -23,18 +23,15 @@ def trained_seq_len(run_dir: Path) -> Optional[int]:
     return OmegaConf.select(cfg, "data.seq_len") or OmegaConf.select(cfg, "model.max_position_embeddings")
 
 
-def build(cfg: ElagentConfig, ctx) -> "ElagentHook":  # max_positions: the context long k-shot prompts must fit
-    return ElagentHook(cfg, ctx.tokenizer, ctx.run_dir, ctx.max_positions)
-
-
 class ElagentHook(ItemsHook):
     benchmark = BENCHMARK
 
-    def __init__(self, cfg: ElagentConfig, tokenizer, run_dir: Path, max_positions: Optional[int] = None):
-        self.cfg, self.tokenizer, self.run_dir = cfg, tokenizer, Path(run_dir)
+    def __init__(self, cfg: ElagentConfig, ctx):  # built by the family registry from a train.hooks.HookContext
+        self.cfg, self.tokenizer, self.run_dir = cfg, ctx.tokenizer, Path(ctx.run_dir)
         self.items = build_items(cfg)
-        # a too-long prompt fails now, not at step 0; one longer than the training windows is named
-        check_lengths(tokenizer, self.items, max_positions, trained_seq_len(self.run_dir))
+        # a too-long prompt fails now, not at step 0 (ctx.max_positions: the context long k-shot prompts must
+        # fit); one longer than the training windows is named
+        check_lengths(self.tokenizer, self.items, ctx.max_positions, trained_seq_len(self.run_dir))
         self.pair_set = pair_set(self.items, item_key)
 
     def describe(self) -> str:

@@ -1,8 +1,6 @@
-"""The multiple-choice item every ELAGENT generator produces, and the k-shot layouts they share: the letter
-layout (options listed ``(a) cat (b) mouse ...``, examples answered by letter, the right option at a uniformly
-random letter, so chance is 1 / options) and the cloze layout with its matched context (one change, another
-right text) for the context pair. Why letters and not option texts, and why the pair: docs/elagent.md.
-"""
+"""The multiple-choice item every ELAGENT generator produces, and the k-shot layouts they share: the letter layout
+(the right option at a uniformly random letter, so chance is 1 / options) and the cloze layout with its matched
+context for the context pair; why both: docs/elagent.md."""
 from __future__ import annotations
 
 import random

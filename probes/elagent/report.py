@@ -1,8 +1,5 @@
-"""ELAGENT curves per task against tokens: context pair (``acc_pair``, solid; chance 0.5 grey dashed) and letter
-(``acc``, dotted; 1 / options dashed in its colour), from the summaries stored in the eval files (nothing is
-re-scored): ``elagent_table`` (tidy rows), ``write_elagent_curves`` (``probes curves``), ``elagent_section``
-(``probes report``). The Language A minimal pairs are drawn with every minimal-pair benchmark.
-"""
+"""ELAGENT curves per task against tokens, context pair and letter each beside its chance line, from the summaries
+stored in the eval files (nothing is re-scored); Language A's minimal pairs are drawn with every benchmark's."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -101,11 +98,6 @@ def seed_means(table: pd.DataFrame) -> pd.DataFrame:
     return s[[*GROUP, "key", "metric", "step", "tokens", "n_seeds", "mean", "sd", "lo", "hi"]]
 
 
-def with_runs(table: pd.DataFrame, runs: list[Run]) -> pd.DataFrame:
-    info = pd.DataFrame([(n, m, b) for n, _, m, b in runs], columns=["run", *GROUP])
-    return table.merge(info, on="run", how="left")
-
-
 def _fmt(v) -> str:
     return "" if pd.isna(v) else f"{v:.3f}"
 
@@ -120,7 +112,7 @@ def elagent_section(runs: list[Run], out: Path) -> tuple[list[str], list[tuple[s
     table = elagent_table([r[1] for r in runs], names=[r[0] for r in runs])
     if table.empty:
         return [], []
-    table = with_runs(table, runs)
+    table = table.merge(pd.DataFrame([(n, m, b) for n, _, m, b in runs], columns=["run", *GROUP]), on="run", how="left")
     seeds = seed_means(table)
     last = table[table.step == table.groupby("run")["step"].transform("max")]
     final = last.pivot_table(index=["run", "key"], columns="metric", values="value").reset_index()

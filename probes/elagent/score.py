@@ -1,8 +1,5 @@
-"""Score ELAGENT items by likelihood twice -- the context pair (``acc_pair``, chance 0.5 by counterbalance)
-and the answer letter (``acc``, chance 1 / options) -- summarise, and write ``evals/step<N>/elagent.parquet``.
-docs/elagent.md says what each curve can and cannot show. Every continuation is scored with the one primitive
-(``probes.scoring.primitive.token_logprobs``) after the token prefix the context and all its continuations share.
-"""
+"""Score ELAGENT items by likelihood twice, the context pair (``acc_pair``) and the answer letter (``acc``), each
+continuation with the one primitive after the token prefix the context and all its continuations share."""
 from __future__ import annotations
 
 import math

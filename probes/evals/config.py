@@ -1,8 +1,5 @@
-"""The typed configs of a benchmark, free of heavy imports and of the registry.
-
-probes.scoring.hook.ProbesConfig lists benchmarks and checks each against the registry when the run's config is
-built; BenchmarkConfig itself is plain data, so the registry, the formats and language_a can import it.
-"""
+"""The typed configs of a benchmark: plain data, free of heavy imports and of the registry (which checks them when
+the run's config is built), so the registry, the formats and language_a can import it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

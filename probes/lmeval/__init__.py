@@ -5,7 +5,7 @@ pairs as its tasks (tasks.py), its curves in our report (report.py). lm-eval is 
 from probes.families import Family
 from probes.lmeval.config import KIND, LmEvalConfig
 
-FAMILY = Family(kind=KIND, key="lm_eval", config=LmEvalConfig, hook="probes.lmeval.hook:build",
+FAMILY = Family(kind=KIND, key="lm_eval", config=LmEvalConfig, hook="probes.lmeval.hook:LmEvalHook",
                 table="probes.lmeval.report:lmeval_table", curves="probes.lmeval.report:write_lmeval_curves",
                 section="probes.lmeval.report:lmeval_section",
                 commands=(("lm-eval-tasks", "probes.lmeval.tasks:main",

@@ -1,9 +1,6 @@
-"""lm-eval tasks as checkpoint probes: ``<run>/evals/step<N>/lmeval_<task>.parquet`` per task, through the eval
-contract (``evaluate_checkpoint``): one row per sample with its per-choice log-likelihoods (``lls``) and metric
-values, lm-eval's aggregate in the metadata (``summary``). A file's "pair set" is the task's name, ``limit`` and a
-hash of the task files under include_path, so an edited local task is scored again. ``LmEvalProbe`` serves the
-in-loop hook (``LmEvalHook``) and ``score-run``/``watch``.
-"""
+"""lm-eval tasks as checkpoint probes through the eval contract: one row per sample, lm-eval's aggregate in the
+metadata. A file's pair set is the task's name, ``limit`` and a hash of the task files under include_path, so an
+edited local task is scored again."""
 from __future__ import annotations
 
 import hashlib
@@ -84,16 +81,12 @@ class LmEvalProbe:
         return metrics
 
 
-def build(cfg: LmEvalConfig, ctx) -> "LmEvalHook":
-    return LmEvalHook(cfg, ctx.tokenizer, ctx.run_dir)
-
-
 class LmEvalHook:
     """The checkpoint hook (train/hooks.py): rank 0 runs lm-eval (its HFLM takes an in-memory model as one
     process); a resumed run does not redo a done file."""
 
-    def __init__(self, cfg: LmEvalConfig, tokenizer, run_dir: Path):
-        self.probe, self.tokenizer = LmEvalProbe(cfg, run_dir), tokenizer
+    def __init__(self, cfg: LmEvalConfig, ctx):  # built by the family registry from a train.hooks.HookContext
+        self.probe, self.tokenizer = LmEvalProbe(cfg, ctx.run_dir), ctx.tokenizer
 
     def post_checkpoint_saved(self, ckpt_dir: Path, step: int, tokens: int, model) -> dict[str, float]:
         import torch.distributed as torch_dist

@@ -1,8 +1,5 @@
-"""lm-eval task curves: each task's metrics (lm-eval's aggregate, stored in every
-``<run>/evals/step<N>/lmeval_<task>.parquet``; nothing is re-scored) against tokens: ``lmeval_table`` (tidy rows),
-``write_lmeval_curves`` (``probes curves``: lm_eval.csv, one figure per run), ``lmeval_section`` (``probes report``:
-seed means per model x budget, one line per task).
-"""
+"""lm-eval task curves and report section, from lm-eval's aggregate stored in every
+``<run>/evals/step<N>/lmeval_<task>.parquet`` (nothing is re-scored)."""
 from __future__ import annotations
 
 from pathlib import Path

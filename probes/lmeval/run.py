@@ -1,10 +1,6 @@
-"""Running lm-eval tasks on an in-memory model: ``run_tasks`` -> one row per (task, sample).
-
-``lm_eval.simple_evaluate`` on an ``HFLM`` wrapping the model and tokenizer we hold (no reload from disk), local
-task YAMLs through ``TaskManager(include_path=...)``, ``log_samples=True`` to keep every log-likelihood. lm-eval
-conditions an empty context on our start token (train/start_token.py), so a task of ``probes lm-eval-tasks`` scores
-exactly what ``probes score`` scores.
-"""
+"""lm-eval's ``simple_evaluate`` on an ``HFLM`` wrapping the model we hold (no reload from disk), one row per
+(task, sample). lm-eval conditions an empty context on our start token (train/start_token.py), so a task of
+``probes lm-eval-tasks`` scores exactly what ``probes score`` scores."""
 from __future__ import annotations
 
 import logging

@@ -1,9 +1,5 @@
-"""``python -m probes lm-eval-tasks --benchmark NAME --out DIR``: our minimal pairs as lm-eval tasks.
-
-One task per benchmark, ``DIR/<task>.yaml`` + ``DIR/<task>.jsonl`` (read by lm-eval's ``json`` builder, no
-hub), scoring each pair as ``probes score`` does; docs/lm_eval.md's table says why each setting (empty
-context, our start token as prefix token, ``target_delimiter: ""``, choices ``[bad, good]``) is what it is.
-"""
+"""``python -m probes lm-eval-tasks``: our minimal pairs as lm-eval tasks (``<task>.yaml`` + ``.jsonl``, lm-eval's
+``json`` builder), scored as ``probes score`` does; docs/lm_eval.md says why each setting is what it is."""
 from __future__ import annotations
 
 import argparse
@@ -26,18 +22,15 @@ def task_yaml(task: str, data_file: Path) -> str:
     return string.Template(template).substitute(task=task, data_file=json.dumps(str(Path(data_file).resolve())))
 
 
-def pair_record(p) -> dict:
-    return {"benchmark": p.benchmark, "paradigm": p.paradigm, "phenomenon": p.phenomenon,
-            "pair_id": str(p.pair_id), "sentence_good": p.good, "sentence_bad": p.bad}
-
-
 def write_task(pairs, name: str, out: Path) -> Path:
     """DIR/sd_<name>.jsonl and DIR/sd_<name>.yaml (atomic writes); the YAML's path."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     task = f"{TASK_PREFIX}{name}"
     data = out / f"{task}.jsonl"
-    write_text_atomic(data, "".join(json.dumps(pair_record(p), ensure_ascii=False) + "\n" for p in pairs))
+    records = ({"benchmark": p.benchmark, "paradigm": p.paradigm, "phenomenon": p.phenomenon, "pair_id": str(p.pair_id),
+                "sentence_good": p.good, "sentence_bad": p.bad} for p in pairs)
+    write_text_atomic(data, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     yaml = out / f"{task}.yaml"
     write_text_atomic(yaml, task_yaml(task, data))
     return yaml

@@ -155,12 +155,7 @@ class ProbeHook:
         self.unigram = unigram  # (log unigram probabilities per id, source) or None: no ulp columns
         self.final_step = final_step  # the run's last step (cfg.final_all_pairs scores all pairs there)
         self._all_pairs: Optional[dict[str, list[Pair]]] = None if pairs is None else dict(pairs)
-        if not cfg.enabled:
-            self.benchmarks: dict[str, list[Pair]] = {}
-        elif pairs is not None:
-            self.benchmarks = dict(pairs)
-        else:
-            self.benchmarks = _load_benchmarks(cfg)
+        self.benchmarks = {} if not cfg.enabled else dict(pairs) if pairs is not None else _load_benchmarks(cfg)
         for name, ps in self.benchmarks.items():
             eval_path(self.run_dir, 0, name)  # fail now, not at the first checkpoint, on a bad name
             if not ps:
@@ -183,9 +178,11 @@ class ProbeHook:
         opts = ScoreOptions(batch_size=self.cfg.batch_size, bf16=self.cfg.bf16, per_token=self.cfg.per_token)
         for name, pairs in benchmarks.items():
             path = eval_path(self.run_dir, step, name)
+            if name not in self._pair_sets:  # the <name>_all sets, hashed once when first needed
+                self._pair_sets[name] = pair_set(pairs)
             # rank 0 decides, so every rank takes the same branch of the collective below
-            done = _broadcast(rank == 0 and eval_done(path, self._pair_set(name, pairs), manifest,
-                                                                self.cfg.per_token), world)
+            done = _broadcast(rank == 0 and eval_done(path, self._pair_sets[name], manifest, self.cfg.per_token),
+                              world)
             if done:
                 if rank == 0:
                     metrics.update(summary_metrics(read_pairs(path)[0], name))
@@ -220,11 +217,6 @@ class ProbeHook:
         return any(not eval_done(eval_path(self.run_dir, step, name), self._pair_sets[name], manifest,
                                  self.cfg.per_token)
                    for name in self.benchmarks)
-
-    def _pair_set(self, name: str, pairs: list[Pair]) -> str:
-        if name not in self._pair_sets:  # the <name>_all sets, hashed once when first needed
-            self._pair_sets[name] = pair_set(pairs)
-        return self._pair_sets[name]
 
     def close(self) -> None:
         self.benchmarks = {}

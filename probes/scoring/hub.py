@@ -40,9 +40,8 @@ def parse_revisions(spec: str) -> list[str]:
     revs = [r.strip() for r in spec.split(",") if r.strip()]
     if not revs:
         raise ValueError(f"--revisions {spec!r}: no revision named")
-    for r in revs:
-        if not re.fullmatch(r"step\d+", r):
-            raise ValueError(f"--revisions: {r!r} is not step<N> (the step gives the tokens axis)")
+    if bad := [r for r in revs if not re.fullmatch(r"step\d+", r)]:
+        raise ValueError(f"--revisions: {bad[0]!r} is not step<N> (the step gives the tokens axis)")
     if len(set(revs)) != len(revs):
         raise ValueError(f"--revisions {spec!r}: a revision is named twice")
     return sorted(revs, key=lambda r: int(r[4:]))

@@ -7,6 +7,7 @@ exactly those, which gives the unpacked hidden state up to float32 reassociation
 """
 from __future__ import annotations
 
+import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,10 +45,7 @@ def build_trie(seqs: list[list[int]]) -> Trie:
     prev, prev_path, nid = [], [], 0
     for k, i in enumerate(order):
         s = seqs[i]
-        n = min(len(s), len(prev))
-        lcp = 0
-        while lcp < n and s[lcp] == prev[lcp]:
-            lcp += 1
+        lcp = len(os.path.commonprefix([s, prev]))
         path = prev_path[:lcp] + list(range(nid, nid + len(s) - lcp))
         nid += len(s) - lcp
         # the prefixes shared with the previous sequence had their body computed by it (or earlier),

@@ -1,13 +1,10 @@
-"""The one scoring primitive (per-token log-probs) and the named reductions built on it.
-
-Convention ``start_token_all_tokens_v2`` (docs/scoring.md; how minicons, lm-eval and ZhoBLiMP's code differ):
-each sentence encoded with ``ENCODE`` after the start token training put before every document; ``lp`` sums the
-natural-log probability of ALL its tokens, ``ntok`` counts them; MLP and sum-LP accuracy are strict (a tie is
-wrong). Region columns (diff-based prefix/critical/suffix, template slots; checkpoints.md) come with each pair.
-"""
+"""The one scoring primitive (per-token log-probs) and the named reductions built on it, under the convention
+``start_token_all_tokens_v2`` (docs/scoring.md): each sentence encoded with ``ENCODE`` after the start token training
+put before every document, ``lp`` summed over ALL its tokens, MLP and sum-LP strict (a tie is wrong)."""
 from __future__ import annotations
 
 import logging
+import os
 from contextlib import contextmanager
 from typing import Callable, Optional, Sequence
 
@@ -36,7 +33,6 @@ REDUCTIONS: dict[str, Callable[[np.ndarray], float]] = {
 }
 
 start_id = scoring_start_id  # the id prepended to every sentence
-bos_id = start_id  # the name callers used before convention v2
 
 
 def sentence_ids(tokenizer, texts: list[str]) -> list[list[int]]:
@@ -181,14 +177,8 @@ def _batch_plain(model, ids: torch.Tensor, mask: Optional[torch.Tensor]) -> torc
 
 def _align(good: Sequence[int], bad: Sequence[int]) -> tuple[int, int]:
     """(shared prefix length, shared suffix length) of two token lists; identical lists are all prefix."""
-    n = min(len(good), len(bad))
-    p = 0
-    while p < n and good[p] == bad[p]:
-        p += 1
-    s = 0
-    while s < n - p and good[len(good) - 1 - s] == bad[len(bad) - 1 - s]:
-        s += 1
-    return p, s
+    p = len(os.path.commonprefix([list(good), list(bad)]))
+    return p, len(os.path.commonprefix([list(good[p:])[::-1], list(bad[p:])[::-1]]))
 
 
 def pair_sentence_ids(tokenizer, pairs: list[Pair]) -> dict[str, list[int]]:

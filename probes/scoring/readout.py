@@ -95,13 +95,10 @@ def unwritable_scripts(tokenizer, texts) -> dict[str, list[str]]:
 def coverage_warning(name: str, cov: dict[str, float], store: Optional[Path] = None,
                      scripts: Optional[dict[str, list[str]]] = None) -> Optional[str]:
     """One line when the tokenizer reads benchmark `name` badly, else None; `scripts`: what it cannot write."""
-    bad = []
-    if cov["unknown"] > MAX_UNKNOWN:
-        bad.append(f"{cov['unknown']:.0%} unknown pieces")
-    if cov["byte_fallback"] > MAX_BYTE_FALLBACK:
-        bad.append(f"{cov['byte_fallback']:.0%} byte-fallback pieces (<0xNN>)")
-    if cov.get("unseen", 0.0) > MAX_UNSEEN:
-        bad.append(f"{cov['unseen']:.0%} pieces never seen in the run's corpus ({store})")
+    limits = ((cov["unknown"], MAX_UNKNOWN, "unknown pieces"),
+              (cov["byte_fallback"], MAX_BYTE_FALLBACK, "byte-fallback pieces (<0xNN>)"),
+              (cov.get("unseen", 0.0), MAX_UNSEEN, f"pieces never seen in the run's corpus ({store})"))
+    bad = [f"{share:.0%} {what}" for share, limit, what in limits if share > limit]
     if not bad:
         return None
     cannot = "; ".join(f"{script} ({len(cs)}: {' '.join(cs[:8])}{' ...' if len(cs) > 8 else ''})"

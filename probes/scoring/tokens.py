@@ -1,10 +1,7 @@
-"""Token-level evidence: the per-token log-probs of every pair in a sidecar beside its eval file,
-``<run>/evals/step<N>/<benchmark>.tokens.parquet`` (schema: checkpoints.md), and ``python -m probes tokens`` to
-draw them over checkpoints.
-
-The sidecar is written before its eval file; an eval file rescored without per-token removes its old sidecar
-first, so a sidecar never outlives the scores it explains (``pair_tokens`` checks the sums anyway).
-"""
+"""Token-level evidence: each pair's per-token log-probs in a sidecar ``<benchmark>.tokens.parquet`` beside its eval
+file (schema: checkpoints.md), and ``python -m probes tokens`` to draw them over checkpoints. The sidecar is written
+before its eval file, and an eval file rescored without per-token removes its old sidecar first, so a sidecar never
+outlives the scores it explains (``pair_tokens`` checks the sums anyway)."""
 from __future__ import annotations
 
 import argparse
@@ -186,48 +183,44 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--out", type=Path, default=None, metavar="FIG.png", help="draw the figure here")
     args = p.parse_args(argv)
     try:
-        return _main(args)
+        import pandas as pd
+
+        evals = args.run_dir / "evals"
+        if not evals.is_dir():
+            raise ValueError(f"{args.run_dir}: no evals/ directory; not a probed run directory")
+        have = sorted({f.name[:-len(TOKENS_SUFFIX)] for f in evals.glob(f"step*/*{TOKENS_SUFFIX}")})
+        if not have:
+            raise ValueError(f"{evals}: no per-token files (*{TOKENS_SUFFIX}); score with "
+                             f"`probes score-run RUN --per-token` or probes.per_token=true")
+        bench = args.benchmark
+        if bench is None:
+            if len(have) > 1:
+                raise ValueError(f"--benchmark: {args.run_dir} has per-token files of {', '.join(have)}; name one")
+            bench = have[0]
+        elif bench not in have:
+            raise ValueError(f"--benchmark {bench}: no per-token files of it in {evals} (have: {', '.join(have)})")
+        if args.out is not None:
+            from probes.analysis.outputs import check_output_file
+
+            check_output_file(args.out)
+        points = pair_tokens(args.run_dir, bench, args.paradigm, args.pair)
+        if not points:
+            raise ValueError(f"--paradigm {args.paradigm} --pair {args.pair}: no such pair in the per-token "
+                             f"files of {bench} under {evals}")
+        table = surprisal_table(points)
+        with pd.option_context("display.width", 200, "display.max_columns", 50):
+            for side in SIDES:
+                sub = table[table["side"] == side]
+                wide = sub.pivot_table(index=["step", "tokens"], columns="position", values="surprisal")
+                wide.columns = [f"{j}:{points[-1][f'pieces_{side}'][j]}" for j in wide.columns]
+                wide["total"] = wide.sum(axis=1)
+                print(f"{bench} {args.paradigm}/{args.pair} {side} — surprisal (nats) per token")
+                print(wide.round(3).to_string())
+                print()
+        if args.out is not None:
+            draw(points, f"{args.run_dir.name}: {bench} {args.paradigm} pair {args.pair}", args.out)
+            print(f"-> {args.out}")
+        return 0
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-
-
-def _main(args) -> int:
-    import pandas as pd
-
-    evals = args.run_dir / "evals"
-    if not evals.is_dir():
-        raise ValueError(f"{args.run_dir}: no evals/ directory; not a probed run directory")
-    have = sorted({f.name[:-len(TOKENS_SUFFIX)] for f in evals.glob(f"step*/*{TOKENS_SUFFIX}")})
-    if not have:
-        raise ValueError(f"{evals}: no per-token files (*{TOKENS_SUFFIX}); score with "
-                         f"`probes score-run RUN --per-token` or probes.per_token=true")
-    bench = args.benchmark
-    if bench is None:
-        if len(have) > 1:
-            raise ValueError(f"--benchmark: {args.run_dir} has per-token files of {', '.join(have)}; name one")
-        bench = have[0]
-    elif bench not in have:
-        raise ValueError(f"--benchmark {bench}: no per-token files of it in {evals} (have: {', '.join(have)})")
-    if args.out is not None:
-        from probes.analysis.outputs import check_output_file
-
-        check_output_file(args.out)
-    points = pair_tokens(args.run_dir, bench, args.paradigm, args.pair)
-    if not points:
-        raise ValueError(f"--paradigm {args.paradigm} --pair {args.pair}: no such pair in the per-token "
-                         f"files of {bench} under {evals}")
-    table = surprisal_table(points)
-    with pd.option_context("display.width", 200, "display.max_columns", 50):
-        for side in SIDES:
-            sub = table[table["side"] == side]
-            wide = sub.pivot_table(index=["step", "tokens"], columns="position", values="surprisal")
-            wide.columns = [f"{j}:{points[-1][f'pieces_{side}'][j]}" for j in wide.columns]
-            wide["total"] = wide.sum(axis=1)
-            print(f"{bench} {args.paradigm}/{args.pair} {side} — surprisal (nats) per token")
-            print(wide.round(3).to_string())
-            print()
-    if args.out is not None:
-        draw(points, f"{args.run_dir.name}: {bench} {args.paradigm} pair {args.pair}", args.out)
-        print(f"-> {args.out}")
-    return 0

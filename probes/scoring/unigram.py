@@ -1,9 +1,6 @@
-"""Unigram-normalised acceptability beside MLP and sum-LP (docs/scoring.md), as the ZhoBLiMP authors compute it
-(src/metrics.py): SLOR = (lp - ulp) / ntok, MORCELA = (lp - beta * ulp + gamma) / ntok (Tjuatja et al. 2025;
-beta=1, gamma=0 is SLOR), ulp the summed log unigram probabilities of the scored tokens (``ulp_good``,
-``ulp_bad``). Unigram tables: the run's token store counts (an unseen id gets 1/N), or the authors' {id:
-probability} tables (an absent id gets their floor, 1/3e9). Ties are wrong.
-"""
+"""Unigram-normalised acceptability, SLOR and MORCELA (docs/scoring.md), as the ZhoBLiMP authors compute them
+(src/metrics.py); ties are wrong. Unigram tables: the run's token store counts (an unseen id gets 1/N), or the
+authors' {id: probability} tables (an absent id gets their floor, 1/3e9)."""
 from __future__ import annotations
 
 import argparse

@@ -1,9 +1,5 @@
-"""Probing a run's checkpoints after the fact (``score-run``) or while it trains (``watch``), into the files the
-in-loop probe hook writes. Only whole ``checkpoints/step<N>`` directories are read; an eval file done for the
-checkpoint now on disk (``probes.evals.files.eval_done``) is not redone, and a file of another pair sample on the
-same checkpoint is replaced only with ``replace_samples`` (``--replace``). Writes are atomic, so a killed
-process restarts where it stopped. ``watch`` polls until a checkpoint has ``step == total_steps``.
-"""
+"""Probing a run's whole checkpoints after the fact (``score-run``) or while it trains (``watch``), into the files
+the in-loop probe hook writes; writes are atomic, so a killed process restarts where it stopped."""
 from __future__ import annotations
 
 import logging

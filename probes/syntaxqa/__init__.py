@@ -1,9 +1,4 @@
-"""Syntax questions probe (docs/syntax-questions.md): ask a causal LM about the syntax of treebank sentences.
-
-``ptb`` (.mrg) and ``ud`` (.conllu) read facts for nine knowledge points, ``items`` gathers them per source,
-``questions`` renders balanced true/false, multiple-choice and fill-in-the-blank items and their prompts, ``score``
-scores them (mode=likelihood; ``paper``: mode=paper) with ``metrics`` and ``generation``, and is the CLI.
-"""
+"""Syntax questions probe: ask a causal LM about the syntax of treebank sentences (docs/syntax-questions.md)."""
 
 from probes.families import Family
 from probes.syntaxqa.config import KIND, SyntaxQAConfig

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from probes.syntaxqa import ptb, ud
-from probes.syntaxqa.records import KNOWLEDGE_POINTS, Fact, Sentence
+from probes.syntaxqa.records import KNOWLEDGE_POINTS, Fact
 
 
 class EmptyKnowledgePointWarning(UserWarning):
@@ -42,14 +42,6 @@ def source_files(source: str | Path) -> list[Path]:
     return [p]
 
 
-def read_source(source: str | Path) -> tuple[list[Sentence], list[Fact], list[Exception]]:
-    out: tuple[list[Sentence], list[Fact], list[Exception]] = ([], [], [])
-    for f in source_files(source):
-        for acc, got in zip(out, (ptb.read_ptb if f.suffix == ".mrg" else ud.read_conllu)(f)):
-            acc += got
-    return out
-
-
 def collect_facts(sources: list[str], knowledge_points: list[str] | tuple[str, ...] = KNOWLEDGE_POINTS,
                   max_sentences: int | None = None) -> tuple[list[Fact], list[SourceReport]]:
     """Facts of the requested knowledge points from all sources; unreadable parts and empty KPs warn.
@@ -63,15 +55,17 @@ def collect_facts(sources: list[str], knowledge_points: list[str] | tuple[str, .
     out: list[Fact] = []
     reports: list[SourceReport] = []
     for src in sources:
-        sentences, facts, errors = read_source(src)
+        sentences, facts, errors = [], [], []  # of every file of the source
+        for f in source_files(src):
+            for acc, got in zip((sentences, facts, errors), (ptb.read_ptb if f.suffix == ".mrg" else ud.read_conllu)(f)):
+                acc += got
         if max_sentences is not None:
             keep = {id(s) for s in sentences[:max_sentences]}
             sentences = sentences[:max_sentences]
             facts = [f for f in facts if id(f.sentence) in keep]
         facts = [f for f in facts if f.kp in wanted]
-        rep = SourceReport(str(src), len(sentences), {k: 0 for k in knowledge_points}, [str(e) for e in errors])
-        for f in facts:
-            rep.facts[f.kp] += 1
+        counts = {k: sum(f.kp == k for f in facts) for k in knowledge_points}
+        rep = SourceReport(str(src), len(sentences), counts, [str(e) for e in errors])
         rep.empty = [k for k in knowledge_points if rep.facts[k] == 0]
         if errors:
             shown = "; ".join(rep.errors[:3]) + (" …" if len(errors) > 3 else "")

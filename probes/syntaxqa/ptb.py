@@ -198,20 +198,10 @@ def _verb_chains(vp: Node) -> list[tuple[list[int], Node]]:
         if not verbs and len(inner) >= 2:  # VP coordination: each conjunct has its own chain
             return [(chain + sub, lex) for c in inner for sub, lex in _verb_chains(c)]
         break
-    if not chain or _pos_of(cur, chain[-1]) not in VERB_POS:
+    if not chain or next((n.cat for n in cur.walk() if n.is_leaf and n.start == chain[-1] and not n.empty),
+                         "") not in VERB_POS:
         return []
     return [(chain, cur)]
-
-
-def _pos_of(lex: Node, token: int) -> str:
-    for n in lex.walk():
-        if n.is_leaf and n.start == token and not n.empty:
-            return n.cat
-    return ""
-
-
-def _is_relative(sbar: Node) -> bool:
-    return sbar.cat == "SBAR" and bool(sbar.children) and sbar.children[0].cat.startswith("WH")
 
 
 def _chain_span(chain: list[int]) -> Span | None:
@@ -259,7 +249,7 @@ def tree_facts(root: Node, sent: Sentence) -> list[Fact]:
         if n.cat == "NP" and n.children and n.children[0].cat == "NP" and not n.children[0].empty:
             head = n.children[0]
             for c in n.children[1:]:
-                if _is_relative(c):
+                if c.cat == "SBAR" and c.children and c.children[0].cat.startswith("WH"):  # a relative clause
                     add("ADJ", head.span, c, "relative")
                 elif c.cat in {"VP", "RRC"}:
                     add("ADJ", head.span, c, "reduced")

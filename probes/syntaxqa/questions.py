@@ -1,13 +1,6 @@
 """Questions from facts (true/false, multiple choice, fill-in-the-blank), balanced down-sampling, and the
-likelihood mode's prompts (mode=paper's: ``paper``).
-
-A fact gives four true/false variants (positive or negated statement × true or false; the false-positive and
-true-negated ones use a distractor), one multiple choice (the answer and three distractors in seeded order) and
-one fill-in-the-blank. Distractors are other phrases of the *same* sentence, overlapping neither a correct answer
-nor the anchor. Answer categories (balanced with type and knowledge point): TF its variant, MC the correct letter,
-FITB the reader's category (PTB label, UD UPOS or relation; PPA "verb"/"noun"; MVP "single"/"multi"). Randomness
-is seeded by (seed, item id): an item does not change when other items come or go.
-"""
+likelihood mode's prompts (mode=paper's: ``paper``); docs/syntax-questions.md says how a fact becomes questions.
+Randomness is seeded by (seed, item id): an item does not change when other items come or go."""
 from __future__ import annotations
 
 import json
@@ -40,7 +33,7 @@ class Item:
     lang: str
     kp: str
     qtype: str  # TF | MC | FITB
-    category: str  # answer category (see module docstring)
+    category: str  # answer category (docs/syntax-questions.md)
     sentence: str
     question: str
     answer: str  # "True"/"False", a letter A–D, or the gold phrase (FITB)
@@ -79,14 +72,9 @@ def distractors(f: Fact) -> list[str]:
     """Phrases of the same sentence that are not (part of) a correct answer or of the anchor."""
     s = f.sentence
     banned = {s.phrase(g) for g in f.golds} | ({f.anchor_text} if f.anchor else set())
-    out: dict[str, None] = {}
-    for span in s.phrases:
-        if any(span.overlaps(g) for g in f.golds + f.avoid) or (f.anchor is not None and span.overlaps(f.anchor)):
-            continue
-        text = s.phrase(span)
-        if text not in banned:
-            out[text] = None
-    return list(out)
+    texts = (s.phrase(span) for span in s.phrases if not any(span.overlaps(g) for g in f.golds + f.avoid)
+             and not (f.anchor is not None and span.overlaps(f.anchor)))
+    return list(dict.fromkeys(t for t in texts if t not in banned))
 
 
 def _rng(seed: int, *parts: str) -> random.Random:
@@ -224,10 +212,8 @@ def block(item: Item) -> str:
 
 def build_prompt(item: Item, exemplars: list[Item] = ()) -> str:
     fr = frame_for(item)
-    parts = [fr.instruction[item.qtype]]
-    parts += [block(ex) + answer_text(ex) + fr.close for ex in exemplars]
-    parts.append(block(item))
-    return "\n\n".join(parts)
+    exemplar_blocks = [block(ex) + answer_text(ex) + fr.close for ex in exemplars]
+    return "\n\n".join([fr.instruction[item.qtype], *exemplar_blocks, block(item)])
 
 
 def attach_prompts(items: list[Item], pool: dict[tuple[str, str, str], list[Item]], shots: int, seeds: int, seed: int) -> None:

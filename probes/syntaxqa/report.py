@@ -1,9 +1,6 @@
-"""Syntax-question curves (``probes curves``: a figure per run and mode) and report section (``probes report``: runs
-of one model x budget are seeds, each curve their mean with a 95 % t-interval over seeds; tables/syntax_qa.csv,
-tables/syntax_qa_final.csv, figures), from the summaries in the metadata of every ``evals/step<N>/syntax_qa.parquet``
-and ``syntax_qa_paper.parquet``. ``mode`` (files older than modes: ``likelihood``) is named everywhere, the two
-modes never averaged together. The random baselines per question type are the items' ``rand_acc``, ``rand_f1``.
-"""
+"""Syntax-question curves and report section from the summaries in the eval files' metadata: runs of one model x
+budget are seeds (mean with a 95 % t-interval); ``mode`` (files older than modes: ``likelihood``) is named
+everywhere, the two modes never averaged together."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -46,10 +43,6 @@ def _random_rows(path: Path) -> list[tuple[str, str, float]]:
     return out
 
 
-def _mode(meta: dict) -> str:
-    return meta.get("mode") or (meta.get("config") or {}).get("mode") or "likelihood"
-
-
 def syntax_qa_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = None) -> pd.DataFrame:
     """Tidy rows: run, mode, step, tokens, kp ("all" or a knowledge point), metric (PARTS, paper mode's UNPARSED,
     "<part>_random" per question type), value. ``names`` labels the runs (default: each directory's name)."""
@@ -64,7 +57,8 @@ def syntax_qa_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = N
             meta = eval_file_meta(path)
             if meta["kind"] != KIND:
                 continue
-            at = {"run": name, "mode": _mode(meta), "step": meta["step"], "tokens": meta["tokens"]}
+            mode = meta.get("mode") or (meta.get("config") or {}).get("mode") or "likelihood"
+            at = {"run": name, "mode": mode, "step": meta["step"], "tokens": meta["tokens"]}
             for key, value in (meta.get("summary") or {}).items():
                 kp, _, metric = key.rpartition("/")
                 if (metric in PARTS or metric in UNPARSED) and value is not None:

@@ -1,14 +1,5 @@
-"""Build syntax-question items from treebanks, score any causal LM on them, summarise as OA; the CLI. mode=paper's
-items and scores: ``paper``.
-
-TF and MC are scored by likelihood, so base models need no generation: each answer ("True"/"False", "A"–"D") after
-the prompt, which ends with the opening quote of ``The answer is "``. The prefix and each prefix+answer are
-tokenised whole (an answer alone could tokenise otherwise, e.g. merged with the quote), the context is the longest
-token prefix they share, and each answer scores the sum of its remaining tokens' log-probs, all on one context. The
-highest sum wins; a tie for the highest is wrong. FITB is greedy generation up to the closing quote, EOS or
-``max_new_tokens``, scored by exact match and in-order F1 (``metrics``). OA = (TF_acc + MC_acc + (FITB_acc +
-FITB_F1)/2)/3; OA_random: the same over each item's expected random-guess scores.
-"""
+"""Build syntax-question items from treebanks, score any causal LM on them, summarise as OA; the CLI (mode=paper's
+items and scores: ``paper``). How TF/MC likelihoods, FITB and OA are scored: docs/syntax-questions.md."""
 from __future__ import annotations
 
 import argparse
@@ -60,7 +51,7 @@ def build_items_and_reports(cfg: SyntaxQAConfig) -> tuple[list[Item], list[Sourc
 
 def continuation_ids(tokenizer, prefix: str, conts: list[str]) -> tuple[list[int], list[list[int]]]:
     """(context ids, ids of each continuation) with context + ids_i == BOS + tokens(prefix + conts[i]) (module doc)."""
-    from probes.scoring.primitive import bos_id
+    from probes.scoring.primitive import start_id
 
     enc = tokenizer([prefix] + [prefix + c for c in conts], add_special_tokens=False)["input_ids"]
     p_ids, fulls = list(enc[0]), [list(e) for e in enc[1:]]
@@ -69,7 +60,7 @@ def continuation_ids(tokenizer, prefix: str, conts: list[str]) -> tuple[list[int
     for c, t in zip(conts, tails):
         if not t:
             raise ValueError(f"continuation {c!r} adds no tokens after the prompt; the tokenizer cannot tell it apart")
-    return [bos_id(tokenizer)] + p_ids[:n], tails
+    return [start_id(tokenizer)] + p_ids[:n], tails
 
 
 def _check_length(model, n: int, item: Item) -> None:

@@ -106,13 +106,9 @@ def _parse_sentence(rows: list[tuple[int, str]], path: str, lang: str, index: in
     return sent, _Tree(forms, upos, lemmas, heads, rels)
 
 
-def _lang_of(path: str) -> str:
-    return "zh" if Path(path).name.lower().startswith(("zh_", "zh-", "lzh_")) else "en"
-
-
 def read_conllu(path: str | Path) -> tuple[list[Sentence], list[Fact], list[ConlluError]]:
     path = str(path)
-    lang = _lang_of(path)
+    lang = "zh" if Path(path).name.lower().startswith(("zh_", "zh-", "lzh_")) else "en"
     blocks: list[list[tuple[int, str]]] = [[]]
     with open(path, encoding="utf-8") as fh:
         for i, raw in enumerate(fh, start=1):
