@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Callable, Optional
 
-from train.files import atomic_open, sha256_file, write_text_atomic
+from train.files import CorruptCheckpointError, atomic_open, manifest_hash, sha256_file, write_text_atomic
 
 SUFFIX = ".sha256"
 CHECKSUM_KEY, CHECKSUM = "checksum", "sha256 sidecar"  # in an eval file's metadata: written with one
@@ -72,7 +72,6 @@ def _own_meta(path: Path) -> dict:
 def checkpoint_problem(path: Path, meta: Optional[dict] = None) -> Optional[str]:
     """Why <run>/evals/step<N>/<name>.parquet is not the scores of checkpoints/step<N> (its metadata records
     another manifest_hash), or None, also where there is nothing to compare."""
-    from train.files import CorruptCheckpointError, manifest_hash
     path = Path(path)
     recorded = (_own_meta(path) if meta is None else meta).get("manifest")
     ckpt = path.parents[2] / "checkpoints" / path.parent.name
