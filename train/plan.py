@@ -356,10 +356,10 @@ def memory_per_gpu(cfg: TrainConfig, params: int, seq_len: int, gpus: int) -> tu
                       heads=m.num_attention_heads, vocab=vocab, seq_len=seq_len,
                       micro_batch=cfg.optim.micro_batch, engine_kind=e.kind, zero_stage=stage,
                       bf16=e.precision != "fp32", gpus=gpus, checkpointing=m.gradient_checkpointing,
-                      attn_implementation=m.attn_implementation, loss_chunk=getattr(e, "loss_chunk", 0))
+                      attn_implementation=m.attn_implementation, loss_chunk=e.loss_chunk)
     engine = f"ds-z{stage}" if e.kind == "deepspeed" else ("ddp" if gpus > 1 else "torch")
     setup = (f"{engine} mb{cfg.optim.micro_batch}{' ckpt' if m.gradient_checkpointing else ''}"
-             f"{' lc' if getattr(e, 'loss_chunk', 0) else ''}")
+             f"{' lc' if e.loss_chunk else ''}")
     return memory, setup
 
 
