@@ -128,8 +128,7 @@ def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.Dat
             if heldout is not None:
                 row["val_loss"] = pick(heldout, model=model, budget=budget).val_loss.mean()
             if cells is not None:
-                c = cells[(cells.benchmark == benchmark) & (cells.model == model) & (
-                    cells.budget.isna() if pd.isna(budget) else cells.budget == budget)]
+                c = pick(cells, benchmark=benchmark, model=model, budget=budget)
                 row["band"] = "/".join(sorted(set(c.band)))
                 row.update({f"{ph}_{e}": v for ph, lo, hi in zip(c.phenomenon, c.lo, c.hi)
                             for e, v in (("lo", lo), ("hi", hi))})
