@@ -19,6 +19,7 @@ from probes.analysis.aggregate import seed_summary
 from probes.analysis.bands import MIN_SEEDS_T, band_caption, band_kind, seed_pair_half
 from probes.analysis.evalset import EvalInputError, EvalSet, log_tokens, parse_model_params
 from probes.analysis.outputs import save_figure, write_csv
+from probes.analysis.paperfigs import pick
 from probes.analysis.plotting import accuracy_over_deltas, plot_line, safe_name
 from probes.analysis.scaling import budget_label
 from probes.evals.files import ALL_SUFFIX, REGIONS as GENERIC
@@ -312,7 +313,7 @@ def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metri
         keys = s[["model", "budget"]].drop_duplicates().itertuples(index=False)
         for model, budget in sorted(keys, key=lambda k: (-(parse_model_params(k.model) or 0),
                                                          -(0 if pd.isna(k.budget) else k.budget))):
-            sel = s[(s.model == model) & (s.budget.isna() if pd.isna(budget) else s.budget == budget)]
+            sel = pick(s, model=model, budget=budget)
             if sel.step.nunique() < 2 or drawn >= cfg.max_plots:
                 continue  # never a one-point figure
             # the largest model on the largest budget in the main flow, the others in the appendix
@@ -321,7 +322,7 @@ def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metri
             jobs.submit(title, plot_case_study, sel, spec, f"{bench} · {paradigm} · {model} · {budget_label(budget)}",
                         out / where / f"{stem}_{safe_name(model)}_{budget_label(budget)}.png",
                         cfg.quantity, metric,
-                        runs[(runs.model == model) & (runs.budget.isna() if pd.isna(budget) else runs.budget == budget)])
+                        pick(runs, model=model, budget=budget))
             drawn += 1
         if spec.source == "template slots":
             if pd.isna(n_cross):

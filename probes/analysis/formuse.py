@@ -14,7 +14,7 @@ from probes.analysis.aoa import AoAConfig, aoa_from_fit, fit_sigmoids
 from probes.analysis.plotting import draw_baseline, inch_margins, new_figure, plot_line, token_axis
 from probes.analysis.evalset import ALL_SUFFIX, EvalSet, log_tokens
 from probes.analysis.outputs import save_figure, write_csv
-from probes.analysis.paperfigs import model_order
+from probes.analysis.paperfigs import model_order, pick
 from probes.analysis.scaling import budget_label, budget_order
 from probes.families import families
 
@@ -93,8 +93,7 @@ def _plot(seeds: pd.DataFrame, aoa: pd.DataFrame, path: Path) -> Path:
             plot_line(ax, d.tokens.to_numpy(), d.score_mean.to_numpy(), ref, group.replace("_", " "), COLORS[group],
                       band=band)
             draw_baseline(ax, d.tokens.to_numpy(), np.zeros(len(d)), ref, COLORS[group])
-            a = aoa[(aoa.model == model) & (aoa.group == group)
-                    & (aoa.budget.isna() if pd.isna(budget) else aoa.budget == budget)]
+            a = pick(aoa, model=model, group=group, budget=budget)
             if len(a) and np.isfinite(a.aoa_log10_tokens.iloc[0]):
                 ax.axvline(10 ** a.aoa_log10_tokens.iloc[0], color=COLORS[group], ls=":", lw=1.4,
                            label=f"AoA {group.replace('_', ' ')}")

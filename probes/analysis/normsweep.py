@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from probes.analysis.paperfigs import pick
 from probes.analysis.scaling import budget_label
 from probes.evals.files import ALL_SUFFIX, MINIMAL_PAIRS, EvalInputError, eval_file_meta
 from train.files import step_dirs
@@ -140,8 +141,7 @@ def sweep_summary(par: pd.DataFrame, move: float = 0.20) -> pd.DataFrame:
     default = {"pow": f"pow{POW_DEFAULT}", "morcela": f"morcela_{MORCELA_DEFAULT[0]}_{MORCELA_DEFAULT[1]}"}
     for (model, budget, bench, metric), g in overall.groupby([*keys, "metric"], dropna=False, sort=True):
         lo, hi = g.loc[g.acc.idxmin()], g.loc[g.acc.idxmax()]
-        span = mean_par[(mean_par.model == model) & (mean_par.benchmark == bench) & (mean_par.metric == metric)
-                        & (mean_par.budget.isna() if pd.isna(budget) else mean_par.budget == budget)]
+        span = pick(mean_par, model=model, benchmark=bench, metric=metric, budget=budget)
         ends = span.groupby("paradigm")["acc"].agg(["max", "min"])  # cython: a lambda per paradigm was 80 % of this
         spread = ends["max"] - ends["min"]
         at_default = g.loc[g.point == default.get(metric, g.point.iloc[0]), "acc"]

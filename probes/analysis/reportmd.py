@@ -13,7 +13,7 @@ from probes.analysis.normsweep import MORCELA_BETAS, MORCELA_GAMMAS, POW_ALPHAS,
 from probes.analysis.paper_ushapes import REFERENCE_DEPTH, paper_u_markdown
 from probes.analysis.scaling import PAPER_GROUPS, budget_label
 from probes.analysis.table4 import table4_markdown
-from probes.analysis.paperfigs import MAX_PANELS
+from probes.analysis.paperfigs import MAX_PANELS, pick
 from probes.analysis.ushape import count_ushapes
 
 
@@ -42,8 +42,7 @@ def summary_table(R: dict, cfg) -> pd.DataFrame:
     rows = []
     for d in ch.to_dict("records"):
         g = dict(model=d["model"], budget=d["budget"])
-        at = lambda df: df[(df.model == d["model"]) & (  # noqa: E731
-            df.budget.isna() if pd.isna(d["budget"]) else df.budget == d["budget"])]
+        at = lambda df: pick(df, **g)  # noqa: E731
         fin = at(ph[ph.benchmark.str.removesuffix("_all") == d["benchmark"]])
         us = at(R["us"][R["us"].benchmark == d["benchmark"]]) if len(R["us"]) else R["us"]
         c = count_ushapes(us)

@@ -90,9 +90,7 @@ def blimp_human(table: pd.DataFrame, path: Union[str, Path, None] = None) -> Opt
 
 
 # ZhoBLiMP Table 4, Zh-Pythia columns (3B tokens), keyed by the benchmark files' phenomenon names.
-_PHEN = ["BA", "anaphor", "argument_structure", "classifier", "control_raising", "ellipsis", "fci_licensing",
-         "nominal_expression", "npi_licensing", "passive", "quantifiers", "question", "relativization",
-         "topicalization", "verb_phrase"]
+_PHEN = list(PAPER_HUMAN)  # the same 15 phenomena, in the paper's column order
 PAPER_ZH_PYTHIA = {
     "Zh-Pythia-14M": dict(zip(_PHEN, [75.1, 43.6, 65.1, 48.6, 82.7, 34.9, 71.6, 58.1, 53.4, 67.9, 51.4, 77.0,
                                       85.1, 91.9, 89.8]), overall=69.9),
@@ -128,8 +126,7 @@ def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.Dat
             if heldout is not None:
                 row["val_loss"] = pick(heldout, model=model, budget=budget).val_loss.mean()
             if cells is not None:
-                c = cells[(cells.benchmark == benchmark) & (cells.model == model) & (
-                    cells.budget.isna() if pd.isna(budget) else cells.budget == budget)]
+                c = pick(cells, benchmark=benchmark, model=model, budget=budget)
                 row["band"] = "/".join(sorted(set(c.band)))
                 row.update({f"{ph}_{e}": v for ph, lo, hi in zip(c.phenomenon, c.lo, c.hi)
                             for e, v in (("lo", lo), ("hi", hi))})
