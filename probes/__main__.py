@@ -160,11 +160,11 @@ def _score_run(command: str, args) -> int:
 
         try:
             revisions = parse_revisions(args.revisions)
-            hub = HubOptions(args.hub, revisions, args.tokens_per_step or PYTHIA_TOKENS_PER_STEP, args.delete_after)
+            hub_opts = HubOptions(args.hub, revisions, args.tokens_per_step or PYTHIA_TOKENS_PER_STEP, args.delete_after)
             check_out(args.out)  # before the lock file goes in
             args.out.mkdir(parents=True, exist_ok=True)
             with RunLock(args.out, name=EVAL_LOCK, why="another score-run is scoring this directory"):
-                written, warnings, errors = score_hub(args.out, hub, benchmarks, opts)
+                written, warnings, errors = score_hub(args.out, hub_opts, benchmarks, opts)
         except (OSError, ValueError, RunDirLocked, EvalInputError, WeightsMismatchError, RevisionError) as e:
             raise CliError(str(e)) from None
         for w in warnings:

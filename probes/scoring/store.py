@@ -18,7 +18,6 @@ from train.files import versions
 from train.faults import fault_point
 
 
-
 def write_pairs(df: pd.DataFrame, path: Path, meta: dict) -> None:
     """Write ``df`` to ``path`` atomically with ``meta`` (convention and versions defaulted) in the schema."""
     path = Path(path)
