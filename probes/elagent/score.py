@@ -15,7 +15,7 @@ from probes.elagent.deduction import deduction_items
 from probes.elagent.config import BENCHMARK, KIND, ElagentConfig
 from probes.elagent.items import MCItem
 from probes.elagent.precedence import precedence_items
-from probes.scoring.primitive import ENCODE, REDUCTIONS, start_id, token_logprobs
+from probes.scoring.primitive import REDUCTIONS, sentence_ids, token_logprobs
 
 
 def build_items(cfg: ElagentConfig) -> list[MCItem]:
@@ -43,12 +43,12 @@ def corpus_documents(cfg) -> list[str]:
 def continuation_ids(tokenizer, prompt: str, texts, item_id: str) -> tuple[list[int], list[list[int]]]:
     """(context ids with the start token, the ids of each text after it): context + tail_k is exactly the
     tokenisation of prompt + " " + text_k, and every text continues the same context."""
-    enc = [list(map(int, e)) for e in tokenizer([prompt] + [f"{prompt} {o}" for o in texts], **ENCODE)["input_ids"]]
-    n = len(os.path.commonprefix(enc))  # of lists: the shared token prefix
+    enc = sentence_ids(tokenizer, [prompt] + [f"{prompt} {o}" for o in texts])
+    n = len(os.path.commonprefix(enc))  # of lists: the start token and the shared token prefix
     tails = [e[n:] for e in enc[1:]]
     if any(not t for t in tails) or len({tuple(t) for t in tails}) != len(tails):
         raise ValueError(f"elagent item {item_id}: the tokenizer cannot tell its answers {tuple(texts)} apart")
-    return [start_id(tokenizer)] + enc[0][:n], tails
+    return enc[0][:n], tails
 
 
 def option_sequences(tokenizer, item: MCItem) -> tuple[list[int], list[list[int]]]:
