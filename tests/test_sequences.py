@@ -172,3 +172,16 @@ def test_budget_error_names_keys_and_sizes(store):
     assert _stream(store, budget_tokens=2 * n, epochs=2).view_tokens == n  # exactly the corpus is fine
     with pytest.raises(ValueError, match="data.seq_len"):
         _stream(store, budget_tokens=3)
+
+
+@pytest.mark.parametrize("budget,epochs", [(40, 1), (41, 1), (80, 2), (36, 1)])
+def test_the_start_up_count_of_steps_is_the_streams_own(store, budget, epochs):
+    """The start-up warnings (train.summary) counted one sequence per epoch fewer than the stream when the
+    budget was a multiple of data.seq_len: 40 tokens of 4 gave 9 sequences and 0 steps of 10, the run 1."""
+    from types import SimpleNamespace as NS
+
+    from train.summary import planned_steps_of
+
+    cfg = NS(data=NS(budget_tokens=budget, epochs=epochs, seq_len=4), model=NS(max_position_embeddings=64),
+             optim=NS(global_batch=10))
+    assert planned_steps_of(cfg) == _stream(store, budget_tokens=budget, epochs=epochs).steps(10)

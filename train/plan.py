@@ -22,7 +22,7 @@ from train.grid import compose_run, expand, hydra_context, run_subdir
 from train.model import pad_vocab, parameters_of
 from train.schedule import checkpoint_steps
 from train.start_token import document_tokens
-from train.summary import recipe_warnings
+from train.summary import planned_steps_of, recipe_warnings
 from train.tokenizer import (load_tokenizer, prepare_tokenizer, pretrained_dir, tokenizer_label, tokenizer_length,
                              trained_dir)
 
@@ -218,14 +218,11 @@ class RunPlan:
 
 
 def planned_steps(cfg: TrainConfig) -> int:
-    """Optimizer steps of a run, from its budget (mirrors SequenceStream.steps without the corpus)."""
+    """Optimizer steps of a run, from its budget (train.summary.planned_steps_of, refusing a null budget)."""
     if cfg.data.budget_tokens is None:
         raise ValueError("data.budget_tokens is null (the whole corpus): the plan needs a budget to count "
                          "steps without the corpus; set data.budget_tokens or budget=<10M|100M|1B|3B>")
-    seq_len = cfg.data.seq_len or cfg.model.max_position_embeddings
-    view = math.ceil(cfg.data.budget_tokens / cfg.data.epochs)  # + 1 label token: windows overlap by one
-    sequences = view // seq_len * cfg.data.epochs
-    return sequences // cfg.optim.global_batch
+    return planned_steps_of(cfg)
 
 
 def parameter_count(cfg: TrainConfig) -> int:

@@ -58,12 +58,13 @@ def recipe_warnings(cfg, total_steps: int, seq_len: int) -> list[str]:
 
 
 def planned_steps_of(cfg) -> Optional[int]:
-    """Steps from the budget alone (as train.plan counts them), or None without a budget."""
+    """Optimizer steps from the budget alone, or None without a budget: SequenceStream's count where the
+    corpus is large enough (a view of ceil(budget/epochs) tokens + 1 label token, windows overlapping by one)."""
     if cfg.data.budget_tokens is None:
         return None
     seq_len = cfg.data.seq_len or cfg.model.max_position_embeddings
     view = math.ceil(cfg.data.budget_tokens / cfg.data.epochs)
-    return max(0, (view - 1) // seq_len) * cfg.data.epochs // cfg.optim.global_batch
+    return view // seq_len * cfg.data.epochs // cfg.optim.global_batch
 
 
 def warn_early(cfg) -> Optional[int]:
