@@ -3,7 +3,6 @@ Hydra's ConfigStore as the schema every YAML in configs/ is merged onto (an unkn
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import typing
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +16,7 @@ from train.engine import EngineConfig
 from train.errors import ConfigError, did_you_mean
 from train.logger import LoggerConfig
 from train.model import ModelConfig
+from train.names import resolve
 from train.optim import OptimConfig
 from train.schedule import ScheduleConfig
 from train.tokenizer import TokenizerConfig
@@ -95,11 +95,7 @@ def typed_section(node, key: str):
     target = node.get("_target_")
     if not isinstance(target, str):
         raise ConfigError(f"{key}._target_ is missing: name the dataclass that types the {key!r} section")
-    module, _, name = target.rpartition(".")
-    try:
-        schema = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ConfigError(f"{key}._target_={target!r} cannot be imported: {e}") from None
+    schema = resolve(f"{key}._target_", target)  # this project's names only (train/names.py)
     if not dataclasses.is_dataclass(schema):
         raise ConfigError(f"{key}._target_={target!r} is not a dataclass")
     if "_target_" not in {f.name for f in dataclasses.fields(schema)}:  # else it records itself
