@@ -1,14 +1,18 @@
-"""`python -m train batch RUN_DIR --step N [--text] [--out FILE.npy]`: the exact global batch of optimizer step N.
+"""`python -m train batch RUN_DIR --step N | --steps A:B [--text] [--out FILE.npy]`: the exact global batch of optimizer step N.
 
 Step N is the N-th update (train.jsonl's "step": N; checkpoints/step<N>); its batch is the stream's batch N-1, a
 pure function of the step, the data seed and the token store, so it is rebuilt from config.yaml alone however
 many ranks trained it. A row is seq_len + 1 ids (inputs and labels). `batch_sha256`, logged for every step, is
-the sha256 of the ids as little-endian int32 in C order; this prints the same hash.
+the sha256 of the ids as little-endian int32 in C order; this prints the same hash. The first call on a corpus and
+tokenizer records its token store in data.cache_dir/batch-index/; later ones read the store alone (no corpus
+pass, no tokenizer or torch), and `--steps A:B` (A to B inclusive) gathers many batches in one pass.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -19,13 +23,13 @@ from omegaconf import OmegaConf
 
 from train.cli import exit_on_user_error
 from train.config import TrainConfig, to_typed
-from train.corpus import load_documents
+from train.corpus import corpus_id_of, load_documents
 from train.errors import ConfigError, InputFileError, check_writable
-from train.files import atomic_open
+from train.files import atomic_open, write_json_atomic
 from train.overrides import CONFIGS
 from train.sequences import SequenceStream
 from train.start_token import document_tokens
-from train.tokenizer import load_tokenizer, prepare_tokenizer
+from train.tokenizer import load_tokenizer, prepare_tokenizer, pretrained_dir, trained_dir
 
 
 def batch_ids(stream, step: int, global_batch: int) -> np.ndarray:
@@ -33,7 +37,7 @@ def batch_ids(stream, step: int, global_batch: int) -> np.ndarray:
     if step < 1:
         raise IndexError(f"--step {step}: optimizer steps count from 1 (step N is the N-th update; "
                          f"checkpoints/step0 holds the weights before any)")
-    return stream.batch(step - 1, global_batch).numpy()
+    return stream.batches(step - 1, step, global_batch)[0]
 
 
 def batch_sha256(ids) -> str:
@@ -42,9 +46,10 @@ def batch_sha256(ids) -> str:
     return hashlib.sha256(arr.tobytes()).hexdigest()
 
 
-def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None):
+def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None, probes: bool = True):
     """The run's TrainConfig from <run>/config.yaml, checked like a command line (optionally with another
-    data.cache_dir); keys added since the run was written get the values it ran with."""
+    data.cache_dir); keys added since the run was written get the values it ran with. Its import paths name this
+    project's code only (train/names.py); probes=False leaves the probes section untyped (train.config.to_typed)."""
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise InputFileError(f"{path}: not found; {run_dir} is not a run directory")
@@ -58,7 +63,7 @@ def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None):
         if saved.get("probes") and "_target_" not in saved.probes:  # written before the section named its type
             default = OmegaConf.load(CONFIGS / "config.yaml")
             saved.probes._target_ = default.probes._target_
-        cfg = to_typed(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved))
+        cfg = to_typed(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved), probes)
     except (ValueError, TypeError) as e:  # omegaconf errors name the key
         raise ConfigError(f"{path}: {e}") from None
     if cache_dir is not None:
@@ -68,18 +73,49 @@ def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None):
 
 def open_stream(cfg):
     """(tokenizer, SequenceStream) of a run as the loop builds them (from data.cache_dir, rebuilt if gone)."""
-    from train.token_store import build_or_load  # imports datasets: `batch --help` need not
+    from train.token_store import build_or_load
     cache_dir = Path(cfg.data.cache_dir).expanduser()
     docs, corpus_id = load_documents(cfg.data)
     tokenizer_dir = prepare_tokenizer(cfg.tokenizer, docs, corpus_id, cache_dir)
     store = build_or_load(docs, tokenizer_dir, corpus_id, cache_dir, num_proc=cfg.data.num_proc)
     tokenizer = load_tokenizer(tokenizer_dir)
-    return tokenizer, stream_of(cfg, store, tokenizer)
+    stream = stream_of(cfg, store, tokenizer)
+    index, _ = _index_entry(cfg)  # for cached_stream: a failed write costs the next call the same again
+    with contextlib.suppress(OSError):
+        write_json_atomic(index, {"store": store.path.name, "start_id": stream.start_id, "end_id": stream.end_id})
+    return tokenizer, stream
+
+
+def cached_stream(cfg):
+    """(tokenizer directory, SequenceStream) from the store open_stream recorded for this corpus and tokenizer,
+    else None; a corpus file or tokenizer changed since has another entry."""
+    from train.token_store import TokenStore
+    try:
+        index, tokenizer_dir = _index_entry(cfg)
+        rec = json.loads(index.read_text())
+        store = TokenStore(index.parent.parent / "stores" / rec["store"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return tokenizer_dir, _stream(cfg, store, rec["start_id"], rec["end_id"])
+
+
+def _index_entry(cfg) -> tuple[Path, Path]:
+    """(data.cache_dir/batch-index/<key>.json, tokenizer directory): the key from the corpus identity (names,
+    sizes, mtimes) and the tokenizer directory's files' names, sizes and mtimes; nothing is read or loaded."""
+    cache_dir, t = Path(cfg.data.cache_dir).expanduser(), cfg.tokenizer
+    corpus_id = corpus_id_of(cfg.data)
+    tdir = pretrained_dir(t) if t.kind == "pretrained" else trained_dir(t, corpus_id, cache_dir)
+    files = sorted([f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in tdir.iterdir() if f.is_file())
+    key = hashlib.sha256(json.dumps([corpus_id, str(tdir), files]).encode()).hexdigest()[:16]
+    return cache_dir / "batch-index" / f"{key}.json", tdir
 
 
 def stream_of(cfg, store, tokenizer):
     """The run's SequenceStream over `store`: one definition for the loop and the batch viewer."""
-    doc_start, doc_end = document_tokens(tokenizer)
+    return _stream(cfg, store, *document_tokens(tokenizer))
+
+
+def _stream(cfg, store, doc_start: int, doc_end: Optional[int]):
     return SequenceStream(store, seq_len=cfg.data.seq_len or cfg.model.max_position_embeddings,
                           budget_tokens=cfg.data.budget_tokens, epochs=cfg.data.epochs,
                           order_seed=cfg.data.order_seed, seed=cfg.data.seed, start_id=doc_start, end_id=doc_end,
@@ -89,11 +125,13 @@ def stream_of(cfg, store, tokenizer):
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m train batch", description=__doc__.split("\n")[0].split(": ", 1)[1])
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    p.add_argument("--step", type=int, required=True, metavar="N",
-                   help="optimizer step (1 = the first update; the step train.jsonl logs)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--step", type=int, metavar="N",
+                       help="optimizer step (1 = the first update; the step train.jsonl logs)")
+    which.add_argument("--steps", type=_step_range, metavar="A:B", help="steps A to B (inclusive) in one pass")
     p.add_argument("--text", action="store_true", help="print each row decoded by the run's tokenizer")
     p.add_argument("--out", type=Path, default=None, metavar="FILE.npy",
-                   help="save the ids as a numpy array, rows x (seq_len + 1), int32")
+                   help="save the ids as a numpy array, rows x (seq_len + 1), int32 (--steps: steps x rows x ...)")
     p.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
                    help="the token store's cache, where it is not the run's data.cache_dir")
     args = p.parse_args(argv)
@@ -105,20 +143,33 @@ def _main(args) -> int:
         raise ConfigError(f"--out {args.out}: name a .npy file")
     if args.out is not None:
         check_writable(args.out.parent, "--out")  # a read-only place: one line, before the corpus is read
-    cfg = load_run_config(args.run_dir, args.cache_dir)
-    tokenizer, stream = open_stream(cfg)
+    cfg = load_run_config(args.run_dir, args.cache_dir, probes=False)
+    first, last = args.steps or (args.step, args.step)
+    cached = cached_stream(cfg)
+    tokenizer, stream = (None, cached[1]) if cached else open_stream(cfg)
     total = stream.steps(cfg.optim.global_batch)
-    if not 1 <= args.step <= total:
-        raise ConfigError(f"--step {args.step}: {args.run_dir} trains steps 1..{total} "
-                          f"(optim.global_batch={cfg.optim.global_batch}, {stream.num_sequences} sequences)")
-    ids = batch_ids(stream, args.step, cfg.optim.global_batch)
+    for step in (first, last):
+        if not 1 <= step <= total:
+            raise ConfigError(f"--step {step}: {args.run_dir} trains steps 1..{total} "
+                              f"(optim.global_batch={cfg.optim.global_batch}, {stream.num_sequences} sequences)")
+    batches = stream.batches(first - 1, last, cfg.optim.global_batch)
     if args.out is not None:
         with atomic_open(args.out, "wb") as fh:
-            np.save(fh, ids.astype("<i4"))
-    if args.text:
-        for i, row in enumerate(ids):
-            print(f"--- row {i} ---")
+            np.save(fh, (batches[0] if args.steps is None else batches).astype("<i4"))
+    if args.text and tokenizer is None:
+        tokenizer = load_tokenizer(cached[0])
+    out = sys.stderr if args.text else sys.stdout
+    for step, ids in enumerate(batches, first):
+        for i, row in enumerate(ids if args.text else ()):
+            print(f"--- row {i} ---" if args.steps is None else f"--- step {step} row {i} ---")
             print(tokenizer.decode(row.tolist()))
-    print(f"step {args.step}: {ids.shape[0]} rows x {ids.shape[1]} ids, batch_sha256 {batch_sha256(ids)}"
-          + (f" -> {args.out}" if args.out is not None else ""), file=sys.stderr if args.text else sys.stdout)
+        print(f"step {step}: {ids.shape[0]} rows x {ids.shape[1]} ids, batch_sha256 {batch_sha256(ids)}"
+              + (f" -> {args.out}" if args.out is not None else ""), file=out)
     return 0
+
+
+def _step_range(text: str) -> tuple[int, int]:
+    a, sep, b = text.partition(":")
+    if not (sep and a.strip().isdigit() and b.strip().isdigit() and int(a) <= int(b)):
+        raise argparse.ArgumentTypeError(f"{text!r}: write A:B, steps A to B inclusive with A <= B (e.g. 1:100)")
+    return int(a), int(b)

@@ -16,7 +16,7 @@ from train.engine import EngineConfig
 from train.errors import ConfigError, did_you_mean
 from train.logger import LoggerConfig
 from train.model import ModelConfig
-from train.names import resolve
+from train.names import check_name, resolve
 from train.optim import OptimConfig
 from train.schedule import ScheduleConfig
 from train.tokenizer import TokenizerConfig
@@ -78,12 +78,16 @@ def register() -> None:
         OmegaConf.register_new_resolver("budget_tag", budget_tag)
 
 
-def to_typed(cfg) -> TrainConfig:
+def to_typed(cfg, probes: bool = True) -> TrainConfig:
     """The Hydra DictConfig as the dataclass objects (every __post_init__ runs); a key added with `+`
-    (Hydra's suggested fix for a typo) bypasses the schema, so every key is checked here."""
+    (Hydra's suggested fix for a typo) bypasses the schema, so every key is checked here. probes=False: the
+    probes section's `_target_` is checked as a name only and the section stays a DictConfig (`train batch`)."""
     _refuse_unknown_keys(cfg, TrainConfig)
     typed = OmegaConf.to_object(cfg)
-    typed.probes = typed_section(cfg.probes, "probes")
+    if probes:
+        typed.probes = typed_section(cfg.probes, "probes")
+    elif cfg.probes:
+        check_name("probes._target_", cfg.probes.get("_target_"))
     return typed
 
 

@@ -96,8 +96,7 @@ def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
         docs = [d for d in generate(cfg.grammar) if d.strip()]
         if not docs:
             raise ValueError(f"data.grammar {asdict(cfg.grammar)} produced no documents")
-        ident = json.dumps({"source": "grammar", "grammar": asdict(cfg.grammar)}, sort_keys=True)
-        return datasets.Dataset.from_dict({"text": docs}), ident
+        return datasets.Dataset.from_dict({"text": docs}), corpus_id_of(cfg)
     if cfg.source != "files":
         raise ValueError(f"data.source must be 'grammar' or 'files', got {cfg.source!r}")
     if cfg.format not in ("auto", *_EXTENSIONS):
@@ -134,6 +133,13 @@ def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
         raise ValueError(f"data.paths: the corpus is empty (no non-blank documents in "
                          f"{sorted(str(f) for fs in groups.values() for f in fs)})")
     return docs, corpus_identity(cfg, groups)
+
+
+def corpus_id_of(cfg: DataConfig) -> str:
+    """load_documents' corpus identity without reading or generating a document (`train batch`)."""
+    if cfg.source == "grammar":
+        return json.dumps({"source": "grammar", "grammar": asdict(cfg.grammar)}, sort_keys=True)
+    return corpus_identity(cfg)
 
 
 def corpus_identity(cfg: DataConfig, groups: Optional[dict[str, list[Path]]] = None) -> str:
