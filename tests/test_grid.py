@@ -81,3 +81,25 @@ def test_the_mini_model_names_carry_their_parameter_counts():
         cfg, _ = compose_run(["experiment=zhoblimp_mini", f"model={name}"])
         n = count_parameters(build_model(cfg.model, cfg.tokenizer.vocab_size, device="meta"))
         assert abs(n - parse_model_params(name)) / n < 0.03, (name, n)
+
+
+@pytest.mark.parametrize("grid", [
+    ["experiment=zhoblimp_grid"], ["experiment=zhoblimp_mini"],
+    # a plain value and a group axis beside a key the group's option also sets (composed whole)
+    ["experiment=zhoblimp_mini", "optim.lr=1e-3,2e-3", "data.seed=5"],
+    ["model=tiny,pythia-14m", "model.hidden_size=32,64", "seed=0,3"],
+])
+def test_a_grid_composed_once_gives_every_runs_own_composition(grid):
+    """Issue 45: `train plan`/`train slurm` compose the grid's first run and each sweep value's change once
+    (train/grid.py _Grid); every run's typed config and Hydra choices equal composing that run alone."""
+    from train.grid import _compose_run, hydra_context
+
+    runs = expand(grid)
+    every = 5 if len(runs) > 20 else 1  # composing each run whole is the slow part: every 5th of the 60
+    with hydra_context():
+        fast = [compose_run(run) for run in runs]
+        whole = [_compose_run(run) for run in runs[::every]]
+    for run, (cfg, choices), (want, want_choices) in zip(runs[::every], fast[::every], whole):
+        assert cfg == want and choices == want_choices, run
+        assert type(cfg.probes) is type(want.probes) and cfg.logger.tags == want.logger.tags
+    assert len({repr(c) for c, _ in fast}) == len(runs)  # every run its own config
