@@ -103,3 +103,21 @@ def test_a_grid_composed_once_gives_every_runs_own_composition(grid):
         assert cfg == want and choices == want_choices, run
         assert type(cfg.probes) is type(want.probes) and cfg.logger.tags == want.logger.tags
     assert len({repr(c) for c, _ in fast}) == len(runs)  # every run its own config
+
+
+def test_initialisation_and_data_order_seeds_cross_in_one_sweep_each_run_its_own_directory():
+    """Issue 42 item 4: `seed` seeds the initialisation and data.seed (default ${seed}) the data order; a crossed
+    design `-m seed=0,1 data.seed=0,1` gives four runs in four directories (all four were `-s0`/`-s1` before,
+    two runs a directory), while a run with data.seed=${seed} keeps its old name."""
+    from omegaconf import OmegaConf
+    from train.grid import _compose, hydra_context, run_subdir
+
+    runs = expand(["model=tiny", "seed=0,1", "data.seed=0,1"])
+    with hydra_context():
+        cfgs = [compose_run(run)[0] for run in runs]
+        dirs = [OmegaConf.select(_compose(run, with_hydra=True), "hydra.run.dir") for run in runs]
+        default = compose_run(["model=tiny", "seed=3"])[0]
+    assert [(c.seed, c.data.seed) for c in cfgs] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert [run_subdir(c) for c in cfgs] == ["tiny-bfull-s0", "tiny-bfull-s0-d1", "tiny-bfull-s1-d0", "tiny-bfull-s1"]
+    assert dirs == [f"runs/default/{run_subdir(c)}" for c in cfgs]
+    assert (default.data.seed, run_subdir(default)) == (3, "tiny-bfull-s3")

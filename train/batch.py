@@ -16,6 +16,7 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Optional, Sequence
 
 import numpy as np
@@ -46,10 +47,10 @@ def batch_sha256(ids) -> str:
     return hashlib.sha256(arr.tobytes()).hexdigest()
 
 
-def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None, probes: bool = True):
+def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None):
     """The run's TrainConfig from <run>/config.yaml, checked like a command line (optionally with another
     data.cache_dir); keys added since the run was written get the values it ran with. Its import paths name this
-    project's code only (train/names.py); probes=False leaves the probes section untyped (train.config.to_typed)."""
+    project's code only (train/names.py)."""
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise InputFileError(f"{path}: not found; {run_dir} is not a run directory")
@@ -63,7 +64,7 @@ def load_run_config(run_dir: Path, cache_dir: Optional[Path] = None, probes: boo
         if saved.get("probes") and "_target_" not in saved.probes:  # written before the section named its type
             default = OmegaConf.load(CONFIGS / "config.yaml")
             saved.probes._target_ = default.probes._target_
-        cfg = to_typed(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved), probes)
+        cfg = to_typed(OmegaConf.merge(OmegaConf.structured(TrainConfig), saved))
     except (ValueError, TypeError) as e:  # omegaconf errors name the key
         raise ConfigError(f"{path}: {e}") from None
     if cache_dir is not None:
@@ -79,43 +80,38 @@ def open_stream(cfg):
     tokenizer_dir = prepare_tokenizer(cfg.tokenizer, docs, corpus_id, cache_dir)
     store = build_or_load(docs, tokenizer_dir, corpus_id, cache_dir, num_proc=cfg.data.num_proc)
     tokenizer = load_tokenizer(tokenizer_dir)
-    stream = stream_of(cfg, store, tokenizer)
-    index, _ = _index_entry(cfg)  # for cached_stream: a failed write costs the next call the same again
-    with contextlib.suppress(OSError):
-        write_json_atomic(index, {"store": store.path.name, "start_id": stream.start_id, "end_id": stream.end_id})
-    return tokenizer, stream
+    with contextlib.suppress(OSError):  # for cached_stream; unwritable: the next call rebuilds it again
+        ids = {"store": store.path.name, "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
+        write_json_atomic(_index_entry(cfg)[0], ids)
+    return tokenizer, stream_of(cfg, store, tokenizer)
 
 
 def cached_stream(cfg):
-    """(tokenizer directory, SequenceStream) from the store open_stream recorded for this corpus and tokenizer,
-    else None; a corpus file or tokenizer changed since has another entry."""
+    """(tokenizer directory, SequenceStream) from the store and ids open_stream recorded for this corpus and
+    tokenizer (in data.cache_dir/batch-index/), else None: nothing generated, trained or loaded but the store."""
     from train.token_store import TokenStore
     try:
         index, tokenizer_dir = _index_entry(cfg)
         rec = json.loads(index.read_text())
-        store = TokenStore(index.parent.parent / "stores" / rec["store"])
+        return tokenizer_dir, stream_of(cfg, TokenStore(index.parent.parent / "stores" / rec.pop("store")),
+                                        SimpleNamespace(**rec))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return tokenizer_dir, _stream(cfg, store, rec["start_id"], rec["end_id"])
 
 
 def _index_entry(cfg) -> tuple[Path, Path]:
-    """(data.cache_dir/batch-index/<key>.json, tokenizer directory): the key from the corpus identity (names,
-    sizes, mtimes) and the tokenizer directory's files' names, sizes and mtimes; nothing is read or loaded."""
+    """(batch-index entry, tokenizer directory), keyed by the corpus identity and the tokenizer's files' names,
+    sizes and mtimes: a corpus or tokenizer changed since has another entry."""
     cache_dir, t = Path(cfg.data.cache_dir).expanduser(), cfg.tokenizer
-    corpus_id = corpus_id_of(cfg.data)
-    tdir = pretrained_dir(t) if t.kind == "pretrained" else trained_dir(t, corpus_id, cache_dir)
+    tdir = pretrained_dir(t) if t.kind == "pretrained" else trained_dir(t, corpus_id_of(cfg.data), cache_dir)
     files = sorted([f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in tdir.iterdir() if f.is_file())
-    key = hashlib.sha256(json.dumps([corpus_id, str(tdir), files]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps([corpus_id_of(cfg.data), str(tdir), files]).encode()).hexdigest()[:16]
     return cache_dir / "batch-index" / f"{key}.json", tdir
 
 
 def stream_of(cfg, store, tokenizer):
     """The run's SequenceStream over `store`: one definition for the loop and the batch viewer."""
-    return _stream(cfg, store, *document_tokens(tokenizer))
-
-
-def _stream(cfg, store, doc_start: int, doc_end: Optional[int]):
+    doc_start, doc_end = document_tokens(tokenizer)
     return SequenceStream(store, seq_len=cfg.data.seq_len or cfg.model.max_position_embeddings,
                           budget_tokens=cfg.data.budget_tokens, epochs=cfg.data.epochs,
                           order_seed=cfg.data.order_seed, seed=cfg.data.seed, start_id=doc_start, end_id=doc_end,
@@ -143,7 +139,7 @@ def _main(args) -> int:
         raise ConfigError(f"--out {args.out}: name a .npy file")
     if args.out is not None:
         check_writable(args.out.parent, "--out")  # a read-only place: one line, before the corpus is read
-    cfg = load_run_config(args.run_dir, args.cache_dir, probes=False)
+    cfg = load_run_config(args.run_dir, args.cache_dir)
     first, last = args.steps or (args.step, args.step)
     cached = cached_stream(cfg)
     tokenizer, stream = (None, cached[1]) if cached else open_stream(cfg)
@@ -169,7 +165,7 @@ def _main(args) -> int:
 
 
 def _step_range(text: str) -> tuple[int, int]:
-    a, sep, b = text.partition(":")
-    if not (sep and a.strip().isdigit() and b.strip().isdigit() and int(a) <= int(b)):
+    a, _, b = text.partition(":")
+    if not (a.isdigit() and b.isdigit() and int(a) <= int(b)):
         raise argparse.ArgumentTypeError(f"{text!r}: write A:B, steps A to B inclusive with A <= B (e.g. 1:100)")
     return int(a), int(b)

@@ -16,7 +16,7 @@ from train.engine import EngineConfig
 from train.errors import ConfigError, did_you_mean
 from train.logger import LoggerConfig
 from train.model import ModelConfig
-from train.names import check_name, resolve
+from train.names import resolve
 from train.optim import OptimConfig
 from train.schedule import ScheduleConfig
 from train.tokenizer import TokenizerConfig
@@ -70,24 +70,27 @@ def budget_tag(budget) -> str:
     return "full" if budget is None or str(budget) == "None" else str(budget)
 
 
+def seed_tag(seed, data_seed) -> str:
+    """The seeds in a run directory's name: `seed` (initialisation), and `-d<data.seed>` where the data order's
+    seed is not it (a crossed design, `-m seed=0,1 data.seed=0,1`); runs with data.seed=${seed} keep `-s<seed>`."""
+    return f"{seed}" if str(data_seed) == str(seed) else f"{seed}-d{data_seed}"
+
+
 def register() -> None:
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
     if not OmegaConf.has_resolver("procs_per_node"):  # configs/hydra/launcher/slurm.yaml's ${procs_per_node:...}
         OmegaConf.register_new_resolver("procs_per_node", procs_per_node)
-    if not OmegaConf.has_resolver("budget_tag"):  # configs/config.yaml's run directory names
-        OmegaConf.register_new_resolver("budget_tag", budget_tag)
+    for name, tag in (("budget_tag", budget_tag), ("seed_tag", seed_tag)):  # configs/config.yaml's run directories
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, tag)
 
 
-def to_typed(cfg, probes: bool = True) -> TrainConfig:
+def to_typed(cfg) -> TrainConfig:
     """The Hydra DictConfig as the dataclass objects (every __post_init__ runs); a key added with `+`
-    (Hydra's suggested fix for a typo) bypasses the schema, so every key is checked here. probes=False: the
-    probes section's `_target_` is checked as a name only and the section stays a DictConfig (`train batch`)."""
+    (Hydra's suggested fix for a typo) bypasses the schema, so every key is checked here."""
     _refuse_unknown_keys(cfg, TrainConfig)
     typed = OmegaConf.to_object(cfg)
-    if probes:
-        typed.probes = typed_section(cfg.probes, "probes")
-    elif cfg.probes:
-        check_name("probes._target_", cfg.probes.get("_target_"))
+    typed.probes = typed_section(cfg.probes, "probes")
     return typed
 
 

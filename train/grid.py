@@ -16,7 +16,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from train.config import TrainConfig, register, to_typed, typed_section
 from train.overrides import CONFIGS
@@ -107,120 +107,79 @@ def _compose_run(overrides: Sequence[str]) -> tuple[TrainConfig, dict]:
 
 def run_subdir(cfg: TrainConfig) -> str:
     """The run's directory under the sweep dir (configs/config.yaml, hydra.sweep.subdir)."""
-    from train.config import budget_tag
-    return f"{cfg.model.name}-b{budget_tag(cfg.data.budget_tokens)}-s{cfg.seed}"
+    from train.config import budget_tag, seed_tag
+    return f"{cfg.model.name}-b{budget_tag(cfg.data.budget_tokens)}-s{seed_tag(cfg.seed, cfg.data.seed)}"
 
 
 _GRID: Optional["_Grid"] = None
-_CHOICES = "hydra.runtime.choices."
+_GONE = object()
 
 
 class _Grid:
-    """A grid's runs composed without Hydra composing each (0.16 CPU-s a run): the first run is composed whole,
-    and once each override that replaces one of its overrides (`model=pythia-70m`), giving the keys it changes;
-    a run is the first run's keys with its overrides' changes. Runs whose overrides are not the first run's
-    keys, or two of whose overrides change one key, are composed whole (tests/test_grid.py compares all)."""
+    """A grid's runs without Hydra composing each (0.16 CPU-s a run): the first run is composed whole, and once
+    each override that replaces one of its overrides (`model=pythia-70m`: the keys it changes); a run is the
+    first run's keys with its overrides' changes, resolved on one live config. Runs with other override keys, or
+    two of whose overrides change one key, are composed whole (tests/test_grid.py compares)."""
 
     def __init__(self):
-        self.first: Optional[list[str]] = None
-        self.deltas: dict[str, dict] = {}
-        self.sections: dict[tuple, object] = {}  # each distinct resolved section typed once
+        self.first, self.deltas, self.sections = None, {}, {}
 
     def compose(self, overrides: Sequence[str]) -> Optional[tuple[TrainConfig, dict]]:
         keys = [o.partition("=")[0] for o in overrides]
-        if any(k.startswith(("+", "~")) for k in keys):
-            return None
         try:
             if self.first is None:
-                self._start(overrides)
-            if keys != [o.partition("=")[0] for o in self.first]:
+                tree = _plain(_compose(overrides, with_hydra=True))
+                self.first, self.flat, self.live, self.last = list(overrides), _flat(tree), OmegaConf.create(tree), set()
+            if any(k.startswith(("+", "~")) for k in keys) or keys != [o.partition("=")[0] for o in self.first]:
                 return None
             changed: dict = {}
             for i, line in enumerate(overrides):
-                if line != self.first[i]:
-                    change = self.deltas.get(line) or self._delta(i, line)
-                    if changed.keys() & change.keys() or _GONE in change.values():
-                        return None
-                    changed.update(change)
+                change = {} if line == self.first[i] else self.deltas.get(line) or self._delta(i, line)
+                if changed.keys() & change.keys() or _GONE in change.values():
+                    return None
+                changed.update(change)
         except Exception:  # noqa: BLE001 - composed whole, Hydra's error named as compose_run names it
             return None
-        # the run's keys on the one live config (those the last run changed back first); only the
-        # interpolations are resolved, every other value is the composed one
-        for key in self.last | changed.keys():
-            value = changed.get(key, self.flat[key])
-            if key.startswith(_CHOICES):
-                self.hydra.runtime.choices[key[len(_CHOICES):]] = value
-            else:
-                OmegaConf.update(self.live, key, value, merge=False)
+        for key in self.last | changed.keys():  # this run's values; the last run's changes undone
+            OmegaConf.update(self.live, key, changed.get(key, self.flat[key]), merge=False)
         self.last = changed.keys()
-        interpolated = self.interpolated | {k for k, v in changed.items() if "${" in json.dumps(v)}
-        HydraConfig.instance().cfg = self.hydra_cfg  # ${hydra:runtime.choices.optim} resolves from it
-        tree: dict = {}
-        for key, value in {**self.flat, **changed}.items():
-            *path, leaf = key.split(".")
-            node = tree
-            for part in path:
-                node = node.setdefault(part, {})
-            node[leaf] = value
-            if key in interpolated:
-                node[leaf] = OmegaConf.select(self.live, key)
-                if OmegaConf.is_config(node[leaf]):
-                    node[leaf] = OmegaConf.to_container(node[leaf], resolve=True)
-        HydraConfig.instance().cfg = None  # as compose_run leaves it
-        choices = tree.pop("hydra")["runtime"]["choices"]
-        return self._typed(tree), choices
-
-    def _start(self, overrides: Sequence[str]) -> None:
-        base = _compose(overrides, with_hydra=True)
-        self.first, self.flat, self.last = list(overrides), _flat(base), set()
-        self.interpolated = {k for k, v in self.flat.items() if "${" in json.dumps(v)}
-        tree = OmegaConf.to_container(base, resolve=False)
-        tree.pop("hydra")
-        self.live = OmegaConf.create(tree)
-        HydraConfig.instance().set_config(base)
-        self.hydra_cfg, HydraConfig.instance().cfg = HydraConfig.instance().cfg, None
-        self.hydra = self.hydra_cfg.hydra
-        OmegaConf.set_readonly(self.hydra, False)
-
-    def _delta(self, i: int, line: str) -> dict:
-        """The keys (and Hydra choices) that `line` in place of the first run's i-th override changes."""
-        key, _, value = line.partition("=")
-        if not (CONFIGS / key).is_dir() and key in self.flat and not key.startswith("hydra"):
-            delta = {key: OverridesParser.create().parse_overrides([line])[0].value()}  # a plain value
-        else:
-            other = _flat(_compose([*self.first[:i], line, *self.first[i + 1:]], with_hydra=True))
-            delta = {k: other.get(k, _GONE) for k in other.keys() | self.flat.keys()
-                     if other.get(k, _GONE) != self.flat.get(k, _GONE)}
-        self.deltas[line] = delta
-        return delta
-
-    def _typed(self, resolved: dict) -> TrainConfig:
-        """The TrainConfig to_typed gives for a resolved run config, each distinct section typed once."""
-        hints, parts = typing.get_type_hints(TrainConfig), dict(resolved)
-        for name, value in resolved.items():
+        HydraConfig.instance().cfg = self.live  # ${hydra:runtime.cwd} and the like read its hydra node
+        try:
+            resolved = OmegaConf.to_container(self.live, resolve=True)
+        finally:
+            HydraConfig.instance().cfg = None
+        choices = resolved.pop("hydra")["runtime"]["choices"]
+        hints = typing.get_type_hints(TrainConfig)
+        for name, value in resolved.items():  # each distinct section typed once, as to_typed types it
             if isinstance(value, dict):
                 key = (name, json.dumps(value, sort_keys=True))
                 if key not in self.sections:
                     self.sections[key] = typed_section(OmegaConf.create(value), name) if name == "probes" else \
                         OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(hints[name]), value))
-                parts[name] = copy.deepcopy(self.sections[key])
-        return TrainConfig(**parts)
+                resolved[name] = copy.deepcopy(self.sections[key])
+        return TrainConfig(**resolved), choices
+
+    def _delta(self, i: int, line: str) -> dict:
+        """The keys (and Hydra choices) that `line` in place of the first run's i-th override changes."""
+        key = line.partition("=")[0]
+        if not (CONFIGS / key).is_dir() and key in self.flat and not key.startswith("hydra"):  # a plain value
+            self.deltas[line] = {key: OverridesParser.create().parse_overrides([line])[0].value()}
+        else:
+            other = _flat(_plain(_compose([*self.first[:i], line, *self.first[i + 1:]], with_hydra=True)))
+            self.deltas[line] = {k: other.get(k, _GONE) for k in other.keys() | self.flat.keys()
+                                 if other.get(k, _GONE) != self.flat.get(k, _GONE)}
+        return self.deltas[line]
 
 
-_GONE = object()
-
-
-def _flat(cfg: DictConfig) -> dict:
-    """Dotted key -> unresolved value (a list whole) of a composed run config and its Hydra choices."""
+def _plain(cfg: DictConfig) -> dict:
+    """A composed run config unresolved, as dicts and lists, with hydra.runtime (cwd, choices) its only Hydra keys."""
     tree = OmegaConf.to_container(cfg, resolve=False)
-    tree["hydra"] = {"runtime": {"choices": tree["hydra"]["runtime"]["choices"]}}
-    out = {}
+    return {**tree, "hydra": {"runtime": tree["hydra"]["runtime"]}}
 
-    def walk(node: dict, prefix: str) -> None:
-        for k, v in node.items():
-            if isinstance(v, dict) and v:
-                walk(v, f"{prefix}{k}.")
-            else:
-                out[prefix + k] = v
-    walk(tree, "")
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    """Dotted key -> value (a list whole)."""
+    out = {}
+    for k, v in tree.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) and v else {prefix + k: v})
     return out
