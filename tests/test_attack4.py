@@ -97,3 +97,57 @@ def test_score_run_hub_refuses_a_folder_holding_the_users_evals(tmp_path, capsys
     err = capsys.readouterr().err
     assert f"{d / 'evals' / 'step0' / 'mine.parquet'}: not written by probes score-run" in err
     assert sorted(p.name for p in d.iterdir()) == ["evals"]
+
+
+def _old_split(lengths, order_seed, heldout_tokens):
+    """split_order as it was: the document that reaches heldout_tokens always held out, cap or not."""
+    order = np.random.default_rng(order_seed).permutation(len(lengths))
+    if heldout_tokens <= 0 or len(lengths) < 2:
+        return order, order[:0]
+    want = min(heldout_tokens, 0.05 * lengths.sum())
+    held = int(min(np.searchsorted(np.cumsum(lengths[order][::-1]), want) + 1, len(lengths) - 1))
+    return order[:len(order) - held], order[len(order) - held:]
+
+
+def test_the_held_out_split_never_takes_more_than_its_cap(tmp_path):
+    """H3: a corpus whose last document (in the order) is large held out 9,477 of 9,501 tokens despite the 5 %
+    cap. Now the split holds whole documents only while under the cap (here: none), and wherever the old rule
+    kept the cap the split is the old one, bit for bit (runs already trained keep their stream)."""
+    from train.sequences import SequenceStream, split_order
+    from trainutil import write_token_store
+
+    order = np.random.default_rng(0).permutation(25)
+    lengths = np.full(25, 1, dtype=np.int64)  # 24 documents of 1 framed token and one of 9,477
+    lengths[order[-1]] = 9477
+    assert lengths.sum() == 9501 and _old_split(lengths, 0, 20000)[1].tolist() == [order[-1]]
+    train_docs, held = split_order(lengths, 0, 20000)
+    assert held.size == 0 and train_docs.tolist() == order.tolist()
+    # docs of 0 tokens framed by start and end: a store where the same order holds the large document last
+    docs = [list(range(3, 3 + int(n) - 2)) if n > 2 else [5] for n in lengths]
+    stream = SequenceStream(write_token_store(tmp_path / "s", docs), seq_len=8, budget_tokens=None, epochs=1,
+                            order_seed=0, seed=0, start_id=1, end_id=2, heldout_tokens=20000)
+    assert stream.heldout.size == 0 and stream.stream_tokens == sum(len(d) + 2 for d in docs)
+    # random corpora: under the cap always; the old split wherever it was under the cap
+    rng = np.random.default_rng(1)
+    kept = 0
+    for seed in range(300):
+        lengths = rng.integers(1, 400, size=int(rng.integers(1, 300))) ** rng.integers(1, 3)
+        want = int(rng.integers(0, 3000))
+        new, old = split_order(lengths, seed, want), _old_split(lengths, seed, want)
+        assert lengths[new[1]].sum() <= 0.05 * lengths.sum() and sorted([*new[0], *new[1]]) == list(range(len(lengths)))
+        if lengths[old[1]].sum() <= 0.05 * lengths.sum():
+            kept += 1
+            assert [a.tolist() for a in new] == [a.tolist() for a in old]
+    assert 150 < kept < 300
+
+
+def test_a_one_document_corpus_says_why_it_has_no_held_out_loss(tmp_path, capsys):
+    """It said "held-out loss: off (data.heldout_tokens=0)" while data.heldout_tokens was 20,000."""
+    from train.loop import train
+    from trainutil import tiny_cfg
+
+    train(tiny_cfg(tmp_path / "cache", "data.grammar.n_documents=1", "data.grammar.sentences_per_document=100",
+                   "data.heldout_tokens=20000", "data.budget_tokens=512", "probes=none"), tmp_path / "run")
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("held-out loss")]
+    assert line == ("held-out loss: off: the split takes whole documents from the end of the order, at most 5% of the "
+                    "corpus, and its last document is longer (data.heldout_tokens=20,000)")
