@@ -151,3 +151,61 @@ def test_a_one_document_corpus_says_why_it_has_no_held_out_loss(tmp_path, capsys
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("held-out loss")]
     assert line == ("held-out loss: off: the split takes whole documents from the end of the order, at most 5% of the "
                     "corpus, and its last document is longer (data.heldout_tokens=20,000)")
+
+
+def _eval_of_kind(run, step, benchmark, kind):
+    """An eval file as test_curves writes it, its metadata saying `kind`."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    path = write_eval(run, step, step * 100, [pair("agr", i, -1.0, 1, -3.0, 1) for i in range(4)], benchmark, CONV)
+    t = pq.read_table(path)
+    meta = {**json.loads(t.schema.metadata[b"syntax_dynamics"]), "kind": kind}
+    pq.write_table(t.replace_schema_metadata({b"syntax_dynamics": json.dumps(meta).encode()}), path)
+    return path
+
+
+def test_eval_files_no_reader_takes_are_named_and_a_benchmark_is_of_one_kind(tmp_path, capsys):
+    """K4: a file whose kind names an installed family (elagent) that its reader then skips (it reads elagent.parquet
+    only) vanished without a word; a run of an unknown kind only got a riddle; a benchmark's kind was its newest
+    file's, the others read as if of that kind."""
+    from probes.analysis.evalset import EvalInputError, load_runs
+
+    run = tmp_path / "a"
+    config(run)
+    for step in (5, 10):
+        _eval_of_kind(run, step, "grammar", "minimal_pairs")
+    _eval_of_kind(run, 5, "mytask", "elagent")
+    _eval_of_kind(run, 5, "other", "not_installed_family")
+    assert probes_main(["curves", str(run), "--out", str(tmp_path / "c")]) == 0
+    problems = (tmp_path / "c" / "problems.txt").read_text().splitlines()
+    assert f"{run}: benchmark mytask's eval files say kind 'elagent', but that family reads only files named " \
+           f"elagent; not analysed" in problems
+    assert f"{run}: benchmark other's eval files say kind 'not_installed_family', which no registered probe family " \
+           f"reads (probes/families.py); not analysed" in problems
+    only = tmp_path / "b"
+    config(only)
+    _eval_of_kind(only, 5, "other", "not_installed_family")
+    with pytest.raises(EvalInputError) as e:
+        load_runs([only])
+    assert str(e.value) == (f"run directory {only} has no minimal-pair eval files (evals/step<N>/<benchmark>.parquet "
+                            f"of kind minimal_pairs), which this analysis needs; benchmark other's files are of kind "
+                            f"'not_installed_family', which no registered probe family reads (probes/families.py)")
+    # files of one benchmark that differ in kind: the odd one named, whichever is the newest
+    for name, kinds in (("c", ("elagent", "minimal_pairs")), ("d", ("minimal_pairs", "elagent"))):
+        config(tmp_path / name)
+        odd = _eval_of_kind(tmp_path / name, 5, "grammar", kinds[0])
+        _eval_of_kind(tmp_path / name, 10, "grammar", kinds[1])
+        with pytest.raises(EvalInputError, match=f"^{odd}: kind '{kinds[0]}', while the newest file of "):
+            load_runs([tmp_path / name], cache=False)
+
+
+def test_a_csv_field_over_csvs_limit_is_one_line_naming_the_file_and_line(tmp_path):
+    """A field over 131,072 characters (a quote left open) was a csv.Error traceback."""
+    from probes.benchmarks.formats import BenchmarkFormatError, iter_csv
+
+    path = tmp_path / "pairs.csv"
+    path.write_text('good,bad\nThe cat sleeps.,The cat sleep.\n"open quote,' + "x" * 140_000 + "\n")
+    with pytest.raises(BenchmarkFormatError, match=rf"^{path}:3: field larger than field limit \(131072\) \(a quote "):
+        list(iter_csv(path))
