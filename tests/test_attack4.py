@@ -209,3 +209,51 @@ def test_a_csv_field_over_csvs_limit_is_one_line_naming_the_file_and_line(tmp_pa
     path.write_text('good,bad\nThe cat sleeps.,The cat sleep.\n"open quote,' + "x" * 140_000 + "\n")
     with pytest.raises(BenchmarkFormatError, match=rf"^{path}:3: field larger than field limit \(131072\) \(a quote "):
         list(iter_csv(path))
+
+
+def test_runs_of_two_corpora_are_not_one_wandb_group():
+    """W3: the group was <experiment>/<model>/<budget> with experiment "default", so README §2's English and
+    Chinese runs were one group and W&B averaged two corpora as seeds. The data key (train/loop.py: the token
+    store's content hash) is part of it now; tests/test_wandb.py checks it on a real offline run."""
+    from train.logger import grid_cell
+
+    cfg = {"experiment": "default", "model": {"name": "tiny"}, "data": {"budget_tokens": 4096}, "seed": 1}
+    en, zh = grid_cell({**cfg, "data_key": "1a2b3c4d"}), grid_cell({**cfg, "data_key": "9f8e7d6c", "seed": 2})
+    assert en == "default/tiny/4096/1a2b3c4d" and zh == "default/tiny/4096/9f8e7d6c"
+    assert grid_cell({**cfg, "data_key": "1a2b3c4d", "seed": 3}) == en  # another seed: the same group
+
+
+KILL_AT = """
+import os, signal, sys
+from pathlib import Path
+import train.evalsums as es
+path, point = Path(sys.argv[1]), sys.argv[2]
+kill = lambda: os.kill(os.getpid(), signal.SIGKILL)
+if point == "sums":  # the new file in place, its .sha256 not yet cut back to the new digest
+    write, calls = es.write_text_atomic, []
+    es.write_text_atomic = lambda *a: (calls.append(a), kill() if len(calls) == 2 else write(*a))
+es.write_summed(path, b"new scores", fault=kill if point == "rename" else None)
+"""
+
+
+@pytest.mark.parametrize("point", ["rename", "sums"])
+def test_a_kill_mid_rewrite_leaves_a_file_that_its_sha256_accepts(tmp_path, point):
+    """A kill during `probes unigram`'s rewrite left a new .sha256 beside the intact old file, and every reader said
+    "delete both" (good scores lost where the checkpoint is gone). Killed (SIGKILL) before the rename and after
+    it, the file there, old or new, matches its .sha256; a finished rewrite leaves one digest, sha256sum's line."""
+    import hashlib
+
+    from train.evalsums import sum_path, sum_problem, write_summed
+
+    path = tmp_path / "grammar.parquet"
+    write_summed(path, b"old scores")
+    proc = subprocess.run([sys.executable, "-c", KILL_AT, str(path), point], capture_output=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert path.read_bytes() == (b"old scores" if point == "rename" else b"new scores")
+    assert sum_problem(path) is None
+    write_summed(path, b"newer")
+    assert sum_path(path).read_text() == f"{hashlib.sha256(b'newer').hexdigest()}  grammar.parquet\n"
+    # a damaged old file's digest is not carried over: the rewrite is what makes it good again
+    path.write_bytes(b"newer, damaged")
+    proc = subprocess.run([sys.executable, "-c", KILL_AT, str(path), "rename"], capture_output=True)
+    assert "does not match its sha256" in sum_problem(path) and os.path.getsize(path) == 14
