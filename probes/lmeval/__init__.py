@@ -6,7 +6,8 @@ from probes.families import Family
 from probes.lmeval.config import KIND, LmEvalConfig
 
 FAMILY = Family(kind=KIND, key="lm_eval", config=LmEvalConfig, hook="probes.lmeval.hook:LmEvalHook",
-                names=("lmeval_*",), table="probes.lmeval.report:lmeval_table", curves="probes.lmeval.report:write_lmeval_curves",
+                names=("lmeval_*",),  # probes.lmeval.hook.PREFIX
+                table="probes.lmeval.report:lmeval_table", curves="probes.lmeval.report:write_lmeval_curves",
                 section="probes.lmeval.report:lmeval_section",
                 commands=(("lm-eval-tasks", "probes.lmeval.tasks:main",
                            "write lm-eval task YAMLs of our benchmarks (our scoring convention; docs/lm_eval.md)"),),
