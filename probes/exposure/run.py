@@ -10,7 +10,7 @@ import argparse
 import hashlib
 import io
 import json
-import sys
+from itertools import chain
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -147,26 +147,24 @@ def _pairs(run_dir: Path, names: list[str]) -> dict[str, pd.DataFrame]:
     return out
 
 
-def exposure_frame(pairs: pd.DataFrame, tokenizer, queries_of, counts: dict) -> pd.DataFrame:
-    """One row per step x n x pair (COLUMNS); `queries_of(seq)` is the query index of an id tuple."""
-    texts = list(dict.fromkeys([*pairs["good"], *pairs["bad"]]))
-    ids = {t: tuple(s[1:]) for t, s in zip(texts, sentence_ids(tokenizer, texts))}  # without the start id
+def exposure_frame(pairs: pd.DataFrame, ids: dict, queries_of, counts: dict) -> pd.DataFrame:
+    """One row per step x n x pair (COLUMNS); `ids`: each sentence's ids, `queries_of(seq)`: a query's index."""
     frames = []
     for n in NS:
         cols = {}
         for side, other in (("good", "bad"), ("bad", "good")):
-            grams = [[queries_of(g) for g in critical_ngrams(ids[a], ids[b], n)] for a, b in zip(pairs[side], pairs[other])]
-            cols[side] = (np.repeat(np.arange(len(grams)), [len(g) for g in grams]), np.array(sum(grams, []), dtype=np.int64))
+            grams = [critical_ngrams(ids[a], ids[b], n) for a, b in zip(pairs[side], pairs[other])]
+            cols[side] = (np.repeat(np.arange(len(grams)), [len(g) for g in grams]),
+                          np.array([queries_of(g) for g in chain.from_iterable(grams)], dtype=np.int64))
             cols["verbatim_" + side] = np.array([queries_of(ids[t]) for t in pairs[side]], dtype=np.int64)
         for step, c in counts.items():
             f = pairs[["pair_id", "paradigm", "phenomenon"]].astype(str).assign(step=step, n=n)
-            for side in ("good", "bad"):
-                rows, q = cols[side]
-                f[side] = np.bincount(rows, weights=c[q], minlength=len(pairs)).astype(np.int64)
-            for side in ("verbatim_good", "verbatim_bad"):
-                f[side] = c[cols[side]]
-            frames.append(f)
-    return pd.concat(frames, ignore_index=True).sort_values(["step", "n"], kind="stable")[COLUMNS].reset_index(drop=True)
+            for side in ("good", "bad"):  # one term per position: a pair's rows repeat
+                np.add.at(v := np.zeros(len(pairs), dtype=np.int64), cols[side][0], c[cols[side][1]])
+                f[side] = v
+            f["verbatim_good"], f["verbatim_bad"] = c[cols["verbatim_good"]], c[cols["verbatim_bad"]]
+            frames.append(f[COLUMNS])
+    return pd.concat(frames, ignore_index=True).sort_values(["step", "n"], kind="stable", ignore_index=True)
 
 
 def exposure_path(run_dir: Path, benchmark: str) -> Path:
@@ -197,14 +195,14 @@ def exposure_run(run_dir: Path, names: list[str], cache_dir: Optional[Path] = No
     written = []
     for name, pairs in _pairs(run_dir, names).items():
         texts = list(dict.fromkeys([*pairs["good"], *pairs["bad"]]))
-        ids = {t: tuple(s[1:]) for t, s in zip(texts, sentence_ids(tokenizer, texts))}
+        ids = {t: tuple(s[1:]) for t, s in zip(texts, sentence_ids(tokenizer, texts))}  # without the start id
         seqs = [*ids.values()] + [g for a, b in zip(pairs["good"], pairs["bad"]) for n in NS
                                   for x, y in ((a, b), (b, a)) for g in critical_ngrams(ids[x], ids[y], n)]
         queries = Queries(seqs, bits)
         cache = Path(cfg.data.cache_dir if cache_dir is None else cache_dir).expanduser() / "exposure" / \
             f"{_cache_key(ident, queries)}.npz"
         counts = cumulative_counts(queries, stream, cfg.optim.global_batch, steps, cache)
-        df = exposure_frame(pairs, tokenizer, lambda s: queries.index[s] if s else -1, counts)
+        df = exposure_frame(pairs, ids, queries.index.__getitem__, counts)
         meta = {"kind": KIND, "benchmark": name, "stream": ident, "steps": steps, "pair_set": pair_set(
                     pairs.itertuples(), lambda p: (p.paradigm, str(p.pair_id), p.good, p.bad)),
                 "ngram_n": list(NS), CHECKSUM_KEY: CHECKSUM}
@@ -228,7 +226,8 @@ def _write(path: Path, df: pd.DataFrame, meta: dict) -> Path:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m probes exposure", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+    p = argparse.ArgumentParser(prog="python -m probes exposure",
+                                description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     p.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
     p.add_argument("--benchmark", action="append", default=[], metavar="NAME",
                    help="a benchmark the run was probed on (default: every minimal-pair benchmark it was)")
@@ -242,7 +241,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 print(f)
         return 0
     return exit_on_user_error(run)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
