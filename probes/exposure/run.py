@@ -127,7 +127,7 @@ def cumulative_counts(queries: Queries, stream, global_batch: int, steps: list[i
         cache.parent.mkdir(parents=True, exist_ok=True)
         buf = io.BytesIO()
         keep = sorted(have)
-        np.savez(buf, steps=np.array(keep, dtype=np.int64), counts=np.stack([have[k] for k in keep]))
+        np.savez_compressed(buf, steps=np.array(keep, dtype=np.int64), counts=np.stack([have[k] for k in keep]))
         write_summed(cache, buf.getvalue())
     return {s: have[s] for s in steps}
 
