@@ -175,6 +175,11 @@ def test_bad_input_one_line_nothing_written(run, tmp_path, capsys):
     write_token_store(other / "stores" / store.name, [[1, 2, 3]] * 50, tokenizer_fingerprint="0" * 16,
                       vocab_size=meta["vocab_size"])
     assert "built with another tokenizer" in one_line_error(capsys, copy, "--cache-dir", other)
+    damaged = tmp_path / "damaged"  # a count cache that does not match its .sha256
+    shutil.copytree(cache, damaged)
+    npz = next((damaged / "exposure").glob("*.npz"))
+    npz.write_bytes(npz.read_bytes()[:-1] + bytes([npz.read_bytes()[-1] ^ 1]))
+    assert "an exposure count cache" in one_line_error(capsys, copy, "--cache-dir", damaged)
     assert not (copy / "exposure").exists()
     # an exposure file of another stream, a damaged one
     f = exposure_path(run_dir, "grammar")

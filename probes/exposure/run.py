@@ -73,9 +73,8 @@ def open_run(run_dir: Path, cache_dir: Optional[Path] = None):
     store = TokenStore(store_dir)
     tokenizer = load_tokenizer(last)
     if store.meta.get("tokenizer_fingerprint") != pipeline_fingerprint(last):
-        raise InputFileError(f"{store_dir}: built with another tokenizer than {last}'s (tokenizer fingerprint "
-                             f"{store.meta.get('tokenizer_fingerprint')} != {pipeline_fingerprint(last)}); "
-                             f"not the tokens {run_dir} trained on")
+        raise InputFileError(f"{store_dir}: built with another tokenizer than {last}'s (fingerprint "
+                             f"{store.meta.get('tokenizer_fingerprint')}): not the tokens {run_dir} trained on")
     if record.get("store_sha256") not in (None, store.content_hash):
         raise InputFileError(f"{store_dir}: not the token store {last} was trained on (its sha256 differs): "
                              f"rebuilt from a changed corpus or tokenizer")
@@ -99,20 +98,15 @@ def _cache_key(ident: dict, queries: Queries) -> str:
     return hashlib.sha256(json.dumps([key, queries.digest], sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _read_cache(path: Path) -> dict[int, np.ndarray]:
-    if not path.is_file():
-        return {}
-    if problem := sum_problem(path):
-        raise InputFileError(f"{problem.split(':')[0]}: a damaged exposure count cache; delete it (and its "
-                             f".sha256) to count again")
-    with np.load(path) as z:
-        return dict(zip(z["steps"].tolist(), z["counts"]))
-
-
 def cumulative_counts(queries: Queries, stream, global_batch: int, steps: list[int], cache: Path) -> dict:
     """{step: counts of every query in the rows of batches 1..step}, from the cache where it has the step, else
     counted on from the largest step below it that it has; the cache keeps every step counted."""
-    have = {0: np.zeros(len(queries.seqs), dtype=np.int64), **_read_cache(cache)}
+    have = {0: np.zeros(len(queries.seqs), dtype=np.int64)}
+    if cache.is_file():
+        if problem := sum_problem(cache):  # damaged: refused, not counted over
+            raise InputFileError(f"{problem} (an exposure count cache: deleting both files counts again)")
+        with np.load(cache) as z:
+            have.update(zip(z["steps"].tolist(), z["counts"]))
     done, counts, new = 0, have[0].copy(), False
     for s in sorted(set(steps)):
         if s in have:
