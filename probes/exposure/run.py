@@ -1,4 +1,4 @@
-"""`python -m probes exposure RUN_DIR [RUN_DIR ...]`: what each probed pair's sentences and critical n-grams
+"""`python -m probes exposure RUN_DIR [RUN_DIR ...]`: how often each probed pair's sentences and critical n-grams
 occurred in the tokens trained by every saved checkpoint, written as RUN_DIR/exposure/<benchmark>.parquet.
 
 The stream is read through train's stream code (train/batch.py) from the token store the run's checkpoints
