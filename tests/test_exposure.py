@@ -115,6 +115,11 @@ def test_rerun_is_bitwise_the_same_and_reads_the_cache(run, tmp_path, monkeypatc
     before, mtime = f.read_bytes(), f.stat().st_mtime_ns
     copy = tmp_path / "copy"  # another run directory of the same stream: counted from the cache alone
     shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("exposure"))
+    fresh = tmp_path / "cache"  # counted again from nothing: the same bytes
+    shutil.copytree(cache, fresh, ignore=shutil.ignore_patterns("exposure"))
+    assert probes_main(["exposure", str(copy), "--cache-dir", str(fresh)]) == 0
+    assert exposure_path(copy, "grammar").read_bytes() == before
+    exposure_path(copy, "grammar").unlink()
     monkeypatch.setattr(Queries, "count", lambda *a: pytest.fail("counted again"))
     assert probes_main(["exposure", str(run_dir), str(copy)]) == 0
     assert f.read_bytes() == before and f.stat().st_mtime_ns == mtime
