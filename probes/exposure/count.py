@@ -12,13 +12,17 @@ import numpy as np
 
 _BASE = 0x9E3779B97F4A7C15  # odd, so invertible mod 2^64: the hash's base
 _INV = pow(_BASE, -1, 1 << 64)
+_FILTER_BITS = 22  # a 4 MiB table of booleans per query length
 
 
 def _powers(base: int, n: int) -> np.ndarray:
-    out = np.ones(n, dtype=np.uint64)
-    if n > 1:  # uint64 products wrap: arithmetic mod 2^64
-        out[1:] = np.cumprod(np.full(n - 1, base, dtype=np.uint64))
-    return out
+    p = np.full(n, base, dtype=np.uint64)
+    p[:1] = 1
+    return np.cumprod(p)  # uint64 products wrap: arithmetic mod 2^64
+
+
+def _slots(keys: np.ndarray) -> np.ndarray:  # a window whose slot holds no query skips the binary search
+    return (keys * np.uint64(_BASE)) >> np.uint64(64 - _FILTER_BITS)
 
 
 class Queries:
@@ -30,15 +34,18 @@ class Queries:
         self.bits = bits
         self.digest = hashlib.sha256(repr((bits, sorted(self.seqs))).encode()).hexdigest()[:16]
         self.groups = []  # per length: (L, sorted keys, query index of each key, ids to verify or None)
-        for L in sorted({len(s) for s in self.seqs}):
-            members = np.array([i for i, s in enumerate(self.seqs) if len(s) == L], dtype=np.int64)
+        lengths = np.array([len(s) for s in self.seqs], dtype=np.int64)
+        for L in np.unique(lengths).tolist():
+            members = np.flatnonzero(lengths == L)
             ids = np.array([self.seqs[i] for i in members], dtype=np.uint64)
             keys = self._keys(ids, L, None)[:, 0]
             order = np.argsort(keys, kind="stable")
             keys = keys[order]
             if np.any(keys[1:] == keys[:-1]):  # 2^-64 per pair; never silently merged
                 raise ValueError(f"two queries of length {L} share a 64-bit hash key")
-            self.groups.append((L, keys, members[order], None if L * bits <= 64 else ids[order]))
+            present = np.zeros(1 << _FILTER_BITS, dtype=bool)
+            present[_slots(keys)] = True
+            self.groups.append((L, keys, members[order], None if L * bits <= 64 else ids[order], present))
 
     def _keys(self, x: np.ndarray, L: int, prefix) -> np.ndarray:
         """Keys of every length-L window of each row of x (uint64): (rows, width - L + 1)."""
@@ -64,16 +71,16 @@ class Queries:
         """Adds to counts[q] the occurrences of query q inside each row of `rows` (rows x width ids)."""
         x = np.ascontiguousarray(rows, dtype=np.uint64)
         width, prefix = x.shape[1], None
-        for L, keys, members, ids in self.groups:
+        for L, keys, members, ids, present in self.groups:
             if L > width:
                 break
             if ids is not None and prefix is None:
                 prefix = self._prefix(x)
             k = self._keys(x, L, prefix).ravel()
-            pos = np.searchsorted(keys, k)
-            np.minimum(pos, len(keys) - 1, out=pos)
-            hit = np.flatnonzero(keys[pos] == k)
-            q = pos[hit]
+            maybe = np.flatnonzero(present[_slots(k)])
+            pos = np.minimum(np.searchsorted(keys, k[maybe]), len(keys) - 1)
+            found = keys[pos] == k[maybe]
+            hit, q = maybe[found], pos[found]
             if ids is not None:  # a hash hit: the window's ids must be the query's
                 r, j = np.divmod(hit, width - L + 1)
                 q = q[(x[r[:, None], j[:, None] + np.arange(L)] == ids[q]).all(axis=1)]

@@ -12,10 +12,12 @@ import io
 import json
 from itertools import chain
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from probes.analysis.evalset import _eval_paths
 from probes.evals.files import META_KEY, eval_file_meta, pair_set
@@ -120,8 +122,7 @@ def cumulative_counts(queries: Queries, stream, global_batch: int, steps: list[i
     if new:
         cache.parent.mkdir(parents=True, exist_ok=True)
         buf = io.BytesIO()
-        keep = sorted(have)
-        np.savez_compressed(buf, steps=np.array(keep, dtype=np.int64), counts=np.stack([have[k] for k in keep]))
+        np.savez_compressed(buf, steps=np.array(sorted(have)), counts=np.stack([have[k] for k in sorted(have)]))
         write_summed(cache, buf.getvalue())
     return {s: have[s] for s in steps}
 
@@ -168,7 +169,6 @@ def exposure_path(run_dir: Path, benchmark: str) -> Path:
 def read_exposure(path: Path, stream: Optional[dict] = None) -> tuple[pd.DataFrame, dict]:
     """(rows, metadata) of an exposure file; InputFileError for a damaged one, one of another kind, or one
     counted over another stream than `stream` (stream_identity of the run it is read for)."""
-    import pyarrow.parquet as pq
     path = Path(path)
     meta = json.loads((pq.read_schema(path).metadata or {}).get(META_KEY, b"{}"))
     if problem := sum_problem(path, meta):
@@ -182,11 +182,10 @@ def read_exposure(path: Path, stream: Optional[dict] = None) -> tuple[pd.DataFra
     return pd.read_parquet(path), meta
 
 
-def exposure_run(run_dir: Path, names: list[str], cache_dir: Optional[Path] = None) -> list[Path]:
+def exposure_run(run_dir: Path, names: list[str], cache_dir: Optional[Path] = None) -> Iterator[Path]:
     cfg, steps, tokenizer, store, stream = open_run(run_dir, cache_dir)
     ident = stream_identity(cfg, store, stream)
     bits = max(int(store.meta.get("vocab_size", len(tokenizer))) - 1, 1).bit_length()
-    written = []
     for name, pairs in _pairs(run_dir, names).items():
         texts = list(dict.fromkeys([*pairs["good"], *pairs["bad"]]))
         ids = {t: tuple(s[1:]) for t, s in zip(texts, sentence_ids(tokenizer, texts))}  # without the start id
@@ -200,13 +199,10 @@ def exposure_run(run_dir: Path, names: list[str], cache_dir: Optional[Path] = No
         meta = {"kind": KIND, "benchmark": name, "stream": ident, "steps": steps, "pair_set": pair_set(
                     pairs.itertuples(), lambda p: (p.paradigm, str(p.pair_id), p.good, p.bad)),
                 "ngram_n": list(NS), CHECKSUM_KEY: CHECKSUM}
-        written.append(_write(exposure_path(run_dir, name), df, meta))
-    return written
+        yield _write(exposure_path(run_dir, name), df, meta)
 
 
 def _write(path: Path, df: pd.DataFrame, meta: dict) -> Path:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
     table = pa.Table.from_pandas(df, preserve_index=False)
     table = table.replace_schema_metadata({META_KEY: json.dumps(meta, sort_keys=True)})
     buf = pa.BufferOutputStream()
@@ -228,10 +224,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
                    help="the token store's cache, where it is not the run's data.cache_dir")
     args = p.parse_args(argv)
-
-    def run() -> int:
-        for d in args.run_dirs:
-            for f in exposure_run(d, args.benchmark, args.cache_dir):
-                print(f)
-        return 0
-    return exit_on_user_error(run)
+    for d in args.run_dirs:
+        for f in exit_on_user_error(lambda: list(exposure_run(d, args.benchmark, args.cache_dir))):
+            print(f)
+    return 0
