@@ -84,4 +84,4 @@ class Queries:
             if ids is not None:  # a hash hit: the window's ids must be the query's
                 r, j = np.divmod(hit, width - L + 1)
                 q = q[(x[r[:, None], j[:, None] + np.arange(L)] == ids[q]).all(axis=1)]
-            counts += np.bincount(members[q], minlength=len(counts))
+            counts[members] += np.bincount(q, minlength=len(keys))  # this length's queries only
