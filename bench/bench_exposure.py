@@ -3,9 +3,9 @@ counting pass (probes.exposure.count.Queries) over a real corpus, with a real be
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_exposure.py [--benchmark blimp] [--seq-len 2048] [--batch 64]
 
-Builds (once, in --cache) the sentencepiece tokenizer and token store of ../shared/corpora/en as the demo_text
-experiment does (its 4000-piece tokenizer), then counts every critical n-gram and sentence of every pair of the benchmark in the whole
-stream. Prints CPU seconds (process time: user + sys) per million tokens for each part and the peak RSS."""
+Builds (once, in --cache) a 4000-piece sentencepiece tokenizer and the token store of ../shared/corpora/en, as the
+demo_text experiment does, then counts every critical n-gram and sentence of every pair of the benchmark in the
+whole stream. Prints CPU seconds (process time: user + sys) per million tokens for each part and the peak RSS."""
 from __future__ import annotations
 
 import argparse
@@ -37,8 +37,9 @@ def main() -> None:
     register()
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = to_typed(compose("config", overrides=[
-            "data=files", "tokenizer=sentencepiece", "tokenizer.vocab_size=4000", "probes=none", f"data.paths=[{a.corpus}]", "data.budget_tokens=null", "data.heldout_tokens=0",
-            f"data.cache_dir={a.cache}", f"data.seq_len={a.seq_len}", f"model.max_position_embeddings={a.seq_len}", f"optim.global_batch={a.batch}",
+            "data=files", "tokenizer=sentencepiece", "tokenizer.vocab_size=4000", "probes=none",
+            f"data.paths=[{a.corpus}]", "data.budget_tokens=null", "data.heldout_tokens=0", f"data.cache_dir={a.cache}",
+            f"data.seq_len={a.seq_len}", f"model.max_position_embeddings={a.seq_len}", f"optim.global_batch={a.batch}",
             f"optim.micro_batch={a.batch}", "logger.wandb=false"]))
     tokenizer, stream = open_stream(cfg)
     pairs = load_benchmark(benchmark_configs([a.benchmark])[0])
