@@ -79,26 +79,17 @@ class SequenceStream:
 
     def sequence(self, k: int) -> np.ndarray:
         """The k-th sequence in training order: seq_len+1 ids (int64)."""
-        return self.sequences(np.array([k]))[0]
-
-    def sequences(self, ks: np.ndarray) -> np.ndarray:
-        """Sequences `ks` (indices in training order) as rows of seq_len+1 ids (int64), gathered in one pass."""
-        ks = np.asarray(ks, dtype=np.int64)
-        if len(ks) and not (0 <= ks.min() and ks.max() < self.num_sequences):
-            bad = ks[(ks < 0) | (ks >= self.num_sequences)][0]
-            raise IndexError(f"sequence {bad} out of range: the stream has {self.num_sequences} sequences "
+        if not 0 <= k < self.num_sequences:
+            raise IndexError(f"sequence {k} out of range: the stream has {self.num_sequences} sequences "
                              f"({self.sequences_per_epoch} per epoch x {self.epochs} epochs)")
-        epochs, i = np.divmod(ks, self.sequences_per_epoch)
-        windows = np.empty_like(ks)
-        for e in np.unique(epochs):  # a range of steps spans one epoch or two
-            windows[epochs == e] = self._epoch_perm(int(e))[i[epochs == e]]
-        return self._gather(windows * self.seq_len)
+        epoch, i = divmod(k, self.sequences_per_epoch)
+        return self.window(int(self._epoch_perm(epoch)[i]))
 
     def window(self, j: int) -> np.ndarray:
         """The j-th sequence of the view in stream order (before shuffling): tokens [j*seq_len, j*seq_len+seq_len+1)."""
         if not 0 <= j < self.sequences_per_epoch:
             raise IndexError(f"window {j} out of range: the view holds {self.sequences_per_epoch} sequences")
-        return self._gather(np.array([j * self.seq_len]))[0]
+        return self._gather(j * self.seq_len)
 
     def batch(self, step: int, global_batch: int, rank: int = 0, world: int = 1) -> torch.LongTensor:
         """This rank's rows [rank::world] of the step's global batch; shape (global_batch//world, seq_len+1)."""
@@ -115,7 +106,7 @@ class SequenceStream:
             if not 0 <= step < self.steps(global_batch):
                 raise IndexError(f"step {step} out of range: {self.steps(global_batch)} steps of {global_batch} sequences")
         ks = np.arange(first, stop)[:, None] * global_batch + np.arange(rank, global_batch, world)
-        return self.sequences(ks.ravel()).reshape(*ks.shape, self.seq_len + 1)
+        return np.stack([self.sequence(int(k)) for k in ks.ravel()]).reshape(*ks.shape, self.seq_len + 1)
 
     def _epoch_perm(self, epoch: int) -> np.ndarray:
         # One epoch's permutation is cached: consecutive steps almost always stay in the same epoch.
@@ -128,18 +119,32 @@ class SequenceStream:
             self._perm_epoch = epoch
         return self._perm
 
-    def _gather(self, starts: np.ndarray) -> np.ndarray:
-        """Rows of stream tokens [start, start+seq_len+1): the ordered documents, each framed by start (and end) ids."""
-        pos = starts[:, None] + np.arange(self.seq_len + 1)
-        d = np.searchsorted(self._cum, pos, side="right") - 1  # the document holding each position
-        o = pos - self._cum[d]  # 0: its start id; 1..n: its tokens; n+1: its end id
-        doc = self._order[d]
-        src = self.store.doc_offsets[doc]
-        n = self.store.doc_offsets[doc + 1] - src
-        ids = self.store.tokens[np.clip(src + o - 1, 0, len(self.store.tokens) - 1)].astype(np.int64)
-        ids[o > n] = -1 if self.end_id is None else self.end_id  # -1: never, the frame has no end id
-        ids[o == 0] = self.start_id
-        return ids
+    def _gather(self, start: int) -> np.ndarray:
+        """Stream tokens [start, start+seq_len+1): the ordered documents, each framed by start (and end) ids."""
+        end = start + self.seq_len + 1
+        out = np.empty(self.seq_len + 1, dtype=np.int64)
+        d = int(np.searchsorted(self._cum, start, side="right")) - 1  # document holding `start`
+        pos = start
+        offsets, tokens = self.store.doc_offsets, self.store.tokens
+        while pos < end:
+            # document d occupies stream [doc_start, doc_end): start id, its n tokens, [end id]
+            doc_start, doc_end = int(self._cum[d]), int(self._cum[d + 1])
+            src = int(offsets[self._order[d]])
+            n = int(offsets[self._order[d] + 1]) - src
+            if pos == doc_start:
+                out[pos - start] = self.start_id
+                pos += 1
+            a = pos - doc_start - 1  # offset inside this document's tokens
+            b = min(end - doc_start - 1, n)  # stop after its last token or at the sequence end
+            if b > a:
+                out[pos - start:pos - start + b - a] = tokens[src + a:src + b]
+                pos += b - a
+            if pos < end and self.end_id is not None and pos == doc_end - 1:
+                out[pos - start] = self.end_id
+                pos += 1
+            d += 1
+        return out
+
 
 HELDOUT_MAX_FRACTION = 0.05  # a small corpus keeps 95 % of its tokens for training
 
