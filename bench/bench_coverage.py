@@ -1,6 +1,6 @@
 """Coverage of the report's intervals on synthetic grids of known truth, through the report's own functions.
 
-    python bench/bench_coverage.py [--reps 200] [--seeds 1,2,3,5,10] [--sds 0,0.03,0.05,0.1] [--quick]
+    python bench/bench_coverage.py [--reps 100] [--seeds 1,2,3,5,10] [--sds 0,0.03,0.05,0.1] [--pairs sampled,full]
 
 The estimand. A cell (model x budget) is a recipe; its seeds are draws from the recipe's population of seeds,
 and a benchmark paradigm is a population of N pairs (N = 1000 when 30 are sampled, as the curve benchmark
@@ -159,7 +159,7 @@ def one_cell(rng, reps: int, S: int, sd: float, full: bool) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--seeds", default="1,2,3,5,10")
     ap.add_argument("--sds", default="0,0.03,0.05,0.1")
     ap.add_argument("--pairs", default="sampled,full")

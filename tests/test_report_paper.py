@@ -219,6 +219,8 @@ def test_normalised_sweeps_by_hand(tmp_path):
     s = sweep_summary(par.reset_index()).set_index("metric")
     assert (s.loc["morcela", "acc_min"], s.loc["morcela", "acc_max"], s.loc["morcela", "acc_at_default"]) == (0, 0.5, 0.5)
     assert s.loc["pow", "acc_at_default"] == 0.5 and s.loc["morcela", "paradigms_moving_over_0.2"] == 1
+    # issue 42 item 6: that move of 0.5 on 2 pairs is within pair noise, 1.96 sqrt((0.25 + 0) / 2) = 0.69
+    assert s.loc["morcela", "paradigms_moving_over_0.2_sure"] == 0
     # gamma = 0 with beta = 0.1 is right, gamma = 20 wrong: the first right point and the first wrong one
     assert s.loc["morcela", "point_max"] == "morcela_0.1_0" and s.loc["pow", "point_min"] == "pow0.1"
 
