@@ -29,28 +29,29 @@ KEYS = ["model", "budget", "benchmark", "phenomenon", "step"]
 
 
 def test_two_seeds_pool_the_seed_variance_over_the_phenomena_of_a_cell():
-    # sd^2 over 2 seeds: A (0.70, 0.80) 0.005, B (0.60, 0.60) 0, C (0.50, 0.70) 0.02: pooled 0.025 / 3 on df 3.
-    # A's variance of the seed mean: 0.025 / 3 / 2 = 1/240 (seeds) + 0.001 (its shared pairs) = 0.0051667;
-    # Welch-Satterthwaite df = 3 (0.0051667 * 240)^2 = 3 * 1.24^2 = 4.6128
+    # sd^2 over 2 seeds: A (0.70, 0.80) 0.005, B (0.60, 0.60) 0, C (0.50, 0.70) 0.02: pooled 0.025 / 3 on df 3,
+    # / S = 2: 1/240. A's half-width: sqrt(t975(3)^2 / 240 + 1.96^2 * 0.001), its shared pairs' variance 0.001
     b = seed_bands(units({"A": (0.7, 0.8), "B": (0.6, 0.6), "C": (0.5, 0.7)},
                          {"A": 0.001, "B": 0.002, "C": 0.0}), KEYS).set_index("phenomenon")
-    assert list(b.band) == ["pooled-t"] * 3
-    a = b.loc["A"]
-    assert a.band_df == pytest.approx(4.6128, rel=1e-12)
-    half = stats.t.ppf(0.975, 4.6128) * math.sqrt(1 / 240 + 0.001)
-    assert (a.lo, a.hi) == pytest.approx((0.75 - half, 0.75 + half), abs=1e-12)
-    assert a.se == pytest.approx(math.sqrt(1 / 240 + 0.001))
-    # B's seeds agree, yet it borrows the pooled seed variance: 1/240 + 0.002, df 3 (1 + 0.48)^2 = 6.5712
-    assert b.loc["B"].band_df == pytest.approx(6.5712, rel=1e-12)
-    assert b.loc["B"].hi - 0.6 == pytest.approx(stats.t.ppf(0.975, 6.5712) * math.sqrt(1 / 240 + 0.002))
+    assert list(b.band) == ["pooled-t"] * 3 and list(b.band_df) == [3, 3, 3]
+    t3, z = 3.182446305284263, 1.959963984540054
+    half = math.sqrt(t3 ** 2 / 240 + z ** 2 * 0.001)
+    assert (b.loc["A"].lo, b.loc["A"].hi) == pytest.approx((0.75 - half, 0.75 + half), abs=1e-12)
+    assert b.loc["A"].se == pytest.approx(half / t3)
+    # B's seeds agree, yet it borrows the pooled seed variance
+    assert b.loc["B"].hi - 0.6 == pytest.approx(math.sqrt(t3 ** 2 / 240 + z ** 2 * 0.002), abs=1e-12)
+    # the seed x pair wobble in the seeds' spread (held by pair_var already) comes off before pooling:
+    # A 0.005 - 0.004, B 0 - 0.001, C 0.02 - 0: pooled 0.02 / 3, / 2 = 1/300
+    w = seed_bands(units({"A": (0.7, 0.8), "B": (0.6, 0.6), "C": (0.5, 0.7)}, {"A": 0.001, "B": 0.002, "C": 0.0})
+                   .assign(wobble=lambda u: u.phenomenon.map({"A": 0.004, "B": 0.001, "C": 0.0})), KEYS)
+    assert w.hi.iloc[0] - 0.75 == pytest.approx(math.sqrt(t3 ** 2 / 300 + z ** 2 * 0.001), abs=1e-12)
 
 
 def test_three_seeds_add_the_shared_pairs_variance_to_the_t_band():
-    # seeds 0.6, 0.7, 0.8: sd^2 0.01, / 3; the pairs every seed scored: 0.002; df 2 (v / (0.01 / 3))^2
+    # seeds 0.6, 0.7, 0.8: sd^2 0.01, / 3, on df 2; the pairs every seed scored: 0.002, with z
     b = seed_bands(units({"A": (0.6, 0.7, 0.8)}, {"A": 0.002}), KEYS).iloc[0]
-    v = 0.01 / 3 + 0.002
-    assert b.band == "t" and b.band_df == pytest.approx(2 * (v / (0.01 / 3)) ** 2)
-    assert b.hi - 0.7 == pytest.approx(stats.t.ppf(0.975, 2 * (v / (0.01 / 3)) ** 2) * math.sqrt(v))
+    assert b.band == "t" and b.band_df == 2
+    assert b.hi - 0.7 == pytest.approx(math.sqrt(4.302652729911275 ** 2 * 0.01 / 3 + 1.959963984540054 ** 2 * 0.002))
 
 
 def test_a_band_that_cannot_reach_95_percent_says_its_measured_coverage():
@@ -74,3 +75,6 @@ def test_the_change_from_step_0_carries_the_shared_pairs_variance():
     runs = [RunInfo(name=f"s{j}", path="", model="m", budget=1, seed=j) for j in (0, 1)]
     ch = change_units(outcomes, runs, MLP, ["b"])
     assert ch.pair_var.to_numpy() == pytest.approx([0.41666667 / 4] * 2)
+    # the seed x pair wobble: residuals d - seed mean - pair mean + 0.25 are -0.25, 0.25, -0.25, 0.25 (seed 1)
+    # and their negatives: 0.5 / ((2 - 1)(4 - 1)) / 4 pairs = 1/24
+    assert ch.wobble.to_numpy() == pytest.approx([1 / 24] * 2)

@@ -62,12 +62,12 @@ def test_two_seeds_get_each_seed_a_pooled_t_band_and_a_labelled_bootstrap(tmp_pa
     assert sorted(seeds[seeds.step == 1].acc) == [0.625, 0.875]  # each seed's own line
     ph = pd.read_csv(tmp_path / "rep" / "tables" / "curves_phenomenon.csv")
     b = ph[(ph.phenomenon == "binding") & (ph.step == 2)].iloc[0]  # 3/4 and 4/4
-    # (changed by issue 42: a pooled t.) Seed variance pooled with agreement's (4/4 twice): (0.03125 + 0) / 2 on
-    # df 2, / S = 0.0078125; the shared pairs' variance: seed means per pair [1, 1, 1, 0.5], var 0.0625 / 4 pairs;
-    # Welch-Satterthwaite df = 2 (v / 0.0078125)^2 = 18
-    v = 0.0078125 + 0.015625
-    assert (b.band, b.band_df) == ("pooled-t", pytest.approx(18))
-    assert b.acc_mean == 0.875 and b.acc_mean - b.lo == pytest.approx(stats.t.ppf(0.975, 18) * math.sqrt(v), abs=1e-9)
+    # (changed by issue 42: a pooled t.) bind's seeds [1, 1, 1, 0] and [1, 1, 1, 1]: the shared pairs' variance,
+    # seed means per pair [1, 1, 1, 0.5], var 0.0625 / 4 pairs; their spread sd^2 = 0.03125 is all seed x pair
+    # wobble (residuals +-0.125 x 6, +-0.375 x 2: 0.375 / 3 / 4 = 0.03125), so the seed variance pooled with
+    # agreement's (0) is 0 on df 2: the band is the pairs' alone, 1.96 sqrt(0.015625)
+    assert (b.band, b.band_df) == ("pooled-t", 2)
+    assert b.acc_mean == 0.875 and b.acc_mean - b.lo == pytest.approx(Z * 0.125, abs=1e-9)
     assert b.hi == 1.0  # clipped
     t4 = pd.read_csv(tmp_path / "rep" / "tables" / "table4_grammar.csv").iloc[0]  # the last checkpoint's cells
     assert (t4.binding, t4.binding_lo, t4.band) == (0.875, pytest.approx(b.lo, abs=1e-12),
@@ -77,9 +77,9 @@ def test_two_seeds_get_each_seed_a_pooled_t_band_and_a_labelled_bootstrap(tmp_pa
     assert "95 % t, 2 seeds, seed variance pooled over the phenomena of a cell" in md
     assert f"seed-and-pair bootstrap, 2 seeds ({COVERAGE['seed-pair-bootstrap']})" in md
     assert "95 % seed-pair-bootstrap" not in md and "t over seeds" not in md
-    # difficulty groups (issue 42 item 6): agr (1.0) and bind (0.875) have intervals reaching below 0.85 (Easy):
-    # neither is put in a group
-    assert "| 1k | grammar | 0 | 0 | 0 | 0 | 2 |" in md.split("## Difficulty groups")[1]
+    # difficulty groups (issue 42 item 6): bind's interval (0.875 -+ 1.96 * 0.125) reaches below 0.85 (Easy): not
+    # put in a group; agr, every pair right in both seeds and no seed variance to pool, is Easy
+    assert "| 1k | grammar | 1 | 0 | 0 | 0 | 1 |" in md.split("## Difficulty groups")[1]
     # per paradigm (tables/seeds_paradigm): bind at step 1, 4/4 and 2/4: var 0 + 0.25/4, seeds' sd^2 = 0.125
     sp = pd.read_csv(tmp_path / "rep" / "tables" / "seeds_paradigm.csv")
     bind = sp[(sp.paradigm == "bind") & (sp.step == 1)].iloc[0]
@@ -92,11 +92,10 @@ def test_two_seeds_get_each_seed_a_pooled_t_band_and_a_labelled_bootstrap(tmp_pa
     half = Z * math.sqrt(2 * (0.25 / 4 + 0.1875 / 4) / 4 + 0.25 ** 2 / 2) / 2
     assert (sm.first_acc, sm.last_acc, sm.change) == pytest.approx((0.4375, 0.9375, 0.5), abs=1e-12)
     assert (sm.change_lo, sm.change_hi) == pytest.approx((0.5 - half, 0.5 + half), abs=1e-12)
-    # above chance at the end, by the pooled t (changed by issue 42): binding as above; agreement 4/4 twice has
-    # the pooled seed variance only: se sqrt(0.0078125) on df 2
+    # above chance at the end, by the pooled band (changed by issue 42): binding 0.375 above chance with the
+    # pairs' se 0.125 alone: z = 3; agreement 4/4 twice, no variance at all
     ac = pd.read_csv(tmp_path / "rep" / "tables" / "phenomena_above_chance.csv").set_index("phenomenon")
-    assert ac.p_above["binding"] == pytest.approx(stats.t.sf(0.375 / math.sqrt(v), 18), rel=1e-9)
-    assert ac.p_above["agreement"] == pytest.approx(stats.t.sf(0.5 / math.sqrt(0.0078125), 2), rel=1e-9)
+    assert ac.p_above["binding"] == pytest.approx(stats.norm.sf(3), rel=1e-9) and ac.p_above["agreement"] < 1e-12
     assert ac.q_above.to_numpy() == pytest.approx(stats.false_discovery_control(ac.p_above.to_numpy()))
     assert (sm.phenomena_above_chance, sm.phenomena) == (2, 2)
     assert md.split("\n")[2].startswith("**Summary.** pythia-14m · 1k (grammar, 2 seeds): overall accuracy 43.8 → "
@@ -129,12 +128,17 @@ def test_three_seeds_get_a_t_interval(tmp_path):
     md = run_report(grid(tmp_path, seeds=(1, 2, 3)), tmp_path / "rep")
     c = pd.read_csv(tmp_path / "rep" / "tables" / "curves_overall.csv")
     r = c[c.step == 1].iloc[0]  # seeds 0.875, 0.625, 0.375: sd 0.25
-    # (changed by issue 42: the shared pairs' variance added.) Seed means per pair: agr [1, 2/3, 2/3, 0] (var
-    # 19/108), bind [1, 1, 1/3, 1/3] (var 4/27), each / 4 pairs, / K^2 = 4; df by Welch-Satterthwaite
-    seed, pair = 0.25 ** 2 / 3, (19 / 108 + 4 / 27) / 4 / 4
-    df = 2 * ((seed + pair) / seed) ** 2
-    half = stats.t.ppf(0.975, df) * math.sqrt(seed + pair)
-    assert r.band == "t" and r.acc_mean == pytest.approx(0.625) and r.band_df == pytest.approx(df)
+    # (changed by issue 42: seeds and pairs as two levels.) Seed means per pair: agr [1, 2/3, 2/3, 0] (var
+    # 19/108), bind [1, 1, 1/3, 1/3] (var 4/27), each / 4 pairs, / K^2 = 4, with z; the seeds' sd^2 less the
+    # seed x pair wobble it holds (two-way residuals of each paradigm's seeds x pairs), / 3, with t975(2)
+    def wobble(y):
+        r = y - y.mean(axis=1, keepdims=True) - y.mean(axis=0) + y.mean()
+        return (r ** 2).sum() / 2 / 3 / 4
+    agr, bind = np.array([[1, 1, 1, 0], [1, 1, 1, 0], [1, 0, 0, 0]]), np.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 0, 0]])
+    seed = max(0.25 ** 2 - (wobble(agr) + wobble(bind)) / 4, 0) / 3
+    pair = (19 / 108 + 4 / 27) / 4 / 4
+    half = math.sqrt(stats.t.ppf(0.975, 2) ** 2 * seed + Z ** 2 * pair)
+    assert r.band == "t" and r.acc_mean == pytest.approx(0.625) and r.band_df == 2
     assert (r.lo, r.hi) == pytest.approx((0.625 - half, 1.0), abs=1e-9)  # the top clipped at 1
     assert "bands: 95 % t over seeds and pairs" in md
 

@@ -8,16 +8,17 @@ plus the pairs' shared variance: pair_var = sum_k var_i(mean over seeds of pair 
 the K paradigms of the unit (shared_pair_var, from the per-pair outcomes; its wobble part, /S, is counted
 twice: a little safe), or without per-pair data its bound P = mean_j v_j, v_j = sum_k p_k (1 - p_k) / n_k / K^2
 (seed j's pair-bootstrap variance). The band (column `band`, bench/bench_coverage.py measures each) is
-* `t` with >= MIN_SEEDS_T seeds: Student-t on the Welch-Satterthwaite df of sd^2 / S + pair_var (the pair
-  term taken as known: its df is in the hundreds);
+* `t` with >= MIN_SEEDS_T seeds: half-width sqrt(t975(S - 1)^2 sd^2 / S + Z975^2 pair_var): each part with
+  its own quantile, the pair term taken as known (its df is in the hundreds). Welch-Satterthwaite's df, tried
+  first, covered 0.92 at 3 seeds where the seeds dominate (bench); this is exact at either end, safe between;
 * `pooled-t` with 2 seeds: the same, its seed variance pooled over the units of a pool group (`pool_keys`:
   the phenomena or paradigms of one model x budget x checkpoint step; for "overall", the model x budget cells
   of the benchmark at that step), df = sum (S_i - 1); assumes they share one seed variance (band_caption);
 * `seed-pair-bootstrap` with 2 seeds and nothing to pool (pooled df < 2): the hierarchical bootstrap of the seed
   mean, computed exactly: Var M* = sum_j v_j / S^2 + (S - 1) sd^2 / S^2, normal interval. It cannot reach 95 %;
 * `pair-bootstrap` with one seed: pairs only; seed variation is not measured at all.
-The last two carry the coverage the bench measured in every label (COVERAGE), never "95 %". Columns `band_df`:
-the t quantile's df (NaN for the bootstraps); `seed_df`: the seed variance's (pooled: sum (S_i - 1)).
+The last two carry the coverage the bench measured in every label (COVERAGE), never "95 %". Column `band_df`:
+the seed variance's df, S - 1 or pooled sum (S_i - 1) (NaN for the bootstraps); `se`: half-width / t975(band_df).
 """
 from __future__ import annotations
 
@@ -72,9 +73,10 @@ def pool_keys(keys: Sequence[str]) -> list[str]:
 
 def shared_pair_var(outcomes: dict, runs: list, bit: int, change: bool = False) -> pd.DataFrame:
     """Per model x budget x benchmark x step x paradigm, `pair_var`: the pair-sampling variance of the seed mean
-    on pairs every seed scored, var_i(mean over seeds of pair i's score) / n (ddof 1); the score is right (1) or
-    wrong, or with `change` last minus first checkpoint (at the last step). A cell whose seeds scored other
-    pairs or checkpoints has no rows: seed_bands then takes P (module docstring)."""
+    on pairs every seed scored, var_i(mean over seeds of pair i's score) / n (ddof 1), and `wobble`: the seed x
+    pair interaction's mean square (seeds x pairs crossed, df (S - 1)(n - 1)) / n, its share of one seed's
+    paradigm mean. The score is right (1) or wrong, or with `change` last minus first checkpoint (at the last
+    step). A cell whose seeds scored other pairs or checkpoints has no rows: seed_bands then takes P."""
     from probes.analysis.evalfile import MISSING
 
     info, cells, rows = {r.name: r for r in runs}, {}, []
@@ -92,13 +94,16 @@ def shared_pair_var(outcomes: dict, runs: list, bit: int, change: bool = False) 
             y, ok = y[:, 1:] - y[:, :1], ok[1:] & ok[:1]
         K, T = len(o.paradigms), len(steps)
         at = (np.arange(T)[:, None] * K + o.row_paradigm[None, :])[ok]
-        yb = y.mean(axis=0)[ok]
-        n, s1, s2 = (np.bincount(at, w, T * K) for w in (None, yb, yb ** 2))
+        S, yb = len(y), y.mean(axis=0)[ok]
+        n, s1, s2, sy = (np.bincount(at, w, T * K) for w in (None, yb, yb ** 2, (y ** 2).mean(axis=0)[ok]))
+        seeds = sum(np.bincount(at, yj[ok], T * K) ** 2 for yj in y)  # sum over seeds of (their sum)^2
         with np.errstate(divide="ignore", invalid="ignore"):
             pv = (s2 - s1 ** 2 / n) / (n - 1) / n
+            wob = (S * sy - seeds / n - S * s2 + S * s1 ** 2 / n) / ((S - 1) * (n - 1)) / n if S > 1 else np.nan
         rows.append(pd.DataFrame({"model": model, "budget": budget, "benchmark": bench, "step": np.repeat(steps, K),
-                                  "paradigm": np.tile(np.asarray(o.paradigms, dtype=object), T), "pair_var": pv}))
-    cols = ["model", "budget", "benchmark", "step", "paradigm", "pair_var"]
+                                  "paradigm": np.tile(np.asarray(o.paradigms, dtype=object), T), "pair_var": pv,
+                                  "wobble": wob}))
+    cols = ["model", "budget", "benchmark", "step", "paradigm", "pair_var", "wobble"]
     out = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=cols)
     return out.astype({"budget": "Int64"})
 
@@ -107,19 +112,21 @@ def unit_curves(table: pd.DataFrame, metric: str, by: Sequence[str] = ("phenomen
                 shared: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per run x step x benchmark (x `by`; () for "overall"): acc = mean of the paradigms' accuracies (as
     ZhoBLiMP's overall score), var = its stratified pair-bootstrap variance, n_pairs, n_paradigms; with
-    `shared` (shared_pair_var) pair_var = sum_k pair_var_k / K^2, NaN unless every paradigm has one."""
+    `shared` (shared_pair_var) pair_var and wobble = sum_k x_k / K^2, NaN unless every paradigm has one."""
     keys = [*RUN_KEYS, "step", "benchmark", *by]
     t = table[list(dict.fromkeys([*keys, "tokens", "paradigm", "n_pairs", metric]))].copy()
     t = t[t[metric].notna() & (t["n_pairs"] > 0)]
     t["_var"] = t[metric] * (1 - t[metric]) / t["n_pairs"]
     on = ["model", "budget", "benchmark", "step", "paradigm"]
-    t["_pv"] = t[on].merge(shared, on=on, how="left")["pair_var"].to_numpy() if shared is not None else np.nan
+    sh = t[on].merge(shared, on=on, how="left") if shared is not None else pd.DataFrame(index=range(len(t)))
+    for c in ("pair_var", "wobble"):
+        t[c] = sh[c].to_numpy() if c in sh else np.nan
     g = t.groupby(keys, dropna=False, sort=True)
     out = g.agg(tokens=("tokens", "mean"), acc=(metric, "mean"), n_pairs=("n_pairs", "sum"),
-                n_paradigms=("n_pairs", "size"), _var=("_var", "sum"), _pv=("_pv", "sum"), _npv=("_pv", "count")
-                ).reset_index()
+                n_paradigms=("n_pairs", "size"), _var=("_var", "sum")).reset_index()
     out["var"] = out.pop("_var") / out["n_paradigms"] ** 2
-    out["pair_var"] = (out.pop("_pv") / out["n_paradigms"] ** 2).where(out.pop("_npv") == out["n_paradigms"])
+    for c in ("pair_var", "wobble"):
+        out[c] = (g[c].sum().to_numpy() / out["n_paradigms"] ** 2).where(g[c].count().to_numpy() == out["n_paradigms"])
     return out
 
 
@@ -140,24 +147,26 @@ def seed_bands(units: pd.DataFrame, keys: Sequence[str], min_seeds_t: int = MIN_
     boot = seed_pair_half(var_sum, out["acc_sd"], s)
     full = out["benchmark"].astype(str).str.endswith(ALL_SUFFIX).to_numpy() if "benchmark" in out else False
     # the shared pairs' variance where measured (shared_pair_var), else its bound P
-    pv = g["pair_var"].mean().to_numpy(dtype=float) if "pair_var" in units else np.full(len(out), np.nan)
+    pv, wob = (g[c].mean().to_numpy(dtype=float) if c in units else np.full(len(out), np.nan)
+               for c in ("pair_var", "wobble"))
     pair = np.where(full, 0.0, np.where(np.isfinite(pv), pv, var_sum / s))
+    # the seeds' own variance: their spread less the seed x pair wobble in it, which pair_var holds already
+    tau2 = sd2 - np.where(np.isfinite(pv) & np.isfinite(wob) & ~full, wob, 0.0)
     pk = pool_keys(keys)
     grp = [out[k] for k in pk] if pk else np.zeros(len(out))
-    pooled = pd.DataFrame({"ss": (s - 1) * sd2, "df": s - 1}).groupby(grp, dropna=False).transform("sum")
+    pooled = pd.DataFrame({"ss": (s - 1) * tau2, "df": s - 1}).groupby(grp, dropna=False).transform("sum")
     pooled_df = pooled["df"].to_numpy()
     few = s < min_seeds_t
-    seed_var = np.where(few, pooled["ss"].to_numpy() / np.maximum(pooled_df, 1), sd2) / s
+    seed_var = np.maximum(np.where(few, pooled["ss"].to_numpy() / np.maximum(pooled_df, 1), tau2), 0) / s
     seed_df = np.where(few, pooled_df, s - 1)
-    v = seed_var + pair
-    with np.errstate(divide="ignore", invalid="ignore"):
-        df = np.where(seed_var > 0, seed_df * (v / seed_var) ** 2, np.inf)
     kind = band_kind(s, min_seeds_t, np.where(few, pooled_df, 0))
     use_t = np.isin(kind, list(CLAIMS_95))
-    t_half = t975(np.where(use_t, df, np.nan)) * np.sqrt(v)
+    tq = t975(np.where(use_t, seed_df, np.nan))
+    t_half = np.sqrt(tq ** 2 * seed_var + Z975 ** 2 * pair)
     m = out["acc_mean"].to_numpy(dtype=float)
-    out["se"] = np.where(use_t, np.sqrt(v), boot / Z975)
-    out["band_df"], out["seed_df"] = np.where(use_t, df, np.nan), seed_df
+    out["se"] = np.where(use_t, t_half / tq, boot / Z975)  # the drawn band is acc_mean +- t975(band_df) se
+    out["band_df"] = np.where(use_t, seed_df, np.nan)
+    out["var_seeds"], out["var_pairs"] = seed_var, pair  # the two parts of a t band (above_chance's p)
     out["boot_lo"], out["boot_hi"] = np.clip(m - boot, *bounds), np.clip(m + boot, *bounds)
     out["t_lo"], out["t_hi"] = np.clip(m - t_half, *bounds), np.clip(m + t_half, *bounds)
     out["band"] = kind
@@ -172,10 +181,10 @@ def band_caption(bands: pd.DataFrame) -> str:
     kinds = set(bands["band"]) if len(bands) else set()
     if not kinds:
         return "no curves, no bands"
-    df = bands.loc[bands.band == "pooled-t", "seed_df"] if "seed_df" in bands else pd.Series(dtype=float)
+    df = bands.loc[bands.band == "pooled-t", "band_df"] if "band_df" in bands else pd.Series(dtype=float)
     words = {"t": f"95 % t over seeds and pairs ({MIN_SEEDS_T}+ seeds)",
              "pooled-t": f"95 % t, 2 seeds, seed variance pooled over the phenomena of a cell (overall: over the "
-                         f"grid's cells), assumed equal (seed df {df.min():.0f}–{df.max():.0f})",
+                         f"grid's cells), assumed equal (df {df.min():.0f}–{df.max():.0f})",
              "seed-pair-bootstrap": f"seed-and-pair bootstrap, 2 seeds ({COVERAGE['seed-pair-bootstrap']})",
              "pair-bootstrap": f"pair bootstrap, one seed: no seed variation ({COVERAGE['pair-bootstrap']})"}
     return "bands: " + "; ".join(words[k] for k in words if k in kinds) + \
@@ -217,21 +226,30 @@ def change_units(outcomes: dict, runs: list, bit: int, benchmarks: Sequence[str]
     if len(out):
         out["budget"] = out["budget"].astype("Int64")
         pv = shared_pair_var({k: v for k, v in outcomes.items() if k[1] in benchmarks}, runs, bit, change=True)
-        pv = pv.groupby(["model", "budget", "benchmark"], dropna=False)["pair_var"].agg(["sum", "count"])
-        out = out.merge((pv["sum"] / pv["count"] ** 2).rename("pair_var").reset_index(), how="left",
-                        on=["model", "budget", "benchmark"])
+        g = pv.groupby(["model", "budget", "benchmark"], dropna=False)
+        out = out.merge(g[["pair_var", "wobble"]].sum().div(g["pair_var"].count() ** 2, axis=0).reset_index(),
+                        how="left", on=["model", "budget", "benchmark"])
     return out
 
 
 def above_chance(cells: pd.DataFrame, chance: float = 0.5) -> pd.DataFrame:
-    """cells (seed_bands rows) with p_above (one-sided, by the cell's own band: Student-t on band_df, else normal) and
+    """cells (seed_bands rows) with p_above (one-sided, by the cell's own band, t or normal) and
     q_above (Benjamini-Hochberg over the phenomena of one model x budget x benchmark)."""
     from scipy import stats
 
     out = cells.copy()
-    z = (out.acc_mean - chance) / out.se.where(out.se > 0)
-    t = out.band.isin(CLAIMS_95)
-    p = np.where(t, stats.t.sf(z, out.band_df.where(t, 1)), stats.norm.sf(z))
+    d = (out.acc_mean - chance).to_numpy(dtype=float)
+    p = np.asarray(stats.norm.sf(d / out.se.where(out.se > 0).to_numpy(dtype=float)))
+    t = out.band.isin(CLAIMS_95).to_numpy() & (d > 0)
+    # a t band's own one-sided p: the level at which its lower bound sqrt(t_a^2 seeds + z_a^2 pairs) reaches
+    # chance (60 bisections in log alpha)
+    lo, hi = np.full(t.sum(), 1e-15), np.full(t.sum(), 0.5)
+    df, vs, vp = (out.loc[t, c].to_numpy(dtype=float) for c in ("band_df", "var_seeds", "var_pairs"))
+    for _ in range(60):
+        a = np.sqrt(lo * hi)
+        above = stats.t.isf(a, df) ** 2 * vs + stats.norm.isf(a) ** 2 * vp < d[t] ** 2
+        lo, hi = np.where(above, lo, a), np.where(above, a, hi)
+    p[t] = hi
     # no spread at all (every pair right in every seed): above chance iff the mean is
     out["p_above"] = np.where(out.se > 0, p, (out.acc_mean <= chance).astype(float))
     out["q_above"] = out.groupby(["model", "budget", "benchmark"], dropna=False)["p_above"].transform(
