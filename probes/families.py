@@ -50,6 +50,7 @@ FAMILIES = [
     "probes.syntaxqa:FAMILY",
     "probes.elagent:FAMILY",
     "probes.lmeval:FAMILY",
+    "probes.exposure:FAMILY",
 ]
 
 
