@@ -34,8 +34,8 @@ MIN_SEEDS_T = 3
 MIN_POOLED_DF = 2  # a pooled seed variance on 1 df is the unit's own: t = 12.7
 RUN_KEYS = ["run", "model", "budget", "seed"]
 CLAIMS_95 = {"t", "pooled-t"}
-# bench/bench_coverage.py (200 replicates, seed sd 0-0.10 per phenomenon, sampled and full pair sets)
-COVERAGE = {"seed-pair-bootstrap": "coverage≈0.70–0.97", "pair-bootstrap": "coverage≈0.25–0.95"}
+# measured by bench/bench_coverage.py at seed sd 0-0.10 per phenomenon, sampled and full pair sets (docs/report.md)
+COVERAGE = {"seed-pair-bootstrap": "coverage≈0.70–0.90", "pair-bootstrap": "coverage≈0.16–1.00"}
 UNIT_KEYS = ("phenomenon", "paradigm")
 
 
