@@ -259,8 +259,7 @@ def export(overrides: Sequence[str], out_dir: Path, *, world_size: int = DEFAULT
         say(f"  - {d}")
     if compare is not None:
         shared, differ = compare_config(c, yaml.safe_load(Path(compare).read_text()) or {})
-        say(f"compared with {compare}: {len(shared)} keys in both, {len(differ)} differ"
-            + (":" if differ else ""))
+        say(f"compared with {compare}: {len(shared)} keys in both, {len(differ)} differ" + (":" if differ else ""))
         for k, a, b in differ:
             say(f"  {k}: ours {a!r}, theirs {b!r}")
     return path

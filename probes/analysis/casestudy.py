@@ -27,8 +27,7 @@ from probes.evals.files import ALL_SUFFIX, REGIONS as GENERIC
 PHRASE_REGIONS = Path(__file__).parents[1] / "benchmarks" / "phrase_regions.json"
 # --case-study auto: the paper's paradigm (real or generated pairs), else the built-in grammar's
 # attractor paradigm (the demo), first present wins
-DEFAULT_PARADIGMS = ("npi_renhe_wh_question_subj", "npi_renhe_wh_question_subj_yikang",
-                     "sv_agreement_pp_attractor")
+DEFAULT_PARADIGMS = ("npi_renhe_wh_question_subj", "npi_renhe_wh_question_subj_yikang", "sv_agreement_pp_attractor")
 QUANTITIES = {"mean": "Δ mean log-prob per token of the region (good − bad), nats",
               "sum": "Δ summed log-prob of the region (good − bad), nats"}
 REGION_COLORS = ("tab:blue", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan",

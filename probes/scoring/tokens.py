@@ -178,8 +178,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("run_dir", type=Path, metavar="RUN")
     p.add_argument("--paradigm", required=True)
     p.add_argument("--pair", required=True, metavar="ID", help="the pair_id of the eval files")
-    p.add_argument("--benchmark", default=None,
-                   help="the eval file's name (default: the only benchmark with sidecars)")
+    p.add_argument("--benchmark", default=None, help="the eval file's name (default: the only benchmark with sidecars)")
     p.add_argument("--out", type=Path, default=None, metavar="FIG.png", help="draw the figure here")
     args = p.parse_args(argv)
     try:
