@@ -251,8 +251,7 @@ def import_step(step_dir: Path, out_dir: Path, *, config: Optional[Path] = None,
     model = GPTNeoXForCausalLM(hf_config(model_config(fields), **ids))
     # the output layer's name is transformers' (lm_head in 5.x, embed_out before); tied: the embedding
     head = next(k for k in model.state_dict() if not k.startswith("gpt_neox."))
-    output = weights.pop("lm_head.weight", weights["gpt_neox.embed_in.weight"])
-    weights[head] = output
+    weights[head] = weights.pop("lm_head.weight", weights["gpt_neox.embed_in.weight"])
     with reading(step_dir, "the gpt-neox weights into HF GPTNeoX"):
         model.load_state_dict(weights, strict=True)
     state = {"step": step, "source": "gpt-neox", "neox_checkpoint": str(step_dir.resolve()),
