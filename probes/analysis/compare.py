@@ -1,7 +1,7 @@
 """`python -m probes compare A B --out DIR`: two runs, two checkpoints or two folders of seed runs (docs/public_suites.md,
 "Paired comparisons"). Two questions, named in every output: with several seeds a side the default (`--unit recipe`)
 asks whether the recipes differ, the seed as the unit (Welch's t on each seed's accuracy over the same pairs; counting
-pairs made a null of one recipe reject 17-55 % of the time at seed sd 0.04-0.085, bench/bench_compare.py); `--unit
+pairs made a null of one recipe reject 20-49 % of the time at seed sd 0.04-0.085, bench/bench_compare.py); `--unit
 item` asks whether these trained models differ on these pairs, the pair as the unit, seeds reduced to its share right
 (counting pairs x seeds as trials made a copied seed look like evidence)."""
 from __future__ import annotations
@@ -12,7 +12,6 @@ import json
 import math
 import re
 import sys
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
@@ -142,14 +141,18 @@ def seed_stats(a: np.ndarray, b: np.ndarray, paired: bool = False, level: float 
     the items one observation: Welch's t of B's mean minus A's (paired t where both sides are the same runs, at two
     checkpoints), p and interval from the one t distribution. b, c as for the item unit (shares of seeds)."""
     xa, xb = (np.atleast_2d(np.asarray(x, dtype=float)).mean(axis=1) for x in (a, b))
-    with warnings.catch_warnings():  # seeds of equal accuracy: scipy warns of the zero variance handled below
-        warnings.simplefilter("ignore", RuntimeWarning)
-        res = stats.ttest_rel(xb, xa) if paired else stats.ttest_ind(xb, xa, equal_var=False)
-        ci = res.confidence_interval(level)
+    if paired:
+        se2, df = np.var(xb - xa, ddof=1) / len(xa), len(xa) - 1
+    else:  # Welch-Satterthwaite
+        va, vb = np.var(xa, ddof=1) / len(xa), np.var(xb, ddof=1) / len(xb)
+        se2 = va + vb
+        df = se2 ** 2 / (va ** 2 / (len(xa) - 1) + vb ** 2 / (len(xb) - 1)) if se2 > 0 else 1
+    diff, se = xb.mean() - xa.mean(), math.sqrt(se2)
+    p, half = (2 * stats.t.sf(abs(diff) / se, df), stats.t.ppf((1 + level) / 2, df) * se) if se > 0 \
+        else (float(diff == 0), 0.0)  # every seed alike on each side
     d = np.atleast_2d(b).mean(axis=0) - np.atleast_2d(a).mean(axis=0)
-    p = 1.0 if np.isnan(res.pvalue) else float(res.pvalue)  # NaN: every seed alike on both sides
     return {"n": d.size, "b": int((d < 0).sum()), "c": int((d > 0).sum()), "acc_a": xa.mean(), "acc_b": xb.mean(),
-            "p": p, "ci_lo": float(ci.low), "ci_hi": float(ci.high)}
+            "p": float(p), "ci_lo": diff - half, "ci_hi": diff + half}
 
 
 def stat_table(outcomes: dict[str, tuple], unit: str = "recipe", paired: bool = False, n_boot: int = 2000,
@@ -201,9 +204,7 @@ def compare(a: str | Side, b: str | Side, metric: str = "mlp", n_boot: int = 200
         notes.append(f"one seed on a side ({len(a.runs)} vs {len(b.runs)} runs): the recipes cannot be compared (no "
                      "spread between seeds to test against); tested instead: these trained models, the pair as the unit")
     same = [r.resolve() for r in a.runs] == [r.resolve() for r in b.runs]  # the same runs at two checkpoints
-    if unit == "recipe":
-        runs_a, runs_b = a.runs, b.runs
-    elif len(a.runs) == 1 and len(b.runs) == 1:
+    if unit == "recipe" or len(a.runs) == len(b.runs) == 1:
         runs_a, runs_b = a.runs, b.runs
     else:  # seed groups: paired by seed
         for s in (a, b):
