@@ -182,3 +182,13 @@ def test_on_the_shipped_corpus_every_grid_budget_cannot_start(capsys, monkeypatc
     assert out.count("  CANNOT START\n") == 4
     for budget in ("10M", "100M", "1B", "3B"):
         assert f"CANNOT START (1 of 4 runs, marked above): budget {budget} needs a corpus of {budget} tokens, it has " in out
+
+
+def test_a_cpu_sized_plan_says_its_cpu_seconds(capsys):
+    """Issue 44: `train plan experiment=zhoblimp_mini` printed 0.00 GPU-h and nothing a laptop's user could use."""
+    assert main(["experiment=zhoblimp_mini", "model=mini-1.6m", "budget=2M", "seed=0"]) == 0
+    # 6 x 1,602,624 params x 1,998,848 tokens at 86,448 GFLOP / 2,159 CPU-s (the laptop grid) = 480.0 CPU-s
+    assert ("cpu: 480 CPU-s (0.13 CPU-h; the longest run 480) for the 1 runs under 20M parameters, at 40.0 GFLOP "
+            "of 6*N*D per CPU-second") in capsys.readouterr().out
+    assert main(["experiment=zhoblimp_grid", "model=pythia-160m", "budget=10M", "seed=0"]) == 0
+    assert "cpu:" not in capsys.readouterr().out  # a GPU's run: its GPU-hours say it
