@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -192,3 +193,18 @@ def test_a_cpu_sized_plan_says_its_cpu_seconds(capsys):
             "of 6*N*D per CPU-second") in capsys.readouterr().out
     assert main(["experiment=zhoblimp_grid", "model=pythia-160m", "budget=10M", "seed=0"]) == 0
     assert "cpu:" not in capsys.readouterr().out  # a GPU's run: its GPU-hours say it
+
+
+def test_off_a_terminal_no_progress_bar_fills_the_log(tmp_path):
+    """Issue 44: logs were walls of carriage-return progress bars (datasets' map, the token store's writing)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (corpus / name).write_text("".join(f"the dog {i} runs .\n\n" for i in range(300)))
+    env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}  # conftest sets it for the tests
+    proc = subprocess.run([sys.executable, "-m", "train", "plan", "experiment=demo", "data=files",
+                           f"data.paths=[{corpus}]", "tokenizer.vocab_size=400", "data.budget_tokens=4000",
+                           f"data.cache_dir={tmp_path / 'c'}", "--count-tokens"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600, env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert proc.returncode == 0 and "building the token store" in proc.stdout, proc.stderr[-2000:]
+    assert "\r" not in proc.stdout + proc.stderr and "%|" not in proc.stderr, proc.stderr[-2000:]
