@@ -21,8 +21,8 @@ COMMANDS = {  # `python -m probes NAME ...`: import path of its main(argv), one 
     "curves": ("probes.analysis.curves:main", "learning curves and U-shapes from the eval files of run directories"),
     "report": ("probes.analysis.report:main", "report.md + figures + tables: seeds, U-shapes, AoA, scaling grid, case "
                                               "study, regions"),
-    "compare": ("probes.analysis.compare:main", "paired statistics of two runs or checkpoints (McNemar, paired "
-                                                "bootstrap, BH q) -> compare.csv"),
+    "compare": ("probes.analysis.compare:main", "two runs, checkpoints or seed groups: do the recipes differ "
+                                                "(seeds, Welch) or these models (--unit item: pairs) -> compare.csv"),
     "benchmarks": ("probes.benchmarks.registry:main", "list / inspect / check benchmarks"),
 }
 
