@@ -222,8 +222,11 @@ def test_a_u_peaking_at_step_0_is_not_a_learning_u(tmp_path):
     df, _ = find_u_shapes_in_runs(load_runs(runs), UShapeConfig(delta=0.1, n_boot=200), levels=("paradigm",))
     acc = df[df.accepted].set_index("paradigm")
     assert acc.loc["init", "peak_step"] == 0 and acc.loc["late", "peak_step"] > 0
-    assert count_ushapes(df) == {"learning": 1, "from_step0": 1}
-    assert count_text(df).startswith("1 learning U-shape(s) (+1 peaking at step 0")
+    assert count_ushapes(df) == {"learning": 1, "chance_dip": 0, "from_step0": 1}
+    assert count_text(df) == ("1 learning U, 0 chance dips (peak not above chance), 1 dip peaking at step 0 "
+                              "(the untrained model)")
+    df.loc[df.accepted & (df.peak_step > 0), "kind"] = "chance_dip"  # issue 42: a chance_dip is named as such
+    assert count_ushapes(df) == {"learning": 0, "chance_dip": 1, "from_step0": 1}
 
 
 def test_dispersion_reads_the_variance_ratio_it_is_given():

@@ -15,6 +15,7 @@ marker, and the x label says so.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -25,7 +26,7 @@ import pandas as pd
 from probes.analysis.evalset import EvalInputError, EvalSet, load_runs
 from probes.analysis.outputs import save_figure, write_csv, write_table, write_text
 from probes.analysis.plotting import accuracy_label, colors, finish_legend, new_figure, plot_line, safe_name, short_label, token_axis
-from probes.analysis.ushape import UShapeConfig, count_text, find_u_shapes_in_runs
+from probes.analysis.ushape import U_LEVELS, UShapeConfig, count_text, curve_benchmarks, find_u_shapes_in_runs, search_config
 from probes.families import families
 
 TIDY_COLUMNS = ["run", "model", "budget", "seed", "step", "tokens", "benchmark", "phenomenon",
@@ -109,10 +110,13 @@ def write_curves(ev: EvalSet, out: Path, delta: float = UShapeConfig.delta,
     written["tables"] += write_table(out / "curves", table[TIDY_COLUMNS])
     written["tables"] += write_table(out / "phenomena", phen)
     # The same rule as `probes report` (noise threshold, paired bootstrap, seeds, minimum pairs with
-    # one seed): a list of every geometric dip of a 10-pair curve is noise, not U-shapes.
+    # one seed): a list of every geometric dip of a 10-pair curve is noise, not U-shapes. And the report's
+    # search (its levels, curve benchmarks and per-curve level for FALSE_U_BUDGET): a run's
+    # end-of-run curves and a report of that run answer "is there a U?" alike
     evidence: list[str] = []
-    us, u_notes = find_u_shapes_in_runs(ev, UShapeConfig(delta=delta, metric=metric.removeprefix("acc_")),
-                                        evidence=evidence)
+    cfg = search_config(ev, UShapeConfig(delta=delta, metric=metric.removeprefix("acc_")))[1]
+    ev_c = dataclasses.replace(ev, outcomes={k: v for k, v in ev.outcomes.items() if k[1] in curve_benchmarks(table)})
+    us, u_notes = find_u_shapes_in_runs(ev_c, cfg, levels=U_LEVELS, evidence=evidence)
     written["tables"].append(write_csv(out / "ushapes.csv", us))
     written["notes"] = evidence
     problems = list(ev.problems) + u_notes
@@ -161,7 +165,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     written = write_curves(ev, args.out, args.delta, f"acc_{args.metric}")
     written["plots"] += plots
     us = pd.read_csv(args.out / "ushapes.csv")
-    # e.g. "2 learning U-shape(s) (+1 peaking at step 0, the untrained model) at delta=0.05 (of 31 candidates:
+    # e.g. "1 learning U, 0 chance dips (...), 1 dip peaking at step 0 (...) at delta=0.05 (of 31 candidates:
     # 25 too_thin, 4 below_noise)"
     rest = us.loc[~us["accepted"].astype(bool), "verdict"].value_counts() if len(us) else pd.Series(dtype=int)
     why = ", ".join(f"{n} {v}" for v, n in rest.items())

@@ -3,6 +3,7 @@ earlier peak to a trough, then a recovery of at least delta, that is not noise. 
 `analyse_curve` / `find_u_shapes_in_runs` (called by `probes report` and `probes curves` alike) decide."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -97,6 +98,35 @@ class UShapeConfig:
             raise ValueError("UShapeConfig: raw=False needs bandwidth > 0 (no scale left to look at)")
         if self.metric not in ("mlp", "sum"):
             raise ValueError(f"UShapeConfig.metric must be 'mlp' or 'sum', got {self.metric!r}")
+
+
+U_LEVELS = ("phenomenon",)  # the curves searched by default (the paper's level), by `probes report` and `curves`
+FALSE_U_BUDGET = 0.5  # false U's expected at most in one search (a report, or `probes curves`' output)
+
+
+def curve_benchmarks(table) -> list[str]:
+    """Benchmarks with a curve: scored at two or more checkpoints of some run. "<name>_all" (every pair
+    at the last checkpoint only) is not one: it feeds the final-accuracy table and the scaling view."""
+    from probes.evals.files import ALL_SUFFIX
+
+    n = table.groupby(["benchmark", "run"])["step"].nunique().groupby("benchmark").max()
+    return sorted(b for b, k in n.items() if k >= 2 and not str(b).endswith(ALL_SUFFIX))
+
+
+def search_config(ev, cfg: UShapeConfig, levels=U_LEVELS, false_u_budget: float = FALSE_U_BUDGET,
+                  alpha: float | None = None) -> tuple[int, UShapeConfig]:
+    """(curves a U search of ev's curve benchmarks looks at, cfg at the per-curve level that keeps the expected
+    false U's of the whole search <= false_u_budget (Bonferroni over curves; `alpha` instead if given), with
+    bootstrap and null draws enough for it). `probes report` and `probes curves` both search with it: the same
+    runs get the same answer from both."""
+    t = ev.table[ev.table.benchmark.isin(curve_benchmarks(ev.table))]
+    n = 0
+    for _, g in t.groupby(["model", "budget", "benchmark"], dropna=False):
+        if g.step.nunique() >= 4:
+            n += g.phenomenon.nunique() * ("phenomenon" in levels) + g.paradigm.nunique() * ("paradigm" in levels)
+    alpha = min(cfg.alpha, false_u_budget / max(n, 1)) if alpha is None else alpha
+    return n, dataclasses.replace(cfg, alpha=alpha, n_boot=max(cfg.n_boot, math.ceil(10 / alpha)),
+                                  n_null=max(cfg.n_null, math.ceil(40 / alpha)))
 
 
 def scales(x: np.ndarray, cfg: UShapeConfig) -> list[tuple[str, np.ndarray]]:
@@ -219,19 +249,25 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
 
 
 def count_ushapes(us) -> dict[str, int]:
-    """Accepted U's of a STAT_COLUMNS table: "learning" (peak after step 0) apart from "from_step0" (the
-    untrained model's accuracy is its initialisation's: such a dip is no evidence of unlearning)."""
+    """Accepted U's of a STAT_COLUMNS table: "learning" (peak above chance after step 0), "chance_dip" (peak
+    after step 0 but not above chance: no knowledge lost) and "from_step0" (the untrained model's accuracy is
+    its initialisation's: such a dip is no evidence of unlearning)."""
     if us is None or not len(us):
-        return {"learning": 0, "from_step0": 0}
+        return {"learning": 0, "chance_dip": 0, "from_step0": 0}
     acc = us[us["accepted"].astype(bool)]
-    step0 = int((acc["peak_step"] == 0).sum())
-    return {"learning": len(acc) - step0, "from_step0": step0}
+    step0 = acc["peak_step"] == 0
+    chance = int(((acc["kind"] == "chance_dip") & ~step0).sum())
+    return {"learning": len(acc) - int(step0.sum()) - chance, "chance_dip": chance, "from_step0": int(step0.sum())}
 
 
 def count_text(us) -> str:
-    """'2 learning U-shape(s) (+1 peaking at step 0, the untrained model)': the console's count."""
+    """'1 learning U, 2 chance dips (peak not above chance), 0 dips peaking at step 0 (the untrained model)':
+    the console's and report.md's count."""
     c = count_ushapes(us)
-    return f"{c['learning']} learning U-shape(s) (+{c['from_step0']} peaking at step 0, the untrained model)"
+    n = lambda k, one, many: f"{k} {one if k == 1 else many}"  # noqa: E731
+    return ", ".join([n(c["learning"], "learning U", "learning U's"),
+                      n(c["chance_dip"], "chance dip", "chance dips") + " (peak not above chance)",
+                      n(c["from_step0"], "dip", "dips") + " peaking at step 0 (the untrained model)"])
 
 
 def _paradigm_columns(o) -> dict[str, np.ndarray]:
