@@ -3,6 +3,8 @@ makes on a schedule (Monte Carlo), the binomial standard error of a unit's curve
 one-seed curve needs. Pure numpy, no configuration: `probes.analysis.ushape` decides with it."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 
@@ -50,6 +52,78 @@ def noise_threshold(sd: np.ndarray, W: np.ndarray, level: float, n_null: int,
     return float(np.quantile(max_drawdown(e if raw else e @ W.T), level))
 
 
+def max_u_depth(y: np.ndarray) -> np.ndarray:
+    """max over i <= t <= j of min(y[..., i], y[..., j]) - y[..., t] along the last axis: the deepest U of a
+    curve (drop and recovery both at least that), which bounds the u_depth of every U find_u_shapes finds."""
+    left = np.maximum.accumulate(y, axis=-1)
+    right = np.flip(np.maximum.accumulate(np.flip(y, axis=-1), axis=-1), axis=-1)
+    return np.max(np.minimum(left, right) - y, axis=-1)
+
+
+def u_thresholds(mu: np.ndarray, cov: np.ndarray, Ws: list[np.ndarray], alpha: float, n_null: int,
+                 rng: np.random.Generator) -> list[float]:
+    """Per scale W, the depth a U of the curve W @ (mu + e), e ~ N(0, cov) over the checkpoints, exceeds on
+    some scale with probability alpha: a parametric bootstrap of the deepest U under mu, the monotone curve
+    closest to the data (the null a U is tested against; the smoother's overshoot at mu's bends included).
+    The scales share one level, set on the same draws so that any of them exceeds with probability alpha
+    (the scales' U's are correlated: less than Bonferroni's alpha / scales each)."""
+    vals, vecs = np.linalg.eigh(cov)
+    e = rng.standard_normal((n_null, len(mu))) @ (vecs * np.sqrt(np.clip(vals, 0, None))).T + mu[None, :]
+    D = np.stack([max_u_depth(e @ W.T) for W in Ws])  # (scales, draws)
+    ranks = np.argsort(np.argsort(D, axis=1), axis=1) / n_null  # each draw's level on each scale
+    level = float(np.quantile(ranks.max(axis=0), 1 - alpha))
+    return [float(np.quantile(d, level)) for d in D]
+
+
+def paired_cov(mats: list[list[np.ndarray]]) -> np.ndarray:
+    """(steps, steps) covariance of a unit's seed-mean curve over the pairs it could have drawn (pairs within
+    paradigm and seed resampled, the same pairs at every checkpoint: the paired bootstrap's, in closed form):
+    sum_s sum_k Cov_i(o_i) / n_sk / (S K)^2. Pairs that persist make it mostly a shift of the whole curve,
+    which makes no U; mats[s][k]: (steps, pairs) 0/1 outcomes, missing ones imputed."""
+    S, K = len(mats), len(mats[0])
+    out = np.zeros((mats[0][0].shape[0],) * 2)
+    for seed in mats:
+        for m in seed:
+            c = m - m.mean(axis=1, keepdims=True)
+            out += (c @ c.T) / max(m.shape[1] - 1, 1) / max(m.shape[1], 1)
+    return out / (S * K) ** 2
+
+
+def shock_ratio(x: np.ndarray, curves: np.ndarray, covs: np.ndarray, binom: np.ndarray) -> float:
+    """How many binomial variances of noise the checkpoints add beyond the pairs' own (paired_cov): the model
+    moving between checkpoints on whole templates, seeds fed alike. Each interior checkpoint of each unit's
+    seed-mean curve (curves: units x steps; covs: their paired_cov; binom: their binomial variances) is compared
+    with the line through its neighbours: residual^2 ~ (paired variance + k x binomial variance) chi^2_1; k is
+    the upper 90 % limit of the value that puts the median of the scaled residuals at chi^2_1's (a median: real
+    dips move it little; the bends of rising curves raise it, which errs towards fewer U's). NaN with fewer than
+    MIN_RESIDUALS residuals."""
+    x = np.asarray(x, float)
+    if len(x) < 3 or not len(curves):
+        return float("nan")
+    w = (x[2:] - x[1:-1]) / np.maximum(x[2:] - x[:-2], 1e-12)
+    A = np.zeros((len(x) - 2, len(x)))
+    i = np.arange(len(x) - 2)
+    A[i, i], A[i, i + 1], A[i, i + 2] = -w, 1.0, -(1 - w)
+    r, P, B = curves @ A.T, np.einsum("ti,uij,tj->ut", A, covs, A), binom @ (A ** 2).T
+    ok = np.isfinite(r) & np.isfinite(P) & np.isfinite(B)
+    r2, P, B = r[ok] ** 2, P[ok], B[ok]
+    if len(r2) < MIN_RESIDUALS:
+        return float("nan")
+    q = 0.5  # the median: the bends of rising curves already raise k (bench/bench_ushape.py --part null)
+
+    def excess(k: float) -> float:
+        return float(np.quantile(r2 / np.maximum(P + k * B, 1e-12), q)) - 0.45494
+    lo, hi = 0.0, 1.0
+    if excess(0.0) <= 0:
+        return 0.0
+    while excess(hi) > 0 and hi < 1e6:
+        lo, hi = hi, hi * 2
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if excess(mid) > 0 else (lo, mid)
+    return hi
+
+
 _UNIT_THRESHOLDS: dict[tuple, float] = {}
 
 
@@ -59,6 +133,20 @@ def unit_threshold(x: np.ndarray, W: np.ndarray, level: float, n_null: int, seed
     if key not in _UNIT_THRESHOLDS:
         _UNIT_THRESHOLDS[key] = noise_threshold(np.full(len(x), 0.5), W, level, n_null, np.random.default_rng(seed))
     return _UNIT_THRESHOLDS[key]
+
+
+@functools.lru_cache(maxsize=64)
+def _unit_u(x: bytes, Ws: tuple[bytes, ...], n: int, alpha: float, n_null: int, seed: int) -> tuple[float, ...]:
+    Ws = [np.frombuffer(W).reshape(n, n) for W in Ws]
+    return tuple(u_thresholds(np.zeros(n), np.eye(n) / 4, Ws, alpha, n_null, np.random.default_rng(seed)))
+
+
+def unit_u_threshold(x: np.ndarray, Ws: tuple, alpha: float, n_null: int, seed: int) -> tuple[float, ...]:
+    """u_thresholds of a flat curve at one pair (sd 0.5 at each checkpoint, independent), per scale W: what a
+    depth must clear at n pairs is this / sqrt(n). Once per schedule."""
+    n = len(x)
+    return _unit_u(np.asarray(x, float).tobytes(), tuple(np.ascontiguousarray(W, float).tobytes() for W in Ws), n,
+                   alpha, n_null, seed)
 
 
 def _impute(m: np.ndarray) -> np.ndarray:
