@@ -7,7 +7,7 @@ import pytest
 
 from probes.analysis.evalset import load_runs, log_tokens
 from synthetic import RunSpec, log_spaced_steps, planted_dip, sample_correct, sigmoid_curve, write_run
-from probes.analysis.unoise import min_pairs, noise_threshold, smoothing_matrix
+from probes.analysis.unoise import min_pairs, smoothing_matrix
 from probes.analysis.ushape import UShapeConfig, analyse_curve, find_u_shapes, find_u_shapes_in_runs, onset_index
 
 X = np.linspace(6.0, 11.0, 40)  # log10 tokens of 40 checkpoints
@@ -160,12 +160,26 @@ def test_clean_noisy_curves_on_every_checkpoint_give_no_u(schedule):
     assert proposed >= 6  # the raw scale did propose candidates: the threshold was what rejected them
 
 
-def test_noise_threshold_matches_hand_computed_quantile():
-    # Two checkpoints, sd 0.5 each: the deepest drop is max(0, e1 - e2), e1 - e2 ~ N(0, 0.5), so its
-    # 95 % quantile is 1.645 * sqrt(0.5) = 1.163 for one pair (sd 0.5); a U of depth 0.2 clears it
-    # from (1.163 / 0.2)^2 = 33.8 pairs on.
-    c = noise_threshold(np.full(2, 0.5), np.eye(2), 0.95, 200_000, np.random.default_rng(0))
-    assert c == pytest.approx(1.6449 * np.sqrt(0.5), abs=0.01)
+def test_u_threshold_matches_hand_computed_quantile():
+    # Three checkpoints, independent sd 0.5: the deepest U is max(0, min(e0, e2) - e1), above u when both
+    # e0 - e1 and e2 - e1 are (two N(0, 0.5) with correlation 1/2): the 5 % point of that, solved exactly, is
+    # the threshold. Twice the same scale shares one level: the same threshold, not Bonferroni's 2.5 % one.
+    # Without noise the threshold is the deepest U of mu itself (a V of depth 0.2), and 0 for a rising mu.
+    from scipy.optimize import brentq
+    from scipy.stats import multivariate_normal
+
+    from probes.analysis.unoise import u_thresholds
+
+    law = multivariate_normal(mean=[0, 0], cov=[[0.5, 0.25], [0.25, 0.5]])
+    exact = brentq(lambda u: law.cdf([-u, -u]) - 0.05, 0.0, 3.0)  # P(both > u) = P(both < -u) by symmetry
+    W = np.eye(3)
+    (c,) = u_thresholds(np.zeros(3), np.eye(3) / 4, [W], 0.05, 200_000, np.random.default_rng(0))
+    assert c == pytest.approx(exact, abs=0.01)
+    c2 = u_thresholds(np.zeros(3), np.eye(3) / 4, [W, W], 0.05, 200_000, np.random.default_rng(0))
+    assert c2 == pytest.approx([exact, exact], abs=0.01)
+    assert u_thresholds(np.array([0.5, 0.3, 0.6]), np.zeros((3, 3)), [W], 0.05, 100, np.random.default_rng(0)) == \
+        pytest.approx([0.2])
+    assert u_thresholds(np.array([0.3, 0.5, 0.6]), np.zeros((3, 3)), [W], 0.05, 100, np.random.default_rng(0)) == [0.0]
     assert min_pairs(0.2, 1.6449 * np.sqrt(0.5)) == 34
     assert min_pairs(0.2, 1.6449 * np.sqrt(0.5), n_paradigms=4) == 9  # 4 paradigms averaged: 33.8 / 4
 

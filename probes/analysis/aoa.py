@@ -510,24 +510,18 @@ def _resampled_curves(ok: np.ndarray, sizes: np.ndarray, weight: np.ndarray, n_p
                       rng: np.random.Generator) -> np.ndarray:
     """(phenomena x B, steps): B bootstrap resamples of each phenomenon's curve (the mean of its paradigms'),
     the pairs of each paradigm (consecutive columns of ok, `sizes` each) drawn with replacement, the same
-    draw at every checkpoint. Paradigm curves of one draw are exact counts (float32 sums of 0/1 up to 2^24)."""
-    counts = _pair_counts(sizes, B, rng)
+    draw at every checkpoint; a paradigm's resampled hits are exact float32 counts (0/1 sums below 2^24)."""
+    counts, c0 = _pair_counts(sizes, B, rng), np.cumsum(np.r_[0, sizes])
+    okf, which = ok.astype(np.float32), np.repeat(np.arange(len(n_par)), n_par)
     Y = np.zeros((len(n_par), B, ok.shape[0]))
-    okf = ok.astype(np.float32)
-    p0 = np.cumsum(np.r_[0, n_par])
-    c0 = np.cumsum(np.r_[0, sizes])
-    for j in range(len(n_par)):
-        for k in range(p0[j], p0[j + 1]):  # each paradigm's resampled hits, over its pairs and mean weight
-            sl = slice(c0[k], c0[k + 1])
-            Y[j] += (counts[:, sl] @ okf[:, sl].T) * (weight[k])
+    for k, j in enumerate(which):
+        Y[j] += (counts[:, c0[k]:c0[k + 1]] @ okf[:, c0[k]:c0[k + 1]].T) * weight[k]
     return Y.reshape(-1, ok.shape[0])
 
 
 def _pair_counts(sizes: np.ndarray, B: int, rng: np.random.Generator) -> np.ndarray:
-    """(B, sum(sizes)) float32: how often each pair is drawn in each of B resamples of its paradigm's pairs
-    with replacement (paradigms: consecutive blocks of `sizes`); a paradigm's multinomial counts, by one
-    integer draw per pair."""
+    """(B, pairs) float32: each pair's count in each of B resamples of its paradigm's pairs with replacement
+    (a paradigm's multinomial counts, by one integer draw per pair)."""
     N = int(np.sum(sizes))
     idx = np.repeat(np.cumsum(sizes) - sizes, sizes) + (rng.random((B, N)) * np.repeat(sizes, sizes)).astype(np.int64)
-    idx += N * np.arange(B)[:, None]
-    return np.bincount(idx.ravel(), minlength=B * N).reshape(B, N).astype(np.float32)
+    return np.bincount((idx + N * np.arange(B)[:, None]).ravel(), minlength=B * N).reshape(B, N).astype(np.float32)

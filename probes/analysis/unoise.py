@@ -1,11 +1,13 @@
-"""The U-detector's noise model: the smoother it looks through, the deepest drop binomial noise alone
-makes on a schedule (Monte Carlo), the binomial standard error of a unit's curve, and the pairs a
-one-seed curve needs. Pure numpy, no configuration: `probes.analysis.ushape` decides with it."""
+"""The U-detector's noise model: the smoother it looks through, the pairs' paired covariance across checkpoints
+and the checkpoints' own noise beyond it, the deepest U that noise makes around a monotone curve (Monte Carlo),
+the binomial standard error of a unit's curve, and the pairs a curve needs. Pure numpy, no configuration:
+`probes.analysis.ushape` decides with it."""
 from __future__ import annotations
 
 import functools
 
 import numpy as np
+from scipy.optimize import brentq
 
 
 def smoothing_matrix(x: np.ndarray, bandwidth: float, min_neighbours: int = 0) -> np.ndarray:
@@ -25,31 +27,6 @@ def smoothing_matrix(x: np.ndarray, bandwidth: float, min_neighbours: int = 0) -
     w = np.exp(-0.5 * (d / h[:, None]) ** 2)
     s0, s1, s2 = w.sum(1, keepdims=True), (w * d).sum(1, keepdims=True), (w * d * d).sum(1, keepdims=True)
     return w * (s2 - d * s1) / (s0 * s2 - s1 ** 2)
-
-
-def max_drawdown(y: np.ndarray) -> np.ndarray:
-    """max over i <= j of y[..., i] - y[..., j] along the last axis: the deepest drop of a curve."""
-    if y.ndim != 2:
-        return np.max(np.maximum.accumulate(y, axis=-1) - y, axis=-1)
-    # many short curves (4,000 draws x 47 checkpoints): one vector op per checkpoint, 4x cheaper, same values
-    run, deepest = y[:, 0].copy(), np.zeros(len(y))
-    for col in y.T[1:]:
-        np.maximum(run, col, out=run)
-        np.maximum(deepest, run - col, out=deepest)
-    return deepest
-
-
-def noise_threshold(sd: np.ndarray, W: np.ndarray, level: float, n_null: int,
-                    rng: np.random.Generator) -> float:
-    """The `level` quantile of the deepest drop that noise alone makes on the curve W @ (mu + e).
-
-    e_t ~ N(0, sd_t^2) independently per checkpoint (pairs drawn afresh: bounds the paired case from above).
-    If mu is non-decreasing, any drop of W @ (mu + e) is at most a drop of W @ e (up to the smoother's
-    overshoot, which analyse_curve adds), so P(some drop > threshold) <= 1 - level however many
-    checkpoints and candidates were looked at; a flat curve is the worst case."""
-    e = rng.standard_normal((n_null, len(sd))) * sd[None, :]
-    raw = W.shape[0] == W.shape[1] and np.array_equal(W, np.eye(len(W)))
-    return float(np.quantile(max_drawdown(e if raw else e @ W.T), level))
 
 
 def max_u_depth(y: np.ndarray) -> np.ndarray:
@@ -93,10 +70,10 @@ def shock_ratio(x: np.ndarray, curves: np.ndarray, covs: np.ndarray, binom: np.n
     """How many binomial variances of noise the checkpoints add beyond the pairs' own (paired_cov): the model
     moving between checkpoints on whole templates, seeds fed alike. Each interior checkpoint of each unit's
     seed-mean curve (curves: units x steps; covs: their paired_cov; binom: their binomial variances) is compared
-    with the line through its neighbours: residual^2 ~ (paired variance + k x binomial variance) chi^2_1; k is
-    the upper 90 % limit of the value that puts the median of the scaled residuals at chi^2_1's (a median: real
-    dips move it little; the bends of rising curves raise it, which errs towards fewer U's). NaN with fewer than
-    MIN_RESIDUALS residuals."""
+    with the line through its neighbours: residual^2 ~ (paired variance + k x binomial variance) chi^2_1; k puts
+    the median of the scaled residuals at chi^2_1's (a median: real dips move it little; the bends of rising
+    curves raise it, which errs towards fewer U's: no upper limit on top, bench_ushape --part null). NaN with
+    fewer than MIN_RESIDUALS residuals."""
     x = np.asarray(x, float)
     if len(x) < 3 or not len(curves):
         return float("nan")
@@ -109,44 +86,22 @@ def shock_ratio(x: np.ndarray, curves: np.ndarray, covs: np.ndarray, binom: np.n
     r2, P, B = r[ok] ** 2, P[ok], B[ok]
     if len(r2) < MIN_RESIDUALS:
         return float("nan")
-    q = 0.5  # the median: the bends of rising curves already raise k (bench/bench_ushape.py --part null)
 
     def excess(k: float) -> float:
-        return float(np.quantile(r2 / np.maximum(P + k * B, 1e-12), q)) - 0.45494
-    lo, hi = 0.0, 1.0
-    if excess(0.0) <= 0:
-        return 0.0
-    while excess(hi) > 0 and hi < 1e6:
-        lo, hi = hi, hi * 2
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if excess(mid) > 0 else (lo, mid)
-    return hi
-
-
-_UNIT_THRESHOLDS: dict[tuple, float] = {}
-
-
-def unit_threshold(x: np.ndarray, W: np.ndarray, level: float, n_null: int, seed: int) -> float:
-    """noise_threshold at sd 0.5 (one pair, p = 0.5) for a schedule x and scale W, once per schedule."""
-    key = (np.asarray(x, dtype=float).tobytes(), W.tobytes(), level, n_null, seed)
-    if key not in _UNIT_THRESHOLDS:
-        _UNIT_THRESHOLDS[key] = noise_threshold(np.full(len(x), 0.5), W, level, n_null, np.random.default_rng(seed))
-    return _UNIT_THRESHOLDS[key]
+        return float(np.median(r2 / np.maximum(P + k * B, 1e-12))) - 0.45494
+    return 0.0 if excess(0.0) <= 0 else float(brentq(excess, 0.0, 1e6, xtol=1e-6))
 
 
 @functools.lru_cache(maxsize=64)
-def _unit_u(x: bytes, Ws: tuple[bytes, ...], n: int, alpha: float, n_null: int, seed: int) -> tuple[float, ...]:
+def _unit_u(Ws: tuple[bytes, ...], n: int, alpha: float, n_null: int, seed: int) -> tuple[float, ...]:
     Ws = [np.frombuffer(W).reshape(n, n) for W in Ws]
     return tuple(u_thresholds(np.zeros(n), np.eye(n) / 4, Ws, alpha, n_null, np.random.default_rng(seed)))
 
 
-def unit_u_threshold(x: np.ndarray, Ws: tuple, alpha: float, n_null: int, seed: int) -> tuple[float, ...]:
-    """u_thresholds of a flat curve at one pair (sd 0.5 at each checkpoint, independent), per scale W: what a
-    depth must clear at n pairs is this / sqrt(n). Once per schedule."""
-    n = len(x)
-    return _unit_u(np.asarray(x, float).tobytes(), tuple(np.ascontiguousarray(W, float).tobytes() for W in Ws), n,
-                   alpha, n_null, seed)
+def unit_u_threshold(Ws, alpha: float, n_null: int, seed: int) -> tuple[float, ...]:
+    """u_thresholds of a flat curve at one pair (sd 0.5 at each checkpoint, independent: p = 0.5), per scale
+    W: at n pairs a depth must clear this / sqrt(n). Once per schedule."""
+    return _unit_u(tuple(np.ascontiguousarray(W, float).tobytes() for W in Ws), len(Ws[0]), alpha, n_null, seed)
 
 
 def _impute(m: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ from threadpoolctl import threadpool_limits
 from probes.analysis.scaling import budget_label
 from probes.analysis.unoise import (MIN_RESIDUALS, _impute, _resample_counts, dispersion, min_pairs,
                                     paired_cov, shock_ratio, smoothing_matrix, u_thresholds, unit_sd,
-                                    unit_threshold, unit_u_threshold)
+                                    unit_u_threshold)
 
 
 @dataclass(frozen=True)
@@ -159,20 +159,19 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
     cov = paired_cov(mats) + np.diag(shock * sd ** 2)
     raw_seed = np.array([np.mean([m.mean(axis=1) for m in seed], axis=0) for seed in mats])
     looks = scales(x, cfg)
-    level = 1 - cfg.alpha / len(looks)  # Bonferroni over the scales looked at
     # The null: the closest monotone curve (isotonic, rising or falling) plus the noise; at its bends the
     # smoother overshoots and draws a dip of its own, which the threshold then includes.
     mean = raw_seed.mean(axis=0)
     iso = min((isotonic_regression(mean, increasing=up).x for up in (True, False)), key=lambda f: np.sum((f - mean) ** 2))
     thresholds = u_thresholds(iso, cov, [W for _, W in looks], cfg.alpha, cfg.n_null, rng)
+    c_units = unit_u_threshold([W for _, W in looks], cfg.alpha, cfg.n_null, cfg.seed)
     cands = []  # (scale, W, curve, seed curves, UShape, r_max, threshold, one-seed threshold)
-    for (name, W), c in zip(looks, thresholds):
+    for (name, W), c, c_unit in zip(looks, thresholds, c_units):
         seed_curves = raw_seed @ W.T
         curve = seed_curves.mean(axis=0)
         found = find_u_shapes(curve, cfg.delta)
         if not found:
             continue
-        c_unit = unit_threshold(x, W, level, cfg.n_null, cfg.seed)
         c_thin = float(np.max(sd_worst) / 0.5 * c_unit)  # same draws' law at p = 0.5, this unit's pairs
         for u in found:
             r_max = u.trough + int(np.argmax(curve[u.trough:] >= u.recovered_to - 1e-12))
@@ -223,7 +222,7 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
         if n_seeds == 1 and u_depth <= c_thin:  # the pairs it would need: the run's one figure (pairs_needed)
             verdict = "too_thin"
             reason = (f"{n_unit:.0f} pairs per paradigm: too few to accept a U of depth {u_depth:.2f} "
-                      f"with one seed (binomial noise alone makes drops of {c_thin:.2f} on this schedule)")
+                      f"with one seed (binomial noise alone makes U's of {c_thin:.2f} on this schedule)")
         elif u_depth <= c:
             verdict = "below_noise"
             reason = (f"depth {u_depth:.3f} <= {c:.3f}, the deepest U noise makes on the closest monotone curve (the "
@@ -345,7 +344,7 @@ def pairs_needed(rows, cfg: UShapeConfig) -> dict:
     units = [list(g) for g in pd.Series(pi).groupby(rows.phenomenon.to_numpy()).agg(lambda v: sorted(set(v)))]
     D = dispersion(x, means, counts, units)
     D = D if np.isfinite(D) else 1.0
-    c1 = min(unit_u_threshold(x, tuple(W for _, W in scales(x, cfg)), cfg.alpha, cfg.n_null, cfg.seed))
+    c1 = min(unit_u_threshold([W for _, W in scales(x, cfg)], cfg.alpha, cfg.n_null, cfg.seed))
     c_unit = (c1 + RECALL_Z * 0.5 * math.sqrt(2)) * math.sqrt(D)
     K = int(rows.groupby("phenomenon").paradigm.nunique().median())
     n_pp, S = float(rows.n_pairs.median()), rows.run.nunique()
