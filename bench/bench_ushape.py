@@ -34,10 +34,17 @@ Two nulls, each a whole report's curves (the runs' phenomena, paradigms, pairs, 
 planted (every paradigm flat at its step-0 accuracy or a sigmoid rise) and the runs' own curves with their
 dips removed (each paradigm's seed-mean curve replaced by its isotonic fit, rising or falling, whichever
 is closer). Each report's curves are tested at level false_u_budget / curves, as `probes report` does, by
-the detector with binomial noise only (dispersion 1, the former rule) and with the checkpoints' measured
-dispersion (unoise.dispersion, the rule now). A third null, "shared shocks", is the stress case the fitted
+the detector with its paired noise and the checkpoints' own noise fixed at 1 binomial variance, and with that
+measured (ushape.group_shock, the rule now). A third null, "shared shocks", is the stress case the fitted
 ones are not: the dips-removed curves with every paradigm shocked at every checkpoint alike in both seeds
 (STRESS), checkpoint noise well above binomial, as if seeds shared their data order and paradigms flipped whole.
+
+    python bench/bench_ushape.py --part laptop [--reports 40] [--depths 0.10,0.05]
+
+Recall of planted U's (depth exactly 0.10 / 0.05 on the phenomenon's seed-mean truth, over 1 or 2 checkpoints)
+and false U's per report at the laptop grid's shape (15 phenomena x 8 paradigms x 30 pairs, 2 seeds, the 2M
+budget's 9 checkpoints, the persistent null fitted to it, each curve at 0.5 / 90 as `probes report` tests the
+grid's 90), and the recall at the pairs ushape.pairs_needed quotes for that depth (its promise: 80 %).
 """
 from __future__ import annotations
 
@@ -72,9 +79,9 @@ def schedule(name: str) -> np.ndarray:
     raise SystemExit(f"unknown schedule {name!r}")
 
 
-def truth_u(truth: np.ndarray, x: np.ndarray):
+def truth_u(truth: np.ndarray, x: np.ndarray, delta: float = 0.05):
     """(visible depth, span, x of peak, x of recovery) of the deepest U in the noise-free curve."""
-    us = find_u_shapes(truth, 0.05)
+    us = find_u_shapes(truth, delta)
     if not us:
         return None
     u = max(us, key=lambda u: min(u.depth, u.recovered_to - u.trough_y))
@@ -267,7 +274,7 @@ def laptop_group(rng, x, n_pairs, depth, K=8, S=2, PH=15):
                          "paradigm": np.tile([f"p{k}" for k in range(K * PH)], S * len(x)),
                          "phenomenon": np.tile([f"ph{k // K}" for k in range(K * PH)], S * len(x)),
                          "acc_mlp": acc.ravel(), "n_pairs": n_pairs})
-    return mats, truth_u(mu[:, :K].mean(axis=1), x), rows
+    return mats, truth_u(mu[:, :K].mean(axis=1), x, depth / 2), rows
 
 
 def laptop_section(a) -> None:
@@ -282,7 +289,7 @@ def laptop_section(a) -> None:
           f"{LAPTOP_NULL}; each curve at alpha {alpha:.4f}; {a.reports} groups per row")
     print(f"{'depth':>6} {'pairs':>6} {'recall':>7} {'(se)':>6} {'false U/report':>15}   pairs_needed at this depth "
           f"(80 % recall), recall there")
-    for depth in (0.10, 0.05):
+    for depth in map(float, a.depths.split(",")):
         rng, det = np.random.default_rng(a.rng), np.random.default_rng(a.rng + 1)
         need = None
         for n_pairs in (30, "needed"):
@@ -321,6 +328,7 @@ def main() -> None:
                     "laptop (recall and false U's at the laptop grid's shape, and at pairs_needed's figure)")
     ap.add_argument("--runs", nargs="*", default=[], help="run directories the null is fitted to and built from")
     ap.add_argument("--reports", type=int, default=20, help="null reports per row of the null part")
+    ap.add_argument("--depths", default="0.10,0.05", help="planted depths of the laptop part")
     ap.add_argument("--copies", type=int, default=1, help="each group's curves this many times per null report "
                     "(6 with one group of runs: a report of the laptop grid's 6 groups)")
     a = ap.parse_args()
