@@ -70,10 +70,10 @@ def shock_ratio(x: np.ndarray, curves: np.ndarray, covs: np.ndarray, binom: np.n
     """How many binomial variances of noise the checkpoints add beyond the pairs' own (paired_cov): the model
     moving between checkpoints on whole templates, seeds fed alike. Each interior checkpoint of each unit's
     seed-mean curve (curves: units x steps; covs: their paired_cov; binom: their binomial variances) is compared
-    with the line through its neighbours: residual^2 ~ (paired variance + k x binomial variance) chi^2_1; k puts
-    the median of the scaled residuals at chi^2_1's (a median: real dips move it little; the bends of rising
-    curves raise it, which errs towards fewer U's: no upper limit on top, bench_ushape --part null). NaN with
-    fewer than MIN_RESIDUALS residuals."""
+    with the line through its neighbours: residual^2 ~ (paired variance + k x binomial variance) chi^2_1; k is
+    the upper 90 % limit of the value that puts the median of the scaled residuals at chi^2_1's (a median: real
+    dips move it little; the limit: an underestimate lets false U's through, bench_ushape --part null's shared
+    shocks). NaN with fewer than MIN_RESIDUALS residuals."""
     x = np.asarray(x, float)
     if len(x) < 3 or not len(curves):
         return float("nan")
@@ -87,8 +87,10 @@ def shock_ratio(x: np.ndarray, curves: np.ndarray, covs: np.ndarray, binom: np.n
     if len(r2) < MIN_RESIDUALS:
         return float("nan")
 
+    q = min(1.0, 0.5 + 1.2816 * 0.5 / np.sqrt(len(r2)))
+
     def excess(k: float) -> float:
-        return float(np.median(r2 / np.maximum(P + k * B, 1e-12))) - 0.45494
+        return float(np.quantile(r2 / np.maximum(P + k * B, 1e-12), q)) - 0.45494
     return 0.0 if excess(0.0) <= 0 else float(brentq(excess, 0.0, 1e6, xtol=1e-6))
 
 
