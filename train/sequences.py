@@ -150,7 +150,11 @@ def split_order(lengths: np.ndarray, order_seed: int, heldout_tokens: int) -> tu
     order = np.random.default_rng(order_seed).permutation(len(lengths))
     if heldout_tokens <= 0 or len(lengths) < 2:
         return order, order[:0]
-    # documents from the end of the order holding heldout_tokens, at most HELDOUT_MAX_FRACTION, never all
-    want = min(heldout_tokens, HELDOUT_MAX_FRACTION * lengths.sum())
-    held = int(min(np.searchsorted(np.cumsum(lengths[order][::-1]), want) + 1, len(lengths) - 1))
+    # documents from the end of the order holding heldout_tokens, never all, and never more than
+    # HELDOUT_MAX_FRACTION: the one that reaches heldout_tokens stays in training where it would break that cap
+    # (a large last document was held out whole: 9,477 of 9,501 tokens); none fits: none held out
+    cap = HELDOUT_MAX_FRACTION * lengths.sum()
+    tail = np.cumsum(lengths[order][::-1])
+    held = int(min(np.searchsorted(tail, min(heldout_tokens, cap)) + 1, len(lengths) - 1))
+    held -= bool(held) and tail[held - 1] > cap
     return order[:len(order) - held], order[len(order) - held:]

@@ -28,7 +28,8 @@ from probes.analysis.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_ru
 from probes.analysis.formuse import use_sections
 from probes.analysis.heldout import final_heldout, heldout_table, plot_heldout
 from probes.analysis.normsweep import sweep_paradigms, sweep_summary
-from probes.analysis.outputs import FigureJobs, check_report_out, staged_output, write_csv, write_parquet, write_table, write_text
+from probes.analysis.outputs import (MANIFEST, REPORT_ENTRIES, FigureJobs, check_owned_output, staged_output,
+                                     write_csv, write_parquet, write_table, write_text)
 from probes.analysis.paper_ushapes import paper_u_table
 from probes.analysis.paperfigs import (MAX_PANELS, budget_order, pick, plot_all_phenomena, plot_budgets, plot_overall,
                                        plot_u_gallery)
@@ -383,8 +384,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                            regions=RegionConfig(max_plots=a.max_region_plots),
                            case_study=CaseStudyConfig(paradigm=a.case_study, quantity=a.case_study_quantity,
                                                       phrase_regions=a.phrase_regions))
-        check_writable(a.out, "--out")  # a read-only or missing place: one line, before any work
-        check_report_out(a.out)  # nor a file of the user's that the new report would replace
+        # a read-only or missing place, a dangling link, a file of the user's the report would replace: one line,
+        # before any work
+        check_owned_output(a.out, REPORT_ENTRIES, MANIFEST)
+        check_writable(a.out, "--out")
         ev = load_runs(a.run_dirs)
         pick_paradigms(ev, cfg.case_study.paradigm)  # a misspelt paradigm fails before any work
     except (EvalInputError, ValueError, UserError) as exc:
