@@ -20,7 +20,7 @@ from threadpoolctl import threadpool_limits
 from probes.analysis.aggregate import bootstrap_paradigm_intervals
 from probes.analysis.aoa import AoAConfig, FitStore, aoa_intervals, start_aoa_table
 from probes.analysis.bands import (above_chance, band_caption, change_units, final_bands, paradigm_bands, seed_bands,
-                                   unit_curves)
+                                   shared_pair_var, unit_curves)
 from probes.analysis.evalfile import MLP, SUM
 from probes.analysis.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
 from probes.analysis.curves import phenomenon_table
@@ -143,7 +143,9 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         # 1. curves: overall and per phenomenon, seed mean with the band the seeds can support
         human = zhoblimp_human(ev.table)  # (per phenomenon, overall) or None: ZhoBLiMP's human validation
         human_acc = dict(zip(human[0].phenomenon, human[0].human_acc)) if human else {}
-        u_over, u_phen = unit_curves(ct, metric, ()), unit_curves(ct, metric)
+        bit = MLP if cfg.metric == "mlp" else SUM
+        shared = shared_pair_var(ev.outcomes, ev.runs, bit)  # every seed scores the same pairs: their variance
+        u_over, u_phen = unit_curves(ct, metric, (), shared), unit_curves(ct, metric, ("phenomenon",), shared)
         b_over = seed_bands(u_over, ["model", "budget", "benchmark", "step"])
         b_phen = seed_bands(u_phen, ["model", "budget", "benchmark", "phenomenon", "step"])
         if len(b_over):
@@ -162,14 +164,14 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
                             u_phen[(u_phen.benchmark == bench) & (u_phen.phenomenon == ph)],
                             adir / f"curve_{safe_name(bench)}_{safe_name(ph)}.png", ylabel, f"{bench} · {ph}; x: tokens "
                             f"seen (log), hollow marker = step 0\n{band_caption(s)}", human_acc.get(ph) if hum else None)
-        R["bands"] = b_phen
+        R["bands"] = pd.concat([b_over, b_phen], ignore_index=True)  # the caption names every kind drawn
         # the other probes' sections: the form-vs-use figure (the largest) is drawn from here on
         use_md, use_figs = use_sections(ev, out, metric, cfg.aoa, jobs)
 
         # 2. final accuracy: the Table-4-style table, scaling view and difficulty groups (all pairs where scored)
         final = final_accuracy(ev.table, ev.runs)
         # each cell's 95 % interval over seeds and pairs (probes.analysis.bands), from each run's last checkpoint
-        cells = {by: final_bands(ev.table, metric, by) for by in ((), ("phenomenon",), ("phenomenon", "paradigm"))}
+        cells = {by: final_bands(ev.table, metric, by, shared) for by in ((), ("phenomenon",), ("phenomenon", "paradigm"))}
         overall, per_phen = grid_tables(final, metric, (cells[()], cells[("phenomenon",)]))
         t4_cells = pd.concat([cells[("phenomenon",)], cells[()].assign(phenomenon="overall")], ignore_index=True)
         refs = {"zhoblimp": human, "blimp": blimp_human(ev.table)}  # human rows: the paper's, BLiMP's own
@@ -198,7 +200,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
             acc_u.insert(0, "u_id", np.arange(1, len(acc_u) + 1))
             acc_u["in_gallery"] = acc_u["u_id"] <= MAX_PANELS
         if len(acc_u):
-            u_par = unit_curves(ct, metric, ("phenomenon", "paradigm"))
+            u_par = unit_curves(ct, metric, ("phenomenon", "paradigm"), shared)
             b_par = seed_bands(u_par, ["model", "budget", "benchmark", "phenomenon", "paradigm", "step"])
             ub = pd.concat([b_phen.assign(paradigm=""), b_par], ignore_index=True)
             uu = pd.concat([u_phen.assign(paradigm=""), u_par], ignore_index=True)
@@ -207,7 +209,6 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         R["paper_us"] = paper_u_table(ev_c, cfg.ushape) if "zhoblimp" in curve_b else pd.DataFrame()
 
         # the first paragraph: change from step 0, phenomena above chance, U's, pairs needed (reportmd.summary_table)
-        bit = MLP if cfg.metric == "mlp" else SUM
         ch = change_units(ev.outcomes, ev.runs, bit, curve_b)
         R["change"] = seed_bands(ch, ["model", "budget", "benchmark"], bounds=(-1, 1)).merge(
             ch.groupby(["model", "budget", "benchmark"], dropna=False)[["first_acc", "last_acc"]].mean().reset_index(),
