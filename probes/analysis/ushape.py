@@ -455,9 +455,11 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
             (notes if evidence is None else evidence).append(thin_note(cell, rows_g, cfg))
         # the noise this group's checkpoints add beyond the pairs' own, per level (in binomial variances)
         col = set(names)
-        disp = {lv: group_shock(x, [[[b[:, c[p]] for p in ps] for b, c in zip(*per_pair())]
-                                    for v, _, _, ps in units if v == lv and all(p in col for p in ps)]) for lv in levels}
-        spread += list(disp.values())
+        @functools.cache
+        def shock(lv: str) -> float:  # once a curve of the level has a candidate (per-pair data costs)
+            spread.append(group_shock(x, [[[b[:, c[p]] for p in ps] for b, c in zip(*per_pair())]
+                                          for v, _, _, ps in units if v == lv and all(p in col for p in ps)]))
+            return spread[-1]
         for level, ph, par, paradigms in units:
             if not all(p in h for h in have for p in paradigms):
                 notes.append(f"{cell}/{par or ph}: not in every seed; skipped")
@@ -466,8 +468,8 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
             if not any(find_u_shapes(np.mean([s[p] for p in paradigms], axis=0), cfg.delta) for s in at_scale):
                 continue
             mats = [[b[:, c[p]] for p in paradigms] for b, c in zip(*per_pair())]
-            for u in analyse_curve(x, mats, cfg, onset, rng, disp[level]):
-                row = {"model": model, "budget": budget, "benchmark": bench, "level": level, "noise_dispersion": disp[level],
+            for u in analyse_curve(x, mats, cfg, onset, rng, shock(level)):
+                row = {"model": model, "budget": budget, "benchmark": bench, "level": level, "noise_dispersion": shock(level),
                        "phenomenon": ph, "paradigm": par, "metric": metric, "runs": " ".join(sorted(runs))}
                 for name in ("peak", "trough", "recovery"):
                     row[f"{name}_step"] = int(steps[u[name]])
@@ -484,6 +486,6 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
             "among chance_dip ones; the noise to beat is the pairs' own (the same pairs at every checkpoint) plus "
             "the noise the checkpoints add beyond it, measured on the curves "
             + (f"(here {np.nanmin(spread):.2f}-{np.nanmax(spread):.2f} binomial variances, column noise_dispersion)"
-               if np.isfinite(spread).any() else
+               if np.isfinite(spread).any() else "(not measured: no curve had a candidate)" if not spread else
                f"(not measured: fewer than {MIN_RESIDUALS} checkpoint residuals; one binomial variance assumed)"))
     return df, notes
