@@ -226,9 +226,8 @@ def test_ngram_stupid_backoff_by_hand_on_a_two_row_stream():
     ids = {"good": (0, 1, 2, 3), "bad": (0, 1, 3, 3)}
     q = Queries([w for s in ids.values() for w in windows(s)], 2)
     counts = {0: np.zeros(len(q.seqs), dtype=np.int64)}
-    for step in (1, 2):
-        counts[step] = counts[step - 1].copy()
-        q.count(rows[step - 1:step], counts[step])
+    for step in (1, 2):  # rows 1..step counted in one call: a window could cross from row 1 into row 2
+        q.count(rows[:step], counts.setdefault(step, counts[0].copy()))
     pairs = pd.DataFrame({"pair_id": [7], "paradigm": ["p"], "phenomenon": ["ph"], "good": ["good"], "bad": ["bad"]})
     got = ngram_frame(pairs, ids, q.index.__getitem__, counts, {0: 0, 1: 4, 2: 8}, 4).set_index(["step", "n"])
     L = np.log
