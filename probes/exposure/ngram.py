@@ -32,14 +32,13 @@ def ngram_frame(pairs: pd.DataFrame, ids: dict, index, counts: dict, tokens: dic
 
     def at(t, a, b):  # the window ids[a:b] of sentence t, -1 where it would start before the start id
         return index(ids[texts[t]][a:b]) if a >= 0 else -1
-    gram = np.array([[at(t, j - k + 1, j + 1) for k in _K] for t, j in pos], dtype=np.int64).reshape(-1, len(_K))
-    ctx = np.array([[at(t, j - k + 1, j) if k > 1 else -1 for k in _K] for t, j in pos], dtype=np.int64)
-    ctx = ctx.reshape(-1, len(_K))
+    gram, ctx = (np.fromiter((at(t, j - k + 1, j + e) if k > 1 - e else -1 for t, j in pos for k in _K), np.int64,
+                             len(pos) * len(_K)).reshape(-1, len(_K)) for e in (1, 0))  # k-grams, their contexts
     avail, rows = np.array([j + 1 for _, j in pos], dtype=np.int64), np.arange(len(pos))
     where = {t: i for i, t in enumerate(texts)}
     side = {s: pairs[s].map(where).to_numpy() for s in ("good", "bad")}
     ntok = np.array([len(ids[t]) - 1 for t in texts], dtype=np.int64)
-    frames = []
+    frames, keys = [], pairs[["pair_id", "paradigm", "phenomenon"]].astype(str)
     for step, c in counts.items():
         g, h = (np.append(c, 0)[x] for x in (gram, ctx))  # index -1: no such window, count 0
         for n in ORDERS:
@@ -48,7 +47,7 @@ def ngram_frame(pairs: pd.DataFrame, ids: dict, index, counts: dict, tokens: dic
             lp = (np.minimum(n, avail) - k) * np.log(ALPHA) + np.where(
                 k == 1, np.log((gk + 1) / (tokens[step] + vocab)), np.log(np.maximum(gk, 1) / np.maximum(hk, 1)))
             lps = np.bincount(owner, weights=lp, minlength=len(texts))
-            f = pairs[["pair_id", "paradigm", "phenomenon"]].astype(str).assign(step=step, n=n)
+            f = keys.assign(step=step, n=n)
             for s in ("good", "bad"):
                 f["lp_" + s], f["ntok_" + s] = lps[side[s]], ntok[side[s]]
             frames.append(f[COLUMNS])
