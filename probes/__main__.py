@@ -154,18 +154,22 @@ def _score_run(command: str, args) -> int:
                         trust_remote_code=args.trust_remote_code, per_token=args.per_token)
     if hub:
         from probes.evals.files import EvalInputError
-        from probes.scoring.hub import (PYTHIA_TOKENS_PER_STEP, HubOptions, RevisionError, check_out, parse_revisions,
-                                        score_hub)
+        from probes.analysis.outputs import check_owned_output
+        from probes.scoring.hub import (OWNED, PYTHIA_TOKENS_PER_STEP, HubOptions, RevisionError, check_out,
+                                        parse_revisions, score_hub)
+        from train.errors import UserError
         from train.weights import WeightsMismatchError
 
         try:
             revisions = parse_revisions(args.revisions)
             hub_opts = HubOptions(args.hub, revisions, args.tokens_per_step or PYTHIA_TOKENS_PER_STEP, args.delete_after)
             check_out(args.out)  # before the lock file goes in
+            check_owned_output(args.out, *OWNED)
             args.out.mkdir(parents=True, exist_ok=True)
             with RunLock(args.out, name=EVAL_LOCK, why="another score-run is scoring this directory"):
                 written, warnings, errors = score_hub(args.out, hub_opts, benchmarks, opts)
-        except (OSError, ValueError, RunDirLocked, EvalInputError, WeightsMismatchError, RevisionError) as e:
+        except (OSError, ValueError, UserError, RunDirLocked, EvalInputError, WeightsMismatchError,
+                RevisionError) as e:
             raise CliError(str(e)) from None
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr)
@@ -183,7 +187,7 @@ def _score_run(command: str, args) -> int:
                 if written and (args.run_dir / "curves").is_dir():  # drawn from the files now replaced
                     from probes.analysis.curves import main as curves_main
 
-                    curves_main([str(args.run_dir), "--out", str(args.run_dir / "curves")])
+                    curves_main([str(args.run_dir), "--out", str(args.run_dir / "curves")], own=True)
                 return 0
             return 0 if watch(args.run_dir, benchmarks, opts, poll_s=args.poll, timeout_s=args.timeout,
                               probes=probes, replace_samples=args.replace) else 3

@@ -24,6 +24,8 @@ class Family:
     hook: Optional[str] = None  # (section, train.hooks.HookContext) -> its checkpoint hook
     table: Optional[str] = None  # (run dirs, names) -> tidy DataFrame of its files, one row per run x step x ...
     curves: Optional[str] = None  # (table, out) -> files written by `probes curves`
+    names: tuple[str, ...] = ()  # fnmatch patterns of the benchmark names `table` reads (a file of its kind that
+    # matches none is named as not analysed, probes/analysis/evalset.py)
     section: Optional[str] = None  # (runs as (name, dir, model, budget), out) -> (markdown lines, figures): `report`
     tasks: Optional[str] = None  # (table) -> rows run, step, tokens, probe, acc, chance for probes.analysis.formuse
     tables: tuple[str, ...] = ()  # report tables/<name>.csv logged to W&B with the report (`report --wandb`)

@@ -27,7 +27,7 @@ def test_report_out_never_removes_a_file_it_did_not_write(tmp_path, capsys):
     capsys.readouterr()
     assert report.main([str(run), "--out", str(out), "--n-boot", "20"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith(f"error: {out / 'figures' / 'my_figure1.pdf'}: not written by a report") and "2 such" in line
+    assert line.startswith(f"error: {out / 'figures' / 'my_figure1.pdf'}: not written by probes report") and "2 such" in line
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     # a folder that is no report, with a report.md of its own: refused the same way
     other = tmp_path / "notes"

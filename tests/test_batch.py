@@ -117,3 +117,27 @@ def test_a_hub_suite_or_a_read_only_out_is_one_error_line(tmp_path, capsys):
         assert ex.value.code == 2 and err == f"error: --out {point} is not writable: Read-only file system ({point})"
     finally:
         subprocess.run(["umount", "-l", str(point)], check=True)
+
+
+@pytest.mark.slow
+def test_a_later_call_reads_the_store_alone_and_a_range_gives_every_logged_hash(runs, tmp_path):
+    """Issue 45: a call after the first on a corpus and tokenizer reads the token store alone: it imports neither
+    torch, transformers nor datasets (13.7 CPU-s a step before: the corpus generated, the tokenizer loaded);
+    `--steps A:B` writes the batches of A..B."""
+    one, _ = runs
+    env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONPATH": str(ROOT)}
+    first = subprocess.run([sys.executable, "-m", "train", "batch", str(one), "--step", "1"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    out, total = tmp_path / "all.npy", max(logged(one))
+    code = ("import sys; from train.batch import main; main(sys.argv[1:]); print(sorted(m for m in ('torch', "
+            "'transformers', 'datasets') if m in sys.modules))")
+    later = subprocess.run([sys.executable, "-c", code, str(one), "--steps", f"2:{total}", "--out", str(out)],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert later.returncode == 0, later.stderr[-3000:]
+    lines = later.stdout.strip().splitlines()
+    assert lines[-1] == "[]" and len(lines) == total  # one line a step, then the modules (none)
+    arr = np.load(out)
+    assert arr.dtype == np.dtype("<i4") and arr.shape == (total - 1, 8, 33)
+    assert [batch_sha256(b) for b in arr] == [logged(one)[s] for s in range(2, total + 1)]
+    assert lines[0] == f"step 2: 8 rows x 33 ids, batch_sha256 {logged(one)[2]} -> {out}"

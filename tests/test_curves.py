@@ -183,7 +183,8 @@ def test_missing_and_empty_run_dirs_are_named(tmp_path, capsys):
     assert str(empty) in err and "no minimal-pair eval files" in err
     (empty / "evals" / "step0").mkdir(parents=True)
     (empty / "evals" / "step0" / "syntax_qa.parquet").write_bytes(b"")  # only looked for, not read
-    with pytest.raises(EvalInputError, match="syntax_questions evals only"):  # its kind, by its name
+    # its kind, by its name
+    with pytest.raises(EvalInputError, match="files are of kind .syntax_questions., which .probes curves. draws alone"):
         load_runs([empty])
 
 

@@ -81,3 +81,43 @@ def test_the_mini_model_names_carry_their_parameter_counts():
         cfg, _ = compose_run(["experiment=zhoblimp_mini", f"model={name}"])
         n = count_parameters(build_model(cfg.model, cfg.tokenizer.vocab_size, device="meta"))
         assert abs(n - parse_model_params(name)) / n < 0.03, (name, n)
+
+
+@pytest.mark.parametrize("grid", [
+    ["experiment=zhoblimp_grid"], ["experiment=zhoblimp_mini"],
+    # a plain value and a group axis beside a key the group's option also sets (composed whole)
+    ["experiment=zhoblimp_mini", "optim.lr=1e-3,2e-3", "data.seed=5"],
+    ["model=tiny,pythia-14m", "model.hidden_size=32,64", "seed=0,3"],
+])
+def test_a_grid_composed_once_gives_every_runs_own_composition(grid):
+    """Issue 45: `train plan`/`train slurm` compose the grid's first run and each sweep value's change once
+    (train/grid.py _Grid); every run's typed config and Hydra choices equal composing that run alone."""
+    from train.grid import _compose_run, hydra_context
+
+    runs = expand(grid)
+    every = 5 if len(runs) > 20 else 1  # composing each run whole is the slow part: every 5th of the 60
+    with hydra_context():
+        fast = [compose_run(run) for run in runs]
+        whole = [_compose_run(run) for run in runs[::every]]
+    for run, (cfg, choices), (want, want_choices) in zip(runs[::every], fast[::every], whole):
+        assert cfg == want and choices == want_choices, run
+        assert type(cfg.probes) is type(want.probes) and cfg.logger.tags == want.logger.tags
+    assert len({repr(c) for c, _ in fast}) == len(runs)  # every run its own config
+
+
+def test_initialisation_and_data_order_seeds_cross_in_one_sweep_each_run_its_own_directory():
+    """Issue 42 item 4: `seed` seeds the initialisation and data.seed (default ${seed}) the data order; a crossed
+    design `-m seed=0,1 data.seed=0,1` gives four runs in four directories (all four were `-s0`/`-s1` before,
+    two runs a directory), while a run with data.seed=${seed} keeps its old name."""
+    from omegaconf import OmegaConf
+    from train.grid import _compose, hydra_context, run_subdir
+
+    runs = expand(["model=tiny", "seed=0,1", "data.seed=0,1"])
+    with hydra_context():
+        cfgs = [compose_run(run)[0] for run in runs]
+        dirs = [OmegaConf.select(_compose(run, with_hydra=True), "hydra.run.dir") for run in runs]
+        default = compose_run(["model=tiny", "seed=3"])[0]
+    assert [(c.seed, c.data.seed) for c in cfgs] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert [run_subdir(c) for c in cfgs] == ["tiny-bfull-s0", "tiny-bfull-s0-d1", "tiny-bfull-s1-d0", "tiny-bfull-s1"]
+    assert dirs == [f"runs/default/{run_subdir(c)}" for c in cfgs]
+    assert (default.data.seed, run_subdir(default)) == (3, "tiny-bfull-s3")

@@ -12,7 +12,7 @@ from scipy import stats
 from test_curves import config, write_eval
 
 from probes.analysis import report
-from probes.analysis.bands import seed_bands
+from probes.analysis.bands import COVERAGE, seed_bands
 
 Z = stats.norm.ppf(0.975)
 # right pairs of 4 per (seed, step): (agr, bind); seed 3 only where a test asks for it
@@ -44,7 +44,7 @@ def run_report(runs, out):
     return (out / "report.md").read_text()
 
 
-def test_two_seeds_get_each_seed_and_a_seed_pair_bootstrap_band(tmp_path, capsys):
+def test_two_seeds_get_each_seed_a_pooled_t_band_and_a_labelled_bootstrap(tmp_path, capsys):
     md = run_report(grid(tmp_path), tmp_path / "rep")
     printed = capsys.readouterr().out
     assert f"report: {tmp_path / 'rep' / 'report.md'}" in printed
@@ -62,15 +62,24 @@ def test_two_seeds_get_each_seed_and_a_seed_pair_bootstrap_band(tmp_path, capsys
     assert sorted(seeds[seeds.step == 1].acc) == [0.625, 0.875]  # each seed's own line
     ph = pd.read_csv(tmp_path / "rep" / "tables" / "curves_phenomenon.csv")
     b = ph[(ph.phenomenon == "binding") & (ph.step == 2)].iloc[0]  # 3/4 and 4/4
-    assert b.acc_mean == 0.875 and b.acc_mean - b.lo == pytest.approx(
-        Z * math.sqrt(0.1875 / 4 + 0.25 ** 2 / 2) / 2, abs=1e-9)
+    # (changed by issue 42: a pooled t.) bind's seeds [1, 1, 1, 0] and [1, 1, 1, 1]: the shared pairs' variance,
+    # seed means per pair [1, 1, 1, 0.5], var 0.0625 / 4 pairs; their spread sd^2 = 0.03125 is all seed x pair
+    # wobble (residuals +-0.125 x 6, +-0.375 x 2: 0.375 / 3 / 4 = 0.03125), so the seed variance pooled with
+    # agreement's (0) is 0 on df 2: the band is the pairs' alone, 1.96 sqrt(0.015625)
+    assert (b.band, b.band_df) == ("pooled-t", 2)
+    assert b.acc_mean == 0.875 and b.acc_mean - b.lo == pytest.approx(Z * 0.125, abs=1e-9)
     assert b.hi == 1.0  # clipped
     t4 = pd.read_csv(tmp_path / "rep" / "tables" / "table4_grammar.csv").iloc[0]  # the last checkpoint's cells
-    assert (t4.binding, t4.binding_lo, t4.band) == (0.875, pytest.approx(b.lo, abs=1e-12), "seed-pair-bootstrap")
-    # no t-interval anywhere with 2 seeds, and the report says which band it draws
-    assert set(ph.band) == {"seed-pair-bootstrap"}
-    assert "95 % seed-and-pair bootstrap (with 2 seeds the seed variance rests on two draws)" in md
-    assert "t over seeds" not in md
+    assert (t4.binding, t4.binding_lo, t4.band) == (0.875, pytest.approx(b.lo, abs=1e-12),
+                                                    "pooled-t/seed-pair-bootstrap")
+    # phenomena pool; the overall curve has no other cell to pool with: the bootstrap, labelled by its coverage
+    assert set(ph.band) == {"pooled-t"}
+    assert "95 % t, 2 seeds, seed variance pooled over the phenomena of a cell" in md
+    assert f"seed-and-pair bootstrap, 2 seeds ({COVERAGE['seed-pair-bootstrap']})" in md
+    assert "95 % seed-pair-bootstrap" not in md and "t over seeds" not in md
+    # difficulty groups (issue 42 item 6): bind's interval (0.875 -+ 1.96 * 0.125) reaches below 0.85 (Easy): not
+    # put in a group; agr, every pair right in both seeds and no seed variance to pool, is Easy
+    assert "| 1k | grammar | 1 | 0 | 0 | 0 | 1 |" in md.split("## Difficulty groups")[1]
     # per paradigm (tables/seeds_paradigm): bind at step 1, 4/4 and 2/4: var 0 + 0.25/4, seeds' sd^2 = 0.125
     sp = pd.read_csv(tmp_path / "rep" / "tables" / "seeds_paradigm.csv")
     bind = sp[(sp.paradigm == "bind") & (sp.step == 1)].iloc[0]
@@ -83,14 +92,15 @@ def test_two_seeds_get_each_seed_and_a_seed_pair_bootstrap_band(tmp_path, capsys
     half = Z * math.sqrt(2 * (0.25 / 4 + 0.1875 / 4) / 4 + 0.25 ** 2 / 2) / 2
     assert (sm.first_acc, sm.last_acc, sm.change) == pytest.approx((0.4375, 0.9375, 0.5), abs=1e-12)
     assert (sm.change_lo, sm.change_hi) == pytest.approx((0.5 - half, 0.5 + half), abs=1e-12)
-    # above chance at the end: binding 3/4 and 4/4, se sqrt(0.1875/4 + 0.125^2 * 2) / 2; agreement 4/4 twice
+    # above chance at the end, by the pooled band (changed by issue 42): binding 0.375 above chance with the
+    # pairs' se 0.125 alone: z = 3; agreement 4/4 twice, no variance at all
     ac = pd.read_csv(tmp_path / "rep" / "tables" / "phenomena_above_chance.csv").set_index("phenomenon")
-    p_bind = stats.norm.sf(0.375 / (math.sqrt(0.1875 / 4 + 0.03125) / 2))
-    assert ac.p_above["binding"] == pytest.approx(p_bind, rel=1e-9) and ac.p_above["agreement"] == 0
+    assert ac.p_above["binding"] == pytest.approx(stats.norm.sf(3), rel=1e-9) and ac.p_above["agreement"] < 1e-12
     assert ac.q_above.to_numpy() == pytest.approx(stats.false_discovery_control(ac.p_above.to_numpy()))
     assert (sm.phenomena_above_chance, sm.phenomena) == (2, 2)
     assert md.split("\n")[2].startswith("**Summary.** pythia-14m · 1k (grammar, 2 seeds): overall accuracy 43.8 → "
-                                         f"93.8 %, change +50.0 points (95 % seed-pair-bootstrap interval "
+                                         f"93.8 %, change +50.0 points (seed-pair-bootstrap "
+                                         f"({COVERAGE['seed-pair-bootstrap']}) interval "
                                          f"{100 * (0.5 - half):+.1f} to {100 * (0.5 + half):+.1f}: told from no change)")
     main = md.split("## Appendix")[0]
     figs = re.findall(r"!\[[^]]*\]\((figures/[^)]+\.png)\)", main)
@@ -118,10 +128,19 @@ def test_three_seeds_get_a_t_interval(tmp_path):
     md = run_report(grid(tmp_path, seeds=(1, 2, 3)), tmp_path / "rep")
     c = pd.read_csv(tmp_path / "rep" / "tables" / "curves_overall.csv")
     r = c[c.step == 1].iloc[0]  # seeds 0.875, 0.625, 0.375: sd 0.25
-    half = stats.t.ppf(0.975, 2) * 0.25 / math.sqrt(3)
-    assert r.band == "t" and r.acc_mean == pytest.approx(0.625)
+    # (changed by issue 42: seeds and pairs as two levels.) Seed means per pair: agr [1, 2/3, 2/3, 0] (var
+    # 19/108), bind [1, 1, 1/3, 1/3] (var 4/27), each / 4 pairs, / K^2 = 4, with z; the seeds' sd^2 less the
+    # seed x pair wobble it holds (two-way residuals of each paradigm's seeds x pairs), / 3, with t975(2)
+    def wobble(y):
+        r = y - y.mean(axis=1, keepdims=True) - y.mean(axis=0) + y.mean()
+        return (r ** 2).sum() / 2 / 3 / 4
+    agr, bind = np.array([[1, 1, 1, 0], [1, 1, 1, 0], [1, 0, 0, 0]]), np.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 0, 0]])
+    seed = max(0.25 ** 2 - (wobble(agr) + wobble(bind)) / 4, 0) / 3
+    pair = (19 / 108 + 4 / 27) / 4 / 4
+    half = math.sqrt(stats.t.ppf(0.975, 2) ** 2 * seed + Z ** 2 * pair)
+    assert r.band == "t" and r.acc_mean == pytest.approx(0.625) and r.band_df == 2
     assert (r.lo, r.hi) == pytest.approx((0.625 - half, 1.0), abs=1e-9)  # the top clipped at 1
-    assert "bands: 95 % t over seeds" in md
+    assert "bands: 95 % t over seeds and pairs" in md
 
 
 def test_table4_reads_all_pairs_and_quotes_the_paper(tmp_path):
@@ -131,17 +150,17 @@ def test_table4_reads_all_pairs_and_quotes_the_paper(tmp_path):
     ours = t[t.source.str.startswith("ours")].iloc[0]
     # all pairs at the last checkpoint: BA (agr) 4/4 in both seeds, FCI (bind) 1/4: overall = mean of paradigms
     assert (ours.BA, ours.fci_licensing, ours.overall, ours.n_seeds) == (1.0, 0.25, 0.625, 2)
-    # each cell's interval: the seeds agree, so only pairs vary (4 per paradigm and seed; 2 seeds)
-    fci = Z * math.sqrt(2 * 0.25 * 0.75 / 4) / 2
+    # each cell's interval (changed by issue 42): all pairs scored, so no pair sampling; the seeds agree in both
+    # phenomena, so the pooled seed variance is 0; "overall" has no other cell to pool with: the bootstrap
     ov = Z * math.sqrt(2 * (0.25 * 0.75 / 4) / 4) / 2
-    assert (ours.BA_lo, ours.BA_hi, ours.band) == (1.0, 1.0, "seed-pair-bootstrap")
-    assert (ours.fci_licensing_lo, ours.overall_hi) == pytest.approx((max(0, 0.25 - fci), 0.625 + ov), abs=1e-12)
-    assert f"| 62.5 | {100 * (0.625 - ov):.1f}–{100 * (0.625 + ov):.1f} |" in md
+    assert (ours.BA_lo, ours.BA_hi, ours.band) == (1.0, 1.0, "pooled-t/seed-pair-bootstrap")
+    assert (ours.fci_licensing_lo, ours.overall_hi) == pytest.approx((0.25, 0.625 + ov), abs=1e-12)
+    assert f"| 62.5 | {100 * (0.625 - ov):.1f}–{100 * (0.625 + ov):.1f} ({COVERAGE['seed-pair-bootstrap']}) |" in md
     sc = pd.read_csv(tmp_path / "rep" / "tables" / "scaling_overall.csv")
     assert sc[sc.benchmark == "zhoblimp_all"].iloc[0].hi == pytest.approx(0.625 + ov, abs=1e-12)
     g = pd.read_csv(tmp_path / "rep" / "tables" / "difficulty_groups.csv").set_index("phenomenon")
     assert (g.loc["BA"].best_lo, g.loc["BA"].group, g.loc["BA"].group_sure) == (1.0, "Easy", True)
-    assert g.loc["fci_licensing"].best_hi == pytest.approx(0.25 + fci, abs=1e-12)
+    assert g.loc["fci_licensing"].best_hi == pytest.approx(0.25, abs=1e-12)  # all pairs, seeds agree (issue 42)
     paper = t[t.row == "paper: Zh-Pythia-14M · 3B"].iloc[0]
     assert (paper.BA, paper.fci_licensing, paper.overall) == pytest.approx((0.751, 0.716, 0.699))
     assert t[t.row == "human (paper)"].iloc[0].BA == pytest.approx(0.962)
@@ -204,6 +223,8 @@ def test_normalised_sweeps_by_hand(tmp_path):
     s = sweep_summary(par.reset_index()).set_index("metric")
     assert (s.loc["morcela", "acc_min"], s.loc["morcela", "acc_max"], s.loc["morcela", "acc_at_default"]) == (0, 0.5, 0.5)
     assert s.loc["pow", "acc_at_default"] == 0.5 and s.loc["morcela", "paradigms_moving_over_0.2"] == 1
+    # issue 42 item 6: that move of 0.5 on 2 pairs is within pair noise, 1.96 sqrt((0.25 + 0) / 2) = 0.69
+    assert s.loc["morcela", "paradigms_moving_over_0.2_sure"] == 0
     # gamma = 0 with beta = 0.1 is right, gamma = 20 wrong: the first right point and the first wrong one
     assert s.loc["morcela", "point_max"] == "morcela_0.1_0" and s.loc["pow", "point_min"] == "pow0.1"
 
@@ -288,7 +309,7 @@ def test_case_study_band_with_two_seeds(tmp_path):
     assert r.band == "seed-pair-bootstrap" and (r.acc_mlp_lo, r.acc_mlp_hi) == pytest.approx((0.75 - half, 0.75 + half))
     md = (out / "report.md").read_text()
     case = md.split("## Case study")[1].split("\n## ")[0]
-    assert "95 % seed-and-pair bootstrap (with 2 seeds the seed variance rests on two draws)" in case
+    assert f"seed-and-pair bootstrap, 2 seeds ({COVERAGE['seed-pair-bootstrap']})" in case
     assert "t over seeds" not in case
 
 

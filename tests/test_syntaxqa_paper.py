@@ -268,7 +268,7 @@ def test_hook_writes_both_modes_and_curves_and_report_label_them(tiny, tmp_path)
     assert sorted(final["mode"]) == ["likelihood", "paper"] and final.set_index("mode")["unparsed"].notna().tolist() == [False, True]
     assert any(line.startswith("| run | tiny | full | paper | 0 |") for line in md)
     # question items are not minimal pairs: a run with only these files has no benchmark to read
-    with pytest.raises(EvalInputError, match="syntax_questions evals only"):
+    with pytest.raises(EvalInputError, match="files are of kind .syntax_questions., which .probes curves. draws alone"):
         load_runs([run])
 
 

@@ -80,11 +80,14 @@ def test_a_grid_run_is_grouped_by_its_cell_with_the_axes_as_config_keys(tmp_path
     (path,) = (run / "wandb").glob("offline-run-*/run-*.wandb")
     records = wandb_records(path)
     (meta,) = [r.run for r in records if r.WhichOneof("record_type") == "run"][:1]
-    # the group is the cell; the seeds of one cell are its members (W&B's grouped charts average them)
-    assert meta.run_group == "default/tiny/4096" and meta.job_type == "train"
+    # the group is the cell and the data (the token store's content hash: corpus and tokenizer); the seeds of
+    # one cell are its members (W&B's grouped charts average them), runs of another corpus are not (issue 44 W3)
+    data = read_state(list_checkpoints(run)[-1][1])["data"]["store_sha256"][:8]
+    assert meta.run_group == f"default/tiny/4096/{data}" and meta.job_type == "train"
     config = {i.key: json.loads(i.value_json) for r in records if r.WhichOneof("record_type") in ("run", "config")
               for i in (r.run.config if r.WhichOneof("record_type") == "run" else r.config).update}
-    assert {k: config[k] for k in ("model_name", "budget", "seed")} == {"model_name": "tiny", "budget": 4096, "seed": 1}
+    assert {k: config[k] for k in ("model_name", "budget", "seed", "data_key")} == {
+        "model_name": "tiny", "budget": 4096, "seed": 1, "data_key": data}
     keys = {i.key or "/".join(i.nested_key) for r in records if r.WhichOneof("record_type") == "history"
             for i in r.history.item}
     assert "probe/grammar/acc_mlp" in keys and "val/loss" in keys and "val/ppl" in keys

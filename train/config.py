@@ -3,7 +3,6 @@ Hydra's ConfigStore as the schema every YAML in configs/ is merged onto (an unkn
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import typing
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +16,7 @@ from train.engine import EngineConfig
 from train.errors import ConfigError, did_you_mean
 from train.logger import LoggerConfig
 from train.model import ModelConfig
+from train.names import resolve
 from train.optim import OptimConfig
 from train.schedule import ScheduleConfig
 from train.tokenizer import TokenizerConfig
@@ -70,12 +70,19 @@ def budget_tag(budget) -> str:
     return "full" if budget is None or str(budget) == "None" else str(budget)
 
 
+def seed_tag(seed, data_seed) -> str:
+    """The seeds in a run directory's name: `seed` (initialisation), and `-d<data.seed>` where the data order's
+    seed is not it (a crossed design, `-m seed=0,1 data.seed=0,1`); runs with data.seed=${seed} keep `-s<seed>`."""
+    return f"{seed}" if str(data_seed) == str(seed) else f"{seed}-d{data_seed}"
+
+
 def register() -> None:
     ConfigStore.instance().store(name="train_schema", node=TrainConfig)
     if not OmegaConf.has_resolver("procs_per_node"):  # configs/hydra/launcher/slurm.yaml's ${procs_per_node:...}
         OmegaConf.register_new_resolver("procs_per_node", procs_per_node)
-    if not OmegaConf.has_resolver("budget_tag"):  # configs/config.yaml's run directory names
-        OmegaConf.register_new_resolver("budget_tag", budget_tag)
+    for name, tag in (("budget_tag", budget_tag), ("seed_tag", seed_tag)):  # configs/config.yaml's run directories
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, tag)
 
 
 def to_typed(cfg) -> TrainConfig:
@@ -95,11 +102,7 @@ def typed_section(node, key: str):
     target = node.get("_target_")
     if not isinstance(target, str):
         raise ConfigError(f"{key}._target_ is missing: name the dataclass that types the {key!r} section")
-    module, _, name = target.rpartition(".")
-    try:
-        schema = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ConfigError(f"{key}._target_={target!r} cannot be imported: {e}") from None
+    schema = resolve(f"{key}._target_", target)  # this project's names only (train/names.py)
     if not dataclasses.is_dataclass(schema):
         raise ConfigError(f"{key}._target_={target!r} is not a dataclass")
     if "_target_" not in {f.name for f in dataclasses.fields(schema)}:  # else it records itself

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Optional
 from train.errors import ConfigError, InputFileError
 from train.faults import stuck_worker
 from train.interrupt import kill_children, open_files
+from train.names import check_name, resolve
 
 if TYPE_CHECKING:
     import datasets
@@ -70,23 +71,32 @@ class DataConfig:
                               f"(or null: the whole corpus)")
         if self.heldout_tokens < 0:
             raise ConfigError(f"data.heldout_tokens={self.heldout_tokens}: a token count, or 0 for no held-out split")
+        if self.generator is not None:  # refused when read, before anything would import it
+            check_name("data.generator", self.generator)
         if self.num_proc < 1:
             raise ConfigError(f"data.num_proc={self.num_proc}: must be at least 1")
+
+
+def generator(fn):
+    """Marks `fn` (GrammarConfig -> documents) as one that data.generator may name."""
+    fn.corpus_generator = True
+    return fn
 
 
 def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
     """(Dataset with one column "text", corpus identity: what the tokenizer and token store are keyed by)."""
     import datasets
     if cfg.source == "grammar":
-        from hydra.utils import get_method
         if not cfg.generator:
             raise ConfigError("data.generator is not set: data.source=grammar needs the import path of the "
                               "grammar's document generator (configs/data/grammar.yaml names it)")
-        docs = [d for d in get_method(cfg.generator)(cfg.grammar) if d.strip()]
+        generate = resolve("data.generator", cfg.generator)
+        if not getattr(generate, "corpus_generator", False):  # not any function of ours: a marked one
+            raise ConfigError(f"data.generator={cfg.generator!r} is not a corpus generator (@train.corpus.generator)")
+        docs = [d for d in generate(cfg.grammar) if d.strip()]
         if not docs:
             raise ValueError(f"data.grammar {asdict(cfg.grammar)} produced no documents")
-        ident = json.dumps({"source": "grammar", "grammar": asdict(cfg.grammar)}, sort_keys=True)
-        return datasets.Dataset.from_dict({"text": docs}), ident
+        return datasets.Dataset.from_dict({"text": docs}), corpus_id_of(cfg)
     if cfg.source != "files":
         raise ValueError(f"data.source must be 'grammar' or 'files', got {cfg.source!r}")
     if cfg.format not in ("auto", *_EXTENSIONS):
@@ -123,6 +133,13 @@ def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
         raise ValueError(f"data.paths: the corpus is empty (no non-blank documents in "
                          f"{sorted(str(f) for fs in groups.values() for f in fs)})")
     return docs, corpus_identity(cfg, groups)
+
+
+def corpus_id_of(cfg: DataConfig) -> str:
+    """load_documents' corpus identity without reading or generating a document (`train batch`)."""
+    if cfg.source == "grammar":
+        return json.dumps({"source": "grammar", "grammar": asdict(cfg.grammar)}, sort_keys=True)
+    return corpus_identity(cfg)
 
 
 def corpus_identity(cfg: DataConfig, groups: Optional[dict[str, list[Path]]] = None) -> str:

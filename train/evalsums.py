@@ -1,7 +1,8 @@
 """A sha256 beside every eval file and per-token sidecar (``<file>.sha256``, sha256sum's format): one flipped
 bit turned an lp_good of -10.13 into -162.13 and read back silently (parquet checks little). Written before the
-file, from its bytes: a kill in between leaves a .sha256 whose file is not there yet (the next write replaces
-it) or a mismatch with the old file (scored again), never a file refused for a missing .sha256. The file's
+file, from its bytes, and while a file is replaced it names the old file's digest too (where the old file matched
+it): a kill at any point leaves the old file or the new one, each matching its .sha256, or a .sha256 whose file is
+not there yet (the next write replaces it); never a good file refused, nor one refused for a missing .sha256. The file's
 metadata records that it has one (CHECKSUM_KEY), so deleting the .sha256 does not make a damaged file an
 unchecked one. Here in train/ because `train verify` checks eval files too (train imports nothing of probes).
 """
@@ -33,12 +34,19 @@ def write_sum(path: Path, data: Optional[bytes] = None) -> None:
     write_text_atomic(sum_path(path), f"{_sha256(path, data)}  {path.name}\n")
 
 
+def _recorded(side: Path) -> list[str]:
+    """The digests a .sha256 records: one, or the new and the old one while write_summed replaces the file."""
+    return [line.split()[0] for line in side.read_text(errors="replace").splitlines() if line.split()]
+
+
 def write_summed(path: Path, data: bytes, fault: Optional[Callable[[], None]] = None) -> None:
-    """`data` to `path` atomically, its .sha256 first (module docstring); `fault`: the crash tests' kill point,
-    with the file written but not yet renamed into place."""
-    side = sum_path(path)
+    """`data` to `path` atomically, its .sha256 first, naming the old file's digest too until the new file is in
+    place (module docstring); `fault`: the crash tests' kill point, with the file written but not yet renamed."""
+    path, side = Path(path), sum_path(path)
     old = side.read_text() if side.is_file() else None
-    write_sum(path, data)
+    now = _sha256(path) if old is not None and path.is_file() else None  # the old file's digest, if recorded
+    kept = [f"{now}  {path.name}\n"] if now is not None and now in _recorded(side) else []
+    write_text_atomic(side, "".join([f"{_sha256(path, data)}  {path.name}\n", *kept]))
     try:
         with atomic_open(path, "wb") as f:
             f.write(data)
@@ -50,6 +58,8 @@ def write_summed(path: Path, data: bytes, fault: Optional[Callable[[], None]] = 
         else:
             write_text_atomic(side, old)
         raise
+    if kept:
+        write_sum(path, data)
 
 
 def _own_meta(path: Path) -> dict:
@@ -90,8 +100,7 @@ def sum_problem(path: Path, meta: Optional[dict] = None, data: Optional[bytes] =
     """Why `path` cannot be trusted, or None (`meta`, `data`: its metadata and bytes, when already read)."""
     path, side = Path(path), sum_path(path)
     if side.is_file():
-        recorded = side.read_text(errors="replace").split()[:1]
-        if recorded != [_sha256(path, data)]:
+        if _sha256(path, data) not in _recorded(side):
             return (f"{path} does not match its sha256 in {side.name}: damaged, or its write was cut short; "
                     f"score it again (probes score-run rewrites it) or delete both files")
         return None

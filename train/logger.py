@@ -21,7 +21,7 @@ class LoggerConfig:
     mode: str = "offline"  # offline | online | disabled; `wandb sync <run>/wandb/offline-run-*` uploads later
     project: Optional[str] = None  # default: $WANDB_PROJECT, else "syntax-dynamics"
     entity: Optional[str] = None  # default: $WANDB_ENTITY
-    group: Optional[str] = None  # default: the grid cell, <experiment>/<model>/<budget> (its seeds are the members)
+    group: Optional[str] = None  # default: the grid cell, <experiment>/<model>/<budget>/<data_key> (seeds: members)
     tags: list[str] = field(default_factory=list)
     log_every: int = 10  # optimizer steps between train/* records
 
@@ -120,9 +120,12 @@ def grid_axes(config: dict) -> dict:
 
 
 def grid_cell(config: dict) -> str:
-    """The W&B group of a run: its grid cell (experiment/model/budget), whose seeds W&B's charts average."""
+    """The W&B group of a run: its grid cell (experiment/model/budget), whose seeds W&B's charts average, and
+    the data it trained on (data_key: the token store's content hash, corpus and tokenizer): experiment defaults
+    to "default", and runs of two corpora were averaged as seeds of one group."""
     axes = grid_axes(config)
-    return f"{config.get('experiment')}/{axes['model_name']}/{axes['budget']}"
+    data = f"/{config['data_key']}" if config.get("data_key") else ""
+    return f"{config.get('experiment')}/{axes['model_name']}/{axes['budget']}{data}"
 
 
 def run_tags(config: dict, extra: list[str]) -> list[str]:

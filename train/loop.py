@@ -132,6 +132,8 @@ def _train(cfg: TrainConfig, run_dir: Path, dist, preempt: Preemption, lock: Run
         skipped = list(resumed.get("skipped_steps", []))
     # The steps after the resumed checkpoint are trained (and logged) again: their records go first.
     described = {**resolved, "params": sum(p.numel() for p in model.parameters()),  # W&B config and tags
+                 # the tokens trained on (corpus and tokenizer): runs of other data are no seeds of one cell
+                 "data_key": (store.content_hash or store.path.name)[:8],
                  "tokenizer_label": tokenizer_label(cfg.tokenizer.kind, cfg.tokenizer.vocab_size, cfg.tokenizer.path,
                                                     cfg.tokenizer.model_type, len(tokenizer))}
     logger = (Logger(cfg.logger, run_dir, config=described, name=run_dir.name, run_id=wandb_id,

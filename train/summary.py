@@ -12,6 +12,7 @@ from typing import Optional
 
 from train.optim import warmup_steps
 from train.schedule import checkpoint_steps
+from train.sequences import HELDOUT_MAX_FRACTION
 
 MIN_STEPS = 100
 MIN_WARMUP = 20
@@ -113,5 +114,8 @@ def startup_summary(cfg, *, run_dir: Path, params: int, tokenizer, tokenizer_dir
                  f"(data.heldout_tokens={cfg.data.heldout_tokens:,}), {len(steps)} forward passes over them, "
                  f"~{f'{share:.2g}' if share < 10 else f'{share:,.0f}'} % of training's compute"
                  + ("; lower data.heldout_tokens to spend less" if share > 50 else "") if n_tok > 1 else
-                 "held-out loss: off (data.heldout_tokens=0)")
+                 "held-out loss: off (data.heldout_tokens=0)" if not cfg.data.heldout_tokens else
+                 f"held-out loss: off: the split takes whole documents from the end of the order, at most "
+                 f"{HELDOUT_MAX_FRACTION:.0%} of the corpus, and its last document is longer "
+                 f"(data.heldout_tokens={cfg.data.heldout_tokens:,})")
     return "\n".join(lines)

@@ -11,16 +11,17 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-import datasets
 import numpy as np
-from tqdm.auto import tqdm
 
 from train.files import built_dir, sha256_file
 from train.errors import InputFileError, UserError, reading
 from train.interrupt import run_in_child
 from train.tokenizer import load_tokenizer, pipeline_fingerprint
+
+if TYPE_CHECKING:  # `train batch` reads a built store without datasets
+    import datasets
 
 _CHUNK_DOCS = 10_000  # documents per write: memory stays flat however large the corpus
 # Part of the store fingerprint: bumped when the same tokenizer would encode the corpus differently
@@ -134,6 +135,7 @@ def _build(docs: datasets.Dataset, tokenizer_dir: Path, corpus_id: str, fp: str,
 
     arr = np.memmap(out / "tokens.bin", dtype=dtype, mode="w+", shape=(n_tokens,))
     pos = 0
+    from tqdm.auto import tqdm
     with tqdm(total=n_tokens, unit="tok", desc="writing token store") as bar:
         # Arrow batches flatten to one numpy array without a Python loop over tokens.
         for batch in mapped.select_columns(["ids"]).with_format("arrow").iter(batch_size=_CHUNK_DOCS):

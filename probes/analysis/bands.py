@@ -1,17 +1,24 @@
-"""Curves with the interval the data can support: seeds and pairs resampled together, or over seeds.
+"""Curves with the interval the data can support: seeds and pairs as two random levels.
 
-A learning curve of a model x budget is the mean over its seeds (runs). Its 95 % band (column `band`) is
-* `t` with >= MIN_SEEDS_T seeds: the Student-t interval over seeds (seed variation is measured);
-* `seed-pair-bootstrap` with 2 seeds: the hierarchical bootstrap of the seed mean, seeds resampled with
-  replacement, then pairs within each paradigm of each drawn seed. A t-interval from 2 seeds has t = 12.7
-  at df = 1 and spans most of [0, 1]; the bootstrap's seed part rests on the same two draws (say so);
+The estimand of a seed mean (a learning-curve point, a Table-4 or scaling cell, a change from step 0) is the
+recipe's: E over the recipe's population of seeds of the accuracy on the benchmark's population of pairs (a
+`<name>_all` benchmark is scored on all its pairs: no pair term). Every seed scores the same pairs, so the
+seed mean's variance is seed-between variance / S (the seeds' sd over S: it holds their seed x pair wobble)
+plus the pairs' shared variance: pair_var = sum_k var_i(mean over seeds of pair i's score) / n_k / K^2 over
+the K paradigms of the unit (shared_pair_var, from the per-pair outcomes; its wobble part, /S, is counted
+twice: a little safe), or without per-pair data its bound P = mean_j v_j, v_j = sum_k p_k (1 - p_k) / n_k / K^2
+(seed j's pair-bootstrap variance). The band (column `band`, bench/bench_coverage.py measures each) is
+* `t` with >= MIN_SEEDS_T seeds: half-width sqrt(t975(S - 1)^2 sd^2 / S + Z975^2 pair_var): each part with
+  its own quantile, the pair term taken as known (its df is in the hundreds). Welch-Satterthwaite's df, tried
+  first, covered 0.92 at 3 seeds where the seeds dominate (bench); this is exact at either end, safe between;
+* `pooled-t` with 2 seeds: the same, its seed variance pooled over the units of a pool group (`pool_keys`:
+  the phenomena or paradigms of one model x budget x checkpoint step; for "overall", the model x budget cells
+  of the benchmark at that step), df = sum (S_i - 1); assumes they share one seed variance (band_caption);
+* `seed-pair-bootstrap` with 2 seeds and nothing to pool (pooled df < 2): the hierarchical bootstrap of the seed
+  mean, computed exactly: Var M* = sum_j v_j / S^2 + (S - 1) sd^2 / S^2, normal interval. It cannot reach 95 %;
 * `pair-bootstrap` with one seed: pairs only; seed variation is not measured at all.
-
-Both bootstraps are computed exactly, without draws. A unit (a phenomenon, or the whole benchmark) is the
-mean of its K paradigms, so seed j's pair-bootstrap variance is v_j = sum_k p_k (1 - p_k) / n_k / K^2.
-Drawing S seeds J_1..J_S uniformly and then pairs, the mean M* = (1/S) sum_i X*_{J_i} has
-Var M* = (mean_j v_j + Var_j acc_j) / S = sum_j v_j / S^2 + (S - 1) sd^2 / S^2 (sd over seeds, ddof 1):
-the pair-only variance plus the seeds' own spread. The band is the normal interval with that variance.
+The last two carry the coverage the bench measured in every label (COVERAGE), never "95 %". Column `band_df`:
+the seed variance's df, S - 1 or pooled sum (S_i - 1) (NaN for the bootstraps); `se`: half-width / t975(band_df).
 """
 from __future__ import annotations
 
@@ -21,87 +28,182 @@ import numpy as np
 import pandas as pd
 
 from probes.analysis.aggregate import Z975, t975
+from probes.evals.files import ALL_SUFFIX
 
 MIN_SEEDS_T = 3
+MIN_POOLED_DF = 2  # a pooled seed variance on 1 df is the unit's own: t = 12.7
 RUN_KEYS = ["run", "model", "budget", "seed"]
+CLAIMS_95 = {"t", "pooled-t"}
+# measured by bench/bench_coverage.py at seed sd 0-0.10 per phenomenon, sampled and full pair sets (docs/report.md)
+COVERAGE = {"seed-pair-bootstrap": "coverage≈0.70–0.90", "pair-bootstrap": "coverage≈0.16–1.00"}
+UNIT_KEYS = ("phenomenon", "paradigm")
 
 
-def band_kind(n_seeds, min_seeds_t: int = MIN_SEEDS_T):
-    """`t`, `seed-pair-bootstrap` or `pair-bootstrap` per number of seeds (scalar or array)."""
+def band_kind(n_seeds, min_seeds_t: int = MIN_SEEDS_T, pooled_df=None):
+    """`t`, `pooled-t`, `seed-pair-bootstrap` or `pair-bootstrap` per number of seeds (scalar or array) and the
+    seed df pooled over its group (None: nothing pooled)."""
     s = np.asarray(n_seeds)
-    k = np.where(s >= min_seeds_t, "t", np.where(s >= 2, "seed-pair-bootstrap", "pair-bootstrap"))
+    pooled = np.zeros(s.shape, bool) if pooled_df is None else np.asarray(pooled_df) >= MIN_POOLED_DF
+    k = np.where(s >= min_seeds_t, "t", np.where(s < 2, "pair-bootstrap",
+                                                 np.where(pooled, "pooled-t", "seed-pair-bootstrap")))
     return str(k) if k.ndim == 0 else k
 
 
+def band_label(kind: str) -> str:
+    """What a band may be called in a sentence: "95 % t" where it reaches 95 %, else its measured coverage."""
+    return f"95 % {kind}" if kind in CLAIMS_95 else f"{kind} ({COVERAGE.get(kind, 'coverage not measured')})"
+
+
 def seed_pair_half(var_sum, sd, n_seeds):
-    """Half-width of the 95 % seed-and-pair bootstrap interval of a seed mean (module docstring): var_sum
-    is the sum over seeds of their pair-bootstrap variances, sd the standard deviation over seeds."""
+    """Half-width of the seed-and-pair bootstrap interval of a seed mean (module docstring; Z975): var_sum is
+    the sum over seeds of their pair-bootstrap variances, sd the standard deviation over seeds."""
     s = np.asarray(n_seeds, dtype=float)
     seed_var = np.where(s > 1, (s - 1) * np.nan_to_num(np.asarray(sd, dtype=float)) ** 2, 0.0)
     return Z975 * np.sqrt(np.asarray(var_sum, dtype=float) + seed_var) / s
 
 
-def unit_curves(table: pd.DataFrame, metric: str, by: Sequence[str] = ("phenomenon",)) -> pd.DataFrame:
+def pool_keys(keys: Sequence[str]) -> list[str]:
+    """The group a unit's seed variance is pooled over: its cell (model x budget x benchmark x step) where the
+    units are phenomena or paradigms, else the benchmark (x step): the grid's cells."""
+    keys = list(keys)
+    if any(k in keys for k in UNIT_KEYS):
+        return [k for k in keys if k not in UNIT_KEYS]
+    return [k for k in keys if k not in ("model", "budget")]
+
+
+def shared_pair_var(outcomes: dict, runs: list, bit: int, change: bool = False) -> pd.DataFrame:
+    """Per model x budget x benchmark x step x paradigm, `pair_var`: the pair-sampling variance of the seed mean
+    on pairs every seed scored, var_i(mean over seeds of pair i's score) / n (ddof 1), and `wobble`: the seed x
+    pair interaction's mean square (seeds x pairs crossed, df (S - 1)(n - 1)) / n, its share of one seed's
+    paradigm mean. The score is right (1) or wrong, or with `change` last minus first checkpoint (at the last
+    step). A cell whose seeds scored other pairs or checkpoints has no rows: seed_bands then takes P."""
+    from probes.analysis.evalfile import MISSING
+
+    info, cells, rows = {r.name: r for r in runs}, {}, []
+    for (run, bench), o in sorted(outcomes.items()):
+        cells.setdefault((info[run].model, info[run].budget, bench), []).append(o)
+    for (model, budget, bench), os_ in cells.items():
+        o = os_[0]
+        if len(o.steps) < 1 + change or any(not np.array_equal(x.steps, o.steps) or x.paradigms != o.paradigms
+                                            or not np.array_equal(x.pair_ids, o.pair_ids) for x in os_):
+            continue
+        c = np.stack([x.correct[[0, -1]] if change else x.correct for x in os_])  # seeds x steps x pairs
+        y, ok = ((c & bit) > 0).astype(float), ~((c & MISSING) > 0).any(axis=0)
+        steps = o.steps[-1:] if change else o.steps
+        if change:
+            y, ok = y[:, 1:] - y[:, :1], ok[1:] & ok[:1]
+        K, T = len(o.paradigms), len(steps)
+        at = (np.arange(T)[:, None] * K + o.row_paradigm[None, :])[ok]
+        S, yb = len(y), y.mean(axis=0)[ok]
+        n, s1, s2, sy = (np.bincount(at, w, T * K) for w in (None, yb, yb ** 2, (y ** 2).mean(axis=0)[ok]))
+        seeds = sum(np.bincount(at, yj[ok], T * K) ** 2 for yj in y)  # sum over seeds of (their sum)^2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pv = (s2 - s1 ** 2 / n) / (n - 1) / n
+            wob = (S * sy - seeds / n - S * s2 + S * s1 ** 2 / n) / ((S - 1) * (n - 1)) / n if S > 1 else np.nan
+        rows.append(pd.DataFrame({"model": model, "budget": budget, "benchmark": bench, "step": np.repeat(steps, K),
+                                  "paradigm": np.tile(np.asarray(o.paradigms, dtype=object), T), "pair_var": pv,
+                                  "wobble": wob}))
+    cols = ["model", "budget", "benchmark", "step", "paradigm", "pair_var", "wobble"]
+    out = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=cols)
+    return out.astype({"budget": "Int64"})
+
+
+def unit_curves(table: pd.DataFrame, metric: str, by: Sequence[str] = ("phenomenon",),
+                shared: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per run x step x benchmark (x `by`; () for "overall"): acc = mean of the paradigms' accuracies (as
-    ZhoBLiMP's overall score), var = its stratified pair-bootstrap variance, n_pairs, n_paradigms."""
+    ZhoBLiMP's overall score), var = its stratified pair-bootstrap variance, n_pairs, n_paradigms; with
+    `shared` (shared_pair_var) pair_var and wobble = sum_k x_k / K^2, NaN unless every paradigm has one."""
     keys = [*RUN_KEYS, "step", "benchmark", *by]
     t = table[list(dict.fromkeys([*keys, "tokens", "paradigm", "n_pairs", metric]))].copy()
     t = t[t[metric].notna() & (t["n_pairs"] > 0)]
     t["_var"] = t[metric] * (1 - t[metric]) / t["n_pairs"]
+    on = ["model", "budget", "benchmark", "step", "paradigm"]
+    sh = t[on].merge(shared, on=on, how="left") if shared is not None else pd.DataFrame(index=range(len(t)))
+    for c in ("pair_var", "wobble"):
+        t[c] = sh[c].to_numpy() if c in sh else np.nan
     g = t.groupby(keys, dropna=False, sort=True)
     out = g.agg(tokens=("tokens", "mean"), acc=(metric, "mean"), n_pairs=("n_pairs", "sum"),
                 n_paradigms=("n_pairs", "size"), _var=("_var", "sum")).reset_index()
     out["var"] = out.pop("_var") / out["n_paradigms"] ** 2
+    for c in ("pair_var", "wobble"):
+        out[c] = (g[c].sum().to_numpy() / out["n_paradigms"] ** 2).where(g[c].count().to_numpy() == out["n_paradigms"])
     return out
 
 
 def seed_bands(units: pd.DataFrame, keys: Sequence[str], min_seeds_t: int = MIN_SEEDS_T,
                bounds: tuple[float, float] = (0, 1)) -> pd.DataFrame:
-    """Seed mean per `keys` (not "run"; "step" for a curve) with its 95 % band: n_seeds, tokens, acc_mean,
-    acc_sd, seed_spread (max - min), se (the drawn band's), boot_lo/boot_hi (pairs only with one seed), t_lo/t_hi,
-    and the band drawn: lo, hi, `band` (band_kind); intervals clipped to `bounds` (a change: (-1, 1))."""
+    """Seed mean per `keys` (not "run"; "step" for a curve) with its band: n_seeds, tokens, acc_mean, acc_sd,
+    seed_spread (max - min), se (the drawn band's), boot_lo/boot_hi (the seed-pair bootstrap; pairs only with
+    one seed), t_lo/t_hi, band_df, and the band drawn: lo, hi, `band` (band_kind); intervals clipped to
+    `bounds` (a change: (-1, 1)). Seed variances are pooled over pool_keys(keys) below min_seeds_t seeds."""
     g = units.groupby(list(keys), dropna=False, sort=True)
     out = g.agg(n_seeds=("run", "nunique"), tokens=("tokens", "mean"), acc_mean=("acc", "mean"),
                 acc_sd=("acc", "std"), acc_max=("acc", "max"), acc_min=("acc", "min"), var_sum=("var", "sum"),
                 n_pairs=("n_pairs", "mean")).reset_index()
     out.insert(out.columns.get_loc("acc_max"), "seed_spread", out.pop("acc_max") - out.pop("acc_min"))
     s = out["n_seeds"].to_numpy(dtype=float)
-    boot = seed_pair_half(out.pop("var_sum"), out["acc_sd"], s)
-    t_half = t975(s - 1) * out["acc_sd"].to_numpy(dtype=float) / np.sqrt(s)
+    sd2 = np.nan_to_num(out["acc_sd"].to_numpy(dtype=float)) ** 2
+    var_sum = out.pop("var_sum").to_numpy(dtype=float)
+    boot = seed_pair_half(var_sum, out["acc_sd"], s)
+    full = out["benchmark"].astype(str).str.endswith(ALL_SUFFIX).to_numpy() if "benchmark" in out else False
+    # the shared pairs' variance where measured (shared_pair_var), else its bound P
+    pv, wob = (g[c].mean().to_numpy(dtype=float) if c in units else np.full(len(out), np.nan)
+               for c in ("pair_var", "wobble"))
+    pair = np.where(full, 0.0, np.where(np.isfinite(pv), pv, var_sum / s))
+    # the seeds' own variance: their spread less the seed x pair wobble in it, which pair_var holds already
+    tau2 = sd2 - np.where(np.isfinite(pv) & np.isfinite(wob) & ~full, wob, 0.0)
+    pk = pool_keys(keys)
+    grp = [out[k] for k in pk] if pk else np.zeros(len(out))
+    pooled = pd.DataFrame({"ss": (s - 1) * tau2, "df": s - 1}).groupby(grp, dropna=False).transform("sum")
+    pooled_df = pooled["df"].to_numpy()
+    few = s < min_seeds_t
+    seed_var = np.maximum(np.where(few, pooled["ss"].to_numpy() / np.maximum(pooled_df, 1), tau2), 0) / s
+    seed_df = np.where(few, pooled_df, s - 1)
+    kind = band_kind(s, min_seeds_t, np.where(few, pooled_df, 0))
+    use_t = np.isin(kind, list(CLAIMS_95))
+    tq = t975(np.where(use_t, seed_df, np.nan))
+    t_half = np.sqrt(tq ** 2 * seed_var + Z975 ** 2 * pair)
     m = out["acc_mean"].to_numpy(dtype=float)
-    out["se"] = np.where(s >= min_seeds_t, out["acc_sd"].to_numpy(dtype=float) / np.sqrt(s), boot / Z975)
+    out["se"] = np.where(use_t, t_half / tq, boot / Z975)  # the drawn band is acc_mean +- t975(band_df) se
+    out["band_df"] = np.where(use_t, seed_df, np.nan)
+    out["var_seeds"], out["var_pairs"] = seed_var, pair  # the two parts of a t band (above_chance's p)
     out["boot_lo"], out["boot_hi"] = np.clip(m - boot, *bounds), np.clip(m + boot, *bounds)
     out["t_lo"], out["t_hi"] = np.clip(m - t_half, *bounds), np.clip(m + t_half, *bounds)
-    use_t = s >= min_seeds_t
-    out["band"] = band_kind(s, min_seeds_t)
+    out["band"] = kind
     out["lo"] = np.where(use_t, out["t_lo"], out["boot_lo"])
     out["hi"] = np.where(use_t, out["t_hi"], out["boot_hi"])
     return out
 
 
 def band_caption(bands: pd.DataFrame) -> str:
-    """What the drawn bands are, short enough for a figure title: each kind drawn, and the two-draw caveat."""
+    """What the drawn bands are, short enough for a figure title: each kind drawn (the pooled one with its df
+    and assumption; the bootstraps with their measured coverage, never "95 %") and the estimand."""
     kinds = set(bands["band"]) if len(bands) else set()
     if not kinds:
         return "no curves, no bands"
-    words = {"t": f"95 % t over seeds ({MIN_SEEDS_T}+ seeds)",
-             "seed-pair-bootstrap": "95 % seed-and-pair bootstrap (with 2 seeds the seed variance rests on two "
-                                    "draws)",
-             "pair-bootstrap": "95 % pair bootstrap (one seed: no seed variation)"}
-    return "bands: " + "; ".join(words[k] for k in words if k in kinds) + "; thin lines: each seed"
+    df = bands.loc[bands.band == "pooled-t", "band_df"] if "band_df" in bands else pd.Series(dtype=float)
+    words = {"t": f"95 % t over seeds and pairs ({MIN_SEEDS_T}+ seeds)",
+             "pooled-t": f"95 % t, 2 seeds, seed variance pooled over the phenomena of a cell (overall: over the "
+                         f"grid's cells), assumed equal (df {df.min():.0f}–{df.max():.0f})",
+             "seed-pair-bootstrap": f"seed-and-pair bootstrap, 2 seeds ({COVERAGE['seed-pair-bootstrap']})",
+             "pair-bootstrap": f"pair bootstrap, one seed: no seed variation ({COVERAGE['pair-bootstrap']})"}
+    return "bands: " + "; ".join(words[k] for k in words if k in kinds) + \
+        "; estimand: the recipe's seeds, the benchmark's pairs; thin lines: each seed"
 
 
-def final_bands(table: pd.DataFrame, metric: str, by: Sequence[str] = ()) -> pd.DataFrame:
+def final_bands(table: pd.DataFrame, metric: str, by: Sequence[str] = (), shared: pd.DataFrame | None = None
+                ) -> pd.DataFrame:
     """seed_bands of each run's last checkpoint per model x budget x benchmark (x `by`): the intervals of
     Table-4 cells, scaling cells and difficulty groups (by=("phenomenon", "paradigm") for a paradigm)."""
     last = table[table.step == table.groupby(["run", "benchmark"])["step"].transform("max")]
-    return seed_bands(unit_curves(last, metric, by), ["model", "budget", "benchmark", *by])
+    return seed_bands(unit_curves(last, metric, by, shared), ["model", "budget", "benchmark", *by])
 
 
 def change_units(outcomes: dict, runs: list, bit: int, benchmarks: Sequence[str]) -> pd.DataFrame:
     """Per run x benchmark, unit rows for seed_bands: acc = the overall accuracy's change from the first
     checkpoint to the last on the same pairs, var = its pair-bootstrap variance (sum_k var(d_k) / n_k / K^2,
-    d = last - first per pair), first_acc, last_acc, first_step, tokens (of the last checkpoint)."""
+    d = last - first per pair), first_acc, last_acc, first_step, tokens (of the last checkpoint), pair_var
+    (shared_pair_var of the change)."""
     from probes.analysis.evalfile import MISSING
 
     info = {r.name: r for r in runs}
@@ -111,32 +213,43 @@ def change_units(outcomes: dict, runs: list, bit: int, benchmarks: Sequence[str]
             continue
         c0, c1 = o.correct[0], o.correct[-1]
         ok = ((c0 | c1) & MISSING) == 0
-        f = pd.DataFrame({"k": o.row_paradigm[ok], "a0": (c0[ok] & bit) > 0, "a1": (c1[ok] & bit) > 0})
-        f["d"] = f.a1.astype(float) - f.a0
-        g = f.groupby("k")
-        per = pd.DataFrame({"a0": g.a0.mean(), "a1": g.a1.mean(), "d": g.d.mean(), "v": g.d.var(ddof=0) / g.size(),
-                            "n": g.size()})
-        K = len(per)
+        k, a0, a1 = o.row_paradigm[ok], (c0[ok] & bit) > 0, (c1[ok] & bit) > 0
+        n = np.bincount(k)
+        m0, m1, d, d2 = (np.bincount(k, x)[n > 0] / n[n > 0] for x in (a0, a1, a1 * 1.0 - a0, a1 != a0))
+        K = len(d)
         r = info[run]
         rows.append({"run": run, "model": r.model, "budget": r.budget, "seed": r.seed, "benchmark": bench,
-                     "acc": per.d.mean(), "var": per.v.sum() / K ** 2, "n_pairs": int(per.n.sum()),
-                     "first_acc": per.a0.mean(), "last_acc": per.a1.mean(), "first_step": int(o.steps[0]),
+                     "acc": d.mean(), "var": ((d2 - d ** 2) / n[n > 0]).sum() / K ** 2, "n_pairs": int(n.sum()),
+                     "first_acc": m0.mean(), "last_acc": m1.mean(), "first_step": int(o.steps[0]),
                      "tokens": int(o.tokens[-1])})
     out = pd.DataFrame(rows)
     if len(out):
         out["budget"] = out["budget"].astype("Int64")
+        pv = shared_pair_var({k: v for k, v in outcomes.items() if k[1] in benchmarks}, runs, bit, change=True)
+        g = pv.groupby(["model", "budget", "benchmark"], dropna=False)
+        out = out.merge(g[["pair_var", "wobble"]].sum().div(g["pair_var"].count() ** 2, axis=0).reset_index(),
+                        how="left", on=["model", "budget", "benchmark"])
     return out
 
 
 def above_chance(cells: pd.DataFrame, chance: float = 0.5) -> pd.DataFrame:
-    """cells (seed_bands rows) with p_above (one-sided, by the cell's own band: Student-t, else normal) and
+    """cells (seed_bands rows) with p_above (one-sided, by the cell's own band, t or normal) and
     q_above (Benjamini-Hochberg over the phenomena of one model x budget x benchmark)."""
     from scipy import stats
 
     out = cells.copy()
-    z = (out.acc_mean - chance) / out.se.where(out.se > 0)
-    t = out.band == "t"
-    p = np.where(t, stats.t.sf(z, np.maximum(out.n_seeds - 1, 1)), stats.norm.sf(z))
+    d = (out.acc_mean - chance).to_numpy(dtype=float)
+    p = np.asarray(stats.norm.sf(d / out.se.where(out.se > 0).to_numpy(dtype=float)))
+    t = out.band.isin(CLAIMS_95).to_numpy() & (d > 0)
+    # a t band's own one-sided p: the level at which its lower bound sqrt(t_a^2 seeds + z_a^2 pairs) reaches
+    # chance (60 bisections in log alpha)
+    lo, hi = np.full(t.sum(), 1e-15), np.full(t.sum(), 0.5)
+    df, vs, vp = (out.loc[t, c].to_numpy(dtype=float) for c in ("band_df", "var_seeds", "var_pairs"))
+    for _ in range(60):
+        a = np.sqrt(lo * hi)
+        above = stats.t.isf(a, df) ** 2 * vs + stats.norm.isf(a) ** 2 * vp < d[t] ** 2
+        lo, hi = np.where(above, lo, a), np.where(above, a, hi)
+    p[t] = hi
     # no spread at all (every pair right in every seed): above chance iff the mean is
     out["p_above"] = np.where(out.se > 0, p, (out.acc_mean <= chance).astype(float))
     out["q_above"] = out.groupby(["model", "budget", "benchmark"], dropna=False)["p_above"].transform(

@@ -259,22 +259,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from probes.analysis.outputs import write_csv, write_text
+    from probes.analysis.outputs import check_owned_output, staged_output, write_csv, write_text
+    from train.errors import UserError
 
     args = build_parser().parse_args(argv)
+    owned = (("compare.csv", "compare.json", "flips.csv", ".compare-files"), ".compare-files")  # outputs.py's rule
     try:
         if args.n_boot < 1:
             raise EvalInputError(f"--n-boot must be >= 1, got {args.n_boot}")
-        if args.out.exists() and not args.out.is_dir():
-            raise EvalInputError(f"--out {args.out}: exists and is not a directory")
+        check_owned_output(args.out, *owned)
         res = compare(args.a, args.b, args.metric, args.n_boot, args.seed)
         if res.table.empty:
             raise EvalInputError(f"{args.a} and {args.b} share no scored pair")
-        args.out.mkdir(parents=True, exist_ok=True)
-        write_csv(args.out / "compare.csv", res.table)
-        write_text(args.out / "compare.json", json.dumps({**res.meta, "notes": res.notes}, indent=1) + "\n")
-        write_csv(args.out / "flips.csv", res.flips)
-    except (EvalInputError, OSError) as e:
+        with staged_output(args.out, *owned) as stage:
+            write_csv(stage / "compare.csv", res.table)
+            write_text(stage / "compare.json", json.dumps({**res.meta, "notes": res.notes}, indent=1) + "\n")
+            write_csv(stage / "flips.csv", res.flips)
+    except (EvalInputError, UserError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for n in res.notes:

@@ -9,6 +9,7 @@ Outputs under DIR:
     problems.txt                     missing checkpoints / benchmarks (only when there are any)
     plots/<benchmark>/<phenomenon>.png   x = tokens seen (log); lines per paradigm (one run) or per run
     plots/<benchmark>/overview.png       one line per phenomenon; one panel per model x budget
+    .curves-files                    what it wrote (outputs.py's rule: a file of the user's there is refused)
 Step 0 (no tokens seen) is drawn one decade left of the first trained checkpoint, as a hollow
 marker, and the x label says so.
 """
@@ -23,14 +24,18 @@ import numpy as np
 import pandas as pd
 
 from probes.analysis.evalset import EvalInputError, EvalSet, load_runs
-from probes.analysis.outputs import save_figure, write_csv, write_table, write_text
+from probes.analysis.outputs import check_owned_output, save_figure, staged_output, write_csv, write_table, write_text
 from probes.analysis.plotting import accuracy_label, colors, finish_legend, new_figure, plot_line, safe_name, short_label, token_axis
 from probes.analysis.ushape import UShapeConfig, count_text, find_u_shapes_in_runs
 from probes.families import families
+from train.errors import UserError
 
 TIDY_COLUMNS = ["run", "model", "budget", "seed", "step", "tokens", "benchmark", "phenomenon",
                 "paradigm", "n_pairs", "acc_mlp", "acc_sum"]
 GROUP_RUN = ["run", "model", "budget", "seed"]
+# its entries in --out and their list; a probe family's <name>.csv is checked as it is written
+OWNED = (("curves.csv", "curves.parquet", "phenomena.csv", "phenomena.parquet", "ushapes.csv", "problems.txt",
+          "plots", ".curves-files"), ".curves-files")
 
 
 def phenomenon_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -139,26 +144,36 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, own: bool = False) -> int:
+    """own: --out is the run's own curves/ (CurvesHook, score-run), which this project alone writes."""
     args = build_parser().parse_args(argv)
     try:
+        if not own:
+            check_owned_output(args.out, *OWNED)
         ev = load_runs(args.run_dirs)
     except EvalInputError as exc:  # a run of other probe families only still gets their curves
         ev, failed = None, exc
-    plots: list[Path] = []
-    for fam in families():  # the other probe families' curves, where the runs have their files
-        table = fam.load("table")(args.run_dirs) if fam.table and fam.curves else []
-        if len(table):
-            plots += [p for p in fam.load("curves")(table, args.out) if p.suffix == ".png"]
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    # the other probe families' curves, where the runs have their files
+    tables = [(fam, fam.load("table")(args.run_dirs)) for fam in families() if fam.table and fam.curves]
+    tables = [(fam, t) for fam, t in tables if len(t)]
+    if ev is None and not tables:
+        print(f"error: {failed}", file=sys.stderr)
+        return 2
+    for msg in ev.problems if ev is not None else ():
+        print(f"warning: {msg}", file=sys.stderr)
+    try:
+        with staged_output(args.out, *OWNED, check=not own) as stage:
+            plots = [p for fam, t in tables for p in fam.load("curves")(t, stage) if p.suffix == ".png"]
+            written = write_curves(ev, stage, args.delta, f"acc_{args.metric}") if ev is not None else {}
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if ev is None:
-        if not plots:
-            print(f"error: {failed}", file=sys.stderr)
-            return 2
         print(f"no minimal-pair curves ({failed}); plots: {args.out} ({len(plots)} PNG files)")
         return 0
-    for msg in ev.problems:
-        print(f"warning: {msg}", file=sys.stderr)
-    written = write_curves(ev, args.out, args.delta, f"acc_{args.metric}")
     written["plots"] += plots
     us = pd.read_csv(args.out / "ushapes.csv")
     # e.g. "2 learning U-shape(s) (+1 peaking at step 0, the untrained model) at delta=0.05 (of 31 candidates:
@@ -184,4 +199,4 @@ class CurvesHook:
         pass
 
     def post_train(self, run_dir: Path) -> None:
-        main([str(run_dir), "--out", str(Path(run_dir) / "curves")])
+        main([str(run_dir), "--out", str(Path(run_dir) / "curves")], own=True)

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from probes.evals.files import REGIONS, EvalInputError, eval_file_meta
+from probes.evals.files import MINIMAL_PAIRS, REGIONS, EvalInputError, eval_file_meta
 
 # Bits of PairOutcomes.correct; MISSING marks a pair absent at one checkpoint.
 MLP, SUM, MISSING = 1, 2, 4
@@ -90,6 +90,9 @@ def read_eval_file(path: Path, step: int, run_dir: Path, seen: Optional[Seen] = 
     if missing:
         raise EvalInputError(f"{path}: missing column(s) {missing}")
     meta = eval_file_meta(path, schema.metadata or {}, data)  # the one rule (its .sha256 too), also without metadata
+    if meta["kind"] != MINIMAL_PAIRS:  # its benchmark's newest file is (evalset._eval_paths)
+        raise EvalInputError(f"{path}: kind {meta['kind']!r}, while the newest file of its benchmark says "
+                             f"{MINIMAL_PAIRS!r}: a benchmark's files are of one kind; delete it or score it again")
     tokens = meta["tokens"]
     row_key, counts_key = _chunk_key(data, pf, _KEY), _chunk_key(data, pf, _COUNTS)
     decode = row_key is None or row_key != seen.row_key

@@ -4,6 +4,7 @@ hundred MB and its pairs can still be resampled."""
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import logging
 import math
@@ -134,9 +135,16 @@ def _eval_paths(d: Path) -> tuple[dict[int, Path], dict[str, list[tuple[int, Pat
                     and not f.name.endswith(".tokens.parquet"):
                 paths_by_bench.setdefault(f.stem, []).append((step, f))
     # the newest file's kind per benchmark, even where a reduced cache exists: a file rewritten by another
-    # family after the cache was made is not minimal pairs (0.24 ms a schema)
+    # family after the cache was made is not minimal pairs (0.24 ms a schema); every minimal-pair file read
+    # is checked for its kind (evalfile.read_eval_file), every other family's file here (few: one a step)
     kinds = {b: eval_kind(ps[-1][1]) for b, ps in paths_by_bench.items()}
     pairs = {b: ps for b, ps in paths_by_bench.items() if kinds[b] == MINIMAL_PAIRS}
+    for b, k in kinds.items():
+        odd = [f for _, f in paths_by_bench[b] if k != MINIMAL_PAIRS and eval_kind(f) != k]
+        if odd:
+            raise EvalInputError(f"{odd[0]}: kind {eval_kind(odd[0])!r}, while the newest file of benchmark {b} "
+                                 f"({paths_by_bench[b][-1][1]}) says {k!r} ({len(odd)} such file(s)): a "
+                                 f"benchmark's files are of one kind; delete the odd ones or score them again")
     return evals, pairs, {b: k for b, k in kinds.items() if k != MINIMAL_PAIRS}
 
 
@@ -148,15 +156,18 @@ def _load_run(d: Path, info: RunInfo, cache: bool = True, cached_only: bool = Fa
     problems: list[str] = []
     conventions: dict[str, str] = {}
     evals, paths_by_bench, others = _eval_paths(d)
+    names = {f.kind: f.names for f in families() if f.kind != MINIMAL_PAIRS}
+    unread = {b: ("which no registered probe family reads (probes/families.py)" if k not in names else
+                  f"but that family reads only files named {', '.join(names[k])}")
+              for b, k in others.items() if not any(fnmatch.fnmatch(b, n) for n in names.get(k, ()))}
     if not paths_by_bench:
         raise EvalInputError(
-            f"run directory {d} has no minimal-pair eval files (expected evals/step<N>/<benchmark>.parquet)"
-            + (f"; it has {', '.join(sorted(set(others.values())))} evals only, which the analysis reads beside "
-               "minimal pairs" if others else ""))
-    if others:
-        known = {f.kind for f in families()}
-        problems += [f"{d}: benchmark {b}'s eval files say kind {k!r}, which no registered probe family reads "
-                     "(probes/families.py); not analysed" for b, k in sorted(others.items()) if k not in known]
+            f"run directory {d} has no minimal-pair eval files (evals/step<N>/<benchmark>.parquet of kind "
+            f"{MINIMAL_PAIRS}), which this analysis needs" + "".join(
+                f"; benchmark {b}'s files are of kind {k!r}, " + (unread.get(b) or "which `probes curves` draws "
+                                                                   "alone") for b, k in sorted(others.items())))
+    problems += [f"{d}: benchmark {b}'s eval files say kind {others[b]!r}, {why}; not analysed"
+                 for b, why in sorted(unread.items())]
     # a public suite's checkpoints that are not what their names say: the warnings `score-run --hub`
     # (probes/scoring/hub.py) recorded; read here, not imported: scoring sits below analysis
     if (d / "hub.json").is_file():

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from probes.analysis.aggregate import Z975
 from probes.analysis.paperfigs import pick
 from probes.analysis.scaling import budget_label
 from probes.evals.files import ALL_SUFFIX, MINIMAL_PAIRS, EvalInputError, eval_file_meta
@@ -131,19 +132,23 @@ def sweep_paradigms(runs) -> pd.DataFrame:
 
 def sweep_summary(par: pd.DataFrame, move: float = 0.20) -> pd.DataFrame:
     """Per model x budget x benchmark x metric family: the overall accuracy's min and max over the sweep (and their
-    points), its value at the authors' default, and the paradigms whose own accuracy moves more than `move`."""
+    points), its value at the authors' default, and the paradigms whose own accuracy moves more than `move`: all,
+    and `_sure` those whose move minus 1.96 times its pair-noise bound (sqrt((a(1-a) + b(1-b)) / n) between the
+    ends a, b on n pairs: the same pairs in every seed, so seeds do not shrink it) still exceeds `move`."""
     keys = ["model", "budget", "benchmark"]
     per_seed = par.groupby([*keys, "run", "metric", "point", "p1", "p2"], dropna=False)["acc"].mean().reset_index()
     overall = per_seed.groupby([*keys, "metric", "point", "p1", "p2"], dropna=False).agg(
         acc=("acc", "mean"), n_seeds=("run", "nunique")).reset_index()
-    mean_par = par.groupby([*keys, "paradigm", "metric", "point"], dropna=False)["acc"].mean().reset_index()
+    mean_par = par.groupby([*keys, "paradigm", "metric", "point"], dropna=False).agg(
+        acc=("acc", "mean"), n_pairs=("n_pairs", "min")).reset_index()
     rows = []
     default = {"pow": f"pow{POW_DEFAULT}", "morcela": f"morcela_{MORCELA_DEFAULT[0]}_{MORCELA_DEFAULT[1]}"}
     for (model, budget, bench, metric), g in overall.groupby([*keys, "metric"], dropna=False, sort=True):
         lo, hi = g.loc[g.acc.idxmin()], g.loc[g.acc.idxmax()]
         span = pick(mean_par, model=model, benchmark=bench, metric=metric, budget=budget)
-        ends = span.groupby("paradigm")["acc"].agg(["max", "min"])  # cython: a lambda per paradigm was 80 % of this
+        ends = span.groupby("paradigm").agg(max=("acc", "max"), min=("acc", "min"), n=("n_pairs", "min"))  # cython
         spread = ends["max"] - ends["min"]
+        noise = Z975 * np.sqrt((ends["max"] * (1 - ends["max"]) + ends["min"] * (1 - ends["min"])) / ends["n"])
         at_default = g.loc[g.point == default.get(metric, g.point.iloc[0]), "acc"]
         rows.append({"model": model, "budget": budget, "benchmark": bench, "metric": metric,
                      "n_points": len(g), "n_seeds": int(g.n_seeds.max()), "acc_min": lo.acc, "point_min": lo.point,
@@ -151,6 +156,7 @@ def sweep_summary(par: pd.DataFrame, move: float = 0.20) -> pd.DataFrame:
                      "authors_default": default.get(metric, g.point.iloc[0]),
                      "acc_at_default": float(at_default.iloc[0]) if len(at_default) else np.nan,
                      f"paradigms_moving_over_{move:g}": int((spread > move).sum()),
+                     f"paradigms_moving_over_{move:g}_sure": int((spread - noise > move).sum()),
                      "max_paradigm_move": float(spread.max()) if len(spread) else np.nan,
                      "n_paradigms": int(len(spread))})
     out = pd.DataFrame(rows)
@@ -163,10 +169,10 @@ def sweep_markdown(summary: pd.DataFrame) -> str:
     """One line per model x budget x benchmark: each family's range (ends' points) and default."""
     if summary.empty:
         return "_(no eval files at the last checkpoints)_\n"
-    move_col = next(c for c in summary.columns if c.startswith("paradigms_moving_over_"))
+    move_col = next(c for c in summary.columns if c.startswith("paradigms_moving_over_") and c[-1].isdigit())
     L = ["| model · corpus | benchmark | MLP | sum-LP | pow-norm α: range (α at ends) | at α=0.5 | SLOR | "
          "MORCELA β,γ: range (β_γ at ends) | at β=1,γ=0 | paradigms moving > " + move_col.rsplit("_", 1)[1]
-         + " (max) |", "|---|---|---:|---:|---|---:|---:|---|---:|---|"]
+         + " (max; beyond pair noise) |", "|---|---|---:|---:|---|---:|---:|---|---:|---|"]
     for (model, budget, bench), g in summary.groupby(["model", "budget", "benchmark"], dropna=False, sort=True):
         m = {r["metric"]: r for r in g.to_dict("records")}
         pc = lambda v: "" if v is None or pd.isna(v) else f"{100 * v:.1f}"  # noqa: E731
@@ -179,7 +185,8 @@ def sweep_markdown(summary: pd.DataFrame) -> str:
                     f"{r['point_max'].removeprefix(strip)})")
 
         mc = m.get("morcela")
-        moving = f"{mc[move_col]} of {mc['n_paradigms']} ({pc(mc['max_paradigm_move'])})" if mc is not None else ""
+        moving = (f"{mc[move_col]} of {mc['n_paradigms']} ({pc(mc['max_paradigm_move'])}; {mc[move_col + '_sure']}, the "
+                  "rest not determined)" if mc is not None else "")
         L.append(f"| {model} · {budget_label(budget)} | {bench} | {pc(m['mlp']['acc_min'])} | {pc(m['sum']['acc_min'])} | "
                  f"{rng('pow', 'pow')} | {pc(m['pow']['acc_at_default'])} | "
                  f"{pc(m['slor']['acc_min']) if 'slor' in m else 'n/a'} | {rng('morcela', 'morcela_')} | "

@@ -80,13 +80,22 @@ def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
     return Path(path)
 
 
+# what a report writes, and what an older one may have left (an old figure cache goes with the report it served)
+REPORT_ENTRIES = ("report.md", "figures", "appendix", "tables", "problems.txt", ".figure-cache", ".cache",
+                  ".report-files")
+MANIFEST = ".report-files"  # one path per line, relative to the report: what it wrote
+
+
 @contextlib.contextmanager
-def staged_output(out: Path) -> Iterator[Path]:
-    """The report's directory built whole under a hidden sibling, then moved into `out` entry by entry,
-    report.md last: a killed report leaves the previous one as it was (not old report.md beside new tables).
-    Every file written is listed in `out`/.report-files; a file of the user's that would be replaced is refused."""
+def staged_output(out: Path, entries: tuple[str, ...] = REPORT_ENTRIES, manifest: str = MANIFEST,
+                  check: bool = True) -> Iterator[Path]:
+    """A command's output folder built whole under a hidden sibling, then moved into `out` entry by entry (each of
+    `entries` it held goes: the command's own), report.md last: a killed command leaves the previous output as it
+    was. `out`/`manifest` lists every file written; `check`: check_owned_output first and again before the swap
+    (check=False: `out` is a run's own folder, e.g. RUN/curves, written by this project alone)."""
     out = Path(out)
-    check_report_out(out)
+    if check:
+        check_owned_output(out, entries, manifest)
     out.parent.mkdir(parents=True, exist_ok=True)
     for suffix in (".tmp", ".old"):
         clear_stale(out.parent, f".{out.name}.", ".", suffix)
@@ -94,21 +103,23 @@ def staged_output(out: Path) -> Iterator[Path]:
     stage.mkdir()
     try:
         yield stage
+        files = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if not p.is_dir())
+        write_text(stage / manifest, "\n".join([*files, manifest]) + "\n")
+        new = {p.name for p in stage.iterdir()}
+        if check:  # what the command wrote beyond its list (a probe family's table) is checked too
+            check_owned_output(out, (*entries, *sorted(new - set(entries))), manifest)
+        out.mkdir(exist_ok=True)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
-    files = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if not p.is_dir())
-    write_text(stage / MANIFEST, "\n".join([*files, MANIFEST]) + "\n")
-    out.mkdir(exist_ok=True)
     old = out.parent / f".{out.name}.{tag()}.{uuid.uuid4().hex[:12]}.old"
     old.mkdir()
-    new = {p.name for p in stage.iterdir()}
     # the old report.md goes first and the new one comes last: a kill mid-swap leaves no report.md
     # rather than one that describes other tables
     if (out / "report.md").exists():
         os.replace(out / "report.md", old / "report.md")
-    for name in sorted({*REPORT_ENTRIES, *new} - {"report.md"}):
-        if (out / name).exists():
+    for name in sorted({*entries, *new} - {"report.md"}):
+        if (out / name).exists() or (out / name).is_symlink():
             os.replace(out / name, old / name)
         if name in new:
             os.replace(stage / name, out / name)
@@ -118,30 +129,31 @@ def staged_output(out: Path) -> Iterator[Path]:
     shutil.rmtree(stage, ignore_errors=True)
 
 
-# what an older report may have left, report.md aside (an old figure cache goes with the report it served)
-REPORT_ENTRIES = ("figures", "appendix", "tables", "problems.txt", ".figure-cache", ".cache", ".report-files")
-MANIFEST = ".report-files"  # one path per line, relative to the report: what it wrote
-
-
-def check_report_out(out: Path) -> None:
-    """Refuses a report directory with files under its entries that no report wrote (its MANIFEST lacks them):
-    the swap would delete them."""
+def check_owned_output(out: Path, entries: tuple[str, ...], manifest: str, flag: str = "--out") -> None:
+    """The one rule of every command that writes a folder (report, compare, curves, score-run --hub, exposure):
+    it writes only `entries` (names in `out`, a folder one replaced whole) and lists what it wrote in
+    `out`/`manifest`. Refuses, in one line and before any work, an `out` that is no folder (a file, a link to
+    nothing) and any file under those entries, hidden ones included, that the manifest does not list."""
     out = Path(out)
+    if out.is_symlink() and not out.exists() or out.exists() and not out.is_dir():
+        what = "a link to nothing" if out.is_symlink() and not out.exists() else "not a folder"
+        raise UserError(f"{flag} {out}: {what}; give a folder (a new one is made)")
     try:
-        written = set((out / MANIFEST).read_text().splitlines())
+        written = set((out / manifest).read_text().splitlines())
     except OSError:
         written = set()
     found = []
-    # the hidden entries are the report's own caches and list: it prunes them itself, nobody keeps work there
-    for name in ("report.md", *(e for e in REPORT_ENTRIES if not e.startswith("."))):
+    for name in entries:
         path = out / name
         for f in ([path] if not path.is_dir() else sorted(path.rglob("*"))):
-            if (f.is_file() or f.is_symlink()) and str(f.relative_to(out)) not in written:
+            if (f.is_file() or f.is_symlink()) and str(f.relative_to(out)) not in written \
+                    and not any(str(f.relative_to(out)).startswith(w) for w in written if w.endswith("/")):
                 found.append(f)
     if found:
-        raise UserError(f"{found[0]}: not written by a report (not in {out / MANIFEST}), and a report replaces "
-                        f"report.md, figures/, appendix/, tables/ whole ({len(found)} such file(s)): move them "
-                        f"out of {out}, or give --out another directory")
+        command = manifest.strip(".").removesuffix("-files")
+        raise UserError(f"{found[0]}: not written by probes {command} (not in {out / manifest}), which replaces "
+                        f"{', '.join(entries)} whole ({len(found)} such file(s)): move them out of {out}, or give "
+                        f"{flag} another folder")
 
 
 def fork_pool(workers: int):

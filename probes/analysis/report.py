@@ -20,7 +20,7 @@ from threadpoolctl import threadpool_limits
 from probes.analysis.aggregate import bootstrap_paradigm_intervals
 from probes.analysis.aoa import AoAConfig, FitStore, aoa_intervals, start_aoa_table
 from probes.analysis.bands import (above_chance, band_caption, change_units, final_bands, paradigm_bands, seed_bands,
-                                   unit_curves)
+                                   shared_pair_var, unit_curves)
 from probes.analysis.evalfile import MLP, SUM
 from probes.analysis.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
 from probes.analysis.curves import phenomenon_table
@@ -28,7 +28,8 @@ from probes.analysis.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_ru
 from probes.analysis.formuse import use_sections
 from probes.analysis.heldout import final_heldout, heldout_table, plot_heldout
 from probes.analysis.normsweep import sweep_paradigms, sweep_summary
-from probes.analysis.outputs import FigureJobs, check_report_out, staged_output, write_csv, write_parquet, write_table, write_text
+from probes.analysis.outputs import (MANIFEST, REPORT_ENTRIES, FigureJobs, check_owned_output, staged_output,
+                                     write_csv, write_parquet, write_table, write_text)
 from probes.analysis.paper_ushapes import paper_u_table
 from probes.analysis.paperfigs import (MAX_PANELS, budget_order, pick, plot_all_phenomena, plot_budgets, plot_overall,
                                        plot_u_gallery)
@@ -154,7 +155,9 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         # 1. curves: overall and per phenomenon, seed mean with the band the seeds can support
         human = zhoblimp_human(ev.table)  # (per phenomenon, overall) or None: ZhoBLiMP's human validation
         human_acc = dict(zip(human[0].phenomenon, human[0].human_acc)) if human else {}
-        u_over, u_phen = unit_curves(ct, metric, ()), unit_curves(ct, metric)
+        bit = MLP if cfg.metric == "mlp" else SUM
+        shared = shared_pair_var(ev.outcomes, ev.runs, bit)  # every seed scores the same pairs: their variance
+        u_over, u_phen = unit_curves(ct, metric, (), shared), unit_curves(ct, metric, ("phenomenon",), shared)
         b_over = seed_bands(u_over, ["model", "budget", "benchmark", "step"])
         b_phen = seed_bands(u_phen, ["model", "budget", "benchmark", "phenomenon", "step"])
         if len(b_over):
@@ -173,14 +176,14 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
                             u_phen[(u_phen.benchmark == bench) & (u_phen.phenomenon == ph)],
                             adir / f"curve_{safe_name(bench)}_{safe_name(ph)}.png", ylabel, f"{bench} · {ph}; x: tokens "
                             f"seen (log), hollow marker = step 0\n{band_caption(s)}", human_acc.get(ph) if hum else None)
-        R["bands"] = b_phen
+        R["bands"] = pd.concat([b_over, b_phen], ignore_index=True)  # the caption names every kind drawn
         # the other probes' sections: the form-vs-use figure (the largest) is drawn from here on
         use_md, use_figs = use_sections(ev, out, metric, cfg.aoa, jobs)
 
         # 2. final accuracy: the Table-4-style table, scaling view and difficulty groups (all pairs where scored)
         final = final_accuracy(ev.table, ev.runs)
         # each cell's 95 % interval over seeds and pairs (probes.analysis.bands), from each run's last checkpoint
-        cells = {by: final_bands(ev.table, metric, by) for by in ((), ("phenomenon",), ("phenomenon", "paradigm"))}
+        cells = {by: final_bands(ev.table, metric, by, shared) for by in ((), ("phenomenon",), ("phenomenon", "paradigm"))}
         overall, per_phen = grid_tables(final, metric, (cells[()], cells[("phenomenon",)]))
         t4_cells = pd.concat([cells[("phenomenon",)], cells[()].assign(phenomenon="overall")], ignore_index=True)
         refs = {"zhoblimp": human, "blimp": blimp_human(ev.table)}  # human rows: the paper's, BLiMP's own
@@ -206,7 +209,7 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
             acc_u.insert(0, "u_id", np.arange(1, len(acc_u) + 1))
             acc_u["in_gallery"] = acc_u["u_id"] <= MAX_PANELS
         if len(acc_u):
-            u_par = unit_curves(ct, metric, ("phenomenon", "paradigm"))
+            u_par = unit_curves(ct, metric, ("phenomenon", "paradigm"), shared)
             b_par = seed_bands(u_par, ["model", "budget", "benchmark", "phenomenon", "paradigm", "step"])
             ub = pd.concat([b_phen.assign(paradigm=""), b_par], ignore_index=True)
             uu = pd.concat([u_phen.assign(paradigm=""), u_par], ignore_index=True)
@@ -215,7 +218,6 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         R["paper_us"] = paper_u_table(ev_c, cfg.ushape) if "zhoblimp" in curve_b else pd.DataFrame()
 
         # the first paragraph: change from step 0, phenomena above chance, U's, pairs needed (reportmd.summary_table)
-        bit = MLP if cfg.metric == "mlp" else SUM
         ch = change_units(ev.outcomes, ev.runs, bit, curve_b)
         R["change"] = seed_bands(ch, ["model", "budget", "benchmark"], bounds=(-1, 1)).merge(
             ch.groupby(["model", "budget", "benchmark"], dropna=False)[["first_acc", "last_acc"]].mean().reset_index(),
@@ -391,8 +393,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                            regions=RegionConfig(max_plots=a.max_region_plots),
                            case_study=CaseStudyConfig(paradigm=a.case_study, quantity=a.case_study_quantity,
                                                       phrase_regions=a.phrase_regions))
-        check_writable(a.out, "--out")  # a read-only or missing place: one line, before any work
-        check_report_out(a.out)  # nor a file of the user's that the new report would replace
+        # a read-only or missing place, a dangling link, a file of the user's the report would replace: one line,
+        # before any work
+        check_owned_output(a.out, REPORT_ENTRIES, MANIFEST)
+        check_writable(a.out, "--out")
         ev = load_runs(a.run_dirs)
         pick_paradigms(ev, cfg.case_study.paradigm)  # a misspelt paradigm fails before any work
     except (EvalInputError, ValueError, UserError) as exc:

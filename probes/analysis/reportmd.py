@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from probes.analysis.bands import MIN_SEEDS_T, band_caption
+from probes.analysis.bands import CLAIMS_95, band_caption, band_label
 from probes.analysis.table4 import PAPER_HUMAN_OVERALL
 from probes.analysis.normsweep import MORCELA_BETAS, MORCELA_GAMMAS, POW_ALPHAS, sweep_markdown
 from probes.analysis.paper_ushapes import REFERENCE_DEPTH, paper_u_markdown
@@ -51,6 +51,7 @@ def summary_table(R: dict, cfg) -> pd.DataFrame:
             "change": d["acc_mean"], "change_lo": d["lo"], "change_hi": d["hi"], "band": d["band"],
             "change_told_from_zero": bool(d["lo"] > 0 or d["hi"] < 0),
             "final_benchmark": fin.benchmark.iloc[0] if len(fin) else "",
+            "final_band": "/".join(sorted(set(fin.band))) if len(fin) else "",
             "phenomena_above_chance": int((fin.q_above < 0.05).sum()), "phenomena": len(fin),
             "learning_us": c["learning"], "us_from_step0": c["from_step0"],
             **pairs_needed(at(table[table.benchmark == d["benchmark"]]), cfg.ushape)})
@@ -67,12 +68,14 @@ def _summary_md(S: pd.DataFrame) -> list[str]:
     out = []
     for d in S.head(8).to_dict("records"):
         seeds = f"{d['n_seeds']} seed{'s' if d['n_seeds'] > 1 else ''}"
+        weak = [k for k in str(d["final_band"]).split("/") if k and k not in CLAIMS_95]
+        fin_band = " by a " + ", ".join(map(band_label, weak)) if weak else ""
         told = ("told from no change" if d["change_told_from_zero"] else "**cannot be told from no change**")
         out.append(
             f"{d['model']} · {budget_label(d['budget'])} ({d['benchmark']}, {seeds}): overall accuracy "
             f"{100 * d['first_acc']:.1f} → {100 * d['last_acc']:.1f} %, change {100 * d['change']:+.1f} points "
-            f"(95 % {d['band']} interval {100 * d['change_lo']:+.1f} to {100 * d['change_hi']:+.1f}: {told}); "
-            f"{d['phenomena_above_chance']} of {d['phenomena']} phenomena end above chance (q < 0.05, "
+            f"({band_label(d['band'])} interval {100 * d['change_lo']:+.1f} to {100 * d['change_hi']:+.1f}: {told}); "
+            f"{d['phenomena_above_chance']} of {d['phenomena']} phenomena end above chance (q < 0.05{fin_band}, "
             f"{d['final_benchmark']}); {d['learning_us']} learning U's, {d['us_from_step0']} dips peaking at step 0 "
             f"(the untrained model, not counted as U's); {d['needed']}.")
     more = f" ({len(S) - 8} more in tables/summary.csv)" if len(S) > 8 else " (tables/summary.csv)"
@@ -113,9 +116,8 @@ def markdown(R: dict, out: Path) -> tuple[str, list[Path]]:
     L = ["# syntax-dynamics report", "", *_summary_md(R["summary"]),
          f"{len(ev.runs)} run(s): {runs.model.nunique()} model size(s) x {runs.budget.nunique(dropna=False)} corpus "
          f"budget(s), {'/'.join(map(str, seeds))} seed(s) each; scoring convention `{ev.convention}`; accuracy = "
-         f"{metric_words}, ties wrong; chance 0.5. Lines are seed means; {band_caption(R['bands'])}"
-         + ("" if min(seeds) >= MIN_SEEDS_T else f" (fewer than {MIN_SEEDS_T} seeds: a t-interval from 2 seeds has "
-            "t = 12.7 and spans most of the axis)") + ". Tokens on log axes; step 0 is "
+         f"{metric_words}, ties wrong; chance 0.5. Lines are seed means; {band_caption(R['bands'])}. Tokens on log "
+         "axes; step 0 is "
          "drawn one decade left of the first trained checkpoint.", ""]
     L += ["## Learning curves", ""]
     L += embed("Overall learning curve", "Mean accuracy over every paradigm of each benchmark against tokens seen; "
@@ -195,10 +197,12 @@ def markdown(R: dict, out: Path) -> tuple[str, list[Path]]:
 
 def _groups_md(R: dict, cfg) -> list[str]:
     s, groups = cfg.scaling, R["groups"]
-    counts = groups.groupby(["budget", "benchmark", "group"], dropna=False).size().unstack(fill_value=0) \
+    # a paradigm whose interval crosses a group's threshold (or has none) is not put in a group (issue 42)
+    g = groups.assign(group=groups.group.where(groups.group_sure, "not determined")) if len(groups) else groups
+    counts = g.groupby(["budget", "benchmark", "group"], dropna=False).size().unstack(fill_value=0) \
         if len(groups) else pd.DataFrame()
     if len(counts):
-        counts = counts.reindex(columns=list(PAPER_GROUPS), fill_value=0).reset_index()
+        counts = counts.reindex(columns=[*PAPER_GROUPS, "not determined"], fill_value=0).reset_index()
         counts["budget"] = counts["budget"].map(budget_label)
         paper = {"budget": "3B (paper)", "benchmark": "zhoblimp (Zh-Pythia 14M-1.4B)", **PAPER_GROUPS}
         counts = pd.concat([counts, pd.DataFrame([paper])], ignore_index=True)
@@ -210,8 +214,9 @@ def _groups_md(R: dict, cfg) -> list[str]:
             f"groups: Easy best >= {s.easy_min_best}; Medium best >= {s.medium_min_best}; Difficult near chance with "
             f"r >= {s.difficult_min_r}; Other near chance otherwise (also when fewer than {s.min_sizes_for_r} model "
             "sizes make r meaningless). The thresholds are OUR documented defaults (probes/analysis/scaling.py): the "
-            "paper's numbers did not survive in its text. Last row: the paper's outcome, 80 / 15 / 13 / 10 of "
-            "118 paradigms.", "", md_table(counts) if len(counts) else "_(none)_", "",
+            "paper's numbers did not survive in its text. *not determined*: the best accuracy's interval (its band, "
+            "as Table 4's) crosses the Easy or Medium threshold, or there is none. Last row: the paper's outcome, "
+            "80 / 15 / 13 / 10 of 118 paradigms.", "", md_table(counts) if len(counts) else "_(none)_", "",
             "Per paradigm: `tables/difficulty_groups.csv`.", ""]
 
 

@@ -12,6 +12,7 @@ from typing import Optional, Union
 
 import pandas as pd
 
+from probes.analysis.bands import CLAIMS_95, COVERAGE
 from probes.analysis.paperfigs import model_order, pick
 from probes.analysis.scaling import budget_label, budget_order
 from probes.benchmarks.registry import benchmarks_root
@@ -156,11 +157,12 @@ def table4(final: pd.DataFrame, benchmark: str, metric: str, human: tuple[pd.Dat
 
 def table4_markdown(t: pd.DataFrame) -> str:
     """Percentages with one decimal, the paper's short column heads; reference rows in italics; the overall
-    cell's 95 % interval in a column after it where the table has intervals (the others are in its CSV)."""
+    cell's interval in a column after it where the table has intervals (the others are in its CSV), with its
+    measured coverage where it cannot reach 95 % (bands.band_label)."""
     fixed = ("row", "source", "model", "budget", "n_seeds", "n_paradigms", "band", "val_loss")
     phens = [c for c in t.columns if c not in fixed and not c.endswith(("_lo", "_hi"))]
     ci, val = "overall_lo" in t.columns, "val_loss" in t.columns
-    head = "| model · corpus | seeds | " + " | ".join(SHORT.get(p, p) for p in phens) + (" | 95 %" if ci else "") \
+    head = "| model · corpus | seeds | " + " | ".join(SHORT.get(p, p) for p in phens) + (" | interval" if ci else "") \
         + (" | held-out loss" if val else "") + " |\n"
     head += "|---|---|" + "---:|" * (len(phens) + ci + val) + "\n"
     body = ""
@@ -170,7 +172,9 @@ def table4_markdown(t: pd.DataFrame) -> str:
         seeds = "" if pd.isna(d["n_seeds"]) else str(d["n_seeds"])
         vals = ["" if pd.isna(d[p]) else f"{100 * d[p]:.1f}" for p in phens]
         if ci:
-            vals.append("" if pd.isna(d["overall_lo"]) else f"{100 * d['overall_lo']:.1f}–{100 * d['overall_hi']:.1f}")
+            weak = [k for k in str(d["band"]).split("/") if k not in CLAIMS_95 and not pd.isna(d["band"])]
+            vals.append("" if pd.isna(d["overall_lo"]) else f"{100 * d['overall_lo']:.1f}–{100 * d['overall_hi']:.1f}"
+                        + "".join(f" ({COVERAGE.get(k, '')})" for k in weak))
         if val:
             vals.append("" if pd.isna(d["val_loss"]) else f"{d['val_loss']:.3f}")
         body += f"| {name} | {seeds} | " + " | ".join(vals) + " |\n"

@@ -102,7 +102,14 @@ def iter_csv_rows(path: Path, delimiter: str = ",") -> Iterator[tuple[int, list[
     # newline="" semantics via StringIO: the csv module then handles CRLF and quoted embedded newlines
     reader = csv.reader(io.StringIO(_decode(path), newline=""), delimiter=delimiter)
     start = 1
-    for row in reader:
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:  # a field over csv's 131,072 characters: most often a quote left open
+            raise BenchmarkFormatError(f"{path}:{start}: {e} (a quote left open runs on to the lines after "
+                                       f"it)") from None
         if any(cell.strip() for cell in row):
             yield start, row
         start = reader.line_num + 1

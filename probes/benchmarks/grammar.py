@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-from train.corpus import GrammarConfig
+from train.corpus import GrammarConfig, generator
 from probes.benchmarks.generator import Engine, GrammarError, Template, Vocabulary, parse_rule
 from probes.benchmarks.pairs import Pair
 
@@ -61,6 +61,7 @@ def _check_cfg(cfg: GrammarConfig) -> None:
             raise ValueError(f"grammar.{key} must be >= 0, got {getattr(cfg, key)}")
 
 
+@generator
 def corpus_documents(cfg: GrammarConfig) -> list[str]:
     """``n_documents`` documents of ``sentences_per_document`` grammatical sentences joined by spaces
     (no separator for zh), sentence types drawn by the grammar's corpus weights."""

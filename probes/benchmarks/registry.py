@@ -20,15 +20,16 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Iterable, Optional
-
-import pandas as pd
+from typing import TYPE_CHECKING, Iterable, Optional
 
 from probes.benchmarks import grammar
 from probes.evals.config import BenchmarkConfig
 from probes.benchmarks.formats import (READERS, BenchmarkFormatError, FieldMap, add_field_options, data_files,
                                        field_options, paradigm_by_path, sniff_format)
 from probes.benchmarks.pairs import Pair
+
+if TYPE_CHECKING:  # `train plan` reads the registry without pandas
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -278,6 +279,7 @@ def subsample(pairs: list[Pair], max_per_paradigm: int, seed: int = 0) -> list[P
 
 # ---------------------------------------------------------------- describing
 def describe(pairs: list[Pair]) -> pd.DataFrame:
+    import pandas as pd
     """One row per (phenomenon, paradigm): n_pairs kept, and the pairs the dedup rule dropped
     (known when `pairs` came from `load_benchmark`); a last row, phenomenon "TOTAL", sums them."""
     n: Counter[tuple[str, str]] = Counter((p.phenomenon, p.paradigm) for p in pairs)
@@ -324,6 +326,7 @@ def main(argv: list[str]) -> int:
     rep = pairs.report
     formats = ", ".join(f"{k} x{v}" for k, v in rep.formats.items())
     print(f"benchmark {name}: {rep.source} (format: {formats})\n")
+    import pandas as pd
     with pd.option_context("display.max_rows", None, "display.max_colwidth", 80, "display.width", 200):
         print(f"{table.to_string(index=False)}\n\n{by_phen.to_string(index=False)}")
     print(f"\ntotal: {len(pairs):,} pairs in {len(body)} paradigms and {len(by_phen)} phenomena"

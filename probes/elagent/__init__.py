@@ -6,5 +6,6 @@ from probes.elagent.config import KIND, ElagentConfig
 from probes.families import Family
 
 FAMILY = Family(kind=KIND, key="elagent", config=ElagentConfig, hook="probes.elagent.hook:ElagentHook",
+                names=("elagent",),
                 table="probes.elagent.report:elagent_table", curves="probes.elagent.report:write_elagent_curves",
                 section="probes.elagent.report:elagent_section", tasks="probes.elagent.report:task_rows")

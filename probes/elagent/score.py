@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from train.corpus import generator
 from probes.elagent.deduction import deduction_items
 from probes.elagent.config import BENCHMARK, KIND, ElagentConfig
 from probes.elagent.items import MCItem
@@ -28,6 +29,7 @@ def build_items(cfg: ElagentConfig) -> list[MCItem]:
     return items
 
 
+@generator
 def corpus_documents(cfg) -> list[str]:
     """A training corpus of the probes' kind (``data.generator=probes.elagent.score.corpus_documents``;
     ``cfg``: train.corpus.GrammarConfig): ``n_documents`` documents, solved items each in the letter layout,

@@ -6,6 +6,7 @@ from probes.families import Family
 from probes.lmeval.config import KIND, LmEvalConfig
 
 FAMILY = Family(kind=KIND, key="lm_eval", config=LmEvalConfig, hook="probes.lmeval.hook:LmEvalHook",
+                names=("lmeval_*",),  # probes.lmeval.hook.PREFIX
                 table="probes.lmeval.report:lmeval_table", curves="probes.lmeval.report:write_lmeval_curves",
                 section="probes.lmeval.report:lmeval_section",
                 commands=(("lm-eval-tasks", "probes.lmeval.tasks:main",

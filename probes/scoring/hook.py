@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, make_dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar, Optional
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from probes.benchmarks.registry import benchmark_configs, load_benchmark
 from probes.evals.config import BenchmarkConfig
@@ -17,7 +15,9 @@ from probes.evals.files import ALL_SUFFIX, eval_done, eval_path, pair_set
 from probes.scoring.evaluate import ScoreOptions, evaluate_checkpoint, ids_fingerprint
 from train.files import checkpoint_dir, manifest_hash
 from probes.benchmarks.pairs import Pair
-from probes.scoring.store import read_pairs
+
+if TYPE_CHECKING:  # `train plan` types this config without pandas
+    import pandas as pd
 
 _ENTRY_KEYS = {f.name for f in fields(BenchmarkConfig)}
 
@@ -185,6 +185,7 @@ class ProbeHook:
                               world)
             if done:
                 if rank == 0:
+                    from probes.scoring.store import read_pairs  # pandas: here, so `train plan` need not import it
                     metrics.update(summary_metrics(read_pairs(path)[0], name))
                 continue
             ev = evaluate_checkpoint(model, self.tokenizer, pairs, name=name, step=step, tokens=tokens,
@@ -249,6 +250,7 @@ def score_sharded(model, tokenizer, pairs: list[Pair], opts: ScoreOptions) -> Op
     frames = [p for p in parts if p is not None]
     # slot columns appear only in shards with region-marked pairs: concat takes their union in
     # first-seen order, NaN where a pair has no such slot, as one process does
+    import pandas as pd
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
 
 

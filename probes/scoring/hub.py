@@ -24,6 +24,8 @@ PYTHIA_TOKENS_PER_STEP = 1024 * 2048  # Pythia's global batch: 1,024 sequences o
 # Pythia's 154 revisions: step0, the log-spaced 1..512, then every 1,000 steps to 143,000
 PYTHIA_STEPS = [0] + [2 ** i for i in range(10)] + list(range(1000, 143001, 1000))
 RECORD = "hub.json"
+# its entries in --out and their list, written first (probes/analysis/outputs.py check_owned_output's rule)
+OWNED = (("config.yaml", RECORD, "evals", ".score-run-files"), ".score-run-files")
 # Relative drop of the distance from the reference revision below an earlier revision's that is named:
 # training moves away from its initialisation at every checkpoint (train/trajectory.py, measured on the
 # demo), and the reading is exact up to float32 summation (~1e-6 relative), so 1e-3 is far above noise.
@@ -185,6 +187,12 @@ def check_out(out_dir: Path) -> None:
             config.is_file() and not config.read_text(errors="replace").startswith("experiment: hub\n")):
         raise EvalInputError(f"{out_dir}: holds a training run (checkpoints/ or its own config.yaml); "
                              f"score-run --hub would overwrite its eval files: give --out a new directory")
+    if config.is_file() and not (out_dir / OWNED[1]).is_file():  # a suite scored before the list: its own
+        _own(out_dir)
+
+
+def _own(out_dir: Path) -> None:
+    write_text_atomic(out_dir / OWNED[1], "config.yaml\nhub.json\nevals/\n.score-run-files\n")  # evals/ whole
 
 
 def _delete(name: str, commit: str, snap: Path) -> None:
@@ -207,6 +215,8 @@ def score_hub(out_dir: Path, opts: HubOptions, benchmarks: dict[str, list[Pair]]
     from train.weights import load_causal_lm
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    if not (out_dir / OWNED[1]).is_file():
+        _own(out_dir)
     rec = {"hub": opts.name, "tokens_per_step": opts.tokens_per_step, "revisions": {}}
     if (out_dir / RECORD).is_file():
         try:
