@@ -1,5 +1,6 @@
 """`python -m probes exposure RUN_DIR [RUN_DIR ...]`: how often each probed pair's sentences and critical n-grams
-occurred in the tokens trained by every saved checkpoint, written as RUN_DIR/exposure/<benchmark>.parquet.
+occurred in the tokens trained by every saved checkpoint, written as RUN_DIR/exposure/<benchmark>.parquet, and
+n-gram baselines estimated from those tokens (probes/exposure/ngram.py) as <benchmark>.ngram.parquet.
 
 The stream is read through train's stream code (train/batch.py) from the token store the run's checkpoints
 record; counts are cached per stream and query set beside the token store (cache_dir/exposure/), so runs with
