@@ -37,7 +37,9 @@ def write_eval(run: Path, step: int, tokens: int, rows: list[dict], benchmark: s
                 df[f"lp_{s}_{r}"] = np.nan
                 df[f"ntok_{s}_{r}"] = 0
     table = pa.Table.from_pandas(df, preserve_index=False)
-    meta = {"step": step, "tokens": tokens, "benchmark": benchmark, "convention": convention}
+    # model_dir as the writers record it: two runs' files are never byte copies of each other (a copy is refused)
+    meta = {"step": step, "tokens": tokens, "benchmark": benchmark, "convention": convention,
+            "model_dir": str(run / "checkpoints" / f"step{step}")}
     if pair_set:
         meta["pair_set"] = pair_set
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
