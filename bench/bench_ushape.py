@@ -34,10 +34,17 @@ Two nulls, each a whole report's curves (the runs' phenomena, paradigms, pairs, 
 planted (every paradigm flat at its step-0 accuracy or a sigmoid rise) and the runs' own curves with their
 dips removed (each paradigm's seed-mean curve replaced by its isotonic fit, rising or falling, whichever
 is closer). Each report's curves are tested at level false_u_budget / curves, as `probes report` does, by
-the detector with binomial noise only (dispersion 1, the former rule) and with the checkpoints' measured
-dispersion (unoise.dispersion, the rule now). A third null, "shared shocks", is the stress case the fitted
+the detector with its paired noise and the checkpoints' own noise fixed at 1 binomial variance, and with that
+measured (ushape.group_shock, the rule now). A third null, "shared shocks", is the stress case the fitted
 ones are not: the dips-removed curves with every paradigm shocked at every checkpoint alike in both seeds
 (STRESS), checkpoint noise well above binomial, as if seeds shared their data order and paradigms flipped whole.
+
+    python bench/bench_ushape.py --part laptop [--reports 40] [--depths 0.10,0.05]
+
+Recall of planted U's (depth exactly 0.10 / 0.05 on the phenomenon's seed-mean truth, over 1 or 2 checkpoints)
+and false U's per report at the laptop grid's shape (15 phenomena x 8 paradigms x 30 pairs, 2 seeds, the 2M
+budget's 9 checkpoints, the persistent null fitted to it, each curve at 0.5 / 90 as `probes report` tests the
+grid's 90), and the recall at the pairs ushape.pairs_needed quotes for that depth (its promise: 80 %).
 """
 from __future__ import annotations
 
@@ -50,7 +57,7 @@ import numpy as np
 
 from probes.analysis.evalset import log_tokens
 from probes.analysis.unoise import dispersion
-from probes.analysis.ushape import UShapeConfig, analyse_curve, find_u_shapes, onset_index
+from probes.analysis.ushape import UShapeConfig, analyse_curve, find_u_shapes, group_shock, onset_index
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from synthetic import planted_dip, sample_correct, sample_persistent, sigmoid_curve  # noqa: E402 (a test helper)
@@ -72,9 +79,9 @@ def schedule(name: str) -> np.ndarray:
     raise SystemExit(f"unknown schedule {name!r}")
 
 
-def truth_u(truth: np.ndarray, x: np.ndarray):
+def truth_u(truth: np.ndarray, x: np.ndarray, delta: float = 0.05):
     """(visible depth, span, x of peak, x of recovery) of the deepest U in the noise-free curve."""
-    us = find_u_shapes(truth, 0.05)
+    us = find_u_shapes(truth, delta)
     if not us:
         return None
     u = max(us, key=lambda u: min(u.depth, u.recovered_to - u.trough_y))
@@ -209,10 +216,10 @@ def null_section(a) -> None:
     alpha = min(0.05, budget / n_curves)
     cfg = UShapeConfig(alpha=alpha, n_boot=max(400, int(np.ceil(10 / alpha))), n_null=max(4000, int(np.ceil(40 / alpha))))
     print(f"{n_curves} phenomenon curves per report, each tested at {alpha:.4f}; {a.reports} null reports per row")
-    print(f"{'null':<14} {'detector':<26} {'dispersion':>10} {'false U/report':>14} {'(se)':>6} {'bound':>6} "
+    print(f"{'null':<14} {'detector':<28} {'shock':>10} {'false U/report':>14} {'(se)':>6} {'bound':>6} "
           f"{'per curve':>9} {'alpha':>7}")
     for null in ("planted", "dips removed", "shared shocks"):
-        for rule, use in (("binomial only (former)", False), ("measured dispersion (now)", True)):
+        for rule, use in (("paired, shock 1 (fixed)", False), ("paired, measured shock (now)", True)):
             det = np.random.default_rng(a.rng + 1)
             sim = np.random.default_rng(a.rng + 2)  # the same null data for both rules
             per_report, measured = [], []
@@ -224,18 +231,90 @@ def null_section(a) -> None:
                     Y = Y.astype(float)
                     names = list(dict.fromkeys(par))
                     idx = [np.flatnonzero(par == p) for p in names]
-                    means = np.stack([Y[:, :, i].mean(axis=2) for i in idx], axis=2)
-                    measured.append(dispersion(x, means, np.full(means.shape, float(len(idx[0]))), units))
-                    disp = measured[-1] if use else 1.0
+                    unit_mats = [[[Y[s][:, idx[k]] for k in u] for s in range(S)] for u in units]
+                    measured.append(group_shock(x, unit_mats))
+                    shock = measured[-1] if use else 1.0
                     onset = onset_index(Y.mean(axis=(0, 2)), cfg.onset_gain)
-                    for u in units:
-                        mats = [[Y[s][:, idx[k]] for k in u] for s in range(S)]
-                        n_false += sum(v["accepted"] for v in analyse_curve(x, mats, cfg, onset, det, disp))
+                    for mats in unit_mats:
+                        n_false += sum(v["accepted"] for v in analyse_curve(x, mats, cfg, onset, det, shock))
                 per_report.append(n_false)
             m, se = np.mean(per_report), np.std(per_report, ddof=1) / np.sqrt(len(per_report))
-            print(f"{null:<14} {rule:<26} {np.median(measured):10.2f} {m:14.2f} {se:6.2f} {budget:6.1f} "
+            print(f"{null:<14} {rule:<28} {np.nanmedian(measured):10.2f} {m:14.2f} {se:6.2f} {budget:6.1f} "
                   f"{m / n_curves:9.4f} {alpha:7.4f}"
                   + ("  HOLDS" if m <= budget else "  FAILS"))
+
+
+LAPTOP_TOKENS = np.r_[0, 1e4, 21544, 46416, 1e5, 215443, 464159, 1e6, 2e6]  # the 2M budget's 9 checkpoints
+LAPTOP_NULL = (0.1, 0.5, 0.0, 0.2)  # the persistent null fitted to the laptop grid (null_section prints it)
+
+
+def laptop_group(rng, x, n_pairs, depth, K=8, S=2, PH=15):
+    """One model x budget group of the laptop grid's shape: PH phenomena of K paradigms x n_pairs pairs, S seeds,
+    outcomes from the fitted persistent null (LAPTOP_NULL). Phenomenon 0 rises (the recall part's curves) and
+    dips over 1 or 2 checkpoints, its seed-mean truth a U of depth exactly `depth`; the others are flat or
+    rise by 0.15 (the planted null's curves). Returns (unit mats, truth of phenomenon 0's U, table rows)."""
+    import pandas as pd
+
+    y0 = rng.uniform(0.45, 0.6, K * PH)
+    mu = np.stack([np.full(len(x), y0[k]) if k % 2 else sigmoid_curve(x, y0[k], y0[k] + 0.15, np.median(x), 3.0)
+                   for k in range(K * PH)], axis=1)
+    mu[:, :K] = np.stack([sigmoid_curve(x, 0.5, rng.uniform(0.75, 0.95), rng.uniform(x[1] + 0.5, x[1] + 0.55 * (
+        x[-1] - x[1])), rng.uniform(1.5, 4)) for _ in range(K)], axis=1)
+    j, span = rng.integers(4, 7), rng.integers(1, 3)  # a dip over 1 or 2 checkpoints from x[j] on
+    target = mu[j - 1, :K].mean() - depth * np.r_[1.0, 0.5][:span]  # the trough exactly `depth` down
+    mu[j:j + span, :K] += (target - mu[j:j + span, :K].mean(axis=1))[:, None]
+    par = np.repeat([f"p{k}" for k in range(K * PH)], n_pairs)
+    units = [list(range(j * K, (j + 1) * K)) for j in range(PH)]
+    Y = simulate(mu, par, S, rng, units, *LAPTOP_NULL)
+    mats = [[[Y[s][:, k * n_pairs:(k + 1) * n_pairs].astype(float) for k in u] for s in range(S)] for u in units]
+    acc = Y.reshape(S, len(x), K * PH, n_pairs).mean(axis=3)
+    rows = pd.DataFrame({"run": np.repeat([f"s{s}" for s in range(S)], len(x) * K * PH),
+                         "step": np.tile(np.repeat(np.arange(len(x)), K * PH), S),
+                         "tokens": np.tile(np.repeat(LAPTOP_TOKENS[:len(x)], K * PH), S),
+                         "paradigm": np.tile([f"p{k}" for k in range(K * PH)], S * len(x)),
+                         "phenomenon": np.tile([f"ph{k // K}" for k in range(K * PH)], S * len(x)),
+                         "acc_mlp": acc.ravel(), "n_pairs": n_pairs})
+    return mats, truth_u(mu[:, :K].mean(axis=1), x, depth / 2), rows
+
+
+def laptop_section(a) -> None:
+    """Recall of planted U's and false U's per report at the laptop grid's shape, tested as `probes report`
+    tests its 90 phenomenon curves (6 groups x 15), and the recall at the pairs pairs_needed quotes."""
+    from probes.analysis.ushape import pairs_needed
+
+    x = log_tokens(LAPTOP_TOKENS)
+    alpha = 0.5 / 90
+    cfg = UShapeConfig(alpha=alpha, n_boot=max(400, int(np.ceil(10 / alpha))), n_null=max(4000, int(np.ceil(40 / alpha))))
+    print(f"\nlaptop grid's shape: 15 phenomena x 8 paradigms, 2 seeds, {len(x)} checkpoints, persistent null "
+          f"{LAPTOP_NULL}; each curve at alpha {alpha:.4f}; {a.reports} groups per row")
+    print(f"{'depth':>6} {'pairs':>6} {'recall':>7} {'(se)':>6} {'false U/report':>15}   pairs_needed at this depth "
+          f"(80 % recall), recall there")
+    for depth in map(float, a.depths.split(",")):
+        rng, det = np.random.default_rng(a.rng), np.random.default_rng(a.rng + 1)
+        need = None
+        for n_pairs in (30, "needed"):
+            if n_pairs == "needed":
+                n_pairs = need
+            hits, false = [], 0
+            for _ in range(a.reports):
+                mats, t, rows = laptop_group(rng, x, n_pairs, depth)
+                if need is None:
+                    need = pairs_needed(rows, UShapeConfig(delta=depth, alpha=alpha, n_null=cfg.n_null))[
+                        "pairs_needed_per_seed"]
+                shock = group_shock(x, mats)
+                onset = onset_index(np.mean([[m.mean(axis=1) for m in seed] for u in mats for seed in u], axis=(0, 1)),
+                                    cfg.onset_gain)
+                for j, m in enumerate(mats):
+                    found = [r for r in analyse_curve(x, m, cfg, onset, det, shock) if r["accepted"]]
+                    if j == 0:
+                        hits.append(any(t[2] < x[r["trough"]] < t[3] for r in found))
+                    else:
+                        false += len(found)
+            r = float(np.mean(hits))
+            target = 0.9 if (depth == 0.10 and n_pairs == 30) else 0.8 if n_pairs == need else None
+            mark = "" if target is None else ("  meets" if r >= target else "  MISSES") + f" (target {target})"
+            print(f"{depth:6.2f} {n_pairs:6d} {r:7.2f} {np.sqrt(r * (1 - r) / len(hits)):6.2f} "
+                  f"{false / a.reports / 14 * 90:15.2f}   {need}{mark}")
 
 
 def main() -> None:
@@ -245,15 +324,19 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=300)
     ap.add_argument("--schedules", default="dense,pythia,zhoblimp")
     ap.add_argument("--rng", type=int, default=0)
-    ap.add_argument("--part", default="recall,null", help="recall (planted U's), null (false U's per report)")
+    ap.add_argument("--part", default="recall,null,laptop", help="recall (planted U's), null (false U's per report), "
+                    "laptop (recall and false U's at the laptop grid's shape, and at pairs_needed's figure)")
     ap.add_argument("--runs", nargs="*", default=[], help="run directories the null is fitted to and built from")
     ap.add_argument("--reports", type=int, default=20, help="null reports per row of the null part")
+    ap.add_argument("--depths", default="0.10,0.05", help="planted depths of the laptop part")
     ap.add_argument("--copies", type=int, default=1, help="each group's curves this many times per null report "
                     "(6 with one group of runs: a report of the laptop grid's 6 groups)")
     a = ap.parse_args()
     t0 = time.perf_counter()
     if "null" in a.part:
         null_section(a)
+    if "laptop" in a.part:
+        laptop_section(a)
     if "recall" not in a.part:
         print(f"wall {time.perf_counter() - t0:.1f} s")
         return

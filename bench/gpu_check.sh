@@ -9,12 +9,22 @@
 #              without: tokens/s of each and the hook's share of wall time
 #   deepspeed  engine=deepspeed ZeRO-1 on NCCL against engine=torch: tokens/s, losses, the memory plan
 #   scoring    bf16 scoring against fp32 on the same ZhoBLiMP pairs: |dlp| beside its bound
-# Without a CUDA GPU it says so and exits 0 (CI runs that path). GPU_CHECK_DRY=1 runs every stage on the
+# Without a CUDA GPU it says so and exits 0 (CI runs that path); without the interpreter or torch, exit 2. GPU_CHECK_DRY=1 runs every stage on the
 # CPU with tiny sizes: the code, not the numbers. PYTHON=... names the interpreter (default: .venv/bin/python, else python3).
 set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 OUT=${GPU_CHECK_OUT:-bench/gpu_check.csv}
+# a missing interpreter or torch is this machine's set-up to fix, not "no GPU": named, exit 2
+if ! command -v "$PY" >/dev/null; then
+  echo "gpu_check: no Python interpreter $PY (run scripts/setup.sh, or set PYTHON=...); nothing measured." >&2
+  exit 2
+fi
+if ! why=$("$PY" -c 'import torch' 2>&1); then
+  echo "gpu_check: $PY cannot import torch ($(tail -n 1 <<<"$why")); run scripts/setup.sh, or set PYTHON=... to the" \
+       "project's interpreter; nothing measured." >&2
+  exit 2
+fi
 if [ "${GPU_CHECK_DRY:-0}" != 1 ] && ! "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
   echo "gpu_check: needs a CUDA GPU (torch.cuda.is_available() is False); nothing measured, $OUT not written."
   exit 0

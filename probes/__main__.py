@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from functools import partial
 from pathlib import Path
@@ -20,8 +21,8 @@ COMMANDS = {  # `python -m probes NAME ...`: import path of its main(argv), one 
     "curves": ("probes.analysis.curves:main", "learning curves and U-shapes from the eval files of run directories"),
     "report": ("probes.analysis.report:main", "report.md + figures + tables: seeds, U-shapes, AoA, scaling grid, case "
                                               "study, regions"),
-    "compare": ("probes.analysis.compare:main", "paired statistics of two runs or checkpoints (McNemar, paired "
-                                                "bootstrap, BH q) -> compare.csv"),
+    "compare": ("probes.analysis.compare:main", "two runs, checkpoints or seed groups: do the recipes differ "
+                                                "(seeds, Welch) or these models (--unit item: pairs) -> compare.csv"),
     "benchmarks": ("probes.benchmarks.registry:main", "list / inspect / check benchmarks"),
 }
 
@@ -160,6 +161,7 @@ def _score_run(command: str, args) -> int:
         from train.errors import UserError
         from train.weights import WeightsMismatchError
 
+        fresh, written = not args.out.exists(), []
         try:
             revisions = parse_revisions(args.revisions)
             hub_opts = HubOptions(args.hub, revisions, args.tokens_per_step or PYTHIA_TOKENS_PER_STEP, args.delete_after)
@@ -171,6 +173,9 @@ def _score_run(command: str, args) -> int:
         except (OSError, ValueError, UserError, RunDirLocked, EvalInputError, WeightsMismatchError,
                 RevisionError) as e:
             raise CliError(str(e)) from None
+        finally:  # nothing scored (offline, no revision cached): no stub run folder for a runs/* glob (issue 44)
+            if fresh and not written:
+                shutil.rmtree(args.out, ignore_errors=True)
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr)
         print(f"{args.out}: {len(written)} eval files written ({len(revisions) - len(errors)} of {len(revisions)} "
@@ -347,7 +352,7 @@ def _score(args) -> int:
         if isinstance(e, CorruptCheckpointError) or is_user_error(e):
             raise CliError(f"--benchmark {args.benchmark}: {e}" if isinstance(e, ValueError) else str(e)) from None
         raise
-    print(f"{name}: {len(df)} pairs, {df['paradigm'].nunique()} paradigms  "
+    print(f"{name}: {len(df)} pairs, {len(df.groupby(['phenomenon', 'paradigm']))} paradigms  "  # as `benchmarks`
           f"acc_mlp={accuracy(df, 'mlp'):.4f}  acc_sum={accuracy(df, 'sum'):.4f}  -> {args.out}")
     authors = getattr(pairs.report, "authors_convention", None) if hasattr(pairs, "report") else None
     print(phenomenon_table(df, authors))  # accuracy per phenomenon

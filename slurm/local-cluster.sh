@@ -5,7 +5,7 @@
 #
 #   bash slurm/local-cluster.sh up [--nodes N]      # install (apt, only if missing), configure, start; wait
 #   bash slurm/local-cluster.sh status [--nodes N]  # sinfo; exit 0 when N nodes (default 1) take jobs
-#   bash slurm/local-cluster.sh down                # stop the daemons (configuration and packages stay)
+#   bash slurm/local-cluster.sh down                # stop the daemons it started (configuration and packages stay)
 #
 # Every daemon runs in a UTS namespace of its own (`unshare -u`) under its own hostname: the controller as
 # `ctl` (its SlurmctldHost), the nodes as n1..nN, all at NodeAddr=127.0.0.1 with a distinct Port= per
@@ -13,7 +13,9 @@
 # real cluster, and the names resolve to 127.0.0.1 through /etc/hosts. Runs as root and starts the daemons
 # directly (no systemd here). `up` is idempotent: a running cluster of N nodes that take jobs is left alone;
 # one of another size is stopped and configured anew. It exits non-zero, with the daemons' last log lines,
-# when the nodes do not come up within LOCAL_SLURM_WAIT_S seconds (60).
+# when the nodes do not come up within LOCAL_SLURM_WAIT_S seconds (60). `down` stops only the daemons `up`
+# started, whose pid files it keeps in its own state directory (a host's own slurmctld or munged, named in
+# /run, is never touched), and takes its line out of /etc/hosts again.
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/sbin"  # slurmctld, slurmd, munged live there; a CI shell's PATH may lack it
 
@@ -28,7 +30,8 @@ HOSTS_TAG="# slurm/local-cluster.sh"
 # scheduled here and run its N ranks on the CPU. Slurm wants one character device per GPU; these are
 # aliases of /dev/null (no CUDA device behind them). 0 advertises none.
 FAKE_GPUS=${LOCAL_SLURM_FAKE_GPUS:-2}
-FAKE_GPU_DIR=/var/lib/slurm-local/fake-gpu
+STATE=/var/lib/slurm-local
+FAKE_GPU_DIR=$STATE/fake-gpu
 WAIT_S=${LOCAL_SLURM_WAIT_S:-60}
 NODES=1
 
@@ -70,13 +73,23 @@ start_munge() {
   chmod 0755 /run/munge
   runuser -u munge -- /usr/sbin/munged || die "munged did not start (see /var/log/munge/munged.log)"
   munge -n </dev/null | unmunge >/dev/null || die "munge round trip failed (see /var/log/munge/munged.log)"
+  cp /run/munge/munged.pid "$STATE/munged.pid"  # none answered before: this one is ours to stop
 }
 
-running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+set_hosts() {  # set_hosts [LINE]: /etc/hosts without this script's line, plus LINE; unchanged if equal
+  local tmp
+  tmp=$(mktemp /etc/.hosts.XXXXXX)
+  { grep -v "$HOSTS_TAG" /etc/hosts || true; [ -z "${1:-}" ] || echo "$1"; } >"$tmp"
+  if cmp -s "$tmp" /etc/hosts; then rm -f "$tmp"; return 0; fi
+  chmod --reference=/etc/hosts "$tmp"
+  # a whole new file renamed into place; where /etc/hosts is a mount (docker's), a rename cannot replace
+  # it: copied over it from the finished file, in one write
+  mv -f "$tmp" /etc/hosts 2>/dev/null || { cat "$tmp" >/etc/hosts; rm -f "$tmp"; }
+}
 
 write_config() {
   local hw gres_line="" node_gres="" i
-  mkdir -p "$CONF_DIR" "$LOG_DIR" "$SPOOL/slurmctld" "$SPOOL/slurmd"
+  mkdir -p "$CONF_DIR" "$LOG_DIR" "$SPOOL/slurmctld" "$SPOOL/slurmd" "$STATE"
   # The machine's hardware as slurmd itself detects it (CPUs, sockets, cores, threads, RealMemory), for
   # every node: a configuration that claims more than slurmd finds leaves the node drained.
   hw=$(slurmd -C | head -n 1 | sed 's/^NodeName=[^ ]* //') || die "slurmd -C could not read the hardware"
@@ -93,10 +106,7 @@ write_config() {
     rm -f "$CONF_DIR/gres.conf"
   fi
   # The names resolve to loopback: MASTER_ADDR is a node's name, and gloo binds to its host's name.
-  # Rewritten in place (/etc/hosts may be a mount that a rename cannot replace).
-  local hosts
-  hosts=$(grep -v "$HOSTS_TAG" /etc/hosts || true)
-  printf '%s\n127.0.0.1 %s %s %s\n' "$hosts" "$CTL" "$(seq -f 'n%g' -s ' ' 1 "$NODES")" "$HOSTS_TAG" >/etc/hosts
+  set_hosts "127.0.0.1 $CTL $(seq -f 'n%g' -s ' ' 1 "$NODES") $HOSTS_TAG"
   {
     cat <<EOF
 # Written by slurm/local-cluster.sh: a $NODES-node test cluster on loopback. Edits are overwritten by 'up'.
@@ -126,8 +136,9 @@ MinJobAge=600
 StateSaveLocation=$SPOOL/slurmctld
 # One file system for all slurmds: spool, pid and log files per node (%n).
 SlurmdSpoolDir=$SPOOL/slurmd/%n
-SlurmctldPidFile=/run/slurmctld.pid
-SlurmdPidFile=/run/slurmd-%n.pid
+# In this script's state directory: what 'down' may stop.
+SlurmctldPidFile=$STATE/slurmctld.pid
+SlurmdPidFile=$STATE/slurmd-%n.pid
 SlurmctldLogFile=$LOG_DIR/slurmctld.log
 SlurmdLogFile=$LOG_DIR/slurmd-%n.log
 $gres_line
@@ -176,19 +187,24 @@ up() {
   say "up: $(sinfo -h -N -o '%N %T, %c CPUs, %m MB, gres %G;' | tr '\n' ' ')partition $PARTITION"
 }
 
-down() {
-  local pidfile pid
-  # slurmd.pid: the one-node cluster of an earlier version of this script
-  for pidfile in /run/slurmd-*.pid /run/slurmd.pid /run/slurmctld.pid; do
-    if running "$pidfile"; then
-      pid=$(cat "$pidfile")
-      kill "$pid"
-      for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-    fi
-  done
-  if [ -f /run/munge/munged.pid ] && kill -0 "$(cat /run/munge/munged.pid)" 2>/dev/null; then
-    kill "$(cat /run/munge/munged.pid)"
+stop() {  # stop PIDFILE NAME: the daemon `up` started, if that pid still runs NAME (not a pid reused since)
+  local pid
+  pid=$(cat "$1" 2>/dev/null) || return 0
+  if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]; then
+    kill "$pid"
+    for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
   fi
+  rm -f "$1"
+}
+
+down() {
+  local pidfile
+  for pidfile in "$STATE"/slurmd-*.pid; do
+    [ -e "$pidfile" ] && stop "$pidfile" slurmd
+  done
+  stop "$STATE/slurmctld.pid" slurmctld
+  stop "$STATE/munged.pid" munged
+  set_hosts
   say "down"
 }
 

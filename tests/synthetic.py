@@ -75,8 +75,9 @@ class RunSpec:
 
 def write_run(run_dir: str | Path, spec: RunSpec, curves: np.ndarray, paradigms: Sequence[str],
               phenomena: Sequence[str], n_pairs: int, rng: np.random.Generator,
-              suffix_share: Optional[np.ndarray] = None) -> Path:
+              suffix_share: Optional[np.ndarray] = None, correct: Optional[np.ndarray] = None) -> Path:
     """Write a run directory whose paradigm p has true accuracy curves[:, p] at spec.steps.
+    correct (n_steps, n_paradigms x n_pairs), optional: the outcomes to write instead of sampling them.
 
     suffix_share (n_steps, n_paradigms), optional: the part of each pair's delta that sits in the
     suffix region (the rest is in the critical region; the shared prefix has delta 0).
@@ -92,7 +93,8 @@ def write_run(run_dir: str | Path, spec: RunSpec, curves: np.ndarray, paradigms:
         f"experiment: synthetic\nseed: {spec.seed}\nmodel:\n  name: {spec.model}\n"
         f"data:\n  budget_tokens: {budget}\n  seed: 0\n")
     n_rows = n_par * n_pairs
-    correct = np.concatenate([sample_correct(curves[:, p], n_pairs, rng) for p in range(n_par)], axis=1)
+    if correct is None:
+        correct = np.concatenate([sample_correct(curves[:, p], n_pairs, rng) for p in range(n_par)], axis=1)
     ntok_good = rng.integers(5, 16, n_rows)
     ntok_bad = ntok_good + rng.integers(0, 2, n_rows)
     paradigm_col = pa.array(np.repeat(np.asarray(paradigms, dtype=object), n_pairs), pa.string())

@@ -258,3 +258,114 @@ def test_aoa_interval_over_seeds_and_pairs(tmp_path):
     assert got.loc["late"].aoa_interval == "not acquired"
     again = aoa_intervals(ev.outcomes, ev.runs, ph, a, ev.table, cfg).set_index("phenomenon")
     assert (again.aoa_lo.loc["rise"], again.aoa_hi.loc["rise"]) == (r.aoa_lo, r.aoa_hi)
+
+
+def _old_loop_intervals(outcomes, runs, summary, aoa, table, cfg, seed, pair_counts, seed_draws):
+    """The per-seed loop aoa_intervals was (897388b), verbatim but for its random draws: each paradigm's
+    multinomial counts and each group's seed draws are the ones given (those the batched code drew)."""
+    from probes.analysis.evalfile import MISSING, MLP, SUM
+    from probes.analysis.evalset import log_tokens
+    from probes.analysis.ushape import _paradigm_columns
+
+    bit = MLP if cfg.metric == "mlp" else SUM
+    members = table[["benchmark", "phenomenon", "paradigm"]].drop_duplicates()
+    members = members.groupby(["benchmark", "phenomenon"]).paradigm.agg(set).to_dict()
+    fits = aoa[aoa.level == "phenomenon"].set_index(["run", "benchmark", "phenomenon"])
+    B = cfg.n_boot
+    out = summary.copy()
+    out["aoa_lo"], out["aoa_hi"], out["aoa_interval"] = np.nan, np.nan, "not acquired"
+    todo = out[np.isfinite(out.aoa_log10_tokens.astype(float))]
+    info = {r.name: r for r in runs}
+    for (model, budget, bench), rows in todo.groupby(["model", "budget", "benchmark"], dropna=False):
+        outs = sorted((o for (run, b), o in outcomes.items() if b == bench and info[run].model == model and (
+            info[run].budget is None if pd.isna(budget) else info[run].budget == budget)), key=lambda o: o.run)
+        phens = list(rows.phenomenon)
+        per_seed = []
+        for o in outs:
+            keep = o.tokens > 0
+            x = log_tokens(o.tokens[keep].astype(float))
+            cols = _paradigm_columns(o)
+            Y = np.zeros((len(phens), B, len(x)))
+            counts = iter(next(pair_counts))
+            for j, ph in enumerate(phens):
+                pars = [p for p in sorted(members.get((bench, ph), ())) if len(cols.get(p, ()))]
+                for p in pars:
+                    c = o.correct[keep][:, cols[p]]
+                    ok = ((c & bit) > 0) & ((c & MISSING) == 0)
+                    w = next(counts)
+                    Y[j] += (w @ ok.T.astype(float)) / len(cols[p]) / len(pars)
+            f0 = fits.reindex([(o.run, bench, ph) for ph in phens])[["fit_lo", "fit_hi", "fit_mid", "fit_slope"]]
+            fit = fit_sigmoids(x, Y.reshape(-1, len(x)), polish=False, iters=30,
+                               start=np.repeat(f0.to_numpy(dtype=float), B, axis=0))
+            a, _best, st = aoa_from_fit(x, fit, cfg.chance, cfg.min_gain, cfg.min_rise_rmse)
+            per_seed.append(np.where(st == "ok", a, np.where(st == "above_halfway_at_first_checkpoint", x.min(),
+                                                             x.max())).reshape(len(phens), B))
+        A = np.stack(per_seed)
+        S = len(A)
+        draws = next(seed_draws)
+        stat = A[draws, :, (np.arange(B)[:, None] + np.arange(S)) % B].mean(axis=1)
+        lo, hi = np.quantile(stat, [0.025, 0.975], axis=0)
+        inside = (x.min() < lo) & (hi < x.max())
+        out.loc[rows.index, "aoa_lo"], out.loc[rows.index, "aoa_hi"] = lo, hi
+        out.loc[rows.index, "aoa_interval"] = np.where(inside, "determined", "not determined")
+    return out
+
+
+def test_batched_cached_aoa_intervals_are_the_old_loops(tmp_path, monkeypatch):
+    """Three model x budget groups (two on one schedule, so their resamples share a batched fit), 2 seeds,
+    paradigms of 40 and 25 pairs: the intervals of every resample fitted at once equal the old per-seed loop's
+    fed the same draws to 1e-9 decades (summation order only); a second call with the same FitStore fits
+    nothing and gives the same bits; a group's interval does not depend on which other groups are present."""
+    from probes.analysis import aoa as aoa_mod
+    from probes.analysis.aoa import FitStore, aoa_intervals
+    from probes.analysis.curves import phenomenon_table
+    from probes.analysis.evalset import load_runs
+    from synthetic import RunSpec, log_spaced_steps, sigmoid_curve, write_run
+
+    rng = np.random.default_rng(5)
+    runs = []
+    for model, budget, tps in (("pythia-14m", 10**6, 100), ("pythia-70m", 10**6, 100), ("pythia-14m", 10**7, 1000)):
+        steps = log_spaced_steps(10, 10000)
+        x = np.log10(np.maximum(steps, 1) * tps)
+        curves = np.stack([sigmoid_curve(x, 0.5, 0.9, x[3] + 0.3 * k, 2.5) for k in range(4)], axis=1)
+        for s in (1, 2):
+            runs += [write_run(tmp_path / f"{model}_{budget}_{s}_a", RunSpec(
+                model=model, budget=budget, seed=s, tokens_per_step=tps, steps=list(steps), benchmark="synth"),
+                curves, ["a1", "a2", "b1", "b2"], ["a", "a", "b", "b"], 40, rng)]
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    for f in tmp_path.glob("*/evals/*/synth.parquet"):  # paradigm b2 keeps 25 of its 40 pairs
+        t = pq.read_table(f)
+        pq.write_table(t.filter(pc.invert(pc.and_(pc.equal(t["paradigm"], "b2"), pc.greater_equal(
+            pc.cast(t["pair_id"], "int64"), 25)))), f)
+    ev = load_runs(runs)
+    assert ev.table[ev.table.paradigm == "b2"].n_pairs.max() == 25
+    cfg = AoAConfig(n_boot=30)
+    a = aoa_table(ev.table, phenomenon_table(ev.table), cfg)
+    ph = a[a.level == "phenomenon"].groupby(["model", "budget", "benchmark", "phenomenon"], dropna=False).agg(
+        aoa_log10_tokens=("aoa_log10_tokens", "mean")).reset_index()
+    drawn, seeds_drawn = [], []
+    real_counts = aoa_mod._pair_counts
+
+    def record(sizes, B, rng):
+        c = real_counts(sizes, B, rng)
+        drawn.append(np.split(c.astype(float), np.cumsum(sizes)[:-1], axis=1))
+        return c
+    monkeypatch.setattr(aoa_mod, "_pair_counts", record)
+    store = FitStore()
+    got = aoa_intervals(ev.outcomes, ev.runs, ph, a, ev.table, cfg, fits=store)
+    assert store.misses == 3 and store.hits == 0 and len(drawn) == 6
+    import zlib
+    for (model, budget, bench), g in ph.groupby(["model", "budget", "benchmark"], dropna=False):
+        crc = zlib.crc32(f"{model}|{budget}|{bench}".encode())
+        seeds_drawn.append(np.random.default_rng([0, crc, 1]).integers(2, size=(cfg.n_boot, 2)))
+    old = _old_loop_intervals(ev.outcomes, ev.runs, ph, a, ev.table, cfg, 0, iter(drawn), iter(seeds_drawn))
+    assert (got.aoa_interval == old.aoa_interval).all() and got.aoa_lo.notna().sum() == 6
+    np.testing.assert_allclose(got[["aoa_lo", "aoa_hi"]].to_numpy(float), old[["aoa_lo", "aoa_hi"]].to_numpy(float),
+                               rtol=0, atol=1e-9)
+    again = aoa_intervals(ev.outcomes, ev.runs, ph, a, ev.table, cfg, fits=store)
+    assert store.hits == 3 and store.misses == 3 and len(drawn) == 6  # nothing drawn, nothing fitted
+    pd.testing.assert_frame_equal(again, got)
+    one = ph[ph.model == "pythia-70m"]
+    alone = aoa_intervals(ev.outcomes, ev.runs, one, a, ev.table, cfg)
+    pd.testing.assert_frame_equal(alone, got[got.model == "pythia-70m"])

@@ -37,7 +37,9 @@ def write_eval(run: Path, step: int, tokens: int, rows: list[dict], benchmark: s
                 df[f"lp_{s}_{r}"] = np.nan
                 df[f"ntok_{s}_{r}"] = 0
     table = pa.Table.from_pandas(df, preserve_index=False)
-    meta = {"step": step, "tokens": tokens, "benchmark": benchmark, "convention": convention}
+    # model_dir as the writers record it: two runs' files are never byte copies of each other (a copy is refused)
+    meta = {"step": step, "tokens": tokens, "benchmark": benchmark, "convention": convention,
+            "model_dir": str(run / "checkpoints" / f"step{step}")}
     if pair_set:
         meta["pair_set"] = pair_set
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
@@ -145,12 +147,12 @@ def test_u_shape_in_run_dir_has_token_positions(tmp_path):
     out = tmp_path / "out"
     assert curves.main([str(r), "--out", str(out), "--delta", "0.2"]) == 0
     us = pd.read_csv(out / "ushapes.csv")
-    para = us[us.level == "paradigm"].iloc[0]
-    assert (para.peak_step, para.trough_step, para.recovery_step) == (1, 8, 16)
-    assert (para.peak_tokens, para.trough_tokens, para.recovery_tokens) == (100, 800, 1600)
-    assert para.depth == pytest.approx(0.7)
+    para = us[us.level == "phenomenon"].iloc[0]  # the report's level (one paradigm: the same curve)
+    # steps 1 and 2 both at 0.9: the raw scale's peak is step 1, the smoothed one's step 2 (that row is kept)
+    assert para.peak_step in (1, 2) and (para.trough_step, para.recovery_step) == (8, 16)
+    assert (para.peak_tokens, para.trough_tokens, para.recovery_tokens) == (100 * para.peak_step, 800, 1600)
     assert bool(para.peak_above_chance)  # 9/10 vs 0.5: z = 2.53
-    assert (us.level == "phenomenon").sum() == 1
+    assert set(us.level) == {"phenomenon"} and len(us) == 1
 
 
 def test_find_u_shapes_known_u_and_monotone():
@@ -305,7 +307,7 @@ def test_run_given_as_dot_is_named_after_its_directory(run, monkeypatch):
 def test_end_of_run_u_list_applies_the_reports_rule(tmp_path, capsys):
     # Issue 11: a one-seed run scored at 10 pairs per paradigm listed "170 U-shapes at delta = 0.1"
     # at the end of training (every geometric dip of a noisy curve). The list must be the report's.
-    from probes.analysis.report import ReportConfig
+    from probes.analysis.report import ReportConfig, report_config
     from synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
     from probes.analysis.ushape import find_u_shapes_in_runs
 
@@ -315,13 +317,14 @@ def test_end_of_run_u_list_applies_the_reports_rule(tmp_path, capsys):
     names = [f"p{i}" for i in range(12)]
     flat = np.stack([sigmoid_curve(x, 0.5, rng.uniform(0.7, 0.9), rng.uniform(5, 6), 3) for _ in names], axis=1)
     thin = write_run(tmp_path / "thin", RunSpec(budget=10**7, tokens_per_step=1000, steps=list(steps)),
-                     np.clip(flat, 0, 1), names, ["ph"] * len(names), 10, rng)
+                     np.clip(flat, 0, 1), names, [f"ph{n}" for n in names], 10, rng)
     assert curves.main([str(thin), "--out", str(tmp_path / "c1"), "--delta", "0.1"]) == 0
     printed = capsys.readouterr().out
     us = pd.read_csv(tmp_path / "c1" / "ushapes.csv")
     assert len(us) >= 10  # plenty of geometric dips in 10-pair curves ...
     assert not us.accepted.any() and set(us.verdict) == {"too_thin"}  # ... none of them a U-shape
-    assert "0 learning U-shape(s) (+0 peaking at step 0, the untrained model) at delta=0.1" in printed and "too few to accept a U of depth 0.1" in printed
+    assert "0 learning U's, 0 chance dips (peak not above chance), 0 dips peaking at step 0 (the untrained model) " \
+        "at delta=0.1" in printed and "too few to accept a U of depth 0.1" in printed
 
     # two seeds with planted dips (0.3 deep, and 0.08: a U at the report's delta 0.05, not at 0.1):
     # the end-of-run list and the report's table accept the same U's
@@ -332,12 +335,13 @@ def test_end_of_run_u_list_applies_the_reports_rule(tmp_path, capsys):
             for s in (1, 2)]
     assert curves.main([*map(str, runs), "--out", str(tmp_path / "c2")]) == 0
     listed = pd.read_csv(tmp_path / "c2" / "ushapes.csv")
-    rep, _ = find_u_shapes_in_runs(load_runs(runs), ReportConfig().ushape)  # what `probes report` runs
+    ev = load_runs(runs)
+    rep, _ = find_u_shapes_in_runs(ev, report_config(ev).ushape, levels=ReportConfig().u_levels)  # the report's
     keys = ["level", "paradigm", "peak_step", "trough_step", "recovery_step", "verdict"]
     got = listed[listed.accepted][keys].fillna("").astype(str).sort_values(keys).reset_index(drop=True)
     want = rep[rep.accepted][keys].fillna("").astype(str).sort_values(keys).reset_index(drop=True)
     pd.testing.assert_frame_equal(got, want)
-    assert set(got.paradigm) == {"attr", "shallow", ""} and (listed[listed.accepted].n_seeds == 2).all()
+    assert set(got.level) == {"phenomenon"} and len(got) and (listed[listed.accepted].n_seeds == 2).all()
 
 
 
@@ -407,3 +411,35 @@ def test_pairs_and_counts_read_by_value_where_a_file_stores_them_otherwise(tmp_p
     assert two.counts_key != first.counts_key and two.counts[0][0] == 4
     three = read_eval_file(files[3], 3, run, Seen(first.row_key, two.counts_key, two.counts))
     assert three.paradigm is None and three.counts[0] is two.counts[0]
+
+
+def test_end_of_run_curves_and_the_report_answer_alike(tmp_path, capsys):
+    # Issue 44: for the same run `probes curves` (run at the end of training) said "1 learning U (+2 peaking at
+    # step 0)" and "121 pairs needed" where `probes report` said "0 learning U's, 0 step-0 dips" and 129: the
+    # curves searched paradigms too, at level 0.05, where the report searches phenomena at its false-U budget.
+    # One seed, 12 phenomena of 2 paradigms (12 curves: a per-curve level of 0.5 / 12), 40 pairs, 16 checkpoints,
+    # one paradigm with a deep dip (a paradigm-level U, a shallower phenomenon one).
+    from probes.analysis import report
+    from probes.analysis.ushape import count_text
+    from synthetic import RunSpec, log_spaced_steps, planted_dip, sigmoid_curve, write_run
+
+    rng = np.random.default_rng(11)
+    steps = log_spaced_steps(16, 20000)
+    x = log_tokens(steps * 1000)
+    names = [f"p{i:02d}" for i in range(24)]
+    ys = np.stack([sigmoid_curve(x, 0.5, 0.9, 5.0, 3) - (planted_dip(x, 0.45, 6.5, 0.25) if i == 0 else 0)
+                   for i in range(24)], axis=1)
+    run = write_run(tmp_path / "r", RunSpec(budget=10**7, tokens_per_step=1000, steps=list(steps)),
+                    np.clip(ys, 0, 1), names, [f"ph{i // 2:02d}" for i in range(24)], 40, rng)
+    assert curves.main([str(run), "--out", str(tmp_path / "c")]) == 0
+    said_curves = capsys.readouterr().out
+    assert report.main([str(run), "--out", str(tmp_path / "rep"), "--n-boot", "200"]) == 0
+    said_report = capsys.readouterr().out
+    listed = pd.read_csv(tmp_path / "c" / "ushapes.csv")
+    rep = pd.read_csv(tmp_path / "rep" / "tables" / "ushapes.csv")
+    keys = ["level", "phenomenon", "paradigm", "peak_step", "trough_step", "recovery_step", "verdict", "accepted"]
+    pd.testing.assert_frame_equal(listed[keys].astype(str), rep[keys].astype(str))
+    count = count_text(rep)
+    assert count in said_curves and count in said_report
+    needed = pd.read_csv(tmp_path / "rep" / "tables" / "summary.csv").needed.iloc[0]
+    assert f"({needed})" in said_curves and needed in (tmp_path / "rep" / "report.md").read_text()

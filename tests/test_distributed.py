@@ -139,3 +139,20 @@ def test_a_lone_deepspeed_process_ignores_a_port_left_in_use_in_its_environment(
         proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                               timeout=300)
     assert proc.returncode == 0 and proc.stdout.split() == ["1", "0"], proc.stderr[-2000:]
+
+
+def test_a_torchrun_preemption_leaves_the_requeue_in_the_file_slurm_reads(tmp_path):
+    """Issue 44: the ranks exit 75, torchrun exits 1, and the requeue status was lost. Every rank that exits 75
+    writes $SYNTAX_DYNAMICS_REQUEUE_FILE (slurm/array.sbatch.in requeues on it, whatever the launcher says)."""
+    from train.faults import ENV
+    from train.interrupt import REQUEUE_FILE
+
+    flag = tmp_path / "requeue"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+           f"--master_port={29500 + os.getpid() % 1000}", "-m", "train", *COMMON,
+           f"data.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'run'}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", ENV: "mid_step:step2:SIGUSR1@rank1", REQUEUE_FILE: str(flag)}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stderr[-3000:]  # torchrun's own status for a rank's 75
+    assert flag.read_text() == ("preempted by SIGUSR1 after step 2: resume checkpoint saved; rerun the same "
+                                "command to continue (exit status 75)\n")

@@ -199,3 +199,85 @@ def test_bad_input_one_line_nothing_written(run, tmp_path, capsys):
     shutil.copy(f.with_name(f.name + ".sha256"), bad.with_name(bad.name + ".sha256"))
     with pytest.raises(ValueError, match="does not match its sha256"):
         read_exposure(bad)
+
+
+# n-gram baselines (probes/exposure/ngram.py): stupid backoff over the same counts, exposure/<benchmark>.ngram.parquet
+
+def test_ngram_stupid_backoff_by_hand_on_a_two_row_stream():
+    """Ids: 0 = start S, 1 = a, 2 = b, 3 = c; vocabulary V = 4. One row per step (global batch 1):
+        row 1 = S a b c, row 2 = c S a b.  good = S a b c, bad = S a c c (5 ids with S: scored are the 3 after it).
+    Counts by step 2 (N = 8 tokens): unigrams S 2, a 2, b 2, c 2; bigrams (S a) 2, (a b) 2, (b c) 1, (c S) 1;
+    trigrams (S a b) 2, (a b c) 1, (c S a) 1; 4-grams (S a b c) 1, (c S a b) 1. (c c) occurs only ACROSS the two
+    rows (row 1 ends in c, row 2 starts with it): it is not an occurrence, so its count is 0.
+    Token j is scored at order top = min(n, j + 1); backing off k levels multiplies by 0.4^k; the unigram is
+    (c(w) + 1) / (N + V).
+      good, n = 2: a|S = 2/2, b|a = 2/2, c|b = 1/2                    -> lp = log 0.5
+      good, n = 3..5: a|S = 1 (top 2), b|S a = 2/2, c|a b = 1/2 (n = 3) or c|S a b = 1/2 (n >= 4) -> log 0.5
+      bad, n = 2: a|S = 1, c|a unseen -> 0.4 (2+1)/12 = 0.1, c|c unseen -> 0.1                    -> 2 log 0.1
+      bad, n = 3: a|S = 1, c|S a and c|a unseen -> 0.4^2 * 0.25 = 0.04; c|a c, c|c unseen -> 0.04   -> 2 log 0.04
+      bad, n = 4, 5: c (j = 2, top 3) -> 0.04; c (j = 3, top 4) -> 0.4^3 * 0.25 = 0.016       -> log 0.04 + log 0.016
+    By step 1 (row 1 only, N = 4; every n-gram of it once): good scores 1 per token at every n (lp 0); bad: a|S = 1,
+    each c backs off to the unigram (1+1)/(4+4) = 0.25 -> as at step 2 (0.1, 0.04, 0.016 per c, by top).
+    Step 0 (nothing trained, N = 0): every token 0.4^(top-1) / 4; both sides have 3 tokens: a tie, wrong."""
+    from probes.exposure.ngram import ngram_frame, windows
+    from probes.scoring.primitive import correct
+
+    rows = np.array([[0, 1, 2, 3], [3, 0, 1, 2]])
+    ids = {"good": (0, 1, 2, 3), "bad": (0, 1, 3, 3)}
+    q = Queries([w for s in ids.values() for w in windows(s)], 2)
+    counts = {0: np.zeros(len(q.seqs), dtype=np.int64)}
+    for step in (1, 2):  # rows 1..step counted in one call: a window could cross from row 1 into row 2
+        q.count(rows[:step], counts.setdefault(step, counts[0].copy()))
+    pairs = pd.DataFrame({"pair_id": [7], "paradigm": ["p"], "phenomenon": ["ph"], "good": ["good"], "bad": ["bad"]})
+    got = ngram_frame(pairs, ids, q.index.__getitem__, counts, {0: 0, 1: 4, 2: 8}, 4).set_index(["step", "n"])
+    L = np.log
+    want = {(2, 2): (L(.5), 2 * L(.1)), (2, 3): (L(.5), 2 * L(.04)), (2, 4): (L(.5), L(.04) + L(.016)),
+            (1, 2): (0, 2 * L(.1)), (1, 3): (0, 2 * L(.04)), (1, 4): (0, L(.04) + L(.016)),
+            (0, 2): (3 * L(.1),) * 2, (0, 3): (L(.1) + L(.04) + L(.04),) * 2, (0, 5): (L(.1) + L(.04) + L(.016),) * 2}
+    want[(2, 5)], want[(1, 5)] = want[(2, 4)], want[(1, 4)]
+    for key, (g, b) in want.items():
+        assert got.loc[key, ["lp_good", "lp_bad"]].tolist() == pytest.approx([g, b], abs=1e-12), key
+    assert (got.ntok_good == 3).all() and (got.ntok_bad == 3).all()
+    ok = correct(got.reset_index(), "sum")
+    assert ok.tolist() == [s > 0 for s in got.reset_index().step]  # the step-0 tie counts wrong
+
+
+def backoff_lp(seq, n: int, grams: Counter, tokens: int, vocab: int) -> float:
+    """Stupid backoff written from its recursive definition: S(w | ctx) = c(ctx w) / c(ctx) if c(ctx w) > 0,
+    else 0.4 S(w | ctx without its first id); S(w) = (c(w) + 1) / (tokens + vocab)."""
+    lp = 0.0
+    for j in range(1, len(seq)):
+        ctx, w, pen = tuple(seq[max(0, j - n + 1):j]), seq[j], 0.0
+        while ctx and grams[ctx + (w,)] == 0:
+            ctx, pen = ctx[1:], pen + np.log(0.4)
+        lp += pen + (np.log(grams[ctx + (w,)] / grams[ctx]) if ctx else np.log((grams[(w,)] + 1) / (tokens + vocab)))
+    return lp
+
+
+def test_ngram_baseline_equals_a_brute_force_model_over_train_batch_rows(run):
+    run_dir, _ = run
+    f = exposure_path(run_dir, "grammar").with_suffix(".ngram.parquet")
+    got, meta = read_exposure(f, kind="ngram")
+    assert meta["smoothing"]["name"] == "stupid_backoff" and meta["smoothing"]["alpha"] == 0.4
+    assert meta["stream"] == read_exposure(exposure_path(run_dir, "grammar"))[1]["stream"]
+    with pytest.raises(ValueError, match="kind 'ngram', not an exposure file"):
+        read_exposure(f)
+    cfg = load_run_config(run_dir)
+    _, stream = open_stream(cfg)
+    tok = load_tokenizer(list_checkpoints(run_dir)[-1][1])
+    pairs = pd.read_parquet(sorted((run_dir / "evals").glob("step*/grammar.parquet"))[-1])
+    got = got.set_index(["step", "n", "pair_id", "paradigm"]).sort_index()
+    assert len(got) == len(pairs) * 4 * len(meta["steps"])
+    for step in meta["steps"]:
+        rows = [r for k in range(1, step + 1) for r in batch_ids(stream, k, cfg.optim.global_batch).tolist()]
+        grams = Counter(tuple(r[j:j + m]) for r in rows for m in range(1, 6) for j in range(len(r) - m + 1))
+        tokens = sum(map(len, rows))
+        for p in pairs.itertuples():
+            g, b = sentence_ids(tok, [p.good, p.bad])
+            for n in (2, 3, 4, 5):
+                row = got.loc[(step, n, str(p.pair_id), p.paradigm)]
+                assert (row.ntok_good, row.ntok_bad) == (len(g) - 1, len(b) - 1)
+                assert [row.lp_good, row.lp_bad] == pytest.approx(
+                    [backoff_lp(s, n, grams, tokens, meta["vocab"]) for s in (g, b)], abs=1e-9)
+    last = got.loc[meta["steps"][-1]]
+    assert last.lp_good.mean() > got.loc[0].lp_good.mean()  # training data makes the sentences likelier

@@ -1,10 +1,11 @@
-"""bench/gpu_check.sh: without a GPU it says so and exits 0; each stage runs under its own time limit, so a
+"""bench/gpu_check.sh: without a GPU it says so and exits 0 (without torch or Python, exit 2); each stage runs under its own time limit, so a
 stage that fails or runs out of time is a row of the table and the others still run."""
 from __future__ import annotations
 
 import csv
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,23 @@ def test_without_a_gpu_it_says_so_and_exits_0(tmp_path):
     proc = subprocess.run(["bash", "bench/gpu_check.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "GPU_CHECK_OUT": str(out)})
     assert proc.returncode == 0 and "gpu_check: needs a CUDA GPU" in proc.stdout and not out.exists()
+
+
+@pytest.mark.parametrize("python,says", [
+    ("/nonexistent/python3", "gpu_check: no Python interpreter /nonexistent/python3"),
+    ("no-torch", "cannot import torch (ModuleNotFoundError: No module named 'torch')"),
+])
+def test_a_python_without_torch_or_none_is_named_and_fails(tmp_path, python, says):
+    """Issue 44: both said "needs a CUDA GPU" and exited 0, as if the machine had been checked."""
+    if python == "no-torch":  # this interpreter without its site-packages: no torch
+        python = tmp_path / "python-no-torch"
+        python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+        python.chmod(0o755)
+        says = f"gpu_check: {python} {says}"
+    proc = subprocess.run(["bash", "bench/gpu_check.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHON": str(python), "GPU_CHECK_OUT": str(tmp_path / "out.csv")})
+    assert proc.returncode == 2 and says in proc.stderr and "CUDA" not in proc.stdout + proc.stderr, proc.stderr
+    assert not (tmp_path / "out.csv").exists()
 
 
 def test_a_stage_out_of_time_is_its_row_and_the_next_stages_still_run(tmp_path):

@@ -149,3 +149,12 @@ def test_distance_and_warnings_by_hand(tmp_path):
             "step3": {"step": 3, "weights": {"m": "w"}, "distance": 5.001, "reference": "step0"}}
     (w,) = sanity_warnings("o/n", revs)
     assert "step2" in w and "step1" in w
+
+
+def test_a_failed_offline_score_run_leaves_no_stub_run_folder(tmp_path, offline, capsys):
+    """Issue 44: nothing fetched offline, yet DIR/config.yaml and .lock stayed, a run a `runs/*` glob picked up."""
+    (tmp_path / "empty-hub").mkdir()
+    offline(tmp_path / "empty-hub")
+    out = tmp_path / "runs" / "hub"
+    rc, _, err = score_run(capsys, "--revisions", "step0", "--out", str(out))
+    assert rc == 2 and "error:" in err and not out.exists(), err[-2000:]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -182,3 +183,28 @@ def test_on_the_shipped_corpus_every_grid_budget_cannot_start(capsys, monkeypatc
     assert out.count("  CANNOT START\n") == 4
     for budget in ("10M", "100M", "1B", "3B"):
         assert f"CANNOT START (1 of 4 runs, marked above): budget {budget} needs a corpus of {budget} tokens, it has " in out
+
+
+def test_a_cpu_sized_plan_says_its_cpu_seconds(capsys):
+    """Issue 44: `train plan experiment=zhoblimp_mini` printed 0.00 GPU-h and nothing a laptop's user could use."""
+    assert main(["experiment=zhoblimp_mini", "model=mini-1.6m", "budget=2M", "seed=0"]) == 0
+    # 6 x 1,602,624 params x 1,998,848 tokens at 86,448 GFLOP / 2,159 CPU-s (the laptop grid) = 480.0 CPU-s
+    assert ("cpu: 480 CPU-s (0.13 CPU-h; the longest run 480) for the 1 runs under 20M parameters, at 40.0 GFLOP "
+            "of 6*N*D per CPU-second") in capsys.readouterr().out
+    assert main(["experiment=zhoblimp_grid", "model=pythia-160m", "budget=10M", "seed=0"]) == 0
+    assert "cpu:" not in capsys.readouterr().out  # a GPU's run: its GPU-hours say it
+
+
+def test_off_a_terminal_no_progress_bar_fills_the_log(tmp_path):
+    """Issue 44: logs were walls of carriage-return progress bars (datasets' map, the token store's writing)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (corpus / name).write_text("".join(f"the dog {i} runs .\n\n" for i in range(300)))
+    env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}  # conftest sets it for the tests
+    proc = subprocess.run([sys.executable, "-m", "train", "plan", "experiment=demo", "data=files",
+                           f"data.paths=[{corpus}]", "tokenizer.vocab_size=400", "data.budget_tokens=4000",
+                           f"data.cache_dir={tmp_path / 'c'}", "--count-tokens"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600, env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert proc.returncode == 0 and "building the token store" in proc.stdout, proc.stderr[-2000:]
+    assert "\r" not in proc.stdout + proc.stderr and "%|" not in proc.stderr, proc.stderr[-2000:]

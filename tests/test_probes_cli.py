@@ -176,3 +176,14 @@ def test_a_benchmark_path_is_that_file_even_named_as_a_builtin(model_dir, tmp_pa
     assert main(["score", "--model", str(model_dir), "--benchmark", "grammar", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "built-in benchmark 'grammar'" in err and str(f.parent.parent / "grammar") in err
+
+
+def test_score_and_benchmarks_count_a_custom_suites_paradigms_alike(model_dir, tmp_path, capsys):
+    """Issue 44: one paradigm name under 3 phenomena was "3 paradigms" in `benchmarks`, "1 paradigms" in `score`."""
+    f = tmp_path / "custom.jsonl"
+    f.write_text("".join(json.dumps({**r, "UID": "p", "linguistics_term": f"t{i % 3}"}) + "\n"
+                         for i, r in enumerate(RECORDS[:3])))
+    assert main(["benchmarks", str(f)]) == 0
+    assert "total: 3 pairs in 3 paradigms and 3 phenomena" in capsys.readouterr().out
+    assert main(["score", "--model", str(model_dir), "--benchmark", str(f), "--out", str(tmp_path / "o.parquet")]) == 0
+    assert "custom: 3 pairs, 3 paradigms" in capsys.readouterr().out

@@ -173,3 +173,31 @@ def test_the_blimp_table4_caption_names_no_zhoblimp_rows(tmp_path, shared):
     t4 = pd.read_csv(out / "tables" / "table4_blimp.csv")
     assert t4.row.tolist() == ["pythia-14m · 10M", "human (validation CSV, mean of paradigms)"]
     assert t4.anaphor_agreement.iloc[1] == t4.overall.iloc[1] == 0.96
+
+
+def test_step0_dips_have_their_own_table_and_chance_dips_are_named(tmp_path, capsys):
+    # Issue 42 item 7: a dip peaking at step 0 (the untrained model) filled ushapes_accepted.csv and the gallery,
+    # and the summary called chance_dips "learning U's". "init" is best at step 0, falls and recovers; "late"
+    # rises, dips and recovers after learning began; both accepted.
+    rng = np.random.default_rng(7)
+    steps = log_spaced_steps(24, 5000)
+    x = log_tokens(steps * 1000)
+    init = np.interp(x, [x[0], x[1], x[9], x[12], 12], [0.9, 0.55, 0.55, 0.9, 0.9])
+    late = sigmoid_curve(x, 0.5, 0.9, 4.0, 5) - planted_dip(x, 0.35, 5.8, 0.2)
+    runs = [write_run(tmp_path / f"s{s}", RunSpec(seed=s, tokens_per_step=1000, steps=list(steps)),
+                      np.clip(np.stack([init, late], axis=1), 0, 1), ["init", "late"], ["a", "b"], 400, rng)
+            for s in (1, 2)]
+    out = tmp_path / "rep"
+    assert report.main([*map(str, runs), "--out", str(out), "--n-boot", "200", "--delta", "0.1"]) == 0
+    printed = capsys.readouterr().out
+    acc = pd.read_csv(out / "tables" / "ushapes_accepted.csv")
+    step0 = pd.read_csv(out / "tables" / "ushapes_step0.csv")
+    assert list(acc.phenomenon) == ["b"] and (acc.peak_step > 0).all() and list(acc.u_id) == [1]
+    assert list(step0.phenomenon) == ["a"] and (step0.peak_step == 0).all()
+    S = pd.read_csv(out / "tables" / "summary.csv")
+    kind = acc.kind.iloc[0]
+    assert (S.learning_us.iloc[0], S.chance_dips.iloc[0], S.us_from_step0.iloc[0]) == \
+        ((1, 0) if kind != "chance_dip" else (0, 1)) + (1,)
+    assert "dip peaking at step 0 (the untrained model)" in printed
+    md = (out / "report.md").read_text()
+    assert "tables/ushapes_step0.csv" in md

@@ -164,8 +164,8 @@ def _requests(out: Path) -> dict[str, tuple[str, str, str]]:
 
 
 def test_the_grid_asks_each_run_for_the_gpus_memory_and_time_its_plan_needs(tmp_path, capsys):
-    from train.plan import Hardware, plan
-    from train.slurm import GPU_PEAK_TFLOPS
+    from train.plan import plan
+    from train.slurm import SLURM_GPU
 
     out = tmp_path / "out"
     assert main(["experiment=zhoblimp_grid", "seed=0", "budget=10M,3B", "--out", str(out), "--partition", "gpu"]) == 0
@@ -176,8 +176,7 @@ def test_the_grid_asks_each_run_for_the_gpus_memory_and_time_its_plan_needs(tmp_
     assert got["pythia-14m-10M-s0"] == ("1", "16G", "01:00:00")
     # pythia-1.4b on 3B tokens: 1.4e9 x 3e9 x 6 FLOPs at the plan's 41.6 % of an A100's 312 TFLOP/s = 54 GPU-h;
     # 1 or 2 GPUs would take over the yaml's 24 h, 4 do not (the global batch of 256 takes 4 x 64)
-    (big,) = plan(["experiment=zhoblimp_grid", "seed=0", "budget=3B", "model=pythia-1.4b"],
-                  Hardware(peak_tflops=GPU_PEAK_TFLOPS))
+    (big,) = plan(["experiment=zhoblimp_grid", "seed=0", "budget=3B", "model=pythia-1.4b"], SLURM_GPU)
     assert 1.5 * big.gpu_hours / 2 > 24 > 1.5 * big.gpu_hours / 4
     assert got["pythia-1.4b-3B-s0"] == ("4", "128G", "24:00:00")
     assert all(int(g) in (1, 2, 4) for g, _, _ in got.values())  # 256 sequences in micro-batches of 64
@@ -188,6 +187,20 @@ def test_the_grid_asks_each_run_for_the_gpus_memory_and_time_its_plan_needs(tmp_
                  "--gpus-per-node", "2"]) == 0
     got = _requests(out2)
     assert {g for g, _, _ in got.values()} == {"2"} and got["pythia-14m-10M-s0"][1] == "32G"  # 2 processes
+
+
+def test_runs_the_plan_marks_cannot_start_are_named_and_the_gpu_of_the_times_said(tmp_path, capsys):
+    """Issue 44: 11 arrays for 60 runs the plan marks CANNOT START, without a word; the plan's hours were an
+    H100's, the time limits an A100's, and neither output said so."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a b c .\n" * 1000)  # 8 kB: ~1,300 tokens by the plan's estimate, far below 10M
+    assert main(["experiment=zhoblimp_grid", "seed=0,1", "model=pythia-14m", "budget=10M", f"data.paths=[{corpus}]",
+                 "--out", str(tmp_path / "out"), "--partition", "gpu"]) == 0
+    out, err = capsys.readouterr()
+    assert "warning: 2 of 2 runs CANNOT START, as `python -m train plan` marks them (budget 10M needs a corpus" in err
+    assert err.rstrip().endswith("their tasks would stop at start: pythia-14m-b10000000-s0, pythia-14m-b10000000-s1")
+    assert ("time limits: the plan's hours on an A100-80GB (bf16) (312 TFLOP/s peak) x 1.5 + 30 min (`train plan "
+            "--gpu A100 --peak-tflops 312`: the same hours)") in out
 
 
 def test_a_run_the_plan_cannot_size_asks_for_the_whole_node_and_says_why(tmp_path, capsys):

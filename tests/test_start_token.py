@@ -137,7 +137,8 @@ def _write_eval(run: Path, convention: str) -> None:
         for s in ("good", "bad"):
             df[f"lp_{s}_{r}"], df[f"ntok_{s}_{r}"] = np.nan, 0
     table = pa.Table.from_pandas(df, preserve_index=False)
-    meta = {"step": 0, "tokens": 0, "benchmark": "grammar", "convention": convention}
+    # model_dir as the writers record it: two runs' files are not byte copies of each other
+    meta = {"step": 0, "tokens": 0, "benchmark": "grammar", "convention": convention, "model_dir": str(run)}
     table = table.replace_schema_metadata({b"syntax_dynamics": json.dumps(meta).encode()})
     (run / "evals" / "step0").mkdir(parents=True)
     (run / "checkpoints" / "step0").mkdir(parents=True)

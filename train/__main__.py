@@ -76,4 +76,6 @@ if __name__ == "__main__":
     if first in ("-h", "--help") or re.fullmatch(r"[A-Za-z][\w-]*", first):
         from train.commands import dispatch
         sys.exit(dispatch("python -m train", COMMANDS, sys.argv[1:], HEAD))
+    from train.commands import progress_bars_on_a_terminal_only
+    progress_bars_on_a_terminal_only()
     train_main()

@@ -17,12 +17,14 @@ T = TypeVar("T")
 
 
 def exit_on_user_error(fn: Callable[[], T]) -> T:
-    from train.interrupt import Interrupted
+    from train.interrupt import REQUEUE_EXIT, Interrupted, note_requeue
     try:
         return fn()
     except Interrupted as e:  # a signal in set-up (or a second Ctrl-C): one line, not a traceback
         print(e, file=sys.stderr, flush=True)
         sys.stdout.flush()
+        if e.code == REQUEUE_EXIT:
+            note_requeue(str(e))
         # the temporaries are gone and the lock released (their `finally`s ran): teardown only delays
         os._exit(e.code)
     except Exception as e:

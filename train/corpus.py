@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Optional
 
 from train.errors import ConfigError, InputFileError
 from train.faults import stuck_worker
-from train.interrupt import kill_children, open_files
+from train.interrupt import guard_forks, kill_children, open_files
 from train.names import check_name, resolve
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
         kwargs = {"sample_by": "paragraph"} if fmt == "text" else {}
         size = sum(f.stat().st_size for f in files)  # data.num_proc, but no pool where it does not pay
         workers = max(1, min(cfg.num_proc, len(files), size // POOL_MIN_BYTES_PER_WORKER))
-        with bounded_wait(cfg.load_timeout_s, Path(cache), files):
+        with bounded_wait(cfg.load_timeout_s, Path(cache), files), guard_forks():  # its pool dies with us
             stuck_worker("load_dataset", str(files[0]))  # tests only: a worker that ignores SIGTERM
             ds = datasets.load_dataset(_BUILDER[fmt], data_files=[str(f) for f in files], split="train",
                                        cache_dir=cache, num_proc=workers, **kwargs)

@@ -29,6 +29,7 @@ from train.tokenizer import (load_tokenizer, prepare_tokenizer, pretrained_dir, 
 GB = 1e9
 GiB = 2 ** 30
 H100_BF16_PEAK_TFLOPS = 989.0  # NVIDIA H100 SXM dense bf16 tensor-core peak
+A100_BF16_PEAK_TFLOPS = 312.0  # NVIDIA A100 dense bf16 peak: the GPU `train slurm` sizes time limits for
 # bench/bench_gpu.py on one H100 80GB (README "Speed"): model name -> (parameters measured, MFU)
 MEASURED_MFU = {"pythia-160m": (162_322_944, 0.207), "pythia-410m": (405_334_016, 0.288),
                 "pythia-1.4b": (1_414_647_808, 0.416)}
@@ -393,6 +394,7 @@ def format_plan(plans: list[RunPlan], hw: Hardware) -> str:
     lines.append("checkpoints per run by budget (step 0 and the last step included): " + ", ".join(
         f"{_si(b)}: {'/'.join(map(str, sorted(c)))}" for b, c in sorted(by_budget.items())))
     lines += _format_corpus(plans)
+    lines += _format_cpu(plans)
     lines += ["", _format_memory(plans, hw)]
     lines += [
         "",
@@ -421,6 +423,21 @@ def _format_corpus(plans: list[RunPlan]) -> list[str]:
     return lines
 
 
+# On a CPU: the laptop grid (experiment=zhoblimp_mini) measured 2,159 CPU-s for 86,448 GFLOP of training
+# (6*N*D over its 12 runs; one thread each, tokenizer, token store and probing included; docs/report.md)
+CPU_GFLOP_PER_S, CPU_SIZED_PARAMS = 86_448 / 2_159, 20e6
+
+
+def _format_cpu(plans: list[RunPlan]) -> list[str]:
+    """CPU-seconds for the runs small enough to train on a CPU (0.00 GPU-h says nothing to a laptop's user)."""
+    small = [6 * p.params * p.tokens / (CPU_GFLOP_PER_S * 1e9) for p in plans if p.params < CPU_SIZED_PARAMS]
+    if not small:
+        return []
+    return [f"cpu: {sum(small):,.0f} CPU-s ({sum(small) / 3600:.2f} CPU-h; the longest run {max(small):,.0f}) for "
+            f"the {len(small)} runs under {_si(CPU_SIZED_PARAMS)} parameters, at {CPU_GFLOP_PER_S:.1f} GFLOP of 6*N*D "
+            f"per CPU-second: the laptop grid's, measured with tokenizer, token store and probing (docs/report.md)"]
+
+
 def _format_cost(plans: list[RunPlan], hw: Hardware) -> str:
     """The GPU-hour assumptions: MFU per size and where each figure comes from, and the probing."""
     sizes = {}
@@ -436,7 +453,8 @@ def _format_cost(plans: list[RunPlan], hw: Hardware) -> str:
             f"probes.final_all_pairs), {TOKENS_PER_PAIR:.1f} tokens per pair, at the training MFU (a lower bound: "
             f"short sentences in batches of probes.batch_size run below it)"
             + (f"; not counted: {', '.join(left_out)} (size unknown to the plan)" if left_out else "")
-            + ". Checkpoint I/O not included.")
+            + f". Checkpoint I/O not included. `train slurm` sizes time limits for an A100-80GB "
+              f"({A100_BF16_PEAK_TFLOPS:g} TFLOP/s): --gpu A100 --peak-tflops {A100_BF16_PEAK_TFLOPS:g} prints its hours.")
 
 
 def _format_memory(plans: list[RunPlan], hw: Hardware) -> str:

@@ -17,7 +17,7 @@ from typing import Iterable
 
 import torch
 
-from train.interrupt import REQUEUE_EXIT, Interrupted, kill_children
+from train.interrupt import REQUEUE_EXIT, Interrupted, kill_children, note_requeue
 
 SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 
@@ -90,6 +90,7 @@ class Preemption:
         previous = self._previous.get(self.signum)
         self.uninstall()
         print(Preempted(step, self.signum), file=sys.stderr, flush=True)
+        note_requeue(str(Preempted(step, self.signum)))
         # Ctrl-C's previous handler is the entry point's ("before the run started"), not a requeue
         if callable(previous) and self.signum != signal.SIGINT:
             previous(self.signum, None)  # submitit: checkpoint_and_try_requeue -> sys.exit

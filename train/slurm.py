@@ -22,7 +22,7 @@ from train.config import procs_per_node
 from train.files import write_text_atomic
 from train.grid import GridError, expand, hydra_context
 from train.optim import accumulation_steps
-from train.plan import GiB, Hardware, memory_per_gpu, plan_run
+from train.plan import A100_BF16_PEAK_TFLOPS, GiB, Hardware, memory_per_gpu, plan_run
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "slurm" / "array.sbatch.in"
@@ -67,7 +67,7 @@ def launcher_defaults() -> dict:
 # value the user sets (--gpus-per-node, hydra.launcher.mem_gb=...) is taken as it is.
 PLANNED_KEYS = ("gpus_per_node", "mem_gb", "timeout_min")
 GPU_MEMORY_GIB = 80  # the yaml's node: A100-80GB cards
-GPU_PEAK_TFLOPS = 312.0  # an A100's dense bf16 peak: the plan's GPU-hours at the plan's MFU per size
+SLURM_GPU = Hardware(gpu="A100-80GB (bf16)", peak_tflops=A100_BF16_PEAK_TFLOPS)  # the plan's hours on it
 HOST_GB_PER_PROCESS = 8  # Python, torch, the CUDA context, the corpus reader and the probes, per process
 HOST_BYTES_PER_PARAM = 16  # a checkpoint write holds fp32 weights and Adam states on the host: 4 + 12
 TIME_MARGIN, TIME_OVERHEAD_MIN = 1.5, 30  # x the planned hours, + tokenizer/store building, start, I/O
@@ -114,12 +114,16 @@ def resource_groups(runs: Sequence[Sequence[str]], cap: dict, given: dict) -> li
     todo = [k for k in PLANNED_KEYS if given.get(k) is None]
     if not todo:
         return [(dict(given), list(range(len(runs))))]
-    hw, cache = Hardware(gpu="A100", peak_tflops=GPU_PEAK_TFLOPS), {}
+    cache: dict = {}
     groups: dict[tuple, tuple[dict, list[int]]] = {}
+    stopped: dict[str, list[str]] = {}  # the plan's CANNOT START, by reason (issue 44: written without a word)
     with hydra_context():
         for i, run in enumerate(runs):
             try:
-                planned = planned_resources(plan_run(run, hw, cache), cap, given.get("gpus_per_node"))
+                p = plan_run(run, SLURM_GPU, cache)
+                if p.cannot_start:
+                    stopped.setdefault(p.cannot_start, []).append(p.name)
+                planned = planned_resources(p, cap, given.get("gpus_per_node"))
             except ValueError as e:  # a run the plan cannot size (no budget): the node's all, as before
                 print(f"warning: {' '.join(run)}: {e}; it asks for the yaml's {', '.join(todo)} "
                       f"(set them: --gpus-per-node, --mem-gb, --timeout-min or hydra.launcher.<key>=...)",
@@ -127,6 +131,9 @@ def resource_groups(runs: Sequence[Sequence[str]], cap: dict, given: dict) -> li
                 planned = {k: cap[k] for k in PLANNED_KEYS}
             res = {**planned, **{k: v for k, v in given.items() if v is not None}}
             groups.setdefault(tuple(res.items()), (res, []))[1].append(i)
+    for reason, names in stopped.items():
+        print(f"warning: {len(names)} of {len(runs)} runs CANNOT START, as `python -m train plan` marks them "
+              f"({reason}); their tasks would stop at start: {', '.join(names)}", file=sys.stderr)
     return list(groups.values())
 
 
@@ -280,6 +287,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         grid, sbatch = render([runs[i] for i in indices], replace(opts, **res), args.out, command, suffix)
         print(f"{len(indices)} runs ({res['gpus_per_node']} GPUs, {res['mem_gb']} GB, {res['timeout_min']} min "
               f"each) -> {grid}\nsubmit: sbatch {sbatch}")
+    print(f"time limits: the plan's hours on an {SLURM_GPU.gpu} ({SLURM_GPU.peak_tflops:g} TFLOP/s peak) x "
+          f"{TIME_MARGIN} + {TIME_OVERHEAD_MIN} min (`train plan --gpu A100 --peak-tflops "
+          f"{SLURM_GPU.peak_tflops:g}`: the same hours)")
     return 0
 
 

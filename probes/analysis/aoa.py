@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import warnings
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -219,31 +220,33 @@ class FitStore:
                 self.old = {}
 
     @staticmethod
-    def key(x: np.ndarray, Y: np.ndarray, max_nfev: int) -> str:
+    def key(*parts) -> str:
+        """The key of a batch: its arrays' shapes and bytes and any strings (x, Y, max_nfev for a point fit)."""
         h = hashlib.sha256(_CODE_VERSION)
-        for a in (np.ascontiguousarray(x, dtype=float), np.ascontiguousarray(Y, dtype=float)):
-            h.update(str(a.shape).encode())
+        for a in parts:
+            a = np.ascontiguousarray(a if isinstance(a, np.ndarray) else np.asarray(a, dtype=float)) \
+                if not isinstance(a, str) else np.frombuffer(a.encode(), np.uint8)
+            h.update(f"{a.shape} {a.dtype}".encode())
             h.update(a.tobytes())
-        h.update(str(max_nfev).encode())
         return "f" + h.hexdigest()[:40]
 
     def fit(self, x: np.ndarray, Y: np.ndarray, max_nfev: int = 200) -> dict[str, np.ndarray]:
-        got = self.lookup(x, Y, max_nfev)
-        return got if got is not None else self.keep(x, Y, fit_sigmoids(x, Y, max_nfev), max_nfev)
-
-    def lookup(self, x: np.ndarray, Y: np.ndarray, max_nfev: int = 200) -> Optional[dict[str, np.ndarray]]:
-        """The stored fit of this batch (counted as a hit), or None (a miss: `keep` the fit made)."""
         k = self.key(x, Y, max_nfev)
-        got = self.old.get(k, self.used.get(k))
-        if got is None or got.shape != (len(Y), len(_FIT_KEYS)):
+        got = self.lookup(k, len(Y))
+        return got if got is not None else self.keep(k, fit_sigmoids(x, Y, max_nfev))
+
+    def lookup(self, key: str, m: int) -> Optional[dict[str, np.ndarray]]:
+        """The stored fit of m curves under `key` (counted as a hit), or None (a miss: `keep` the fit made)."""
+        got = self.old.get(key, self.used.get(key))
+        if got is None or got.shape != (m, len(_FIT_KEYS)):
             self.misses += 1
             return None
         self.hits += 1
-        self.used[k] = got
+        self.used[key] = got
         return {c: got[:, i].copy() for i, c in enumerate(_FIT_KEYS)}
 
-    def keep(self, x: np.ndarray, Y: np.ndarray, fit: dict[str, np.ndarray], max_nfev: int = 200) -> dict[str, np.ndarray]:
-        self.used[self.key(x, Y, max_nfev)] = np.stack([fit[c] for c in _FIT_KEYS], axis=1)
+    def keep(self, key: str, fit: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.used[key] = np.stack([fit[c] for c in _FIT_KEYS], axis=1)
         return fit
 
     def save(self, path: Path) -> None:
@@ -352,18 +355,19 @@ def start_aoa_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfi
             out, made = pending.result()
             for x, Y, fit in made:
                 fits.misses += 1
-                fits.keep(x, Y, fit)
+                fits.keep(fits.key(x, Y, 200), fit)
             return out
 
         return finish_there
     plan = aoa_plan(table, phen_table, cfg)
-    found = [fits.lookup(x, Y) for x, _rows, Y in plan.batches]
+    found = [fits.lookup(fits.key(x, Y, 200), len(Y)) for x, _rows, Y in plan.batches]
     todo = [(x, Y) for (x, _rows, Y), f in zip(plan.batches, found) if f is None]
     pending = compute(fit_batches, todo) if compute is not None and todo else None
 
     def finish() -> pd.DataFrame:
         new = iter(pending.result() if pending is not None else fit_batches(todo))
-        fitted = [f if f is not None else fits.keep(x, Y, next(new)) for (x, _rows, Y), f in zip(plan.batches, found)]
+        fitted = [f if f is not None else fits.keep(fits.key(x, Y, 200), next(new))
+                  for (x, _rows, Y), f in zip(plan.batches, found)]
         return aoa_rows(plan, fitted, cfg)
 
     return finish
@@ -412,60 +416,87 @@ def _fitted_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig)
 
 
 def aoa_intervals(outcomes: dict, runs: list, summary: pd.DataFrame, aoa: pd.DataFrame, table: pd.DataFrame,
-                  cfg: AoAConfig, seed: int = 0) -> pd.DataFrame:
+                  cfg: AoAConfig, seed: int = 0, fits: Optional[FitStore] = None) -> pd.DataFrame:
     """summary (per model x budget x benchmark x phenomenon: mean AoA over seeds) with its 95 % bootstrap
     interval aoa_lo / aoa_hi (log10 tokens) and aoa_interval. `aoa`: the per-run table, whose fits start the
-    resamples'; `table`: an EvalSet table (a phenomenon's paradigms).
+    resamples'; `table`: an EvalSet table (a phenomenon's paradigms); `fits`: where the resamples' fits of
+    unchanged inputs are looked up (the report's FitStore: a later report refits nothing).
 
     Seeds drawn with replacement, then each drawn seed's pairs within paradigm (the same at every
     checkpoint); each resampled curve fitted from its curve's fit (30 batched iterations, no polish), its
-    AoA censored at the run's ends; the statistic: the mean over drawn seeds. aoa_interval: "determined"
-    inside the run, "not determined" where it reaches the first or last trained checkpoint, "not acquired"
-    where no seed's own curve was."""
+    AoA censored at the run's ends; the statistic: the mean over drawn seeds. Every resample of every group
+    with one x is one batched fit; each group draws from its own generator (seed, group), so a group found in
+    `fits` draws nothing and the others draw what they would have. aoa_interval: "determined" inside the
+    run, "not determined" where it reaches the first or last trained checkpoint, "not acquired" where no
+    seed's own curve was."""
     from probes.analysis.evalfile import MISSING, MLP, SUM
     from probes.analysis.ushape import _paradigm_columns
 
+    fits = fits if fits is not None else FitStore()
     bit = MLP if cfg.metric == "mlp" else SUM
     members = table[["benchmark", "phenomenon", "paradigm"]].drop_duplicates()
     members = members.groupby(["benchmark", "phenomenon"]).paradigm.agg(set).to_dict()
-    fits = aoa[aoa.level == "phenomenon"].set_index(["run", "benchmark", "phenomenon"])
-    rng = np.random.default_rng(seed)
+    point = aoa[aoa.level == "phenomenon"].set_index(["run", "benchmark", "phenomenon"])
     B = cfg.n_boot
     out = summary.copy()
     out["aoa_lo"], out["aoa_hi"], out["aoa_interval"] = np.nan, np.nan, "not acquired"
     todo = out[np.isfinite(out.aoa_log10_tokens.astype(float))]
     info = {r.name: r for r in runs}
+    groups = []  # (summary rows, phenomena, [(x, ok, sizes, per-paradigm weight, start)] per seed, key, rng)
     for (model, budget, bench), rows in todo.groupby(["model", "budget", "benchmark"], dropna=False):
         outs = sorted((o for (run, b), o in outcomes.items() if b == bench and info[run].model == model and (
             info[run].budget is None if pd.isna(budget) else info[run].budget == budget)), key=lambda o: o.run)
         phens = list(rows.phenomenon)
-        per_seed = []  # (phenomena, B) censored AoA of each seed's resampled curves
+        seeds = []
         for o in outs:
             keep = o.tokens > 0
             x = log_tokens(o.tokens[keep].astype(float))
-            cols = _paradigm_columns(o)
-            Y = np.zeros((len(phens), B, len(x)))
-            for j, ph in enumerate(phens):
-                pars = [p for p in sorted(members.get((bench, ph), ())) if len(cols.get(p, ()))]  # not hash order
-                for p in pars:
-                    c = o.correct[keep][:, cols[p]]
-                    ok = ((c & bit) > 0) & ((c & MISSING) == 0)
-                    w = rng.multinomial(len(cols[p]), np.full(len(cols[p]), 1 / len(cols[p])), size=B)
-                    Y[j] += (w @ ok.T.astype(float)) / len(cols[p]) / len(pars)
-            f0 = fits.reindex([(o.run, bench, ph) for ph in phens])[["fit_lo", "fit_hi", "fit_mid", "fit_slope"]]
+            f0 = point.reindex([(o.run, bench, ph) for ph in phens])[["fit_lo", "fit_hi", "fit_mid", "fit_slope"]]
             if len(x) < cfg.min_points or not np.isfinite(f0.to_numpy()).all():
-                per_seed = []
+                seeds = []
                 break
-            fit = fit_sigmoids(x, Y.reshape(-1, len(x)), polish=False, iters=30,
-                               start=np.repeat(f0.to_numpy(dtype=float), B, axis=0))
-            a, _best, st = aoa_from_fit(x, fit, cfg.chance, cfg.min_gain, cfg.min_rise_rmse)
+            cols = _paradigm_columns(o)
+            blocks = [[cols[p] for p in sorted(members.get((bench, ph), ())) if len(cols.get(p, ()))]
+                      for ph in phens]  # paradigms by name, pairs by pair_id: not hash order
+            c = o.correct[keep][:, np.concatenate([i for b in blocks for i in b])]
+            ok = ((c & bit) > 0) & ((c & MISSING) == 0)  # (steps, pairs), phenomenon by phenomenon
+            sizes = np.array([len(i) for b in blocks for i in b])
+            weight = np.concatenate([np.full(len(b), 1 / len(b)) for b in blocks]) / sizes
+            seeds.append((x, ok, sizes, weight, np.array([len(b) for b in blocks]), f0.to_numpy(dtype=float)))
+        if not seeds:
+            continue
+        label = f"{model}|{budget}|{bench}"
+        key = FitStore.key(np.array([B, seed, cfg.chance]), label, *(a for s in seeds for a in
+                                                                      (s[0], np.packbits(s[1]), *s[2:])))
+        groups.append((rows, phens, seeds, key, zlib.crc32(label.encode())))
+    # every resample not in `fits`, by x: one batched fit each
+    got = [fits.lookup(key, len(seeds) * len(phens) * B) for _rows, phens, seeds, key, _g in groups]
+    batches: dict[bytes, tuple[np.ndarray, list]] = {}
+    for (_rows, _phens, seeds, key, g), f in zip(groups, got):
+        rng = np.random.default_rng([seed, g])
+        for i, (x, ok, sizes, weight, n_par, f0) in enumerate(seeds if f is None else ()):
+            Y = _resampled_curves(ok, sizes, weight, n_par, B, rng)
+            batches.setdefault(x.tobytes(), (x, []))[1].append(((key, i), Y, np.repeat(f0, B, axis=0)))
+    made: dict[tuple[str, int], dict] = {}
+    for x, parts in batches.values():
+        fit = fit_sigmoids(x, np.concatenate([Y for _k, Y, _s in parts]), polish=False, iters=30,
+                           start=np.concatenate([s for _k, _Y, s in parts]))
+        ends = np.cumsum([0] + [len(Y) for _k, Y, _s in parts])
+        for (k, _Y, _s), a, b in zip(parts, ends[:-1], ends[1:]):
+            made[k] = {c: fit[c][a:b] for c in _FIT_KEYS}
+    for (rows, phens, seeds, key, g), f in zip(groups, got):
+        if f is None:  # the seeds' fits in seed order
+            f = fits.keep(key, {c: np.concatenate([made[key, i][c] for i in range(len(seeds))]) for c in _FIT_KEYS})
+        per_seed = []  # (phenomena, B) censored AoA of each seed's resampled curves
+        for i, (x, *_rest) in enumerate(seeds):
+            sl = slice(i * len(phens) * B, (i + 1) * len(phens) * B)
+            a, _best, st = aoa_from_fit(x, {c: f[c][sl] for c in _FIT_KEYS}, cfg.chance, cfg.min_gain,
+                                        cfg.min_rise_rmse)
             per_seed.append(np.where(st == "ok", a, np.where(st == "above_halfway_at_first_checkpoint", x.min(),
                                                              x.max())).reshape(len(phens), B))
-        if not per_seed:
-            continue
         A = np.stack(per_seed)  # (S, phenomena, B)
         S = len(A)
-        draws = rng.integers(S, size=(B, S))
+        draws = np.random.default_rng([seed, g, 1]).integers(S, size=(B, S))
         # draw i of resample b takes resample (b + i) of its seed: a seed drawn twice gets two pair resamples
         stat = A[draws, :, (np.arange(B)[:, None] + np.arange(S)) % B].mean(axis=1)  # (B, phenomena)
         lo, hi = np.quantile(stat, [0.025, 0.975], axis=0)
@@ -473,3 +504,24 @@ def aoa_intervals(outcomes: dict, runs: list, summary: pd.DataFrame, aoa: pd.Dat
         out.loc[rows.index, "aoa_lo"], out.loc[rows.index, "aoa_hi"] = lo, hi
         out.loc[rows.index, "aoa_interval"] = np.where(inside, "determined", "not determined")
     return out
+
+
+def _resampled_curves(ok: np.ndarray, sizes: np.ndarray, weight: np.ndarray, n_par: np.ndarray, B: int,
+                      rng: np.random.Generator) -> np.ndarray:
+    """(phenomena x B, steps): B bootstrap resamples of each phenomenon's curve (the mean of its paradigms'),
+    the pairs of each paradigm (consecutive columns of ok, `sizes` each) drawn with replacement, the same
+    draw at every checkpoint; a paradigm's resampled hits are exact float32 counts (0/1 sums below 2^24)."""
+    counts, c0 = _pair_counts(sizes, B, rng), np.cumsum(np.r_[0, sizes])
+    okf, which = ok.astype(np.float32), np.repeat(np.arange(len(n_par)), n_par)
+    Y = np.zeros((len(n_par), B, ok.shape[0]))
+    for k, j in enumerate(which):
+        Y[j] += (counts[:, c0[k]:c0[k + 1]] @ okf[:, c0[k]:c0[k + 1]].T) * weight[k]
+    return Y.reshape(-1, ok.shape[0])
+
+
+def _pair_counts(sizes: np.ndarray, B: int, rng: np.random.Generator) -> np.ndarray:
+    """(B, pairs) float32: each pair's count in each of B resamples of its paradigm's pairs with replacement
+    (a paradigm's multinomial counts, by one integer draw per pair)."""
+    N = int(np.sum(sizes))
+    idx = np.repeat(np.cumsum(sizes) - sizes, sizes) + (rng.random((B, N)) * np.repeat(sizes, sizes)).astype(np.int64)
+    return np.bincount((idx + N * np.arange(B)[:, None]).ravel(), minlength=B * N).reshape(B, N).astype(np.float32)

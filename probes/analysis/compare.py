@@ -1,11 +1,15 @@
-"""`python -m probes compare A B --out DIR`: paired statistics of two runs or two checkpoints (docs/public_suites.md,
-"Paired comparisons"). The pair is the unit, seeds reduced to its share right: counting pairs x seeds as trials
-made a copied seed look like evidence (McNemar p 0.031 -> 0.00049)."""
+"""`python -m probes compare A B --out DIR`: two runs, two checkpoints or two folders of seed runs (docs/public_suites.md,
+"Paired comparisons"). Two questions, named in every output: with several seeds a side the default (`--unit recipe`)
+asks whether the recipes differ, the seed as the unit (Welch's t on each seed's accuracy over the same pairs; counting
+pairs made a null of one recipe reject 20-49 % of the time at seed sd 0.04-0.085, bench/bench_compare.py); `--unit
+item` asks whether these trained models differ on these pairs, the pair as the unit, seeds reduced to its share right
+(counting pairs x seeds as trials made a copied seed look like evidence)."""
 from __future__ import annotations
 
 import argparse
 import functools
 import json
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -14,16 +18,22 @@ from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy.stats import binomtest, false_discovery_control
+from scipy import stats
+from scipy.stats import false_discovery_control
 
 from probes.analysis.evalfile import MLP, SUM, read_eval_file, strings
-from probes.analysis.evalset import _read_run_info, _refuse_copies
-from probes.evals.files import EvalInputError, eval_file_meta, eval_kind
+from probes.analysis.evalset import _read_run_info, _refuse_copies, _refuse_other_pairs
+from probes.evals.files import EvalInputError, eval_kind, file_pair_set
 from probes.families import families
 from train.files import step_dirs
 
-COLUMNS = ["benchmark", "level", "phenomenon", "paradigm", "n", "b", "c", "acc_a", "acc_b",
-           "p_sign", "ci_lo", "ci_hi", "q_bh"]
+COLUMNS = ["benchmark", "level", "phenomenon", "paradigm", "unit", "n", "b", "c", "acc_a", "acc_b",
+           "p", "ci_lo", "ci_hi", "q_bh"]
+# what each unit tests, said in compare.json and the printed text
+QUESTIONS = {"recipe": "do the recipes (configurations) differ? seeds are the units, the pairs nested (every seed "
+                       "scored the same pairs): the difference of the seed-mean accuracies on these pairs",
+             "item": "do these trained models differ on these pairs? the pair is the unit, each side's seeds "
+                     "reduced to its share right; says nothing of other seeds of the same recipes"}
 LEVELS = ("paradigm", "phenomenon", "overall")
 N_FLIPS = 100  # items in flips.csv
 _STEP = re.compile(r"^(.*):(?:step)?(\d+)$")
@@ -85,8 +95,7 @@ def _decisions(run: Path, step: int, metric: str, skipped: dict[str, set]
         df, convention, tokens = decide[kind](f, metric)
         if df.duplicated(["paradigm", "pair_id"]).any():
             raise EvalInputError(f"{f}: a (paradigm, pair_id) occurs twice; pairs cannot be matched")
-        out[f.stem] = (df if "margin" in df else df.assign(margin=np.nan), convention, tokens,
-                       eval_file_meta(f).get("pair_set"))
+        out[f.stem] = (df if "margin" in df else df.assign(margin=np.nan), convention, tokens, file_pair_set(f))
     return out
 
 
@@ -103,47 +112,101 @@ def pair_decisions(path: Path, metric: str) -> tuple[pd.DataFrame, str, int]:
 
 def paired_stats(a: np.ndarray, b: np.ndarray, n_boot: int = 2000,
                  rng: Optional[np.random.Generator] = None, level: float = 0.95) -> dict:
-    """n, b, c, acc_a, acc_b, p_sign, ci_lo, ci_hi of two 0/1 outcome matrices (seeds, items). An item's
+    """The item unit: n, b, c, acc_a, acc_b, p, ci_lo, ci_hi of two 0/1 outcome matrices (seeds, items). An item's
     difference of seed shares takes one of at most 2S + 1 values, so a bootstrap resample of items is one
-    multinomial draw over them: exact, O(S) memory whatever n."""
+    multinomial draw over them: exact, O(S) memory whatever n. p and interval from the same draws (a sign test's p
+    beside a bootstrap interval of the mean said p = 0.00048 with 0 inside the interval): p = 2 x the share of draws
+    on the far side of 0, the interval their order statistics, so p < 1 - level exactly when 0 is outside it."""
     a = np.atleast_2d(np.asarray(a, dtype=bool))
     bb = np.atleast_2d(np.asarray(b, dtype=bool))
     if a.shape != bb.shape:
         raise ValueError(f"outcome matrices differ in shape: {a.shape} vs {bb.shape}")
     rng = rng or np.random.default_rng(0)
     n, S = a.shape[1], a.shape[0]
-    ra, rb = a.mean(axis=0), bb.mean(axis=0)  # share of seeds right per item, each side
     d = bb.sum(axis=0).astype(np.int64) - a.sum(axis=0)  # S x the per-item difference, in integers
-    n_b, n_c = int((d < 0).sum()), int((d > 0).sum())
-    p = binomtest(n_c, n_b + n_c, 0.5).pvalue if n_b + n_c else 1.0
-    lo = hi = np.nan
+    p, lo, hi = 1.0, np.nan, np.nan
     if n:
         values, counts = np.unique(d, return_counts=True)
         draws = rng.multinomial(n, counts / counts.sum(), size=n_boot)  # (n_boot, values)
-        boot = draws @ values / (n * S)
-        lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
-    return {"n": n, "b": n_b, "c": n_c, "acc_a": ra.mean() if n else np.nan, "acc_b": rb.mean() if n else np.nan,
-            "p_sign": float(p), "ci_lo": float(lo), "ci_hi": float(hi)}
+        boot = np.sort(draws @ values / (n * S))
+        k = math.ceil((1 - level) / 2 * n_boot)  # the k-th draw from each end
+        lo, hi = boot[k - 1], boot[n_boot - k]
+        p = min(1.0, 2 * min((boot <= 0).sum(), (boot >= 0).sum()) / n_boot)
+    return {"n": n, "b": int((d < 0).sum()), "c": int((d > 0).sum()), "acc_a": a.mean() if n else np.nan,
+            "acc_b": bb.mean() if n else np.nan, "p": float(p), "ci_lo": float(lo), "ci_hi": float(hi)}
+
+
+def seed_stats(a: np.ndarray, b: np.ndarray, paired: bool = False, level: float = 0.95) -> dict:
+    """The recipe unit: the same columns from two 0/1 matrices (seeds, items) of other sizes, each seed's accuracy on
+    the items one observation: Welch's t of B's mean minus A's (paired t where both sides are the same runs, at two
+    checkpoints), p and interval from the one t distribution. b, c as for the item unit (shares of seeds)."""
+    xa, xb = (np.atleast_2d(np.asarray(x, dtype=float)).mean(axis=1) for x in (a, b))
+    if paired:
+        se2, df = np.var(xb - xa, ddof=1) / len(xa), len(xa) - 1
+    else:  # Welch-Satterthwaite
+        va, vb = np.var(xa, ddof=1) / len(xa), np.var(xb, ddof=1) / len(xb)
+        se2 = va + vb
+        df = se2 ** 2 / (va ** 2 / (len(xa) - 1) + vb ** 2 / (len(xb) - 1)) if se2 > 0 else 1
+    diff, se = xb.mean() - xa.mean(), math.sqrt(se2)
+    p, half = (2 * stats.t.sf(abs(diff) / se, df), stats.t.ppf((1 + level) / 2, df) * se) if se > 0 \
+        else (float(diff == 0), 0.0)  # every seed alike on each side
+    d = np.atleast_2d(b).mean(axis=0) - np.atleast_2d(a).mean(axis=0)
+    return {"n": d.size, "b": int((d < 0).sum()), "c": int((d > 0).sum()), "acc_a": xa.mean(), "acc_b": xb.mean(),
+            "p": float(p), "ci_lo": diff - half, "ci_hi": diff + half}
+
+
+def stat_table(outcomes: dict[str, tuple], unit: str = "recipe", paired: bool = False, n_boot: int = 2000,
+               rng: Optional[np.random.Generator] = None) -> tuple[pd.DataFrame, dict]:
+    """COLUMNS per benchmark x paradigm, x phenomenon and overall of {benchmark: (A's outcomes (seeds, pairs), B's,
+    paradigm and phenomenon of each pair)}, q_bh within each level, and the BH families (what compare writes, and
+    what bench/bench_compare.py measures)."""
+    rng = rng or np.random.default_rng(0)
+    rows = []
+    for bench, (ok_a, ok_b, par, phen) in outcomes.items():
+        for level, names in (("paradigm", par), ("phenomenon", phen), ("overall", np.full(len(par), ""))):
+            for name in sorted(set(names)):
+                sel = names == name
+                row = {"benchmark": bench, "level": level, "phenomenon": phen[sel][0] if level == "paradigm" else name,
+                       "paradigm": name if level == "paradigm" else "", "unit": unit}
+                row.update(paired_stats(ok_a[:, sel], ok_b[:, sel], n_boot, rng) if unit == "item"
+                           else seed_stats(ok_a[:, sel], ok_b[:, sel], paired))
+                rows.append(row)
+    table = pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "q_bh"])
+    table["q_bh"] = np.nan
+    families = {}
+    for level in LEVELS:  # each level its own family: a phenomenon row repeats its paradigms' pairs
+        at = (table.level == level).to_numpy()
+        if at.any():
+            table.loc[at, "q_bh"] = false_discovery_control(table.loc[at, "p"].to_numpy(), method="bh")
+            families[level] = {"rows": int(at.sum()), "benchmarks": sorted(set(table.benchmark[at]))}
+    return table[COLUMNS], families
 
 
 @dataclass
 class Comparison:
     table: pd.DataFrame  # COLUMNS
-    meta: dict  # what was compared: runs, steps, tokens, seeds, metric, BH families
+    meta: dict  # what was compared: runs, steps, tokens, seeds, metric, unit and question, BH families
     notes: list[str]
     flips: pd.DataFrame = field(default_factory=pd.DataFrame)  # the items that flipped most (flips.csv)
 
 
-def compare(a: str | Side, b: str | Side, metric: str = "mlp", n_boot: int = 2000, seed: int = 0) -> Comparison:
-    """Paired comparison of side B against side A (each a spec string or a Side). Raises EvalInputError."""
-    if metric not in ("mlp", "sum"):
-        raise ValueError(f"metric must be 'mlp' or 'sum', got {metric!r}")
+def compare(a: str | Side, b: str | Side, metric: str = "mlp", n_boot: int = 2000, seed: int = 0,
+            unit: str = "recipe") -> Comparison:
+    """Comparison of side B against side A (each a spec string or a Side) by `unit` (QUESTIONS): "recipe" needs two
+    or more seeds a side, and with fewer the item unit is tested, said in meta and notes. Raises EvalInputError."""
+    if metric not in ("mlp", "sum") or unit not in QUESTIONS:
+        raise ValueError(f"metric must be 'mlp' or 'sum' and unit one of {list(QUESTIONS)}, got {metric!r}, {unit!r}")
     a, b = (parse_side(s) if isinstance(s, str) else s for s in (a, b))
     notes: list[str] = []
-    for side in (a, b):  # one run twice on a side would count as a second seed
-        _refuse_copies([_read_run_info(r) for r in side.runs])
-    run_pairs = [(a.runs[0], b.runs[0])] if len(a.runs) == 1 and len(b.runs) == 1 else []
-    if not run_pairs:  # seed groups: paired by seed
+    meta: dict = {"metric": metric, "unit": unit, "asked": unit, "a": [], "b": []}
+    if unit == "recipe" and min(len(a.runs), len(b.runs)) < 2:
+        meta["unit"] = unit = "item"
+        notes.append(f"one seed on a side ({len(a.runs)} vs {len(b.runs)} runs): the recipes cannot be compared (no "
+                     "spread between seeds to test against); tested instead: these trained models, the pair as the unit")
+    same = [r.resolve() for r in a.runs] == [r.resolve() for r in b.runs]  # the same runs at two checkpoints
+    if unit == "recipe" or len(a.runs) == len(b.runs) == 1:
+        runs_a, runs_b = a.runs, b.runs
+    else:  # seed groups: paired by seed
         for s in (a, b):
             if None in s.seeds or len(set(s.seeds)) != len(s.seeds):
                 raise EvalInputError(f"{s.spec}: a seed group needs a distinct config.yaml 'seed' in every run "
@@ -152,105 +215,83 @@ def compare(a: str | Side, b: str | Side, metric: str = "mlp", n_boot: int = 200
         if not common:
             raise EvalInputError(f"{a.spec} (seeds {sorted(a.seeds)}) and {b.spec} (seeds {sorted(b.seeds)}) "
                                  f"share no seed; compare single runs instead")
-        run_pairs = [(dict(zip(a.seeds, a.runs))[s], dict(zip(b.seeds, b.runs))[s]) for s in common]
-    # as the report refuses copies: a run against itself (or its copy) at one checkpoint compares nothing
-    for ra, rb in run_pairs:
-        same = ra.resolve() == rb.resolve()
-        ia, ib = _read_run_info(ra), _read_run_info(rb)
-        sa, sb = _step_of(ra, a.step, a.spec), _step_of(rb, b.step, b.spec)
-        if sa == sb and (same or (ia.identity is not None and ia.identity == ib.identity)):
-            raise EvalInputError(f"{ra} and {rb} are " + ("one run" if same else f"the same run (config hash "
-                                 f"{ia.identity[:12]}…)") + f" at the same checkpoint (step {sa}): a run "
-                                 "against itself; compare two checkpoints (RUN:STEP) or two runs")
-    for side, runs in ((a, [p[0] for p in run_pairs]), (b, [p[1] for p in run_pairs])):
-        left = [str(r) for r in side.runs if r not in runs]
-        if left:
-            notes.append(f"{side.spec}: run(s) {', '.join(left)} have no seed on the other side; left out")
-    meta: dict = {"metric": metric, "n_boot": n_boot, "bootstrap_seed": seed, "unit": "item (pair); seeds "
-                  "reduced to each item's share right before testing", "test": "exact sign test on the per-item "
-                  "differences (McNemar's exact test with one seed)", "a": [], "b": []}
-    per_pair = []  # for each seed pair: {benchmark: merged frame}
+        runs_a, runs_b = ([dict(zip(s.seeds, s.runs))[k] for k in common] for s in (a, b))
+        for side, runs in ((a, runs_a), (b, runs_b)):
+            left = [str(r) for r in side.runs if r not in runs]
+            if left:
+                notes.append(f"{side.spec}: run(s) {', '.join(left)} have no seed on the other side; left out")
+    steps_a, steps_b = ([_step_of(r, s.step, s.spec) for r in runs] for s, runs in ((a, runs_a), (b, runs_b)))
+    for ra, sa in zip(runs_a, steps_a):  # a run on both sides at one checkpoint compares nothing
+        for rb, sb in zip(runs_b, steps_b):
+            if sa == sb and ra.resolve() == rb.resolve():
+                raise EvalInputError(f"{ra} and {rb} are one run at the same checkpoint (step {sa}): a run against "
+                                     "itself; compare two checkpoints (RUN:STEP) or two runs")
+    # copies, by config hash and by content, within and across the sides (the same run at two steps is no copy)
+    _refuse_copies([_read_run_info(r) for r in {r.resolve(): r for r in runs_a + runs_b}.values()])
+    meta.update(paired=unit == "recipe" and same, question=QUESTIONS[unit], test={
+        "item": f"bootstrap of the mean per-pair difference, pairs resampled ({n_boot} draws, seed {seed}); p and "
+                "interval from the same draws",
+        "recipe": ("paired t over the runs (the same runs at two checkpoints)" if same else "Welch's t") +
+                  " on each seed's accuracy; p and interval from the same t"}[unit], n_boot=n_boot, bootstrap_seed=seed)
     conventions: dict[str, str] = {}
     skipped: dict[str, set] = {}  # kind -> names of the files whose family gives no decisions to pair
-    for ra, rb in run_pairs:
-        sides = []
-        for key, side, run in (("a", a, ra), ("b", b, rb)):
-            step = _step_of(run, side.step, side.spec)
-            dec = _decisions(run, step, metric, skipped)
-            toks = sorted({t for _, _, t, _ in dec.values()})
+    dec: dict[str, list] = {"a": [], "b": []}  # per side, per run: {benchmark: (frame, ...)}
+    sets: dict[str, list] = {}  # benchmark -> [(file, pair set)] of every run on both sides
+    for key, runs, steps in (("a", runs_a, steps_a), ("b", runs_b, steps_b)):
+        for run, step in zip(runs, steps):
+            d = _decisions(run, step, metric, skipped)
+            toks = sorted({t for _, _, t, _ in d.values()})
             meta[key].append({"run": str(run), "step": step, "tokens": toks[0] if len(toks) == 1 else toks,
                               "seed": _read_run_info(run).seed})
-            for bench, (_, conv, _, _) in dec.items():
+            for bench, (_, conv, _, fp) in d.items():
                 conventions.setdefault(conv, f"{run}/evals/step{step}/{bench}.parquet")
-            sides.append((dec, run, step))
-        (da, _, sa), (db, _, sb) = sides
-        merged = {}
-        for bench in sorted(set(da) & set(db)):
-            (fa, _, _, pa), (fb, _, _, pb) = da[bench], db[bench]
-            if pa and pb and pa != pb:
-                raise EvalInputError(f"{ra}/evals/step{sa}/{bench}.parquet (pair_set {pa}) and "
-                                     f"{rb}/evals/step{sb}/{bench}.parquet (pair_set {pb}) hold different pairs "
-                                     "under the same names: not comparable pair by pair; score both on one pair set")
-            m = fa.merge(fb[["paradigm", "pair_id", "ok", "margin"]], on=["paradigm", "pair_id"], suffixes=("_a", "_b"))
-            if len(m) < max(len(fa), len(fb)):
-                notes.append(f"{bench}: {ra} has {len(fa)} pairs and {rb} {len(fb)}; the {len(m)} in both are compared")
-            merged[bench] = m
-        for bench in sorted(set(da) ^ set(db)):
-            notes.append(f"{bench}: scored on one side only ({ra} vs {rb}); not compared")
-        per_pair.append(merged)
+                sets.setdefault(bench, []).append((f"{run}/evals/step{step}/{bench}.parquet", fp))
+            dec[key].append(d)
     if len(conventions) > 1:
         raise EvalInputError("refusing to compare scores of different conventions: " +
                              "; ".join(f"{c!r} (e.g. {f})" for c, f in sorted(conventions.items())))
+    for files in sets.values():
+        _refuse_other_pairs(files, "pair by pair")
+    every = dec["a"] + dec["b"]
+    both = set.intersection(*(set(d) for d in every))
+    notes += [f"{bench}: not scored by every run ({', '.join(f for f, _ in sets[bench])} only); not compared"
+              for bench in sorted(set(sets) - both)]
     notes += [f"skipped {kind} file(s) {', '.join(sorted(names))}: their probe family gives no per-item decisions "
               f"to pair" for kind, names in sorted(skipped.items())]
-    rng = np.random.default_rng(seed)
-    rows, flips = [], []
-    for bench in sorted(set.intersection(*(set(m) for m in per_pair))):
-        # a pair enters when every seed pair scored it, so a bootstrap column is one pair in all seeds
-        frames = [m[bench].set_index(["paradigm", "pair_id"]) for m in per_pair]
+    outcomes, flips = {}, []
+    for bench in sorted(both):  # one pair set (refused otherwise): every run scored the same pairs
+        frames = [d[bench][0].set_index(["paradigm", "pair_id"]) for d in every]
         keys = functools.reduce(pd.Index.intersection, (f.index for f in frames)).sort_values()
-        ok_a, ok_b, mar_a, mar_b = (np.stack([f.loc[keys, c].to_numpy() for f in frames])
-                                    for c in ("ok_a", "ok_b", "margin_a", "margin_b"))
-        par = keys.get_level_values("paradigm").to_numpy()
-        phen = frames[0].loc[keys, "phenomenon"].to_numpy()
-        for level, names in (("paradigm", par), ("phenomenon", phen), ("overall", np.full(len(par), ""))):
-            for name in sorted(set(names)):
-                sel = names == name
-                row = {"benchmark": bench, "level": level,
-                       "phenomenon": phen[sel][0] if level == "paradigm" else name,
-                       "paradigm": name if level == "paradigm" else ""}
-                row.update(paired_stats(ok_a[:, sel], ok_b[:, sel], n_boot, rng))
-                rows.append(row)
+        ok, mar = ([f.loc[keys, c].to_numpy() for f in frames] for c in ("ok", "margin"))
+        ok_a, ok_b = np.stack(ok[:len(runs_a)]), np.stack(ok[len(runs_a):])
+        par, phen = keys.get_level_values("paradigm").to_numpy(), frames[0].loc[keys, "phenomenon"].to_numpy()
+        outcomes[bench] = (ok_a, ok_b, par, phen)
         f = pd.DataFrame({"benchmark": bench, "phenomenon": phen, "paradigm": par,
                           "pair_id": keys.get_level_values("pair_id"), "right_a": ok_a.mean(0), "right_b": ok_b.mean(0),
-                          "margin_a": mar_a.mean(0), "margin_b": mar_b.mean(0)})
+                          "margin_a": np.mean(mar[:len(runs_a)], 0), "margin_b": np.mean(mar[len(runs_a):], 0)})
         flips.append(f[f.right_a != f.right_b].assign(margin_change=lambda d: d.margin_b - d.margin_a))
-    table = pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "q_bh"])
-    table["q_bh"] = np.nan
-    meta["bh_families"] = {}
-    for level in LEVELS:  # each level its own family: a phenomenon row repeats its paradigms' pairs
-        at = (table.level == level).to_numpy()
-        if at.any():
-            table.loc[at, "q_bh"] = false_discovery_control(table.loc[at, "p_sign"].to_numpy(), method="bh")
-            meta["bh_families"][level] = {"rows": int(at.sum()), "benchmarks": sorted(set(table.benchmark[at]))}
+    table, meta["bh_families"] = stat_table(outcomes, unit, meta["paired"], n_boot, np.random.default_rng(seed))
     meta["convention"] = next(iter(conventions), None)
     flips = pd.concat(flips, ignore_index=True) if flips else pd.DataFrame()
     if len(flips):
         flips = flips.loc[flips.margin_change.abs().sort_values(ascending=False, kind="stable").index[:N_FLIPS]]
-    return Comparison(table[COLUMNS], meta, notes, flips.reset_index(drop=True))
+    return Comparison(table, meta, notes, flips.reset_index(drop=True))
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m probes compare",
-        description="Paired comparison of B against A on the pairs both scored, the pair as the unit (seeds "
-                    "reduced to each pair's share right): per benchmark x paradigm, x phenomenon and overall, b / c "
-                    "(pairs where A / B is ahead), the exact sign test's p (McNemar's with one seed), a 95 % "
-                    "bootstrap interval of acc_b - acc_a resampling pairs, Benjamini-Hochberg q within each level.")
+        description="Comparison of B against A on the pairs both scored, per benchmark x paradigm, x phenomenon and "
+                    "overall: accuracies, b / c (pairs where A / B is ahead), p, a 95 % interval of acc_b - acc_a "
+                    "from the same method, Benjamini-Hochberg q within each level. --unit says which question.")
     p.add_argument("a", metavar="A", help="RUN_DIR (its last scored checkpoint), RUN_DIR:STEP, or a folder of "
                                           "seed runs (optionally :STEP)")
     p.add_argument("b", metavar="B", help="the same forms as A")
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="writes DIR/compare.csv, DIR/compare.json and DIR/flips.csv")
+    p.add_argument("--unit", choices=tuple(QUESTIONS), default="recipe",
+                   help="recipe (default): do the configurations differ? the seed as the unit, Welch's t (two or more "
+                        "seeds a side; with one, the item unit is tested and the output says so); item: do these "
+                        "trained models differ on these pairs? the pair as the unit, bootstrap over pairs")
     p.add_argument("--metric", choices=("mlp", "sum"), default="mlp",
                    help="per-pair decision: mean log-prob per token (default) or summed log-prob")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
@@ -268,7 +309,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.n_boot < 1:
             raise EvalInputError(f"--n-boot must be >= 1, got {args.n_boot}")
         check_owned_output(args.out, *owned)
-        res = compare(args.a, args.b, args.metric, args.n_boot, args.seed)
+        res = compare(args.a, args.b, args.metric, args.n_boot, args.seed, args.unit)
         if res.table.empty:
             raise EvalInputError(f"{args.a} and {args.b} share no scored pair")
         with staged_output(args.out, *owned) as stage:
@@ -280,11 +321,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     for n in res.notes:
         print(f"warning: {n}", file=sys.stderr)
-    t = res.table
+    t, m = res.table, res.meta
+    print(f"unit: {m['unit']}" + (f" (asked: {m['asked']})" if m["asked"] != m["unit"] else "") +
+          f" - {m['question']}; test: {m['test']}")
+    seeds = f"{len(m['a'])} vs {len(m['b'])} seed(s)"
     sig = t[(t.level == "paradigm") & (t.q_bh < 0.05)]
     for r in t[t.level == "overall"].itertuples():
-        print(f"{r.benchmark} overall: {r.acc_a:.3f} -> {r.acc_b:.3f} over {r.n} pairs, difference 95 % interval "
-              f"[{r.ci_lo:+.3f}, {r.ci_hi:+.3f}], sign test p = {r.p_sign:.3g}")
+        print(f"{r.benchmark} overall: {r.acc_a:.3f} -> {r.acc_b:.3f} over {r.n} pairs, {seeds}, difference 95 % "
+              f"interval [{r.ci_lo:+.3f}, {r.ci_hi:+.3f}], p = {r.p:.3g}")
     print(f"{len(t)} rows ({(t.level == 'paradigm').sum()} paradigms); {len(sig)} paradigm(s) differ at q < 0.05 "
-          f"({(sig.c > sig.b).sum()} better in B, {(sig.b > sig.c).sum()} worse) -> {args.out / 'compare.csv'}")
+          f"({(sig.acc_b > sig.acc_a).sum()} better in B, {(sig.acc_b < sig.acc_a).sum()} worse) -> "
+          f"{args.out / 'compare.csv'}")
     return 0

@@ -16,6 +16,7 @@ marker, and the x label says so.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -26,7 +27,7 @@ import pandas as pd
 from probes.analysis.evalset import EvalInputError, EvalSet, load_runs
 from probes.analysis.outputs import check_owned_output, save_figure, staged_output, write_csv, write_table, write_text
 from probes.analysis.plotting import accuracy_label, colors, finish_legend, new_figure, plot_line, safe_name, short_label, token_axis
-from probes.analysis.ushape import UShapeConfig, count_text, find_u_shapes_in_runs
+from probes.analysis.ushape import U_LEVELS, UShapeConfig, count_text, curve_benchmarks, find_u_shapes_in_runs, search_config
 from probes.families import families
 from train.errors import UserError
 
@@ -114,10 +115,13 @@ def write_curves(ev: EvalSet, out: Path, delta: float = UShapeConfig.delta,
     written["tables"] += write_table(out / "curves", table[TIDY_COLUMNS])
     written["tables"] += write_table(out / "phenomena", phen)
     # The same rule as `probes report` (noise threshold, paired bootstrap, seeds, minimum pairs with
-    # one seed): a list of every geometric dip of a 10-pair curve is noise, not U-shapes.
+    # one seed): a list of every geometric dip of a 10-pair curve is noise, not U-shapes. And the report's
+    # search (its levels, curve benchmarks and per-curve level for FALSE_U_BUDGET): a run's
+    # end-of-run curves and a report of that run answer "is there a U?" alike
     evidence: list[str] = []
-    us, u_notes = find_u_shapes_in_runs(ev, UShapeConfig(delta=delta, metric=metric.removeprefix("acc_")),
-                                        evidence=evidence)
+    cfg = search_config(ev, UShapeConfig(delta=delta, metric=metric.removeprefix("acc_")))[1]
+    ev_c = dataclasses.replace(ev, outcomes={k: v for k, v in ev.outcomes.items() if k[1] in curve_benchmarks(table)})
+    us, u_notes = find_u_shapes_in_runs(ev_c, cfg, levels=U_LEVELS, evidence=evidence)
     written["tables"].append(write_csv(out / "ushapes.csv", us))
     written["notes"] = evidence
     problems = list(ev.problems) + u_notes
@@ -176,7 +180,7 @@ def main(argv: Optional[Sequence[str]] = None, own: bool = False) -> int:
         return 0
     written["plots"] += plots
     us = pd.read_csv(args.out / "ushapes.csv")
-    # e.g. "2 learning U-shape(s) (+1 peaking at step 0, the untrained model) at delta=0.05 (of 31 candidates:
+    # e.g. "1 learning U, 0 chance dips (...), 1 dip peaking at step 0 (...) at delta=0.05 (of 31 candidates:
     # 25 too_thin, 4 below_noise)"
     rest = us.loc[~us["accepted"].astype(bool), "verdict"].value_counts() if len(us) else pd.Series(dtype=int)
     why = ", ".join(f"{n} {v}" for v, n in rest.items())

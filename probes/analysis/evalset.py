@@ -19,10 +19,11 @@ import pandas as pd
 
 from probes.analysis.evalcache import read_benchmark
 from probes.analysis.evalfile import PairOutcomes
-from probes.evals.files import ALL_SUFFIX, MINIMAL_PAIRS, REGIONS, EvalInputError, eval_kind
+from probes.evals.files import ALL_SUFFIX, MINIMAL_PAIRS, REGIONS, EvalInputError, eval_kind, file_pair_set
 from probes.families import families
 from train.confighash import config_hash
-from train.files import step_dirs
+from train.evalsums import sum_path
+from train.files import CorruptCheckpointError, manifest_hash, sha256_file, step_dirs
 
 
 @dataclass
@@ -108,18 +109,48 @@ def _read_run_info(run_dir: Path) -> RunInfo:
     return info
 
 
+def _content(run_dir: Path) -> dict[str, str]:
+    """{digest: file} of what only a copy of a run shares with it, whatever its config.yaml says: the sha256 of each
+    eval file (its .sha256, else its bytes; the metadata names the checkpoint scored) and the manifest_hash of each
+    checkpoint (its config hash, step and weights' hashes, as trained), at the first and last step: a copy, whole or
+    taken part-way, shares the first (reading every step's cost a 60-run grid's report 0.7 CPU-s)."""
+    out: dict[str, str] = {}
+    evals, ckpts = (step_dirs(run_dir / sub) for sub in ("evals", "checkpoints"))
+    for sd in {evals[k] for k in (min(evals), max(evals))} if evals else ():
+        for f in sd.glob("*.parquet"):
+            if not f.name.startswith(".") and ".tmp" not in f.name:
+                with contextlib.suppress(OSError, IndexError):
+                    out.setdefault(sum_path(f).read_text().split()[0] if sum_path(f).is_file() else sha256_file(f), str(f))
+    for ck in {ckpts[k] for k in (min(ckpts), max(ckpts))} if ckpts else ():
+        with contextlib.suppress(OSError, CorruptCheckpointError):
+            if h := manifest_hash(ck):
+                out.setdefault(h, str(ck / "manifest.json"))
+    return out
+
+
 def _refuse_copies(runs: list[RunInfo]) -> None:
-    """Two directories holding one run (same config hash, seed included) would count as two seeds: a
-    zero-width band and a doubled n_seeds. Refused, naming both."""
-    first: dict[str, RunInfo] = {}
+    """Two directories holding one run would count as two seeds: a zero-width band and a doubled n_seeds (a copy
+    with only `seed:` edited made compare's p 0.00048 where the genuine seeds gave 0.548). Refused, naming both:
+    the same config hash (seed included), or the same eval file or checkpoint manifest (whatever config.yaml says)."""
+    first: dict[str, tuple[RunInfo, str]] = {}
     for info in runs:
-        if info.identity is None:
-            continue
-        other = first.setdefault(info.identity, info)
-        if other is not info:
-            raise EvalInputError(f"run directories {other.path} and {info.path} hold the same run (config hash "
-                                 f"{info.identity[:12]}…, seed {info.seed}): a copy would count as a second "
-                                 f"seed; give each run once")
+        keys = {} if info.identity is None else {info.identity: "config.yaml"}
+        for key, where in {**keys, **_content(Path(info.path))}.items():
+            other, there = first.setdefault(key, (info, where))
+            if other is not info:
+                raise EvalInputError(f"run directories {other.path} and {info.path} hold the same run (" + (
+                    f"config hash {key[:12]}…, seed {info.seed}" if where == "config.yaml" else
+                    f"identical {there} and {where}") + "): a copy would count as a second seed; give each run once")
+
+
+def _refuse_other_pairs(files: list[tuple[str, str]], what: str) -> None:
+    """[(eval file, its pair_set)] of one benchmark that are to be read as the same pairs (`what`): refused, naming two
+    files, where the fingerprints differ (other pairs, or the same ids over other sentences). compare and the
+    report's cells (the seeds of one model x budget) use this one rule."""
+    for f, fp in files[1:]:
+        if fp != files[0][1]:
+            raise EvalInputError(f"{files[0][0]} (pair_set {files[0][1]}) and {f} (pair_set {fp}) hold different "
+                                 f"pairs: not comparable {what}; score both on one pair set")
 
 
 def _eval_paths(d: Path) -> tuple[dict[int, Path], dict[str, list[tuple[int, Path]]], dict[str, str]]:
@@ -194,7 +225,9 @@ def _load_run(d: Path, info: RunInfo, cache: bool = True, cached_only: bool = Fa
         df = df.sort_values(["paradigm", "step"], ignore_index=True)
         df["run"], df["model"], df["budget"], df["seed"] = info.name, info.model, info.budget, info.seed
         frames.append(df)
-    return info, outs, frames, conventions, problems
+    # the pairs of each benchmark (its first file's, the order the others are aligned to), for the cells' rule
+    sets = {b: (str(ps[0][1]), file_pair_set(ps[0][1])) for b, ps in paths_by_bench.items()}
+    return info, outs, frames, conventions, problems, sets
 
 
 def refresh_cache(run_dir: str | Path, benchmark: str) -> bool:
@@ -256,7 +289,14 @@ def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cac
     conventions: dict[str, str] = {}  # convention -> first file that uses it
     runs_by_convention: dict[str, list[str]] = {}
     bench_by_run: dict[str, set[str]] = {}
-    for info, outs, dfs, convs, probs in loaded:
+    cells: dict[tuple, list] = {}  # (model, budget, benchmark) -> its runs' (first file, pair set): seeds averaged
+    for info, *_, sets in loaded:
+        for bench, got in sets.items():
+            cells.setdefault((info.model, info.budget, bench), []).append(got)
+    for (model, budget, bench), files in cells.items():  # 20 pairs a paradigm and 30 were one cell's "25 pairs"
+        _refuse_other_pairs(files, f"as seeds of one model x budget ({model}, budget {budget}), whose accuracies "
+                                   "are averaged; report the runs apart")
+    for info, outs, dfs, convs, probs, _ in loaded:
         runs.append(info)
         problems += probs
         for c, f in convs.items():

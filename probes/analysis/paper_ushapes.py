@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from probes.analysis.unoise import dispersion, noise_threshold, unit_sd
-from probes.analysis.ushape import UShapeConfig, analyse_curve, onset_index, pairs_needed, scales
+from probes.analysis.unoise import _impute, paired_cov, u_thresholds, unit_sd
+from probes.analysis.ushape import UShapeConfig, analyse_curve, group_shock, onset_index, pairs_needed, scales
 
 REFERENCE_DEPTH = 0.05  # the paper gives no number for "a little": our reading
 
@@ -72,25 +71,24 @@ def _mats(ev, runs: list[str], bench: str, paradigms: list[str], bit: int):
     return steps, tokens, mats, np.mean(overall, axis=0)
 
 
-def min_detectable(x: np.ndarray, mats, cfg: UShapeConfig, disp: float = 1.0) -> float:
-    """The smallest depth the detector can accept on this curve (its smaller noise threshold, as analyse_curve's)."""
-    looks = scales(x, cfg)
-    inflate = math.sqrt(disp) if disp > 1 else 1.0  # as analyse_curve
+def min_detectable(x: np.ndarray, mats, cfg: UShapeConfig, shock: float = 1.0) -> float:
+    """The smallest depth the detector can accept on this curve: its smaller threshold on a flat curve, with
+    analyse_curve's noise (the pairs' paired covariance + shock binomial variances)."""
     sd, _ = unit_sd(mats)
-    rng = np.random.default_rng(cfg.seed)
-    return float(min(noise_threshold(sd * inflate, W, 1 - cfg.alpha / len(looks), cfg.n_null, rng) for _, W in looks))
+    cov = paired_cov([[_impute(np.asarray(m, dtype=float)) for m in seed] for seed in mats]) + \
+        np.diag((shock if np.isfinite(shock) else 1.0) * sd ** 2)
+    return min(u_thresholds(np.zeros(len(x)), cov, [W for _, W in scales(x, cfg)], cfg.alpha, cfg.n_null,
+                            np.random.default_rng(cfg.seed)))
 
 
-def _dispersion(x, ev, runs: list[str], benchmark: str, pb: pd.DataFrame, level: str, bit: int) -> float:
-    """unoise.dispersion of a model x budget group's curves at `level`, as find_u_shapes_in_runs has it."""
+def _shock(x, ev, runs: list[str], benchmark: str, pb: pd.DataFrame, level: str, bit: int) -> float:
+    """ushape.group_shock of a model x budget group's curves at `level`, as find_u_shapes_in_runs has it."""
     names = sorted(pb.paradigm)
     _, _, mats, _ = _mats(ev, runs, benchmark, names, bit)
-    means = np.stack([np.stack([np.nanmean(m, axis=1) for m in seed], axis=1) for seed in mats])
-    counts = np.stack([np.stack([np.sum(~np.isnan(m), axis=1) for m in seed], axis=1) for seed in mats]).astype(float)
     phen = dict(zip(pb.paradigm, pb.phenomenon))
     units = ([[k] for k in range(len(names))] if level == "paradigm" else
              [[k for k, p in enumerate(names) if phen[p] == v] for v in sorted(set(phen.values()))])
-    return dispersion(x, means, counts, units)
+    return group_shock(x, [[[seed[k] for k in u] for seed in mats] for u in units])
 
 
 def paper_u_table(ev, cfg: UShapeConfig, benchmark: str = "zhoblimp", paper_us=PAPER_US) -> pd.DataFrame:
@@ -123,7 +121,7 @@ def paper_u_table(ev, cfg: UShapeConfig, benchmark: str = "zhoblimp", paper_us=P
                 continue
             x = log_tokens(tokens)
             if (model, budget, pu.level) not in disps:  # BA and FCI share theirs
-                disps[(model, budget, pu.level)] = _dispersion(x, ev, runs, benchmark, pb, pu.level, bit)
+                disps[(model, budget, pu.level)] = _shock(x, ev, runs, benchmark, pb, pu.level, bit)
             disp = disps[(model, budget, pu.level)]
             c = min_detectable(x, mats, cfg, disp)
             K, S = len(mats[0]), len(mats)

@@ -38,7 +38,8 @@ from probes.analysis.regions import RegionConfig, group_region_curves, plot_regi
 from probes.analysis.scaling import (ScalingConfig, budget_label, difficulty_groups, final_accuracy, grid_tables,
                                      plot_grid_overall, plot_grid_phenomena)
 from probes.analysis.table4 import blimp_human, table4, zhoblimp_human
-from probes.analysis.ushape import UShapeConfig, count_text, find_u_shapes_in_runs
+from probes.analysis.ushape import (FALSE_U_BUDGET, U_LEVELS, UShapeConfig, count_text, curve_benchmarks,
+                                    find_u_shapes_in_runs, search_config)
 from train.cli import exit_on_user_error
 from train.errors import UserError, check_writable
 
@@ -49,8 +50,8 @@ class ReportConfig:
     ushape: UShapeConfig = field(default_factory=UShapeConfig)
     # the paper's U's are phenomenon curves; "paradigm" adds every paradigm (118 more curves per model x
     # budget on ZhoBLiMP), which the false-U budget below then pays for with a stricter per-curve level
-    u_levels: tuple = ("phenomenon",)
-    false_u_budget: float = 0.5  # at most this many false U's expected in the whole report (see u_levels_alpha)
+    u_levels: tuple = U_LEVELS
+    false_u_budget: float = FALSE_U_BUDGET  # at most this many false U's expected in the whole report
     aoa: AoAConfig = field(default_factory=AoAConfig)
     scaling: ScalingConfig = field(default_factory=ScalingConfig)
     regions: RegionConfig = field(default_factory=RegionConfig)
@@ -80,13 +81,6 @@ def big_table(stem: Path, df: pd.DataFrame) -> None:
         write_table(stem, df)
 
 
-def curve_benchmarks(table: pd.DataFrame) -> list[str]:
-    """Benchmarks with a curve: scored at two or more checkpoints of some run. "<name>_all" (every pair
-    at the last checkpoint only) is not one: it feeds the final-accuracy table and the scaling view."""
-    n = table.groupby(["benchmark", "run"])["step"].nunique().groupby("benchmark").max()
-    return sorted(b for b, k in n.items() if k >= 2 and not str(b).endswith(ALL_SUFFIX))
-
-
 def final_benchmarks(table: pd.DataFrame) -> list[str]:
     """Per benchmark, the one its final numbers come from: "<name>_all" where the runs have it."""
     have = set(table.benchmark.unique())
@@ -96,23 +90,17 @@ def final_benchmarks(table: pd.DataFrame) -> list[str]:
 
 def u_levels_alpha(ev: EvalSet, cfg: ReportConfig) -> tuple[int, float]:
     """The number of curves the U search looks at, and the per-curve level that keeps the expected
-    number of false U's in the whole report at most cfg.false_u_budget (Bonferroni over curves)."""
-    t = ev.table[ev.table.benchmark.isin(curve_benchmarks(ev.table))]
-    n = 0
-    for _, g in t.groupby(["model", "budget", "benchmark"], dropna=False):
-        if g.step.nunique() < 4:
-            continue
-        n += g.phenomenon.nunique() * ("phenomenon" in cfg.u_levels) + g.paradigm.nunique() * ("paradigm" in cfg.u_levels)
-    return n, min(cfg.ushape.alpha, cfg.false_u_budget / max(n, 1))
+    number of false U's in the whole report at most cfg.false_u_budget (ushape.search_config)."""
+    n, u = search_config(ev, cfg.ushape, cfg.u_levels, cfg.false_u_budget)
+    return n, u.alpha
 
 
 def report_config(ev: EvalSet, cfg: Optional[ReportConfig] = None, alpha: Optional[float] = None) -> ReportConfig:
     """`cfg` with the U search's per-curve level for the whole report (u_levels_alpha unless `alpha`; bootstrap
     and null draws enough for it) and the report's metric in every section."""
     cfg = cfg or ReportConfig()
-    alpha = u_levels_alpha(ev, cfg)[1] if alpha is None else alpha
-    u = dataclasses.replace(cfg.ushape, alpha=alpha, n_boot=max(cfg.ushape.n_boot, math.ceil(10 / alpha)),
-                            n_null=max(cfg.ushape.n_null, math.ceil(40 / alpha)), metric=cfg.metric)
+    u = search_config(ev, dataclasses.replace(cfg.ushape, metric=cfg.metric), cfg.u_levels, cfg.false_u_budget,
+                      alpha)[1]
     return dataclasses.replace(cfg, ushape=u, aoa=dataclasses.replace(cfg.aoa, metric=cfg.metric),
                                scaling=dataclasses.replace(cfg.scaling, metric=cfg.metric))
 
@@ -204,7 +192,10 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         ev_c = dataclasses.replace(ev, outcomes={k: v for k, v in ev.outcomes.items() if k[1] in curve_b})
         us, u_notes = find_u_shapes_in_runs(ev_c, cfg.ushape, levels=cfg.u_levels, evidence=u_evidence)
         notes += u_notes
-        acc_u = us[us.accepted].sort_values("u_depth", ascending=False, ignore_index=True) if len(us) else us
+        # a dip peaking at step 0 is the initialisation's accuracy, not a U: its own table, not the gallery's
+        step0_u = us[us.accepted & (us.peak_step == 0)] if len(us) else us
+        acc_u = us[us.accepted & (us.peak_step > 0)].sort_values("u_depth", ascending=False, ignore_index=True) \
+            if len(us) else us
         if len(us):  # deepest first, u_id 1, 2, ... as the gallery's panels are numbered
             acc_u.insert(0, "u_id", np.arange(1, len(acc_u) + 1))
             acc_u["in_gallery"] = acc_u["u_id"] <= MAX_PANELS
@@ -263,7 +254,8 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         write_csv(tdir / "phenomena_above_chance.csv", R["phen_final"])
         for b, t4 in R["table4"].items():
             write_csv(tdir / f"table4_{safe_name(b)}.csv", t4)
-        for name, df in (("ushapes", us), ("ushapes_accepted", acc_u), ("ushape_regions", regions_u),
+        for name, df in (("ushapes", us), ("ushapes_accepted", acc_u), ("ushapes_step0", step0_u),
+                         ("ushape_regions", regions_u),
                          ("final_accuracy_paradigm", final),
                          ("scaling_overall", overall), ("scaling_phenomenon", per_phen),
                          ("difficulty_groups", groups), ("paper_ushapes", R["paper_us"]),
@@ -274,8 +266,6 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
         # 5. AoA and forgettability, on curves only: last, so that the parent's own work is done while a
         # worker fits (its note keeps its place among the others)
         aoa = finish_aoa()
-        fits.save(out / CACHE_DIR / "aoa-fits.npz")
-        R["reused"] = {"aoa_fit_batches": (fits.hits, fits.hits + fits.misses)}
         few = aoa[aoa.status == "too_few_checkpoints"]
         if len(few):
             notes.insert(aoa_note_at, f"{len(few)} curve(s) have fewer than {cfg.aoa.min_points} trained checkpoints: "
@@ -285,7 +275,9 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
             n_runs=("run", "nunique"), aoa_log10_tokens=("aoa_log10_tokens", "mean"),
             aoa_acquired_runs=("aoa_log10_tokens", "count"), forgettability=("forgettability", "mean"),
             best_fitted_acc=("best_fitted_acc", "mean"), final_acc=("final_acc", "mean")).reset_index()
-        aoa_ph = aoa_intervals(ev_c.outcomes, ev.runs, aoa_ph, aoa, ct, cfg.aoa, cfg.ushape.seed)
+        aoa_ph = aoa_intervals(ev_c.outcomes, ev.runs, aoa_ph, aoa, ct, cfg.aoa, cfg.ushape.seed, fits)
+        fits.save(out / CACHE_DIR / "aoa-fits.npz")  # the point fits and the intervals' resamples
+        R["reused"] = {"aoa_fit_batches": (fits.hits, fits.hits + fits.misses)}
         write_csv(tdir / "aoa.csv", aoa)
         write_csv(tdir / "aoa_phenomenon_summary.csv", aoa_ph)
         figs = jobs.results()

@@ -53,7 +53,7 @@ def summary_table(R: dict, cfg) -> pd.DataFrame:
             "final_benchmark": fin.benchmark.iloc[0] if len(fin) else "",
             "final_band": "/".join(sorted(set(fin.band))) if len(fin) else "",
             "phenomena_above_chance": int((fin.q_above < 0.05).sum()), "phenomena": len(fin),
-            "learning_us": c["learning"], "us_from_step0": c["from_step0"],
+            "learning_us": c["learning"], "chance_dips": c["chance_dip"], "us_from_step0": c["from_step0"],
             **pairs_needed(at(table[table.benchmark == d["benchmark"]]), cfg.ushape)})
     out = pd.DataFrame(rows)
     if len(out):
@@ -76,8 +76,9 @@ def _summary_md(S: pd.DataFrame) -> list[str]:
             f"{100 * d['first_acc']:.1f} → {100 * d['last_acc']:.1f} %, change {100 * d['change']:+.1f} points "
             f"({band_label(d['band'])} interval {100 * d['change_lo']:+.1f} to {100 * d['change_hi']:+.1f}: {told}); "
             f"{d['phenomena_above_chance']} of {d['phenomena']} phenomena end above chance (q < 0.05{fin_band}, "
-            f"{d['final_benchmark']}); {d['learning_us']} learning U's, {d['us_from_step0']} dips peaking at step 0 "
-            f"(the untrained model, not counted as U's); {d['needed']}.")
+            f"{d['final_benchmark']}); {d['learning_us']} learning U's, {d['chance_dips']} chance dips (peak not above "
+            f"chance: no knowledge lost), {d['us_from_step0']} dips peaking at step 0 (the untrained model; neither "
+            f"counted as U's); {d['needed']}.")
     more = f" ({len(S) - 8} more in tables/summary.csv)" if len(S) > 8 else " (tables/summary.csv)"
     return ["**Summary.** " + " ".join(out) + more, ""]
 
@@ -238,9 +239,10 @@ def _ushape_md(R: dict, cfg, embed) -> list[str]:
     if len(us):
         counts = us["verdict"].value_counts()
         c = count_ushapes(us)
-        L += [f"{c['learning']} learning U's (a dip after step 0) and {c['from_step0']} peaking at step 0 (the "
-              f"untrained model's accuracy, not knowledge), accepted of {len(us)} candidates on "
-              f"{' and '.join(cfg.u_levels)} curves ("
+        L += [f"{c['learning']} learning U's (a dip after step 0 from a peak above chance), {c['chance_dip']} chance "
+              f"dips (the peak not above chance) and {c['from_step0']} dips peaking at step 0 (the untrained model's "
+              f"accuracy, not knowledge: tables/ushapes_step0.csv, not the table and gallery below), accepted of "
+              f"{len(us)} candidates on {' and '.join(cfg.u_levels)} curves ("
               + ", ".join(f"{n} {v}" for v, n in counts.items())
               + "; every candidate with its verdict and reason in tables/ushapes.csv).", ""]
     else:

@@ -1,9 +1,13 @@
-"""The U-detector's noise model: the smoother it looks through, the deepest drop binomial noise alone
-makes on a schedule (Monte Carlo), the binomial standard error of a unit's curve, and the pairs a
-one-seed curve needs. Pure numpy, no configuration: `probes.analysis.ushape` decides with it."""
+"""The U-detector's noise model: the smoother it looks through, the pairs' paired covariance across checkpoints
+and the checkpoints' own noise beyond it, the deepest U that noise makes around a monotone curve (Monte Carlo),
+the binomial standard error of a unit's curve, and the pairs a curve needs. Pure numpy, no configuration:
+`probes.analysis.ushape` decides with it."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+from scipy.optimize import brentq
 
 
 def smoothing_matrix(x: np.ndarray, bandwidth: float, min_neighbours: int = 0) -> np.ndarray:
@@ -25,40 +29,81 @@ def smoothing_matrix(x: np.ndarray, bandwidth: float, min_neighbours: int = 0) -
     return w * (s2 - d * s1) / (s0 * s2 - s1 ** 2)
 
 
-def max_drawdown(y: np.ndarray) -> np.ndarray:
-    """max over i <= j of y[..., i] - y[..., j] along the last axis: the deepest drop of a curve."""
-    if y.ndim != 2:
-        return np.max(np.maximum.accumulate(y, axis=-1) - y, axis=-1)
-    # many short curves (4,000 draws x 47 checkpoints): one vector op per checkpoint, 4x cheaper, same values
-    run, deepest = y[:, 0].copy(), np.zeros(len(y))
-    for col in y.T[1:]:
-        np.maximum(run, col, out=run)
-        np.maximum(deepest, run - col, out=deepest)
-    return deepest
+def max_u_depth(y: np.ndarray) -> np.ndarray:
+    """max over i <= t <= j of min(y[..., i], y[..., j]) - y[..., t] along the last axis: the deepest U of a
+    curve (drop and recovery both at least that), which bounds the u_depth of every U find_u_shapes finds."""
+    left = np.maximum.accumulate(y, axis=-1)
+    right = np.flip(np.maximum.accumulate(np.flip(y, axis=-1), axis=-1), axis=-1)
+    return np.max(np.minimum(left, right) - y, axis=-1)
 
 
-def noise_threshold(sd: np.ndarray, W: np.ndarray, level: float, n_null: int,
-                    rng: np.random.Generator) -> float:
-    """The `level` quantile of the deepest drop that noise alone makes on the curve W @ (mu + e).
+def u_thresholds(mu: np.ndarray, cov: np.ndarray, Ws: list[np.ndarray], alpha: float, n_null: int,
+                 rng: np.random.Generator) -> list[float]:
+    """Per scale W, the depth a U of the curve W @ (mu + e), e ~ N(0, cov) over the checkpoints, exceeds on
+    some scale with probability alpha: a parametric bootstrap of the deepest U under mu, the monotone curve
+    closest to the data (the null a U is tested against; the smoother's overshoot at mu's bends included).
+    The scales share one level, set on the same draws so that any of them exceeds with probability alpha
+    (the scales' U's are correlated: less than Bonferroni's alpha / scales each)."""
+    vals, vecs = np.linalg.eigh(cov)
+    e = rng.standard_normal((n_null, len(mu))) @ (vecs * np.sqrt(np.clip(vals, 0, None))).T + mu[None, :]
+    D = np.stack([max_u_depth(e @ W.T) for W in Ws])  # (scales, draws)
+    ranks = np.argsort(np.argsort(D, axis=1), axis=1) / n_null  # each draw's level on each scale
+    level = float(np.quantile(ranks.max(axis=0), 1 - alpha))
+    return [float(np.quantile(d, level)) for d in D]
 
-    e_t ~ N(0, sd_t^2) independently per checkpoint (pairs drawn afresh: bounds the paired case from above).
-    If mu is non-decreasing, any drop of W @ (mu + e) is at most a drop of W @ e (up to the smoother's
-    overshoot, which analyse_curve adds), so P(some drop > threshold) <= 1 - level however many
-    checkpoints and candidates were looked at; a flat curve is the worst case."""
-    e = rng.standard_normal((n_null, len(sd))) * sd[None, :]
-    raw = W.shape[0] == W.shape[1] and np.array_equal(W, np.eye(len(W)))
-    return float(np.quantile(max_drawdown(e if raw else e @ W.T), level))
+
+def paired_cov(mats: list[list[np.ndarray]]) -> np.ndarray:
+    """(steps, steps) covariance of a unit's seed-mean curve over the pairs it could have drawn (pairs within
+    paradigm and seed resampled, the same pairs at every checkpoint: the paired bootstrap's, in closed form):
+    sum_s sum_k Cov_i(o_i) / n_sk / (S K)^2. Pairs that persist make it mostly a shift of the whole curve,
+    which makes no U; mats[s][k]: (steps, pairs) 0/1 outcomes, missing ones imputed."""
+    S, K = len(mats), len(mats[0])
+    out = np.zeros((mats[0][0].shape[0],) * 2)
+    for seed in mats:
+        for m in seed:
+            c = m - m.mean(axis=1, keepdims=True)
+            out += (c @ c.T) / max(m.shape[1] - 1, 1) / max(m.shape[1], 1)
+    return out / (S * K) ** 2
 
 
-_UNIT_THRESHOLDS: dict[tuple, float] = {}
+def shock_ratio(x: np.ndarray, curves: np.ndarray, covs: np.ndarray, binom: np.ndarray) -> float:
+    """How many binomial variances of noise the checkpoints add beyond the pairs' own (paired_cov): the model
+    moving between checkpoints on whole templates, seeds fed alike. Each interior checkpoint of each unit's
+    seed-mean curve (curves: units x steps; covs: their paired_cov; binom: their binomial variances) is compared
+    with the line through its neighbours: residual^2 ~ (paired variance + k x binomial variance) chi^2_1; k is
+    the upper 90 % limit of the value that puts the median of the scaled residuals at chi^2_1's (a median: real
+    dips move it little; the limit: an underestimate lets false U's through, bench_ushape --part null's shared
+    shocks). NaN with fewer than MIN_RESIDUALS residuals."""
+    x = np.asarray(x, float)
+    if len(x) < 3 or not len(curves):
+        return float("nan")
+    w = (x[2:] - x[1:-1]) / np.maximum(x[2:] - x[:-2], 1e-12)
+    A = np.zeros((len(x) - 2, len(x)))
+    i = np.arange(len(x) - 2)
+    A[i, i], A[i, i + 1], A[i, i + 2] = -w, 1.0, -(1 - w)
+    r, P, B = curves @ A.T, np.einsum("ti,uij,tj->ut", A, covs, A), binom @ (A ** 2).T
+    ok = np.isfinite(r) & np.isfinite(P) & np.isfinite(B)
+    r2, P, B = r[ok] ** 2, P[ok], B[ok]
+    if len(r2) < MIN_RESIDUALS:
+        return float("nan")
+
+    q = min(1.0, 0.5 + 1.2816 * 0.5 / np.sqrt(len(r2)))
+
+    def excess(k: float) -> float:
+        return float(np.quantile(r2 / np.maximum(P + k * B, 1e-12), q)) - 0.45494
+    return 0.0 if excess(0.0) <= 0 else float(brentq(excess, 0.0, 1e6, xtol=1e-6))
 
 
-def unit_threshold(x: np.ndarray, W: np.ndarray, level: float, n_null: int, seed: int) -> float:
-    """noise_threshold at sd 0.5 (one pair, p = 0.5) for a schedule x and scale W, once per schedule."""
-    key = (np.asarray(x, dtype=float).tobytes(), W.tobytes(), level, n_null, seed)
-    if key not in _UNIT_THRESHOLDS:
-        _UNIT_THRESHOLDS[key] = noise_threshold(np.full(len(x), 0.5), W, level, n_null, np.random.default_rng(seed))
-    return _UNIT_THRESHOLDS[key]
+@functools.lru_cache(maxsize=64)
+def _unit_u(Ws: tuple[bytes, ...], n: int, alpha: float, n_null: int, seed: int) -> tuple[float, ...]:
+    Ws = [np.frombuffer(W).reshape(n, n) for W in Ws]
+    return tuple(u_thresholds(np.zeros(n), np.eye(n) / 4, Ws, alpha, n_null, np.random.default_rng(seed)))
+
+
+def unit_u_threshold(Ws, alpha: float, n_null: int, seed: int) -> tuple[float, ...]:
+    """u_thresholds of a flat curve at one pair (sd 0.5 at each checkpoint, independent: p = 0.5), per scale
+    W: at n pairs a depth must clear this / sqrt(n). Once per schedule."""
+    return _unit_u(tuple(np.ascontiguousarray(W, float).tobytes() for W in Ws), len(Ws[0]), alpha, n_null, seed)
 
 
 def _impute(m: np.ndarray) -> np.ndarray:

@@ -3,18 +3,21 @@ earlier peak to a trough, then a recovery of at least delta, that is not noise. 
 `analyse_curve` / `find_u_shapes_in_runs` (called by `probes report` and `probes curves` alike) decide."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+import pandas as pd
 from scipy.optimize import isotonic_regression
 from threadpoolctl import threadpool_limits
 
 from probes.analysis.scaling import budget_label
-from probes.analysis.unoise import (MIN_RESIDUALS, _impute, _resample_counts, dispersion, max_drawdown, min_pairs,
-                                    noise_threshold, smoothing_matrix, unit_sd, unit_threshold)
+from probes.analysis.unoise import (MIN_RESIDUALS, _impute, _resample_counts, dispersion, min_pairs,
+                                    paired_cov, shock_ratio, smoothing_matrix, u_thresholds, unit_sd,
+                                    unit_u_threshold)
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,35 @@ class UShapeConfig:
             raise ValueError(f"UShapeConfig.metric must be 'mlp' or 'sum', got {self.metric!r}")
 
 
+U_LEVELS = ("phenomenon",)  # the curves searched by default (the paper's level), by `probes report` and `curves`
+FALSE_U_BUDGET = 0.5  # false U's expected at most in one search (a report, or `probes curves`' output)
+
+
+def curve_benchmarks(table) -> list[str]:
+    """Benchmarks with a curve: scored at two or more checkpoints of some run. "<name>_all" (every pair
+    at the last checkpoint only) is not one: it feeds the final-accuracy table and the scaling view."""
+    from probes.evals.files import ALL_SUFFIX
+
+    n = table.groupby(["benchmark", "run"])["step"].nunique().groupby("benchmark").max()
+    return sorted(b for b, k in n.items() if k >= 2 and not str(b).endswith(ALL_SUFFIX))
+
+
+def search_config(ev, cfg: UShapeConfig, levels=U_LEVELS, false_u_budget: float = FALSE_U_BUDGET,
+                  alpha: float | None = None) -> tuple[int, UShapeConfig]:
+    """(curves a U search of ev's curve benchmarks looks at, cfg at the per-curve level that keeps the expected
+    false U's of the whole search <= false_u_budget (Bonferroni over curves; `alpha` instead if given), with
+    bootstrap and null draws enough for it). `probes report` and `probes curves` both search with it: the same
+    runs get the same answer from both."""
+    t = ev.table[ev.table.benchmark.isin(curve_benchmarks(ev.table))]
+    n = 0
+    for _, g in t.groupby(["model", "budget", "benchmark"], dropna=False):
+        if g.step.nunique() >= 4:
+            n += g.phenomenon.nunique() * ("phenomenon" in levels) + g.paradigm.nunique() * ("paradigm" in levels)
+    alpha = min(cfg.alpha, false_u_budget / max(n, 1)) if alpha is None else alpha
+    return n, dataclasses.replace(cfg, alpha=alpha, n_boot=max(cfg.n_boot, math.ceil(10 / alpha)),
+                                  n_null=max(cfg.n_null, math.ceil(40 / alpha)))
+
+
 def scales(x: np.ndarray, cfg: UShapeConfig) -> list[tuple[str, np.ndarray]]:
     """(name, matrix) of the curves the detector looks at: raw checkpoints and/or smoothed."""
     return ([("raw", np.eye(len(x)))] if cfg.raw else []) + (
@@ -106,38 +138,40 @@ def scales(x: np.ndarray, cfg: UShapeConfig) -> list[tuple[str, np.ndarray]]:
 
 
 def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig,
-                  onset_index: int = 0, rng: np.random.Generator | None = None, dispersion: float = 1.0) -> list[dict]:
+                  onset_index: int = 0, rng: np.random.Generator | None = None, shock: float = 1.0) -> list[dict]:
     """Statistical U's of one unit (a paradigm, or a phenomenon: the mean of its paradigms), one dict each.
 
     x: (n_steps,) log10 tokens; mats[s][k]: (n_steps, n_pairs_k) 0/1 outcomes of seed s on paradigm k. Each
     candidate of find_u_shapes at each scale gets its scale's noise threshold, seed agreement, a bootstrap
     (seeds, then pairs within paradigm and seed; the same pairs at every checkpoint) of its drop, recovery
     and peak level, its kind and a verdict (VERDICTS); of a dip both scales find, the accepted (else the
-    relatively deeper) one is kept. onset_index: first checkpoint no longer near-random; dispersion: the
-    checkpoints' variance over the binomial (unoise.dispersion), used where above 1."""
+    relatively deeper) one is kept. onset_index: first checkpoint no longer near-random; shock: the noise the
+    checkpoints add beyond the pairs' own, in binomial variances (group_shock; NaN: 1, as if unpaired).
+
+    The noise a U must beat is paired: the same pairs at every checkpoint vary together (paired_cov, mostly a
+    shift of the whole curve), and only the model's own moves between checkpoints (shock) make dips."""
     rng = rng or np.random.default_rng(cfg.seed)
-    inflate = math.sqrt(dispersion) if dispersion > 1 else 1.0
+    shock = shock if np.isfinite(shock) else 1.0
     sd, n_unit = unit_sd(mats)
     sd_worst, _ = unit_sd(mats, worst_case=True)
     n_seeds, n_par = len(mats), len(mats[0])
     mats = [[_impute(np.asarray(m, dtype=float)) for m in seed] for seed in mats]
+    cov = paired_cov(mats) + np.diag(shock * sd ** 2)
     raw_seed = np.array([np.mean([m.mean(axis=1) for m in seed], axis=0) for seed in mats])
     looks = scales(x, cfg)
-    level = 1 - cfg.alpha / len(looks)  # Bonferroni over the scales looked at
-    # At a sharp bend the smoother overshoots and draws a dip of its own: the smaller of the drop and rise
-    # of the closest monotone curve (isotonic), smoothed, is added to each scale's threshold (0 on raw).
+    # The null: the closest monotone curve (isotonic, rising or falling) plus the noise; at its bends the
+    # smoother overshoots and draws a dip of its own, which the threshold then includes.
     mean = raw_seed.mean(axis=0)
     iso = min((isotonic_regression(mean, increasing=up).x for up in (True, False)), key=lambda f: np.sum((f - mean) ** 2))
+    thresholds = u_thresholds(iso, cov, [W for _, W in looks], cfg.alpha, cfg.n_null, rng)
+    c_units = unit_u_threshold([W for _, W in looks], cfg.alpha, cfg.n_null, cfg.seed)
     cands = []  # (scale, W, curve, seed curves, UShape, r_max, threshold, one-seed threshold)
-    for name, W in looks:
+    for (name, W), c, c_unit in zip(looks, thresholds, c_units):
         seed_curves = raw_seed @ W.T
         curve = seed_curves.mean(axis=0)
         found = find_u_shapes(curve, cfg.delta)
         if not found:
             continue
-        c = noise_threshold(sd * inflate, W, level, cfg.n_null, rng) + float(min(max_drawdown(W @ iso),
-                                                                             max_drawdown(-W @ iso)))
-        c_unit = unit_threshold(x, W, level, cfg.n_null, cfg.seed) * inflate
         c_thin = float(np.max(sd_worst) / 0.5 * c_unit)  # same draws' law at p = 0.5, this unit's pairs
         for u in found:
             r_max = u.trough + int(np.argmax(curve[u.trough:] >= u.recovered_to - 1e-12))
@@ -188,11 +222,11 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
         if n_seeds == 1 and u_depth <= c_thin:  # the pairs it would need: the run's one figure (pairs_needed)
             verdict = "too_thin"
             reason = (f"{n_unit:.0f} pairs per paradigm: too few to accept a U of depth {u_depth:.2f} "
-                      f"with one seed (binomial noise alone makes drops of {c_thin:.2f} on this schedule)")
+                      f"with one seed (binomial noise alone makes U's of {c_thin:.2f} on this schedule)")
         elif u_depth <= c:
             verdict = "below_noise"
-            reason = f"depth {u_depth:.3f} <= {c:.3f}, the deepest drop noise makes on this schedule" + (
-                f" (binomial variance x {inflate ** 2:.2f}, the checkpoints' measured dispersion)" if inflate > 1 else "")
+            reason = (f"depth {u_depth:.3f} <= {c:.3f}, the deepest U noise makes on the closest monotone curve (the "
+                      f"pairs' paired noise + {shock:.2f} binomial variances of checkpoint noise)")
         elif not boot_ok:
             verdict, reason = "not_significant", f"bootstrap (seeds, then pairs) p_drop={p_drop:.3f}, p_recovery={p_rec:.3f}"
         elif agreement < cfg.min_seed_agreement:
@@ -218,20 +252,39 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
     return sorted(kept, key=lambda r: r["peak"])
 
 
+def group_shock(x: np.ndarray, units: list[list[list[np.ndarray]]]) -> float:
+    """unoise.shock_ratio of a group's curves (units: each unit's mats, as analyse_curve takes them): the
+    checkpoint noise beyond the pairs' own, in binomial variances, that analyse_curve adds (its `shock`)."""
+    curves, covs, binom = [], [], []
+    for mats in units:
+        sd, _ = unit_sd(mats)
+        mats = [[_impute(np.asarray(m, dtype=float)) for m in seed] for seed in mats]
+        curves.append(np.mean([np.mean([m.mean(axis=1) for m in seed], axis=0) for seed in mats], axis=0))
+        covs.append(paired_cov(mats))
+        binom.append(sd ** 2)
+    return shock_ratio(x, np.array(curves), np.array(covs), np.array(binom)) if units else float("nan")
+
+
 def count_ushapes(us) -> dict[str, int]:
-    """Accepted U's of a STAT_COLUMNS table: "learning" (peak after step 0) apart from "from_step0" (the
-    untrained model's accuracy is its initialisation's: such a dip is no evidence of unlearning)."""
+    """Accepted U's of a STAT_COLUMNS table: "learning" (peak above chance after step 0), "chance_dip" (peak
+    after step 0 but not above chance: no knowledge lost) and "from_step0" (the untrained model's accuracy is
+    its initialisation's: such a dip is no evidence of unlearning)."""
     if us is None or not len(us):
-        return {"learning": 0, "from_step0": 0}
+        return {"learning": 0, "chance_dip": 0, "from_step0": 0}
     acc = us[us["accepted"].astype(bool)]
-    step0 = int((acc["peak_step"] == 0).sum())
-    return {"learning": len(acc) - step0, "from_step0": step0}
+    step0 = acc["peak_step"] == 0
+    chance = int(((acc["kind"] == "chance_dip") & ~step0).sum())
+    return {"learning": len(acc) - int(step0.sum()) - chance, "chance_dip": chance, "from_step0": int(step0.sum())}
 
 
 def count_text(us) -> str:
-    """'2 learning U-shape(s) (+1 peaking at step 0, the untrained model)': the console's count."""
+    """'1 learning U, 2 chance dips (peak not above chance), 0 dips peaking at step 0 (the untrained model)':
+    the console's and report.md's count."""
     c = count_ushapes(us)
-    return f"{c['learning']} learning U-shape(s) (+{c['from_step0']} peaking at step 0, the untrained model)"
+    n = lambda k, one, many: f"{k} {one if k == 1 else many}"  # noqa: E731
+    return ", ".join([n(c["learning"], "learning U", "learning U's"),
+                      n(c["chance_dip"], "chance dip", "chance dips") + " (peak not above chance)",
+                      n(c["from_step0"], "dip", "dips") + " peaking at step 0 (the untrained model)"])
 
 
 def _paradigm_columns(o) -> dict[str, np.ndarray]:
@@ -266,24 +319,46 @@ def _paradigm_means(hit: np.ndarray, present: np.ndarray, o, names: list[str]) -
     return out
 
 
+# "pairs needed" is where a planted U is found 80 % of the time: z of 0.8, and the factor on the pairs by which
+# the formula fell short of that on bench_ushape --part laptop (depth 0.10: recall 0.70 at 24 pairs and 0.82 at
+# 30, 60 groups each: 80 % at ~29 by probit in sqrt(pairs), where the formula alone says 16.3)
+RECALL_Z, RECALL_CAL = 0.8416, 1.77
+
+
 def pairs_needed(rows, cfg: UShapeConfig) -> dict:
     """The one "pairs or seeds needed" figure of a model x budget x benchmark (rows: its EvalSet table rows),
     quoted by report.md's summary, the one-seed note and paper_ushapes.csv: the pairs per paradigm per seed
-    (or seeds at these pairs) a U of depth cfg.delta on a phenomenon of the median number of paradigms
-    needs to clear binomial noise on this schedule (unoise.min_pairs), and the sentence (`needed`)."""
+    (or seeds at these pairs) at which the detector finds a U of depth cfg.delta on a phenomenon of the median
+    number of paradigms 80 % of the time, at the checkpoints' measured noise (unoise.dispersion of these rows'
+    phenomenon curves, in binomial variances; 1 where unmeasured), and the sentence (`needed`). At n pairs
+    (times paradigms and seeds) the noise, the threshold c and the U's depth estimate all scale as 1 / sqrt(n),
+    so the depth d is found 80 % of the time where d = (c1 + 0.84 s1) sqrt(D / n): c1 the threshold at one
+    pair (sd 0.5 at each checkpoint, the report's level), s1 = 0.5 sqrt(2) the sd of a drop at one pair; the n
+    this gives times RECALL_CAL, its shortfall on the bench."""
     from probes.analysis.evalset import log_tokens
 
-    x = log_tokens(np.sort(rows.tokens.unique()))
-    looks = scales(x, cfg)
-    c_unit = min(unit_threshold(x, W, 1 - cfg.alpha / len(looks), cfg.n_null, cfg.seed) for _, W in looks)
+    metric = f"acc_{cfg.metric}"
+    by_step = rows.groupby("step").tokens.mean()
+    x = log_tokens(by_step.to_numpy(dtype=float))
+    ri, runs = pd.factorize(rows.run, sort=True)
+    si = np.searchsorted(by_step.index.to_numpy(), rows.step.to_numpy())
+    pi, pars = pd.factorize(rows.paradigm, sort=True)
+    means, counts = np.full((len(runs), len(x), len(pars)), np.nan), np.zeros((len(runs), len(x), len(pars)))
+    means[ri, si, pi], counts[ri, si, pi] = rows[metric].to_numpy(dtype=float), rows.n_pairs.to_numpy(dtype=float)
+    units = [list(g) for g in pd.Series(pi).groupby(rows.phenomenon.to_numpy()).agg(lambda v: sorted(set(v)))]
+    D = dispersion(x, means, counts, units)
+    D = D if np.isfinite(D) else 1.0
+    c1 = min(unit_u_threshold([W for _, W in scales(x, cfg)], cfg.alpha, cfg.n_null, cfg.seed))
+    c_unit = (c1 + RECALL_Z * 0.5 * math.sqrt(2)) * math.sqrt(D)
     K = int(rows.groupby("phenomenon").paradigm.nunique().median())
     n_pp, S = float(rows.n_pairs.median()), rows.run.nunique()
-    need = math.ceil(min_pairs(cfg.delta, c_unit, K) / S)
-    seeds = math.ceil((c_unit / cfg.delta) ** 2 / (K * max(n_pp, 1)))
+    need = math.ceil(RECALL_CAL * min_pairs(cfg.delta, c_unit, K) / S)
+    seeds = math.ceil(RECALL_CAL * (c_unit / cfg.delta) ** 2 / (K * max(n_pp, 1)))
     return {"n_seeds": S, "u_depth": cfg.delta, "paradigms_per_phenomenon": K, "pairs_per_paradigm": n_pp,
-            "pairs_needed_per_seed": need, "seeds_needed": seeds,
+            "checkpoint_dispersion": D, "pairs_needed_per_seed": need, "seeds_needed": seeds,
             "needed": f"a U of depth {cfg.delta} on a phenomenon ({K} paradigms) needs {need} pairs per paradigm per "
-                      f"seed at {S} seed{'s' if S > 1 else ''}, or {seeds} seeds at these {n_pp:.0f} pairs"}
+                      f"seed at {S} seed{'s' if S > 1 else ''}, or {seeds} seeds at these {n_pp:.0f} pairs, to be "
+                      f"found 80 % of the time (checkpoint noise {D:.2f} binomial variances)"}
 
 
 def thin_note(label: str, rows, cfg: UShapeConfig) -> str:
@@ -378,13 +453,13 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
         if len(outs) == 1:
             rows_g = ev.table[ev.table.run.isin(runs) & (ev.table.benchmark == bench)]
             (notes if evidence is None else evidence).append(thin_note(cell, rows_g, cfg))
-        # how much more than binomial noise this group's curves move between checkpoints, per level
-        col = {p: j for j, p in enumerate(names)}
-        counts = np.stack([np.broadcast_to(np.bincount(o.row_paradigm, minlength=len(o.paradigms))[
-            [list(o.paradigms).index(p) for p in names]], par_curve.shape) for o in outs]).astype(float)
-        disp = {lv: dispersion(x, seed_par, counts, [[col[p] for p in ps] for v, _, _, ps in units
-                                                     if v == lv and all(p in col for p in ps)]) for lv in levels}
-        spread += list(disp.values())
+        # the noise this group's checkpoints add beyond the pairs' own, per level (in binomial variances)
+        col = set(names)
+        @functools.cache
+        def shock(lv: str) -> float:  # once a curve of the level has a candidate (per-pair data costs)
+            spread.append(group_shock(x, [[[b[:, c[p]] for p in ps] for b, c in zip(*per_pair())]
+                                          for v, _, _, ps in units if v == lv and all(p in col for p in ps)]))
+            return spread[-1]
         for level, ph, par, paradigms in units:
             if not all(p in h for h in have for p in paradigms):
                 notes.append(f"{cell}/{par or ph}: not in every seed; skipped")
@@ -393,8 +468,8 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
             if not any(find_u_shapes(np.mean([s[p] for p in paradigms], axis=0), cfg.delta) for s in at_scale):
                 continue
             mats = [[b[:, c[p]] for p in paradigms] for b, c in zip(*per_pair())]
-            for u in analyse_curve(x, mats, cfg, onset, rng, disp[level]):
-                row = {"model": model, "budget": budget, "benchmark": bench, "level": level, "noise_dispersion": disp[level],
+            for u in analyse_curve(x, mats, cfg, onset, rng, shock(level)):
+                row = {"model": model, "budget": budget, "benchmark": bench, "level": level, "noise_dispersion": shock(level),
                        "phenomenon": ph, "paradigm": par, "metric": metric, "runs": " ".join(sorted(runs))}
                 for name in ("peak", "trough", "recovery"):
                     row[f"{name}_step"] = int(steps[u[name]])
@@ -408,8 +483,9 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
             f"{n_curves} curve(s) examined (paradigms and phenomena, per model x budget x benchmark); each has at "
             f"most a {cfg.alpha:.0%} chance of a false U (curves flat at chance; rising curves far less, see "
             f"bench/bench_ushape.py), so up to {cfg.alpha * n_curves:.1f} accepted U's could be noise, most likely "
-            "among chance_dip ones; the noise to beat is binomial noise times the checkpoints' measured dispersion "
-            + (f"(here {np.nanmin(spread):.2f}-{np.nanmax(spread):.2f}; below 1 counts as 1)"
-               if np.isfinite(spread).any() else
-               f"(not measured: fewer than {MIN_RESIDUALS} checkpoint residuals; binomial assumed)"))
+            "among chance_dip ones; the noise to beat is the pairs' own (the same pairs at every checkpoint) plus "
+            "the noise the checkpoints add beyond it, measured on the curves "
+            + (f"(here {np.nanmin(spread):.2f}-{np.nanmax(spread):.2f} binomial variances, column noise_dispersion)"
+               if np.isfinite(spread).any() else "(not measured: no curve had a candidate)" if not spread else
+               f"(not measured: fewer than {MIN_RESIDUALS} checkpoint residuals; one binomial variance assumed)"))
     return df, notes

@@ -61,6 +61,22 @@ def pair_set(pairs: Iterable, key: Callable[[object], tuple] = pair_key) -> str:
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
+def file_pair_set(path: Path) -> str:
+    """An eval file's pair_set: its metadata's, else computed from its rows as the writers compute it (pair_key), so a
+    file from before the fingerprint is never matched on (paradigm, pair_id) alone; EvalInputError without either."""
+    import pyarrow.parquet as pq
+
+    try:
+        fp = json.loads((pq.read_schema(path).metadata or {}).get(META_KEY, b"{}")).get("pair_set")
+        if fp:
+            return fp
+        t = pq.read_table(path, columns=["paradigm", "pair_id", "good", "bad"]).to_pydict()
+    except Exception:  # unreadable, or a column missing: pyarrow's errors are of several types
+        raise EvalInputError(f"{path}: no pair_set in its metadata and no readable paradigm, pair_id, good and bad "
+                             "columns to compute one from: its pairs cannot be told from others under the same ids") from None
+    return pair_set(zip(t["paradigm"], t["pair_id"], t["good"], t["bad"]), key=lambda r: (r[0], str(r[1]), r[2], r[3]))
+
+
 def eval_meta(*, step: int, tokens: int, benchmark: str, model_dir: Optional[Path], tokenizer: str,
               dtype: Optional[str], bf16: bool, manifest: Optional[str], n_pairs: int, pair_set: str,
               kind: str = MINIMAL_PAIRS, **extra) -> dict:

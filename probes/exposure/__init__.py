@@ -8,4 +8,5 @@ KIND = "exposure"
 
 FAMILY = Family(kind=KIND, commands=(("exposure", "probes.exposure.run:main",
                                       "count each pair's verbatim and critical n-gram exposure in the stream a run "
-                                      "trained on, per checkpoint -> RUN_DIR/exposure/<benchmark>.parquet"),))
+                                      "trained on, per checkpoint -> RUN_DIR/exposure/<benchmark>.parquet, and n-gram "
+                                      "baselines on the same tokens -> <benchmark>.ngram.parquet"),))

@@ -1,5 +1,6 @@
 """`python -m probes exposure RUN_DIR [RUN_DIR ...]`: how often each probed pair's sentences and critical n-grams
-occurred in the tokens trained by every saved checkpoint, written as RUN_DIR/exposure/<benchmark>.parquet.
+occurred in the tokens trained by every saved checkpoint, written as RUN_DIR/exposure/<benchmark>.parquet, and
+n-gram baselines estimated from those tokens (probes/exposure/ngram.py) as <benchmark>.ngram.parquet.
 
 The stream is read through train's stream code (train/batch.py) from the token store the run's checkpoints
 record; counts are cached per stream and query set beside the token store (cache_dir/exposure/), so runs with
@@ -23,6 +24,7 @@ from probes.analysis.evalset import _eval_paths
 from probes.evals.files import META_KEY, eval_file_meta, pair_set
 from probes.exposure import KIND
 from probes.exposure.count import Queries
+from probes.exposure.ngram import ORDERS, SMOOTHING, ngram_frame, windows
 from probes.scoring.primitive import sentence_ids
 from train.batch import batch_ids, load_run_config, stream_of
 from train.cli import exit_on_user_error
@@ -166,15 +168,16 @@ def exposure_path(run_dir: Path, benchmark: str) -> Path:
     return Path(run_dir) / "exposure" / f"{benchmark}.parquet"
 
 
-def read_exposure(path: Path, stream: Optional[dict] = None) -> tuple[pd.DataFrame, dict]:
-    """(rows, metadata) of an exposure file; InputFileError for a damaged one, one of another kind, or one
-    counted over another stream than `stream` (stream_identity of the run it is read for)."""
+def read_exposure(path: Path, stream: Optional[dict] = None, kind: str = KIND) -> tuple[pd.DataFrame, dict]:
+    """(rows, metadata) of an exposure file (`kind` "ngram": its n-gram baseline file); InputFileError for a
+    damaged one, one of another kind, or one counted over another stream than `stream` (stream_identity of the
+    run it is read for)."""
     path = Path(path)
     meta = json.loads((pq.read_schema(path).metadata or {}).get(META_KEY, b"{}"))
     if problem := sum_problem(path, meta):
         raise InputFileError(problem)
-    if meta.get("kind") != KIND:
-        raise InputFileError(f"{path}: kind {meta.get('kind')!r}, not an {KIND} file")
+    if meta.get("kind") != kind:
+        raise InputFileError(f"{path}: kind {meta.get('kind')!r}, not an {kind} file")
     if stream is not None and meta.get("stream") != stream:
         diff = sorted(k for k in stream if meta.get("stream", {}).get(k) != stream[k])
         raise InputFileError(f"{path}: counted over another stream than its run's (differs in {', '.join(diff)}); "
@@ -185,12 +188,15 @@ def read_exposure(path: Path, stream: Optional[dict] = None) -> tuple[pd.DataFra
 def exposure_run(run_dir: Path, names: list[str], cache_dir: Optional[Path] = None) -> Iterator[Path]:
     cfg, steps, tokenizer, store, stream = open_run(run_dir, cache_dir)
     ident = stream_identity(cfg, store, stream)
-    bits = max(int(store.meta.get("vocab_size", len(tokenizer))) - 1, 1).bit_length()
+    vocab = int(store.meta.get("vocab_size", len(tokenizer)))
+    bits = max(vocab - 1, 1).bit_length()
     for name, pairs in _pairs(run_dir, names).items():
         texts = list(dict.fromkeys([*pairs["good"], *pairs["bad"]]))
-        ids = {t: tuple(s[1:]) for t, s in zip(texts, sentence_ids(tokenizer, texts))}  # without the start id
+        full = {t: tuple(s) for t, s in zip(texts, sentence_ids(tokenizer, texts))}
+        ids = {t: s[1:] for t, s in full.items()}  # without the start id
         seqs = [*ids.values()] + [g for a, b in zip(pairs["good"], pairs["bad"]) for n in NS
                                   for x, y in ((a, b), (b, a)) for g in critical_ngrams(ids[x], ids[y], n)]
+        seqs += [w for s in full.values() for w in windows(s)]  # the n-gram baseline's, counted in the same pass
         queries = Queries(seqs, bits)
         cache = Path(cfg.data.cache_dir if cache_dir is None else cache_dir).expanduser() / "exposure" / \
             f"{_cache_key(ident, queries)}.npz"
@@ -200,6 +206,10 @@ def exposure_run(run_dir: Path, names: list[str], cache_dir: Optional[Path] = No
                     pairs.itertuples(), lambda p: (p.paradigm, str(p.pair_id), p.good, p.bad)),
                 "ngram_n": list(NS), CHECKSUM_KEY: CHECKSUM}
         yield _write(exposure_path(run_dir, name), df, meta)
+        tokens = {s: s * cfg.optim.global_batch * (stream.seq_len + 1) for s in steps}
+        df = ngram_frame(pairs, full, queries.index.__getitem__, counts, tokens, vocab)
+        yield _write(exposure_path(run_dir, name).with_suffix(".ngram.parquet"), df,
+                     {**meta, "kind": "ngram", "ngram_n": list(ORDERS), "smoothing": SMOOTHING, "vocab": vocab})
 
 
 def _write(path: Path, df: pd.DataFrame, meta: dict) -> Path:
