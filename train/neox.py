@@ -5,8 +5,7 @@
 
 Every key written was checked by name against gpt-neox commit NEOX_COMMIT (megatron/neox_arguments/, its
 configs/pythia/*.yml, megatron/training.py, learning_rates.py, model/transformer.py, model/activations.py).
-Tests cannot reach that repository, so they read the YAML back (tests/test_neox.py, `from_neox`).
-"""
+Tests cannot reach that repository, so they read the YAML back (tests/test_neox.py, `from_neox`)."""
 from __future__ import annotations
 
 import argparse

@@ -97,8 +97,7 @@ def elagent_section(runs: list[Run], out: Path) -> tuple[list[str], list[tuple[s
     """Markdown lines and (title, png) figures of the ELAGENT probe; ([], []) where no run has its files.
 
     Writes out/tables/elagent.csv (seed mean per model x budget x task/paradigm x metric x step),
-    out/tables/elagent_final.csv (each run's last checkpoint) and out/figures/elagent_tasks.png.
-    """
+    out/tables/elagent_final.csv (each run's last checkpoint) and out/figures/elagent_tasks.png."""
     out = Path(out)
     table = elagent_table([r[1] for r in runs], names=[r[0] for r in runs])
     if table.empty:

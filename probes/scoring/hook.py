@@ -1,7 +1,6 @@
 """The probe hook: after a checkpoint is whole, every rank scores a contiguous shard of the pairs and rank 0 writes
 ``<run>/evals/step<N>/<benchmark>.parquet``. ``ProbesConfig`` types the run's ``probes`` section: the minimal
-pairs' keys plus one section per registered family (probes/families.py); its ``build`` gives the hooks.
-"""
+pairs' keys plus one section per registered family (probes/families.py); its ``build`` gives the hooks."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, make_dataclass, replace
