@@ -137,8 +137,7 @@ def latest_resumable(run_dir: Path) -> Optional[Path]:
     return None
 
 
-def save_checkpoint(run_dir: Path, step: int, engine, tokenizer, state: dict, dist, *,
-                    with_resume: bool) -> Path:
+def save_checkpoint(run_dir: Path, step: int, engine, tokenizer, state: dict, dist, *, with_resume: bool) -> Path:
     """Collective: every rank calls it (DeepSpeed writes its shards from every rank)."""
     import torch  # here, not at the top: `verify --help` and the listings need no torch
     final = checkpoint_dir(run_dir, step)

@@ -107,8 +107,7 @@ def load_documents(cfg: DataConfig) -> tuple[datasets.Dataset, str]:
     groups = _collect_files(cfg)
     parts = []
     cache = str(Path(cfg.cache_dir).expanduser() / "datasets")
-    for fmt in sorted(groups):
-        files = groups[fmt]
+    for fmt, files in sorted(groups.items()):
         for f in files:
             _check_file(f, fmt, cfg.text_field, Path(cfg.cache_dir).expanduser())
         kwargs = {"sample_by": "paragraph"} if fmt == "text" else {}

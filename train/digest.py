@@ -1,7 +1,6 @@
 """sha256 of checkpoint files, each computed once: while the file is written (optimizer and RNG state, bf16
 weights), else read once and remembered for the process, keyed by the file's identity (path, inode, size,
-mtime), so the manifest does not read back a 1.4B checkpoint's ~17 GB (10-80 s per checkpoint).
-"""
+mtime), so the manifest does not read back a 1.4B checkpoint's ~17 GB (10-80 s per checkpoint)."""
 from __future__ import annotations
 
 import hashlib

@@ -134,8 +134,7 @@ def _open_file_in_traceback(e: BaseException) -> Path | None:
             tb = tb.tb_next
         for frame in reversed(frames):
             for value in frame.f_locals.values():
-                name = named(value) or next((n for n in map(named, getattr(value, "__dict__", {}).values())
-                                            if n), None)
+                name = named(value) or next((n for n in map(named, getattr(value, "__dict__", {}).values()) if n), None)
                 if name:
                     return Path(name)
     return None
@@ -185,8 +184,7 @@ def check_writable(directory: Path, what: str) -> None:
     try:
         fd, probe = tempfile.mkstemp(dir=existing, prefix=".write-test-")
     except OSError as e:
-        raise NotWritableError(e.errno, f"{what} {directory} is not writable: {e.strerror} "
-                               f"({existing})") from None
+        raise NotWritableError(e.errno, f"{what} {directory} is not writable: {e.strerror} ({existing})") from None
     os.close(fd)
     os.unlink(probe)
 

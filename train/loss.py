@@ -1,8 +1,7 @@
 """The language-model loss with the output layer fused into the cross-entropy, a chunk of tokens at a time
 (engine.loss_chunk; docs/speed.md, after Liger-Kernel, arXiv:2410.10989): the plain loss keeps 12 bytes per
 token per vocabulary row alive at its peak (9.2 GiB for 8 x 2048 tokens of Pythia's 50,304 rows). Numerics
-follow the plain path: bf16 matmuls under autocast, fp32 log-softmax, fp32 weight gradient sums.
-"""
+follow the plain path: bf16 matmuls under autocast, fp32 log-softmax, fp32 weight gradient sums."""
 from __future__ import annotations
 
 from typing import Optional

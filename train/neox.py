@@ -5,8 +5,7 @@
 
 Every key written was checked by name against gpt-neox commit NEOX_COMMIT (megatron/neox_arguments/, its
 configs/pythia/*.yml, megatron/training.py, learning_rates.py, model/transformer.py, model/activations.py).
-Tests cannot reach that repository, so they read the YAML back (tests/test_neox.py, `from_neox`).
-"""
+Tests cannot reach that repository, so they read the YAML back (tests/test_neox.py, `from_neox`)."""
 from __future__ import annotations
 
 import argparse
@@ -259,8 +258,7 @@ def export(overrides: Sequence[str], out_dir: Path, *, world_size: int = DEFAULT
         say(f"  - {d}")
     if compare is not None:
         shared, differ = compare_config(c, yaml.safe_load(Path(compare).read_text()) or {})
-        say(f"compared with {compare}: {len(shared)} keys in both, {len(differ)} differ"
-            + (":" if differ else ""))
+        say(f"compared with {compare}: {len(shared)} keys in both, {len(differ)} differ" + (":" if differ else ""))
         for k, a, b in differ:
             say(f"  {k}: ours {a!r}, theirs {b!r}")
     return path

@@ -6,8 +6,7 @@ pipe_parallel_size >= 1 DeepSpeed writes one LAYER_FILE per pipeline layer that 
     L+3 the final norm; L+4 final_linear (only with no_weight_tying); 1 and L+2 are functions, no file.
 With pipe_parallel_size 0 (Pythia-14M) ENGINE_FILE's `module` holds them as "sequential.<index>.<key>". Learnt
 from gpt-neox's tools/ckpts/convert_neox_to_hf.py and DeepSpeed's PipelineModule.save_state_dict (the code is
-ours); the fused QKV is laid out per head as [q, k, v] in both, so every tensor maps over unchanged.
-"""
+ours); the fused QKV is laid out per head as [q, k, v] in both, so every tensor maps over unchanged."""
 from __future__ import annotations
 
 import hashlib
@@ -251,8 +250,7 @@ def import_step(step_dir: Path, out_dir: Path, *, config: Optional[Path] = None,
     model = GPTNeoXForCausalLM(hf_config(model_config(fields), **ids))
     # the output layer's name is transformers' (lm_head in 5.x, embed_out before); tied: the embedding
     head = next(k for k in model.state_dict() if not k.startswith("gpt_neox."))
-    output = weights.pop("lm_head.weight", weights["gpt_neox.embed_in.weight"])
-    weights[head] = output
+    weights[head] = weights.pop("lm_head.weight", weights["gpt_neox.embed_in.weight"])
     with reading(step_dir, "the gpt-neox weights into HF GPTNeoX"):
         model.load_state_dict(weights, strict=True)
     state = {"step": step, "source": "gpt-neox", "neox_checkpoint": str(step_dir.resolve()),

@@ -1,8 +1,7 @@
 """What a run is about to do, printed before its first step, and the recipes too short to mean anything
 (docs/training.md): a budget of 5,000 tokens with the default 1,024-sequence batch trains 0 steps and its
 curves look like results. The warnings come once from the config alone (before the corpus is read) and again
-from the real step count.
-"""
+from the real step count."""
 from __future__ import annotations
 
 import math

@@ -6,8 +6,7 @@ vocabulary, NFKC skipped, the leading `▁` dropped); built from the model proto
 whitespace rules, piece scores or score-ranked merges) the fast tokenizer agrees with sentencepiece by
 construction (tests/test_tokenizer.py). Format 2: one control piece ``<|endoftext|>`` (id 1) is BOS, EOS
 and padding, as in Pythia; the saved tokenizer recognises it in text (``tok(tok.bos_token + s)``), while
-corpus and benchmark text is encoded with ``split_special_tokens=True``, so a literal one stays text.
-"""
+corpus and benchmark text is encoded with ``split_special_tokens=True``, so a literal one stays text."""
 from __future__ import annotations
 
 import hashlib

@@ -1,8 +1,7 @@
 """The weights of a run's checkpoints as one trajectory: per tensor, how far each checkpoint is from step 0,
 from the final model and from its neighbours, and which checkpoints hold identical values. `train verify`
 turns these into findings (docs/verify.md: why the detour ratio, why small tensors are pooled per layer).
-One pass: each tensor read once per checkpoint, beside step 0's, the final model's and the previous two.
-"""
+One pass: each tensor read once per checkpoint, beside step 0's, the final model's and the previous two."""
 from __future__ import annotations
 
 import hashlib

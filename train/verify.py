@@ -1,11 +1,8 @@
 """`python -m train verify RUN_DIR [RUN_DIR ...]`: can the checkpoints of a run be trusted?
 
-Looks in every checkpoint under RUN_DIR/checkpoints for the failures public suites have shipped (docs/verify.md:
-step 1 equal to step 0, byte-identical steps, an intermediate step holding the final model's shard) and for
-damage: files against manifest.json, the records agreeing with each other, and the weights as one trajectory
-(train/trajectory.py measures; the checks below turn the measures into findings). One line per finding, naming
-the file, then a summary per run. Exit status 0 when clean, 1 on any finding, 2 on a usage error.
-"""
+Every checkpoint under RUN_DIR/checkpoints against the failures public suites have shipped and against damage
+(docs/verify.md lists the checks, the output and the exit status); train/trajectory.py measures the weights as one
+trajectory, the checks below turn the measures into findings."""
 from __future__ import annotations
 
 import argparse
@@ -57,15 +54,15 @@ def weight_files(path: Path) -> list[Path]:
     return sorted(f for f in Path(path).glob("*.safetensors") if not f.name.startswith("."))
 
 
+@dataclass
 class _Checkpoint:
     """What the file checks learned about one step<N>/ directory."""
-
-    def __init__(self, step: int, path: Path):
-        self.step, self.path = step, path
-        self.state: Optional[dict] = None
-        self.manifest: Optional[dict] = None
-        self.hashes: dict[str, str] = {}  # file name -> sha256 (weights always; all files with a manifest)
-        self.weights: Optional[Weights] = None  # None: unreadable, not traced
+    step: int
+    path: Path
+    state: Optional[dict] = None
+    manifest: Optional[dict] = None
+    hashes: dict[str, str] = field(default_factory=dict)  # file name -> sha256 (weights always; all with a manifest)
+    weights: Optional[Weights] = None  # None: unreadable, not traced
 
 
 # A healthy run's detour ratios stay near 1 to √2 (at most 1.61 in 15 runs; bf16 noise alone about 2); a
@@ -372,15 +369,12 @@ def verify_run(run_dir: Path, fast: bool = False) -> RunReport:
             step = path.parent.name[4:]
             report.findings.append(Finding(int(step) if step.isdigit() else None, str(path), "eval-file",
                                            problem.removeprefix(f"{path}: ").removeprefix(f"{path} ")))
-    d_init = traj.model_distance(traj.d_init) if traj else None
-    d_final = traj.model_distance(traj.d_final) if traj else None
+    dist = ({"distance_from_init": traj.model_distance(traj.d_init),
+             "distance_from_final": traj.model_distance(traj.d_final)} if traj else {})
     row = {s: r for r, s in enumerate(traj.steps)} if traj else {}
     for ck in cks:
         entry = {"step": ck.step, "tokens": (ck.state or {}).get("tokens"), "manifest": ck.manifest is not None}
-        if ck.step in row:
-            entry["distance_from_init"] = float(d_init[row[ck.step]])
-            entry["distance_from_final"] = float(d_final[row[ck.step]])
-        report.checkpoints.append(entry)
+        report.checkpoints.append(entry | {k: float(d[row[ck.step]]) for k, d in dist.items() if ck.step in row})
     report.findings.sort(key=lambda f: (-1 if f.step is None else f.step, f.file))
     return report
 

@@ -27,8 +27,7 @@ from probes.evals.files import ALL_SUFFIX, REGIONS as GENERIC
 PHRASE_REGIONS = Path(__file__).parents[1] / "benchmarks" / "phrase_regions.json"
 # --case-study auto: the paper's paradigm (real or generated pairs), else the built-in grammar's
 # attractor paradigm (the demo), first present wins
-DEFAULT_PARADIGMS = ("npi_renhe_wh_question_subj", "npi_renhe_wh_question_subj_yikang",
-                     "sv_agreement_pp_attractor")
+DEFAULT_PARADIGMS = ("npi_renhe_wh_question_subj", "npi_renhe_wh_question_subj_yikang", "sv_agreement_pp_attractor")
 QUANTITIES = {"mean": "Δ mean log-prob per token of the region (good − bad), nats",
               "sum": "Δ summed log-prob of the region (good − bad), nats"}
 REGION_COLORS = ("tab:blue", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan",
@@ -163,15 +162,14 @@ def case_study_runs(ev: EvalSet, benchmark: str, paradigm: str,
     keys = [(run, int(step), g.iloc[0]) for (run, step), g in t.groupby(["run", "step"], sort=True)]
     paths = [Path(runs[run].path) / "evals" / f"step{step}" / f"{benchmark}.parquet" for run, step, _ in keys]
     slots = sorted({s for r in mapping[paradigm].values() for s in r}) if paradigm in mapping else None
-    frames = [(run, step, meta, df) for (run, step, meta), df in zip(keys, _read_all(paths, paradigm, slots))]
+    frames = [(*k, df) for k, df in zip(keys, _read_all(paths, paradigm, slots))]
     if not frames:
         raise EvalInputError(f"case study: no eval rows of paradigm {paradigm!r} in benchmark {benchmark!r}")
     # one region definition for the whole study: template slots where any file has them
     has_slots = [f for f in frames if any(_SLOT_COL.match(c) and f[3][c].notna().any() for c in f[3].columns)]
     if not has_slots and any(_ANY_SLOT.match(c) for f in frames for c in f[3].columns):
         # slot columns, but none for this paradigm's pairs: read the generic regions instead
-        frames = [(run, step, meta, df) for (run, step, meta), df in
-                  zip(keys, _read_all(paths, paradigm, slots, generic=True))]
+        frames = [(*k, df) for k, df in zip(keys, _read_all(paths, paradigm, slots, generic=True))]
     # the slots this paradigm's pairs have (a file holds every paradigm's slot columns)
     columns = [c for c in dict.fromkeys(c for f in (has_slots or frames) for c in f[3].columns)
                if not _SLOT_COL.match(c) or any(c in f[3] and f[3][c].notna().any() for f in has_slots)]
@@ -233,20 +231,21 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
     fig, axes = accuracy_over_deltas(tok, tok, metric, QUANTITIES[quantity].replace(" (good", "\n(good"), 6.2, 0.12, 0.9)
     top, bottom = axes[:, 0]
     plot_line(top, tok, c[f"{metric}_mean"].to_numpy(), tok, "accuracy", "0.35", band=band(metric))
-    seeds = list(runs.groupby("run", sort=True)) if runs is not None and runs["run"].nunique() > 1 else []
-    for _, r in seeds:  # each seed as a thin line beside the mean (the band is not over seeds below 3)
-        r = r.sort_values("step")
-        top.plot(10 ** log_tokens(r.tokens.to_numpy(), tok), r[metric].to_numpy(), color="0.35", lw=0.6, alpha=0.5)
+    seeds = [r.sort_values("step") for _, r in runs.groupby("run", sort=True)] \
+        if runs is not None and runs["run"].nunique() > 1 else []
+
+    def thin(ax, col: str, color) -> None:  # each seed as a thin line beside the mean (no band below 3 seeds)
+        for r in seeds:
+            ax.plot(10 ** log_tokens(r.tokens.to_numpy(), tok), r[col].to_numpy(), color=color, lw=0.6, alpha=0.5)
+
+    thin(top, metric, "0.35")
     for i, (r, slots) in enumerate(spec.regions.items()):  # a template has up to 14 slots
         color = REGION_COLORS[i % len(REGION_COLORS)]
         y = c[f"{quantity}_{r}_mean"].to_numpy(dtype=float)
         if np.isfinite(y).any():
             label = r if spec.source == "generic split" or r == slots[0] else f"{r} ({' + '.join(slots)})"
             plot_line(bottom, tok, y, tok, label, color, band=band(f"{quantity}_{r}"))
-            for _, rr in seeds:
-                rr = rr.sort_values("step")
-                bottom.plot(10 ** log_tokens(rr.tokens.to_numpy(), tok), rr[f"{quantity}_{r}"].to_numpy(), color=color,
-                            lw=0.6, alpha=0.5)
+            thin(bottom, f"{quantity}_{r}", color)
     bottom.legend(fontsize=8, loc="best", title="region", title_fontsize=8)
     bands = f"{n_seeds} seed{'s' if n_seeds > 1 else ''}; " + band_caption(c)
     n = int(c["n_region_pairs_mean"].min()), int(c["n_pairs_mean"].max())

@@ -112,8 +112,7 @@ def _plot(seeds: pd.DataFrame, aoa: pd.DataFrame, path: Path) -> Path:
                  "acquisition\nx: tokens seen (log scale); hollow marker = step 0, drawn 1 decade left",
                  fontsize=10, y=1 - 0.1 / fig.get_figheight(), va="top")
     # fixed margins (inches) for the labels: drawn once, not measured and drawn again by constrained layout
-    inch_margins(fig, left=0.75, right=0.2, top=0.8, bottom=0.4 + 0.19 * -(-len(legend) // 4), wspace=0.2,
-                 hspace=0.45)
+    inch_margins(fig, left=0.75, right=0.2, top=0.8, bottom=0.4 + 0.19 * -(-len(legend) // 4), wspace=0.2, hspace=0.45)
     return save_figure(fig, path)
 
 

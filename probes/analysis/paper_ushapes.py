@@ -1,17 +1,7 @@
-"""The ZhoBLiMP paper's U-shapes beside ours: detected, a dip not the paper's U, not detectable here, or absent.
-
-The paper (§5.4) reports phenomenon-level U's that "drop a little over 100M tokens and then rise again, e.g.
-for BA and FCI", and in its case study (npi_renhe_wh_question_subj, Figure 6) a dip over the first ~1M tokens
-that recovers around 100M. For each, per model x budget, the report's detector (ushape.analyse_curve) looks
-at that curve with its minimum depth set by the curve's own noise rather than a fixed delta:
-* detected: an accepted U whose peak, trough and recovery each lie in the paper's window for them;
-* a dip, not the paper's U: an accepted U in the paper's span with one of them outside (windows printed);
-* not detectable here: the runs do not reach the recovery, or the smallest dip this grid can tell from
-  noise is deeper than REFERENCE_DEPTH (then the run's pairs_needed figure);
-* absent: covered, detectable, and none accepted there.
-The paper gives no number for "a little": REFERENCE_DEPTH (0.05) is our reading. "Seeds agreeing" follows
-the report's rule (min_seed_agreement; with 2 seeds, 50 % is one seed).
-"""
+"""The ZhoBLiMP paper's U-shapes (§5.4: BA and FCI near 100M tokens, Figure 6's early NPI dip) beside ours, per model
+x budget: detected, a dip not the paper's U, not detectable here, or absent. The detector (ushape.analyse_curve)
+takes its minimum depth from each curve's own noise; docs/report.md ("U-shapes and the paper's U's") gives each
+status's rule."""
 from __future__ import annotations
 
 import dataclasses
@@ -24,7 +14,7 @@ import pandas as pd
 from probes.analysis.unoise import _impute, paired_cov, u_thresholds, unit_sd
 from probes.analysis.ushape import UShapeConfig, analyse_curve, group_shock, onset_index, pairs_needed, scales
 
-REFERENCE_DEPTH = 0.05
+REFERENCE_DEPTH = 0.05  # the paper gives no number for "a little": our reading
 
 
 @dataclass(frozen=True)

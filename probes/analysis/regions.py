@@ -87,8 +87,7 @@ def u_region_table(ushapes: pd.DataFrame, par_curves: pd.DataFrame, phen_curves:
     return pd.DataFrame(rows)
 
 
-def plot_regions(curve: pd.DataFrame, title: str, path, ushapes: pd.DataFrame | None = None,
-                 metric: str = "acc_mlp"):
+def plot_regions(curve: pd.DataFrame, title: str, path, ushapes: pd.DataFrame | None = None, metric: str = "acc_mlp"):
     """Accuracy (top) and mean region deltas (bottom) against tokens, U windows shaded. The axes are
     built once per process for all such figures of a report (plotting.layout_figure)."""
     c = curve.sort_values("step")

@@ -61,12 +61,15 @@ def _decode(path: Path) -> str:
         raise BenchmarkFormatError(f"{path}: not UTF-8 text ({e})") from None
 
 
+def _lines(text: str) -> list[tuple[int, str]]:
+    """(1-based line number, line without its CR) of each non-blank line. Split on "\n" only: str.splitlines would
+    also split on U+2028 etc., which JSON allows raw inside strings, and would shift every later line number."""
+    return [(n, line.rstrip("\r")) for n, line in enumerate(text.split("\n"), start=1) if line.strip()]
+
+
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(1-based line number, record) for each non-blank line; CRLF tolerated."""
-    # split on "\n" only: str.splitlines would also split on U+2028 etc., which JSON allows raw
-    # inside strings, and would shift every later line number
-    lines = [(lineno, line.rstrip("\r")) for lineno, line in enumerate(_decode(path).split("\n"), start=1)]
-    lines = [(lineno, line) for lineno, line in lines if line.strip()]
+    lines = _lines(_decode(path))
     # one parse of the whole file as a JSON array (a benchmark is ~1,000 lines; one C call instead
     # of one per line halves reading BLiMP). It holds exactly when every line is one object: a line
     # split over two, or two objects on one line, change the count or fail, and are then read line
@@ -195,10 +198,7 @@ def read_sling(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pai
 
 
 def _iter_sling_txt(file: Path) -> Iterator[tuple[int, str, str]]:
-    for lineno, line in enumerate(_decode(file).split("\n"), start=1):
-        line = line.rstrip("\r")
-        if not line.strip():
-            continue
+    for lineno, line in _lines(_decode(file)):
         parts = line.split("@@@")
         if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
             raise BenchmarkFormatError(f"{file}:{lineno}: expected 'good@@@bad', got {line!r}")
@@ -233,8 +233,7 @@ def read_climp(file: Path, root: Path, label: str, fields: FieldMap) -> list[Pai
 
 def _climp_headerless(file: Path, text: str, label: str) -> list[Pair]:
     # ba_construction_1000.csv: one sentence a line, CRLF, no header, no final newline
-    lines = [(n, s.rstrip("\r")) for n, s in enumerate(text.split("\n"), start=1)]
-    lines = [(n, s) for n, s in lines if s.strip()]
+    lines = _lines(text)
     if len(lines) % 2:
         raise BenchmarkFormatError(f"{file}:{lines[-1][0]}: odd number of sentences; lines alternate good/bad")
     name = file.stem

@@ -3,8 +3,7 @@ Table 2, App. C.3-C.4, G; docs/elagent.md lists the rules and paradigms). All si
 are ``_-``/``_+`` as the extracted paper text reads them. English sentences have the structure of the paper's seed
 sentence (C.3: "The yellow dog with a small tail chases the black cat quickly across the park"), so every rule has
 something to move; a seeded generator stands in for GPT-4 and spaCy, so the parse, and the gold translation, are
-known by construction. The demonstrations are a shared prefix: a pair differs only in the test translation.
-"""
+known by construction. The demonstrations are a shared prefix: a pair differs only in the test translation."""
 from __future__ import annotations
 
 import random

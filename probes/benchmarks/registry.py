@@ -5,8 +5,7 @@
 ONE rule for every source, after reading and before subsampling (DEDUP_RULE): a pair whose good and bad are the
 same string cannot discriminate (under the strict comparison it would count as the model's error), and a repeated
 (paradigm, good, bad) would weigh twice in its paradigm's accuracy. Pair ids stay the source's; the drops are
-counted per paradigm, logged and shown (counts on the real files: docs/probing.md, "Supported suites").
-"""
+counted per paradigm, logged and shown (counts on the real files: docs/probing.md, "Supported suites")."""
 from __future__ import annotations
 
 import argparse

@@ -4,8 +4,7 @@ literal, a vocabulary word satisfying its query, a named phrase, recursively). A
 constraints are ignored: they narrow which word is drawn, never where a slot ends, and so a vocabulary entry changed
 since the data was generated cannot fail the parse. Of a sentence's splits, the pair of parses whose shared slots
 hold the most identical text is kept; a pair that does not parse keeps no slots (callers fall back to the generic
-split).
-"""
+split)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -3,8 +3,7 @@
 pairs. ``projects/ZhoBLiMP/*.json``: one paradigm each (``good_rule``/``bad_rule``, ``sep``, ``strict_MP``,
 ``phenomenon``, ``uid``; three templates share the uid ``existential_there_subject_raising``, and a template's
 phenomenon is an older name than the released data's); ``assets/zh_phrase.json``: named phrases;
-``assets/zh_vocab_saved.tsv``: the vocabulary (one row without expression).
-"""
+``assets/zh_vocab_saved.tsv``: the vocabulary (one row without expression)."""
 from __future__ import annotations
 
 import json

@@ -90,8 +90,7 @@ def make_items(task: str, paradigm: str, n: int, shots: int, seed: int,
     """``n`` items of one paradigm, each with ``shots`` solved examples of the same paradigm before it.
 
     One generator per (seed, paradigm) (str seeds hash stably), so a paradigm's items do not depend on
-    which other paradigms are generated. The examples of an item never repeat its question.
-    """
+    which other paradigms are generated. The examples of an item never repeat its question."""
     rng = random.Random(f"elagent/{seed}/{paradigm}")
     items = []
     for i in range(n):

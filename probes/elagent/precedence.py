@@ -2,8 +2,7 @@
 multiple choice between the value under the new rule and under the usual one (more options: other precedences'
 values, as Task 2's wrong choices, C.2), answered by letter; the matched context states the usual priorities,
 its examples answered under them. Division is left out by default (``operators``): the paper's decimal answers
-(``[63.67567567567567]``) would make the comparison one of 16-digit strings; ``"+-*/"`` restores it.
-"""
+(``[63.67567567567567]``) would make the comparison one of 16-digit strings; ``"+-*/"`` restores it."""
 from __future__ import annotations
 
 import operator

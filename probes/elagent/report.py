@@ -11,9 +11,9 @@ import pandas as pd
 from probes.analysis.aggregate import seed_summary
 from probes.analysis.bands import MIN_SEEDS_T
 from probes.analysis.plotting import colors, draw_baseline, new_figure, plot_line, token_axis, write_run_figures
-from probes.evals.files import EvalInputError, eval_file_meta
 from probes.analysis.outputs import save_figure, write_csv
 from probes.analysis.scaling import budget_label
+from probes.scoring.store import kind_files
 from probes.elagent.config import BENCHMARK, ELAGENT_TASKS as TASKS, KIND  # not .score: that imports torch
 
 COLUMNS = ["run", "step", "tokens", "key", "metric", "value"]
@@ -27,22 +27,13 @@ GROUP = ["model", "budget"]
 def elagent_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = None) -> pd.DataFrame:
     """Tidy rows: run, step, tokens, key ("all", a task or a paradigm), metric (acc, acc_mean, acc_random),
     value."""
-    run_dirs = [Path(r) for r in run_dirs]
-    names = [r.name for r in run_dirs] if names is None else list(names)
     rows = []
-    for run, name in zip(run_dirs, names):
-        for path in sorted((run / "evals").glob(f"step*/{BENCHMARK}.parquet")):
-            try:
-                meta = eval_file_meta(path)
-            except EvalInputError:  # a torn file is rescored by the hook; nothing to draw
-                continue
-            if meta["kind"] != KIND:
-                continue
-            for k, v in (meta.get("summary") or {}).items():
-                key, _, metric = k.rpartition("/")
-                if metric in METRICS and v is not None:
-                    rows.append({"run": name, "step": meta["step"], "tokens": meta["tokens"], "key": key,
-                                 "metric": metric, "value": float(v)})
+    for name, _, meta in kind_files(run_dirs, names, [f"{BENCHMARK}.parquet"], KIND):
+        for k, v in (meta.get("summary") or {}).items():
+            key, _, metric = k.rpartition("/")
+            if metric in METRICS and v is not None:
+                rows.append({"run": name, "step": meta["step"], "tokens": meta["tokens"], "key": key,
+                             "metric": metric, "value": float(v)})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -106,8 +97,7 @@ def elagent_section(runs: list[Run], out: Path) -> tuple[list[str], list[tuple[s
     """Markdown lines and (title, png) figures of the ELAGENT probe; ([], []) where no run has its files.
 
     Writes out/tables/elagent.csv (seed mean per model x budget x task/paradigm x metric x step),
-    out/tables/elagent_final.csv (each run's last checkpoint) and out/figures/elagent_tasks.png.
-    """
+    out/tables/elagent_final.csv (each run's last checkpoint) and out/figures/elagent_tasks.png."""
     out = Path(out)
     table = elagent_table([r[1] for r in runs], names=[r[0] for r in runs])
     if table.empty:

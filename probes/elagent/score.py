@@ -78,8 +78,7 @@ def pair_credit(lp: np.ndarray) -> np.ndarray:
     return ((np.sign(m1) + 1) / 2 + (np.sign(m2) + 1) / 2) / 2
 
 
-def check_lengths(tokenizer, items: list[MCItem], max_positions: int | None,
-                  seq_len: int | None = None) -> None:
+def check_lengths(tokenizer, items: list[MCItem], max_positions: int | None, seq_len: int | None = None) -> None:
     """Every prompt + continuation must fit the model: refused before any checkpoint is scored, naming the
     item. Prompts longer than the windows the model was trained on (``seq_len``) fit but are read at
     positions it never trained: a warning, naming the probe."""

@@ -10,32 +10,18 @@ import pandas as pd
 from probes.analysis.outputs import save_figure, write_csv
 from probes.analysis.plotting import colors, finish_legend, new_figure, plot_line, token_axis, write_run_figures
 from probes.analysis.scaling import budget_label
-from probes.evals.files import EvalInputError, eval_file_meta
 from probes.lmeval.hook import KIND, PREFIX
+from probes.scoring.store import kind_files
 
 COLUMNS = ["run", "step", "tokens", "task", "metric", "value"]
 PLOTTED = "acc"  # the metric drawn (every metric is in the tables)
 
 
 def lmeval_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = None) -> pd.DataFrame:
-    run_dirs = [Path(r) for r in run_dirs]
-    names = [r.name for r in run_dirs] if names is None else list(names)
-    rows = []
-    for run, name in zip(run_dirs, names):
-        for path in sorted((run / "evals").glob(f"step*/{PREFIX}*.parquet")):
-            if path.name.startswith(".") or path.name.endswith(".tokens.parquet"):
-                continue
-            try:
-                meta = eval_file_meta(path)
-            except EvalInputError:  # a torn file is rescored by the hook / score-run; nothing to draw
-                continue
-            if meta.get("kind") != KIND:
-                continue
-            for metric, v in (meta.get("summary") or {}).items():
-                if metric != "sample_len" and v is not None:
-                    rows.append({"run": name, "step": meta["step"], "tokens": meta["tokens"],
-                                 "task": meta.get("task", path.stem[len(PREFIX):]), "metric": metric,
-                                 "value": float(v)})
+    rows = [{"run": name, "step": meta["step"], "tokens": meta["tokens"],
+             "task": meta.get("task", path.stem[len(PREFIX):]), "metric": metric, "value": float(v)}
+            for name, path, meta in kind_files(run_dirs, names, [f"{PREFIX}*.parquet"], KIND)
+            for metric, v in (meta.get("summary") or {}).items() if metric != "sample_len" and v is not None]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

@@ -72,8 +72,7 @@ class _HeadLSE:
 
     ``shift`` holds one logit of each row (its target's): exp(logits - shift) sums to at least 1, so it never
     underflows, and overflows only when a token is 80+ nats likelier than the target (then the chunk is redone
-    with ``torch.logsumexp``). This skips logsumexp's max pass and temporaries: its exp runs once, in place.
-    """
+    with ``torch.logsumexp``). This skips logsumexp's max pass and temporaries: its exp runs once, in place."""
 
     def __init__(self, head: torch.nn.Linear, device: torch.device, bf16: bool):
         self.head = head

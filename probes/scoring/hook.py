@@ -1,7 +1,6 @@
 """The probe hook: after a checkpoint is whole, every rank scores a contiguous shard of the pairs and rank 0 writes
 ``<run>/evals/step<N>/<benchmark>.parquet``. ``ProbesConfig`` types the run's ``probes`` section: the minimal
-pairs' keys plus one section per registered family (probes/families.py); its ``build`` gives the hooks.
-"""
+pairs' keys plus one section per registered family (probes/families.py); its ``build`` gives the hooks."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, make_dataclass, replace
@@ -181,8 +180,7 @@ class ProbeHook:
             if name not in self._pair_sets:  # the <name>_all sets, hashed once when first needed
                 self._pair_sets[name] = pair_set(pairs)
             # rank 0 decides, so every rank takes the same branch of the collective below
-            done = _broadcast(rank == 0 and eval_done(path, self._pair_sets[name], manifest, self.cfg.per_token),
-                              world)
+            done = _broadcast(rank == 0 and eval_done(path, self._pair_sets[name], manifest, self.cfg.per_token), world)
             if done:
                 if rank == 0:
                     from probes.scoring.store import read_pairs  # pandas: here, so `train plan` need not import it

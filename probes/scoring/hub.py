@@ -1,8 +1,7 @@
 """`python -m probes score-run --hub ORG/NAME --revisions pythia|step0,… --out RUN_DIR`: a public checkpoint
 suite scored into a run directory like our own runs (docs/public_suites.md: the first token, hub.json, the
 sanity warnings). Each revision is a huggingface_hub snapshot loaded through train.weights.load_causal_lm, so a
-weight that does not fit is an error, not a random tensor.
-"""
+weight that does not fit is an error, not a random tensor."""
 from __future__ import annotations
 
 import json

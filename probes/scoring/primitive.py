@@ -28,8 +28,6 @@ ENCODE = {"add_special_tokens": False, "split_special_tokens": True}
 REDUCTIONS: dict[str, Callable[[np.ndarray], float]] = {
     "sum": lambda lp: float(np.sum(lp)),
     "mean": lambda lp: float(np.mean(lp)) if len(lp) else float("nan"),
-    "surprisal": lambda lp: float(-np.sum(lp)),  # total surprisal in nats
-    "max_surprisal": lambda lp: float(-np.min(lp)) if len(lp) else float("nan"),
 }
 
 start_id = scoring_start_id  # the id prepended to every sentence

@@ -1,8 +1,7 @@
 """What `probes score` prints for a reader: accuracy per phenomenon, and whether the tokenizer can read the
 benchmark at all. One overall number hides both: the demo tokenizer (512 English pieces) writes every Chinese
 character as three byte pieces it never saw in training, so ZhoBLiMP on it gives 0.47, a number about the
-tokenizer, not syntax. The coverage check counts unknown, byte-fallback and never-seen pieces, and warns.
-"""
+tokenizer, not syntax. The coverage check counts unknown, byte-fallback and never-seen pieces, and warns."""
 from __future__ import annotations
 
 import re

@@ -6,7 +6,7 @@ import io
 import json
 import os
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import pandas as pd
 import pyarrow as pa
@@ -58,3 +58,26 @@ def read_pairs(path: Path, columns: Optional[Sequence[str]] = None) -> tuple[pd.
         return pq.read_table(path, columns=columns).to_pandas(), meta
     except Exception as e:  # pyarrow's errors for a torn file are of several types
         raise EvalInputError(f"{path}: the rows do not read ({type(e).__name__}: {e})") from None
+
+
+def kind_files(run_dirs: Sequence[Path], names: Optional[Sequence[str]], patterns: Sequence[str], kind: str,
+               skip_torn: bool = True) -> Iterator[tuple[str, Path, dict]]:
+    """(run name, file, eval_file_meta) of every eval file of `kind` in <run>/evals/step*/ matching `patterns`
+    (pattern by pattern, sorted); `names` labels the runs (default: each directory's name). `skip_torn`: a file
+    EvalInputError refuses is left out (its hook or score-run rescores it; nothing to draw), else it raises."""
+    run_dirs = [Path(r) for r in run_dirs]
+    names = [r.name for r in run_dirs] if names is None else list(names)
+    if len(names) != len(run_dirs):
+        raise ValueError(f"{len(names)} names for {len(run_dirs)} run directories")
+    for run, name in zip(run_dirs, names):
+        for path in [p for pattern in patterns for p in sorted((run / "evals").glob(f"step*/{pattern}"))]:
+            if path.name.startswith(".") or path.name.endswith(".tokens.parquet"):
+                continue
+            try:
+                meta = eval_file_meta(path)
+            except EvalInputError:
+                if not skip_torn:
+                    raise
+                continue
+            if meta.get("kind") == kind:
+                yield name, path, meta

@@ -15,7 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from probes.evals.files import TOKENS_SUFFIX, tokens_path
+from probes.evals.files import META_KEY, TOKENS_SUFFIX, EvalInputError, tokens_path
+from train.evalsums import CHECKSUM, CHECKSUM_KEY, sum_problem, write_summed
 
 SIDES = ("good", "bad")
 # per-token columns score_pairs(per_token=True) adds to its frame; split off before the eval file
@@ -44,9 +45,7 @@ def frame_columns(tokenizer, pairs, ids: list[list[int]], lps: list[np.ndarray],
 def write_eval(df, path: Path, meta: dict) -> None:
     """Write an eval file and first its sidecar (with the eval file's metadata), from ``df``'s per-token columns,
     or else remove an old sidecar."""
-    from probes.evals.files import META_KEY
     from probes.scoring.store import write_pairs
-    from train.evalsums import CHECKSUM, CHECKSUM_KEY, write_summed
 
     side = tokens_path(path)
     if not set(FRAME_COLUMNS) <= set(df.columns):
@@ -71,9 +70,6 @@ def write_eval(df, path: Path, meta: dict) -> None:
 
 def read_tokens(path: Path, paradigm: Optional[str] = None, pair_id: Optional[str] = None):
     """(rows as a list of dicts, metadata) of a sidecar; filtered to one paradigm / pair when given."""
-    from probes.evals.files import META_KEY, EvalInputError
-    from train.evalsums import sum_problem
-
     filters = [(k, "=", v) for k, v in (("paradigm", paradigm), ("pair_id", pair_id)) if v is not None]
     meta = json.loads((pq.read_schema(path).metadata or {}).get(META_KEY, b"{}"))
     if problem := sum_problem(path, meta):
@@ -178,8 +174,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("run_dir", type=Path, metavar="RUN")
     p.add_argument("--paradigm", required=True)
     p.add_argument("--pair", required=True, metavar="ID", help="the pair_id of the eval files")
-    p.add_argument("--benchmark", default=None,
-                   help="the eval file's name (default: the only benchmark with sidecars)")
+    p.add_argument("--benchmark", default=None, help="the eval file's name (default: the only benchmark with sidecars)")
     p.add_argument("--out", type=Path, default=None, metavar="FIG.png", help="draw the figure here")
     args = p.parse_args(argv)
     try:

@@ -151,8 +151,7 @@ def score_run(run_dir: Path, benchmarks: dict[str, list[Pair]], opts: ScoreOptio
                 work.setdefault(step, (ckpt, [], []))[2].append((probe, tasks))
     written = []
     for step, (ckpt, todo, tasks) in sorted(work.items()):
-        written += score_checkpoint(ckpt, run_dir, step, {n: benchmarks[n] for n in todo}, opts, say,
-                                    probe_tasks=tasks)
+        written += score_checkpoint(ckpt, run_dir, step, {n: benchmarks[n] for n in todo}, opts, say, probe_tasks=tasks)
     return written
 
 

@@ -3,8 +3,7 @@
 Each prompt starts with the scoring start token (``sentence_ids``), like every scored sentence; rows are left-padded
 (pad id, else the start id, masked) in length-sorted batches so every row's last prompt token sits where generation
 starts. A row stops at EOS, its own token budget, or once its text holds one of ``stops``; the decoded text may run
-past the stop by the rest of its token: callers cut it.
-"""
+past the stop by the rest of its token: callers cut it."""
 from __future__ import annotations
 
 from typing import Sequence

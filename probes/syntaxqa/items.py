@@ -1,6 +1,5 @@
 """Knowledge-point facts from every configured source (a PTB ``.mrg`` or ``.conllu`` file, or a directory of them,
-read recursively and sorted, so the seeded sampling after it is reproducible), with empty knowledge points reported.
-"""
+read recursively and sorted, so the seeded sampling after it is reproducible), with empty knowledge points reported."""
 from __future__ import annotations
 
 import warnings

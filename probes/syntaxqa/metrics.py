@@ -1,8 +1,7 @@
 """Answer matching for fill-in-the-blank, and the overall accuracy OA. Words: runs of letters/digits, and each CJK
 character alone, case and punctuation dropped ("Pierre Vinken , 61" matches "Pierre Vinken, 61"; 加速度 is three
 words). Strict F1 counts words matching *in order* (the longest common subsequence): bag-of-words F1 would reward
-"board the".
-"""
+"board the"."""
 from __future__ import annotations
 
 import math

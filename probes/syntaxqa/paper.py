@@ -7,8 +7,7 @@ letter, "Answer: The answer is “", exemplars closed by their answer and quote,
 other knowledge points' templates and the FITB instruction lines (Figure 6: "similar to" true/false).
 
 Answers are read as docs/syntax-questions.md states (``parse_answer``); one not in the format counts wrong and is
-counted (``unparsed``).
-"""
+counted (``unparsed``)."""
 from __future__ import annotations
 
 import random

@@ -1,7 +1,6 @@
 """Records shared by the syntax-question readers: a sentence with token offsets, and a fact about it (one answer
 to one knowledge-point question about one sentence, from which questions are rendered later). Spans are token
-ranges ``[start, end)`` over the surface tokens (traces removed), so every phrase reads exactly as in the sentence.
-"""
+ranges ``[start, end)`` over the surface tokens (traces removed), so every phrase reads exactly as in the sentence."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

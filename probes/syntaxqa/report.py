@@ -15,7 +15,7 @@ from probes.analysis.bands import MIN_SEEDS_T
 from probes.analysis.outputs import save_figure, write_csv
 from probes.analysis.plotting import colors, draw_baseline, finish_legend, new_figure, plot_line, token_axis
 from probes.analysis.scaling import budget_label
-from probes.evals.files import eval_file_meta
+from probes.scoring.store import kind_files
 from probes.syntaxqa.config import KIND
 from probes.syntaxqa.records import BENCHMARK, KNOWLEDGE_POINTS, PAPER_BENCHMARK
 
@@ -46,24 +46,16 @@ def _random_rows(path: Path) -> list[tuple[str, str, float]]:
 def syntax_qa_table(run_dirs: Sequence[Path], names: Optional[Sequence[str]] = None) -> pd.DataFrame:
     """Tidy rows: run, mode, step, tokens, kp ("all" or a knowledge point), metric (PARTS, paper mode's UNPARSED,
     "<part>_random" per question type), value. ``names`` labels the runs (default: each directory's name)."""
-    run_dirs = [Path(r) for r in run_dirs]
-    names = [r.name for r in run_dirs] if names is None else list(names)
-    if len(names) != len(run_dirs):
-        raise ValueError(f"syntax_qa_table: {len(names)} names for {len(run_dirs)} run directories")
     rows = []
-    for run, name in zip(run_dirs, names):
-        paths = [p for b in (BENCHMARK, PAPER_BENCHMARK) for p in sorted((run / "evals").glob(f"step*/{b}.parquet"))]
-        for path in paths:
-            meta = eval_file_meta(path)
-            if meta["kind"] != KIND:
-                continue
-            mode = meta.get("mode") or (meta.get("config") or {}).get("mode") or "likelihood"
-            at = {"run": name, "mode": mode, "step": meta["step"], "tokens": meta["tokens"]}
-            for key, value in (meta.get("summary") or {}).items():
-                kp, _, metric = key.rpartition("/")
-                if (metric in PARTS or metric in UNPARSED) and value is not None:
-                    rows.append({**at, "kp": kp or "all", "metric": metric, "value": float(value)})
-            rows += [{**at, "kp": kp, "metric": m, "value": v} for kp, m, v in _random_rows(path)]
+    files = [f"{b}.parquet" for b in (BENCHMARK, PAPER_BENCHMARK)]
+    for name, path, meta in kind_files(run_dirs, names, files, KIND, skip_torn=False):
+        mode = meta.get("mode") or (meta.get("config") or {}).get("mode") or "likelihood"
+        at = {"run": name, "mode": mode, "step": meta["step"], "tokens": meta["tokens"]}
+        for key, value in (meta.get("summary") or {}).items():
+            kp, _, metric = key.rpartition("/")
+            if (metric in PARTS or metric in UNPARSED) and value is not None:
+                rows.append({**at, "kp": kp or "all", "metric": metric, "value": float(value)})
+        rows += [{**at, "kp": kp, "metric": m, "value": v} for kp, m, v in _random_rows(path)]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
