@@ -14,10 +14,13 @@ import pandas as pd
 from scipy.optimize import isotonic_regression
 from threadpoolctl import threadpool_limits
 
+from probes.analysis.evalfile import MISSING, MLP, SUM
+from probes.analysis.evalset import log_tokens
 from probes.analysis.scaling import budget_label
 from probes.analysis.unoise import (MIN_RESIDUALS, _impute, _resample_counts, dispersion, min_pairs,
                                     paired_cov, shock_ratio, smoothing_matrix, u_thresholds, unit_sd,
                                     unit_u_threshold)
+from probes.evals.files import ALL_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -109,8 +112,6 @@ FALSE_U_BUDGET = 0.5  # false U's expected at most in one search (a report, or `
 def curve_benchmarks(table) -> list[str]:
     """Benchmarks with a curve: scored at two or more checkpoints of some run. "<name>_all" (every pair
     at the last checkpoint only) is not one: it feeds the final-accuracy table and the scaling view."""
-    from probes.evals.files import ALL_SUFFIX
-
     n = table.groupby(["benchmark", "run"])["step"].nunique().groupby("benchmark").max()
     return sorted(b for b, k in n.items() if k >= 2 and not str(b).endswith(ALL_SUFFIX))
 
@@ -335,8 +336,6 @@ def pairs_needed(rows, cfg: UShapeConfig) -> dict:
     so the depth d is found 80 % of the time where d = (c1 + 0.84 s1) sqrt(D / n): c1 the threshold at one
     pair (sd 0.5 at each checkpoint, the report's level), s1 = 0.5 sqrt(2) the sd of a drop at one pair; the n
     this gives times RECALL_CAL, its shortfall on the bench."""
-    from probes.analysis.evalset import log_tokens
-
     metric = f"acc_{cfg.metric}"
     by_step = rows.groupby("step").tokens.mean()
     x = log_tokens(by_step.to_numpy(dtype=float))
@@ -391,11 +390,6 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
     """(DataFrame of STAT_COLUMNS, notes): every candidate U per model x budget (its runs are the seeds),
     benchmark and phenomenon/paradigm of an EvalSet; accepted=True rows are U-shapes (verdict says why
     not). The one-seed note (thin_note) goes to `evidence` if given, else to the notes."""
-    import pandas as pd
-
-    from probes.analysis.evalfile import MISSING, MLP, SUM
-    from probes.analysis.evalset import log_tokens
-
     cfg = cfg or UShapeConfig()
     rng = np.random.default_rng(cfg.seed)
     bit = MLP if cfg.metric == "mlp" else SUM
