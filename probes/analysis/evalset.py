@@ -19,6 +19,7 @@ import pandas as pd
 
 from probes.analysis.evalcache import read_benchmark
 from probes.analysis.evalfile import PairOutcomes
+from probes.analysis.outputs import fork_pool
 from probes.evals.files import ALL_SUFFIX, MINIMAL_PAIRS, REGIONS, EvalInputError, eval_kind, file_pair_set
 from probes.families import families
 from train.confighash import config_hash
@@ -249,8 +250,6 @@ def refresh_cache(run_dir: str | Path, benchmark: str) -> bool:
 def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cache: bool = True) -> EvalSet:
     """Read every eval file of every run directory (`workers` runs at once, forked; default min(4, CPUs)),
     reusing and writing the reduced caches unless cache=False. Raises EvalInputError naming what is wrong."""
-    from probes.analysis.outputs import fork_pool
-
     workers = workers or min(4, os.cpu_count() or 1)
     if not run_dirs:
         raise EvalInputError("no run directory given")

@@ -327,15 +327,12 @@ RECALL_Z, RECALL_CAL = 0.8416, 1.77
 
 
 def pairs_needed(rows, cfg: UShapeConfig) -> dict:
-    """The one "pairs or seeds needed" figure of a model x budget x benchmark (rows: its EvalSet table rows),
-    quoted by report.md's summary, the one-seed note and paper_ushapes.csv: the pairs per paradigm per seed
-    (or seeds at these pairs) at which the detector finds a U of depth cfg.delta on a phenomenon of the median
-    number of paradigms 80 % of the time, at the checkpoints' measured noise (unoise.dispersion of these rows'
-    phenomenon curves, in binomial variances; 1 where unmeasured), and the sentence (`needed`). At n pairs
-    (times paradigms and seeds) the noise, the threshold c and the U's depth estimate all scale as 1 / sqrt(n),
-    so the depth d is found 80 % of the time where d = (c1 + 0.84 s1) sqrt(D / n): c1 the threshold at one
-    pair (sd 0.5 at each checkpoint, the report's level), s1 = 0.5 sqrt(2) the sd of a drop at one pair; the n
-    this gives times RECALL_CAL, its shortfall on the bench."""
+    """The one "pairs or seeds needed" figure of a model x budget x benchmark (rows: its EvalSet table rows;
+    docs/report.md says where it is quoted) and its sentence (`needed`), at the checkpoints' measured noise D
+    (dispersion of these rows' phenomenon curves; 1 where unmeasured). At n pairs (times paradigms and seeds)
+    the noise, the threshold and the depth estimate all scale as 1 / sqrt(n), so a depth d is found 80 % of the
+    time where d = (c1 + 0.84 s1) sqrt(D / n): c1 the threshold at one pair (sd 0.5 at each checkpoint), s1 =
+    0.5 sqrt(2) a drop's sd at one pair; the n this gives times RECALL_CAL, its shortfall on the bench."""
     metric = f"acc_{cfg.metric}"
     by_step = rows.groupby("step").tokens.mean()
     x = log_tokens(by_step.to_numpy(dtype=float))
