@@ -15,6 +15,8 @@ from probes.analysis.scaling import PAPER_GROUPS, budget_label
 from probes.analysis.table4 import table4_markdown
 from probes.analysis.paperfigs import MAX_PANELS, pick
 from probes.analysis.ushape import count_ushapes, pairs_needed
+from probes.benchmarks.registry import REGISTRY
+from probes.evals.files import CONVENTIONS
 
 
 def md_table(df: pd.DataFrame, limit: int = 30, floatfmt: str = "{:.3g}") -> str:
@@ -84,9 +86,6 @@ def _summary_md(S: pd.DataFrame) -> list[str]:
 def authors_rule(bench: str, metric: str) -> str:
     """A sentence naming the decision rule the benchmark's authors use where the registry knows one
     (RuBLiMP, TurBLiMP, JBLiMP), so a reader comparing with their paper knows which rule this table is."""
-    from probes.benchmarks.registry import REGISTRY
-    from probes.evals.files import CONVENTIONS
-
     entry = REGISTRY.get(bench.removesuffix("_all"))
     rule = entry.authors_convention if entry else None
     if rule is None:

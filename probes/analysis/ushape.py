@@ -140,17 +140,14 @@ def scales(x: np.ndarray, cfg: UShapeConfig) -> list[tuple[str, np.ndarray]]:
 
 def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig,
                   onset_index: int = 0, rng: np.random.Generator | None = None, shock: float = 1.0) -> list[dict]:
-    """Statistical U's of one unit (a paradigm, or a phenomenon: the mean of its paradigms), one dict each.
-
-    x: (n_steps,) log10 tokens; mats[s][k]: (n_steps, n_pairs_k) 0/1 outcomes of seed s on paradigm k. Each
-    candidate of find_u_shapes at each scale gets its scale's noise threshold, seed agreement, a bootstrap
-    (seeds, then pairs within paradigm and seed; the same pairs at every checkpoint) of its drop, recovery
-    and peak level, its kind and a verdict (VERDICTS); of a dip both scales find, the accepted (else the
-    relatively deeper) one is kept. onset_index: first checkpoint no longer near-random; shock: the noise the
-    checkpoints add beyond the pairs' own, in binomial variances (group_shock; NaN: 1, as if unpaired).
-
-    The noise a U must beat is paired: the same pairs at every checkpoint vary together (paired_cov, mostly a
-    shift of the whole curve), and only the model's own moves between checkpoints (shock) make dips."""
+    """Statistical U's of one unit (a paradigm, or a phenomenon: the mean of its paradigms), one dict each
+    (docs/probing.md states the rule). x: (n_steps,) log10 tokens; mats[s][k]: (n_steps, n_pairs_k) 0/1 outcomes
+    of seed s on paradigm k. Each candidate of find_u_shapes at each scale gets its scale's noise threshold, seed
+    agreement, a bootstrap of its drop, recovery and peak level, its kind and a verdict (VERDICTS); of a dip both
+    scales find, the accepted (else the relatively deeper) one is kept. onset_index: first checkpoint no longer
+    near-random; shock: the noise the checkpoints add beyond the pairs' own, in binomial variances (group_shock;
+    NaN: 1, as if unpaired). The noise a U must beat is paired: the same pairs at every checkpoint vary together
+    (paired_cov, mostly a shift of the whole curve), and only the model's own moves between checkpoints make dips."""
     rng = rng or np.random.default_rng(cfg.seed)
     shock = shock if np.isfinite(shock) else 1.0
     sd, n_unit = unit_sd(mats)
