@@ -199,10 +199,9 @@ def change_units(outcomes: dict, runs: list, bit: int, benchmarks: Sequence[str]
         k, a0, a1 = o.row_paradigm[ok], (c0[ok] & bit) > 0, (c1[ok] & bit) > 0
         n = np.bincount(k)
         m0, m1, d, d2 = (np.bincount(k, x)[n > 0] / n[n > 0] for x in (a0, a1, a1 * 1.0 - a0, a1 != a0))
-        K = len(d)
         r = info[run]
         rows.append({"run": run, "model": r.model, "budget": r.budget, "seed": r.seed, "benchmark": bench,
-                     "acc": d.mean(), "var": ((d2 - d ** 2) / n[n > 0]).sum() / K ** 2, "n_pairs": int(n.sum()),
+                     "acc": d.mean(), "var": ((d2 - d ** 2) / n[n > 0]).sum() / len(d) ** 2, "n_pairs": int(n.sum()),
                      "first_acc": m0.mean(), "last_acc": m1.mean(), "first_step": int(o.steps[0]),
                      "tokens": int(o.tokens[-1])})
     out = pd.DataFrame(rows)

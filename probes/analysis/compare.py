@@ -116,12 +116,11 @@ def paired_stats(a: np.ndarray, b: np.ndarray, n_boot: int = 2000,
     multinomial draw over them: exact, O(S) memory whatever n. p and interval from the same draws (a sign test's p
     beside a bootstrap interval of the mean said p = 0.00048 with 0 inside the interval): p = 2 x the share of draws
     on the far side of 0, the interval their order statistics, so p < 1 - level exactly when 0 is outside it."""
-    a = np.atleast_2d(np.asarray(a, dtype=bool))
-    bb = np.atleast_2d(np.asarray(b, dtype=bool))
+    a, bb = (np.atleast_2d(np.asarray(x, dtype=bool)) for x in (a, b))
     if a.shape != bb.shape:
         raise ValueError(f"outcome matrices differ in shape: {a.shape} vs {bb.shape}")
     rng = rng or np.random.default_rng(0)
-    n, S = a.shape[1], a.shape[0]
+    S, n = a.shape
     d = bb.sum(axis=0).astype(np.int64) - a.sum(axis=0)  # S x the per-item difference, in integers
     p, lo, hi = 1.0, np.nan, np.nan
     if n:

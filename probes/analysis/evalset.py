@@ -25,6 +25,7 @@ from probes.families import families
 from train.confighash import config_hash
 from train.evalsums import sum_path
 from train.files import CorruptCheckpointError, manifest_hash, sha256_file, step_dirs
+from train.tokenizer import tokenizer_label
 
 
 @dataclass
@@ -101,8 +102,6 @@ def _read_run_info(run_dir: Path) -> RunInfo:
         info.model_params = parse_model_params(info.model)
     tok = cfg.get("tokenizer")
     if isinstance(tok, dict):
-        from train.tokenizer import tokenizer_label
-
         info.tokenizer = tokenizer_label(str(tok.get("kind", "")), tok.get("vocab_size"), tok.get("path"),
                                          str(tok.get("model_type", "unigram")))
     if "seed" in cfg and isinstance(model, dict):  # a config that says what was trained

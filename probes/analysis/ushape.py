@@ -75,11 +75,8 @@ VERDICTS = ("accepted", "too_thin", "below_noise", "not_significant", "seeds_dis
 @dataclass
 class UShapeConfig:
     """U-shape detection on the raw checkpoints (a dip over 2-4 sparse checkpoints, which smoothing flattens)
-    and on the curve smoothed on log tokens (a wide shallow dip). A candidate is accepted when (1) its depth
-    min(drop, recovery) exceeds the deepest drop noise alone makes anywhere on the schedule at that scale
-    (what makes looking at every checkpoint honest), (2) the bootstrap (seeds, then pairs) puts drop and
-    recovery above 0, and (3) enough seeds show it; with one seed, a U no deeper than noise at p = 0.5
-    makes is too_thin."""
+    and on the curve smoothed on log tokens (a wide shallow dip); docs/probing.md states when a candidate is
+    accepted (the noise threshold that makes looking at every checkpoint honest, the bootstrap, the seeds)."""
 
     delta: float = 0.05  # minimum drop and recovery of the curve (at its scale), in accuracy
     bandwidth: float = 0.15  # Gaussian smoothing sd in decades of tokens (log10); 0 = raw scale only
@@ -167,11 +164,8 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
     for (name, W), c, c_unit in zip(looks, thresholds, c_units):
         seed_curves = raw_seed @ W.T
         curve = seed_curves.mean(axis=0)
-        found = find_u_shapes(curve, cfg.delta)
-        if not found:
-            continue
         c_thin = float(np.max(sd_worst) / 0.5 * c_unit)  # same draws' law at p = 0.5, this unit's pairs
-        for u in found:
+        for u in find_u_shapes(curve, cfg.delta):
             r_max = u.trough + int(np.argmax(curve[u.trough:] >= u.recovered_to - 1e-12))
             cands.append((name, W, curve, seed_curves, u, r_max, c, c_thin))
     if not cands:
@@ -207,8 +201,7 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
         kind, peak_above = "", False  # not tested: below the noise threshold
         if i in row_of:
             b = boot[3 * row_of[i]: 3 * row_of[i] + 3]
-            p_drop = (1 + np.sum(b[0] <= 0)) / (cfg.n_boot + 1)
-            p_rec = (1 + np.sum(b[1] <= 0)) / (cfg.n_boot + 1)
+            p_drop, p_rec = (1 + np.sum(b[:2] <= 0, axis=1)) / (cfg.n_boot + 1)
             drop_lo, drop_hi = np.quantile(b[0], [cfg.alpha / 2, 1 - cfg.alpha / 2])
             # The peak is the highest of u.trough checkpoints, which at chance is "above chance" at its own
             # level: Bonferroni over them, with the bootstrap's normal approximation to resolve small p's.
