@@ -12,6 +12,7 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from probes.analysis.aggregate import Z975, seed_summary, t975
 from probes.analysis.evalfile import MISSING
@@ -217,8 +218,6 @@ def change_units(outcomes: dict, runs: list, bit: int, benchmarks: Sequence[str]
 def above_chance(cells: pd.DataFrame, chance: float = 0.5) -> pd.DataFrame:
     """cells (seed_bands rows) with p_above (one-sided, by the cell's own band, t or normal) and
     q_above (Benjamini-Hochberg over the phenomena of one model x budget x benchmark)."""
-    from scipy import stats
-
     out = cells.copy()
     d = (out.acc_mean - chance).to_numpy(dtype=float)
     p = np.asarray(stats.norm.sf(d / out.se.where(out.se > 0).to_numpy(dtype=float)))

@@ -41,6 +41,7 @@ from probes.analysis.scaling import (ScalingConfig, budget_label, difficulty_gro
 from probes.analysis.table4 import blimp_human, table4, zhoblimp_human
 from probes.analysis.ushape import (FALSE_U_BUDGET, U_LEVELS, UShapeConfig, count_text, curve_benchmarks,
                                     find_u_shapes_in_runs, search_config)
+from probes.families import families
 from train.cli import exit_on_user_error
 from train.errors import UserError, check_writable
 
@@ -332,8 +333,6 @@ def _log_wandb(cfg: ReportConfig, out: Path, figs) -> None:
     os.environ.setdefault("WANDB_MODE", "offline")  # never reach the network unless the user asked for it
     run = wandb.init(project=cfg.wandb_project, job_type="report", dir=str(out))
     run.log({f"report/{Path(p).stem}": wandb.Image(str(p)) for _, p in figs})
-    from probes.families import families
-
     for name in ("ushapes", "aoa_phenomenon_summary", "difficulty_groups", "scaling_overall",
                  *(t for f in families() for t in f.tables)):
         if (out / "tables" / f"{name}.csv").is_file():  # a family's tables only where runs have that probe
