@@ -196,6 +196,11 @@ def case_study_runs(ev: EvalSet, benchmark: str, paradigm: str,
     return pd.DataFrame(rows), spec
 
 
+def _caption(s: pd.DataFrame) -> str:
+    """band_caption for summarize's bands: from 3 seeds its t is over seeds alone, on the pairs scored."""
+    return band_caption(s).replace("t over seeds and pairs", "t over seeds, on these pairs")
+
+
 def summarize(runs: pd.DataFrame, spec: RegionSpec) -> pd.DataFrame:
     """Mean over seeds per model x budget x checkpoint with the band of probes.analysis.bands (a t-interval from 3
     seeds, else seed_pair_half from the seeds' standard errors over pairs and their spread); column `band`."""
@@ -247,7 +252,7 @@ def plot_case_study(s: pd.DataFrame, spec: RegionSpec, title: str, path: Path, q
             plot_line(bottom, tok, y, tok, label, color, band=band(f"{quantity}_{r}"))
             thin(bottom, f"{quantity}_{r}", color)
     bottom.legend(fontsize=8, loc="best", title="region", title_fontsize=8)
-    bands = f"{n_seeds} seed{'s' if n_seeds > 1 else ''}; " + band_caption(c)
+    bands = f"{n_seeds} seed{'s' if n_seeds > 1 else ''}; " + _caption(c)
     n = int(c["n_region_pairs_mean"].min()), int(c["n_pairs_mean"].max())
     fig.suptitle(f"{title}\n{spec.source} ({n[0]} of {n[1]} pairs) · {quantity} Δ · {bands}", fontsize=9)
     return save_figure(fig, path)
@@ -305,7 +310,7 @@ def case_study_section(ev: EvalSet, cfg: CaseStudyConfig, out: Path, jobs, metri
               f"{'difference in MLP per region: mean log-prob per token of the region, good − bad' if cfg.quantity == 'mean' else 'summed log-prob of the region, good − bad'}"
               f" ({QUANTITIES[cfg.quantity]}), averaged over the paradigm's pairs; accuracy "
               f"({'MLP' if metric == 'acc_mlp' else 'sum-LP'}) over all its pairs. Lines: mean over seeds; bands: "
-              + band_caption(s).removeprefix("bands: ")
+              + _caption(s).removeprefix("bands: ")
               + f". Both quantities (mean_<region>, sum_<region>) are in `tables/{stem}.csv` "
               f"(per run: `tables/{stem}_runs.csv`).", ""]
         drawn = 0
