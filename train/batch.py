@@ -3,10 +3,8 @@
 Step N is the N-th update (train.jsonl's "step": N; checkpoints/step<N>); its batch is the stream's batch N-1, a
 pure function of the step, the data seed and the token store, so it is rebuilt from config.yaml alone however
 many ranks trained it. A row is seq_len + 1 ids (inputs and labels). `batch_sha256`, logged for every step, is
-the sha256 of the ids as little-endian int32 in C order; this prints the same hash. The first call on a corpus and
-tokenizer records its token store in data.cache_dir/batch-index/; later ones read the store alone (no corpus
-pass, no tokenizer or torch), and `--steps A:B` (A to B inclusive) gathers many batches in one pass.
-"""
+the sha256 of the ids as little-endian int32 in C order; this prints the same hash. Later calls on a corpus and
+tokenizer read the store alone (data.cache_dir/batch-index/; docs/public_suites.md)."""
 from __future__ import annotations
 
 import argparse

@@ -8,7 +8,6 @@ import copy
 import json
 import typing
 from contextlib import contextmanager
-from dataclasses import fields
 from typing import Iterator, Optional, Sequence
 
 from hydra import compose, initialize_config_dir

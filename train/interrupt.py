@@ -1,13 +1,9 @@
-"""Stopping promptly during set-up: corpus checks, dataset loading, tokenizer training, token store.
-
-Once steps run, a signal is honoured after the step (train/preempt.py). Before the first step there is nothing
-to save, so waiting only delays (a run under `timeout 120` hung 41 minutes on a dataset worker that ignored
-SIGTERM): the handler SIGKILLs the process's own workers (a pool's teardown would wait on a stuck one) and
-raises Interrupted at once; every cache is built under a temporary name (files.built_dir), so nothing
-half-written stays. Interrupted is a BaseException so that no library's `except Exception` swallows it. Work
-in C that never returns to Python (sentencepiece's trainer) runs in a child the parent waits on (run_in_child).
-A SIGKILL runs no handler: then the kernel stops the tree, as every process below the trainer is SIGKILLed when
-its parent dies (die_with_parent, in each child and in every process forked under guard_forks).
+"""Stopping promptly during set-up: corpus checks, dataset loading, tokenizer training, token store (docs/training.md,
+"Stopping"). Before the first step there is nothing to save, so waiting only delays (a run under `timeout 120` hung
+41 minutes on a dataset worker that ignored SIGTERM): the handler SIGKILLs the process's own workers (a pool's
+teardown would wait on a stuck one) and raises Interrupted at once. Interrupted is a BaseException so that no
+library's `except Exception` swallows it. Work in C that never returns to Python (sentencepiece's trainer) runs in
+a child the parent waits on (run_in_child); every process below the trainer dies with its parent (die_with_parent).
 """
 from __future__ import annotations
 

@@ -22,8 +22,11 @@ import pandas as pd
 import scipy
 from scipy.optimize import leastsq
 
+from probes.analysis.evalfile import MISSING, MLP, SUM
 from probes.analysis.evalset import log_tokens
 from probes.analysis.unoise import smoothing_matrix
+from probes.analysis.ushape import _paradigm_columns
+from train.files import atomic_open
 
 
 @dataclass
@@ -250,8 +253,6 @@ class FitStore:
         return fit
 
     def save(self, path: Path) -> None:
-        from train.files import atomic_open
-
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(OSError), atomic_open(path, "wb", durable=False) as fh:  # a torn one is ignored
             np.savez(fh, **self.used)
@@ -418,20 +419,10 @@ def _fitted_table(table: pd.DataFrame, phen_table: pd.DataFrame, cfg: AoAConfig)
 def aoa_intervals(outcomes: dict, runs: list, summary: pd.DataFrame, aoa: pd.DataFrame, table: pd.DataFrame,
                   cfg: AoAConfig, seed: int = 0, fits: Optional[FitStore] = None) -> pd.DataFrame:
     """summary (per model x budget x benchmark x phenomenon: mean AoA over seeds) with its 95 % bootstrap
-    interval aoa_lo / aoa_hi (log10 tokens) and aoa_interval. `aoa`: the per-run table, whose fits start the
-    resamples'; `table`: an EvalSet table (a phenomenon's paradigms); `fits`: where the resamples' fits of
-    unchanged inputs are looked up (the report's FitStore: a later report refits nothing).
-
-    Seeds drawn with replacement, then each drawn seed's pairs within paradigm (the same at every
-    checkpoint); each resampled curve fitted from its curve's fit (30 batched iterations, no polish), its
-    AoA censored at the run's ends; the statistic: the mean over drawn seeds. Every resample of every group
-    with one x is one batched fit; each group draws from its own generator (seed, group), so a group found in
-    `fits` draws nothing and the others draw what they would have. aoa_interval: "determined" inside the
-    run, "not determined" where it reaches the first or last trained checkpoint, "not acquired" where no
-    seed's own curve was."""
-    from probes.analysis.evalfile import MISSING, MLP, SUM
-    from probes.analysis.ushape import _paradigm_columns
-
+    interval aoa_lo / aoa_hi (log10 tokens) and aoa_interval (docs/report.md, "Bands and intervals": the draws,
+    the batched fits, "not determined"; "not acquired": no seed's own curve was). `aoa`: the per-run table, whose
+    fits start the resamples' (30 batched iterations, no polish; AoA censored at the run's ends); `table`: an
+    EvalSet table; `fits`: the report's FitStore, where unchanged inputs' resample fits are looked up."""
     fits = fits if fits is not None else FitStore()
     bit = MLP if cfg.metric == "mlp" else SUM
     members = table[["benchmark", "phenomenon", "paradigm"]].drop_duplicates()

@@ -1,33 +1,21 @@
-"""Curves with the interval the data can support: seeds and pairs as two random levels.
-
-The estimand of a seed mean (a learning-curve point, a Table-4 or scaling cell, a change from step 0) is the
-recipe's: E over the recipe's population of seeds of the accuracy on the benchmark's population of pairs (a
-`<name>_all` benchmark is scored on all its pairs: no pair term). Every seed scores the same pairs, so the
-seed mean's variance is seed-between variance / S (the seeds' sd over S: it holds their seed x pair wobble)
-plus the pairs' shared variance: pair_var = sum_k var_i(mean over seeds of pair i's score) / n_k / K^2 over
-the K paradigms of the unit (shared_pair_var, from the per-pair outcomes; its wobble part, /S, is counted
-twice: a little safe), or without per-pair data its bound P = mean_j v_j, v_j = sum_k p_k (1 - p_k) / n_k / K^2
-(seed j's pair-bootstrap variance). The band (column `band`, bench/bench_coverage.py measures each) is
-* `t` with >= MIN_SEEDS_T seeds: half-width sqrt(t975(S - 1)^2 sd^2 / S + Z975^2 pair_var): each part with
-  its own quantile, the pair term taken as known (its df is in the hundreds). Welch-Satterthwaite's df, tried
-  first, covered 0.92 at 3 seeds where the seeds dominate (bench); this is exact at either end, safe between;
-* `pooled-t` with 2 seeds: the same, its seed variance pooled over the units of a pool group (`pool_keys`:
-  the phenomena or paradigms of one model x budget x checkpoint step; for "overall", the model x budget cells
-  of the benchmark at that step), df = sum (S_i - 1); assumes they share one seed variance (band_caption);
-* `seed-pair-bootstrap` with 2 seeds and nothing to pool (pooled df < 2): the hierarchical bootstrap of the seed
-  mean, computed exactly: Var M* = sum_j v_j / S^2 + (S - 1) sd^2 / S^2, normal interval. It cannot reach 95 %;
-* `pair-bootstrap` with one seed: pairs only; seed variation is not measured at all.
-The last two carry the coverage the bench measured in every label (COVERAGE), never "95 %". Column `band_df`:
-the seed variance's df, S - 1 or pooled sum (S_i - 1) (NaN for the bootstraps); `se`: half-width / t975(band_df).
-"""
+"""Curves with the interval the data can support: seeds and pairs as two random levels (docs/report.md, "Bands
+and intervals": the estimand, the variance of a seed mean, the four band kinds; bench/bench_coverage.py measures
+each). Why the `t` band is sqrt(t975(S - 1)^2 sd^2 / S + Z975^2 pair_var), each part with its own quantile and
+the pair term taken as known (its df is in the hundreds): Welch-Satterthwaite's df, tried first, covered 0.92 at
+3 seeds where the seeds dominate; this is exact at either end, safe between. shared_pair_var's wobble part (/S)
+is counted twice: a little safe. The bootstraps cannot reach 95 %: their labels carry the coverage the bench
+measured (COVERAGE), never "95 %". Column `band_df`: the seed variance's df, S - 1 or pooled sum (S_i - 1) (NaN
+for the bootstraps); `se`: half-width / t975(band_df)."""
 from __future__ import annotations
 
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
-from probes.analysis.aggregate import Z975, t975
+from probes.analysis.aggregate import Z975, seed_summary, t975
+from probes.analysis.evalfile import MISSING
 from probes.evals.files import ALL_SUFFIX
 
 MIN_SEEDS_T = 3
@@ -77,8 +65,6 @@ def shared_pair_var(outcomes: dict, runs: list, bit: int, change: bool = False) 
     pair interaction's mean square (seeds x pairs crossed, df (S - 1)(n - 1)) / n, its share of one seed's
     paradigm mean. The score is right (1) or wrong, or with `change` last minus first checkpoint (at the last
     step). A cell whose seeds scored other pairs or checkpoints has no rows: seed_bands then takes P."""
-    from probes.analysis.evalfile import MISSING
-
     info, cells, rows = {r.name: r for r in runs}, {}, []
     for (run, bench), o in sorted(outcomes.items()):
         cells.setdefault((info[run].model, info[run].budget, bench), []).append(o)
@@ -204,8 +190,6 @@ def change_units(outcomes: dict, runs: list, bit: int, benchmarks: Sequence[str]
     checkpoint to the last on the same pairs, var = its pair-bootstrap variance (sum_k var(d_k) / n_k / K^2,
     d = last - first per pair), first_acc, last_acc, first_step, tokens (of the last checkpoint), pair_var
     (shared_pair_var of the change)."""
-    from probes.analysis.evalfile import MISSING
-
     info = {r.name: r for r in runs}
     rows = []
     for (run, bench), o in sorted(outcomes.items()):
@@ -216,10 +200,9 @@ def change_units(outcomes: dict, runs: list, bit: int, benchmarks: Sequence[str]
         k, a0, a1 = o.row_paradigm[ok], (c0[ok] & bit) > 0, (c1[ok] & bit) > 0
         n = np.bincount(k)
         m0, m1, d, d2 = (np.bincount(k, x)[n > 0] / n[n > 0] for x in (a0, a1, a1 * 1.0 - a0, a1 != a0))
-        K = len(d)
         r = info[run]
         rows.append({"run": run, "model": r.model, "budget": r.budget, "seed": r.seed, "benchmark": bench,
-                     "acc": d.mean(), "var": ((d2 - d ** 2) / n[n > 0]).sum() / K ** 2, "n_pairs": int(n.sum()),
+                     "acc": d.mean(), "var": ((d2 - d ** 2) / n[n > 0]).sum() / len(d) ** 2, "n_pairs": int(n.sum()),
                      "first_acc": m0.mean(), "last_acc": m1.mean(), "first_step": int(o.steps[0]),
                      "tokens": int(o.tokens[-1])})
     out = pd.DataFrame(rows)
@@ -235,8 +218,6 @@ def change_units(outcomes: dict, runs: list, bit: int, benchmarks: Sequence[str]
 def above_chance(cells: pd.DataFrame, chance: float = 0.5) -> pd.DataFrame:
     """cells (seed_bands rows) with p_above (one-sided, by the cell's own band, t or normal) and
     q_above (Benjamini-Hochberg over the phenomena of one model x budget x benchmark)."""
-    from scipy import stats
-
     out = cells.copy()
     d = (out.acc_mean - chance).to_numpy(dtype=float)
     p = np.asarray(stats.norm.sf(d / out.se.where(out.se > 0).to_numpy(dtype=float)))
@@ -260,8 +241,6 @@ def above_chance(cells: pd.DataFrame, chance: float = 0.5) -> pd.DataFrame:
 def paradigm_bands(table: pd.DataFrame, keys: Sequence[str], values: Sequence[str] = ("acc_mlp", "acc_sum")
                    ) -> pd.DataFrame:
     """seed_summary of per-paradigm rows with each value's <v>_lo/<v>_hi the band of this module."""
-    from probes.analysis.aggregate import seed_summary
-
     s = seed_summary(table, keys, values)
     g = table.assign(**{f"_{v}": table[v] * (1 - table[v]) / table["n_pairs"] for v in values}).groupby(
         list(keys), dropna=False, sort=True)

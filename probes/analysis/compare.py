@@ -1,9 +1,6 @@
 """`python -m probes compare A B --out DIR`: two runs, two checkpoints or two folders of seed runs (docs/public_suites.md,
-"Paired comparisons"). Two questions, named in every output: with several seeds a side the default (`--unit recipe`)
-asks whether the recipes differ, the seed as the unit (Welch's t on each seed's accuracy over the same pairs; counting
-pairs made a null of one recipe reject 20-49 % of the time at seed sd 0.04-0.085, bench/bench_compare.py); `--unit
-item` asks whether these trained models differ on these pairs, the pair as the unit, seeds reduced to its share right
-(counting pairs x seeds as trials made a copied seed look like evidence)."""
+"Paired comparisons": the two questions, `--unit recipe` (the seed as the unit, Welch's t) and `--unit item` (the
+pair as the unit, seeds reduced to its share right), and why counting pairs, or pairs x seeds, as trials misleads)."""
 from __future__ import annotations
 
 import argparse
@@ -23,8 +20,10 @@ from scipy.stats import false_discovery_control
 
 from probes.analysis.evalfile import MLP, SUM, read_eval_file, strings
 from probes.analysis.evalset import _read_run_info, _refuse_copies, _refuse_other_pairs
+from probes.analysis.outputs import check_owned_output, staged_output, write_csv, write_text
 from probes.evals.files import EvalInputError, eval_kind, file_pair_set
 from probes.families import families
+from train.errors import UserError
 from train.files import step_dirs
 
 COLUMNS = ["benchmark", "level", "phenomenon", "paradigm", "unit", "n", "b", "c", "acc_a", "acc_b",
@@ -117,12 +116,11 @@ def paired_stats(a: np.ndarray, b: np.ndarray, n_boot: int = 2000,
     multinomial draw over them: exact, O(S) memory whatever n. p and interval from the same draws (a sign test's p
     beside a bootstrap interval of the mean said p = 0.00048 with 0 inside the interval): p = 2 x the share of draws
     on the far side of 0, the interval their order statistics, so p < 1 - level exactly when 0 is outside it."""
-    a = np.atleast_2d(np.asarray(a, dtype=bool))
-    bb = np.atleast_2d(np.asarray(b, dtype=bool))
+    a, bb = (np.atleast_2d(np.asarray(x, dtype=bool)) for x in (a, b))
     if a.shape != bb.shape:
         raise ValueError(f"outcome matrices differ in shape: {a.shape} vs {bb.shape}")
     rng = rng or np.random.default_rng(0)
-    n, S = a.shape[1], a.shape[0]
+    S, n = a.shape
     d = bb.sum(axis=0).astype(np.int64) - a.sum(axis=0)  # S x the per-item difference, in integers
     p, lo, hi = 1.0, np.nan, np.nan
     if n:
@@ -300,9 +298,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from probes.analysis.outputs import check_owned_output, staged_output, write_csv, write_text
-    from train.errors import UserError
-
     args = build_parser().parse_args(argv)
     owned = (("compare.csv", "compare.json", "flips.csv", ".compare-files"), ".compare-files")  # outputs.py's rule
     try:

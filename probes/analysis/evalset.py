@@ -19,11 +19,13 @@ import pandas as pd
 
 from probes.analysis.evalcache import read_benchmark
 from probes.analysis.evalfile import PairOutcomes
+from probes.analysis.outputs import fork_pool
 from probes.evals.files import ALL_SUFFIX, MINIMAL_PAIRS, REGIONS, EvalInputError, eval_kind, file_pair_set
 from probes.families import families
 from train.confighash import config_hash
 from train.evalsums import sum_path
 from train.files import CorruptCheckpointError, manifest_hash, sha256_file, step_dirs
+from train.tokenizer import tokenizer_label
 
 
 @dataclass
@@ -100,8 +102,6 @@ def _read_run_info(run_dir: Path) -> RunInfo:
         info.model_params = parse_model_params(info.model)
     tok = cfg.get("tokenizer")
     if isinstance(tok, dict):
-        from train.tokenizer import tokenizer_label
-
         info.tokenizer = tokenizer_label(str(tok.get("kind", "")), tok.get("vocab_size"), tok.get("path"),
                                          str(tok.get("model_type", "unigram")))
     if "seed" in cfg and isinstance(model, dict):  # a config that says what was trained
@@ -249,8 +249,6 @@ def refresh_cache(run_dir: str | Path, benchmark: str) -> bool:
 def load_runs(run_dirs: Sequence[str | Path], workers: Optional[int] = None, cache: bool = True) -> EvalSet:
     """Read every eval file of every run directory (`workers` runs at once, forked; default min(4, CPUs)),
     reusing and writing the reduced caches unless cache=False. Raises EvalInputError naming what is wrong."""
-    from probes.analysis.outputs import fork_pool
-
     workers = workers or min(4, os.cpu_count() or 1)
     if not run_dirs:
         raise EvalInputError("no run directory given")

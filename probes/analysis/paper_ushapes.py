@@ -11,8 +11,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from probes.analysis.evalfile import MISSING, MLP, SUM
+from probes.analysis.evalset import log_tokens
+from probes.analysis.scaling import budget_label
 from probes.analysis.unoise import _impute, paired_cov, u_thresholds, unit_sd
-from probes.analysis.ushape import UShapeConfig, analyse_curve, group_shock, onset_index, pairs_needed, scales
+from probes.analysis.ushape import (UShapeConfig, _paradigm_columns, analyse_curve, group_shock, onset_index,
+                                    pairs_needed, scales)
 
 REFERENCE_DEPTH = 0.05  # the paper gives no number for "a little": our reading
 
@@ -54,9 +58,6 @@ PAPER_US = (
 
 def _mats(ev, runs: list[str], bench: str, paradigms: list[str], bit: int):
     """Steps shared by the runs, their mean tokens, and mats[s][k] (steps x pairs) of each paradigm."""
-    from probes.analysis.evalfile import MISSING
-    from probes.analysis.ushape import _paradigm_columns
-
     outs = [ev.outcomes[(r, bench)] for r in sorted(runs)]
     steps = functools.reduce(np.intersect1d, [o.steps for o in outs])
     tokens = np.mean([o.tokens[np.searchsorted(o.steps, steps)] for o in outs], axis=0)
@@ -93,9 +94,6 @@ def _shock(x, ev, runs: list[str], benchmark: str, pb: pd.DataFrame, level: str,
 
 def paper_u_table(ev, cfg: UShapeConfig, benchmark: str = "zhoblimp", paper_us=PAPER_US) -> pd.DataFrame:
     """One row per paper U x model x budget of the runs (their `benchmark` curves)."""
-    from probes.analysis.evalfile import MLP, SUM
-    from probes.analysis.evalset import log_tokens
-
     bit = MLP if cfg.metric == "mlp" else SUM
     info = {r.name: r for r in ev.runs}
     groups: dict[tuple, list[str]] = {}
@@ -172,8 +170,6 @@ def paper_u_table(ev, cfg: UShapeConfig, benchmark: str = "zhoblimp", paper_us=P
 def paper_u_markdown(t: pd.DataFrame) -> str:
     """One line per paper U and status (a 60-run grid gives 3-9 lines, not 60): the model x budget groups,
     the range of their smallest detectable depth, one group's reason, and our accepted U's on those curves."""
-    from probes.analysis.scaling import budget_label
-
     if t.empty:
         return "_(no ZhoBLiMP curves in these runs)_\n"
     L = ["| paper's U | status | model · corpus | smallest detectable depth | why / what it would need (first group) | "

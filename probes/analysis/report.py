@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 import sys
 import time
@@ -25,6 +24,7 @@ from probes.analysis.evalfile import MLP, SUM
 from probes.analysis.casestudy import CaseStudyConfig, case_study_section, pick_paradigms
 from probes.analysis.curves import phenomenon_table
 from probes.analysis.evalset import ALL_SUFFIX, EvalInputError, EvalSet, load_runs
+from probes.analysis.figcache import FigureCache
 from probes.analysis.formuse import use_sections
 from probes.analysis.heldout import final_heldout, heldout_table, plot_heldout
 from probes.analysis.normsweep import sweep_paradigms, sweep_summary
@@ -35,11 +35,13 @@ from probes.analysis.paperfigs import (MAX_PANELS, budget_order, pick, plot_all_
                                        plot_u_gallery)
 from probes.analysis.plotting import accuracy_label, safe_name
 from probes.analysis.regions import RegionConfig, group_region_curves, plot_regions, u_region_table
+from probes.analysis.reportmd import markdown, summary_table
 from probes.analysis.scaling import (ScalingConfig, budget_label, difficulty_groups, final_accuracy, grid_tables,
                                      plot_grid_overall, plot_grid_phenomena)
 from probes.analysis.table4 import blimp_human, table4, zhoblimp_human
 from probes.analysis.ushape import (FALSE_U_BUDGET, U_LEVELS, UShapeConfig, count_text, curve_benchmarks,
                                     find_u_shapes_in_runs, search_config)
+from probes.families import families
 from train.cli import exit_on_user_error
 from train.errors import UserError, check_writable
 
@@ -113,9 +115,6 @@ def build_report(ev: EvalSet, out: Path, cfg: ReportConfig, workers: Optional[in
     """Write report.md, figures/, appendix/ and tables/ under `out`, the figures drawn by `workers` processes
     (default: up to 2) meanwhile. What the report in `previous` (default `out`) computed from unchanged inputs is
     reused, the same bits: its sigmoid fits (CACHE_DIR) and, with `figure_cache`, its figures."""
-    from probes.analysis.figcache import FigureCache
-    from probes.analysis.reportmd import markdown, summary_table
-
     t0 = time.perf_counter()
     tdir, fdir, adir = (out / sub for sub in ("tables", "figures", "appendix"))
     for sub in (fdir, adir, tdir):
@@ -334,8 +333,6 @@ def _log_wandb(cfg: ReportConfig, out: Path, figs) -> None:
     os.environ.setdefault("WANDB_MODE", "offline")  # never reach the network unless the user asked for it
     run = wandb.init(project=cfg.wandb_project, job_type="report", dir=str(out))
     run.log({f"report/{Path(p).stem}": wandb.Image(str(p)) for _, p in figs})
-    from probes.families import families
-
     for name in ("ushapes", "aoa_phenomenon_summary", "difficulty_groups", "scaling_overall",
                  *(t for f in families() for t in f.tables)):
         if (out / "tables" / f"{name}.csv").is_file():  # a family's tables only where runs have that probe

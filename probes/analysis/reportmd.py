@@ -14,7 +14,9 @@ from probes.analysis.paper_ushapes import REFERENCE_DEPTH, paper_u_markdown
 from probes.analysis.scaling import PAPER_GROUPS, budget_label
 from probes.analysis.table4 import table4_markdown
 from probes.analysis.paperfigs import MAX_PANELS, pick
-from probes.analysis.ushape import count_ushapes
+from probes.analysis.ushape import count_ushapes, pairs_needed
+from probes.benchmarks.registry import REGISTRY
+from probes.evals.files import CONVENTIONS
 
 
 def md_table(df: pd.DataFrame, limit: int = 30, floatfmt: str = "{:.3g}") -> str:
@@ -35,8 +37,6 @@ def summary_table(R: dict, cfg) -> pd.DataFrame:
     """One row per model x budget x curve benchmark: what report.md's first paragraph says. The change from
     the first checkpoint with its 95 % interval (R["change"]) and whether it excludes 0; phenomena ending above
     chance (q_above < 0.05); accepted U's, learning apart from step 0's; the run's pairs_needed figure."""
-    from probes.analysis.ushape import pairs_needed
-
     ch, ph = R["change"], R["phen_final"]
     table = R["ev"].table
     rows = []
@@ -86,9 +86,6 @@ def _summary_md(S: pd.DataFrame) -> list[str]:
 def authors_rule(bench: str, metric: str) -> str:
     """A sentence naming the decision rule the benchmark's authors use where the registry knows one
     (RuBLiMP, TurBLiMP, JBLiMP), so a reader comparing with their paper knows which rule this table is."""
-    from probes.benchmarks.registry import REGISTRY
-    from probes.evals.files import CONVENTIONS
-
     entry = REGISTRY.get(bench.removesuffix("_all"))
     rule = entry.authors_convention if entry else None
     if rule is None:

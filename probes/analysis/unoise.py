@@ -150,15 +150,11 @@ MIN_RESIDUALS = 20  # checkpoint residuals (interior checkpoints x curves) dispe
 
 
 def dispersion(x: np.ndarray, means: np.ndarray, counts: np.ndarray, units: list[list[int]]) -> float:
-    """How many times the binomial variance a group's curves move from checkpoint to checkpoint (the same
-    pairs at every checkpoint flip together with the model, and seeds fed the same batches move alike).
-
-    means, counts: (seeds, steps, paradigms) of one model x budget x benchmark; x: log10 tokens; units: the
-    paradigm columns of each curve. Each interior checkpoint of each seed-mean curve is compared with the
-    line through its neighbours; the median of residual^2 over its binomial variance, over the median of
-    chi^2_1 (0.455), estimates the ratio (a median: real dips move it little). Returned: its upper 90 %
-    limit (an underestimate lets false U's through: bench/bench_ushape.py --part null); NaN with fewer than
-    MIN_RESIDUALS residuals."""
+    """How many times the binomial variance a group's curves move from checkpoint to checkpoint (pairs_needed's
+    D), from per-paradigm means and counts: means, counts (seeds, steps, paradigms) of one model x budget x
+    benchmark; x: log10 tokens; units: the paradigm columns of each curve. As in shock_ratio (its reasons hold),
+    with binomial variance alone: the upper 90 % limit of the median of residual^2 / variance over chi^2_1's
+    median (0.455); NaN with fewer than MIN_RESIDUALS residuals."""
     x = np.asarray(x, float)
     if len(x) < 3 or not units:
         return float("nan")

@@ -14,10 +14,13 @@ import pandas as pd
 from scipy.optimize import isotonic_regression
 from threadpoolctl import threadpool_limits
 
+from probes.analysis.evalfile import MISSING, MLP, SUM
+from probes.analysis.evalset import log_tokens
 from probes.analysis.scaling import budget_label
 from probes.analysis.unoise import (MIN_RESIDUALS, _impute, _resample_counts, dispersion, min_pairs,
                                     paired_cov, shock_ratio, smoothing_matrix, u_thresholds, unit_sd,
                                     unit_u_threshold)
+from probes.evals.files import ALL_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -72,11 +75,8 @@ VERDICTS = ("accepted", "too_thin", "below_noise", "not_significant", "seeds_dis
 @dataclass
 class UShapeConfig:
     """U-shape detection on the raw checkpoints (a dip over 2-4 sparse checkpoints, which smoothing flattens)
-    and on the curve smoothed on log tokens (a wide shallow dip). A candidate is accepted when (1) its depth
-    min(drop, recovery) exceeds the deepest drop noise alone makes anywhere on the schedule at that scale
-    (what makes looking at every checkpoint honest), (2) the bootstrap (seeds, then pairs) puts drop and
-    recovery above 0, and (3) enough seeds show it; with one seed, a U no deeper than noise at p = 0.5
-    makes is too_thin."""
+    and on the curve smoothed on log tokens (a wide shallow dip); docs/probing.md states when a candidate is
+    accepted (the noise threshold that makes looking at every checkpoint honest, the bootstrap, the seeds)."""
 
     delta: float = 0.05  # minimum drop and recovery of the curve (at its scale), in accuracy
     bandwidth: float = 0.15  # Gaussian smoothing sd in decades of tokens (log10); 0 = raw scale only
@@ -109,8 +109,6 @@ FALSE_U_BUDGET = 0.5  # false U's expected at most in one search (a report, or `
 def curve_benchmarks(table) -> list[str]:
     """Benchmarks with a curve: scored at two or more checkpoints of some run. "<name>_all" (every pair
     at the last checkpoint only) is not one: it feeds the final-accuracy table and the scaling view."""
-    from probes.evals.files import ALL_SUFFIX
-
     n = table.groupby(["benchmark", "run"])["step"].nunique().groupby("benchmark").max()
     return sorted(b for b, k in n.items() if k >= 2 and not str(b).endswith(ALL_SUFFIX))
 
@@ -139,17 +137,14 @@ def scales(x: np.ndarray, cfg: UShapeConfig) -> list[tuple[str, np.ndarray]]:
 
 def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig,
                   onset_index: int = 0, rng: np.random.Generator | None = None, shock: float = 1.0) -> list[dict]:
-    """Statistical U's of one unit (a paradigm, or a phenomenon: the mean of its paradigms), one dict each.
-
-    x: (n_steps,) log10 tokens; mats[s][k]: (n_steps, n_pairs_k) 0/1 outcomes of seed s on paradigm k. Each
-    candidate of find_u_shapes at each scale gets its scale's noise threshold, seed agreement, a bootstrap
-    (seeds, then pairs within paradigm and seed; the same pairs at every checkpoint) of its drop, recovery
-    and peak level, its kind and a verdict (VERDICTS); of a dip both scales find, the accepted (else the
-    relatively deeper) one is kept. onset_index: first checkpoint no longer near-random; shock: the noise the
-    checkpoints add beyond the pairs' own, in binomial variances (group_shock; NaN: 1, as if unpaired).
-
-    The noise a U must beat is paired: the same pairs at every checkpoint vary together (paired_cov, mostly a
-    shift of the whole curve), and only the model's own moves between checkpoints (shock) make dips."""
+    """Statistical U's of one unit (a paradigm, or a phenomenon: the mean of its paradigms), one dict each
+    (docs/probing.md states the rule). x: (n_steps,) log10 tokens; mats[s][k]: (n_steps, n_pairs_k) 0/1 outcomes
+    of seed s on paradigm k. Each candidate of find_u_shapes at each scale gets its scale's noise threshold, seed
+    agreement, a bootstrap of its drop, recovery and peak level, its kind and a verdict (VERDICTS); of a dip both
+    scales find, the accepted (else the relatively deeper) one is kept. onset_index: first checkpoint no longer
+    near-random; shock: the noise the checkpoints add beyond the pairs' own, in binomial variances (group_shock;
+    NaN: 1, as if unpaired). The noise a U must beat is paired: the same pairs at every checkpoint vary together
+    (paired_cov, mostly a shift of the whole curve), and only the model's own moves between checkpoints make dips."""
     rng = rng or np.random.default_rng(cfg.seed)
     shock = shock if np.isfinite(shock) else 1.0
     sd, n_unit = unit_sd(mats)
@@ -169,11 +164,8 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
     for (name, W), c, c_unit in zip(looks, thresholds, c_units):
         seed_curves = raw_seed @ W.T
         curve = seed_curves.mean(axis=0)
-        found = find_u_shapes(curve, cfg.delta)
-        if not found:
-            continue
         c_thin = float(np.max(sd_worst) / 0.5 * c_unit)  # same draws' law at p = 0.5, this unit's pairs
-        for u in found:
+        for u in find_u_shapes(curve, cfg.delta):
             r_max = u.trough + int(np.argmax(curve[u.trough:] >= u.recovered_to - 1e-12))
             cands.append((name, W, curve, seed_curves, u, r_max, c, c_thin))
     if not cands:
@@ -209,8 +201,7 @@ def analyse_curve(x: np.ndarray, mats: list[list[np.ndarray]], cfg: UShapeConfig
         kind, peak_above = "", False  # not tested: below the noise threshold
         if i in row_of:
             b = boot[3 * row_of[i]: 3 * row_of[i] + 3]
-            p_drop = (1 + np.sum(b[0] <= 0)) / (cfg.n_boot + 1)
-            p_rec = (1 + np.sum(b[1] <= 0)) / (cfg.n_boot + 1)
+            p_drop, p_rec = (1 + np.sum(b[:2] <= 0, axis=1)) / (cfg.n_boot + 1)
             drop_lo, drop_hi = np.quantile(b[0], [cfg.alpha / 2, 1 - cfg.alpha / 2])
             # The peak is the highest of u.trough checkpoints, which at chance is "above chance" at its own
             # level: Bonferroni over them, with the bootstrap's normal approximation to resolve small p's.
@@ -326,17 +317,12 @@ RECALL_Z, RECALL_CAL = 0.8416, 1.77
 
 
 def pairs_needed(rows, cfg: UShapeConfig) -> dict:
-    """The one "pairs or seeds needed" figure of a model x budget x benchmark (rows: its EvalSet table rows),
-    quoted by report.md's summary, the one-seed note and paper_ushapes.csv: the pairs per paradigm per seed
-    (or seeds at these pairs) at which the detector finds a U of depth cfg.delta on a phenomenon of the median
-    number of paradigms 80 % of the time, at the checkpoints' measured noise (unoise.dispersion of these rows'
-    phenomenon curves, in binomial variances; 1 where unmeasured), and the sentence (`needed`). At n pairs
-    (times paradigms and seeds) the noise, the threshold c and the U's depth estimate all scale as 1 / sqrt(n),
-    so the depth d is found 80 % of the time where d = (c1 + 0.84 s1) sqrt(D / n): c1 the threshold at one
-    pair (sd 0.5 at each checkpoint, the report's level), s1 = 0.5 sqrt(2) the sd of a drop at one pair; the n
-    this gives times RECALL_CAL, its shortfall on the bench."""
-    from probes.analysis.evalset import log_tokens
-
+    """The one "pairs or seeds needed" figure of a model x budget x benchmark (rows: its EvalSet table rows;
+    docs/report.md says where it is quoted) and its sentence (`needed`), at the checkpoints' measured noise D
+    (dispersion of these rows' phenomenon curves; 1 where unmeasured). At n pairs (times paradigms and seeds)
+    the noise, the threshold and the depth estimate all scale as 1 / sqrt(n), so a depth d is found 80 % of the
+    time where d = (c1 + 0.84 s1) sqrt(D / n): c1 the threshold at one pair (sd 0.5 at each checkpoint), s1 =
+    0.5 sqrt(2) a drop's sd at one pair; the n this gives times RECALL_CAL, its shortfall on the bench."""
     metric = f"acc_{cfg.metric}"
     by_step = rows.groupby("step").tokens.mean()
     x = log_tokens(by_step.to_numpy(dtype=float))
@@ -391,11 +377,6 @@ def find_u_shapes_in_runs(ev, cfg: UShapeConfig | None = None, levels=("phenomen
     """(DataFrame of STAT_COLUMNS, notes): every candidate U per model x budget (its runs are the seeds),
     benchmark and phenomenon/paradigm of an EvalSet; accepted=True rows are U-shapes (verdict says why
     not). The one-seed note (thin_note) goes to `evidence` if given, else to the notes."""
-    import pandas as pd
-
-    from probes.analysis.evalfile import MISSING, MLP, SUM
-    from probes.analysis.evalset import log_tokens
-
     cfg = cfg or UShapeConfig()
     rng = np.random.default_rng(cfg.seed)
     bit = MLP if cfg.metric == "mlp" else SUM

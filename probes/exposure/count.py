@@ -1,9 +1,6 @@
-"""Occurrence counts of a fixed set of id sequences (queries) in the rows of training batches: one pass, numpy.
-
-Each window of a row gets a 64-bit key per query length L. Where L ids of `bits` bits fit 64 bits (vocabularies
-up to 2^16: every n-gram up to 4), the key packs them exactly; a longer window (a whole sentence) gets a
-polynomial hash from prefix sums (two array operations per length, however long) and each hash hit is checked
-against the query's ids, so counts are exact either way. A window never leaves its row."""
+"""Occurrence counts of a fixed set of id sequences (queries) in the rows of training batches, in one numpy pass,
+exact (keys packing the ids where they fit 64 bits, else a polynomial hash whose hits are checked id by id; a
+window never leaves its row): docs/probing.md, "Exposure", Method."""
 from __future__ import annotations
 
 import hashlib

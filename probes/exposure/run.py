@@ -2,9 +2,7 @@
 occurred in the tokens trained by every saved checkpoint, written as RUN_DIR/exposure/<benchmark>.parquet, and
 n-gram baselines estimated from those tokens (probes/exposure/ngram.py) as <benchmark>.ngram.parquet.
 
-The stream is read through train's stream code (train/batch.py) from the token store the run's checkpoints
-record; counts are cached per stream and query set beside the token store (cache_dir/exposure/), so runs with
-one stream, and nested budgets (a prefix of one stream), count it once. checkpoints.md states the definition."""
+The stream, and the count cache that lets runs on one stream count once: docs/probing.md; the file: checkpoints.md."""
 from __future__ import annotations
 
 import argparse
