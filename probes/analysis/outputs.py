@@ -104,7 +104,9 @@ def staged_output(out: Path, entries: tuple[str, ...] = REPORT_ENTRIES, manifest
     try:
         yield stage
         files = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if not p.is_dir())
-        write_text(stage / manifest, "\n".join([*files, manifest]) + "\n")
+        # a hidden folder the command made (its caches) is its own whole: a stale entry there goes with it
+        caches = sorted(f"{p.name}/" for p in stage.iterdir() if p.is_dir() and p.name.startswith("."))
+        write_text(stage / manifest, "\n".join([*files, *caches, manifest]) + "\n")
         new = {p.name for p in stage.iterdir()}
         if check:  # what the command wrote beyond its list (a probe family's table) is checked too
             check_owned_output(out, (*entries, *sorted(new - set(entries))), manifest)
