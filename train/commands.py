@@ -35,9 +35,17 @@ def dispatch(prog: str, commands: dict[str, tuple[str, str]], argv: Sequence[str
               file=sys.stderr)
         return 2
     module, _, name = commands[argv[0]][0].partition(":")
-    from train.interrupt import INTERRUPT_EXIT, guard_forks
+    import signal
+
+    from train.interrupt import INTERRUPT_EXIT, guard_forks, kill_children
+
+    def stop(signum, frame):  # forked workers ignore SIGINT (train/interrupt.py): this process ends them
+        kill_children()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, stop)
     try:
-        with guard_forks():  # a forked worker dies with this process, and of a Ctrl-C without a traceback
+        with guard_forks():  # a forked worker dies with this process
             status: Optional[int] = getattr(importlib.import_module(module), name)(list(argv[1:]))
     except KeyboardInterrupt:  # one line, not the 46 of a traceback per process (issue 44)
         print(f"interrupted by SIGINT: {prog} {argv[0]} stopped (exit status {INTERRUPT_EXIT})", file=sys.stderr)

@@ -102,10 +102,12 @@ def die_with_parent(parent: int) -> None:
 
 def _after_fork() -> None:
     # datasets' pool workers and manager: dying with their parent, and killable by a plain SIGTERM (the
-    # ignore mask of run_in_child's child would otherwise be inherited: survivors under PID 1, issue 44)
+    # ignore mask of run_in_child's child would otherwise be inherited: survivors under PID 1, issue 44).
+    # SIGINT stays ignored: a terminal's Ctrl-C that reached a worker first killed it, and its parent's map then
+    # failed with "a subprocess abruptly died" instead of the one line the parent's handler prints.
     if _forks["guarded"]:
         for sig in STOP_SIGNALS:
-            signal.signal(sig, signal.SIG_DFL)
+            signal.signal(sig, signal.SIG_IGN if sig == signal.SIGINT else signal.SIG_DFL)
         die_with_parent(_forks["parent"])
 
 
