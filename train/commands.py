@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 from typing import Optional, Sequence
 
@@ -35,8 +36,6 @@ def dispatch(prog: str, commands: dict[str, tuple[str, str]], argv: Sequence[str
               file=sys.stderr)
         return 2
     module, _, name = commands[argv[0]][0].partition(":")
-    import signal
-
     from train.interrupt import INTERRUPT_EXIT, guard_forks, kill_children
 
     def stop(signum, frame):  # forked workers ignore SIGINT (train/interrupt.py): this process ends them

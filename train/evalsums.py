@@ -39,6 +39,13 @@ def _recorded(side: Path) -> list[str]:
     return [line.split()[0] for line in side.read_text(errors="replace").splitlines() if line.split()]
 
 
+def recorded_digest(path: Path) -> str:
+    """The digest `path`'s .sha256 records (the new file's, mid-rewrite), else the sha256 of its bytes."""
+    side = sum_path(path)
+    recorded = _recorded(side) if side.is_file() else []
+    return recorded[0] if recorded else _sha256(path)
+
+
 def write_summed(path: Path, data: bytes, fault: Optional[Callable[[], None]] = None) -> None:
     """`data` to `path` atomically, its .sha256 first, naming the old file's digest too until the new file is in
     place (module docstring); `fault`: the crash tests' kill point, with the file written but not yet renamed."""

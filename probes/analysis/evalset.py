@@ -23,8 +23,8 @@ from probes.analysis.outputs import fork_pool
 from probes.evals.files import ALL_SUFFIX, MINIMAL_PAIRS, REGIONS, EvalInputError, eval_kind, file_pair_set
 from probes.families import families
 from train.confighash import config_hash
-from train.evalsums import sum_path
-from train.files import CorruptCheckpointError, manifest_hash, sha256_file, step_dirs
+from train.evalsums import recorded_digest
+from train.files import CorruptCheckpointError, manifest_hash, step_dirs
 from train.tokenizer import tokenizer_label
 
 
@@ -119,8 +119,8 @@ def _content(run_dir: Path) -> dict[str, str]:
     for sd in {evals[k] for k in (min(evals), max(evals))} if evals else ():
         for f in sd.glob("*.parquet"):
             if not f.name.startswith(".") and ".tmp" not in f.name:
-                with contextlib.suppress(OSError, IndexError):
-                    out.setdefault(sum_path(f).read_text().split()[0] if sum_path(f).is_file() else sha256_file(f), str(f))
+                with contextlib.suppress(OSError):
+                    out.setdefault(recorded_digest(f), str(f))
     for ck in {ckpts[k] for k in (min(ckpts), max(ckpts))} if ckpts else ():
         with contextlib.suppress(OSError, CorruptCheckpointError):
             if h := manifest_hash(ck):
